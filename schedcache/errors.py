@@ -1,0 +1,68 @@
+"""Exceptions raised by schedcache.
+
+Every error a caller can act on is a subclass of :class:`CacheError`. A command that raises
+one of them has written nothing to Redis: the Lua functions check every precondition before
+their first write, so "rejected" always means "the cache is exactly as before".
+
+Messages name the object (``pod <namespace>/<name> (uid <uid>)`` or ``node <name>``) and, for
+transitions, the state that forbade them, because the reader is usually an operator looking
+at a log line with no other context.
+"""
+
+from __future__ import annotations
+
+
+class CacheError(Exception):
+    """Base class of every schedcache error."""
+
+
+class ValidationError(CacheError, ValueError):
+    """Bad input: a manifest, quantity, selector or argument that cannot be used.
+
+    ``obj`` names the object (``pod default/web-0``), ``field`` the dotted path inside it.
+    """
+
+    def __init__(self, obj: str, field: str, reason: str) -> None:
+        self.obj = obj
+        self.field = field
+        self.reason = reason
+        where = f"{obj}: {field}" if field else obj
+        super().__init__(f"{where}: {reason}")
+
+
+class TransitionError(CacheError):
+    """A command that the pod's or node's current state does not allow."""
+
+
+class PodAlreadyExists(TransitionError):
+    """``assume_pod`` or ``add_pod`` of a pod the cache already holds in that state."""
+
+
+class PodNotFound(TransitionError, KeyError):
+    """The pod is not in the cache."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PodNotAssumed(TransitionError):
+    """``forget_pod`` of a pod that is not assumed (absent or already added)."""
+
+
+class InvalidTransition(TransitionError):
+    """Any other illegal transition, e.g. updating an assumed pod, or a node mismatch."""
+
+
+class NodeNotFound(TransitionError, KeyError):
+    """The node is not in the cache (or is only a ghost where a live node is needed)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class FitConflict(TransitionError):
+    """``assume_pod(check_fit=True)``: the node no longer has room (another replica was first)."""
+
+
+class SchemaMismatch(CacheError):
+    """The Lua library on the server is not the version this client was built for."""
