@@ -1,0 +1,35 @@
+-- Registers every command as a Redis function named sc_<command>.
+--
+-- Each is called as FCALL sc_<command> 1 <prefix> <replica> <args...>. The wrapper turns a
+-- command's `nil, "<CODE> <detail>"` into an error reply; codes are schedcache's own and never
+-- one redis-py treats specially (NOSCRIPT, MOVED, ...). sc_version (read-only) answers the
+-- schema version so clients can tell whether the loaded library is theirs.
+
+local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
+                'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
+                'batch' }
+local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
+                    cleanup_assumed_pods, add_node, update_node, remove_node, batch }
+
+-- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
+for j = 1, #NAMES do
+  local fn = FUNCTIONS[j]
+  COMMANDS[NAMES[j]] = fn
+  redis.register_function('sc_' .. NAMES[j], function(keys, args)
+    local p = keys[1]
+    if p == nil or string.sub(p, 1, 1) ~= '{' then
+      return redis.error_reply('BADARG prefix')
+    end
+    local a = {}
+    for i = 2, #args do a[i - 1] = args[i] end
+    local result, err = fn(p, args[1] or '', a)
+    if result == nil then return redis.error_reply(err) end
+    return result
+  end)
+end
+
+redis.register_function {
+  function_name = 'sc_version',
+  callback = function() return SCHEMA_VERSION end,
+  flags = { 'no-writes' },
+}

@@ -1,0 +1,51 @@
+-- Shared body of sc_add_node and sc_update_node (upstream's AddNode and UpdateNode differ only
+-- in the node tree, which is not kept here yet): store the node object, replace its
+-- allocatable, and move its images in the image index.
+--
+-- ARGV     replica, name, zone, blob, n, (resource, amount) * n, m, (image name, size) * m
+-- Reply    the generation the node now has
+-- Errors   BADARG <what>
+-- Event    <etype>  node, gen, zone, data=blob, revived=1 when it brings back a ghost or
+--          fills in a placeholder
+local function set_node(p, replica, a, etype)
+  local name, zone, blob = a[1], a[2], a[3]
+  if name == nil or name == '' then return nil, 'BADARG name' end
+  if zone == nil then return nil, 'BADARG zone ' .. name end
+  if blob == nil or blob == '' then return nil, 'BADARG blob ' .. name end
+  local allocatable, next_i = read_pairs(a, 4, 'allocatable')
+  if allocatable == nil then return nil, next_i end
+  local images, err = read_pairs(a, next_i, 'images')
+  if images == nil then return nil, err end
+
+  local nk = p .. 'node:' .. name
+  local previous = redis.call('HGET', nk, 'exists')
+  local stale = {}
+  for _, field in ipairs(redis.call('HKEYS', nk)) do
+    if string.sub(field, 1, 2) == 'a:' then stale[#stale + 1] = field end
+  end
+  if #stale > 0 then redis.call('HDEL', nk, unpack(stale)) end
+  local fields = { nk, 'exists', 1, 'zone', zone, 'blob', blob }
+  for j = 1, #allocatable, 2 do
+    fields[#fields + 1] = 'a:' .. allocatable[j]
+    fields[#fields + 1] = allocatable[j + 1]
+  end
+  redis.call('HSET', unpack(fields))
+  redis.call('SADD', p .. 'nodes', name)
+
+  remove_node_images(p, name)
+  for j = 1, #images, 2 do
+    local image = images[j]
+    redis.call('SADD', p .. 'nodeimgs:' .. name, image)
+    redis.call('SADD', p .. 'imgnodes:' .. image, name)
+    redis.call('HSETNX', p .. 'images', image, images[j + 1])
+  end
+
+  local gen = touch(p, name)
+  local event = { 'node', name, 'gen', gen, 'zone', zone, 'data', blob }
+  if previous == '0' then
+    event[#event + 1] = 'revived'
+    event[#event + 1] = 1
+  end
+  emit(p, etype, replica, event)
+  return gen
+end

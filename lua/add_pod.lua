@@ -1,0 +1,32 @@
+-- sc_add_pod: the informer saw the pod bound; confirm an assumed pod or add it outright.
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, uid, node, blob, n, (field, value) * n   -- the pod's contribution
+-- Keys     pod:<uid>, node:<node>, node:<assumed node>, nodepods:*, nodes, pods, assumed,
+--          deadlines, gen, nodegen, events
+-- Reply    the generation the node now has
+-- Errors   PODEXISTS <uid> added <node>   added twice
+--          BADARG <what>
+-- Event    PodAdded  uid, node, gen, data=blob, and when it confirms an assumed pod:
+--          confirmed=1 and from=<node it was assumed on> (may differ from node)
+local function add_pod(p, replica, a)
+  local args, err = read_pod_args(a)
+  if args == nil then return nil, err end
+  local rec = load_pod(p, args.uid)
+  if rec ~= nil and rec.state == 'added' then
+    return nil, 'PODEXISTS ' .. args.uid .. ' added ' .. rec.node
+  end
+  local extra = {}
+  if rec ~= nil then
+    -- Assumed: the stored contribution leaves the node it was assumed on (a placeholder
+    -- left empty disappears), and the confirmed pod is added where it really landed.
+    delete_pod(p, args.uid, rec)
+    extra = { 'confirmed', 1, 'from', rec.node }
+  end
+  write_pod(p, args.uid, 'added', args.node, args.blob, replica, args.contribution)
+  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  local fields = { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob }
+  for j = 1, #extra do fields[#fields + 1] = extra[j] end
+  emit(p, 'PodAdded', replica, fields)
+  return gen
+end

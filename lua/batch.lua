@@ -1,0 +1,37 @@
+-- sc_batch: apply many commands in one call (informer ingest, bulk loads).
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, then per command: name (e.g. "add_pod"), argc, argc arguments as the
+--          single command takes them after `replica`
+-- Keys     those of the commands
+-- Reply    a flat list: per command 1 and its reply, or 0 and its error text
+-- Errors   BADARG <what>   the batch itself is malformed; nothing was applied
+-- Commands are applied in order; one that fails writes nothing, and the rest still run, as
+-- if each had been sent on its own (but without a round trip each).
+local function batch(p, replica, a)
+  local calls = {}
+  local i = 1
+  while i <= #a do
+    local fn, argc = COMMANDS[a[i]], tonumber(a[i + 1])
+    if fn == nil or fn == batch then return nil, 'BADARG command ' .. tostring(a[i]) end
+    if argc == nil or argc < 0 or i + 1 + argc > #a then
+      return nil, 'BADARG argc ' .. a[i]
+    end
+    local args = {}
+    for j = 1, argc do args[j] = a[i + 1 + j] end
+    calls[#calls + 1] = { fn, args }
+    i = i + 2 + argc
+  end
+  local out = {}
+  for _, call in ipairs(calls) do
+    local result, err = call[1](p, replica, call[2])
+    if result == nil then
+      out[#out + 1] = 0
+      out[#out + 1] = err
+    else
+      out[#out + 1] = 1
+      out[#out + 1] = result
+    end
+  end
+  return out
+end

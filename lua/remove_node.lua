@@ -1,0 +1,29 @@
+-- sc_remove_node: the informer saw a node deleted. A node that still holds pods stays as a
+-- ghost (no node object, pods and aggregates intact) until its last pod goes.
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, name
+-- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, imgnodes:<image>, images, nodes,
+--          gen, nodegen, events
+-- Reply    the generation recorded for the change
+-- Errors   NODENOTFOUND <name> <absent|ghost>   unknown, or already removed (ghost/placeholder)
+--          BADARG <what>
+-- Event    NodeRemoved  node, gen, ghost=<1 if pods remain, else 0>
+local function remove_node(p, replica, a)
+  local name = a[1]
+  if name == nil or name == '' then return nil, 'BADARG name' end
+  local nk = p .. 'node:' .. name
+  local exists = redis.call('HGET', nk, 'exists')
+  if exists == false then return nil, 'NODENOTFOUND ' .. name .. ' absent' end
+  if exists ~= '1' then return nil, 'NODENOTFOUND ' .. name .. ' ghost' end
+  remove_node_images(p, name)
+  redis.call('HSET', nk, 'exists', 0)
+  redis.call('HDEL', nk, 'blob', 'zone')
+  local gen = touch(p, name)
+  local pods = tonumber(redis.call('HGET', nk, 'pods') or '0')
+  drop_if_empty(p, name)
+  local ghost = 0
+  if pods > 0 then ghost = 1 end
+  emit(p, 'NodeRemoved', replica, { 'node', name, 'gen', gen, 'ghost', ghost })
+  return gen
+end

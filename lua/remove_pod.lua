@@ -1,0 +1,24 @@
+-- sc_remove_pod: the informer saw the pod deleted (also while it was still assumed).
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, uid, node ("" when the delete event lost the node name: the stored one wins)
+-- Keys     pod:<uid>, node:<stored node>, nodepods:<stored node>, nodes, pods, assumed,
+--          deadlines, gen, nodegen, events
+-- Reply    the generation the node now has
+-- Errors   PODNOTFOUND <uid> absent
+--          WRONGNODE <uid> <state> <stored node> <given node>   (upstream exits the process)
+--          BADARG <what>
+-- Event    PodRemoved  uid, node, gen, state=<assumed|added>, data=stored blob
+local function remove_pod(p, replica, a)
+  local uid, node = a[1], a[2]
+  if uid == nil or uid == '' then return nil, 'BADARG uid' end
+  local rec = load_pod(p, uid)
+  if rec == nil then return nil, 'PODNOTFOUND ' .. uid .. ' absent' end
+  if node ~= nil and node ~= '' and node ~= rec.node then
+    return nil, 'WRONGNODE ' .. uid .. ' ' .. rec.state .. ' ' .. rec.node .. ' ' .. node
+  end
+  local gen = delete_pod(p, uid, rec)
+  emit(p, 'PodRemoved', replica,
+       { 'uid', uid, 'node', rec.node, 'gen', gen, 'state', rec.state, 'data', rec.blob })
+  return gen
+end

@@ -1,0 +1,28 @@
+-- sc_update_pod: the informer saw an added pod change (labels, requests, status...).
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, uid, node, blob, n, (field, value) * n   -- the new pod's contribution
+-- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, gen, nodegen, events
+-- Reply    the generation the node now has
+-- Errors   PODNOTFOUND <uid> absent
+--          NOTADDED <uid> assumed             assumed pods get an add first, never an update
+--          WRONGNODE <uid> added <stored node> <new node>   (upstream exits the process)
+--          BADARG <what>
+-- Event    PodUpdated  uid, node, gen, data=new blob
+-- The stored contribution is subtracted, never the caller's copy of the old pod.
+local function update_pod(p, replica, a)
+  local args, err = read_pod_args(a)
+  if args == nil then return nil, err end
+  local rec = load_pod(p, args.uid)
+  if rec == nil then return nil, 'PODNOTFOUND ' .. args.uid .. ' absent' end
+  if rec.state ~= 'added' then return nil, 'NOTADDED ' .. args.uid .. ' ' .. rec.state end
+  if rec.node ~= args.node then
+    return nil, 'WRONGNODE ' .. args.uid .. ' added ' .. rec.node .. ' ' .. args.node
+  end
+  delete_pod(p, args.uid, rec)
+  write_pod(p, args.uid, 'added', args.node, args.blob, replica, args.contribution)
+  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  emit(p, 'PodUpdated', replica,
+       { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })
+  return gen
+end

@@ -1,0 +1,83 @@
+"""The Lua commands as one Redis Functions library: assembling, loading, versioning.
+
+The library is built from ``lua/*.lua`` (shipped inside the wheel as ``schedcache/lua``):
+``_helpers.lua`` and the other ``_*.lua`` shared parts first, then one file per command, then
+``_register.lua``. Functions (not EVAL) because they survive restarts and failovers, work in
+cluster pipelines and are what fakeredis reproduces faithfully (see DESIGN §5).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+import redis
+
+from schedcache.errors import SchemaMismatch
+
+LIBRARY_NAME = "schedcache"
+SCHEMA_VERSION = 1
+FIRST_PARTS = ("_helpers.lua",)
+LAST_PARTS = ("_register.lua",)
+
+
+def lua_dir() -> Path:
+    """Where the ``.lua`` files are: inside the installed package, else the source tree."""
+    packaged = Path(str(resources.files("schedcache"))) / "lua"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "lua"
+
+
+def lua_files() -> list[Path]:
+    """The library's files in load order."""
+    directory = lua_dir()
+    names = sorted(p.name for p in directory.glob("*.lua"))
+    if not names:
+        raise FileNotFoundError(f"no Lua files in {directory}")
+    shared = [n for n in names if n.startswith("_") and n not in FIRST_PARTS + LAST_PARTS]
+    commands = [n for n in names if not n.startswith("_")]
+    return [directory / n for n in (*FIRST_PARTS, *shared, *commands, *LAST_PARTS)]
+
+
+@functools.cache
+def library_source() -> str:
+    parts = [f"#!lua name={LIBRARY_NAME}\n"]
+    for path in lua_files():
+        parts.append(f"\n-- ==== {path.name} ====\n")
+        parts.append(path.read_text(encoding="utf-8"))
+    return "".join(parts)
+
+
+def command_names() -> list[str]:
+    """The commands the library registers (file names without ``.lua``)."""
+    return [p.stem for p in lua_files() if not p.name.startswith("_")]
+
+
+def is_missing_function(error: redis.ResponseError) -> bool:
+    return "function not found" in str(error).lower()
+
+
+def ensure_loaded(client: redis.Redis) -> None:
+    """Load the library unless the server already has this schema version.
+
+    An older version on the server is replaced; a newer one is left alone and reported, so an
+    old client cannot downgrade a library that newer replicas rely on.
+    """
+    try:
+        loaded = client.fcall_ro("sc_version", 0)
+    except redis.ResponseError as error:
+        if not is_missing_function(error):
+            raise
+        loaded = None
+    if loaded is not None:
+        version = int(loaded)
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"the server has schedcache library version {version}, newer than this "
+                f"client's {SCHEMA_VERSION}: upgrade the client"
+            )
+    client.function_load(library_source(), replace=True)
