@@ -1,0 +1,258 @@
+"""``Cache``: kube-scheduler's scheduler cache, kept in Redis and shared by replicas.
+
+Every mutating method is one Lua function (``lua/<command>.lua``) that checks the transition,
+applies all of its effects and appends the event, or fails and writes nothing. Reads go
+straight to the keys. Method names and semantics follow kube-scheduler's ``Cache`` interface;
+where they differ on purpose, the README's table says how.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from schedcache import commands
+from schedcache.commands import Command, pod_subject
+from schedcache.errors import NodeNotFound, PodNotFound, ValidationError
+from schedcache.events import Event, decode_entry, unpack
+from schedcache.fetch import fetch_node_infos, fetch_pods
+from schedcache.keys import Keys
+from schedcache.library import ensure_loaded, is_missing_function
+from schedcache.models import Node, Pod
+from schedcache.nodeinfo import NodeInfo
+from schedcache.replies import error_from_reply, is_cache_error
+from schedcache.selectors import parse_selector
+
+if TYPE_CHECKING:
+    from schedcache.batch import CommandBatch
+
+log = logging.getLogger(__name__)
+
+# Pods expired per sc_cleanup_assumed_pods call: bounds how long one call holds Redis.
+EXPIRE_BATCH = 500
+
+
+@dataclass
+class Dump:
+    """Everything in the cache, for debugging: ``Cache.dump()``."""
+
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    assumed_pods: set[str] = field(default_factory=set)
+    generation: int = 0
+
+
+class Cache:
+    """One named cache on a Redis server.
+
+    ``ttl`` (seconds) is how long an assumed pod whose binding finished may wait for its
+    confirming ``add_pod`` before it expires; 0 means never (kube-scheduler's setting since
+    v1.25). ``replica`` names this client in every event it writes.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        name: str = "default",
+        *,
+        ttl: float = 30.0,
+        replica: str = "",
+    ) -> None:
+        self.keys = Keys(name)
+        commands.milliseconds(ttl, subject=f"cache {name}", field="ttl")
+        self.client = client
+        self.name = name
+        self.ttl = ttl
+        self.replica = replica
+        ensure_loaded(client)
+
+    # -- running commands ---------------------------------------------------------------
+
+    def run(self, command: Command) -> Any:
+        """Run one command; raise the matching :class:`CacheError` if it is rejected."""
+        try:
+            return self._fcall(command)
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise self._translate(command, error) from None
+        # The server lost the library (restarted without persistence, or flushed): reload.
+        log.warning("schedcache functions missing on the server; loading them again")
+        ensure_loaded(self.client)
+        try:
+            return self._fcall(command)
+        except redis.ResponseError as error:
+            raise self._translate(command, error) from None
+
+    def _fcall(self, command: Command) -> Any:
+        return self.client.fcall(
+            f"sc_{command.name}", 1, self.keys.prefix, self.replica, *command.args
+        )
+
+    @staticmethod
+    def _translate(command: Command, error: redis.ResponseError) -> Exception:
+        text = str(error)
+        if is_cache_error(text):
+            return error_from_reply(command.name, command.subject, text)
+        return error
+
+    def batch(self, chunk_size: int = 200) -> CommandBatch:
+        """Collect commands and apply them with few round trips (informer ingest)."""
+        from schedcache.batch import CommandBatch
+
+        return CommandBatch(self, chunk_size=chunk_size)
+
+    # -- pods -------------------------------------------------------------------------
+
+    def assume_pod(self, pod: Pod) -> None:
+        """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision)."""
+        self.run(commands.assume_pod(pod))
+
+    def finish_binding(self, pod: Pod, now: float | None = None) -> None:
+        """Binding returned: the assumed pod expires at ``now + ttl`` unless confirmed first.
+
+        A no-op for a pod that is not assumed, as upstream.
+        """
+        self.run(commands.finish_binding(pod, now, self.ttl))
+
+    def forget_pod(self, pod: Pod) -> None:
+        """Undo ``assume_pod`` (scheduling failed after the assume)."""
+        self.run(commands.forget_pod(pod))
+
+    def add_pod(self, pod: Pod) -> None:
+        """The informer saw ``pod`` bound: confirm it if assumed (on whichever node), else add."""
+        self.run(commands.add_pod(pod))
+
+    def update_pod(self, old: Pod, new: Pod) -> None:
+        """The informer saw an added pod change; the stored pod's contribution is replaced."""
+        self.run(commands.update_pod(old, new))
+
+    def remove_pod(self, pod: Pod) -> None:
+        """The informer saw ``pod`` deleted; also removes a pod that is still assumed."""
+        self.run(commands.remove_pod(pod))
+
+    def cleanup_assumed_pods(self, now: float | None = None) -> list[str]:
+        """Expire every assumed pod whose binding finished and whose deadline is before ``now``.
+
+        Returns the uids expired. Works in bounded batches, so Redis is never blocked long.
+        """
+        expired: list[str] = []
+        while True:
+            batch = self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
+            expired += [uid.decode() for uid in batch]
+            if len(batch) < EXPIRE_BATCH:
+                return expired
+
+    def get_pod(self, pod: Pod | str) -> Pod:
+        """The stored pod (assumed or added) with ``pod``'s uid; raises :class:`PodNotFound`."""
+        uid, subject = self._pod_ref(pod)
+        blob = self.client.hget(self.keys.pod(uid), "blob")
+        if blob is None:
+            raise PodNotFound(f"{subject} does not exist in the cache")
+        return Pod.from_dict(unpack(blob))
+
+    def is_assumed_pod(self, pod: Pod | str) -> bool:
+        uid, _ = self._pod_ref(pod)
+        return bool(self.client.sismember(self.keys.assumed, uid))
+
+    def pod_state(self, pod: Pod | str) -> str | None:
+        """``"assumed"``, ``"added"``, or None when the cache does not hold the pod."""
+        uid, _ = self._pod_ref(pod)
+        state = self.client.hget(self.keys.pod(uid), "state")
+        return state.decode() if state is not None else None
+
+    @staticmethod
+    def _pod_ref(pod: Pod | str) -> tuple[str, str]:
+        if isinstance(pod, Pod):
+            return pod.uid, pod_subject(pod)
+        if isinstance(pod, str) and pod:
+            return pod, f"pod with uid {pod}"
+        raise ValidationError("pod", "metadata.uid", f"expected a Pod or a uid, got {pod!r}")
+
+    def pod_count(self) -> int:
+        """Pods in the cache, assumed ones and those on ghost nodes included."""
+        return int(self.client.scard(self.keys.pods))
+
+    def list_pods(self, selector: str | dict[str, str] | None = None) -> list[Pod]:
+        """Every pod whose labels match a kubectl-style selector (``app=web,tier!=db``)."""
+        return self.filtered_list(lambda pod: True, selector)
+
+    def filtered_list(
+        self, predicate: Callable[[Pod], bool], selector: str | dict[str, str] | None = None
+    ) -> list[Pod]:
+        """Pods matching ``selector`` for which ``predicate(pod)`` is true."""
+        match = parse_selector(selector)
+        uids = sorted(uid.decode() for uid in self.client.sscan_iter(self.keys.pods, count=1000))
+        pods = fetch_pods(self.client, self.keys, uids).values()
+        return [pod for pod in pods if match.matches(pod.labels) and predicate(pod)]
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def add_node(self, node: Node) -> None:
+        """Add a node, or revive a ghost / fill a placeholder of the same name."""
+        self.run(commands.add_node(node))
+
+    def update_node(self, old: Node | None, new: Node) -> None:
+        """Replace the stored node with ``new`` (an unknown node is created, as upstream)."""
+        self.run(commands.update_node(old, new))
+
+    def remove_node(self, node: Node | str) -> None:
+        """Remove a node; while pods remain on it, it stays as a ghost holding them."""
+        self.run(commands.remove_node(node))
+
+    def node_count(self) -> int:
+        """Node entries, ghosts and placeholders included (upstream's ``NodeCount``)."""
+        return int(self.client.scard(self.keys.nodes))
+
+    def get_node_info(self, name: str) -> NodeInfo:
+        """One node's ``NodeInfo``; raises :class:`NodeNotFound` when there is no entry."""
+        info = fetch_node_infos(self.client, self.keys, [name]).get(name)
+        if info is None:
+            raise NodeNotFound(f"node {name} is not in the cache")
+        return info
+
+    # -- everything -------------------------------------------------------------------
+
+    def generation(self) -> int:
+        return int(self.client.get(self.keys.generation) or 0)
+
+    def dump(self) -> Dump:
+        """Every node entry (ghosts included) with its pods, and the assumed set."""
+        names = sorted(name.decode() for name in self.client.smembers(self.keys.nodes))
+        return Dump(
+            nodes=fetch_node_infos(self.client, self.keys, names),
+            assumed_pods={uid.decode() for uid in self.client.smembers(self.keys.assumed)},
+            generation=self.generation(),
+        )
+
+    def events(
+        self, start: str | None = None, end: str | None = None, count: int = 1000
+    ) -> Iterator[Event]:
+        """The stream's events from ``start`` to ``end`` (ids, both included), in order."""
+        low = start or "-"
+        high = end or "+"
+        while True:
+            entries = self.client.xrange(self.keys.events, low, high, count=count)
+            for entry_id, raw in entries:
+                yield decode_entry(entry_id, raw)
+            if len(entries) < count:
+                return
+            low = "(" + entries[-1][0].decode()
+
+    def stream_length(self) -> int:
+        return int(self.client.xlen(self.keys.events))
+
+    def clear(self) -> int:
+        """Delete every key of this cache (tests, demos). Returns how many were deleted."""
+        deleted = 0
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+            batch.append(key)
+            if len(batch) == 500:
+                deleted += self.client.delete(*batch)
+                batch = []
+        if batch:
+            deleted += self.client.delete(*batch)
+        return deleted

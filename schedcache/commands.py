@@ -1,0 +1,138 @@
+"""Each cache command as data: the Lua function to call, its arguments, and who it is about.
+
+``Cache`` runs one :class:`Command` per round trip; ``CommandBatch`` sends many in one
+``sc_batch`` call. Building the arguments here, once, keeps both paths identical. Arguments that
+Lua would only reject later (a pod without a node, a negative ttl) are refused here with a
+:class:`ValidationError` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from schedcache.aggregates import flatten, image_pairs, pod_contribution, resource_pairs
+from schedcache.errors import ValidationError
+from schedcache.events import pack
+from schedcache.models import Node, Pod
+
+Arg = str | int | bytes
+
+
+@dataclass(frozen=True)
+class Command:
+    """One call of ``sc_<name>``; ``subject`` names the pod or node in error messages."""
+
+    name: str
+    subject: str
+    args: tuple[Arg, ...]
+
+
+def pod_subject(pod: Pod) -> str:
+    return f"pod {pod.namespace}/{pod.name} (uid {pod.uid})"
+
+
+def node_subject(name: str) -> str:
+    return f"node {name}"
+
+
+def milliseconds(value: float | None, *, subject: str, field: str) -> str:
+    """Seconds to integer milliseconds as Lua wants them; ``None`` -> "" (the server's clock)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(subject, field, f"{value!r} is not a number of seconds")
+    if value < 0:
+        raise ValidationError(subject, field, f"{value!r} must not be negative")
+    return str(round(value * 1000))
+
+
+def _placed_pod_args(pod: Pod, verb: str) -> tuple[Arg, ...]:
+    if not isinstance(pod, Pod):
+        raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
+    if not pod.node_name:
+        raise ValidationError(pod_subject(pod), "spec.nodeName", f"is required to {verb} a pod")
+    return (pod.uid, pod.node_name, pack(pod.to_dict()), *flatten(pod_contribution(pod)))
+
+
+def _pod_key_args(pod: Pod) -> tuple[str, str]:
+    if not isinstance(pod, Pod):
+        raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
+    return pod.uid, pod.node_name
+
+
+def assume_pod(pod: Pod) -> Command:
+    return Command("assume_pod", pod_subject(pod), _placed_pod_args(pod, "assume"))
+
+
+def add_pod(pod: Pod) -> Command:
+    return Command("add_pod", pod_subject(pod), _placed_pod_args(pod, "add"))
+
+
+def update_pod(old: Pod, new: Pod) -> Command:
+    args = _placed_pod_args(new, "update")
+    _pod_key_args(old)
+    if old.uid != new.uid:
+        raise ValidationError(
+            pod_subject(new),
+            "metadata.uid",
+            f"differs from the old pod's uid {old.uid}: a pod recreated under the same name is "
+            "a remove_pod of the old one and an add_pod of the new one",
+        )
+    return Command("update_pod", pod_subject(new), args)
+
+
+def remove_pod(pod: Pod) -> Command:
+    return Command("remove_pod", pod_subject(pod), _pod_key_args(pod))
+
+
+def forget_pod(pod: Pod) -> Command:
+    return Command("forget_pod", pod_subject(pod), _pod_key_args(pod))
+
+
+def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:
+    subject = pod_subject(pod)
+    uid, _ = _pod_key_args(pod)
+    now_ms = milliseconds(now, subject=subject, field="now")
+    ttl_ms = milliseconds(ttl, subject=subject, field="ttl")
+    return Command("finish_binding", subject, (uid, now_ms, ttl_ms))
+
+
+def cleanup_assumed_pods(now: float | None, limit: int) -> Command:
+    return Command(
+        "cleanup_assumed_pods",
+        "assumed pods",
+        (milliseconds(now, subject="cleanup_assumed_pods", field="now"), limit),
+    )
+
+
+def _node_args(node: Node) -> tuple[Arg, ...]:
+    if not isinstance(node, Node):
+        raise ValidationError("node", "", f"expected a schedcache.Node, got {type(node).__name__}")
+    return (
+        node.name,
+        node.zone_key,
+        pack(node.to_dict()),
+        *flatten(resource_pairs(node.allocatable)),
+        *flatten(image_pairs(node)),
+    )
+
+
+def add_node(node: Node) -> Command:
+    return Command("add_node", node_subject(node.name), _node_args(node))
+
+
+def update_node(old: Node | None, new: Node) -> Command:
+    args = _node_args(new)
+    if old is not None and isinstance(old, Node) and old.name != new.name:
+        raise ValidationError(
+            node_subject(new.name), "metadata.name", f"differs from the old node's {old.name!r}"
+        )
+    return Command("update_node", node_subject(new.name), args)
+
+
+def remove_node(node: Node | str) -> Command:
+    name = node.name if isinstance(node, Node) else node
+    if not isinstance(name, str) or not name:
+        raise ValidationError("node", "metadata.name", "is required to remove a node")
+    return Command("remove_node", node_subject(name), (name,))

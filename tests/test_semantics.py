@@ -1,0 +1,323 @@
+"""The cache's transitions beyond upstream's own tests: ghosts, placeholders, node mismatches,
+replicas sharing a cache, generations, events and batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedcache import Cache
+from schedcache.errors import (
+    InvalidTransition,
+    NodeNotFound,
+    PodAlreadyExists,
+    PodNotAssumed,
+    ValidationError,
+)
+from tests.factories import make_node, make_pod, port
+
+NOW = 1_700_000_000.0
+
+
+def test_second_replica_assuming_the_same_pod_is_refused(make_cache):
+    first = make_cache(replica="sched-0")
+    second = make_cache(replica="sched-1")
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    first.assume_pod(pod)
+    with pytest.raises(PodAlreadyExists, match=r"pod node_info_cache_test/web-0 \(uid web-0\)"):
+        second.assume_pod(pod.with_node("n2"))
+    assert first.get_node_info("n1").requested.milli_cpu == 100
+    with pytest.raises(NodeNotFound):
+        first.get_node_info("n2")
+    assert [e.replica for e in first.events()] == ["sched-0"]
+
+
+def test_events_name_type_replica_and_payload(make_cache):
+    cache = make_cache(replica="sched-7")
+    node = make_node("n1", "2", "1Gi")
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.add_node(node)
+    cache.assume_pod(pod)
+    cache.finish_binding(pod, now=NOW)
+    cache.add_pod(pod)
+    cache.remove_pod(pod)
+    cache.remove_node(node)
+    events = list(cache.events())
+    assert [e.type for e in events] == [
+        "NodeAdded",
+        "PodAssumed",
+        "BindingFinished",
+        "PodAdded",
+        "PodRemoved",
+        "NodeRemoved",
+    ]
+    assert {e.replica for e in events} == {"sched-7"}
+    assert {e.version for e in events} == {1}
+    assert events[0].data == node.to_dict()
+    assert events[1].data == pod.to_dict() and events[1].uid == "web-0"
+    assert events[2].fields["deadline"] == str(int((NOW + 10) * 1000))
+    assert events[3].fields["confirmed"] == "1" and events[3].fields["from"] == "n1"
+    assert events[4].fields["state"] == "added"
+    assert events[5].fields["ghost"] == "0"
+    generations = [e.generation for e in events if e.generation is not None]
+    assert generations == sorted(generations) and len(set(generations)) == len(generations)
+
+
+def test_removed_node_with_pods_stays_as_ghost_and_add_node_revives_it(make_cache):
+    cache = make_cache()
+    cache.add_node(make_node("n1", "2", "1Gi"))
+    pod = make_pod("web-0", "n1", "500m", "1Mi")
+    cache.add_pod(pod)
+    cache.remove_node("n1")
+    ghost = cache.get_node_info("n1")
+    assert ghost.node is None and ghost.pods == [pod]
+    cache.update_pod(pod, make_pod("web-0", "n1", "700m", "1Mi"))
+    assert cache.get_node_info("n1").requested.milli_cpu == 700
+    revived_node = make_node("n1", "4", "2Gi")
+    cache.add_node(revived_node)
+    revived = cache.get_node_info("n1")
+    assert revived.node == revived_node
+    assert [p.uid for p in revived.pods] == ["web-0"]
+    assert revived.requested.milli_cpu == 700
+    assert revived.allocatable.milli_cpu == 4000
+
+
+def test_update_node_of_unknown_node_creates_it(make_cache):
+    cache = make_cache()
+    node = make_node("n9", "3", "1Gi")
+    cache.update_node(None, node)
+    assert cache.get_node_info("n9").node == node
+    assert cache.node_count() == 1
+
+
+def test_remove_unknown_node_fails(make_cache):
+    cache = make_cache()
+    with pytest.raises(NodeNotFound, match="node nope is not in the cache"):
+        cache.remove_node("nope")
+
+
+def test_remove_node_of_placeholder_fails_and_keeps_pods(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "later", "100m", "1Mi")
+    cache.add_pod(pod)
+    with pytest.raises(NodeNotFound, match="node later"):
+        cache.remove_node("later")
+    assert cache.get_node_info("later").pods == [pod]
+
+
+def test_generation_of_a_re_added_node_is_never_reused(make_cache):
+    cache = make_cache()
+    cache.add_node(make_node("n1"))
+    first = cache.get_node_info("n1").generation
+    cache.remove_node("n1")
+    cache.add_node(make_node("n1"))
+    assert cache.get_node_info("n1").generation > first
+    assert cache.generation() == cache.get_node_info("n1").generation
+
+
+def test_update_pod_on_another_node_is_refused_naming_both(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.add_pod(pod)
+    with pytest.raises(InvalidTransition, match=r"added on node n1.*names node n2"):
+        cache.update_pod(pod, pod.with_node("n2"))
+    assert cache.get_node_info("n1").pods == [pod]
+
+
+def test_remove_pod_on_another_node_is_refused(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.add_pod(pod)
+    with pytest.raises(InvalidTransition, match=r"added on node n1.*names node n2"):
+        cache.remove_pod(pod.with_node("n2"))
+    assert cache.get_pod(pod) == pod
+
+
+def test_remove_pod_without_node_name_removes_the_stored_pod(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.add_pod(pod)
+    cache.remove_pod(pod.with_node(""))
+    assert cache.pod_count() == 0
+
+
+def test_remove_pod_removes_an_assumed_pod(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod, now=NOW)
+    cache.remove_pod(pod)
+    assert not cache.is_assumed_pod(pod)
+    assert cache.dump().assumed_pods == set()
+    assert cache.cleanup_assumed_pods(now=NOW + 100) == []
+    assert [e.fields.get("state") for e in cache.events() if e.type == "PodRemoved"] == ["assumed"]
+
+
+def test_forget_pod_on_another_node_fails(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.assume_pod(pod)
+    with pytest.raises(InvalidTransition, match=r"assumed on node n1.*names node n2"):
+        cache.forget_pod(pod.with_node("n2"))
+    assert cache.is_assumed_pod(pod)
+
+
+def test_forget_pod_of_an_added_pod_fails(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.add_pod(pod)
+    with pytest.raises(PodNotAssumed, match="is added, not assumed"):
+        cache.forget_pod(pod)
+
+
+def test_finish_binding_of_unknown_pod_is_a_no_op(make_cache):
+    cache = make_cache()
+    cache.finish_binding(make_pod("ghost", "n1"), now=NOW)
+    assert cache.stream_length() == 0
+
+
+def test_deadline_is_set_by_finish_binding_not_by_assume(make_cache):
+    cache = make_cache(ttl=10.0)
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.assume_pod(pod)
+    assert cache.cleanup_assumed_pods(now=NOW + 10_000) == []
+    cache.finish_binding(pod, now=NOW + 10_000)
+    assert cache.cleanup_assumed_pods(now=NOW + 10_005) == []
+    assert cache.cleanup_assumed_pods(now=NOW + 10_011) == ["web-0"]
+
+
+def test_finish_binding_without_now_uses_the_server_clock(make_cache):
+    cache = make_cache(ttl=0.001)
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod)
+    deadline = float(cache.client.zscore(cache.keys.deadlines, "web-0"))
+    server_now_ms = cache.client.time()[0] * 1000
+    assert abs(deadline - server_now_ms) < 60_000
+    assert cache.cleanup_assumed_pods(now=deadline / 1000 + 1) == ["web-0"]
+
+
+def test_removal_subtracts_the_stored_pod_not_the_callers_copy(make_cache):
+    cache = make_cache()
+    stored = make_pod("web-0", "n1", "100m", "1Mi", ports=[port(80)])
+    cache.add_pod(stored)
+    stale_copy = make_pod("web-0", "n1", "900m", "5Mi", ports=[port(81)])
+    cache.update_pod(stale_copy, make_pod("web-0", "n1", "200m", "1Mi"))
+    info = cache.get_node_info("n1")
+    assert (info.requested.milli_cpu, info.requested.memory) == (200, 1024 * 1024)
+    assert info.used_ports == set()
+    cache.remove_pod(stale_copy)
+    with pytest.raises(NodeNotFound):
+        cache.get_node_info("n1")
+
+
+def test_host_ports_are_a_set_per_node(make_cache):
+    cache = make_cache()
+    a = make_pod("a", "n1", ports=[port(80)])
+    b = make_pod("b", "n1", ports=[port(80)])
+    cache.add_pod(a)
+    cache.add_pod(b)
+    assert cache.get_node_info("n1").used_ports == {("0.0.0.0", "TCP", 80)}
+    cache.remove_pod(a)
+    # Upstream's set loses the port here (quirk 13); ours still knows b holds it.
+    assert cache.get_node_info("n1").used_ports == {("0.0.0.0", "TCP", 80)}
+
+
+def test_pvc_and_affinity_aggregates(make_cache):
+    cache = make_cache()
+    affinity = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+            ]
+        }
+    }
+    a = make_pod("a", "n1", pvcs=["data"], affinity=affinity)
+    b = make_pod("b", "n1", pvcs=["data", "logs"])
+    cache.add_pod(a)
+    cache.add_pod(b)
+    info = cache.get_node_info("n1")
+    assert info.pvc_ref_counts == {"node_info_cache_test/data": 2, "node_info_cache_test/logs": 1}
+    assert info.pods_with_affinity == [a]
+    assert info.pods_with_required_anti_affinity == [a]
+    cache.remove_pod(a)
+    info = cache.get_node_info("n1")
+    assert info.pvc_ref_counts == {"node_info_cache_test/data": 1, "node_info_cache_test/logs": 1}
+    assert info.pods_with_affinity == []
+
+
+def test_image_states_count_live_nodes(make_cache):
+    cache = make_cache()
+    cache.add_node(make_node("n1", images=[(["gcr.io/80:latest", "gcr.io/80:v1"], 80)]))
+    cache.add_node(make_node("n2", images=[(["gcr.io/80:latest"], 99)]))
+    states = cache.get_node_info("n1").image_states
+    assert states["gcr.io/80:latest"].size == 80  # the first reported size wins
+    assert states["gcr.io/80:latest"].num_nodes == 2
+    assert states["gcr.io/80:v1"].num_nodes == 1
+    cache.remove_node("n2")
+    assert cache.get_node_info("n1").image_states["gcr.io/80:latest"].num_nodes == 1
+
+
+def test_counts_and_label_selectors(make_cache):
+    cache = make_cache()
+    web = make_pod("web", "n1", labels={"app": "web", "tier": "front"})
+    db = make_pod("db", "n2", labels={"app": "db", "tier": "db"})
+    canary = make_pod("canary", "n2", labels={"app": "web", "canary": "yes"})
+    for pod in (web, db):
+        cache.add_pod(pod)
+    cache.assume_pod(canary)
+    assert cache.pod_count() == 3
+    assert cache.node_count() == 2
+    assert {p.uid for p in cache.list_pods()} == {"web", "db", "canary"}
+    assert {p.uid for p in cache.list_pods("app=web,tier!=db")} == {"web", "canary"}
+    assert {p.uid for p in cache.list_pods("app in (db, other)")} == {"db"}
+    assert {p.uid for p in cache.list_pods("app=web,!canary")} == {"web"}
+    assert {p.uid for p in cache.filtered_list(lambda p: p.node_name == "n2")} == {"db", "canary"}
+    with pytest.raises(ValidationError):
+        cache.list_pods("app in (")
+
+
+def test_pod_without_node_name_cannot_be_assumed_or_added(make_cache):
+    cache = make_cache()
+    pod = make_pod("web-0", "")
+    with pytest.raises(ValidationError, match=r"spec\.nodeName: is required to assume"):
+        cache.assume_pod(pod)
+    with pytest.raises(ValidationError, match=r"spec\.nodeName: is required to add"):
+        cache.add_pod(pod)
+
+
+def test_update_pod_with_another_uid_is_refused(make_cache):
+    cache = make_cache()
+    old = make_pod("web-0", "n1", uid="a")
+    cache.add_pod(old)
+    with pytest.raises(ValidationError, match=r"metadata\.uid"):
+        cache.update_pod(old, make_pod("web-0", "n1", uid="b"))
+
+
+def test_batch_applies_in_order_and_reports_each_rejection(make_cache):
+    cache = make_cache()
+    pods = [make_pod(f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(10)]
+    batch = cache.batch(chunk_size=4)
+    batch.add_node(make_node("n0", "4", "1Gi"))
+    for pod in pods:
+        batch.add_pod(pod)
+    batch.add_pod(pods[0])  # a duplicate: rejected on its own
+    batch.remove_node("missing")
+    batch.update_pod(pods[1], make_pod("p1", "n1", "300m", "1Mi"))
+    results = batch.execute()
+    assert len(results) == 14 and len(batch) == 0
+    assert [r.ok for r in results] == [True] * 11 + [False, False, True]
+    assert isinstance(results[11].error, PodAlreadyExists)
+    assert isinstance(results[12].error, NodeNotFound)
+    assert cache.pod_count() == 10
+    assert cache.get_node_info("n1").requested.milli_cpu == 100 * 3 + 200
+    assert cache.get_node_info("n0").node is not None
+
+
+def test_cache_reloads_the_library_when_the_server_lost_it(make_cache):
+    cache: Cache = make_cache()
+    cache.client.function_flush()
+    cache.add_pod(make_pod("web-0", "n1"))
+    assert cache.pod_count() == 1
+    cache.client.function_flush()
+    results = cache.batch().add_pod(make_pod("web-1", "n1")).execute()
+    assert results[0].ok and cache.pod_count() == 2
