@@ -1,0 +1,142 @@
+"""Commands per second for add_pod and assume_pod, one per round trip and batched.
+
+Compared with the ceiling of the same server: raw pipelined XADD of the same event payload.
+Runs on a real Redis (``--redis``, default 127.0.0.1:6379) and on the embedded fakeredis, prints
+a table and writes ``bench/results/commands.json``. Figures are medians of ``--repeats`` runs
+measured in one go, since these machines are noisy.
+
+    python bench/commands.py [--redis URL] [--pods 5000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis  # noqa: E402
+
+from bench.common import print_table, timed, write_results  # noqa: E402
+from schedcache import Cache, Pod  # noqa: E402
+from schedcache.commands import add_pod  # noqa: E402
+from schedcache.connection import embedded_client  # noqa: E402
+
+
+def make_pods(count: int, nodes: int) -> list[Pod]:
+    return [
+        Pod.from_k8s(
+            {
+                "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"uid-{i}",
+                             "labels": {"app": "bench"}},
+                "spec": {
+                    "nodeName": f"node-{i % nodes}",
+                    "containers": [
+                        {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                         "ports": [{"containerPort": 80, "hostPort": 8000 + i % 50}]}
+                    ],
+                },
+            }
+        )
+        for i in range(count)
+    ]
+
+
+def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> dict[str, Any]:
+    cache = Cache(client, "bench-commands", ttl=30.0, replica="bench")
+
+    def one_by_one(method: str):
+        def run() -> int:
+            call = getattr(cache, method)
+            for pod in pods:
+                call(pod)
+            return len(pods)
+
+        return run
+
+    def batched(method: str):
+        def run() -> int:
+            batch = cache.batch(chunk_size=chunk)
+            for pod in pods:
+                getattr(batch, method)(pod)
+            results = batch.execute()
+            assert all(r.ok for r in results)
+            return len(pods)
+
+        return run
+
+    def pipelined_calls() -> int:
+        pipe = client.pipeline(transaction=False)
+        for i, pod in enumerate(pods):
+            command = add_pod(pod)
+            pipe.fcall("sc_add_pod", 1, cache.keys.prefix, "bench", *command.args)
+            if i % chunk == chunk - 1:
+                pipe.execute()
+        pipe.execute()
+        return len(pods)
+
+    blobs = [add_pod(pod).args[2] for pod in pods]
+    stream = "{bench-xadd}:events"
+
+    def raw_xadd() -> int:
+        pipe = client.pipeline(transaction=False)
+        for i, (pod, blob) in enumerate(zip(pods, blobs, strict=True)):
+            pipe.xadd(stream, {"type": "PodAdded", "v": 1, "replica": "bench", "uid": pod.uid,
+                               "node": pod.node_name, "gen": i, "data": blob})
+            if i % chunk == chunk - 1:
+                pipe.execute()
+        pipe.execute()
+        return len(pods)
+
+    def reset() -> None:
+        cache.clear()
+        client.delete(stream)
+
+    figures = {
+        "add_pod, one call per round trip": timed(one_by_one("add_pod"), repeats, reset),
+        "assume_pod, one call per round trip": timed(one_by_one("assume_pod"), repeats, reset),
+        "add_pod, pipelined single calls": timed(pipelined_calls, repeats, reset),
+        "add_pod, batched (sc_batch)": timed(batched("add_pod"), repeats, reset),
+        "assume_pod, batched (sc_batch)": timed(batched("assume_pod"), repeats, reset),
+        "ceiling: raw pipelined XADD": timed(raw_xadd, repeats, reset),
+    }
+    reset()
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--fake-pods", type=int, default=1000, help="pods on fakeredis (slower)")
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--chunk", type=int, default=200, help="commands per sc_batch call")
+    args = parser.parse_args()
+
+    backends = {
+        "redis": (redis.Redis.from_url(args.redis), args.pods),
+        "fakeredis": (embedded_client(), args.fake_pods),
+    }
+    results: dict[str, Any] = {"settings": vars(args), "backends": {}}
+    rows = []
+    for backend, (client, count) in backends.items():
+        figures = measure(client, make_pods(count, args.nodes), args.repeats, args.chunk)
+        ceiling = figures["ceiling: raw pipelined XADD"]["median"]
+        results["backends"][backend] = figures
+        for name, figure in figures.items():
+            rows.append([backend, name, f"{figure['median']:,.0f}",
+                         f"{figure['median'] / ceiling:.2f}"])
+    print_table(
+        f"commands/s, median of {args.repeats} runs ({args.pods} pods on Redis, "
+        f"{args.fake_pods} on fakeredis, {args.chunk} per batch)",
+        ["backend", "operation", "per second", "of ceiling"],
+        rows,
+    )
+    print(f"\nwritten to {write_results('commands', results)}")
+
+
+if __name__ == "__main__":
+    main()

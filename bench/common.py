@@ -1,0 +1,42 @@
+"""Shared helpers of the benchmarks: medians, tables, result files."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def timed(run: Callable[[], int], repeats: int, setup: Callable[[], None] | None = None) -> dict:
+    """Run ``run`` (returning how many operations it did) ``repeats`` times; rates per second."""
+    rates = []
+    for _ in range(repeats):
+        if setup:
+            setup()
+        start = time.perf_counter()
+        done = run()
+        rates.append(done / (time.perf_counter() - start))
+    return {"median": statistics.median(rates), "runs": rates}
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
+    print(f"\n{title}")
+    print("  ".join(str(c).ljust(w) for c, w in zip(columns, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(v).rjust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def write_results(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"machine": platform.node(), "python": platform.python_version(), **payload}
+    path.write_text(json.dumps(payload, indent=2))
+    return path

@@ -1,0 +1,159 @@
+"""The ``schedcache`` command line.
+
+Every command takes ``--redis URL`` (default: ``SCHEDCACHE_REDIS_URL``, else an embedded
+in-process fakeredis) and ``--cache NAME``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import redis
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from schedcache.cache import Cache
+from schedcache.connection import ENV_URL, connect, describe
+from schedcache.demo import DemoReport, run_demo
+from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
+
+console = Console()
+
+
+class Settings:
+    def __init__(self, url: str | None, cache: str) -> None:
+        self.url = url
+        self.cache_name = cache
+
+    def client(self) -> redis.Redis:
+        try:
+            client = connect(self.url)
+            client.ping()
+        except redis.RedisError as error:
+            raise click.ClickException(f"cannot reach Redis at {describe(self.url)}: {error}")
+        return client
+
+
+@click.group()
+@click.option(
+    "--redis",
+    "url",
+    envvar=ENV_URL,
+    default=None,
+    metavar="URL",
+    help="Redis URL (redis://, rediss://, unix://); default: embedded fakeredis.",
+)
+@click.option("--cache", "cache_name", default="default", show_default=True, help="Cache name.")
+@click.pass_context
+def main(ctx: click.Context, url: str | None, cache_name: str) -> None:
+    """kube-scheduler's cache on Redis, shared by scheduler replicas."""
+    ctx.obj = Settings(url, cache_name)
+
+
+@main.command()
+@click.option("--nodes", default=6, show_default=True, help="Nodes in the simulated cluster.")
+@click.option("--pods", default=40, show_default=True, help="Pods to schedule.")
+@click.option("--replicas", default=2, show_default=True, help="Scheduler replicas.")
+@click.option("--ttl", default=30.0, show_default=True, help="Assumed-pod ttl, seconds.")
+@click.option("--seed", default=1, show_default=True, help="Random seed.")
+@click.option("--keep", is_flag=True, help="Keep the cache's previous contents.")
+@click.pass_obj
+def demo(
+    settings: Settings, nodes: int, pods: int, replicas: int, ttl: float, seed: int, keep: bool
+) -> None:
+    """Schedule a simulated cluster and show what the cache saw."""
+    if nodes < 1 or pods < 0 or replicas < 1:
+        raise click.BadParameter("--nodes and --replicas must be >= 1, --pods >= 0")
+    cache = Cache(settings.client(), settings.cache_name, ttl=ttl, replica="demo-informer")
+    if not keep:
+        cache.clear()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("scheduling", total=pods)
+        report = run_demo(
+            cache,
+            nodes=nodes,
+            pods=pods,
+            replicas=replicas,
+            seed=seed,
+            progress=lambda n: bar.advance(task, n),
+        )
+    print_report(report, describe(settings.url), settings.cache_name)
+
+
+def print_report(report: DemoReport, where: str, name: str) -> None:
+    nodes = Table(title=f"Nodes of cache {name!r} on {where}")
+    for column in ("node", "zone", "pods", "cpu requested", "memory requested", "generation"):
+        nodes.add_column(column, justify="left" if column in ("node", "zone") else "right")
+    for node_name in sorted(report.nodes, key=lambda n: (len(n), n)):
+        info = report.nodes[node_name]
+        zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else "(ghost)"
+        alloc = info.allocatable
+        nodes.add_row(
+            node_name,
+            zone,
+            str(len(info.pods)),
+            f"{info.requested.milli_cpu}m / {alloc.milli_cpu}m",
+            f"{info.requested.memory >> 20}Mi / {alloc.memory >> 20}Mi",
+            str(info.generation),
+        )
+    console.print(nodes)
+    summary = Table(title="Summary", show_header=False)
+    summary.add_column("what")
+    summary.add_column("count", justify="right")
+    rows = [
+        ("pods to schedule", report.pods),
+        ("assumed (scheduled)", report.scheduled),
+        *((f"  by {replica}", count) for replica, count in sorted(report.per_replica.items())),
+        ("confirmed by the informer (add_pod)", report.confirmed),
+        ("bind failed (forget_pod)", report.bind_failures),
+        ("never confirmed, expired", report.expired),
+        ("unschedulable (no node fits)", report.unschedulable),
+        ("events in the stream", report.events),
+        ("cache generation", report.generation),
+        ("seconds", f"{report.seconds:.2f}"),
+    ]
+    for what, count in rows:
+        summary.add_row(what, str(count))
+    console.print(summary)
+
+
+@main.command()
+@click.pass_obj
+def scripts(settings: Settings) -> None:
+    """Load the Lua library into Redis and list the functions it registers."""
+    client = settings.client()
+    ensure_loaded(client)
+    registered = set()
+    for library in client.function_list(library="schedcache"):
+        entries = dict(zip(library[::2], library[1::2], strict=True))
+        for function in entries[b"functions"]:
+            details = dict(zip(function[::2], function[1::2], strict=True))
+            registered.add(details[b"name"].decode())
+    expected = {f"sc_{name}" for name in command_names()} | {"sc_version"}
+    for name in sorted(registered):
+        click.echo(name)
+    missing = expected - registered
+    if missing:
+        raise click.ClickException(f"functions missing after load: {', '.join(sorted(missing))}")
+    click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
+
+
+@main.command()
+@click.pass_obj
+def stats(settings: Settings) -> None:
+    """Counts of the cache: nodes, pods, assumed pods, stream length, generation."""
+    cache = Cache(settings.client(), settings.cache_name)
+    dump = cache.dump()
+    ghosts = sum(1 for info in dump.nodes.values() if info.node is None)
+    click.echo(f"nodes\t{len(dump.nodes) - ghosts}")
+    click.echo(f"ghost/placeholder nodes\t{ghosts}")
+    click.echo(f"pods\t{cache.pod_count()}")
+    click.echo(f"assumed pods\t{len(dump.assumed_pods)}")
+    click.echo(f"stream length\t{cache.stream_length()}")
+    click.echo(f"generation\t{dump.generation}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
