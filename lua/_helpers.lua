@@ -6,14 +6,16 @@
 --
 -- Key schema (every key of one cache starts with the prefix KEYS[1] = "{<name>}:", so one
 -- hash tag puts them all in one Redis Cluster slot):
---   pod:<uid>        hash   state (assumed|added), node, finished (0|1), deadline (ms or ""),
---                           blob (msgpack Pod, never decoded here), replica,
---                           k:<field> = the pod's contribution to its node, as it was added
+--   pod:<uid>        string "<state> <node> <finished> <deadline> <gen> <contribution>\n<blob>":
+--                           state assumed|added, finished 0|1 (binding done), deadline in ms
+--                           or "-", gen = the generation that placed it (orders a node's pods),
+--                           contribution = "<field> <amount> ..." exactly as added to the node
+--                           (removal subtracts it), blob = the msgpack Pod, never decoded here
 --   node:<name>      hash   exists (1 live node, 0 ghost or placeholder), gen, zone, blob,
---                           a:<res> allocatable, r:<res> requested, n:cpu/n:mem non-zero
---                           requested, pods, aff, anti, p:<ip>|<proto>|<port> and
+--                           a:<res> allocatable, r:<res> requested, z:cpu/z:mem non-zero
+--                           requested minus requested, pods, aff, anti, p:<ip>|<proto>|<port> and
 --                           v:<ns>/<claim> reference counts. A field that drops to 0 is deleted.
---   nodepods:<name>  zset   pod uids on the node, scored by the generation that placed them
+--   nodepods:<name>  set    uids of the pods on the node
 --   nodeimgs:<name>  set    image names the live node reports
 --   imgnodes:<image> set    live nodes that report the image
 --   images           hash   image name -> size in bytes (the first size reported wins)
@@ -73,19 +75,41 @@ local function emit(p, etype, replica, fields)
   return redis.call('XADD', unpack(args))
 end
 
--- Bumps the cache generation and records it on the node and in the generation index.
+-- Nodes changed by the running call, with the generation of their last change. A call (one
+-- command, or a whole sc_batch) records them once at its end: a batch that puts 200 pods on
+-- one node writes its generation once, not 200 times. Reset by begin_call().
+local changed_nodes = {}
+local changed_gen = {}
+
+local function begin_call()
+  changed_nodes = {}
+  changed_gen = {}
+end
+
+-- Bumps the cache generation for a change of `node`; returns the new generation.
 local function touch(p, node)
   local gen = redis.call('INCR', p .. 'gen')
-  redis.call('HSET', p .. 'node:' .. node, 'gen', gen)
-  redis.call('ZADD', p .. 'nodegen', gen, node)
+  if changed_gen[node] == nil then changed_nodes[#changed_nodes + 1] = node end
+  changed_gen[node] = gen
   return gen
+end
+
+-- Records each changed node's generation on the node and in the generation index (where a
+-- node that is gone stays as a tombstone).
+local function end_call(p)
+  for j = 1, #changed_nodes do
+    local node = changed_nodes[j]
+    local gen = changed_gen[node]
+    redis.call('ZADD', p .. 'nodegen', gen, node)
+    local nk = p .. 'node:' .. node
+    if redis.call('EXISTS', nk) == 1 then redis.call('HSET', nk, 'gen', gen) end
+  end
+  begin_call()
 end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.
 local function ensure_node(p, node)
-  local nk = p .. 'node:' .. node
-  if redis.call('HEXISTS', nk, 'exists') == 0 then
-    redis.call('HSET', nk, 'exists', 0)
+  if redis.call('HSETNX', p .. 'node:' .. node, 'exists', 0) == 1 then
     redis.call('SADD', p .. 'nodes', node)
   end
 end
@@ -101,45 +125,67 @@ local function drop_if_empty(p, node)
   end
 end
 
--- Adds (sign 1) or subtracts (sign -1) a contribution, a flat field/value list, to a node.
-local function apply_contribution(nk, fields, sign)
-  for j = 1, #fields, 2 do
-    local v = redis.call('HINCRBY', nk, fields[j], sign * fields[j + 1])
-    if v == 0 then redis.call('HDEL', nk, fields[j]) end
+-- A contribution is the string "<field> <amount> <field> <amount> ..." (see
+-- schedcache/aggregates.py). Adds it to a node hash, or subtracts it when `negate` is true;
+-- a field that drops to 0 is deleted. Amounts stay strings: no Lua number round trip.
+local function apply_contribution(nk, contribution, negate)
+  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
+    if negate then
+      if string.sub(amount, 1, 1) == '-' then
+        amount = string.sub(amount, 2)
+      else
+        amount = '-' .. amount
+      end
+    end
+    if redis.call('HINCRBY', nk, field, amount) == 0 then redis.call('HDEL', nk, field) end
   end
+end
+
+-- True when `contribution` is exactly pairs of a field and an integer, single-spaced.
+local function valid_contribution(contribution)
+  local tokens = {}
+  for token in string.gmatch(contribution, '%S+') do
+    if #tokens % 2 == 1 and not string.match(token, '^%-?%d+$') then return false end
+    tokens[#tokens + 1] = token
+  end
+  return #tokens % 2 == 0 and table.concat(tokens, ' ') == contribution
 end
 
 local function place_pod(p, uid, node, contribution)
   ensure_node(p, node)
-  apply_contribution(p .. 'node:' .. node, contribution, 1)
-  local gen = touch(p, node)
-  redis.call('ZADD', p .. 'nodepods:' .. node, gen, uid)
-  return gen
+  apply_contribution(p .. 'node:' .. node, contribution, false)
+  redis.call('SADD', p .. 'nodepods:' .. node, uid)
+  return touch(p, node)
 end
 
 local function unplace_pod(p, uid, node, contribution)
-  apply_contribution(p .. 'node:' .. node, contribution, -1)
-  redis.call('ZREM', p .. 'nodepods:' .. node, uid)
+  apply_contribution(p .. 'node:' .. node, contribution, true)
+  redis.call('SREM', p .. 'nodepods:' .. node, uid)
   local gen = touch(p, node)
   drop_if_empty(p, node)
   return gen
 end
 
--- The stored pod record, with its contribution as a flat list, or nil.
+-- The pod record is one string (one GET or SET, where a hash costs a field each):
+--   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <contribution>\n<blob>"
+-- Returns it as a table, or nil when the pod is not in the cache.
 local function load_pod(p, uid)
-  local flat = redis.call('HGETALL', p .. 'pod:' .. uid)
-  if #flat == 0 then return nil end
-  local rec = { contribution = {} }
-  for j = 1, #flat, 2 do
-    local f = flat[j]
-    if string.sub(f, 1, 2) == 'k:' then
-      rec.contribution[#rec.contribution + 1] = string.sub(f, 3)
-      rec.contribution[#rec.contribution + 1] = tonumber(flat[j + 1])
-    else
-      rec[f] = flat[j + 1]
-    end
-  end
-  return rec
+  local raw = redis.call('GET', p .. 'pod:' .. uid)
+  if not raw then return nil end
+  local newline = string.find(raw, '\n', 1, true)
+  local state, node, finished, deadline, gen, contribution =
+    string.match(string.sub(raw, 1, newline - 1), '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(.*)$')
+  if deadline == '-' then deadline = '' end
+  return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
+           contribution = contribution, blob = string.sub(raw, newline + 1) }
+end
+
+local function save_pod(p, uid, rec)
+  local deadline = rec.deadline
+  if deadline == '' then deadline = '-' end
+  local header = rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' ' .. deadline .. ' '
+    .. rec.gen .. ' ' .. rec.contribution
+  redis.call('SET', p .. 'pod:' .. uid, header .. '\n' .. rec.blob)
 end
 
 local function pod_state(rec)
@@ -147,17 +193,13 @@ local function pod_state(rec)
   return rec.state
 end
 
-local function write_pod(p, uid, state, node, blob, replica, contribution)
-  local pk = p .. 'pod:' .. uid
-  redis.call('DEL', pk)
-  local args = { pk, 'state', state, 'node', node, 'finished', 0, 'deadline', '',
-                 'blob', blob, 'replica', replica }
-  for j = 1, #contribution, 2 do
-    args[#args + 1] = 'k:' .. contribution[j]
-    args[#args + 1] = contribution[j + 1]
-  end
-  redis.call('HSET', unpack(args))
-  redis.call('SADD', p .. 'pods', uid)
+-- Places a pod on its node and writes its record; the caller has removed any previous one.
+local function put_pod(p, args, state)
+  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  save_pod(p, args.uid, { state = state, node = args.node, finished = '0', deadline = '',
+                          gen = gen, contribution = args.contribution, blob = args.blob })
+  redis.call('SADD', p .. 'pods', args.uid)
+  return gen
 end
 
 -- Removes a pod record and every index entry that points at it.
@@ -169,14 +211,15 @@ local function delete_pod(p, uid, rec)
   return unplace_pod(p, uid, rec.node, rec.contribution)
 end
 
--- Parses the common pod arguments: uid, node, blob, then the contribution pairs.
+-- Parses the common pod arguments: uid, node, blob, contribution.
 local function read_pod_args(a)
-  local uid, node, blob = a[1], a[2], a[3]
+  local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
-  if node == nil or node == '' then return nil, 'BADARG node ' .. uid end
+  if node == nil or node == '' or string.find(node, '%s') then return nil, 'BADARG node ' .. uid end
   if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
-  local contribution, err = read_pairs(a, 4, 'contribution')
-  if contribution == nil then return nil, err end
+  if contribution == nil or not valid_contribution(contribution) then
+    return nil, 'BADARG contribution ' .. uid
+  end
   return { uid = uid, node = node, blob = blob, contribution = contribution }
 end
 

@@ -22,7 +22,9 @@ for j = 1, #NAMES do
     end
     local a = {}
     for i = 2, #args do a[i - 1] = args[i] end
+    begin_call()
     local result, err = fn(p, args[1] or '', a)
+    end_call(p)
     if result == nil then return redis.error_reply(err) end
     return result
   end)
@@ -30,6 +32,6 @@ end
 
 redis.register_function {
   function_name = 'sc_version',
-  callback = function() return SCHEMA_VERSION end,
+  callback = function() return LIBRARY_VERSION end,
   flags = { 'no-writes' },
 }

@@ -1,7 +1,7 @@
 -- sc_add_pod: the informer saw the pod bound; confirm an assumed pod or add it outright.
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, uid, node, blob, n, (field, value) * n   -- the pod's contribution
+-- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py)
 -- Keys     pod:<uid>, node:<node>, node:<assumed node>, nodepods:*, nodes, pods, assumed,
 --          deadlines, gen, nodegen, events
 -- Reply    the generation the node now has
@@ -23,8 +23,7 @@ local function add_pod(p, replica, a)
     delete_pod(p, args.uid, rec)
     extra = { 'confirmed', 1, 'from', rec.node }
   end
-  write_pod(p, args.uid, 'added', args.node, args.blob, replica, args.contribution)
-  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  local gen = put_pod(p, args, 'added')
   local fields = { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob }
   for j = 1, #extra do fields[#fields + 1] = extra[j] end
   emit(p, 'PodAdded', replica, fields)

@@ -1,7 +1,7 @@
 -- sc_assume_pod: a scheduler decided; book the pod on its node before binding.
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, uid, node, blob, n, (field, value) * n   -- the pod's contribution
+-- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py)
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
@@ -14,9 +14,8 @@ local function assume_pod(p, replica, a)
   if rec ~= nil then
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
   end
-  write_pod(p, args.uid, 'assumed', args.node, args.blob, replica, args.contribution)
+  local gen = put_pod(p, args, 'assumed')
   redis.call('SADD', p .. 'assumed', args.uid)
-  local gen = place_pod(p, args.uid, args.node, args.contribution)
   emit(p, 'PodAssumed', replica,
        { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })
   return gen

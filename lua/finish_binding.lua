@@ -13,9 +13,8 @@ local function finish_binding(p, replica, a)
   if ttl == nil or ttl < 0 or ttl ~= math.floor(ttl) then return nil, 'BADARG ttl ' .. uid end
   local now = now_ms(a[2])
   if now == nil then return nil, 'BADARG now ' .. uid end
-  local pk = p .. 'pod:' .. uid
-  local state = redis.call('HMGET', pk, 'state', 'node')
-  if state[1] ~= 'assumed' then return -1 end
+  local rec = load_pod(p, uid)
+  if rec == nil or rec.state ~= 'assumed' then return -1 end
   local deadline = ''
   if ttl > 0 then
     deadline = int_string(now + ttl)
@@ -23,9 +22,11 @@ local function finish_binding(p, replica, a)
   else
     redis.call('ZREM', p .. 'deadlines', uid)
   end
-  redis.call('HSET', pk, 'finished', 1, 'deadline', deadline)
+  rec.finished = '1'
+  rec.deadline = deadline
+  save_pod(p, uid, rec)
   emit(p, 'BindingFinished', replica,
-       { 'uid', uid, 'node', state[2], 'deadline', deadline })
+       { 'uid', uid, 'node', rec.node, 'deadline', deadline })
   if ttl > 0 then return now + ttl end
   return 0
 end

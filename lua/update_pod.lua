@@ -1,7 +1,7 @@
 -- sc_update_pod: the informer saw an added pod change (labels, requests, status...).
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, uid, node, blob, n, (field, value) * n   -- the new pod's contribution
+-- ARGV     replica, uid, node, blob, contribution   -- of the new pod, as for sc_add_pod
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODNOTFOUND <uid> absent
@@ -20,8 +20,7 @@ local function update_pod(p, replica, a)
     return nil, 'WRONGNODE ' .. args.uid .. ' added ' .. rec.node .. ' ' .. args.node
   end
   delete_pod(p, args.uid, rec)
-  write_pod(p, args.uid, 'added', args.node, args.blob, replica, args.contribution)
-  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  local gen = put_pod(p, args, 'added')
   emit(p, 'PodUpdated', replica,
        { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })
   return gen

@@ -9,7 +9,8 @@ exactly what was added (never the caller's copy). Fields:
 ``r:mem``          requested memory, bytes
 ``r:eph``          requested ephemeral storage, bytes
 ``r:s:<name>``     requested scalar resource (extended, hugepages, ...)
-``n:cpu/n:mem``    non-zero requested (100m / 200 MiB defaults per container)
+``z:cpu/z:mem``    non-zero requested (100m / 200 MiB defaults per container) minus
+                   requested: zero, so not written, for pods that state their requests
 ``pods``           number of pods
 ``aff``/``anti``   pods with affinity / with required anti-affinity
 ``p:<ip>|<proto>|<port>``  pods using that host port (a refcount; the port set is its keys)
@@ -25,6 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from schedcache.errors import ValidationError
 from schedcache.models import HostPort, Node, Pod, Resource
 
 Pairs = list[tuple[str, int]]
@@ -40,8 +42,8 @@ def pod_contribution(pod: Pod) -> Pairs:
     ]
     pairs += [(f"r:s:{name}", amount) for name, amount in sorted(requests.scalar_resources.items())]
     pairs += [
-        ("n:cpu", non_zero.milli_cpu),
-        ("n:mem", non_zero.memory),
+        ("z:cpu", non_zero.milli_cpu - requests.milli_cpu),
+        ("z:mem", non_zero.memory - requests.memory),
         ("pods", 1),
         ("aff", int(pod.has_affinity)),
         ("anti", int(pod.has_required_anti_affinity)),
@@ -50,6 +52,19 @@ def pod_contribution(pod: Pod) -> Pairs:
     pairs += [(port_field(port), 1) for port in sorted(set(pod.host_ports))]
     pairs += [(f"v:{claim}", count) for claim, count in sorted(Counter(pod.pvc_claims).items())]
     return [(field, amount) for field, amount in pairs if amount != 0]
+
+
+def contribution_string(pod: Pod) -> str:
+    """The contribution as Lua takes and stores it: ``"<field> <amount> <field> <amount> ..."``."""
+    pairs = pod_contribution(pod)
+    for field, _ in pairs:
+        if any(c.isspace() for c in field):
+            raise ValidationError(
+                f"pod {pod.namespace}/{pod.name} (uid {pod.uid})",
+                field.split(":", 1)[0],
+                f"{field!r} contains whitespace",
+            )
+    return " ".join(f"{field} {amount}" for field, amount in pairs)
 
 
 def port_field(port: HostPort) -> str:
@@ -116,7 +131,10 @@ class NodeFields:
 
     @property
     def non_zero_requested(self) -> Resource:
-        return Resource(milli_cpu=self.integer("n:cpu"), memory=self.integer("n:mem"))
+        return Resource(
+            milli_cpu=self.integer("r:cpu") + self.integer("z:cpu"),
+            memory=self.integer("r:mem") + self.integer("z:mem"),
+        )
 
     @property
     def used_ports(self) -> set[HostPort]:

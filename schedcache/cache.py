@@ -18,12 +18,13 @@ import redis
 from schedcache import commands
 from schedcache.commands import Command, pod_subject
 from schedcache.errors import NodeNotFound, PodNotFound, ValidationError
-from schedcache.events import Event, decode_entry, unpack
+from schedcache.events import Event, decode_entry
 from schedcache.fetch import fetch_node_infos, fetch_pods
 from schedcache.keys import Keys
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
+from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replies import error_from_reply, is_cache_error
 from schedcache.selectors import parse_selector
 
@@ -147,11 +148,15 @@ class Cache:
 
     def get_pod(self, pod: Pod | str) -> Pod:
         """The stored pod (assumed or added) with ``pod``'s uid; raises :class:`PodNotFound`."""
+        return self.get_pod_record(pod).pod
+
+    def get_pod_record(self, pod: Pod | str) -> PodRecord:
+        """The pod with its state, node, binding and deadline; raises :class:`PodNotFound`."""
         uid, subject = self._pod_ref(pod)
-        blob = self.client.hget(self.keys.pod(uid), "blob")
-        if blob is None:
+        raw = self.client.get(self.keys.pod(uid))
+        if raw is None:
             raise PodNotFound(f"{subject} does not exist in the cache")
-        return Pod.from_dict(unpack(blob))
+        return parse_pod_record(raw)
 
     def is_assumed_pod(self, pod: Pod | str) -> bool:
         uid, _ = self._pod_ref(pod)
@@ -159,9 +164,10 @@ class Cache:
 
     def pod_state(self, pod: Pod | str) -> str | None:
         """``"assumed"``, ``"added"``, or None when the cache does not hold the pod."""
-        uid, _ = self._pod_ref(pod)
-        state = self.client.hget(self.keys.pod(uid), "state")
-        return state.decode() if state is not None else None
+        try:
+            return self.get_pod_record(pod).state
+        except PodNotFound:
+            return None
 
     @staticmethod
     def _pod_ref(pod: Pod | str) -> tuple[str, str]:
@@ -185,7 +191,7 @@ class Cache:
         """Pods matching ``selector`` for which ``predicate(pod)`` is true."""
         match = parse_selector(selector)
         uids = sorted(uid.decode() for uid in self.client.sscan_iter(self.keys.pods, count=1000))
-        pods = fetch_pods(self.client, self.keys, uids).values()
+        pods = [record.pod for record in fetch_pods(self.client, self.keys, uids).values()]
         return [pod for pod in pods if match.matches(pod.labels) and predicate(pod)]
 
     # -- nodes ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from schedcache.aggregates import flatten, image_pairs, pod_contribution, resource_pairs
+from schedcache.aggregates import contribution_string, flatten, image_pairs, resource_pairs
 from schedcache.errors import ValidationError
 from schedcache.events import pack
 from schedcache.models import Node, Pod
@@ -52,7 +52,7 @@ def _placed_pod_args(pod: Pod, verb: str) -> tuple[Arg, ...]:
         raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
     if not pod.node_name:
         raise ValidationError(pod_subject(pod), "spec.nodeName", f"is required to {verb} a pod")
-    return (pod.uid, pod.node_name, pack(pod.to_dict()), *flatten(pod_contribution(pod)))
+    return (pod.uid, pod.node_name, pack(pod.to_dict()), contribution_string(pod))
 
 
 def _pod_key_args(pod: Pod) -> tuple[str, str]:

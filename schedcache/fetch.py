@@ -13,24 +13,25 @@ import redis
 from schedcache.aggregates import NodeFields
 from schedcache.events import unpack
 from schedcache.keys import Keys
-from schedcache.models import Node, Pod
+from schedcache.models import Node
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
+from schedcache.records import PodRecord, parse_pod_record
 
 CHUNK = 2000
 
 
-def fetch_pods(client: redis.Redis, keys: Keys, uids: Sequence[str]) -> dict[str, Pod]:
-    """The stored pod objects of ``uids``; uids not in the cache are left out."""
-    pods: dict[str, Pod] = {}
+def fetch_pods(client: redis.Redis, keys: Keys, uids: Sequence[str]) -> dict[str, PodRecord]:
+    """The stored records of ``uids``; uids not in the cache are left out."""
+    records: dict[str, PodRecord] = {}
     for start in range(0, len(uids), CHUNK):
         chunk = uids[start : start + CHUNK]
         pipe = client.pipeline(transaction=False)
         for uid in chunk:
-            pipe.hget(keys.pod(uid), "blob")
-        for uid, blob in zip(chunk, pipe.execute(), strict=True):
-            if blob is not None:
-                pods[uid] = Pod.from_dict(unpack(blob))
-    return pods
+            pipe.get(keys.pod(uid))
+        for uid, raw in zip(chunk, pipe.execute(), strict=True):
+            if raw is not None:
+                records[uid] = parse_pod_record(raw)
+    return records
 
 
 def fetch_node_infos(client: redis.Redis, keys: Keys, names: Iterable[str]) -> dict[str, NodeInfo]:
@@ -39,7 +40,7 @@ def fetch_node_infos(client: redis.Redis, keys: Keys, names: Iterable[str]) -> d
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(keys.node(name))
-        pipe.zrange(keys.node_pods(name), 0, -1)
+        pipe.smembers(keys.node_pods(name))
         pipe.smembers(keys.node_images(name))
     replies = pipe.execute()
 
@@ -61,10 +62,11 @@ def fetch_node_infos(client: redis.Redis, keys: Keys, names: Iterable[str]) -> d
     infos: dict[str, NodeInfo] = {}
     for name, (fields, uids, images) in raw_nodes.items():
         blob = fields.strings.get("blob")
+        mine = [pods[uid] for uid in uids if uid in pods]
         infos[name] = NodeInfo(
             name=name,
             node=Node.from_dict(unpack(blob)) if fields.exists and blob else None,
-            pods=[pods[uid] for uid in uids if uid in pods],
+            pods=[record.pod for record in sorted(mine, key=lambda r: r.generation)],
             requested=fields.requested,
             non_zero_requested=fields.non_zero_requested,
             allocatable=fields.allocatable,

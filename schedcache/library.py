@@ -9,6 +9,7 @@ cluster pipelines and are what fakeredis reproduces faithfully (see DESIGN §5).
 from __future__ import annotations
 
 import functools
+import hashlib
 from importlib import resources
 from pathlib import Path
 
@@ -43,11 +44,20 @@ def lua_files() -> list[Path]:
 
 @functools.cache
 def library_source() -> str:
-    parts = [f"#!lua name={LIBRARY_NAME}\n"]
-    for path in lua_files():
-        parts.append(f"\n-- ==== {path.name} ====\n")
-        parts.append(path.read_text(encoding="utf-8"))
-    return "".join(parts)
+    """The library text; its first lines carry the schema version and a digest of the code."""
+    body = "".join(
+        f"\n-- ==== {path.name} ====\n{path.read_text(encoding='utf-8')}" for path in lua_files()
+    )
+    digest = hashlib.sha1(body.encode()).hexdigest()[:12]
+    return (
+        f"#!lua name={LIBRARY_NAME}\n"
+        f"local LIBRARY_VERSION = '{SCHEMA_VERSION} {digest}'\n{body}"
+    )
+
+
+def library_version() -> str:
+    """``"<schema version> <digest>"``, as ``sc_version`` answers it."""
+    return library_source().split("'", 2)[1]
 
 
 def command_names() -> list[str]:
@@ -60,10 +70,11 @@ def is_missing_function(error: redis.ResponseError) -> bool:
 
 
 def ensure_loaded(client: redis.Redis) -> None:
-    """Load the library unless the server already has this schema version.
+    """Load the library unless the server already has exactly this one.
 
-    An older version on the server is replaced; a newer one is left alone and reported, so an
-    old client cannot downgrade a library that newer replicas rely on.
+    A library of an older schema version, or of the same version built from other code, is
+    replaced; a newer schema version is left alone and reported, so an old client cannot
+    downgrade a library that newer replicas rely on.
     """
     try:
         loaded = client.fcall_ro("sc_version", 0)
@@ -72,9 +83,10 @@ def ensure_loaded(client: redis.Redis) -> None:
             raise
         loaded = None
     if loaded is not None:
-        version = int(loaded)
-        if version == SCHEMA_VERSION:
+        loaded = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+        if loaded == library_version():
             return
+        version = int(loaded.split(" ", 1)[0])
         if version > SCHEMA_VERSION:
             raise SchemaMismatch(
                 f"the server has schedcache library version {version}, newer than this "

@@ -62,7 +62,7 @@ REJECTED: dict[str, Callable[[Cache], object]] = {
         result.error for result in c.batch().add_pod(ADDED).remove_node("nope").execute()
     ],
     "malformed contribution reaching Lua": raw_fcall(
-        "sc_add_pod", "z", "n1", b"\x80", 2, "r:cpu", 100, "r:mem", "lots"
+        "sc_add_pod", "z", "n1", b"\x80", "r:cpu 100 r:mem lots"
     ),
     "malformed allocatable reaching Lua": raw_fcall(
         "sc_add_node", "n1", "", b"\x80", 1, "cpu", "1.5", 0
