@@ -81,9 +81,13 @@ end
 local changed_nodes = {}
 local changed_gen = {}
 
+-- Node entries known to exist during the running call: saves a write per pod in a batch.
+local known_nodes = {}
+
 local function begin_call()
   changed_nodes = {}
   changed_gen = {}
+  known_nodes = {}
 end
 
 -- Bumps the cache generation for a change of `node`; returns the new generation.
@@ -109,9 +113,11 @@ end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.
 local function ensure_node(p, node)
+  if known_nodes[node] then return end
   if redis.call('HSETNX', p .. 'node:' .. node, 'exists', 0) == 1 then
     redis.call('SADD', p .. 'nodes', node)
   end
+  known_nodes[node] = true
 end
 
 -- Drops a ghost or placeholder entry once its last pod has gone. Its nodegen member stays,
@@ -122,6 +128,7 @@ local function drop_if_empty(p, node)
   if state[1] == '0' and (state[2] == false or tonumber(state[2]) == 0) then
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
     redis.call('SREM', p .. 'nodes', node)
+    known_nodes[node] = nil
   end
 end
 
@@ -141,14 +148,14 @@ local function apply_contribution(nk, contribution, negate)
   end
 end
 
--- True when `contribution` is exactly pairs of a field and an integer, single-spaced.
+-- True when `contribution` is exactly pairs of a field and an integer, single-spaced: the
+-- matches must cover the whole string but for one separator between neighbours.
 local function valid_contribution(contribution)
-  local tokens = {}
-  for token in string.gmatch(contribution, '%S+') do
-    if #tokens % 2 == 1 and not string.match(token, '^%-?%d+$') then return false end
-    tokens[#tokens + 1] = token
+  local covered = 0
+  for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
+    covered = covered + #field + #amount + 2
   end
-  return #tokens % 2 == 0 and table.concat(tokens, ' ') == contribution
+  return covered == #contribution + 1 or contribution == ''
 end
 
 local function place_pod(p, uid, node, contribution)

@@ -39,32 +39,34 @@ def pod_contribution(pod: Pod) -> Pairs:
         ("r:cpu", requests.milli_cpu),
         ("r:mem", requests.memory),
         ("r:eph", requests.ephemeral_storage),
-    ]
-    pairs += [(f"r:s:{name}", amount) for name, amount in sorted(requests.scalar_resources.items())]
-    pairs += [
         ("z:cpu", non_zero.milli_cpu - requests.milli_cpu),
         ("z:mem", non_zero.memory - requests.memory),
         ("pods", 1),
         ("aff", int(pod.has_affinity)),
         ("anti", int(pod.has_required_anti_affinity)),
     ]
-    # Host ports are a set per pod: a pod that lists one port twice holds it once.
-    pairs += [(port_field(port), 1) for port in sorted(set(pod.host_ports))]
-    pairs += [(f"v:{claim}", count) for claim, count in sorted(Counter(pod.pvc_claims).items())]
+    if requests.scalar_resources:
+        pairs += [(f"r:s:{name}", amount) for name, amount in requests.scalar_resources.items()]
+    if pod.host_ports:
+        # Host ports are a set per pod: a pod that lists one port twice holds it once.
+        pairs += [(port_field(port), 1) for port in dict.fromkeys(pod.host_ports)]
+    if pod.pvc_claims:
+        pairs += [(f"v:{claim}", count) for claim, count in Counter(pod.pvc_claims).items()]
     return [(field, amount) for field, amount in pairs if amount != 0]
 
 
 def contribution_string(pod: Pod) -> str:
     """The contribution as Lua takes and stores it: ``"<field> <amount> <field> <amount> ..."``."""
     pairs = pod_contribution(pod)
-    for field, _ in pairs:
-        if any(c.isspace() for c in field):
-            raise ValidationError(
-                f"pod {pod.namespace}/{pod.name} (uid {pod.uid})",
-                field.split(":", 1)[0],
-                f"{field!r} contains whitespace",
-            )
-    return " ".join(f"{field} {amount}" for field, amount in pairs)
+    text = " ".join(f"{field} {amount}" for field, amount in pairs)
+    if len(text.split()) != 2 * len(pairs):  # a name with whitespace would shift the pairs
+        bad = next(field for field, _ in pairs if len(field.split()) != 1)
+        raise ValidationError(
+            f"pod {pod.namespace}/{pod.name} (uid {pod.uid})",
+            bad.split(":", 1)[0],
+            f"{bad!r} contains whitespace",
+        )
+    return text
 
 
 def port_field(port: HostPort) -> str:

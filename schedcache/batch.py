@@ -1,16 +1,21 @@
 """``CommandBatch``: many commands in few round trips, for informer ingest and bulk loads.
 
-Commands are grouped into ``sc_batch`` calls of ``chunk_size`` commands, and the calls are sent
-in one pipeline. Each command is still all-or-nothing on its own and applied in order; one that
-is rejected does not stop the others. ``execute()`` returns one :class:`BatchResult` per command.
+Commands are grouped into ``sc_batch`` calls of ``chunk_size`` commands. A group is sent as soon
+as it is full, on a connection the batch keeps until :meth:`execute`, and replies are read
+later, so Redis applies one group while Python builds the next. Each command is still
+all-or-nothing on its own and the commands are applied in the order they were added; one that
+is rejected does not stop the others. :meth:`execute` sends the rest, waits for every reply and
+returns one :class:`BatchResult` per command.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis import ResponseError
+from redis.connection import AbstractConnection
 
 from schedcache import commands
 from schedcache.commands import Command
@@ -21,6 +26,10 @@ from schedcache.replies import error_from_reply
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
+
+# Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
+# that unread replies take on both sides.
+WINDOW = 8
 
 
 @dataclass(frozen=True)
@@ -37,15 +46,22 @@ class BatchResult:
 
 
 class CommandBatch:
-    """Collects commands; nothing is sent before :meth:`execute`."""
+    """Collects commands and streams them to Redis in groups; see the module docstring."""
 
     def __init__(self, cache: Cache, chunk_size: int = 200) -> None:
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be >= 1")
         self.cache = cache
         self.chunk_size = chunk_size
-        self.pending: list[Command] = []
+        self.group: list[Command] = []
+        self.in_flight: deque[list[Command]] = deque()
+        self.answered: list[tuple[list[Command], Any]] = []
+        self.connection: AbstractConnection | None = None
+        self.count = 0
 
     def __len__(self) -> int:
-        return len(self.pending)
+        """Commands added since the last :meth:`execute`."""
+        return self.count
 
     def __enter__(self) -> CommandBatch:
         return self
@@ -53,9 +69,14 @@ class CommandBatch:
     def __exit__(self, exc_type: object, *_: object) -> None:
         if exc_type is None:
             self.execute()
+        else:
+            self.close()
 
     def add(self, command: Command) -> CommandBatch:
-        self.pending.append(command)
+        self.group.append(command)
+        self.count += 1
+        if len(self.group) >= self.chunk_size:
+            self._send_group()
         return self
 
     def assume_pod(self, pod: Pod) -> CommandBatch:
@@ -86,40 +107,86 @@ class CommandBatch:
         return self.add(commands.remove_node(node))
 
     def execute(self) -> list[BatchResult]:
-        """Send everything collected; the batch is empty afterwards."""
-        pending, self.pending = self.pending, []
-        if not pending:
-            return []
-        groups = [pending[i : i + self.chunk_size] for i in range(0, len(pending), self.chunk_size)]
-        replies = self._send(groups)
-        results: list[BatchResult] = []
-        for group, reply in zip(groups, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            for index, command in enumerate(group):
-                applied, value = reply[2 * index], reply[2 * index + 1]
-                if applied:
-                    results.append(BatchResult(command, reply=value))
-                else:
-                    text = value.decode() if isinstance(value, bytes) else str(value)
-                    error = error_from_reply(command.name, command.subject, text)
-                    results.append(BatchResult(command, error=error))
-        return results
-
-    def _send(self, groups: list[list[Command]]) -> list[Any]:
-        """One pipeline of ``sc_batch`` calls; reloads the library once if the server lost it."""
-        for attempt in range(2):
-            pipe = self.cache.client.pipeline(transaction=False)
-            for group in groups:
-                args: list[Any] = []
-                for command in group:
-                    args += [command.name, len(command.args), *command.args]
-                pipe.fcall("sc_batch", 1, self.cache.keys.prefix, self.cache.replica, *args)
-            replies = pipe.execute(raise_on_error=False)
-            first = replies[0]
-            # A missing library fails every call of the pipeline, so none was applied.
-            if attempt == 0 and isinstance(first, ResponseError) and is_missing_function(first):
+        """Send what is left, wait for every reply; the batch is empty and reusable afterwards."""
+        try:
+            if self.group:
+                self._send_group()
+            while self.in_flight:
+                self._read_reply()
+            answered, self.answered = self.answered, []
+            retry = [group for group, reply in answered if _library_missing(reply)]
+            if retry:
+                # The server lost the library (restart without persistence, flush): those
+                # groups were not applied at all, so sending them again is safe.
                 ensure_loaded(self.cache.client)
-                continue
-            return replies
-        raise AssertionError("unreachable")
+                for group in retry:
+                    self.group = group
+                    self._send_group()
+                while self.in_flight:
+                    self._read_reply()
+                resent = iter(self.answered)
+                answered = [next(resent) if _library_missing(r) else (g, r) for g, r in answered]
+                self.answered = []
+        finally:
+            self.close()
+        self.count = 0
+        return [result for group, reply in answered for result in _results(group, reply)]
+
+    def close(self) -> None:
+        """Give the connection back; unsent commands are dropped."""
+        if self.connection is not None:
+            if self.in_flight:  # replies nobody will read: the connection is unusable
+                self.connection.disconnect()
+            self.cache.client.connection_pool.release(self.connection)
+            self.connection = None
+        self.group, self.in_flight, self.count = [], deque(), 0
+
+    def _send_group(self) -> None:
+        group, self.group = self.group, []
+        args: list[Any] = []
+        for command in group:
+            args += [command.name, len(command.args), *command.args]
+        if self.connection is None:
+            self.connection = self.cache.client.connection_pool.get_connection()
+        try:
+            self.connection.send_command(
+                "FCALL", "sc_batch", 1, self.cache.keys.prefix, self.cache.replica, *args
+            )
+        except BaseException:
+            self.connection.disconnect()
+            raise
+        self.in_flight.append(group)
+        if len(self.in_flight) > WINDOW:
+            self._read_reply()
+
+    def _read_reply(self) -> None:
+        group = self.in_flight.popleft()
+        assert self.connection is not None
+        try:
+            reply: Any = self.connection.read_response()
+        except ResponseError as error:
+            reply = error
+        except BaseException:
+            self.connection.disconnect()
+            raise
+        self.answered.append((group, reply))
+
+
+def _library_missing(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and is_missing_function(reply)
+
+
+def _results(group: list[Command], reply: Any) -> list[BatchResult]:
+    if isinstance(reply, Exception):
+        raise reply
+    results = []
+    for index, command in enumerate(group):
+        applied, value = reply[2 * index], reply[2 * index + 1]
+        if applied:
+            results.append(BatchResult(command, reply=value))
+        else:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            results.append(
+                BatchResult(command, error=error_from_reply(command.name, command.subject, text))
+            )
+    return results
