@@ -17,25 +17,32 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
+import redis
 
-from bench.common import print_table, timed, write_results  # noqa: E402
-from schedcache import Cache, Pod  # noqa: E402
-from schedcache.commands import add_pod  # noqa: E402
-from schedcache.connection import embedded_client  # noqa: E402
+from bench.common import print_table, timed, write_results
+from schedcache import Cache, Pod
+from schedcache.commands import add_pod
+from schedcache.connection import embedded_client
 
 
 def make_pods(count: int, nodes: int) -> list[Pod]:
     return [
         Pod.from_k8s(
             {
-                "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"uid-{i}",
-                             "labels": {"app": "bench"}},
+                "metadata": {
+                    "name": f"p-{i}",
+                    "namespace": "bench",
+                    "uid": f"uid-{i}",
+                    "labels": {"app": "bench"},
+                },
                 "spec": {
                     "nodeName": f"node-{i % nodes}",
                     "containers": [
-                        {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                         "ports": [{"containerPort": 80, "hostPort": 8000 + i % 50}]}
+                        {
+                            "name": "c",
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                            "ports": [{"containerPort": 80, "hostPort": 8000 + i % 50}],
+                        }
                     ],
                 },
             }
@@ -83,8 +90,18 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
     def raw_xadd() -> int:
         pipe = client.pipeline(transaction=False)
         for i, (pod, blob) in enumerate(zip(pods, blobs, strict=True)):
-            pipe.xadd(stream, {"type": "PodAdded", "v": 1, "replica": "bench", "uid": pod.uid,
-                               "node": pod.node_name, "gen": i, "data": blob})
+            pipe.xadd(
+                stream,
+                {
+                    "type": "PodAdded",
+                    "v": 1,
+                    "replica": "bench",
+                    "uid": pod.uid,
+                    "node": pod.node_name,
+                    "gen": i,
+                    "data": blob,
+                },
+            )
             if i % chunk == chunk - 1:
                 pipe.execute()
         pipe.execute()
@@ -127,8 +144,9 @@ def main() -> None:
         ceiling = figures["ceiling: raw pipelined XADD"]["median"]
         results["backends"][backend] = figures
         for name, figure in figures.items():
-            rows.append([backend, name, f"{figure['median']:,.0f}",
-                         f"{figure['median'] / ceiling:.2f}"])
+            rows.append(
+                [backend, name, f"{figure['median']:,.0f}", f"{figure['median'] / ceiling:.2f}"]
+            )
     print_table(
         f"commands/s, median of {args.repeats} runs ({args.pods} pods on Redis, "
         f"{args.fake_pods} on fakeredis, {args.chunk} per batch)",

@@ -32,7 +32,9 @@ class Settings:
             client = connect(self.url)
             client.ping()
         except redis.RedisError as error:
-            raise click.ClickException(f"cannot reach Redis at {describe(self.url)}: {error}")
+            raise click.ClickException(
+                f"cannot reach Redis at {describe(self.url)}: {error}"
+            ) from None
         return client
 
 

@@ -47,18 +47,28 @@ def milliseconds(value: float | None, *, subject: str, field: str) -> str:
     return str(round(value * 1000))
 
 
+def _token(value: str, subject: str, field: str) -> str:
+    """Uids and node names become key names and reply words: no whitespace, not empty."""
+    if not isinstance(value, str) or not value or len(value.split()) != 1 or value != value.strip():
+        raise ValidationError(subject, field, f"{value!r} must be non-empty without whitespace")
+    return value
+
+
 def _placed_pod_args(pod: Pod, verb: str) -> tuple[Arg, ...]:
-    if not isinstance(pod, Pod):
-        raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
-    if not pod.node_name:
+    uid, node = _pod_key_args(pod)
+    if not node:
         raise ValidationError(pod_subject(pod), "spec.nodeName", f"is required to {verb} a pod")
-    return (pod.uid, pod.node_name, pack(pod.to_dict()), contribution_string(pod))
+    return (uid, node, pack(pod.to_dict()), contribution_string(pod))
 
 
 def _pod_key_args(pod: Pod) -> tuple[str, str]:
     if not isinstance(pod, Pod):
         raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
-    return pod.uid, pod.node_name
+    subject = pod_subject(pod)
+    uid = _token(pod.uid, subject, "metadata.uid")
+    if pod.node_name:
+        _token(pod.node_name, subject, "spec.nodeName")
+    return uid, pod.node_name
 
 
 def assume_pod(pod: Pod) -> Command:
@@ -110,7 +120,7 @@ def _node_args(node: Node) -> tuple[Arg, ...]:
     if not isinstance(node, Node):
         raise ValidationError("node", "", f"expected a schedcache.Node, got {type(node).__name__}")
     return (
-        node.name,
+        _token(node.name, node_subject(node.name), "metadata.name"),
         node.zone_key,
         pack(node.to_dict()),
         *flatten(resource_pairs(node.allocatable)),
@@ -133,6 +143,6 @@ def update_node(old: Node | None, new: Node) -> Command:
 
 def remove_node(node: Node | str) -> Command:
     name = node.name if isinstance(node, Node) else node
-    if not isinstance(name, str) or not name:
-        raise ValidationError("node", "metadata.name", "is required to remove a node")
-    return Command("remove_node", node_subject(name), (name,))
+    return Command(
+        "remove_node", node_subject(name), (_token(name, node_subject(name), "metadata.name"),)
+    )

@@ -93,7 +93,7 @@ def pick_node(pod: Pod, nodes: dict[str, NodeInfo]) -> str | None:
     fitting = [info for info in nodes.values() if info.node is not None and not info.fits(pod)]
     if not fitting:
         return None
-    best = min(fitting, key=lambda info: (info.requested.milli_cpu / info.allocatable.milli_cpu))
+    best = min(fitting, key=lambda info: info.requested.milli_cpu / info.allocatable.milli_cpu)
     return best.name
 
 

@@ -49,10 +49,7 @@ def library_source() -> str:
         f"\n-- ==== {path.name} ====\n{path.read_text(encoding='utf-8')}" for path in lua_files()
     )
     digest = hashlib.sha1(body.encode()).hexdigest()[:12]
-    return (
-        f"#!lua name={LIBRARY_NAME}\n"
-        f"local LIBRARY_VERSION = '{SCHEMA_VERSION} {digest}'\n{body}"
-    )
+    return f"#!lua name={LIBRARY_NAME}\nlocal LIBRARY_VERSION = '{SCHEMA_VERSION} {digest}'\n{body}"
 
 
 def library_version() -> str:

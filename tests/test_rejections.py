@@ -100,3 +100,21 @@ def test_validation_errors_name_the_object_and_field(cache: Cache):
         cache.assume_pod(make_pod("z", ""))
     with pytest.raises(ValidationError, match=r"now: 'soon' is not a number of seconds"):
         cache.cleanup_assumed_pods(now="soon")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.add_pod(make_pod("a b", "n1")),
+        lambda c: c.add_pod(make_pod("x", "n 1")),
+        lambda c: c.remove_node("n 1"),
+        lambda c: c.remove_node(""),
+    ],
+    ids=["uid with space", "node with space", "remove node with space", "remove empty name"],
+)
+def test_names_that_cannot_be_keys_are_refused_before_redis(cache: Cache, call):
+    populate(cache)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match="must be non-empty without whitespace"):
+        call(cache)
+    assert keyspace(cache.client, cache.keys.pattern) == before
