@@ -13,9 +13,9 @@
 --                           (removal subtracts it), blob = the msgpack Pod, never decoded here
 --   node:<name>      hash   exists (1 live node, 0 ghost or placeholder), gen, zone, blob,
 --                           a:<res> allocatable, r:<res> requested, z:cpu/z:mem non-zero
---                           requested minus requested, pods, aff, anti, p:<ip>|<proto>|<port> and
+--                           requested minus requested, aff, anti, p:<ip>|<proto>|<port> and
 --                           v:<ns>/<claim> reference counts. A field that drops to 0 is deleted.
---   nodepods:<name>  set    uids of the pods on the node
+--   nodepods:<name>  set    uids of the pods on the node (its size is the node's pod count)
 --   nodeimgs:<name>  set    image names the live node reports
 --   imgnodes:<image> set    live nodes that report the image
 --   images           hash   image name -> size in bytes (the first size reported wins)
@@ -124,8 +124,8 @@ end
 -- scored by the generation of this change: the tombstone snapshot consumers look for.
 local function drop_if_empty(p, node)
   local nk = p .. 'node:' .. node
-  local state = redis.call('HMGET', nk, 'exists', 'pods')
-  if state[1] == '0' and (state[2] == false or tonumber(state[2]) == 0) then
+  if redis.call('HGET', nk, 'exists') == '0'
+      and redis.call('SCARD', p .. 'nodepods:' .. node) == 0 then
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
     redis.call('SREM', p .. 'nodes', node)
     known_nodes[node] = nil

@@ -20,7 +20,7 @@ local function remove_node(p, replica, a)
   redis.call('HSET', nk, 'exists', 0)
   redis.call('HDEL', nk, 'blob', 'zone')
   local gen = touch(p, name)
-  local pods = tonumber(redis.call('HGET', nk, 'pods') or '0')
+  local pods = redis.call('SCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
   local ghost = 0
   if pods > 0 then ghost = 1 end

@@ -11,7 +11,6 @@ exactly what was added (never the caller's copy). Fields:
 ``r:s:<name>``     requested scalar resource (extended, hugepages, ...)
 ``z:cpu/z:mem``    non-zero requested (100m / 200 MiB defaults per container) minus
                    requested: zero, so not written, for pods that state their requests
-``pods``           number of pods
 ``aff``/``anti``   pods with affinity / with required anti-affinity
 ``p:<ip>|<proto>|<port>``  pods using that host port (a refcount; the port set is its keys)
 ``v:<ns>/<claim>`` pods using that PVC
@@ -41,7 +40,6 @@ def pod_contribution(pod: Pod) -> Pairs:
         ("r:eph", requests.ephemeral_storage),
         ("z:cpu", non_zero.milli_cpu - requests.milli_cpu),
         ("z:mem", non_zero.memory - requests.memory),
-        ("pods", 1),
         ("aff", int(pod.has_affinity)),
         ("anti", int(pod.has_required_anti_affinity)),
     ]

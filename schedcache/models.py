@@ -72,6 +72,12 @@ def is_scalar_resource_name(name: str) -> bool:
 # Resource
 
 
+def _compact(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` without the empty ones (0, "", False, empty containers): ``from_dict``
+    restores them as the defaults they are."""
+    return {key: value for key, value in fields.items() if value}
+
+
 @dataclass(frozen=True, slots=True)
 class Resource:
     """Integer resource amounts as kube-scheduler's ``framework.Resource`` holds them.
@@ -86,14 +92,16 @@ class Resource:
     scalar_resources: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (msgpack/JSON friendly)."""
-        return {
-            "milli_cpu": self.milli_cpu,
-            "memory": self.memory,
-            "ephemeral_storage": self.ephemeral_storage,
-            "allowed_pod_number": self.allowed_pod_number,
-            "scalar_resources": dict(sorted(self.scalar_resources.items())),
-        }
+        """Plain dict (msgpack/JSON friendly); zero amounts are left out."""
+        return _compact(
+            {
+                "milli_cpu": self.milli_cpu,
+                "memory": self.memory,
+                "ephemeral_storage": self.ephemeral_storage,
+                "allowed_pod_number": self.allowed_pod_number,
+                "scalar_resources": dict(sorted(self.scalar_resources.items())),
+            }
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resource:
@@ -392,23 +400,28 @@ class Pod:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """msgpack-friendly dict (str/int/bool/list/dict only)."""
+        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out,
+        which keeps the copy stored per pod and per event small."""
         return {
             "uid": self.uid,
             "name": self.name,
             "namespace": self.namespace,
-            "node_name": self.node_name,
-            "labels": dict(self.labels),
-            "requests": self.requests.to_dict(),
-            "non_zero_requests": self.non_zero_requests.to_dict(),
-            "host_ports": [list(p) for p in self.host_ports],
-            "has_affinity": self.has_affinity,
-            "has_required_anti_affinity": self.has_required_anti_affinity,
-            "pvc_claims": list(self.pvc_claims),
-            "priority": self.priority,
-            "phase": self.phase,
-            "resource_version": self.resource_version,
-            "conditions": [list(c) for c in self.conditions],
+            **_compact(
+                {
+                    "node_name": self.node_name,
+                    "labels": dict(self.labels),
+                    "requests": self.requests.to_dict(),
+                    "non_zero_requests": self.non_zero_requests.to_dict(),
+                    "host_ports": [list(p) for p in self.host_ports],
+                    "has_affinity": self.has_affinity,
+                    "has_required_anti_affinity": self.has_required_anti_affinity,
+                    "pvc_claims": list(self.pvc_claims),
+                    "priority": self.priority,
+                    "phase": self.phase,
+                    "resource_version": self.resource_version,
+                    "conditions": [list(c) for c in self.conditions],
+                }
+            ),
         }
 
     @classmethod
@@ -550,16 +563,20 @@ class Node:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """msgpack-friendly dict (str/int/bool/list/dict only)."""
+        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out."""
         return {
             "name": self.name,
-            "uid": self.uid,
-            "labels": dict(self.labels),
-            "allocatable": self.allocatable.to_dict(),
-            "images": [[list(names), size] for names, size in self.images],
-            "taints": [list(t) for t in self.taints],
-            "unschedulable": self.unschedulable,
-            "resource_version": self.resource_version,
+            **_compact(
+                {
+                    "uid": self.uid,
+                    "labels": dict(self.labels),
+                    "allocatable": self.allocatable.to_dict(),
+                    "images": [[list(names), size] for names, size in self.images],
+                    "taints": [list(t) for t in self.taints],
+                    "unschedulable": self.unschedulable,
+                    "resource_version": self.resource_version,
+                }
+            ),
         }
 
     @classmethod
