@@ -19,6 +19,11 @@
 --   nodeimgs:<name>  set    image names the live node reports
 --   imgnodes:<image> set    live nodes that report the image
 --   images           hash   image name -> size in bytes (the first size reported wins)
+--   imagegen         zset   image name -> generation of the last change of its node count
+--   treezones        zset   zone keys of live nodes, in first-insertion order (scored by gen)
+--   treezone:<zone>  zset   live nodes of the zone, in insertion order (scored by gen)
+--   treegen          string generation of the last change of the tree's membership
+--   treecursor       hash   sc_tree_next's cursor: zi (zone index), z:<zone> (index in zone)
 --   nodes            set    every node entry: live, ghost and placeholder
 --   pods             set    every pod uid in the cache
 --   assumed          set    uids of assumed pods
@@ -230,18 +235,64 @@ local function read_pod_args(a)
   return { uid = uid, node = node, blob = blob, contribution = contribution }
 end
 
--- Removes the node from the image index (images it reported while live).
-local function remove_node_images(p, node)
-  local ik = p .. 'nodeimgs:' .. node
-  local names = redis.call('SMEMBERS', ik)
-  for _, image in ipairs(names) do
-    local nodes_key = p .. 'imgnodes:' .. image
-    redis.call('SREM', nodes_key, node)
-    if redis.call('SCARD', nodes_key) == 0 then
-      redis.call('DEL', nodes_key)
-      redis.call('HDEL', p .. 'images', image)
-    end
-  end
-  redis.call('DEL', ik)
+-- Image index: a node's images in nodeimgs:<node>, each image's live nodes in imgnodes:<image>,
+-- its size in `images` (the first size reported wins, as upstream; forgotten with the image's
+-- last node). Every image whose node count changes is scored in `imagegen` with the generation
+-- of the change, so snapshots refresh exactly the image spreads that moved.
+local function image_gained(p, node, image, size, gen)
+  redis.call('SADD', p .. 'nodeimgs:' .. node, image)
+  redis.call('SADD', p .. 'imgnodes:' .. image, node)
+  redis.call('HSETNX', p .. 'images', image, size)
+  redis.call('ZADD', p .. 'imagegen', gen, image)
 end
 
+local function image_lost(p, node, image, gen)
+  local nodes_key = p .. 'imgnodes:' .. image
+  redis.call('SREM', p .. 'nodeimgs:' .. node, image)
+  redis.call('SREM', nodes_key, node)
+  if redis.call('SCARD', nodes_key) == 0 then
+    redis.call('DEL', nodes_key)
+    redis.call('HDEL', p .. 'images', image)
+  end
+  redis.call('ZADD', p .. 'imagegen', gen, image)
+end
+
+-- Makes the node's images exactly `images` (flat name, size list), touching only the changes.
+local function set_node_images(p, node, images, gen)
+  local wanted = {}
+  for j = 1, #images, 2 do wanted[images[j]] = images[j + 1] end
+  local had = {}
+  for _, image in ipairs(redis.call('SMEMBERS', p .. 'nodeimgs:' .. node)) do
+    had[image] = true
+    if wanted[image] == nil then image_lost(p, node, image, gen) end
+  end
+  for j = 1, #images, 2 do
+    local image = images[j]
+    if not had[image] then
+      had[image] = true
+      image_gained(p, node, image, images[j + 1], gen)
+    end
+  end
+end
+
+-- Node tree: zones in first-insertion order (treezones, scored by the generation that added
+-- them), nodes in insertion order within each zone (treezone:<zone>). Only live nodes are in it.
+-- `treegen` is the generation of the last membership change, so snapshots know when to rebuild
+-- their node order; treecursor holds the round-robin cursor of sc_tree_next.
+local function tree_add(p, node, zone, gen)
+  local zk = p .. 'treezone:' .. zone
+  if redis.call('ZSCORE', zk, node) then return end
+  if redis.call('EXISTS', zk) == 0 then redis.call('ZADD', p .. 'treezones', gen, zone) end
+  redis.call('ZADD', zk, gen, node)
+  redis.call('SET', p .. 'treegen', gen)
+end
+
+local function tree_remove(p, node, zone, gen)
+  local zk = p .. 'treezone:' .. zone
+  if redis.call('ZREM', zk, node) == 0 then return end
+  if redis.call('EXISTS', zk) == 0 then
+    redis.call('ZREM', p .. 'treezones', zone)
+    redis.call('HDEL', p .. 'treecursor', 'z:' .. zone)
+  end
+  redis.call('SET', p .. 'treegen', gen)
+end

@@ -7,15 +7,14 @@
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
-                'batch' }
+                'batch', 'tree_next' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
-                    cleanup_assumed_pods, add_node, update_node, remove_node, batch }
+                    cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next }
 
--- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
-for j = 1, #NAMES do
-  local fn = FUNCTIONS[j]
-  COMMANDS[NAMES[j]] = fn
-  redis.register_function('sc_' .. NAMES[j], function(keys, args)
+-- The function Redis calls: checks the prefix, runs the command, turns `nil, err` into an
+-- error reply. begin_call/end_call bracket it (generations are recorded once per call).
+local function wrap(fn)
+  return function(keys, args)
     local p = keys[1]
     if p == nil or string.sub(p, 1, 1) ~= '{' then
       return redis.error_reply('BADARG prefix')
@@ -27,7 +26,13 @@ for j = 1, #NAMES do
     end_call(p)
     if result == nil then return redis.error_reply(err) end
     return result
-  end)
+  end
+end
+
+-- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
+for j = 1, #NAMES do
+  COMMANDS[NAMES[j]] = FUNCTIONS[j]
+  redis.register_function('sc_' .. NAMES[j], wrap(FUNCTIONS[j]))
 end
 
 redis.register_function {
@@ -35,3 +40,14 @@ redis.register_function {
   callback = function() return LIBRARY_VERSION end,
   flags = { 'no-writes' },
 }
+
+-- Reads, callable with FCALL_RO (and on replicas). Not part of sc_batch.
+local READ_NAMES = { 'tree_read', 'read_nodes', 'snapshot_delta' }
+local READ_FUNCTIONS = { tree_read, read_nodes, snapshot_delta }
+for j = 1, #READ_NAMES do
+  redis.register_function {
+    function_name = 'sc_' .. READ_NAMES[j],
+    callback = wrap(READ_FUNCTIONS[j]),
+    flags = { 'no-writes' },
+  }
+end

@@ -1,6 +1,6 @@
--- Shared body of sc_add_node and sc_update_node (upstream's AddNode and UpdateNode differ only
--- in the node tree, which is not kept here yet): store the node object, replace its
--- allocatable, and move its images in the image index.
+-- Shared body of sc_add_node and sc_update_node: store the node object, replace its
+-- allocatable, update the image index, and place the node in the tree: appended to its zone
+-- when it was not live, moved to the end of its new zone when its zone key changed.
 --
 -- ARGV     replica, name, zone, blob, n, (resource, amount) * n, m, (image name, size) * m
 -- Reply    the generation the node now has
@@ -18,7 +18,7 @@ local function set_node(p, replica, a, etype)
   if images == nil then return nil, err end
 
   local nk = p .. 'node:' .. name
-  local previous = redis.call('HGET', nk, 'exists')
+  local previous = redis.call('HMGET', nk, 'exists', 'zone')
   local stale = {}
   for _, field in ipairs(redis.call('HKEYS', nk)) do
     if string.sub(field, 1, 2) == 'a:' then stale[#stale + 1] = field end
@@ -32,17 +32,18 @@ local function set_node(p, replica, a, etype)
   redis.call('HSET', unpack(fields))
   redis.call('SADD', p .. 'nodes', name)
 
-  remove_node_images(p, name)
-  for j = 1, #images, 2 do
-    local image = images[j]
-    redis.call('SADD', p .. 'nodeimgs:' .. name, image)
-    redis.call('SADD', p .. 'imgnodes:' .. image, name)
-    redis.call('HSETNX', p .. 'images', image, images[j + 1])
-  end
-
   local gen = touch(p, name)
+  set_node_images(p, name, images, gen)
+  if previous[1] == '1' then
+    if previous[2] ~= zone then
+      tree_remove(p, name, previous[2] or '', gen)
+      tree_add(p, name, zone, gen)
+    end
+  else
+    tree_add(p, name, zone, gen)
+  end
   local event = { 'node', name, 'gen', gen, 'zone', zone, 'data', blob }
-  if previous == '0' then
+  if previous[1] == '0' then
     event[#event + 1] = 'revived'
     event[#event + 1] = 1
   end

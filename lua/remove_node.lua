@@ -3,8 +3,8 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, name
--- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, imgnodes:<image>, images, nodes,
---          gen, nodegen, events
+-- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, imgnodes:<image>, images, imagegen,
+--          treezones, treezone:<zone>, treegen, treecursor, nodes, gen, nodegen, events
 -- Reply    the generation recorded for the change
 -- Errors   NODENOTFOUND <name> <absent|ghost>   unknown, or already removed (ghost/placeholder)
 --          BADARG <what>
@@ -16,10 +16,13 @@ local function remove_node(p, replica, a)
   local exists = redis.call('HGET', nk, 'exists')
   if exists == false then return nil, 'NODENOTFOUND ' .. name .. ' absent' end
   if exists ~= '1' then return nil, 'NODENOTFOUND ' .. name .. ' ghost' end
-  remove_node_images(p, name)
+  local gen = touch(p, name)
+  for _, image in ipairs(redis.call('SMEMBERS', p .. 'nodeimgs:' .. name)) do
+    image_lost(p, name, image, gen)
+  end
+  tree_remove(p, name, redis.call('HGET', nk, 'zone') or '', gen)
   redis.call('HSET', nk, 'exists', 0)
   redis.call('HDEL', nk, 'blob', 'zone')
-  local gen = touch(p, name)
   local pods = redis.call('SCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
   local ghost = 0

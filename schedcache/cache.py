@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from schedcache.batch import CommandBatch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Pods expired per sc_cleanup_assumed_pods call: bounds how long one call holds Redis.
 EXPIRE_BATCH = 500
@@ -86,6 +87,17 @@ class Cache:
             return self._fcall(command)
         except redis.ResponseError as error:
             raise self._translate(command, error) from None
+
+    def read(self, call: Callable[[], T]) -> T:
+        """Run a read that uses the library's read functions, reloading the library once if the
+        server lost it."""
+        try:
+            return call()
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise
+        ensure_loaded(self.client)
+        return call()
 
     def _fcall(self, command: Command) -> Any:
         return self.client.fcall(
@@ -214,7 +226,7 @@ class Cache:
 
     def get_node_info(self, name: str) -> NodeInfo:
         """One node's ``NodeInfo``; raises :class:`NodeNotFound` when there is no entry."""
-        info = fetch_node_infos(self.client, self.keys, [name]).get(name)
+        info = self.read(lambda: fetch_node_infos(self.client, self.keys, [name])).get(name)
         if info is None:
             raise NodeNotFound(f"node {name} is not in the cache")
         return info
@@ -228,7 +240,7 @@ class Cache:
         """Every node entry (ghosts included) with its pods, and the assumed set."""
         names = sorted(name.decode() for name in self.client.smembers(self.keys.nodes))
         return Dump(
-            nodes=fetch_node_infos(self.client, self.keys, names),
+            nodes=self.read(lambda: fetch_node_infos(self.client, self.keys, names)),
             assumed_pods={uid.decode() for uid in self.client.smembers(self.keys.assumed)},
             generation=self.generation(),
         )

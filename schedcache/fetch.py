@@ -1,12 +1,14 @@
-"""Reading nodes and pods back from Redis in a constant number of round trips.
+"""Reading nodes and pods back from Redis.
 
-Used by ``dump()`` and ``get_node_info()`` (and by snapshots): one pipeline for the node hashes,
-their pod lists and image names, one for the pod objects and image summaries.
+Node entries come from ``sc_read_nodes``, which reads a node's hash, its pod records and its
+images in one atomic call (chunks of nodes per call), so a ``NodeInfo`` never mixes two moments
+of the same node. ``dump()``, ``get_node_info()`` and snapshots all build ``NodeInfo`` here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import redis
 
@@ -17,14 +19,17 @@ from schedcache.models import Node
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.records import PodRecord, parse_pod_record
 
-CHUNK = 2000
+# Nodes per sc_read_nodes call: bounds how long one call holds Redis (30 pods a node -> 3,000
+# pod records per call).
+NODES_PER_CALL = 100
+PODS_PER_PIPELINE = 2000
 
 
 def fetch_pods(client: redis.Redis, keys: Keys, uids: Sequence[str]) -> dict[str, PodRecord]:
     """The stored records of ``uids``; uids not in the cache are left out."""
     records: dict[str, PodRecord] = {}
-    for start in range(0, len(uids), CHUNK):
-        chunk = uids[start : start + CHUNK]
+    for start in range(0, len(uids), PODS_PER_PIPELINE):
+        chunk = uids[start : start + PODS_PER_PIPELINE]
         pipe = client.pipeline(transaction=False)
         for uid in chunk:
             pipe.get(keys.pod(uid))
@@ -34,63 +39,63 @@ def fetch_pods(client: redis.Redis, keys: Keys, uids: Sequence[str]) -> dict[str
     return records
 
 
+def parse_image_summaries(flat: Sequence[Any]) -> dict[str, ImageStateSummary]:
+    """``{image: summary}`` from ``[image, size, count, ...]``; images no live node has are left
+    out."""
+    summaries = {}
+    for index in range(0, len(flat), 3):
+        image, size, count = flat[index : index + 3]
+        if size:
+            summaries[image.decode()] = ImageStateSummary(size=int(size), num_nodes=int(count))
+    return summaries
+
+
+def image_names(entry: Sequence[Any]) -> list[str]:
+    return sorted(image.decode() for image in entry[3])
+
+
+def node_info_from_entry(
+    entry: Sequence[Any], summaries: Mapping[str, ImageStateSummary]
+) -> NodeInfo | None:
+    """A ``NodeInfo`` from one ``sc_read_nodes`` entry; None when the node has no entry."""
+    name_raw, flat, pod_records, _ = entry
+    if not flat:
+        return None
+    fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
+    blob = fields.strings.get("blob")
+    records = sorted((parse_pod_record(raw) for raw in pod_records), key=lambda r: r.generation)
+    return NodeInfo(
+        name=name_raw.decode(),
+        node=Node.from_dict(unpack(blob)) if fields.exists and blob else None,
+        pods=[record.pod for record in records],
+        requested=fields.requested,
+        non_zero_requested=fields.non_zero_requested,
+        allocatable=fields.allocatable,
+        used_ports=fields.used_ports,
+        image_states={
+            image: summaries[image] for image in image_names(entry) if image in summaries
+        },
+        pvc_ref_counts=fields.pvc_ref_counts,
+        generation=fields.generation,
+    )
+
+
+def read_node_entries(
+    client: redis.Redis, keys: Keys, names: Sequence[str]
+) -> tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]:
+    """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name."""
+    entries: list[Sequence[Any]] = []
+    summaries: dict[str, ImageStateSummary] = {}
+    for start in range(0, len(names), NODES_PER_CALL):
+        chunk = names[start : start + NODES_PER_CALL]
+        *chunk_entries, images = client.fcall_ro("sc_read_nodes", 1, keys.prefix, "", *chunk)
+        entries += chunk_entries
+        summaries.update(parse_image_summaries(images))
+    return entries, summaries
+
+
 def fetch_node_infos(client: redis.Redis, keys: Keys, names: Iterable[str]) -> dict[str, NodeInfo]:
     """``NodeInfo`` for each of ``names`` that has an entry (live, ghost or placeholder)."""
-    names = list(names)
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(keys.node(name))
-        pipe.smembers(keys.node_pods(name))
-        pipe.smembers(keys.node_images(name))
-    replies = pipe.execute()
-
-    raw_nodes: dict[str, tuple[NodeFields, list[str], list[str]]] = {}
-    for index, name in enumerate(names):
-        raw, uids, images = replies[3 * index : 3 * index + 3]
-        if raw:
-            raw_nodes[name] = (
-                NodeFields(raw),
-                [uid.decode() for uid in uids],
-                sorted(image.decode() for image in images),
-            )
-
-    all_uids = [uid for _, uids, _ in raw_nodes.values() for uid in uids]
-    pods = fetch_pods(client, keys, all_uids)
-    all_images = sorted({image for _, _, images in raw_nodes.values() for image in images})
-    summaries = fetch_image_summaries(client, keys, all_images)
-
-    infos: dict[str, NodeInfo] = {}
-    for name, (fields, uids, images) in raw_nodes.items():
-        blob = fields.strings.get("blob")
-        mine = [pods[uid] for uid in uids if uid in pods]
-        infos[name] = NodeInfo(
-            name=name,
-            node=Node.from_dict(unpack(blob)) if fields.exists and blob else None,
-            pods=[record.pod for record in sorted(mine, key=lambda r: r.generation)],
-            requested=fields.requested,
-            non_zero_requested=fields.non_zero_requested,
-            allocatable=fields.allocatable,
-            used_ports=fields.used_ports,
-            image_states={image: summaries[image] for image in images if image in summaries},
-            pvc_ref_counts=fields.pvc_ref_counts,
-            generation=fields.generation,
-        )
-    return infos
-
-
-def fetch_image_summaries(
-    client: redis.Redis, keys: Keys, images: Sequence[str]
-) -> dict[str, ImageStateSummary]:
-    """Size and live-node count of each image, read together so they agree."""
-    if not images:
-        return {}
-    pipe = client.pipeline(transaction=False)
-    pipe.hmget(keys.images, list(images))
-    for image in images:
-        pipe.scard(keys.image_nodes(image))
-    sizes, *counts = pipe.execute()
-    return {
-        image: ImageStateSummary(size=int(size), num_nodes=int(count))
-        for image, size, count in zip(images, sizes, counts, strict=True)
-        if size is not None
-    }
+    entries, summaries = read_node_entries(client, keys, list(names))
+    infos = (node_info_from_entry(entry, summaries) for entry in entries)
+    return {info.name: info for info in infos if info is not None}

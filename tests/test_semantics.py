@@ -321,3 +321,12 @@ def test_cache_reloads_the_library_when_the_server_lost_it(make_cache):
     cache.client.function_flush()
     results = cache.batch().add_pod(make_pod("web-1", "n1")).execute()
     assert results[0].ok and cache.pod_count() == 2
+
+
+def test_reads_reload_the_library_when_the_server_lost_it(make_cache):
+    cache: Cache = make_cache()
+    cache.add_node(make_node("n1"))
+    cache.client.function_flush()
+    assert cache.get_node_info("n1").node is not None
+    cache.client.function_flush()
+    assert set(cache.dump().nodes) == {"n1"}

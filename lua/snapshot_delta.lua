@@ -1,0 +1,31 @@
+-- sc_snapshot_delta (read-only): what changed since a snapshot's generation, in one atomic read.
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica (unused), generation G of the snapshot, the snapshot's tree generation,
+--          inline limit L
+-- Keys     gen, nodegen, imagegen, images, imgnodes:<image>, treegen, treezones,
+--          treezone:<zone>, and those of sc_read_nodes for the changed nodes
+-- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
+--            tree (as sc_tree_read, or {} when the tree generation is the one given),
+--            nodes (as sc_read_nodes without its last entry, or {} when more than L changed) }
+-- Errors   BADARG <what>
+-- Cost grows with the number of nodes and images changed since G, not with the cluster.
+local function snapshot_delta(p, replica, a)
+  local since, known_tree, limit = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
+  if since == nil or known_tree == nil or limit == nil then return nil, 'BADARG generation' end
+  local bound = '(' .. int_string(since)
+  local changed = redis.call('ZRANGEBYSCORE', p .. 'nodegen', bound, '+inf')
+  local images = image_summaries(p, redis.call('ZRANGEBYSCORE', p .. 'imagegen', bound, '+inf'))
+  local tree = {}
+  local live = 0
+  local tree_gen = tonumber(redis.call('GET', p .. 'treegen') or '0')
+  if tree_gen ~= known_tree then tree = read_tree(p) end
+  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', 0, -1)) do
+    live = live + redis.call('ZCARD', p .. 'treezone:' .. zone)
+  end
+  local nodes = {}
+  if #changed <= limit then
+    for j = 1, #changed do nodes[j] = read_node(p, changed[j]) end
+  end
+  return { tonumber(redis.call('GET', p .. 'gen') or '0'), live, changed, images, tree, nodes }
+end
