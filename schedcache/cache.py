@@ -24,6 +24,7 @@ from schedcache.keys import Keys
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
+from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replies import error_from_reply, is_cache_error
 from schedcache.selectors import parse_selector
@@ -230,6 +231,10 @@ class Cache:
         if info is None:
             raise NodeNotFound(f"node {name} is not in the cache")
         return info
+
+    def node_tree(self) -> NodeTree:
+        """The zone-grouped tree of live nodes (``list()``, ``next()``, ``zones()``)."""
+        return NodeTree(self)
 
     # -- everything -------------------------------------------------------------------
 
