@@ -12,6 +12,7 @@ from schedcache.events import Event
 from schedcache.models import Node, Pod, Resource, load_k8s_file, objects_from_k8s
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.selectors import parse_selector
+from schedcache.snapshot import Snapshot, SnapshotUpdate
 
 __all__ = [
     "BatchResult",
@@ -24,6 +25,8 @@ __all__ = [
     "NodeInfo",
     "Pod",
     "Resource",
+    "Snapshot",
+    "SnapshotUpdate",
     "connect",
     "errors",
     "load_k8s_file",

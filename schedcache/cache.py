@@ -28,6 +28,7 @@ from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replies import error_from_reply, is_cache_error
 from schedcache.selectors import parse_selector
+from schedcache.snapshot import Snapshot, SnapshotUpdate, update_snapshot
 
 if TYPE_CHECKING:
     from schedcache.batch import CommandBatch
@@ -231,6 +232,10 @@ class Cache:
         if info is None:
             raise NodeNotFound(f"node {name} is not in the cache")
         return info
+
+    def update_snapshot(self, snap: Snapshot) -> SnapshotUpdate:
+        """Bring ``snap`` up to the cache's generation, fetching only the nodes that changed."""
+        return update_snapshot(self, snap)
 
     def node_tree(self) -> NodeTree:
         """The zone-grouped tree of live nodes (``list()``, ``next()``, ``zones()``)."""
