@@ -15,9 +15,9 @@ import redis
 from schedcache.aggregates import NodeFields
 from schedcache.events import unpack
 from schedcache.keys import Keys
-from schedcache.models import Node
+from schedcache.models import Node, Pod
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
-from schedcache.records import PodRecord, parse_pod_record
+from schedcache.records import PodRecord, parse_pod_record, record_generation, record_pod
 
 # Nodes per sc_read_nodes call: bounds how long one call holds Redis (30 pods a node -> 3,000
 # pod records per call).
@@ -55,19 +55,34 @@ def image_names(entry: Sequence[Any]) -> list[str]:
 
 
 def node_info_from_entry(
-    entry: Sequence[Any], summaries: Mapping[str, ImageStateSummary]
+    entry: Sequence[Any],
+    summaries: Mapping[str, ImageStateSummary],
+    known: Mapping[int, Pod] | None = None,
+    seen: dict[int, Pod] | None = None,
 ) -> NodeInfo | None:
-    """A ``NodeInfo`` from one ``sc_read_nodes`` entry; None when the node has no entry."""
+    """A ``NodeInfo`` from one ``sc_read_nodes`` entry; None when the node has no entry.
+
+    ``known`` maps placement generations to pods already decoded (a snapshot's own previous
+    copy of this node): those are reused instead of decoded again. ``seen`` collects the pods of
+    this entry by generation, for the next time.
+    """
     name_raw, flat, pod_records, _ = entry
     if not flat:
         return None
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
-    records = sorted((parse_pod_record(raw) for raw in pod_records), key=lambda r: r.generation)
+    placed = []
+    for raw in pod_records:
+        generation = record_generation(raw)
+        pod = known.get(generation) if known else None
+        placed.append((generation, pod if pod is not None else record_pod(raw)))
+    placed.sort(key=lambda item: item[0])
+    if seen is not None:
+        seen.update(placed)
     return NodeInfo(
         name=name_raw.decode(),
         node=Node.from_dict(unpack(blob)) if fields.exists and blob else None,
-        pods=[record.pod for record in records],
+        pods=[pod for _, pod in placed],
         requested=fields.requested,
         non_zero_requested=fields.non_zero_requested,
         allocatable=fields.allocatable,

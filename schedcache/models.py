@@ -72,6 +72,9 @@ def is_scalar_resource_name(name: str) -> bool:
 # Resource
 
 
+_EMPTY: Mapping[str, Any] = {}
+
+
 def _compact(fields: dict[str, Any]) -> dict[str, Any]:
     """``fields`` without the empty ones (0, "", False, empty containers): ``from_dict``
     restores them as the defaults they are."""
@@ -105,13 +108,16 @@ class Resource:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resource:
-        """Inverse of :meth:`to_dict`; missing keys are 0."""
+        """Inverse of :meth:`to_dict`; missing keys are 0. (Hot: a snapshot decodes two per
+        pod, so plain positional construction.)"""
+        get = d.get
+        scalars = get("scalar_resources")
         return cls(
-            milli_cpu=int(d.get("milli_cpu", 0)),
-            memory=int(d.get("memory", 0)),
-            ephemeral_storage=int(d.get("ephemeral_storage", 0)),
-            allowed_pod_number=int(d.get("allowed_pod_number", 0)),
-            scalar_resources={str(k): int(v) for k, v in (d.get("scalar_resources") or {}).items()},
+            int(get("milli_cpu", 0)),
+            int(get("memory", 0)),
+            int(get("ephemeral_storage", 0)),
+            int(get("allowed_pod_number", 0)),
+            {str(k): int(v) for k, v in scalars.items()} if scalars else {},
         )
 
     def add(self, other: Resource) -> Resource:
@@ -426,23 +432,27 @@ class Pod:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Pod:
-        """Inverse of :meth:`to_dict` (lists become tuples again)."""
+        """Inverse of :meth:`to_dict` (lists become tuples again). Hot in snapshots: empty
+        fields take the cheap path."""
+        get = d.get
+        ports = get("host_ports")
+        conditions = get("conditions")
         return cls(
-            uid=d["uid"],
-            name=d["name"],
-            namespace=d.get("namespace", "default"),
-            node_name=d.get("node_name", ""),
-            labels=dict(d.get("labels") or {}),
-            requests=Resource.from_dict(d.get("requests") or {}),
-            non_zero_requests=Resource.from_dict(d.get("non_zero_requests") or {}),
-            host_ports=tuple((ip, proto, int(port)) for ip, proto, port in d.get("host_ports", ())),
-            has_affinity=bool(d.get("has_affinity", False)),
-            has_required_anti_affinity=bool(d.get("has_required_anti_affinity", False)),
-            pvc_claims=tuple(d.get("pvc_claims", ())),
-            priority=int(d.get("priority", 0)),
-            phase=d.get("phase", ""),
-            resource_version=d.get("resource_version", ""),
-            conditions=tuple((t, s) for t, s in d.get("conditions", ())),
+            d["uid"],
+            d["name"],
+            get("namespace", "default"),
+            get("node_name", ""),
+            dict(get("labels") or ()),
+            Resource.from_dict(get("requests") or _EMPTY),
+            Resource.from_dict(get("non_zero_requests") or _EMPTY),
+            tuple((ip, proto, int(port)) for ip, proto, port in ports) if ports else (),
+            bool(get("has_affinity", False)),
+            bool(get("has_required_anti_affinity", False)),
+            tuple(get("pvc_claims") or ()),
+            int(get("priority", 0)),
+            get("phase", ""),
+            get("resource_version", ""),
+            tuple((t, s) for t, s in conditions) if conditions else (),
         )
 
 

@@ -38,3 +38,13 @@ def parse_pod_record(raw: bytes) -> PodRecord:
         contribution=" ".join(contribution),
         pod=Pod.from_dict(unpack(blob)),
     )
+
+
+def record_generation(raw: bytes) -> int:
+    """The generation that placed the pod: unique per placement, so it names this version of
+    the pod object (any change to the pod re-places it)."""
+    return int(raw[: raw.index(b"\n")].split(b" ", 5)[4])
+
+
+def record_pod(raw: bytes) -> Pod:
+    return Pod.from_dict(unpack(raw[raw.index(b"\n") + 1 :]))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from schedcache import metrics
 from schedcache.errors import NodeNotFound
 from schedcache.fetch import node_info_from_entry, read_node_entries
+from schedcache.models import Pod
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.nodetree import interleave, parse_tree
 
@@ -52,6 +53,9 @@ class Snapshot:
     tree_generation: int = -1
     zones: dict[str, list[str]] = field(default_factory=dict)
     image_nodes: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    # Per node, its pods by placement generation: unchanged pods of a changed node are reused,
+    # not decoded again (they belong to this snapshot alone).
+    pod_versions: dict[str, dict[int, Pod]] = field(default_factory=dict, repr=False)
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -172,8 +176,11 @@ def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
 
 def _apply_nodes(snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags) -> None:
     for entry in entries:
-        info = node_info_from_entry(entry, snap.image_states)
         name = entry[0].decode()
+        versions: dict[int, Pod] = {}
+        info = node_info_from_entry(
+            entry, snap.image_states, snap.pod_versions.pop(name, None), versions
+        )
         existing = snap.node_infos.get(name)
         if existing is not None:
             _unindex_images(snap, existing)
@@ -182,6 +189,7 @@ def _apply_nodes(snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags
                 del snap.node_infos[name]
                 flags.membership = True
             continue
+        snap.pod_versions[name] = versions
         if existing is None:
             snap.node_infos[name] = info
             flags.membership = True
