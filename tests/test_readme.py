@@ -13,9 +13,10 @@ def python_blocks() -> list[str]:
 
 
 def test_readme_api_example_runs_and_matches_its_comments(capsys):
-    example = python_blocks()[0]
-    namespace: dict = {}
-    exec(compile(example, str(README), "exec"), namespace)
+    bound = []
+    namespace: dict = {"bound_pods": [], "bind": bound.append}
+    for block in python_blocks():
+        exec(compile(block, str(README), "exec"), namespace)
     printed = capsys.readouterr().out
     assert "pod default/web-0 (uid 9f1c) is already added on node node-1" in printed
     info = namespace["info"]
@@ -25,9 +26,13 @@ def test_readme_api_example_runs_and_matches_its_comments(capsys):
         {("0.0.0.0", "TCP", 8080)},
     )
     cache = namespace["cache"]
-    assert [e.type for e in cache.events()] == [
+    assert [e.type for e in cache.events()][:4] == [
         "NodeAdded",
         "PodAssumed",
         "BindingFinished",
         "PodAdded",
     ]
+    # The scheduling cycle placed web-0 again, on the only node, assumed and bound.
+    assert [pod.name for pod in bound] == ["web-0"]
+    assert cache.is_assumed_pod(bound[0]) and bound[0].node_name == "node-1"
+    assert namespace["snap"].generation < cache.generation()
