@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from schedcache import metrics
 from schedcache.errors import NodeNotFound
-from schedcache.fetch import node_info_from_entry, read_node_entries
+from schedcache.fetch import gc_paused, node_info_from_entry, read_node_entries
 from schedcache.models import Pod
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.nodetree import interleave, parse_tree
@@ -94,7 +94,8 @@ def update_snapshot(cache: Cache, snap: Snapshot) -> SnapshotUpdate:
     """Bring ``snap`` to the cache's current generation; see the module docstring."""
     started = time.perf_counter()
     report = SnapshotUpdate()
-    live = _catch_up(cache, snap, report)
+    with gc_paused():
+        live = _catch_up(cache, snap, report)
     if len(snap.node_infos) != live or len(snap.node_info_list) != live:
         # As upstream's self-check, but recovering in the same call instead of failing it.
         log.warning(
@@ -108,7 +109,8 @@ def update_snapshot(cache: Cache, snap: Snapshot) -> SnapshotUpdate:
         metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache.name).inc()
         report.inconsistent = True
         _reset(snap)
-        _catch_up(cache, snap, report)
+        with gc_paused():
+            _catch_up(cache, snap, report)
     report.seconds = time.perf_counter() - started
     metrics.SNAPSHOT_UPDATE_SECONDS.observe(report.seconds)
     return report
