@@ -17,6 +17,7 @@ from rich.table import Table
 from schedcache.cache import Cache
 from schedcache.connection import ENV_URL, connect, describe
 from schedcache.demo import DemoReport, run_demo
+from schedcache.expiry import ExpiryWorker
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 
 console = Console()
@@ -140,6 +141,32 @@ def scripts(settings: Settings) -> None:
     if missing:
         raise click.ClickException(f"functions missing after load: {', '.join(sorted(missing))}")
     click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
+
+
+@main.group()
+def worker() -> None:
+    """Long-running workers."""
+
+
+@worker.command("expiry")
+@click.option("--interval", default=1.0, show_default=True, help="Longest sleep between rounds, s.")
+@click.option("--batch", default=500, show_default=True, help="Pods expired per Lua call.")
+@click.option("--replica", default="expiry-worker", show_default=True, help="Name in events.")
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.pass_obj
+def worker_expiry(
+    settings: Settings, interval: float, batch: int, replica: str, once: bool
+) -> None:
+    """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
+    if interval <= 0 or batch < 1:
+        raise click.BadParameter("--interval must be > 0 and --batch >= 1")
+    cache = Cache(settings.client(), settings.cache_name, replica=replica)
+    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    if once:
+        click.echo(f"expired {len(expiry.run_once())} pods")
+        return
+    expiry.install_signal_handlers()
+    expiry.run()
 
 
 @main.command()

@@ -14,3 +14,8 @@ SNAPSHOT_INCONSISTENCIES = Counter(
     "Snapshots found inconsistent with the cache's live nodes and rebuilt in full.",
     ["cache"],
 )
+EXPIRED_PODS = Counter(
+    "schedcache_expired_pods_total",
+    "Assumed pods expired because their confirmation did not come before the deadline.",
+    ["cache"],
+)

@@ -1,0 +1,107 @@
+"""The expiry worker: expires assumed pods whose binding finished and whose deadline passed.
+
+kube-scheduler stopped expiring assumed pods (ttl 0 since v1.25) because a pod expired while
+its bind was still in flight freed resources that were about to be used. schedcache keeps
+expiry for the case upstream never had: a shared cache outlives the replica that assumed a
+pod, and nobody else would release what a crashed replica booked. As upstream learned, the
+deadline starts at ``finish_binding``, never at assume.
+
+Each round calls ``sc_cleanup_assumed_pods`` with a bounded ``limit`` until fewer than ``limit``
+pods came back; the function re-checks every pod (still assumed, binding finished, deadline
+passed), so a pod confirmed meanwhile is never expired, and several workers may run at once: a
+pod one of them expired is simply gone for the others. Time is the Redis server's clock. Between
+rounds the worker sleeps until the next deadline or its interval, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+import tenacity
+
+from schedcache import commands, metrics
+from schedcache.cache import Cache
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
+
+
+@dataclass
+class ExpiryWorker:
+    """Runs expiry rounds for one cache until :meth:`stop` is called."""
+
+    cache: Cache
+    interval: float = 1.0  # longest sleep between rounds, seconds
+    batch: int = 500  # pods expired per Lua call
+    max_backoff: float = 30.0  # longest wait between reconnection attempts, seconds
+
+    def __post_init__(self) -> None:
+        self.stopping = threading.Event()
+        self.expired_total = 0
+
+    def stop(self, *_: object) -> None:
+        self.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT finish the current round, then stop."""
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run_once(self) -> list[str]:
+        """One round: expire everything due now, in bounded calls. Returns the uids expired."""
+        expired: list[str] = []
+        while not self.stopping.is_set():
+            uids = self.cache.run(commands.cleanup_assumed_pods(None, self.batch))
+            expired += [uid.decode() for uid in uids]
+            if len(uids) < self.batch:
+                break
+        if expired:
+            self.expired_total += len(expired)
+            metrics.EXPIRED_PODS.labels(cache=self.cache.name).inc(len(expired))
+            log.info("expired %d assumed pods in cache %s", len(expired), self.cache.name)
+        return expired
+
+    def seconds_until_next_deadline(self) -> float:
+        """How long until the earliest deadline by the server's clock (``interval`` if none)."""
+        pipe = self.cache.client.pipeline(transaction=False)
+        pipe.zrange(self.cache.keys.deadlines, 0, 0, withscores=True)
+        pipe.time()
+        first, (seconds, micros) = pipe.execute()
+        if not first:
+            return self.interval
+        now_ms = seconds * 1000 + micros / 1000
+        # Expiry is strictly after the deadline: wake 1 ms past it.
+        return max(0.0, min(self.interval, (first[0][1] + 1 - now_ms) / 1000))
+
+    def run(self, on_round: Callable[[list[str]], None] | None = None) -> None:
+        """Rounds until stopped; reconnects with exponential backoff when Redis goes away."""
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(RETRYABLE),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=self.max_backoff),
+            stop=tenacity.stop_when_event_set(self.stopping),
+            before_sleep=lambda state: log.warning(
+                "Redis unavailable (%s); retrying in %.1fs",
+                state.outcome.exception() if state.outcome else "?",
+                state.next_action.sleep if state.next_action else 0,
+            ),
+            reraise=True,
+        )
+        log.info("expiry worker started for cache %s", self.cache.name)
+        while not self.stopping.is_set():
+            try:
+                expired = retrying(self.run_once)
+                if on_round:
+                    on_round(expired)
+                pause = retrying(self.seconds_until_next_deadline)
+            except RETRYABLE:
+                if self.stopping.is_set():
+                    break
+                raise
+            self.stopping.wait(pause)
+        log.info("expiry worker stopped after expiring %d pods", self.expired_total)
