@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis import ResponseError
 from redis.connection import AbstractConnection
 
-from schedcache import commands
+from schedcache import commands, metrics
 from schedcache.commands import Command
 from schedcache.errors import CacheError
 from schedcache.library import ensure_loaded, is_missing_function
@@ -182,6 +182,7 @@ def _results(group: list[Command], reply: Any) -> list[BatchResult]:
     results = []
     for index, command in enumerate(group):
         applied, value = reply[2 * index], reply[2 * index + 1]
+        metrics.COMMANDS.labels(command.name, "applied" if applied else "rejected").inc()
         if applied:
             results.append(BatchResult(command, reply=value))
         else:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from schedcache import commands
+from schedcache import commands, metrics
 from schedcache.commands import Command, pod_subject
-from schedcache.errors import NodeNotFound, PodNotFound, ValidationError
+from schedcache.errors import CacheError, NodeNotFound, PodNotFound, ValidationError
 from schedcache.events import Event, decode_entry
 from schedcache.fetch import fetch_node_infos, fetch_pods
 from schedcache.keys import Keys
@@ -78,17 +78,25 @@ class Cache:
     def run(self, command: Command) -> Any:
         """Run one command; raise the matching :class:`CacheError` if it is rejected."""
         try:
-            return self._fcall(command)
+            reply = self._fcall_reloading(command)
         except redis.ResponseError as error:
-            if not is_missing_function(error):
-                raise self._translate(command, error) from None
-        # The server lost the library (restarted without persistence, or flushed): reload.
-        log.warning("schedcache functions missing on the server; loading them again")
-        ensure_loaded(self.client)
+            translated = self._translate(command, error)
+            if isinstance(translated, CacheError):
+                metrics.COMMANDS.labels(command.name, "rejected").inc()
+            raise translated from None
+        metrics.COMMANDS.labels(command.name, "applied").inc()
+        return reply
+
+    def _fcall_reloading(self, command: Command) -> Any:
         try:
             return self._fcall(command)
         except redis.ResponseError as error:
-            raise self._translate(command, error) from None
+            if not is_missing_function(error):
+                raise
+        # The server lost the library (restarted without persistence, or flushed): reload.
+        log.warning("schedcache functions missing on the server; loading them again")
+        ensure_loaded(self.client)
+        return self._fcall(command)
 
     def read(self, call: Callable[[], T]) -> T:
         """Run a read that uses the library's read functions, reloading the library once if the

@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from schedcache import logs
 from schedcache.cache import Cache
 from schedcache.connection import ENV_URL, connect, describe
 from schedcache.demo import DemoReport, run_demo
-from schedcache.expiry import ExpiryWorker
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 
 console = Console()
@@ -49,9 +49,25 @@ class Settings:
     help="Redis URL (redis://, rediss://, unix://); default: embedded fakeredis.",
 )
 @click.option("--cache", "cache_name", default="default", show_default=True, help="Cache name.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@click.option(
+    "--log-format",
+    default="kv",
+    show_default=True,
+    type=click.Choice(sorted(logs.FORMATTERS)),
+    help="Log lines on stderr as key=value pairs or JSON.",
+)
 @click.pass_context
-def main(ctx: click.Context, url: str | None, cache_name: str) -> None:
+def main(
+    ctx: click.Context, url: str | None, cache_name: str, log_level: str, log_format: str
+) -> None:
     """kube-scheduler's cache on Redis, shared by scheduler replicas."""
+    logs.configure(log_level, log_format)
     ctx.obj = Settings(url, cache_name)
 
 
@@ -143,32 +159,6 @@ def scripts(settings: Settings) -> None:
     click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
 
 
-@main.group()
-def worker() -> None:
-    """Long-running workers."""
-
-
-@worker.command("expiry")
-@click.option("--interval", default=1.0, show_default=True, help="Longest sleep between rounds, s.")
-@click.option("--batch", default=500, show_default=True, help="Pods expired per Lua call.")
-@click.option("--replica", default="expiry-worker", show_default=True, help="Name in events.")
-@click.option("--once", is_flag=True, help="Run one round and exit.")
-@click.pass_obj
-def worker_expiry(
-    settings: Settings, interval: float, batch: int, replica: str, once: bool
-) -> None:
-    """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
-    if interval <= 0 or batch < 1:
-        raise click.BadParameter("--interval must be > 0 and --batch >= 1")
-    cache = Cache(settings.client(), settings.cache_name, replica=replica)
-    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
-    if once:
-        click.echo(f"expired {len(expiry.run_once())} pods")
-        return
-    expiry.install_signal_handlers()
-    expiry.run()
-
-
 @main.command()
 @click.pass_obj
 def stats(settings: Settings) -> None:
@@ -183,6 +173,17 @@ def stats(settings: Settings) -> None:
     click.echo(f"stream length\t{cache.stream_length()}")
     click.echo(f"generation\t{dump.generation}")
 
+
+def _register() -> None:
+    # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli_inspect import dump, events, get
+    from schedcache.cli_serve import metrics_command, worker
+
+    for command in (dump, get, events, worker, metrics_command):
+        main.add_command(command)
+
+
+_register()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

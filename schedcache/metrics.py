@@ -1,8 +1,20 @@
-"""Prometheus metrics of the library (served by the workers and ``schedcache metrics``)."""
+"""Prometheus metrics (served by the workers and ``schedcache metrics``).
+
+Counters are updated by the library as things happen; the cache sizes and the stream length
+are read from Redis when Prometheus scrapes (:class:`CacheCollector`), so they are never stale.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from schedcache.cache import Cache
 
 SNAPSHOT_UPDATE_SECONDS = Histogram(
     "schedcache_snapshot_update_seconds",
@@ -19,3 +31,39 @@ EXPIRED_PODS = Counter(
     "Assumed pods expired because their confirmation did not come before the deadline.",
     ["cache"],
 )
+COMMANDS = Counter(
+    "schedcache_commands_total",
+    "Cache commands by outcome: applied, or rejected (the transition was not allowed).",
+    ["command", "result"],
+)
+
+
+class CacheCollector(Collector):
+    """``schedcache_cache_size{cache,type}`` (kube-scheduler's ``scheduler_cache_size``:
+    nodes include ghosts and placeholders) and ``schedcache_stream_length{cache}``, read at
+    scrape time."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        keys = self.cache.keys
+        pipe = self.cache.client.pipeline(transaction=False)
+        pipe.scard(keys.nodes)
+        pipe.scard(keys.pods)
+        pipe.scard(keys.assumed)
+        pipe.xlen(keys.events)
+        nodes, pods, assumed, stream = pipe.execute()
+        size = GaugeMetricFamily(
+            "schedcache_cache_size",
+            "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+            labels=["cache", "type"],
+        )
+        for kind, value in (("nodes", nodes), ("pods", pods), ("assumed_pods", assumed)):
+            size.add_metric([self.cache.name, kind], value)
+        yield size
+        length = GaugeMetricFamily(
+            "schedcache_stream_length", "Entries in the cache's event stream.", labels=["cache"]
+        )
+        length.add_metric([self.cache.name], stream)
+        yield length

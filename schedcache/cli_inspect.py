@@ -1,0 +1,162 @@
+"""``schedcache dump``, ``get pod`` and ``events``: looking at a cache."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from schedcache.cache import Cache
+from schedcache.events import Event, decode_entry
+from schedcache.models import Resource
+from schedcache.nodeinfo import NodeInfo
+
+if TYPE_CHECKING:
+    from schedcache.cli import Settings
+
+
+def resource_json(resource: Resource) -> dict[str, Any]:
+    return resource.to_dict()
+
+
+def node_info_json(info: NodeInfo) -> dict[str, Any]:
+    return {
+        "node": info.node.to_dict() if info.node else None,
+        "ghost": info.node is None,
+        "generation": info.generation,
+        "pods": [f"{pod.namespace}/{pod.name}" for pod in info.pods],
+        "requested": resource_json(info.requested),
+        "non_zero_requested": resource_json(info.non_zero_requested),
+        "allocatable": resource_json(info.allocatable),
+        "used_ports": sorted(f"{ip}:{port}/{protocol}" for ip, protocol, port in info.used_ports),
+        "pvc_ref_counts": dict(sorted(info.pvc_ref_counts.items())),
+        "image_states": {
+            image: {"size": state.size, "num_nodes": state.num_nodes}
+            for image, state in sorted(info.image_states.items())
+        },
+    }
+
+
+@click.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["json", "wide"]),
+    default="json",
+    show_default=True,
+    help="JSON, or a kubectl-like table.",
+)
+@click.pass_obj
+def dump(settings: Settings, output: str) -> None:
+    """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods."""
+    cache = Cache(settings.client(), settings.cache_name)
+    state = cache.dump()
+    if output == "json":
+        document = {
+            "cache": cache.name,
+            "generation": state.generation,
+            "nodes": {name: node_info_json(info) for name, info in sorted(state.nodes.items())},
+            "assumed_pods": sorted(state.assumed_pods),
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "STATUS", "ZONE", "PODS", "CPU", "MEMORY", "PORTS", "GEN"):
+        table.add_column(column)
+    for name, info in sorted(state.nodes.items()):
+        status = "Ready" if info.node else ("Ghost" if info.allocatable.milli_cpu else "Placeholder")
+        zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else ""
+        alloc, used = info.allocatable, info.requested
+        table.add_row(
+            name,
+            status,
+            zone or "<none>",
+            f"{len(info.pods)}/{alloc.allowed_pod_number}",
+            f"{used.milli_cpu}m/{alloc.milli_cpu}m",
+            f"{used.memory >> 20}Mi/{alloc.memory >> 20}Mi",
+            str(len(info.used_ports)),
+            str(info.generation),
+        )
+    Console(width=200).print(table)
+    click.echo(f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}")
+
+
+@click.group()
+def get() -> None:
+    """Show one object."""
+
+
+@get.command("pod")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID")
+@click.pass_obj
+def get_pod(settings: Settings, ref: str) -> None:
+    """A pod's cache record as JSON: state, node, binding, deadline and the pod."""
+    cache = Cache(settings.client(), settings.cache_name)
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        matches = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
+        if not matches:
+            raise click.ClickException(f"pod {ref} is not in cache {cache.name}")
+        uid = matches[0].uid
+    else:
+        uid = ref
+    try:
+        record = cache.get_pod_record(uid)
+    except KeyError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(
+        json.dumps(
+            {
+                "state": record.state,
+                "node": record.node,
+                "binding_finished": record.binding_finished,
+                "deadline_ms": record.deadline_ms,
+                "generation": record.generation,
+                "contribution": record.contribution,
+                "pod": record.pod.to_dict(),
+            },
+            indent=2,
+        )
+    )
+
+
+def event_line(event: Event) -> str:
+    subject = event.uid or event.node or ""
+    extra = " ".join(
+        f"{key}={value}" for key, value in sorted(event.fields.items()) if key not in ("uid",)
+    )
+    return f"{event.id}  {event.type:<15} {event.replica or '-':<14} {subject}  {extra}".rstrip()
+
+
+@click.command()
+@click.option("--since", default=None, metavar="ID", help="Start after this stream id.")
+@click.option("--count", default=None, type=int, help="Show only the last N events.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
+@click.pass_obj
+def events(settings: Settings, since: str | None, count: int | None, follow: bool) -> None:
+    """The event stream, one line per event: id, type, replica, pod or node, fields."""
+    cache = Cache(settings.client(), settings.cache_name)
+    if count is not None:
+        history = reversed(cache.client.xrevrange(cache.keys.events, count=count))
+        shown = [decode_entry(entry_id, raw) for entry_id, raw in history]
+    else:
+        shown = list(cache.events(start=f"({since}" if since else None))
+    last = since or "0-0"
+    for event in shown:
+        click.echo(event_line(event))
+        last = event.id
+    if count is not None and not shown:
+        last = "$"
+    while follow:
+        try:
+            reply = cache.client.xread({cache.keys.events: last}, block=1000, count=500)
+        except KeyboardInterrupt:
+            return
+        for _, entries in reply or []:
+            for entry_id, raw in entries:
+                event = decode_entry(entry_id, raw)
+                click.echo(event_line(event))
+                last = event.id

@@ -1,0 +1,74 @@
+"""``schedcache worker expiry`` and ``schedcache metrics``: the long-running commands."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+import click
+from prometheus_client import REGISTRY, start_http_server
+
+from schedcache.cache import Cache
+from schedcache.expiry import ExpiryWorker
+from schedcache.metrics import CacheCollector
+
+if TYPE_CHECKING:
+    from schedcache.cli import Settings
+
+
+def serve_metrics(cache: Cache, port: int, address: str) -> None:
+    """Serve /metrics (library counters plus this cache's sizes) in a background thread."""
+    REGISTRY.register(CacheCollector(cache))
+    start_http_server(port, addr=address)
+
+
+@click.group()
+def worker() -> None:
+    """Long-running workers."""
+
+
+@worker.command("expiry")
+@click.option("--interval", default=1.0, show_default=True, help="Longest sleep between rounds, s.")
+@click.option("--batch", default=500, show_default=True, help="Pods expired per Lua call.")
+@click.option("--replica", default="expiry-worker", show_default=True, help="Name in events.")
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.option("--metrics-port", default=None, type=int, help="Serve /metrics on this port.")
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.pass_obj
+def worker_expiry(
+    settings: Settings,
+    interval: float,
+    batch: int,
+    replica: str,
+    once: bool,
+    metrics_port: int | None,
+    metrics_address: str,
+) -> None:
+    """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
+    if interval <= 0 or batch < 1:
+        raise click.BadParameter("--interval must be > 0 and --batch >= 1")
+    cache = Cache(settings.client(), settings.cache_name, replica=replica)
+    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    if once:
+        click.echo(f"expired {len(expiry.run_once())} pods")
+        return
+    if metrics_port is not None:
+        serve_metrics(cache, metrics_port, metrics_address)
+    expiry.install_signal_handlers()
+    expiry.run()
+
+
+@click.command("metrics")
+@click.option("--port", default=9108, show_default=True, help="Port of /metrics.")
+@click.option("--address", default="0.0.0.0", show_default=True)
+@click.pass_obj
+def metrics_command(settings: Settings, port: int, address: str) -> None:
+    """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
+    cache = Cache(settings.client(), settings.cache_name)
+    serve_metrics(cache, port, address)
+    click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
