@@ -1,0 +1,131 @@
+"""``schedcache dump``, ``get pod``, ``events``, ``worker expiry`` and metrics, on both backends.
+
+The CLI is pointed at the test's own Redis client (fakeredis or real), so what it prints can be
+compared with the library's view of the same cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, generate_latest
+
+from schedcache import Cache
+from schedcache import cli as cli_module
+from schedcache.cli import main
+from schedcache.logs import JsonFormatter, KeyValueFormatter
+from schedcache.metrics import CacheCollector
+from tests.factories import make_node, make_pod
+
+
+@pytest.fixture
+def run_cli(client, cache_name, monkeypatch):
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+
+    def run(*args: str):
+        return CliRunner().invoke(main, ["--cache", cache_name, *args], catch_exceptions=False)
+
+    return run
+
+
+def populate(cache: Cache) -> None:
+    cache.add_node(make_node("n1", "4", "8Gi", labels={"topology.kubernetes.io/zone": "a"}))
+    cache.add_node(make_node("gone", "2", "1Gi"))
+    cache.add_pod(make_pod("web-0", "n1", "500m", "1Gi", namespace="prod"))
+    cache.add_pod(make_pod("db-0", "gone", "1", "1Gi", namespace="prod"))
+    cache.remove_node("gone")
+    cache.assume_pod(make_pod("web-1", "n1", "250m", "1Gi", namespace="prod"))
+    cache.add_pod(make_pod("early", "later", "100m", "1Mi"))
+
+
+def test_dump_json_matches_the_cache(cache, run_cli):
+    populate(cache)
+    result = run_cli("dump")
+    assert result.exit_code == 0
+    document = json.loads(result.output)
+    assert document["generation"] == cache.generation()
+    assert set(document["nodes"]) == {"n1", "gone", "later"}
+    assert document["nodes"]["gone"]["ghost"] is True
+    assert document["nodes"]["n1"]["requested"] == {"milli_cpu": 750, "memory": 2 << 30}
+    assert document["nodes"]["n1"]["pods"] == ["prod/web-0", "prod/web-1"]
+    assert document["assumed_pods"] == ["web-1"]
+
+
+def test_dump_wide_is_a_table(cache, run_cli):
+    populate(cache)
+    result = run_cli("dump", "-o", "wide")
+    lines = result.output.splitlines()
+    assert lines[0].split()[:4] == ["NAME", "STATUS", "ZONE", "PODS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert rows["n1"][1:4] == ["Ready", "a", "2/110"]
+    assert rows["gone"][1] == "Ghost" and rows["later"][1] == "Placeholder"
+    assert "assumed pods: 1" in lines[-1]
+
+
+def test_get_pod_by_name_and_uid(cache, run_cli):
+    populate(cache)
+    by_name = json.loads(run_cli("get", "pod", "prod/web-1").output)
+    assert by_name["state"] == "assumed" and by_name["node"] == "n1"
+    assert by_name["pod"]["name"] == "web-1"
+    assert json.loads(run_cli("get", "pod", "web-1").output) == by_name
+    missing = run_cli("get", "pod", "prod/nope")
+    assert missing.exit_code == 1 and "pod prod/nope is not in cache" in missing.output
+
+
+def test_events_lists_the_stream_and_the_last_n(cache, run_cli):
+    populate(cache)
+    everything = run_cli("events").output.splitlines()
+    assert len(everything) == cache.stream_length()
+    assert [line.split()[1] for line in everything[:3]] == ["NodeAdded", "NodeAdded", "PodAdded"]
+    last_two = run_cli("events", "--count", "2").output.splitlines()
+    assert last_two == everything[-2:]
+    since = everything[-3].split()[0]
+    assert run_cli("events", "--since", since).output.splitlines() == everything[-2:]
+
+
+def test_worker_expiry_once(make_cache, run_cli):
+    cache = make_cache(ttl=1.0)
+    pod = make_pod("p", "n1", "10m", "1Mi")
+    cache.assume_pod(pod)
+    seconds, _ = cache.client.time()
+    cache.finish_binding(pod, now=seconds - 60)
+    result = run_cli("worker", "expiry", "--once")
+    assert result.exit_code == 0 and "expired 1 pods" in result.output
+    assert cache.pod_count() == 0
+
+
+def test_cache_sizes_are_read_at_scrape_time(cache):
+    populate(cache)
+    registry = CollectorRegistry()
+    registry.register(CacheCollector(cache))
+    text = generate_latest(registry).decode()
+    name = cache.name
+    assert f'schedcache_cache_size{{cache="{name}",type="nodes"}} 3.0' in text
+    assert f'schedcache_cache_size{{cache="{name}",type="pods"}} 4.0' in text
+    assert f'schedcache_cache_size{{cache="{name}",type="assumed_pods"}} 1.0' in text
+    assert f'schedcache_stream_length{{cache="{name}"}} {cache.stream_length()}.0' in text
+
+
+def test_command_counters_count_applied_and_rejected(cache):
+    from schedcache.metrics import COMMANDS
+
+    applied = COMMANDS.labels("add_node", "applied")._value.get()
+    rejected = COMMANDS.labels("remove_node", "rejected")._value.get()
+    cache.add_node(make_node("n1"))
+    with pytest.raises(KeyError):
+        cache.remove_node("nope")
+    assert COMMANDS.labels("add_node", "applied")._value.get() == applied + 1
+    assert COMMANDS.labels("remove_node", "rejected")._value.get() == rejected + 1
+
+
+def test_log_formats():
+    record = logging.makeLogRecord(
+        {"name": "schedcache.expiry", "levelname": "INFO", "msg": "expired %d pods", "args": (3,)}
+    )
+    record.cache = "prod a"
+    line = KeyValueFormatter().format(record)
+    assert 'level=info logger=schedcache.expiry msg="expired 3 pods" cache="prod a"' in line
+    assert json.loads(JsonFormatter().format(record))["msg"] == "expired 3 pods"
