@@ -67,7 +67,9 @@ def dump(settings: Settings, output: str) -> None:
     for column in ("NAME", "STATUS", "ZONE", "PODS", "CPU", "MEMORY", "PORTS", "GEN"):
         table.add_column(column)
     for name, info in sorted(state.nodes.items()):
-        status = "Ready" if info.node else ("Ghost" if info.allocatable.milli_cpu else "Placeholder")
+        status = (
+            "Ready" if info.node else ("Ghost" if info.allocatable.milli_cpu else "Placeholder")
+        )
         zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else ""
         alloc, used = info.allocatable, info.requested
         table.add_row(
