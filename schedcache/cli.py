@@ -129,6 +129,8 @@ def print_report(report: DemoReport, where: str, name: str) -> None:
         ("bind failed (forget_pod)", report.bind_failures),
         ("never confirmed, expired", report.expired),
         ("unschedulable (no node fits)", report.unschedulable),
+        ("conflicts (another replica was first)", report.conflicts),
+        ("snapshot updates", report.snapshot_updates),
         ("events in the stream", report.events),
         ("cache generation", report.generation),
         ("seconds", f"{report.seconds:.2f}"),

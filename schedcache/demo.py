@@ -1,7 +1,8 @@
 """The demo: a small simulated cluster scheduled by simple scheduler replicas.
 
-It runs the whole cycle a scheduler drives against the cache: read the cluster, pick a node,
-``assume_pod``, bind, ``finish_binding``, and then the informer's ``add_pod`` confirmation. A
+It runs the whole cycle a scheduler drives against the cache: update its own snapshot, pick a
+node from it, ``assume_pod``, bind, ``finish_binding``, and then the informer's ``add_pod``
+confirmation. Each replica keeps its own snapshot, as kube-scheduler does. A
 few binds fail (the scheduler calls ``forget_pod``) and a few are never confirmed, so their
 assumed pods expire once the simulated clock passes their deadline. Time is simulated (one
 second per cycle) so the demo is quick and repeatable for a given seed.
@@ -16,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from schedcache.cache import Cache
+from schedcache.errors import PodAlreadyExists
 from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
+from schedcache.snapshot import Snapshot
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 
@@ -32,6 +35,8 @@ class DemoReport:
     bind_failures: int = 0
     expired: int = 0
     unschedulable: int = 0
+    conflicts: int = 0
+    snapshot_updates: int = 0
     per_replica: Counter[str] = field(default_factory=Counter)
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     events: int = 0
@@ -88,9 +93,9 @@ def demo_pod(index: int, rng: random.Random) -> Pod:
     )
 
 
-def pick_node(pod: Pod, nodes: dict[str, NodeInfo]) -> str | None:
-    """Least-allocated CPU among the live nodes the pod fits on (a toy scoring)."""
-    fitting = [info for info in nodes.values() if info.node is not None and not info.fits(pod)]
+def pick_node(pod: Pod, nodes: list[NodeInfo]) -> str | None:
+    """Least-allocated CPU among the nodes the pod fits on (a toy scoring)."""
+    fitting = [info for info in nodes if not info.fits(pod)]
     if not fitting:
         return None
     best = min(fitting, key=lambda info: info.requested.milli_cpu / info.allocatable.milli_cpu)
@@ -118,16 +123,23 @@ def run_demo(
             batch.add_node(demo_node(index))
     names = [f"sched-{r}" for r in range(replicas)]
     views = {name: Cache(cache.client, cache.name, ttl=cache.ttl, replica=name) for name in names}
+    snapshots = {name: Snapshot() for name in names}
     pending = [demo_pod(index, rng) for index in range(pods)]
     for index, pod in enumerate(pending):
         replica = names[index % replicas]
-        view = views[replica]
-        node = pick_node(pod, view.dump().nodes)
+        view, snap = views[replica], snapshots[replica]
+        view.update_snapshot(snap)
+        report.snapshot_updates += 1
+        node = pick_node(pod, snap.node_info_list)
         if node is None:
             report.unschedulable += 1
         else:
             placed = pod.with_node(node)
-            view.assume_pod(placed)
+            try:
+                view.assume_pod(placed)
+            except PodAlreadyExists:  # another replica took this pod first
+                report.conflicts += 1
+                continue
             report.scheduled += 1
             report.per_replica[replica] += 1
             outcome = rng.random()
