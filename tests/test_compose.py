@@ -33,3 +33,13 @@ def test_compose_redis_keeps_an_append_only_file():
     command = compose["services"]["redis"]["command"]
     assert command[command.index("--appendonly") + 1] == "yes"
     assert compose["services"]["redis"]["image"].startswith("redis:7")
+
+
+def test_compose_runs_the_expiry_worker_and_publishes_its_metrics():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    expiry = compose["services"]["expiry"]
+    command = expiry["command"]
+    assert command[command.index("worker") + 1] == "expiry"
+    port = command[command.index("--metrics-port") + 1]
+    assert f"{port}:{port}" in expiry["ports"]
+    assert expiry["depends_on"]["redis"]["condition"] == "service_healthy"
