@@ -1,10 +1,15 @@
 -- sc_assume_pod: a scheduler decided; book the pod on its node before binding.
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py)
+-- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
+--          [check ("" | "fit" | "generation"), [expected node generation]]
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
+--          FITCONFLICT <uid> <node> <reason,...>   with check "fit": the live node lacks room
+--            (reasons: cpu, memory, ephemeral-storage, pods, <scalar>, port:<proto>/<port>) or
+--            is gone (node-missing); with "generation": the node changed since the expected
+--            generation (stale) or is gone (node-missing)
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
 local function assume_pod(p, replica, a)
@@ -13,6 +18,14 @@ local function assume_pod(p, replica, a)
   local rec = load_pod(p, args.uid)
   if rec ~= nil then
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
+  end
+  local check = a[5] or ''
+  if check ~= '' then
+    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6])
+    if reasons == nil then return nil, 'BADARG check ' .. args.uid end
+    if reasons ~= '' then
+      return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reasons
+    end
   end
   local gen = put_pod(p, args, 'assumed')
   redis.call('SADD', p .. 'assumed', args.uid)

@@ -79,8 +79,10 @@ class CommandBatch:
             self._send_group()
         return self
 
-    def assume_pod(self, pod: Pod) -> CommandBatch:
-        return self.add(commands.assume_pod(pod))
+    def assume_pod(
+        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+    ) -> CommandBatch:
+        return self.add(commands.assume_pod(pod, check_fit, expect_generation))
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> CommandBatch:
         return self.add(commands.finish_binding(pod, now, self.cache.ttl))

@@ -17,7 +17,13 @@ import redis
 
 from schedcache import commands, metrics
 from schedcache.commands import Command, pod_subject
-from schedcache.errors import CacheError, NodeNotFound, PodNotFound, ValidationError
+from schedcache.errors import (
+    CacheError,
+    FitConflict,
+    NodeNotFound,
+    PodNotFound,
+    ValidationError,
+)
 from schedcache.events import Event, decode_entry
 from schedcache.fetch import fetch_node_infos, fetch_pods
 from schedcache.keys import Keys
@@ -129,9 +135,23 @@ class Cache:
 
     # -- pods -------------------------------------------------------------------------
 
-    def assume_pod(self, pod: Pod) -> None:
-        """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision)."""
-        self.run(commands.assume_pod(pod))
+    def assume_pod(
+        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+    ) -> None:
+        """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision).
+
+        With replicas sharing the cache, claim optimistically: ``check_fit=True`` checks inside
+        the script that the live node still has room (CPU, memory, ephemeral storage, pod
+        count, scalar resources, host ports); ``expect_generation=snap.get(node).generation``
+        refuses if the node changed at all since that snapshot. Either raises
+        :class:`FitConflict` and writes nothing.
+        """
+        try:
+            self.run(commands.assume_pod(pod, check_fit, expect_generation))
+        except FitConflict as conflict:
+            for reason in conflict.reasons:
+                metrics.FIT_CONFLICTS.labels(reason).inc()
+            raise
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> None:
         """Binding returned: the assumed pod expires at ``now + ttl`` unless confirmed first.

@@ -71,8 +71,23 @@ def _pod_key_args(pod: Pod) -> tuple[str, str]:
     return uid, pod.node_name
 
 
-def assume_pod(pod: Pod) -> Command:
-    return Command("assume_pod", pod_subject(pod), _placed_pod_args(pod, "assume"))
+def assume_pod(pod: Pod, check_fit: bool = False, expect_generation: int | None = None) -> Command:
+    """``check_fit``: the live node must still have room (fine-grained claim);
+    ``expect_generation``: the node must not have changed since that generation (strict)."""
+    args = _placed_pod_args(pod, "assume")
+    if check_fit and expect_generation is not None:
+        raise ValidationError(
+            pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
+        )
+    if expect_generation is not None:
+        if isinstance(expect_generation, bool) or not isinstance(expect_generation, int):
+            raise ValidationError(
+                pod_subject(pod), "expect_generation", f"{expect_generation!r} is not an integer"
+            )
+        args += ("generation", expect_generation)
+    elif check_fit:
+        args += ("fit",)
+    return Command("assume_pod", pod_subject(pod), args)
 
 
 def add_pod(pod: Pod) -> Command:

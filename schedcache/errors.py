@@ -61,7 +61,17 @@ class NodeNotFound(TransitionError, KeyError):
 
 
 class FitConflict(TransitionError):
-    """``assume_pod(check_fit=True)``: the node no longer has room (another replica was first)."""
+    """``assume_pod(check_fit=True)``: the node no longer has room (another replica was first),
+    or, with ``expect_generation``, it changed since the snapshot the replica decided on.
+
+    ``node`` names the node, ``reasons`` what was short (``cpu``, ``memory``, ``pods``,
+    ``port:TCP/80``, a scalar resource name, ``stale`` or ``node-missing``).
+    """
+
+    def __init__(self, message: str, node: str = "", reasons: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.node = node
+        self.reasons = reasons
 
 
 class SchemaMismatch(CacheError):

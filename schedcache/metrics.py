@@ -38,6 +38,14 @@ COMMANDS = Counter(
 )
 
 
+FIT_CONFLICTS = Counter(
+    "schedcache_fit_conflicts_total",
+    "assume_pod calls refused because the node lacked room (by resource), changed since the "
+    "replica's snapshot (stale) or was gone (node-missing).",
+    ["reason"],
+)
+
+
 class CacheCollector(Collector):
     """``schedcache_cache_size{cache,type}`` (kube-scheduler's ``scheduler_cache_size``:
     nodes include ghosts and placeholders) and ``schedcache_stream_length{cache}``, read at

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from schedcache.errors import (
     CacheError,
+    FitConflict,
     InvalidTransition,
     NodeNotFound,
     PodAlreadyExists,
@@ -18,7 +19,16 @@ from schedcache.errors import (
 )
 
 CODES = frozenset(
-    {"PODEXISTS", "PODNOTFOUND", "NOTASSUMED", "NOTADDED", "WRONGNODE", "NODENOTFOUND", "BADARG"}
+    {
+        "PODEXISTS",
+        "PODNOTFOUND",
+        "NOTASSUMED",
+        "NOTADDED",
+        "WRONGNODE",
+        "NODENOTFOUND",
+        "FITCONFLICT",
+        "BADARG",
+    }
 )
 
 VERBS = {
@@ -69,6 +79,16 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
                 f"cannot be {verb}"
             )
         return NodeNotFound(f"node {name} is not in the cache, so it cannot be {verb}")
+    if code == "FITCONFLICT":
+        _, node, reasons = detail
+        names = tuple(reasons.split(","))
+        if names == ("stale",):
+            why = f"node {node} changed since the snapshot it was chosen from"
+        elif names == ("node-missing",):
+            why = f"node {node} is no longer in the cache"
+        else:
+            why = f"node {node} no longer has room: {', '.join(names)} short"
+        return FitConflict(f"{subject} cannot be assumed: {why}", node=node, reasons=names)
     if code == "BADARG":
         return ValidationError(
             subject, " ".join(detail), f"malformed argument to sc_{command} (a schedcache bug)"
