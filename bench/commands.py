@@ -78,7 +78,7 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
         pipe = client.pipeline(transaction=False)
         for i, pod in enumerate(pods):
             command = add_pod(pod)
-            pipe.fcall("sc_add_pod", 1, cache.keys.prefix, "bench", *command.args)
+            pipe.fcall("sc_add_pod", 1, cache.keys.prefix, "bench", command.id, *command.args)
             if i % chunk == chunk - 1:
                 pipe.execute()
         pipe.execute()

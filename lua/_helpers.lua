@@ -32,6 +32,7 @@
 --   nodegen          zset   node name -> generation of its last change (removed names stay as
 --                           tombstones, so snapshot consumers learn about removals)
 --   events           stream the history: type, v, replica, uid/node, gen, data, extras
+--   cmd:<id>         string the reply of an applied command, for answering a retry (expires)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions

@@ -1,9 +1,11 @@
 -- Registers every command as a Redis function named sc_<command>.
 --
--- Each is called as FCALL sc_<command> 1 <prefix> <replica> <args...>. The wrapper turns a
--- command's `nil, "<CODE> <detail>"` into an error reply; codes are schedcache's own and never
--- one redis-py treats specially (NOSCRIPT, MOVED, ...). sc_version (read-only) answers the
--- schema version so clients can tell whether the loaded library is theirs.
+-- Each is called as FCALL sc_<command> 1 <prefix> <replica> <command id> <args...> (the id may
+-- be "": reads, or callers that do not retry). The wrapper answers a repeated id with the
+-- first outcome (_command_ids.lua) and turns a command's `nil, "<CODE> <detail>"` into an
+-- error reply; codes are schedcache's own and never one redis-py treats specially (NOSCRIPT,
+-- MOVED, ...). sc_version (read-only) answers the schema version and a digest of the code, so
+-- clients can tell whether the loaded library is theirs.
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
@@ -11,20 +13,28 @@ local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next }
 
--- The function Redis calls: checks the prefix, runs the command, turns `nil, err` into an
--- error reply. begin_call/end_call bracket it (generations are recorded once per call).
-local function wrap(fn)
+-- The function Redis calls: checks the prefix, answers a repeated command id, runs the
+-- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
+-- are recorded once per call).
+local function wrap(fn, writes)
   return function(keys, args)
     local p = keys[1]
     if p == nil or string.sub(p, 1, 1) ~= '{' then
       return redis.error_reply('BADARG prefix')
     end
+    local id = args[2] or ''
+    if writes then
+      local earlier = remembered_reply(p, id)
+      if earlier ~= nil then return earlier end
+    end
     local a = {}
-    for i = 2, #args do a[i - 1] = args[i] end
+    for i = 3, #args do a[i - 2] = args[i] end
     begin_call()
-    local result, err = fn(p, args[1] or '', a)
+    local result, err, applied = fn(p, args[1] or '', a)
     end_call(p)
     if result == nil then return redis.error_reply(err) end
+    -- Remember only what changed something: a rejected command writes nothing, not even this.
+    if writes and applied ~= 0 then remember_reply(p, id, result) end
     return result
   end
 end
@@ -32,7 +42,7 @@ end
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
 for j = 1, #NAMES do
   COMMANDS[NAMES[j]] = FUNCTIONS[j]
-  redis.register_function('sc_' .. NAMES[j], wrap(FUNCTIONS[j]))
+  redis.register_function('sc_' .. NAMES[j], wrap(FUNCTIONS[j], true))
 end
 
 redis.register_function {
@@ -47,7 +57,7 @@ local READ_FUNCTIONS = { tree_read, read_nodes, snapshot_delta }
 for j = 1, #READ_NAMES do
   redis.register_function {
     function_name = 'sc_' .. READ_NAMES[j],
-    callback = wrap(READ_FUNCTIONS[j]),
+    callback = wrap(READ_FUNCTIONS[j], false),
     flags = { 'no-writes' },
   }
 end

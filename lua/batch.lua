@@ -22,16 +22,18 @@ local function batch(p, replica, a)
     calls[#calls + 1] = { fn, args }
     i = i + 2 + argc
   end
-  local out = {}
+  local out, applied = {}, 0
   for _, call in ipairs(calls) do
     local result, err = call[1](p, replica, call[2])
     if result == nil then
       out[#out + 1] = 0
       out[#out + 1] = err
     else
+      applied = applied + 1
       out[#out + 1] = 1
       out[#out + 1] = result
     end
   end
-  return out
+  -- The third value tells the wrapper whether anything was applied (and so worth remembering).
+  return out, nil, applied
 end

@@ -14,7 +14,7 @@ local function finish_binding(p, replica, a)
   local now = now_ms(a[2])
   if now == nil then return nil, 'BADARG now ' .. uid end
   local rec = load_pod(p, uid)
-  if rec == nil or rec.state ~= 'assumed' then return -1 end
+  if rec == nil or rec.state ~= 'assumed' then return -1, nil, 0 end  -- nothing written
   local deadline = ''
   if ttl > 0 then
     deadline = int_string(now + ttl)

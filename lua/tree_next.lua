@@ -14,7 +14,7 @@
 local function tree_next(p, replica, a)
   local zones = redis.call('ZRANGE', p .. 'treezones', 0, -1)
   local count = #zones
-  if count == 0 then return '' end
+  if count == 0 then return '', nil, 0 end  -- nothing written
   local ck = p .. 'treecursor'
   local zone_index = tonumber(redis.call('HGET', ck, 'zi') or '0')
   local exhausted = 0

@@ -10,15 +10,19 @@ returns one :class:`BatchResult` per command.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis import ConnectionError as RedisConnectionError
 from redis import ResponseError
+from redis import TimeoutError as RedisTimeoutError
 from redis.connection import AbstractConnection
 
 from schedcache import commands, metrics
-from schedcache.commands import Command
+from schedcache.commands import Command, new_command_id
 from schedcache.errors import CacheError
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
@@ -26,6 +30,10 @@ from schedcache.replies import error_from_reply
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
+
+log = logging.getLogger(__name__)
+RETRYABLE = (RedisConnectionError, RedisTimeoutError)
+RETRIES = 3
 
 # Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
 # that unread replies take on both sides.
@@ -54,7 +62,7 @@ class CommandBatch:
         self.cache = cache
         self.chunk_size = chunk_size
         self.group: list[Command] = []
-        self.in_flight: deque[list[Command]] = deque()
+        self.in_flight: deque[tuple[str, list[Command]]] = deque()
         self.answered: list[tuple[list[Command], Any]] = []
         self.connection: AbstractConnection | None = None
         self.count = 0
@@ -145,33 +153,50 @@ class CommandBatch:
 
     def _send_group(self) -> None:
         group, self.group = self.group, []
+        self.in_flight.append((new_command_id(), group))
+        try:
+            self._send(*self.in_flight[-1])
+        except RETRYABLE:
+            self._reconnect_and_resend()
+        if len(self.in_flight) > WINDOW:
+            self._read_reply()
+
+    def _send(self, group_id: str, group: list[Command]) -> None:
         args: list[Any] = []
         for command in group:
             args += [command.name, len(command.args), *command.args]
         if self.connection is None:
             self.connection = self.cache.client.connection_pool.get_connection()
-        try:
-            self.connection.send_command(
-                "FCALL", "sc_batch", 1, self.cache.keys.prefix, self.cache.replica, *args
-            )
-        except BaseException:
-            self.connection.disconnect()
-            raise
-        self.in_flight.append(group)
-        if len(self.in_flight) > WINDOW:
-            self._read_reply()
+        self.connection.send_command(
+            "FCALL", "sc_batch", 1, self.cache.keys.prefix, self.cache.replica, group_id, *args
+        )
 
     def _read_reply(self) -> None:
-        group = self.in_flight.popleft()
-        assert self.connection is not None
-        try:
-            reply: Any = self.connection.read_response()
-        except ResponseError as error:
-            reply = error
-        except BaseException:
-            self.connection.disconnect()
-            raise
+        for attempt in range(RETRIES + 1):
+            assert self.connection is not None
+            try:
+                reply: Any = self.connection.read_response()
+                break
+            except ResponseError as error:
+                reply = error
+                break
+            except RETRYABLE:
+                if attempt == RETRIES:
+                    raise
+                self._reconnect_and_resend(attempt)
+        _, group = self.in_flight.popleft()
         self.answered.append((group, reply))
+
+    def _reconnect_and_resend(self, attempt: int = 0) -> None:
+        """The connection broke with groups unanswered: some may have been applied. Send them
+        all again, in order, with their ids: Redis answers those it applied with the first
+        outcome and applies the others (exactly once either way)."""
+        log.warning("connection lost with %d groups unanswered; resending", len(self.in_flight))
+        if self.connection is not None:
+            self.connection.disconnect()
+        time.sleep(min(2.0, 0.05 * 2**attempt))
+        for group_id, group in self.in_flight:
+            self._send(group_id, group)
 
 
 def _library_missing(reply: Any) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
+import tenacity
 
 from schedcache import commands, metrics
 from schedcache.commands import Command, pod_subject
@@ -60,7 +61,9 @@ class Cache:
 
     ``ttl`` (seconds) is how long an assumed pod whose binding finished may wait for its
     confirming ``add_pod`` before it expires; 0 means never (kube-scheduler's setting since
-    v1.25). ``replica`` names this client in every event it writes.
+    v1.25). ``replica`` names this client in every event it writes. ``retries``: how often a
+    command is sent again after a connection error; every command carries an id, so a retry
+    of a command whose reply was lost is answered with its first outcome, never applied twice.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Cache:
         *,
         ttl: float = 30.0,
         replica: str = "",
+        retries: int = 3,
     ) -> None:
         self.keys = Keys(name)
         commands.milliseconds(ttl, subject=f"cache {name}", field="ttl")
@@ -77,6 +81,12 @@ class Cache:
         self.name = name
         self.ttl = ttl
         self.replica = replica
+        self.retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+            stop=tenacity.stop_after_attempt(retries + 1),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=2.0),
+            reraise=True,
+        )
         ensure_loaded(client)
 
     # -- running commands ---------------------------------------------------------------
@@ -84,7 +94,7 @@ class Cache:
     def run(self, command: Command) -> Any:
         """Run one command; raise the matching :class:`CacheError` if it is rejected."""
         try:
-            reply = self._fcall_reloading(command)
+            reply = self.retrying(self._fcall_reloading, command)
         except redis.ResponseError as error:
             translated = self._translate(command, error)
             if isinstance(translated, CacheError):
@@ -117,7 +127,7 @@ class Cache:
 
     def _fcall(self, command: Command) -> Any:
         return self.client.fcall(
-            f"sc_{command.name}", 1, self.keys.prefix, self.replica, *command.args
+            f"sc_{command.name}", 1, self.keys.prefix, self.replica, command.id, *command.args
         )
 
     @staticmethod

@@ -9,7 +9,8 @@ Lua would only reject later (a pod without a node, a negative ttl) are refused h
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 
 from schedcache.aggregates import contribution_string, flatten, image_pairs, resource_pairs
 from schedcache.errors import ValidationError
@@ -19,13 +20,20 @@ from schedcache.models import Node, Pod
 Arg = str | int | bytes
 
 
+def new_command_id() -> str:
+    """A fresh command id: a retry of the same call reuses it, so Redis applies it once."""
+    return secrets.token_hex(8)
+
+
 @dataclass(frozen=True)
 class Command:
-    """One call of ``sc_<name>``; ``subject`` names the pod or node in error messages."""
+    """One call of ``sc_<name>``; ``subject`` names the pod or node in error messages; ``id``
+    makes retries of this call idempotent (see ``lua/_command_ids.lua``)."""
 
     name: str
     subject: str
     args: tuple[Arg, ...]
+    id: str = field(default_factory=lambda: new_command_id())
 
 
 def pod_subject(pod: Pod) -> str:

@@ -105,7 +105,7 @@ def read_node_entries(
     summaries: dict[str, ImageStateSummary] = {}
     for start in range(0, len(names), NODES_PER_CALL):
         chunk = names[start : start + NODES_PER_CALL]
-        *chunk_entries, images = client.fcall_ro("sc_read_nodes", 1, keys.prefix, "", *chunk)
+        *chunk_entries, images = client.fcall_ro("sc_read_nodes", 1, keys.prefix, "", "", *chunk)
         entries += chunk_entries
         summaries.update(parse_image_summaries(images))
     return entries, summaries

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from schedcache.commands import new_command_id
+
 if TYPE_CHECKING:
     from schedcache.cache import Cache
 
@@ -40,7 +42,9 @@ class NodeTree:
     def _read(self) -> tuple[int, dict[str, list[str]]]:
         keys = self.cache.keys
         return parse_tree(
-            self.cache.read(lambda: self.cache.client.fcall_ro("sc_tree_read", 1, keys.prefix, ""))
+            self.cache.read(
+                lambda: self.cache.client.fcall_ro("sc_tree_read", 1, keys.prefix, "", "")
+            )
         )
 
     def zones(self) -> dict[str, list[str]]:
@@ -57,7 +61,10 @@ class NodeTree:
     def next(self) -> str:
         """The next node of the shared round-robin cursor; "" when the tree is empty."""
         keys = self.cache.keys
+        command_id = new_command_id()  # a retried call must not advance the cursor twice
         reply = self.cache.read(
-            lambda: self.cache.client.fcall("sc_tree_next", 1, keys.prefix, self.cache.replica)
+            lambda: self.cache.client.fcall(
+                "sc_tree_next", 1, keys.prefix, self.cache.replica, command_id
+            )
         )
         return reply.decode()

@@ -136,6 +136,7 @@ def _catch_up(cache: Cache, snap: Snapshot, report: SnapshotUpdate) -> int:
                 1,
                 keys.prefix,
                 "",
+                "",
                 snap.generation,
                 snap.tree_generation,
                 INLINE_NODES,

@@ -35,7 +35,7 @@ def populate(cache: Cache) -> None:
 
 def raw_fcall(function: str, *args: object) -> Callable[[Cache], object]:
     def call(cache: Cache) -> object:
-        return cache.client.fcall(function, 1, cache.keys.prefix, "test", *args)
+        return cache.client.fcall(function, 1, cache.keys.prefix, "test", "", *args)
 
     return call
 

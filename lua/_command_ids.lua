@@ -1,0 +1,49 @@
+-- Exactly-once commands. A client that lost a reply (connection cut after the script ran)
+-- retries the same call with the same command id; the first outcome is remembered under
+-- cmd:<id> for COMMAND_ID_TTL_MS and answered again without applying anything. Only applied
+-- commands are remembered: a rejected one wrote nothing, so running it again is harmless.
+-- An sc_batch call has one id for the whole call (it is atomic as a whole).
+
+local COMMAND_ID_TTL_MS = 120000
+
+-- Replies are integers, strings and arrays of them; encoded with lengths, so any bytes survive:
+-- i<digits>;  s<length>:<bytes>  a<count>;<items>
+local function encode_reply(value)
+  local kind = type(value)
+  if kind == 'number' then return 'i' .. int_string(value) .. ';' end
+  if kind == 'string' then return 's' .. #value .. ':' .. value end
+  local parts = { 'a' .. #value .. ';' }
+  for j = 1, #value do parts[#parts + 1] = encode_reply(value[j]) end
+  return table.concat(parts)
+end
+
+local function decode_reply(text, position)
+  local kind = string.sub(text, position, position)
+  if kind == 'i' then
+    local stop = string.find(text, ';', position, true)
+    return tonumber(string.sub(text, position + 1, stop - 1)), stop + 1
+  end
+  if kind == 's' then
+    local colon = string.find(text, ':', position, true)
+    local length = tonumber(string.sub(text, position + 1, colon - 1))
+    return string.sub(text, colon + 1, colon + length), colon + length + 1
+  end
+  local stop = string.find(text, ';', position, true)
+  local count = tonumber(string.sub(text, position + 1, stop - 1))
+  local items, next_position = {}, stop + 1
+  for j = 1, count do items[j], next_position = decode_reply(text, next_position) end
+  return items, next_position
+end
+
+local function remembered_reply(p, id)
+  if id == '' then return nil end
+  local stored = redis.call('GET', p .. 'cmd:' .. id)
+  if not stored then return nil end
+  return (decode_reply(stored, 1))
+end
+
+local function remember_reply(p, id, result)
+  if id ~= '' then
+    redis.call('SET', p .. 'cmd:' .. id, encode_reply(result), 'PX', COMMAND_ID_TTL_MS)
+  end
+end
