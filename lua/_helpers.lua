@@ -33,6 +33,9 @@
 --                           tombstones, so snapshot consumers learn about removals)
 --   events           stream the history: type, v, replica, uid/node, gen, data, extras
 --   cmd:<id>         string the reply of an applied command, for answering a retry (expires)
+--   replicas         set    replicas that hold (or held) a lease
+--   lease:<replica>  string the replica's lease, kept alive by its heartbeat (expires)
+--   replicapods:<r>  set    pods replica r assumed whose binding has not finished
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions
@@ -180,25 +183,34 @@ local function unplace_pod(p, uid, node, contribution)
 end
 
 -- The pod record is one string (one GET or SET, where a hash costs a field each):
---   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <contribution>\n<blob>"
+--   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <claimer|-> <contribution>\n<blob>"
+-- claimer: the replica that assumed the pod, while its binding is unfinished (leases).
 -- Returns it as a table, or nil when the pod is not in the cache.
 local function load_pod(p, uid)
   local raw = redis.call('GET', p .. 'pod:' .. uid)
   if not raw then return nil end
   local newline = string.find(raw, '\n', 1, true)
-  local state, node, finished, deadline, gen, contribution =
-    string.match(string.sub(raw, 1, newline - 1), '^(%S+) (%S+) (%S+) (%S+) (%S+) ?(.*)$')
+  local state, node, finished, deadline, gen, claimer, contribution = string.match(
+    string.sub(raw, 1, newline - 1), '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(.*)$')
   if deadline == '-' then deadline = '' end
+  if claimer == '-' then claimer = '' end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
-           contribution = contribution, blob = string.sub(raw, newline + 1) }
+           claimer = claimer, contribution = contribution, blob = string.sub(raw, newline + 1) }
 end
 
 local function save_pod(p, uid, rec)
-  local deadline = rec.deadline
+  local deadline, claimer = rec.deadline, rec.claimer
   if deadline == '' then deadline = '-' end
+  if claimer == '' then claimer = '-' end
   local header = rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' ' .. deadline .. ' '
-    .. rec.gen .. ' ' .. rec.contribution
+    .. rec.gen .. ' ' .. claimer .. ' ' .. rec.contribution
   redis.call('SET', p .. 'pod:' .. uid, header .. '\n' .. rec.blob)
+end
+
+-- The replica's claim on an assumed pod ends (binding finished, or the pod left the cache).
+local function release_claim(p, uid, rec)
+  if rec.claimer ~= '' then redis.call('SREM', p .. 'replicapods:' .. rec.claimer, uid) end
+  rec.claimer = ''
 end
 
 local function pod_state(rec)
@@ -207,16 +219,20 @@ local function pod_state(rec)
 end
 
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
-local function put_pod(p, args, state)
+-- `claimer`: the replica assuming it ('' for added pods).
+local function put_pod(p, args, state, claimer)
   local gen = place_pod(p, args.uid, args.node, args.contribution)
+  if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
   save_pod(p, args.uid, { state = state, node = args.node, finished = '0', deadline = '',
-                          gen = gen, contribution = args.contribution, blob = args.blob })
+                          gen = gen, claimer = claimer, contribution = args.contribution,
+                          blob = args.blob })
   redis.call('SADD', p .. 'pods', args.uid)
   return gen
 end
 
 -- Removes a pod record and every index entry that points at it.
 local function delete_pod(p, uid, rec)
+  release_claim(p, uid, rec)
   redis.call('DEL', p .. 'pod:' .. uid)
   redis.call('SREM', p .. 'pods', uid)
   redis.call('SREM', p .. 'assumed', uid)

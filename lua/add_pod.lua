@@ -23,7 +23,7 @@ local function add_pod(p, replica, a)
     delete_pod(p, args.uid, rec)
     extra = { 'confirmed', 1, 'from', rec.node }
   end
-  local gen = put_pod(p, args, 'added')
+  local gen = put_pod(p, args, 'added', '')
   local fields = { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob }
   for j = 1, #extra do fields[#fields + 1] = extra[j] end
   emit(p, 'PodAdded', replica, fields)

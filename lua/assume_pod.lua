@@ -2,7 +2,9 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
---          [check ("" | "fit" | "generation"), [expected node generation]]
+--          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms]]]
+--          A lease ttl > 0 takes (or renews) the replica's lease with the claim, atomically:
+--          the replica is known to sc_forget_lapsed from its first pod on.
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
@@ -27,7 +29,13 @@ local function assume_pod(p, replica, a)
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reasons
     end
   end
-  local gen = put_pod(p, args, 'assumed')
+  local lease_ms = tonumber(a[7] or '0')
+  if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
+  if lease_ms > 0 and replica ~= '' then
+    redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
+    redis.call('SADD', p .. 'replicas', replica)
+  end
+  local gen = put_pod(p, args, 'assumed', replica)
   redis.call('SADD', p .. 'assumed', args.uid)
   emit(p, 'PodAssumed', replica,
        { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })

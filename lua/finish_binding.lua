@@ -22,6 +22,7 @@ local function finish_binding(p, replica, a)
   else
     redis.call('ZREM', p .. 'deadlines', uid)
   end
+  release_claim(p, uid, rec)  -- from now on the deadline, not the lease, bounds it
   rec.finished = '1'
   rec.deadline = deadline
   save_pod(p, uid, rec)

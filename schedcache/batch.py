@@ -90,7 +90,10 @@ class CommandBatch:
     def assume_pod(
         self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
     ) -> CommandBatch:
-        return self.add(commands.assume_pod(pod, check_fit, expect_generation))
+        self.cache.hold_lease()
+        return self.add(
+            commands.assume_pod(pod, check_fit, expect_generation, self.cache.lease_ttl)
+        )
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> CommandBatch:
         return self.add(commands.finish_binding(pod, now, self.cache.ttl))

@@ -28,6 +28,7 @@ from schedcache.errors import (
 from schedcache.events import Event, decode_entry
 from schedcache.fetch import fetch_node_infos, fetch_pods
 from schedcache.keys import Keys
+from schedcache.leases import Lease
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
@@ -64,6 +65,9 @@ class Cache:
     v1.25). ``replica`` names this client in every event it writes. ``retries``: how often a
     command is sent again after a connection error; every command carries an id, so a retry
     of a command whose reply was lost is answered with its first outcome, never applied twice.
+    ``lease_ttl``: a named replica that assumes pods heartbeats a lease of this many seconds;
+    when it lapses (the replica died), the expiry worker forgets its assumed pods whose
+    binding never finished. 0 turns leases off.
     """
 
     def __init__(
@@ -74,13 +78,17 @@ class Cache:
         ttl: float = 30.0,
         replica: str = "",
         retries: int = 3,
+        lease_ttl: float = 15.0,
     ) -> None:
         self.keys = Keys(name)
         commands.milliseconds(ttl, subject=f"cache {name}", field="ttl")
         self.client = client
         self.name = name
         self.ttl = ttl
+        if not isinstance(replica, str) or len(replica.split()) > 1 or replica != replica.strip():
+            raise ValidationError("cache", "replica", f"{replica!r} must not contain whitespace")
         self.replica = replica
+        self.lease = Lease(self, lease_ttl) if replica and lease_ttl > 0 else None
         self.retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
             stop=tenacity.stop_after_attempt(retries + 1),
@@ -157,11 +165,26 @@ class Cache:
         :class:`FitConflict` and writes nothing.
         """
         try:
-            self.run(commands.assume_pod(pod, check_fit, expect_generation))
+            self.run(commands.assume_pod(pod, check_fit, expect_generation, self.lease_ttl))
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
+        self.hold_lease()
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.lease.ttl if self.lease is not None else 0.0
+
+    def hold_lease(self) -> None:
+        """Heartbeat this replica's lease from now on (the first ``assume_pod`` took it)."""
+        if self.lease is not None:
+            self.lease.start()
+
+    def close(self) -> None:
+        """Release this replica's lease (its assumed pods stay; a clean shutdown)."""
+        if self.lease is not None:
+            self.lease.stop()
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> None:
         """Binding returned: the assumed pod expires at ``now + ttl`` unless confirmed first.

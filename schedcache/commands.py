@@ -79,9 +79,15 @@ def _pod_key_args(pod: Pod) -> tuple[str, str]:
     return uid, pod.node_name
 
 
-def assume_pod(pod: Pod, check_fit: bool = False, expect_generation: int | None = None) -> Command:
+def assume_pod(
+    pod: Pod,
+    check_fit: bool = False,
+    expect_generation: int | None = None,
+    lease_ttl: float = 0.0,
+) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
-    ``expect_generation``: the node must not have changed since that generation (strict)."""
+    ``expect_generation``: the node must not have changed since that generation (strict);
+    ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim."""
     args = _placed_pod_args(pod, "assume")
     if check_fit and expect_generation is not None:
         raise ValidationError(
@@ -94,7 +100,10 @@ def assume_pod(pod: Pod, check_fit: bool = False, expect_generation: int | None 
             )
         args += ("generation", expect_generation)
     elif check_fit:
-        args += ("fit",)
+        args += ("fit", "")
+    else:
+        args += ("", "")
+    args += (milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl"),)
     return Command("assume_pod", pod_subject(pod), args)
 
 
@@ -137,6 +146,10 @@ def cleanup_assumed_pods(now: float | None, limit: int) -> Command:
         "assumed pods",
         (milliseconds(now, subject="cleanup_assumed_pods", field="now"), limit),
     )
+
+
+def forget_lapsed(limit: int) -> Command:
+    return Command("forget_lapsed", "replicas whose lease lapsed", (limit,))
 
 
 def _node_args(node: Node) -> tuple[Arg, ...]:

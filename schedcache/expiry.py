@@ -44,6 +44,7 @@ class ExpiryWorker:
     def __post_init__(self) -> None:
         self.stopping = threading.Event()
         self.expired_total = 0
+        self.forgotten_total = 0
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -54,18 +55,31 @@ class ExpiryWorker:
         signal.signal(signal.SIGINT, self.stop)
 
     def run_once(self) -> list[str]:
-        """One round: expire everything due now, in bounded calls. Returns the uids expired."""
-        expired: list[str] = []
-        while not self.stopping.is_set():
-            uids = self.cache.run(commands.cleanup_assumed_pods(None, self.batch))
-            expired += [uid.decode() for uid in uids]
-            if len(uids) < self.batch:
-                break
+        """One round: expire everything due now, then forget the unfinished pods of replicas
+        whose lease lapsed, in bounded calls. Returns the uids expired."""
+        expired = self._drain(lambda: commands.cleanup_assumed_pods(None, self.batch))
+        forgotten = self._drain(lambda: commands.forget_lapsed(self.batch))
+        if forgotten:
+            self.forgotten_total += len(forgotten)
+            log.warning(
+                "forgot %d assumed pods of replicas whose lease lapsed in cache %s",
+                len(forgotten),
+                self.cache.name,
+            )
         if expired:
             self.expired_total += len(expired)
             metrics.EXPIRED_PODS.labels(cache=self.cache.name).inc(len(expired))
             log.info("expired %d assumed pods in cache %s", len(expired), self.cache.name)
         return expired
+
+    def _drain(self, command: Callable[[], commands.Command]) -> list[str]:
+        done: list[str] = []
+        while not self.stopping.is_set():
+            uids = self.cache.run(command())
+            done += [uid.decode() for uid in uids]
+            if len(uids) < self.batch:
+                break
+        return done
 
     def seconds_until_next_deadline(self) -> float:
         """How long until the earliest deadline by the server's clock (``interval`` if none)."""

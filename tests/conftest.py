@@ -58,16 +58,21 @@ def cache_name() -> str:
 
 @pytest.fixture
 def make_cache(client: redis.Redis, cache_name: str) -> Iterator[Callable[..., Cache]]:
-    """``make_cache(ttl=10.0, replica="test")``: a cache on this test's backend."""
+    """``make_cache(ttl=10.0, replica="test", **Cache options)``: a cache on this test's
+    backend."""
     made: list[Cache] = []
 
-    def factory(ttl: float = 10.0, replica: str = "test", name: str | None = None) -> Cache:
-        cache = Cache(client, name or cache_name, ttl=ttl, replica=replica)
+    def factory(
+        ttl: float = 10.0, replica: str = "test", name: str | None = None, **options: object
+    ) -> Cache:
+        cache = Cache(client, name or cache_name, ttl=ttl, replica=replica, **options)
         made.append(cache)
         return cache
 
     yield factory
     for cache in made:
+        if cache.lease is not None:
+            cache.lease.stop(release=False)
         cache.clear()
 
 

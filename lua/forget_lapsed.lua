@@ -1,0 +1,38 @@
+-- sc_forget_lapsed: forget the unfinished assumed pods of replicas whose lease lapsed.
+--
+-- A replica that dies after assume_pod and before finish_binding would book those resources
+-- forever (no deadline was ever set). Replicas that heartbeat a lease are listed in `replicas`;
+-- when lease:<replica> is gone, its pods in replicapods:<replica> that are still assumed with
+-- binding unfinished are forgotten.
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica (the caller, e.g. the expiry worker), command id, limit
+-- Keys     replicas, lease:<replica>, replicapods:<replica>, pod:<uid>, node:*, nodepods:*,
+--          nodes, pods, assumed, gen, nodegen, events
+-- Reply    the uids forgotten by this call (at most `limit`)
+-- Errors   BADARG <what>
+-- Event    PodForgotten  uid, node, gen, reason=lease-expired, owner=<replica>, data=stored blob
+local function forget_lapsed(p, replica, a)
+  local limit = tonumber(a[1])
+  if limit == nil or limit < 1 or limit ~= math.floor(limit) then return nil, 'BADARG limit' end
+  local forgotten = {}
+  for _, owner in ipairs(redis.call('SMEMBERS', p .. 'replicas')) do
+    if #forgotten >= limit then break end
+    if redis.call('EXISTS', p .. 'lease:' .. owner) == 0 then
+      local claims = p .. 'replicapods:' .. owner
+      for _, uid in ipairs(redis.call('SRANDMEMBER', claims, limit - #forgotten)) do
+        local rec = load_pod(p, uid)
+        redis.call('SREM', claims, uid)
+        if rec ~= nil and rec.state == 'assumed' and rec.finished == '0'
+            and rec.claimer == owner then
+          local gen = delete_pod(p, uid, rec)
+          emit(p, 'PodForgotten', replica, { 'uid', uid, 'node', rec.node, 'gen', gen,
+               'reason', 'lease-expired', 'owner', owner, 'data', rec.blob })
+          forgotten[#forgotten + 1] = uid
+        end
+      end
+      if redis.call('SCARD', claims) == 0 then redis.call('SREM', p .. 'replicas', owner) end
+    end
+  end
+  return forgotten, nil, #forgotten
+end

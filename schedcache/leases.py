@@ -1,0 +1,73 @@
+"""Replica leases: a replica that dies between ``assume_pod`` and ``finish_binding`` must not
+book its pods' resources forever.
+
+While a replica assumes pods it heartbeats ``lease:<replica>`` (a key that expires after
+``ttl``) from a daemon thread, and registers itself in ``replicas``. The expiry worker calls
+``sc_forget_lapsed``: the unfinished assumed pods of a replica whose lease is gone are
+forgotten (``PodForgotten``, reason ``lease-expired``). Pods whose binding finished are bounded
+by their deadline instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+import redis
+
+if TYPE_CHECKING:
+    from schedcache.cache import Cache
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    """The heartbeat of one replica's lease."""
+
+    def __init__(self, cache: Cache, ttl: float) -> None:
+        self.keys = cache.keys
+        self.client = cache.client
+        self.replica = cache.replica
+        self.ttl = ttl
+        self.ttl_ms = max(1, round(ttl * 1000))
+        self.interval = ttl / 3
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        # The thread must not keep the cache alive: it stops when the cache is collected.
+        self._owner = weakref.ref(cache, lambda _: self.stopping.set())
+
+    @property
+    def key(self) -> str:
+        return f"{self.keys.prefix}lease:{self.replica}"
+
+    def renew(self) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.key, "1", px=self.ttl_ms)
+        pipe.sadd(f"{self.keys.prefix}replicas", self.replica)
+        pipe.execute()
+
+    def start(self) -> None:
+        """Keep the lease alive in the background (``assume_pod`` takes it with the claim)."""
+        if self.thread is not None:
+            return
+        self.thread = threading.Thread(
+            target=self._beat, name=f"schedcache-lease-{self.replica}", daemon=True
+        )
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                self.renew()
+            except redis.RedisError as error:
+                log.warning("lease heartbeat of replica %s failed: %s", self.replica, error)
+
+    def stop(self, release: bool = True) -> None:
+        """Stop heartbeating; ``release`` drops the lease at once (a clean shutdown)."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        if release:
+            self.client.delete(self.key)
