@@ -16,9 +16,10 @@ from rich.table import Table
 
 from schedcache import logs
 from schedcache.cache import Cache
-from schedcache.connection import ENV_URL, connect, describe
+from schedcache.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.demo import DemoReport, run_demo
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
+from schedcache.simulation import MODES, SimulationReport, run_replicas
 
 console = Console()
 
@@ -27,6 +28,10 @@ class Settings:
     def __init__(self, url: str | None, cache: str) -> None:
         self.url = url
         self.cache_name = cache
+
+    def is_shared(self) -> bool:
+        """A real Redis that other processes can reach (not the embedded default)."""
+        return bool(self.url) and self.url != EMBEDDED
 
     def client(self) -> redis.Redis:
         try:
@@ -77,15 +82,53 @@ def main(
 @click.option("--replicas", default=2, show_default=True, help="Scheduler replicas.")
 @click.option("--ttl", default=30.0, show_default=True, help="Assumed-pod ttl, seconds.")
 @click.option("--seed", default=1, show_default=True, help="Random seed.")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="fit",
+    show_default=True,
+    help="With --redis: how replica processes claim (fit-checked, or strict generations).",
+)
 @click.option("--keep", is_flag=True, help="Keep the cache's previous contents.")
 @click.pass_obj
 def demo(
-    settings: Settings, nodes: int, pods: int, replicas: int, ttl: float, seed: int, keep: bool
+    settings: Settings,
+    nodes: int,
+    pods: int,
+    replicas: int,
+    ttl: float,
+    seed: int,
+    mode: str,
+    keep: bool,
 ) -> None:
-    """Schedule a simulated cluster and show what the cache saw."""
+    """Schedule a simulated cluster and show what the cache saw.
+
+    On the embedded backend the replicas take turns in this process (with binds that fail and
+    binds never confirmed, so forgetting and expiry are seen). With --redis they are separate
+    processes claiming concurrently with fit-checked claims, retrying conflicts on the next
+    best node.
+    """
     if nodes < 1 or pods < 0 or replicas < 1:
         raise click.BadParameter("--nodes and --replicas must be >= 1, --pods >= 0")
-    cache = Cache(settings.client(), settings.cache_name, ttl=ttl, replica="demo-informer")
+    client = settings.client()
+    if settings.is_shared():
+        with console.status(f"{replicas} replica processes scheduling {pods} pods"):
+            report = run_replicas(
+                settings.url or "",
+                settings.cache_name,
+                replicas=replicas,
+                nodes=nodes,
+                pods=pods,
+                mode=mode,
+                seed=seed,
+            )
+        print_parallel_report(report, Cache(client, settings.cache_name), pods)
+        if report.overcommitted_nodes:
+            raise click.ClickException(
+                f"overcommitted nodes: {', '.join(report.overcommitted_nodes)}"
+            )
+        return
+    cache = Cache(client, settings.cache_name, ttl=ttl, replica="demo-informer")
     if not keep:
         cache.clear()
     with Progress(console=console, transient=True) as bar:
@@ -99,6 +142,37 @@ def demo(
             progress=lambda n: bar.advance(task, n),
         )
     print_report(report, describe(settings.url), settings.cache_name)
+
+
+def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> None:
+    table = Table(title=f"{len(report.replicas)} replica processes, {report.mode} claims")
+    for column in ("replica", "claimed", "conflicts", "unschedulable", "seconds"):
+        table.add_column(column, justify="left" if column == "replica" else "right")
+    for replica in report.replicas:
+        table.add_row(
+            replica.replica,
+            str(replica.claimed),
+            str(replica.conflicts),
+            str(replica.unschedulable),
+            f"{replica.seconds:.2f}",
+        )
+    console.print(table)
+    summary = Table(title="Summary", show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    for what, value in (
+        ("pods to schedule", pods),
+        ("claimed", report.claimed),
+        ("conflicts (another replica was first)", report.conflicts),
+        ("conflicts per successful claim", f"{report.conflict_fraction:.4f}"),
+        ("unschedulable (no node fits)", report.unschedulable),
+        ("pods per second", f"{report.pods_per_second:,.0f}"),
+        ("overcommitted nodes", len(report.overcommitted_nodes)),
+        ("events in the stream", cache.stream_length()),
+        ("seconds", f"{report.seconds:.2f}"),
+    ):
+        summary.add_row(what, str(value))
+    console.print(summary)
 
 
 def print_report(report: DemoReport, where: str, name: str) -> None:
