@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=20_000)
     parser.add_argument("--replicas", default="1,2,4,8")
+    parser.add_argument("--node-cpu", default="10", help="sized so the pods fill ~90%% of CPU")
+    parser.add_argument("--node-memory", default="24Gi")
     args = parser.parse_args()
     results: dict[str, Any] = {"settings": vars(args), "runs": []}
     rows = []
@@ -42,6 +44,8 @@ def main() -> None:
                 nodes=args.nodes,
                 pods=args.pods,
                 mode=mode,
+                node_cpu=args.node_cpu,
+                node_memory=args.node_memory,
             )
             results["runs"].append(
                 {

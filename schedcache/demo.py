@@ -44,7 +44,7 @@ class DemoReport:
     seconds: float = 0.0
 
 
-def demo_node(index: int) -> Node:
+def demo_node(index: int, cpu: str = "4", memory: str = "8Gi") -> Node:
     zone = ZONES[index % len(ZONES)]
     return Node.from_k8s(
         {
@@ -58,7 +58,7 @@ def demo_node(index: int) -> Node:
                 },
             },
             "status": {
-                "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
                 "images": [{"names": ["registry.k8s.io/pause:3.9"], "sizeBytes": 300_000}],
             },
         }

@@ -20,11 +20,12 @@ import redis
 from schedcache.cache import Cache
 from schedcache.demo import demo_node, demo_pod
 from schedcache.errors import FitConflict
+from schedcache.models import Pod
 from schedcache.nodeinfo import NodeInfo
 from schedcache.snapshot import Snapshot
 
 MODES = ("fit", "generation")
-WINDOW = 100  # nodes examined per pod
+WINDOW = 50  # feasible nodes ranked per pod
 
 
 @dataclass
@@ -65,11 +66,17 @@ class SimulationReport:
         return self.claimed / self.seconds if self.seconds else 0.0
 
 
-def ranked_candidates(pod_nodes: list[NodeInfo], pod, start: int) -> list[NodeInfo]:
-    """The feasible nodes of a window of the node list, least allocated CPU first."""
-    count = len(pod_nodes)
-    window = [pod_nodes[(start + k) % count] for k in range(min(WINDOW, count))]
-    feasible = [info for info in window if not info.fits(pod)]
+def ranked_candidates(nodes: list[NodeInfo], pod: Pod, start: int) -> list[NodeInfo]:
+    """Up to ``WINDOW`` feasible nodes, scanning from ``start`` (as kube-scheduler stops after
+    enough feasible nodes), least allocated CPU first."""
+    feasible: list[NodeInfo] = []
+    count = len(nodes)
+    for offset in range(count):
+        info = nodes[(start + offset) % count]
+        if not info.fits(pod):
+            feasible.append(info)
+            if len(feasible) == WINDOW:
+                break
     return sorted(feasible, key=lambda info: info.requested.milli_cpu / info.allocatable.milli_cpu)
 
 
@@ -133,7 +140,16 @@ def overcommitted(cache: Cache) -> list[str]:
 
 
 def run_replicas(
-    url: str, cache_name: str, *, replicas: int, nodes: int, pods: int, mode: str, seed: int = 1
+    url: str,
+    cache_name: str,
+    *,
+    replicas: int,
+    nodes: int,
+    pods: int,
+    mode: str,
+    seed: int = 1,
+    node_cpu: str = "4",
+    node_memory: str = "8Gi",
 ) -> SimulationReport:
     """A fresh cluster of ``nodes`` nodes, then ``pods`` pods scheduled by ``replicas``
     processes (pods dealt round robin)."""
@@ -143,7 +159,7 @@ def run_replicas(
     cache.clear()
     with cache.batch(chunk_size=500) as batch:
         for index in range(nodes):
-            batch.add_node(demo_node(index))
+            batch.add_node(demo_node(index, node_cpu, node_memory))
     # Every process starts scheduling at the same moment, once all have started up.
     start_at = time.time() + 1.0 + 0.4 * replicas
     jobs = [
