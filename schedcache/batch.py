@@ -90,10 +90,9 @@ class CommandBatch:
     def assume_pod(
         self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
     ) -> CommandBatch:
+        command = commands.assume_pod(pod, check_fit, expect_generation, self.cache.lease_to_take)
         self.cache.hold_lease()
-        return self.add(
-            commands.assume_pod(pod, check_fit, expect_generation, self.cache.lease_ttl)
-        )
+        return self.add(command)
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> CommandBatch:
         return self.add(commands.finish_binding(pod, now, self.cache.ttl))
@@ -212,7 +211,7 @@ def _results(group: list[Command], reply: Any) -> list[BatchResult]:
     results = []
     for index, command in enumerate(group):
         applied, value = reply[2 * index], reply[2 * index + 1]
-        metrics.COMMANDS.labels(command.name, "applied" if applied else "rejected").inc()
+        metrics.count_command(command.name, applied=bool(applied))
         if applied:
             results.append(BatchResult(command, reply=value))
         else:

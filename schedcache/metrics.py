@@ -7,7 +7,7 @@ are read from Redis when Prometheus scrapes (:class:`CacheCollector`), so they a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -44,6 +44,18 @@ FIT_CONFLICTS = Counter(
     "replica's snapshot (stale) or was gone (node-missing).",
     ["reason"],
 )
+
+
+_COMMAND_COUNTERS: dict[tuple[str, bool], Any] = {}
+
+
+def count_command(command: str, applied: bool) -> None:
+    """``schedcache_commands_total`` += 1 (the labelled child is looked up once per pair)."""
+    counter = _COMMAND_COUNTERS.get((command, applied))
+    if counter is None:
+        counter = COMMANDS.labels(command, "applied" if applied else "rejected")
+        _COMMAND_COUNTERS[(command, applied)] = counter
+    counter.inc()
 
 
 class CacheCollector(Collector):
