@@ -90,13 +90,16 @@ end
 local changed_nodes = {}
 local changed_gen = {}
 
--- Node entries known to exist during the running call: saves a write per pod in a batch.
+-- Node entries known to exist during the running call (saves a write per pod in a batch),
+-- and those deleted by it (their generation goes to the index only).
 local known_nodes = {}
+local dropped_nodes = {}
 
 local function begin_call()
   changed_nodes = {}
   changed_gen = {}
   known_nodes = {}
+  dropped_nodes = {}
 end
 
 -- Bumps the cache generation for a change of `node`; returns the new generation.
@@ -114,8 +117,7 @@ local function end_call(p)
     local node = changed_nodes[j]
     local gen = changed_gen[node]
     redis.call('ZADD', p .. 'nodegen', gen, node)
-    local nk = p .. 'node:' .. node
-    if redis.call('EXISTS', nk) == 1 then redis.call('HSET', nk, 'gen', gen) end
+    if not dropped_nodes[node] then redis.call('HSET', p .. 'node:' .. node, 'gen', gen) end
   end
   begin_call()
 end
@@ -127,6 +129,7 @@ local function ensure_node(p, node)
     redis.call('SADD', p .. 'nodes', node)
   end
   known_nodes[node] = true
+  dropped_nodes[node] = nil
 end
 
 -- Drops a ghost or placeholder entry once its last pod has gone. Its nodegen member stays,
@@ -138,6 +141,7 @@ local function drop_if_empty(p, node)
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
     redis.call('SREM', p .. 'nodes', node)
     known_nodes[node] = nil
+    dropped_nodes[node] = true
   end
 end
 
