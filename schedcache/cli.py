@@ -18,7 +18,9 @@ from schedcache import logs
 from schedcache.cache import Cache
 from schedcache.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.demo import DemoReport, run_demo
+from schedcache.errors import ValidationError
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
+from schedcache.loader import entries, load_documents, parse_documents
 from schedcache.simulation import MODES, SimulationReport, run_replicas
 
 console = Console()
@@ -212,6 +214,43 @@ def print_report(report: DemoReport, where: str, name: str) -> None:
     for what, count in rows:
         summary.add_row(what, str(count))
     console.print(summary)
+
+
+@main.command()
+@click.argument("source", metavar="FILE|-", type=click.File("r", encoding="utf-8"))
+@click.option("--batch-size", default=500, show_default=True, help="Objects per batch.")
+@click.pass_obj
+def load(settings: Settings, source: click.utils.LazyFile, batch_size: int) -> None:
+    """Ingest kubectl output: `get nodes,pods -o json` (a List) or `get pods --watch -o json`.
+
+    Bound pods become add_pod/update_pod/remove_pod, nodes add_node/update_node/remove_node.
+    Invalid objects are reported with their position and skipped; the exit status is 1 when
+    any object was invalid or rejected by the cache.
+    """
+    text = source.read()
+    cache = Cache(settings.client(), settings.cache_name, replica="loader")
+    stderr = Console(stderr=True)
+    try:
+        documents = parse_documents(text)
+    except ValidationError as error:
+        raise click.ClickException(str(error)) from None
+    total = sum(1 for _ in entries(documents))
+    with Progress(console=stderr, transient=True) as bar:
+        task = bar.add_task("loading", total=total)
+        report = load_documents(
+            cache, documents, batch_size=batch_size, progress=lambda n: bar.advance(task, n)
+        )
+    applied = ", ".join(f"{count} {name}" for name, count in sorted(report.applied.items()))
+    click.echo(f"applied: {applied or 'nothing'}")
+    click.echo(f"skipped: {len(report.skipped)}")
+    for line in report.skipped:
+        click.echo(f"  {line}")
+    for title, lines in (("invalid", report.invalid), ("rejected", report.rejected)):
+        click.echo(f"{title}: {len(lines)}")
+        for line in lines:
+            click.echo(f"  {line}")
+    if not report.ok:
+        sys.exit(1)
 
 
 @main.command()
