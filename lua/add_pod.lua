@@ -8,7 +8,8 @@
 -- Errors   PODEXISTS <uid> added <node>   added twice
 --          BADARG <what>
 -- Event    PodAdded  uid, node, gen, data=blob, and when it confirms an assumed pod:
---          confirmed=1 and from=<node it was assumed on> (may differ from node)
+--          confirmed=1, from=<node it was assumed on> (may differ from node) and fromgen=<the
+--          generation that change gave that node>
 local function add_pod(p, replica, a)
   local args, err = read_pod_args(a)
   if args == nil then return nil, err end
@@ -20,8 +21,8 @@ local function add_pod(p, replica, a)
   if rec ~= nil then
     -- Assumed: the stored contribution leaves the node it was assumed on (a placeholder
     -- left empty disappears), and the confirmed pod is added where it really landed.
-    delete_pod(p, args.uid, rec)
-    extra = { 'confirmed', 1, 'from', rec.node }
+    local from_gen = delete_pod(p, args.uid, rec)
+    extra = { 'confirmed', 1, 'from', rec.node, 'fromgen', from_gen }
   end
   local gen = put_pod(p, args, 'added', '')
   local fields = { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob }

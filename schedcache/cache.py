@@ -34,9 +34,11 @@ from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
 from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
+from schedcache.replay import ReplayState, fold
 from schedcache.replies import error_from_reply, is_cache_error
 from schedcache.selectors import parse_selector
 from schedcache.snapshot import Snapshot, SnapshotUpdate, update_snapshot
+from schedcache.verify import Difference, compare, invariants
 
 if TYPE_CHECKING:
     from schedcache.batch import CommandBatch
@@ -341,6 +343,28 @@ class Cache:
             if len(entries) < count:
                 return
             low = "(" + entries[-1][0].decode()
+
+    def history(self, pod: Pod | str) -> list[Event]:
+        """The events of one pod (by uid), across nodes, in stream order."""
+        uid, _ = self._pod_ref(pod)
+        return [event for event in self.events() if event.uid == uid]
+
+    def history_of_node(self, name: str) -> list[Event]:
+        """The events that changed node ``name`` (its own and its pods'), in stream order."""
+        return [
+            event
+            for event in self.events()
+            if event.node == name or event.fields.get("from") == name
+        ]
+
+    def replay(self, until: str | None = None) -> ReplayState:
+        """The state folded from the stream, up to and including event ``until``."""
+        return fold(self.events(end=until))
+
+    def verify(self) -> list[Difference]:
+        """Differences between the replayed stream and the live keys, and broken invariants;
+        empty when the cache is consistent."""
+        return compare(self.replay(), self) + invariants(self)
 
     def stream_length(self) -> int:
         return int(self.client.xlen(self.keys.events))

@@ -66,6 +66,8 @@ class CacheMachine(RuleBasedStateMachine):
         self.now = 1_700_000_000.0
 
     def teardown(self) -> None:
+        # The whole random history replays to exactly the live state, invariants included.
+        assert self.cache.verify() == []
         self.cache.clear()
 
     def expect(self, error: type[Exception] | None, action) -> bool:

@@ -1,0 +1,179 @@
+"""Replay: fold the event stream into the state it describes, independently of the Lua code.
+
+The fold is plain Python over the events (their payloads carry every pod and node object), so
+comparing it with the live keys checks the Lua functions: that is ``verify()``. The result has
+the shape of ``Cache.dump()``: every node entry (ghosts and placeholders too) as a
+``NodeInfo``, the assumed pods, and the generation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from schedcache.aggregates import pod_contribution
+from schedcache.events import Event
+from schedcache.models import Node, Pod, Resource
+from schedcache.nodeinfo import ImageStateSummary, NodeInfo
+
+POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
+
+
+@dataclass
+class PodState:
+    pod: Pod
+    state: str  # "assumed" | "added"
+    node: str
+    generation: int  # placement generation: orders a node's pods
+    binding_finished: bool = False
+    deadline_ms: int | None = None
+
+
+@dataclass
+class NodeState:
+    name: str
+    node: Node | None = None
+    allocatable: Resource = field(default_factory=Resource)  # kept by a ghost, as upstream
+    pods: dict[str, None] = field(default_factory=dict)
+    generation: int = 0
+
+
+@dataclass
+class ReplayState:
+    """The state after folding events up to ``last_id``."""
+
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    pods: dict[str, PodState] = field(default_factory=dict)
+    image_sizes: dict[str, int] = field(default_factory=dict)
+    generation: int = 0
+    last_id: str | None = None
+    events: int = 0
+
+    # -- folding ----------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        fields, generation = event.fields, event.generation
+        kind = event.type
+        if kind in ("NodeAdded", "NodeUpdated"):
+            self._set_node(Node.from_dict(event.data), generation or 0)
+        elif kind == "NodeRemoved":
+            self._remove_node(fields["node"], generation or 0)
+        elif kind == "PodAssumed":
+            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "assumed", event)
+        elif kind == "BindingFinished":
+            record = self.pods[fields["uid"]]
+            record.binding_finished = True
+            record.deadline_ms = int(fields["deadline"]) if fields.get("deadline") else None
+        elif kind == "PodAdded":
+            if fields["uid"] in self.pods:  # confirming an assumed pod, maybe elsewhere
+                self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
+            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "added", event)
+        elif kind == "PodUpdated":
+            self._unplace(fields["uid"], generation or 0)
+            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "added", event)
+        elif kind in POD_REMOVALS:
+            self._unplace(fields["uid"], generation or 0)
+        else:
+            raise ValueError(f"event {event.id}: unknown type {kind!r}")
+        if generation:
+            self.generation = max(self.generation, generation)
+        self.last_id = event.id
+        self.events += 1
+
+    def _set_node(self, node: Node, generation: int) -> None:
+        entry = self.nodes.setdefault(node.name, NodeState(node.name))
+        if entry.node is not None:
+            self._drop_images(entry.node, keep=node)
+        for names, size in node.images:
+            for name in names:
+                self.image_sizes.setdefault(name, size)
+        entry.node, entry.allocatable, entry.generation = node, node.allocatable, generation
+
+    def _remove_node(self, name: str, generation: int) -> None:
+        entry = self.nodes[name]
+        if entry.node is not None:
+            self._drop_images(entry.node)
+        entry.node, entry.generation = None, generation
+        if not entry.pods:
+            del self.nodes[name]
+
+    def _drop_images(self, node: Node, keep: Node | None = None) -> None:
+        """Forget sizes of images no other live node (nor ``keep``) reports: as the Lua
+        index, the first size reported wins only while the image is on some node."""
+        kept = {name for names, _ in keep.images for name in names} if keep else set()
+        gone = {name for names, _ in node.images for name in names} - kept
+        for other in self.nodes.values():
+            if other.node is not None and other.node.name != node.name:
+                gone -= {name for names, _ in other.node.images for name in names}
+        for name in gone:
+            self.image_sizes.pop(name, None)
+
+    def _place(self, pod: Pod, uid: str, node: str, state: str, event: Event) -> None:
+        generation = event.generation or 0
+        entry = self.nodes.setdefault(node, NodeState(node))
+        entry.pods[uid] = None
+        entry.generation = generation
+        self.pods[uid] = PodState(pod, state, node, generation)
+
+    def _unplace(self, uid: str, generation: int) -> None:
+        record = self.pods.pop(uid)
+        entry = self.nodes[record.node]
+        del entry.pods[uid]
+        entry.generation = generation
+        if entry.node is None and not entry.pods:
+            del self.nodes[record.node]
+
+    # -- the dump-shaped view -----------------------------------------------------------
+
+    @property
+    def assumed_pods(self) -> set[str]:
+        return {uid for uid, record in self.pods.items() if record.state == "assumed"}
+
+    def node_infos(self) -> dict[str, NodeInfo]:
+        spread = Counter(
+            name
+            for entry in self.nodes.values()
+            if entry.node is not None
+            for name in {n for names, _ in entry.node.images for n in names}
+        )
+        return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
+
+    def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
+        records = sorted((self.pods[uid] for uid in entry.pods), key=lambda r: r.generation)
+        totals: Counter[str] = Counter()
+        for record in records:
+            totals.update(dict(pod_contribution(record.pod)))
+        scalars = {f[4:]: v for f, v in totals.items() if f.startswith("r:s:") and v}
+        images = {}
+        if entry.node is not None:
+            for names, _ in entry.node.images:
+                for name in names:
+                    images[name] = ImageStateSummary(self.image_sizes[name], spread[name])
+        return NodeInfo(
+            name=entry.name,
+            node=entry.node,
+            pods=[record.pod for record in records],
+            requested=Resource(totals["r:cpu"], totals["r:mem"], totals["r:eph"], 0, scalars),
+            non_zero_requested=Resource(
+                totals["r:cpu"] + totals["z:cpu"], totals["r:mem"] + totals["z:mem"]
+            ),
+            allocatable=entry.allocatable,
+            used_ports={tuple(_port(f)) for f, v in totals.items() if f.startswith("p:") and v > 0},
+            image_states=images,
+            pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
+            generation=entry.generation,
+        )
+
+
+def _port(field_name: str) -> tuple[str, str, int]:
+    ip, protocol, number = field_name[2:].rsplit("|", 2)
+    return ip, protocol, int(number)
+
+
+def fold(events: Iterable[Event], state: ReplayState | None = None) -> ReplayState:
+    """Fold ``events`` into ``state`` (a fresh one by default)."""
+    state = state or ReplayState()
+    for event in events:
+        state.apply(event)
+    return state

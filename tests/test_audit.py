@@ -1,0 +1,75 @@
+"""Audit: the stream replays to the live state, to any point in time, and tampering shows."""
+
+from __future__ import annotations
+
+from schedcache import Cache
+from schedcache.demo import run_demo
+from tests.factories import make_node, make_pod
+
+
+def busy_cache(cache: Cache) -> None:
+    run_demo(cache, nodes=5, pods=40, replicas=2, seed=4)
+    cache.remove_node("node-1")  # a ghost, if pods remain
+    cache.add_pod(make_pod("late", "node-9", "100m", "1Mi"))  # a placeholder
+
+
+def test_replay_of_a_busy_history_equals_the_live_state(cache):
+    busy_cache(cache)
+    assert cache.verify() == []
+    state = cache.replay()
+    assert state.events == cache.stream_length()
+    assert state.node_infos() == cache.dump().nodes
+
+
+def test_replay_until_an_event_gives_the_state_at_that_moment(cache):
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
+    midpoint = list(cache.events())[-1].id
+    at_midpoint = cache.dump()
+    cache.add_pod(make_pod("b", "n1", "200m", "1Mi"))
+    cache.remove_pod(make_pod("a", "n1"))
+    cache.remove_node("n1")
+    state = cache.replay(until=midpoint)
+    assert state.last_id == midpoint
+    assert state.node_infos() == at_midpoint.nodes
+    assert state.generation == at_midpoint.generation
+
+
+def test_hand_edited_keys_are_reported(cache):
+    busy_cache(cache)
+    keys = cache.keys
+    cache.client.hincrby(keys.node("node-2"), "r:cpu", 7)
+    cache.client.srem(keys.assumed, *cache.client.smembers(keys.assumed) or [b"none"])
+    differences = [str(d) for d in cache.verify()]
+    assert any(d.startswith("node node-2: r:cpu:") for d in differences)
+    assert any(d.startswith("node node-2: requested:") for d in differences)
+
+
+def test_a_pod_moved_between_nodes_by_hand_is_reported(cache):
+    cache.add_node(make_node("n1"))
+    cache.add_node(make_node("n2"))
+    cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
+    cache.client.smove(cache.keys.node_pods("n1"), cache.keys.node_pods("n2"), "a")
+    differences = [str(d) for d in cache.verify()]
+    assert "pod a: node: expected 'n1', found 'n2'" in differences
+
+
+def test_history_of_a_pod_and_of_a_node(cache):
+    cache.add_node(make_node("n1"))
+    pod = make_pod("a", "n2", "100m", "1Mi")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod)
+    cache.add_pod(pod.with_node("n1"))  # confirmed on another node
+    cache.remove_pod(pod.with_node(""))
+    assert [e.type for e in cache.history(pod)] == [
+        "PodAssumed",
+        "BindingFinished",
+        "PodAdded",
+        "PodRemoved",
+    ]
+    assert [e.type for e in cache.history_of_node("n2")] == [
+        "PodAssumed",
+        "BindingFinished",
+        "PodAdded",
+    ]
+    assert [e.type for e in cache.history_of_node("n1")] == ["NodeAdded", "PodAdded", "PodRemoved"]
