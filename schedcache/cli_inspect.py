@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -162,3 +163,83 @@ def events(settings: Settings, since: str | None, count: int | None, follow: boo
                 event = decode_entry(entry_id, raw)
                 click.echo(event_line(event))
                 last = event.id
+
+
+@click.command()
+@click.pass_obj
+def verify(settings: Settings) -> None:
+    """Replay the stream and compare with the live keys; exit status 1 on any difference."""
+    cache = Cache(settings.client(), settings.cache_name)
+    differences = cache.verify()
+    for difference in differences:
+        click.echo(str(difference))
+    if differences:
+        click.echo(f"{len(differences)} differences", err=True)
+        sys.exit(1)
+    click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
+
+
+@click.command()
+@click.option("--until", default=None, metavar="ID", help="Replay up to this event (included).")
+@click.option(
+    "-o", "--output", type=click.Choice(["json", "wide"]), default="json", show_default=True
+)
+@click.pass_obj
+def replay(settings: Settings, until: str | None, output: str) -> None:
+    """The state the stream describes (at --until), shaped like `dump`."""
+    cache = Cache(settings.client(), settings.cache_name)
+    state = cache.replay(until=until)
+    if until is not None and state.last_id != until:
+        raise click.ClickException(f"event {until} is not in the stream of cache {cache.name}")
+    nodes = state.node_infos()
+    if output == "json":
+        document = {
+            "cache": cache.name,
+            "until": state.last_id,
+            "generation": state.generation,
+            "nodes": {name: node_info_json(info) for name, info in sorted(nodes.items())},
+            "assumed_pods": sorted(state.assumed_pods),
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    for name, info in sorted(nodes.items()):
+        status = "Ready" if info.node else "Ghost"
+        click.echo(f"{name}\t{status}\t{len(info.pods)} pods\t{info.requested.milli_cpu}m")
+
+
+@click.group()
+def history() -> None:
+    """The events of one object."""
+
+
+@history.command("pod")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID")
+@click.pass_obj
+def history_pod(settings: Settings, ref: str) -> None:
+    """Every event of a pod (by uid), across nodes."""
+    cache = Cache(settings.client(), settings.cache_name)
+    uid = ref
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        matches = [
+            e.uid
+            for e in cache.events()
+            if e.uid
+            and isinstance(e.data, dict)
+            and (e.data.get("namespace"), e.data.get("name")) == (namespace, name)
+        ]
+        if not matches:
+            raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
+        uid = matches[-1]
+    for event in cache.history(uid):
+        click.echo(event_line(event))
+
+
+@history.command("node")
+@click.argument("name")
+@click.pass_obj
+def history_node(settings: Settings, name: str) -> None:
+    """Every event that changed a node (its own and its pods')."""
+    cache = Cache(settings.client(), settings.cache_name)
+    for event in cache.history_of_node(name):
+        click.echo(event_line(event))

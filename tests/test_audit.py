@@ -73,3 +73,32 @@ def test_history_of_a_pod_and_of_a_node(cache):
         "PodAdded",
     ]
     assert [e.type for e in cache.history_of_node("n1")] == ["NodeAdded", "PodAdded", "PodRemoved"]
+
+
+def test_cli_verify_replay_and_history(client, cache_name, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from schedcache import cli as cli_module
+    from schedcache.cli import main
+
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache = Cache(client, cache_name)
+    try:
+        busy_cache(cache)
+
+        def run(*args: str):
+            return CliRunner().invoke(main, ["--cache", cache_name, *args])
+
+        assert run("verify").exit_code == 0
+        first = next(iter(cache.events())).id
+        replayed = json.loads(run("replay", "--until", first).output)
+        assert list(replayed["nodes"]) == ["node-0"] and replayed["until"] == first
+        assert run("replay", "--until", "1-1").exit_code == 1
+        assert "PodAssumed" in run("history", "pod", "demo/web-1").output
+        cache.client.hincrby(cache.keys.node("node-0"), "r:cpu", 1)
+        tampered = run("verify")
+        assert tampered.exit_code == 1 and "node node-0: r:cpu" in tampered.output
+    finally:
+        cache.clear()
