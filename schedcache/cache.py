@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from schedcache import commands, metrics
+from schedcache import checkpoints, commands, metrics
+from schedcache.checkpoints import HistoryCompacted, stream_id
 from schedcache.commands import Command, pod_subject
 from schedcache.errors import (
     CacheError,
@@ -358,8 +359,33 @@ class Cache:
         ]
 
     def replay(self, until: str | None = None) -> ReplayState:
-        """The state folded from the stream, up to and including event ``until``."""
+        """The state folded from the stream, up to and including event ``until``: from the
+        latest checkpoint when ``until`` is at or after it, else from the stream's start
+        (:class:`HistoryCompacted` if that part was trimmed away)."""
+        checkpoint = checkpoints.read_checkpoint(self)
+        if (
+            checkpoint is not None
+            and checkpoint.last_id is not None
+            and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
+        ):
+            return fold(self.events(start=f"({checkpoint.last_id}", end=until), checkpoint)
+        start = checkpoints.history_start(self)
+        if start is not None:  # the stream no longer begins at the beginning
+            raise HistoryCompacted(
+                f"cache {self.name}: the history before the checkpoint "
+                f"{checkpoint.last_id if checkpoint else start} was compacted away; "
+                "replay at or after it"
+            )
         return fold(self.events(end=until))
+
+    def checkpoint(self) -> str:
+        """Store the folded state at the stream's last event; returns that event's id."""
+        return checkpoints.write_checkpoint(self, self.replay())
+
+    def compact(self, keep: int = 0) -> int:
+        """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
+        replay = checkpoint + tail. Returns how many events were removed."""
+        return checkpoints.compact(self, keep)
 
     def verify(self) -> list[Difference]:
         """Differences between the replayed stream and the live keys, and broken invariants;

@@ -291,10 +291,21 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
-    from schedcache.cli_inspect import dump, events, get, history, replay, verify
+    from schedcache.cli_inspect import (
+        checkpoint,
+        compact,
+        dump,
+        events,
+        get,
+        history,
+        replay,
+        verify,
+    )
     from schedcache.cli_serve import metrics_command, worker
 
-    for command in (dump, get, events, history, replay, verify, worker, metrics_command):
+    for command in (dump, get, events, history, replay, verify, checkpoint, compact):
+        main.add_command(command)
+    for command in (worker, metrics_command):
         main.add_command(command)
 
 

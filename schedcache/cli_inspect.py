@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from schedcache.cache import Cache
+from schedcache.errors import CacheError
 from schedcache.events import Event, decode_entry
 from schedcache.models import Resource
 from schedcache.nodeinfo import NodeInfo
@@ -243,3 +244,24 @@ def history_node(settings: Settings, name: str) -> None:
     cache = Cache(settings.client(), settings.cache_name)
     for event in cache.history_of_node(name):
         click.echo(event_line(event))
+
+
+@click.command()
+@click.pass_obj
+def checkpoint(settings: Settings) -> None:
+    """Store the replayed state at the stream's last event (written in chunks)."""
+    cache = Cache(settings.client(), settings.cache_name)
+    click.echo(f"checkpoint at {cache.checkpoint()}")
+
+
+@click.command()
+@click.option("--keep", default=0, show_default=True, help="Events to keep before the checkpoint.")
+@click.pass_obj
+def compact(settings: Settings, keep: int) -> None:
+    """Trim the stream before the latest checkpoint; replay stays exact from it."""
+    cache = Cache(settings.client(), settings.cache_name)
+    try:
+        removed = cache.compact(keep=keep)
+    except CacheError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"removed {removed} events; {cache.stream_length()} remain")
