@@ -27,7 +27,7 @@ from schedcache.errors import (
     ValidationError,
 )
 from schedcache.events import Event, decode_entry
-from schedcache.fetch import fetch_node_infos, fetch_pods
+from schedcache.fetch import fetch_node_infos, fetch_pods, gc_paused
 from schedcache.keys import Keys
 from schedcache.leases import Lease
 from schedcache.library import ensure_loaded, is_missing_function
@@ -362,6 +362,10 @@ class Cache:
         """The state folded from the stream, up to and including event ``until``: from the
         latest checkpoint when ``until`` is at or after it, else from the stream's start
         (:class:`HistoryCompacted` if that part was trimmed away)."""
+        with gc_paused():  # folding creates many objects and no cycles
+            return self._replay(until)
+
+    def _replay(self, until: str | None) -> ReplayState:
         checkpoint = checkpoints.read_checkpoint(self)
         if (
             checkpoint is not None

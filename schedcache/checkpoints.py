@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from schedcache.errors import CacheError
 from schedcache.events import pack, unpack
-from schedcache.models import Node, Pod, Resource
+from schedcache.models import Node, Resource
 from schedcache.replay import NodeState, PodState, ReplayState
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def _pod_chunk(items: list[tuple[str, PodState]]) -> bytes:
             "pods": [
                 {
                     "uid": uid,
-                    "pod": record.pod.to_dict(),
+                    "blob": record.blob,
                     "state": record.state,
                     "node": record.node,
                     "generation": record.generation,
@@ -75,7 +75,9 @@ def write_checkpoint(cache: Cache, state: ReplayState) -> str:
     pods = list(state.pods.items())
     chunks = [_node_chunk(nodes[i : i + CHUNK]) for i in range(0, len(nodes), CHUNK)]
     chunks += [_pod_chunk(pods[i : i + CHUNK]) for i in range(0, len(pods), CHUNK)]
-    chunks.append(pack({"image_sizes": state.image_sizes}))
+    chunks.append(
+        pack({"image_sizes": state.image_sizes, "image_spread": dict(state.image_spread)})
+    )
     for index, chunk in enumerate(chunks):  # one small write each: Redis stays responsive
         cache.client.set(f"{prefix}{index}", chunk)
     previous = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
@@ -118,7 +120,7 @@ def read_checkpoint(cache: Cache) -> ReplayState | None:
             )
         for item in chunk.get("pods", ()):
             state.pods[item["uid"]] = PodState(
-                pod=Pod.from_dict(item["pod"]),
+                blob=item["blob"],
                 state=item["state"],
                 node=item["node"],
                 generation=item["generation"],
@@ -126,6 +128,7 @@ def read_checkpoint(cache: Cache) -> ReplayState | None:
                 deadline_ms=item["deadline"],
             )
         state.image_sizes.update(chunk.get("image_sizes", {}))
+        state.image_spread.update(chunk.get("image_spread", {}))
     return state
 
 

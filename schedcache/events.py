@@ -8,6 +8,7 @@ object), so a fold never needs to look anything up.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,9 +51,14 @@ class Event:
     id: str
     type: str
     replica: str
-    data: Any = None
+    blob: bytes | None = field(default=None, repr=False)  # the msgpack payload, as stored
     fields: dict[str, str] = field(default_factory=dict)
     version: int = SCHEMA_VERSION
+
+    @functools.cached_property
+    def data(self) -> Any:
+        """The decoded payload (decoded on first use: a replay needs few of them)."""
+        return unpack(self.blob) if self.blob else None
 
     @property
     def uid(self) -> str | None:
@@ -70,14 +76,18 @@ class Event:
 
 def decode_entry(entry_id: bytes | str, raw: Mapping[bytes, bytes]) -> Event:
     """An :class:`Event` from one XRANGE entry."""
-    fields = {key.decode(): value for key, value in raw.items()}
-    blob = fields.pop("data", None)
-    text = {key: value.decode() for key, value in fields.items()}
+    blob = None
+    text: dict[str, str] = {}
+    for key, value in raw.items():
+        if key == b"data":
+            blob = value
+        else:
+            text[key.decode()] = value.decode()
     return Event(
         id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
         type=text.pop("type", ""),
         replica=text.pop("replica", ""),
         version=int(text.pop("v", SCHEMA_VERSION)),
-        data=unpack(blob) if blob else None,
+        blob=blob,
         fields=text,
     )

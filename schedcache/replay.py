@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schedcache.aggregates import pod_contribution
-from schedcache.events import Event
+from schedcache.events import Event, unpack
 from schedcache.models import Node, Pod, Resource
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 
@@ -22,12 +22,19 @@ POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
 
 @dataclass
 class PodState:
-    pod: Pod
+    blob: bytes | None  # the pod's msgpack, decoded only when asked (most pods come and go)
     state: str  # "assumed" | "added"
     node: str
     generation: int  # placement generation: orders a node's pods
     binding_finished: bool = False
     deadline_ms: int | None = None
+    decoded: Pod | None = field(default=None, repr=False)
+
+    @property
+    def pod(self) -> Pod:
+        if self.decoded is None:
+            self.decoded = Pod.from_dict(unpack(self.blob or b""))
+        return self.decoded
 
 
 @dataclass
@@ -46,6 +53,7 @@ class ReplayState:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     pods: dict[str, PodState] = field(default_factory=dict)
     image_sizes: dict[str, int] = field(default_factory=dict)
+    image_spread: Counter[str] = field(default_factory=Counter)  # live nodes per image
     generation: int = 0
     last_id: str | None = None
     events: int = 0
@@ -60,7 +68,7 @@ class ReplayState:
         elif kind == "NodeRemoved":
             self._remove_node(fields["node"], generation or 0)
         elif kind == "PodAssumed":
-            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "assumed", event)
+            self._place(event.blob, fields["uid"], fields["node"], "assumed", event)
         elif kind == "BindingFinished":
             record = self.pods[fields["uid"]]
             record.binding_finished = True
@@ -68,10 +76,10 @@ class ReplayState:
         elif kind == "PodAdded":
             if fields["uid"] in self.pods:  # confirming an assumed pod, maybe elsewhere
                 self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
-            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "added", event)
+            self._place(event.blob, fields["uid"], fields["node"], "added", event)
         elif kind == "PodUpdated":
             self._unplace(fields["uid"], generation or 0)
-            self._place(Pod.from_dict(event.data), fields["uid"], fields["node"], "added", event)
+            self._place(event.blob, fields["uid"], fields["node"], "added", event)
         elif kind in POD_REMOVALS:
             self._unplace(fields["uid"], generation or 0)
         else:
@@ -83,38 +91,39 @@ class ReplayState:
 
     def _set_node(self, node: Node, generation: int) -> None:
         entry = self.nodes.setdefault(node.name, NodeState(node.name))
-        if entry.node is not None:
-            self._drop_images(entry.node, keep=node)
+        old = _image_names(entry.node) if entry.node is not None else set()
+        new = _image_names(node)
+        self._lose_images(old - new)
         for names, size in node.images:
             for name in names:
-                self.image_sizes.setdefault(name, size)
+                if name not in old:
+                    self.image_sizes.setdefault(name, size)  # the first size reported wins
+        for name in new - old:
+            self.image_spread[name] += 1
         entry.node, entry.allocatable, entry.generation = node, node.allocatable, generation
 
     def _remove_node(self, name: str, generation: int) -> None:
         entry = self.nodes[name]
         if entry.node is not None:
-            self._drop_images(entry.node)
+            self._lose_images(_image_names(entry.node))
         entry.node, entry.generation = None, generation
         if not entry.pods:
             del self.nodes[name]
 
-    def _drop_images(self, node: Node, keep: Node | None = None) -> None:
-        """Forget sizes of images no other live node (nor ``keep``) reports: as the Lua
-        index, the first size reported wins only while the image is on some node."""
-        kept = {name for names, _ in keep.images for name in names} if keep else set()
-        gone = {name for names, _ in node.images for name in names} - kept
-        for other in self.nodes.values():
-            if other.node is not None and other.node.name != node.name:
-                gone -= {name for names, _ in other.node.images for name in names}
-        for name in gone:
-            self.image_sizes.pop(name, None)
+    def _lose_images(self, names: set[str]) -> None:
+        """As the Lua index: an image's size is forgotten with its last live node."""
+        for name in names:
+            self.image_spread[name] -= 1
+            if self.image_spread[name] <= 0:
+                del self.image_spread[name]
+                self.image_sizes.pop(name, None)
 
-    def _place(self, pod: Pod, uid: str, node: str, state: str, event: Event) -> None:
+    def _place(self, blob: bytes | None, uid: str, node: str, state: str, event: Event) -> None:
         generation = event.generation or 0
         entry = self.nodes.setdefault(node, NodeState(node))
         entry.pods[uid] = None
         entry.generation = generation
-        self.pods[uid] = PodState(pod, state, node, generation)
+        self.pods[uid] = PodState(blob, state, node, generation)
 
     def _unplace(self, uid: str, generation: int) -> None:
         record = self.pods.pop(uid)
@@ -131,12 +140,7 @@ class ReplayState:
         return {uid for uid, record in self.pods.items() if record.state == "assumed"}
 
     def node_infos(self) -> dict[str, NodeInfo]:
-        spread = Counter(
-            name
-            for entry in self.nodes.values()
-            if entry.node is not None
-            for name in {n for names, _ in entry.node.images for n in names}
-        )
+        spread = self.image_spread
         return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
 
     def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
@@ -164,6 +168,10 @@ class ReplayState:
             pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
             generation=entry.generation,
         )
+
+
+def _image_names(node: Node) -> set[str]:
+    return {name for names, _ in node.images for name in names}
 
 
 def _port(field_name: str) -> tuple[str, str, int]:
