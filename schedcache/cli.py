@@ -294,6 +294,7 @@ def _register() -> None:
     from schedcache.cli_inspect import (
         checkpoint,
         compact,
+        diff,
         dump,
         events,
         get,
@@ -303,7 +304,7 @@ def _register() -> None:
     )
     from schedcache.cli_serve import metrics_command, worker
 
-    for command in (dump, get, events, history, replay, verify, checkpoint, compact):
+    for command in (dump, get, events, history, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
     for command in (worker, metrics_command):
         main.add_command(command)

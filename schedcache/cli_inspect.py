@@ -265,3 +265,46 @@ def compact(settings: Settings, keep: int) -> None:
     except CacheError as error:
         raise click.ClickException(str(error)) from None
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
+
+
+@click.command()
+@click.argument("start", metavar="ID_A")
+@click.argument("end", metavar="ID_B")
+@click.pass_obj
+def diff(settings: Settings, start: str, end: str) -> None:
+    """What changed on which node between two points of the stream (events ID_A and ID_B)."""
+    cache = Cache(settings.client(), settings.cache_name)
+    before, after = cache.replay(until=start), cache.replay(until=end)
+    old, new = before.node_infos(), after.node_infos()
+    changed = False
+    for name in sorted(set(old) | set(new)):
+        lines = node_changes(old.get(name), new.get(name))
+        if lines:
+            changed = True
+            click.echo(f"node {name}")
+            for line in lines:
+                click.echo(f"  {line}")
+    if not changed:
+        click.echo(f"no node changed between {start} and {end}")
+
+
+def node_changes(old: NodeInfo | None, new: NodeInfo | None) -> list[str]:
+    if old is None:
+        return ["added" if new and new.node else "appeared (pods before their node)"]
+    if new is None:
+        return ["gone"]
+    lines = []
+    if (old.node is None) != (new.node is None):
+        lines.append("removed, pods remain (ghost)" if new.node is None else "node object set")
+    old_pods = {f"{p.namespace}/{p.name}" for p in old.pods}
+    new_pods = {f"{p.namespace}/{p.name}" for p in new.pods}
+    lines += [f"+ pod {name}" for name in sorted(new_pods - old_pods)]
+    lines += [f"- pod {name}" for name in sorted(old_pods - new_pods)]
+    for label, a, b in (
+        ("cpu requested", old.requested.milli_cpu, new.requested.milli_cpu),
+        ("memory requested", old.requested.memory, new.requested.memory),
+        ("cpu allocatable", old.allocatable.milli_cpu, new.allocatable.milli_cpu),
+    ):
+        if a != b:
+            lines.append(f"{label}: {a} -> {b}")
+    return lines

@@ -102,3 +102,29 @@ def test_cli_verify_replay_and_history(client, cache_name, monkeypatch):
         assert tampered.exit_code == 1 and "node node-0: r:cpu" in tampered.output
     finally:
         cache.clear()
+
+
+def test_cli_diff_between_two_events(client, cache_name, monkeypatch):
+    from click.testing import CliRunner
+
+    from schedcache import cli as cli_module
+    from schedcache.cli import main
+
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache = Cache(client, cache_name)
+    try:
+        cache.add_node(make_node("n1", "4", "1Gi"))
+        cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
+        start = list(cache.events())[-1].id
+        cache.add_pod(make_pod("b", "n1", "200m", "1Mi"))
+        cache.remove_pod(make_pod("a", "n1"))
+        end = list(cache.events())[-1].id
+        output = CliRunner().invoke(main, ["--cache", cache_name, "diff", start, end]).output
+        assert output.splitlines() == [
+            "node n1",
+            "  + pod node_info_cache_test/b",
+            "  - pod node_info_cache_test/a",
+            "  cpu requested: 100 -> 200",
+        ]
+    finally:
+        cache.clear()
