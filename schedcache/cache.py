@@ -358,21 +358,24 @@ class Cache:
             if event.node == name or event.fields.get("from") == name
         ]
 
-    def replay(self, until: str | None = None) -> ReplayState:
+    def replay(
+        self, until: str | None = None, progress: Callable[[int], None] | None = None
+    ) -> ReplayState:
         """The state folded from the stream, up to and including event ``until``: from the
         latest checkpoint when ``until`` is at or after it, else from the stream's start
         (:class:`HistoryCompacted` if that part was trimmed away)."""
         with gc_paused():  # folding creates many objects and no cycles
-            return self._replay(until)
+            return self._replay(until, progress)
 
-    def _replay(self, until: str | None) -> ReplayState:
+    def _replay(self, until: str | None, progress: Callable[[int], None] | None) -> ReplayState:
         checkpoint = checkpoints.read_checkpoint(self)
         if (
             checkpoint is not None
             and checkpoint.last_id is not None
             and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
         ):
-            return fold(self.events(start=f"({checkpoint.last_id}", end=until), checkpoint)
+            tail = self.events(start=f"({checkpoint.last_id}", end=until)
+            return fold(tail, checkpoint, progress)
         start = checkpoints.history_start(self)
         if start is not None:  # the stream no longer begins at the beginning
             raise HistoryCompacted(
@@ -380,7 +383,7 @@ class Cache:
                 f"{checkpoint.last_id if checkpoint else start} was compacted away; "
                 "replay at or after it"
             )
-        return fold(self.events(end=until))
+        return fold(self.events(end=until), progress=progress)
 
     def checkpoint(self) -> str:
         """Store the folded state at the stream's last event; returns that event's id."""

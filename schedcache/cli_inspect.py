@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from schedcache.cache import Cache
@@ -189,7 +190,9 @@ def verify(settings: Settings) -> None:
 def replay(settings: Settings, until: str | None, output: str) -> None:
     """The state the stream describes (at --until), shaped like `dump`."""
     cache = Cache(settings.client(), settings.cache_name)
-    state = cache.replay(until=until)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("replaying", total=cache.stream_length())
+        state = cache.replay(until=until, progress=lambda n: bar.advance(task, n))
     if until is not None and state.last_id != until:
         raise click.ClickException(f"event {until} is not in the stream of cache {cache.name}")
     nodes = state.node_infos()

@@ -9,7 +9,7 @@ the shape of ``Cache.dump()``: every node entry (ghosts and placeholders too) as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from schedcache.aggregates import pod_contribution
@@ -179,9 +179,21 @@ def _port(field_name: str) -> tuple[str, str, int]:
     return ip, protocol, int(number)
 
 
-def fold(events: Iterable[Event], state: ReplayState | None = None) -> ReplayState:
-    """Fold ``events`` into ``state`` (a fresh one by default)."""
+def fold(
+    events: Iterable[Event],
+    state: ReplayState | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayState:
+    """Fold ``events`` into ``state`` (a fresh one by default); ``progress(n)`` is called
+    every 10,000 events."""
     state = state or ReplayState()
+    done = 0
     for event in events:
         state.apply(event)
+        done += 1
+        if progress and done == 10_000:
+            progress(done)
+            done = 0
+    if progress and done:
+        progress(done)
     return state
