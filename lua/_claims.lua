@@ -30,7 +30,9 @@ local function claim_conflicts(p, node, contribution, check, expected)
   if check == 'generation' then
     local want = tonumber(expected)
     if want == nil then return nil end
-    if tonumber(state[2] or '0') > want then return 'stale' end
+    -- A change earlier in the same sc_batch is recorded on the node only when the call ends.
+    local current = changed_gen[node] or tonumber(state[2] or '0')
+    if current > want then return 'stale' end
     return ''
   end
   if check ~= 'fit' then return nil end

@@ -61,15 +61,16 @@ local function int_string(n)
   return string.format('%d', n)
 end
 
--- Reads `count` field/value pairs starting at a[i]; the values must be integers.
+-- Reads `count` field/value pairs starting at a[i]; the values must be integers, and stay
+-- the strings they came as (a Lua number is a double: 1e18 would be stored as "1e+18").
 -- Returns the flat list and the index after it, or nil and an error.
 local function read_pairs(a, i, what)
   local count = tonumber(a[i])
   if count == nil or count < 0 then return nil, 'BADARG ' .. what .. '-count' end
   local out = {}
   for j = i + 1, i + 2 * count, 2 do
-    local field, value = a[j], tonumber(a[j + 1])
-    if field == nil or field == '' or value == nil or value ~= math.floor(value) then
+    local field, value = a[j], a[j + 1]
+    if field == nil or field == '' or value == nil or not string.match(value, '^%-?%d+$') then
       return nil, 'BADARG ' .. what
     end
     out[#out + 1] = field
@@ -244,8 +245,23 @@ local function delete_pod(p, uid, rec)
   return unplace_pod(p, uid, rec.node, rec.contribution)
 end
 
+-- A node total that HINCRBY would push past int64 fails in the middle of a script (Redis does
+-- not roll back). Checked before the first write, for amounts of 13 digits or more (a node
+-- cannot creep up to 9e18 in small steps: that would take millions of pods).
+local TOTAL_LIMIT = 9.0e18
+
+local function overflowing_field(p, node, contribution)
+  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
+    if #amount >= 13 then
+      local current = tonumber(redis.call('HGET', p .. 'node:' .. node, field) or '0')
+      if current + tonumber(amount) > TOTAL_LIMIT then return field end
+    end
+  end
+  return nil
+end
+
 -- Parses the common pod arguments: uid, node, blob, contribution.
-local function read_pod_args(a)
+local function read_pod_args(p, a)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
   if node == nil or node == '' or string.find(node, '%s') then return nil, 'BADARG node ' .. uid end
@@ -253,6 +269,8 @@ local function read_pod_args(a)
   if contribution == nil or not valid_contribution(contribution) then
     return nil, 'BADARG contribution ' .. uid
   end
+  local overflow = overflowing_field(p, node, contribution)
+  if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
   return { uid = uid, node = node, blob = blob, contribution = contribution }
 end
 

@@ -6,12 +6,13 @@
 --          deadlines, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> added <node>   added twice
+--          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>
 -- Event    PodAdded  uid, node, gen, data=blob, and when it confirms an assumed pod:
 --          confirmed=1, from=<node it was assumed on> (may differ from node) and fromgen=<the
 --          generation that change gave that node>
 local function add_pod(p, replica, a)
-  local args, err = read_pod_args(a)
+  local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
   local rec = load_pod(p, args.uid)
   if rec ~= nil and rec.state == 'added' then

@@ -12,10 +12,11 @@
 --            (reasons: cpu, memory, ephemeral-storage, pods, <scalar>, port:<proto>/<port>) or
 --            is gone (node-missing); with "generation": the node changed since the expected
 --            generation (stale) or is gone (node-missing)
+--          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
 local function assume_pod(p, replica, a)
-  local args, err = read_pod_args(a)
+  local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
   local rec = load_pod(p, args.uid)
   if rec ~= nil then

@@ -7,11 +7,12 @@
 -- Errors   PODNOTFOUND <uid> absent
 --          NOTADDED <uid> assumed             assumed pods get an add first, never an update
 --          WRONGNODE <uid> added <stored node> <new node>   (upstream exits the process)
+--          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>
 -- Event    PodUpdated  uid, node, gen, data=new blob
 -- The stored contribution is subtracted, never the caller's copy of the old pod.
 local function update_pod(p, replica, a)
-  local args, err = read_pod_args(a)
+  local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
   local rec = load_pod(p, args.uid)
   if rec == nil then return nil, 'PODNOTFOUND ' .. args.uid .. ' absent' end

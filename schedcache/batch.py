@@ -63,7 +63,7 @@ class CommandBatch:
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.in_flight: deque[tuple[str, list[Command]]] = deque()
-        self.answered: list[tuple[list[Command], Any]] = []
+        self.answered: list[tuple[str, list[Command], Any]] = []
         self.connection: AbstractConnection | None = None
         self.count = 0
 
@@ -126,23 +126,26 @@ class CommandBatch:
             while self.in_flight:
                 self._read_reply()
             answered, self.answered = self.answered, []
-            retry = [group for group, reply in answered if _library_missing(reply)]
-            if retry:
-                # The server lost the library (restart without persistence, flush): those
-                # groups were not applied at all, so sending them again is safe.
+            first = next((i for i, a in enumerate(answered) if _library_missing(a[2])), None)
+            if first is not None:
+                # The server lost the library (restart without persistence, flush): that group
+                # was not applied. Send it and every later group again, in order and with
+                # their ids: a later group applied meanwhile is answered from its id, one
+                # rejected is judged again in the right order.
                 ensure_loaded(self.cache.client)
-                for group in retry:
-                    self.group = group
-                    self._send_group()
+                for group_id, group, _ in answered[first:]:
+                    self.in_flight.append((group_id, group))
+                    try:
+                        self._send(group_id, group)
+                    except RETRYABLE:
+                        self._reconnect_and_resend()
                 while self.in_flight:
                     self._read_reply()
-                resent = iter(self.answered)
-                answered = [next(resent) if _library_missing(r) else (g, r) for g, r in answered]
-                self.answered = []
+                answered, self.answered = answered[:first] + self.answered, []
         finally:
             self.close()
         self.count = 0
-        return [result for group, reply in answered for result in _results(group, reply)]
+        return [result for _, group, reply in answered for result in _results(group, reply)]
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
@@ -186,8 +189,8 @@ class CommandBatch:
                 if attempt == RETRIES:
                     raise
                 self._reconnect_and_resend(attempt)
-        _, group = self.in_flight.popleft()
-        self.answered.append((group, reply))
+        group_id, group = self.in_flight.popleft()
+        self.answered.append((group_id, group, reply))
 
     def _reconnect_and_resend(self, attempt: int = 0) -> None:
         """The connection broke with groups unanswered: some may have been applied. Send them

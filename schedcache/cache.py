@@ -196,10 +196,12 @@ class Cache:
         if self.lease is not None:
             self.lease.start()
 
-    def close(self) -> None:
-        """Release this replica's lease (its assumed pods stay; a clean shutdown)."""
+    def close(self, release_lease: bool = False) -> None:
+        """Stop this replica's lease heartbeat. The lease lapses after its ttl (binds in flight
+        have that long to finish); then the expiry worker forgets claims whose binding never
+        finished. ``release_lease=True`` drops it at once."""
         if self.lease is not None:
-            self.lease.stop()
+            self.lease.stop(release=release_lease)
 
     def finish_binding(self, pod: Pod, now: float | None = None) -> None:
         """Binding returned: the assumed pod expires at ``now + ttl`` unless confirmed first.

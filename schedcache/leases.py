@@ -64,10 +64,14 @@ class Lease:
             except redis.RedisError as error:
                 log.warning("lease heartbeat of replica %s failed: %s", self.replica, error)
 
-    def stop(self, release: bool = True) -> None:
-        """Stop heartbeating; ``release`` drops the lease at once (a clean shutdown)."""
+    def stop(self, release: bool = False) -> None:
+        """Stop heartbeating. The lease then lapses after its ttl, which leaves binds still in
+        flight that long to finish; ``release`` drops it at once (the replica's unfinished
+        claims are forgotten by the next expiry round)."""
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout=5)
+        self.thread = None
+        self.stopping = threading.Event()
         if release:
             self.client.delete(self.key)

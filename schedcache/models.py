@@ -542,8 +542,13 @@ class Node:
     def zone_key(self) -> str:
         """``GetZoneKey``: region + ":\\x00:" + zone, beta labels first; "" if neither is set."""
         labels = self.labels
-        zone = labels.get(BETA_ZONE_LABEL) or labels.get(ZONE_LABEL) or ""
-        region = labels.get(BETA_REGION_LABEL) or labels.get(REGION_LABEL) or ""
+        # As upstream: a beta label that is present wins, even when empty.
+        zone = labels[BETA_ZONE_LABEL] if BETA_ZONE_LABEL in labels else labels.get(ZONE_LABEL, "")
+        region = (
+            labels[BETA_REGION_LABEL]
+            if BETA_REGION_LABEL in labels
+            else labels.get(REGION_LABEL, "")
+        )
         if not zone and not region:
             return ""
         return f"{region}:\x00:{zone}"

@@ -27,6 +27,7 @@ CODES = frozenset(
         "WRONGNODE",
         "NODENOTFOUND",
         "FITCONFLICT",
+        "OVERFLOW",
         "BADARG",
     }
 )
@@ -89,6 +90,11 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
         else:
             why = f"node {node} no longer has room: {', '.join(names)} short"
         return FitConflict(f"{subject} cannot be assumed: {why}", node=node, reasons=names)
+    if code == "OVERFLOW":
+        _, node, field = detail
+        return ValidationError(
+            subject, "resources", f"would push node {node}'s total {field} past 64 bits"
+        )
     if code == "BADARG":
         return ValidationError(
             subject, " ".join(detail), f"malformed argument to sc_{command} (a schedcache bug)"

@@ -171,9 +171,9 @@ def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
             snap.image_states[image] = summary
             for name in snap.image_nodes.get(image, ()):
                 snap.node_infos[name].image_states[image] = summary
-        else:
+        else:  # no live node has it any more: nor does any node of the snapshot
             snap.image_states.pop(image, None)
-            for name in snap.image_nodes.get(image, ()):
+            for name in snap.image_nodes.pop(image, ()):
                 snap.node_infos[name].image_states.pop(image, None)
 
 

@@ -168,3 +168,14 @@ def test_replica_processes_never_oversubscribe_a_node():
             assert len(info.pods) <= info.allocatable.allowed_pod_number
     finally:
         cache.clear()
+
+
+def test_strict_claim_in_a_batch_sees_changes_earlier_in_the_batch(cache):
+    """Found in review: inside sc_batch the node's generation is recorded only at the end."""
+    cache.add_node(small_node())
+    seen = cache.get_node_info("n1").generation
+    batch = cache.batch()
+    batch.add_pod(make_pod("x", "n1", "100m", "1Mi"))
+    batch.assume_pod(make_pod("y", "n1", "1m", "1Mi"), expect_generation=seen)
+    results = batch.execute()
+    assert results[0].ok and isinstance(results[1].error, FitConflict)

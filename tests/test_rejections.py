@@ -118,3 +118,20 @@ def test_names_that_cannot_be_keys_are_refused_before_redis(cache: Cache, call):
     with pytest.raises(ValidationError, match="must be non-empty without whitespace"):
         call(cache)
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_node_total_past_64_bits_is_refused_before_any_write(cache: Cache):
+    cache.add_node(make_node("n1"))
+    cache.add_pod(make_pod("big", "n1", "1", "5Ei"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match="would push node n1's total r:mem past 64 bits"):
+        cache.add_pod(make_pod("big2", "n1", "1", "5Ei"))
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    assert cache.verify() == []
+
+
+def test_huge_allocatable_is_stored_exactly(cache: Cache):
+    cache.add_node(make_node("n1", "1", "1E"))
+    cache.add_node(make_node("n2", "1", "9007199254740993"))
+    assert cache.get_node_info("n1").allocatable.memory == 10**18
+    assert cache.get_node_info("n2").allocatable.memory == 9007199254740993

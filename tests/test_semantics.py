@@ -330,3 +330,19 @@ def test_reads_reload_the_library_when_the_server_lost_it(make_cache):
     assert cache.get_node_info("n1").node is not None
     cache.client.function_flush()
     assert set(cache.dump().nodes) == {"n1"}
+
+
+def test_batch_resent_after_a_lost_library_keeps_its_order(make_cache):
+    """Found in review: groups after a failed one were applied before it."""
+    from schedcache.library import ensure_loaded
+
+    cache: Cache = make_cache()
+    pod = make_pod("p", "n1", "100m", "1Mi")
+    batch = cache.batch(chunk_size=1)
+    cache.client.function_flush()
+    batch.add_pod(pod)  # sent at once: fails, the library is gone
+    ensure_loaded(cache.client)  # another client loads it again meanwhile
+    batch.remove_pod(pod)
+    results = batch.execute()
+    assert [r.ok for r in results] == [True, True]
+    assert cache.pod_state(pod) is None  # the informer's last word: deleted

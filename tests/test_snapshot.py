@@ -349,3 +349,21 @@ def test_random_commands_and_updates_match_a_fresh_snapshot(make_cache, ops):
             run(cache, snap, f"{op}{i}" if op != "snap" else "snap")
     cache.update_snapshot(snap)
     assert_matches_fresh(cache, snap)
+
+
+def test_an_image_that_leaves_every_node_and_returns_elsewhere(cache):
+    """Found in review: the snapshot's image index kept a removed node (KeyError after)."""
+    image = [(["img-x"], 10)]
+    cache.add_node(make_node("n0", images=image))
+    cache.add_node(make_node("n1"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    cache.remove_node("n0")
+    cache.update_snapshot(snap)
+    cache.update_node(None, make_node("n1", images=image))
+    cache.update_snapshot(snap)
+    assert_matches_fresh(cache, snap)
+    cache.update_node(None, make_node("n1"))
+    cache.add_node(make_node("n0", images=image))
+    cache.update_snapshot(snap)
+    assert_matches_fresh(cache, snap)

@@ -1,0 +1,193 @@
+"""``schedcache demo``, ``stats`` and ``scripts`` as a user runs them, on both backends.
+
+On the real backend the CLI is given ``--redis <test server>`` and this test's cache name (its
+keys are deleted afterwards). The embedded default starts a new in-process fakeredis on every
+``connect()``, so on fakeredis a test can only check what one invocation prints; state left
+behind by the demo is checked by calling ``run_demo`` on the fixture's cache.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from schedcache import Cache
+from schedcache import cli as cli_module
+from schedcache.cli import main
+from schedcache.connection import EMBEDDED, ENV_URL
+from schedcache.demo import run_demo
+from schedcache.library import command_names
+from tests.conftest import REAL_REDIS_URL
+
+# Table borders rich draws (unicode, or ASCII when the output cannot encode them).
+BORDERS = re.compile(r"[│┃|]")
+
+
+def cells(line: str) -> list[str]:
+    """The non-empty cells of one row of a rich table."""
+    return [cell.strip() for cell in BORDERS.split(line) if cell.strip()]
+
+
+def summary(output: str) -> dict[str, str]:
+    """The rows of the ``Summary`` table: what -> value."""
+    _, marker, tail = output.partition("Summary")
+    assert marker, f"no Summary table in:\n{output}"
+    rows = {}
+    for line in tail.splitlines():
+        row = cells(line)
+        if len(row) == 2:
+            rows[row[0]] = row[1]
+    return rows
+
+
+def table_rows(output: str, first_cell: str) -> list[list[str]]:
+    """Rows of any table whose first cell starts with ``first_cell``."""
+    return [row for row in map(cells, output.splitlines()) if row and row[0].startswith(first_cell)]
+
+
+@pytest.fixture
+def cli(backend, client, cache_name, monkeypatch) -> Iterator:
+    """``cli(*args)``: run ``schedcache --redis <backend> --cache <this test's cache> *args``."""
+    monkeypatch.delenv(ENV_URL, raising=False)
+    url = EMBEDDED if backend == "fakeredis" else REAL_REDIS_URL
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(main, ["--redis", url, "--cache", cache_name, *args])
+
+    yield run
+    if backend == "redis":
+        Cache(client, cache_name).clear()
+
+
+def test_demo_prints_the_nodes_and_a_summary(backend, cli):
+    result = cli("demo", "--pods", "12", "--nodes", "3", "--seed", "5")
+    assert result.exit_code == 0, result.output
+    rows = summary(result.output)
+    assert rows["pods to schedule"] == "12"
+    if backend == "fakeredis":  # replicas take turns in-process; the node table is printed
+        assert "Nodes of cache" in result.output
+        nodes = table_rows(result.output, "node-")
+        assert [row[0] for row in nodes] == ["node-0", "node-1", "node-2"]
+        assert sum(int(row[2]) for row in nodes) == int(rows["confirmed by the informer (add_pod)"])
+    else:  # replica processes claim concurrently; a table of replicas, no node table
+        assert rows["claimed"] == "12"
+        assert rows["overcommitted nodes"] == "0"
+
+
+def test_demo_shows_each_replica(backend, cli):
+    result = cli("demo", "--pods", "30", "--nodes", "4", "--replicas", "3")
+    assert result.exit_code == 0, result.output
+    rows = summary(result.output)
+    assert rows["pods to schedule"] == "30"
+    if backend == "fakeredis":
+        per_replica = [int(rows[f"by sched-{k}"]) for k in range(3)]
+        assert sum(per_replica) == int(rows["assumed (scheduled)"])
+        assert all(count > 0 for count in per_replica)
+    else:
+        replicas = table_rows(result.output, "sched-")
+        assert [row[0] for row in replicas] == ["sched-0", "sched-1", "sched-2"]
+        assert sum(int(row[1]) for row in replicas) == int(rows["claimed"])
+
+
+def test_run_demo_accounts_for_every_assumed_pod(cache):
+    report = run_demo(cache, nodes=4, pods=30, replicas=2, seed=3)
+
+    assert report.pods == 30
+    assert report.scheduled + report.unschedulable + report.conflicts == report.pods
+    assert sum(report.per_replica.values()) == report.scheduled
+    # Every assumed pod ends confirmed, forgotten (bind failed) or expired (never confirmed).
+    assert report.scheduled == report.confirmed + report.bind_failures + report.expired
+    assert cache.pod_count() == report.confirmed
+    dump = cache.dump()
+    assert dump.assumed_pods == set()
+
+    types = Counter(event.type for event in cache.events())
+    assert types["PodExpired"] == report.expired
+    assert types["PodForgotten"] == report.bind_failures
+    assert types["PodAdded"] == report.confirmed
+    assert types["PodAssumed"] == report.scheduled
+    assert report.events == cache.stream_length() == sum(types.values())
+    assert report.generation == dump.generation
+
+    assert sorted(dump.nodes) == ["node-0", "node-1", "node-2", "node-3"]
+    for name, info in dump.nodes.items():
+        assert info.requested.milli_cpu <= info.allocatable.milli_cpu, name
+        assert info.requested.memory <= info.allocatable.memory, name
+    assert sum(len(info.pods) for info in dump.nodes.values()) == report.confirmed
+    assert cache.verify() == []
+
+
+def test_run_demo_with_this_seed_forgets_and_expires(cache):
+    """The seed used above really exercises forget_pod and expiry (the sums are not 0 = 0)."""
+    report = run_demo(cache, nodes=4, pods=30, replicas=2, seed=3)
+    assert report.confirmed > 0
+    assert report.bind_failures > 0
+    assert report.expired > 0
+
+
+def test_stats_counts_what_the_demo_left(backend, cli, client, cache_name, monkeypatch):
+    if backend == "fakeredis":
+        # Every embedded connect() is a new server: point both invocations at the fixture's.
+        monkeypatch.setattr(cli_module, "connect", lambda url=None: client)
+    demo = cli("demo", "--pods", "20", "--nodes", "3", "--seed", "7")
+    assert demo.exit_code == 0, demo.output
+    rows = summary(demo.output)
+
+    stats = cli("stats")
+    assert stats.exit_code == 0, stats.output
+    counts = dict(line.split("\t") for line in stats.output.splitlines())
+    assert counts["nodes"] == "3"
+    assert counts["ghost/placeholder nodes"] == "0"
+    cache = Cache(client, cache_name)
+    assert int(counts["pods"]) == cache.pod_count()
+    assert int(counts["stream length"]) == cache.stream_length()
+    assert int(counts["generation"]) == cache.generation()
+    assert counts["stream length"] == rows["events in the stream"]
+    if backend == "fakeredis":
+        assert counts["pods"] == rows["confirmed by the informer (add_pod)"]
+        assert counts["assumed pods"] == "0"
+    else:  # claimed pods stay assumed (the replica processes have no informer)
+        assert counts["pods"] == rows["claimed"] == "20"
+        assert counts["assumed pods"] == "20"
+
+
+def test_scripts_lists_every_function(cli):
+    result = cli("scripts")
+    assert result.exit_code == 0, result.output
+    listed = result.output.split()
+    expected = ["sc_version", *(f"sc_{name}" for name in command_names())]
+    assert len(expected) > 10
+    for name in expected:
+        assert name in listed
+    assert "functions loaded" in result.output
+
+
+@pytest.mark.parametrize(
+    "option", [["--nodes", "0"], ["--replicas", "0"], ["--pods", "-1"]], ids=lambda o: o[0]
+)
+def test_demo_rejects_impossible_sizes(cli, option):
+    result = cli("demo", *option)
+    assert result.exit_code == 2
+    assert "--nodes and --replicas must be >= 1, --pods >= 0" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unreachable_redis_names_the_url():
+    url = "redis://127.0.0.1:1/0"
+    result = CliRunner().invoke(main, ["--redis", url, "stats"])
+    assert result.exit_code == 1
+    assert f"Error: cannot reach Redis at {url}" in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_unreachable_redis_masks_the_password():
+    url = "redis://admin:s3cret@127.0.0.1:1/0"
+    result = CliRunner().invoke(main, ["--redis", url, "stats"])
+    assert result.exit_code == 1
+    assert "cannot reach Redis at redis://admin:***@127.0.0.1:1/0" in result.output
+    assert "s3cret" not in result.output
