@@ -114,6 +114,11 @@ def demo(
         raise click.BadParameter("--nodes and --replicas must be >= 1, --pods >= 0")
     client = settings.client()
     if settings.is_shared():
+        if keep:
+            raise click.UsageError(
+                "--keep: with --redis the demo builds its cluster in an empty cache; "
+                "use another --cache to keep this one"
+            )
         with console.status(f"{replicas} replica processes scheduling {pods} pods"):
             report = run_replicas(
                 settings.url or "",
@@ -124,7 +129,9 @@ def demo(
                 mode=mode,
                 seed=seed,
             )
-        print_parallel_report(report, Cache(client, settings.cache_name), pods)
+        shared = Cache(client, settings.cache_name)
+        print_nodes(shared.dump().nodes, describe(settings.url), settings.cache_name)
+        print_parallel_report(report, shared, pods)
         if report.overcommitted_nodes:
             raise click.ClickException(
                 f"overcommitted nodes: {', '.join(report.overcommitted_nodes)}"
@@ -178,11 +185,16 @@ def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> 
 
 
 def print_report(report: DemoReport, where: str, name: str) -> None:
+    print_nodes(report.nodes, where, name)
+    print_summary(report)
+
+
+def print_nodes(node_infos: dict, where: str, name: str) -> None:
     nodes = Table(title=f"Nodes of cache {name!r} on {where}")
     for column in ("node", "zone", "pods", "cpu requested", "memory requested", "generation"):
         nodes.add_column(column, justify="left" if column in ("node", "zone") else "right")
-    for node_name in sorted(report.nodes, key=lambda n: (len(n), n)):
-        info = report.nodes[node_name]
+    for node_name in sorted(node_infos, key=lambda n: (len(n), n)):
+        info = node_infos[node_name]
         zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else "(ghost)"
         alloc = info.allocatable
         nodes.add_row(
@@ -194,6 +206,9 @@ def print_report(report: DemoReport, where: str, name: str) -> None:
             str(info.generation),
         )
     console.print(nodes)
+
+
+def print_summary(report: DemoReport) -> None:
     summary = Table(title="Summary", show_header=False)
     summary.add_column("what")
     summary.add_column("count", justify="right")

@@ -155,6 +155,8 @@ def run_demo(
         report.expired += len(cache.cleanup_assumed_pods(now=now))
         if progress:
             progress(1)
+    for view in views.values():
+        view.close()
     # Let the clock run past every deadline: binds that were never confirmed expire.
     report.expired += len(cache.cleanup_assumed_pods(now=now + cache.ttl + 1))
     dump = cache.dump()

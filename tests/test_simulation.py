@@ -42,3 +42,10 @@ def test_demo_with_redis_runs_replica_processes():
         assert "overcommitted nodes" in result.output
     finally:
         Cache(redis.Redis.from_url(REAL_REDIS_URL), name).clear()
+
+
+def test_demo_with_redis_refuses_to_keep_a_cache_it_would_clear():
+    result = CliRunner().invoke(
+        main, ["--redis", REAL_REDIS_URL, "--cache", "anything", "demo", "--keep"]
+    )
+    assert result.exit_code == 2 and "--keep" in result.output
