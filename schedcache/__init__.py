@@ -5,7 +5,7 @@ applies and appends an event to a stream, so the history can be replayed and aud
 """
 
 from schedcache import errors
-from schedcache.batch import BatchResult, CommandBatch
+from schedcache.batch import BatchFailed, BatchResult, CommandBatch
 from schedcache.cache import Cache, Dump
 from schedcache.connection import connect
 from schedcache.events import Event
@@ -15,6 +15,7 @@ from schedcache.selectors import parse_selector
 from schedcache.snapshot import Snapshot, SnapshotUpdate
 
 __all__ = [
+    "BatchFailed",
     "BatchResult",
     "Cache",
     "CommandBatch",

@@ -53,6 +53,23 @@ class BatchResult:
         return self.error is None
 
 
+class BatchFailed(CacheError):
+    """Whole ``sc_batch`` calls failed (a Redis error, not a rejected command). ``results`` has
+    the outcome of every command of the other calls; ``failures`` the failed groups of commands
+    with their errors. A Lua runtime error may have applied part of its group: ``verify()``
+    tells."""
+
+    def __init__(
+        self, results: list[BatchResult], failures: list[tuple[list[Command], Exception]]
+    ) -> None:
+        count = sum(len(group) for group, _ in failures)
+        super().__init__(
+            f"{len(failures)} batch call(s) of {count} commands failed: {failures[0][1]}"
+        )
+        self.results = results
+        self.failures = failures
+
+
 class CommandBatch:
     """Collects commands and streams them to Redis in groups; see the module docstring."""
 
@@ -145,7 +162,16 @@ class CommandBatch:
         finally:
             self.close()
         self.count = 0
-        return [result for _, group, reply in answered for result in _results(group, reply)]
+        results: list[BatchResult] = []
+        failures: list[tuple[list[Command], Exception]] = []
+        for _, group, reply in answered:
+            if isinstance(reply, Exception):
+                failures.append((group, reply))
+            else:
+                results += _results(group, reply)
+        if failures:
+            raise BatchFailed(results, failures)
+        return results
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
@@ -209,8 +235,6 @@ def _library_missing(reply: Any) -> bool:
 
 
 def _results(group: list[Command], reply: Any) -> list[BatchResult]:
-    if isinstance(reply, Exception):
-        raise reply
     results = []
     for index, command in enumerate(group):
         applied, value = reply[2 * index], reply[2 * index + 1]

@@ -346,3 +346,27 @@ def test_batch_resent_after_a_lost_library_keeps_its_order(make_cache):
     results = batch.execute()
     assert [r.ok for r in results] == [True, True]
     assert cache.pod_state(pod) is None  # the informer's last word: deleted
+
+
+def test_a_failed_batch_call_keeps_the_results_of_the_others(make_cache):
+    from schedcache import BatchFailed
+    from schedcache.commands import Command
+
+    cache: Cache = make_cache()
+    batch = cache.batch(chunk_size=2)
+    batch.add_pod(make_pod("a", "n1"))
+    batch.add_pod(make_pod("b", "n1"))
+    batch.add(Command("no_such_command", "test", ()))  # the whole call is refused
+    batch.add_pod(make_pod("c", "n1"))
+    batch.add_pod(make_pod("d", "n1"))
+    batch.add_pod(make_pod("e", "n1"))
+    with pytest.raises(BatchFailed, match="1 batch call") as info:
+        batch.execute()
+    assert [r.command.subject for r in info.value.results] == [
+        "pod node_info_cache_test/a (uid a)",
+        "pod node_info_cache_test/b (uid b)",
+        "pod node_info_cache_test/d (uid d)",
+        "pod node_info_cache_test/e (uid e)",
+    ]
+    assert [len(group) for group, _ in info.value.failures] == [2]
+    assert cache.pod_count() == 4 and cache.verify() == []
