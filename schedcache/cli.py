@@ -16,7 +16,7 @@ from rich.table import Table
 
 from schedcache import logs
 from schedcache.cache import Cache
-from schedcache.connection import EMBEDDED, ENV_URL, connect, describe
+from schedcache.connection import EMBEDDED, ENV_URL, ConnectionFailed, connect, describe
 from schedcache.demo import DemoReport, run_demo
 from schedcache.errors import ValidationError
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
@@ -37,13 +37,9 @@ class Settings:
 
     def client(self) -> redis.Redis:
         try:
-            client = connect(self.url)
-            client.ping()
-        except redis.RedisError as error:
-            raise click.ClickException(
-                f"cannot reach Redis at {describe(self.url)}: {error}"
-            ) from None
-        return client
+            return connect(self.url)
+        except ConnectionFailed as error:
+            raise click.ClickException(str(error)) from None
 
 
 @click.group()

@@ -1,0 +1,50 @@
+"""connect(): settings from a URL or the environment, failing fast with the URL named."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from schedcache import connect
+from schedcache.connection import ENV_URL, ConnectionFailed, describe
+from tests.conftest import REAL_REDIS_URL
+
+
+def test_unreachable_server_fails_at_once_naming_the_url_without_its_password():
+    with pytest.raises(ConnectionFailed) as info:
+        connect("redis://admin:s3cret@127.0.0.1:1/0", connect_timeout=0.5)
+    message = str(info.value)
+    assert message.startswith("cannot reach Redis at redis://admin:***@127.0.0.1:1/0")
+    assert "s3cret" not in message
+
+
+def test_unsupported_scheme_is_refused():
+    with pytest.raises(ConnectionFailed, match="unsupported scheme 'http'"):
+        connect("http://127.0.0.1:6379")
+
+
+def test_the_environment_variable_picks_the_server(monkeypatch):
+    monkeypatch.setenv(ENV_URL, REAL_REDIS_URL)
+    client = connect()
+    assert isinstance(client, redis.Redis) and client.ping()
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 5.0
+
+
+def test_embedded_default_without_settings(monkeypatch):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    client = connect()
+    assert type(client).__module__.startswith("fakeredis")
+    assert client.ping()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://user:pw@host:6379/0", "redis://user:***@host:6379/0"),
+        ("redis://:pw@host:6379", "redis://:***@host:6379"),
+        ("redis://user@host:6379", "redis://user@host:6379"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_describe_masks_passwords_only(url, shown):
+    assert describe(url) == shown
