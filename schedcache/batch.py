@@ -13,27 +13,28 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis import ConnectionError as RedisConnectionError
-from redis import ResponseError
-from redis import TimeoutError as RedisTimeoutError
+from redis import ConnectionPool, ResponseError
 from redis.connection import AbstractConnection
 
 from schedcache import commands, metrics
 from schedcache.commands import Command, new_command_id
-from schedcache.errors import CacheError
+from schedcache.errors import CacheError, NotReplicated, RetriesExhausted
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.replies import error_from_reply
+from schedcache.retry import RETRYABLE
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
 
 log = logging.getLogger(__name__)
-RETRYABLE = (RedisConnectionError, RedisTimeoutError)
-RETRIES = 3
+# Errors in a reply that mean the group was not run (send it again), as opposed to errors of
+# the group itself (a Lua runtime error, which ``BatchFailed`` reports).
+REFUSED = tuple(error for error in RETRYABLE if issubclass(error, ResponseError))
 
 # Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
 # that unread replies take on both sides.
@@ -80,8 +81,9 @@ class CommandBatch:
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.in_flight: deque[tuple[str, list[Command]]] = deque()
-        self.answered: list[tuple[str, list[Command], Any]] = []
+        self.answered: list[tuple[str, list[Command], Any, Any]] = []
         self.connection: AbstractConnection | None = None
+        self.pool: ConnectionPool | None = None
         self.count = 0
 
     def __len__(self) -> int:
@@ -137,25 +139,26 @@ class CommandBatch:
 
     def execute(self) -> list[BatchResult]:
         """Send what is left, wait for every reply; the batch is empty and reusable afterwards."""
+        delays = self.cache.retry.delays()
         try:
             if self.group:
                 self._send_group()
             while self.in_flight:
                 self._read_reply()
             answered, self.answered = self.answered, []
-            first = next((i for i, a in enumerate(answered) if _library_missing(a[2])), None)
-            if first is not None:
-                # The server lost the library (restart without persistence, flush): that group
-                # was not applied. Send it and every later group again, in order and with
-                # their ids: a later group applied meanwhile is answered from its id, one
-                # rejected is judged again in the right order.
-                ensure_loaded(self.cache.client)
-                for group_id, group, _ in answered[first:]:
+            while (first := _first_unapplied(answered)) is not None:
+                # That group was refused before it ran: the server lost the library (restart
+                # without persistence, flush), or the cluster is electing a primary or moved
+                # the slot. Send it and every later group again, in order and with their ids:
+                # a later group applied meanwhile is answered from its id, one rejected is
+                # judged again in the right order.
+                self._wait_before_resending(answered[first][2], delays)
+                for group_id, group, _, _ in answered[first:]:
                     self.in_flight.append((group_id, group))
                     try:
                         self._send(group_id, group)
                     except RETRYABLE:
-                        self._reconnect_and_resend()
+                        self._reconnect_and_resend(delays)
                 while self.in_flight:
                     self._read_reply()
                 answered, self.answered = answered[:first] + self.answered, []
@@ -164,22 +167,27 @@ class CommandBatch:
         self.count = 0
         results: list[BatchResult] = []
         failures: list[tuple[list[Command], Exception]] = []
-        for _, group, reply in answered:
+        for _, group, reply, replicas in answered:
             if isinstance(reply, Exception):
                 failures.append((group, reply))
-            else:
-                results += _results(group, reply)
+                continue
+            results += _results(group, reply)
+            if self.cache.wait_replicas:
+                try:
+                    self.cache.check_replicated(replicas, f"sc_batch of {len(group)} commands")
+                except (NotReplicated, ResponseError) as error:
+                    failures.append((group, error))
         if failures:
             raise BatchFailed(results, failures)
         return results
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
-        if self.connection is not None:
+        if self.connection is not None and self.pool is not None:
             if self.in_flight:  # replies nobody will read: the connection is unusable
                 self.connection.disconnect()
-            self.cache.client.connection_pool.release(self.connection)
-            self.connection = None
+            self.pool.release(self.connection)
+        self.connection, self.pool = None, None
         self.group, self.in_flight, self.count = [], deque(), 0
 
     def _send_group(self) -> None:
@@ -188,7 +196,7 @@ class CommandBatch:
         try:
             self._send(*self.in_flight[-1])
         except RETRYABLE:
-            self._reconnect_and_resend()
+            self._reconnect_and_resend(self.cache.retry.delays())
         if len(self.in_flight) > WINDOW:
             self._read_reply()
 
@@ -197,37 +205,92 @@ class CommandBatch:
         for command in group:
             args += [command.name, len(command.args), *command.args]
         if self.connection is None:
-            self.connection = self.cache.client.connection_pool.get_connection()
+            self.pool = self.cache.route.get().connection_pool
+            self.connection = self.pool.get_connection()
         self.connection.send_command(
             "FCALL", "sc_batch", 1, self.cache.keys.prefix, self.cache.replica, group_id, *args
         )
+        if self.cache.wait_replicas:
+            self.connection.send_command(
+                "WAIT", self.cache.wait_replicas, self.cache.wait_timeout_ms
+            )
 
     def _read_reply(self) -> None:
-        for attempt in range(RETRIES + 1):
+        delays = self.cache.retry.delays()
+        while True:
             assert self.connection is not None
             try:
-                reply: Any = self.connection.read_response()
-                break
-            except ResponseError as error:
-                reply = error
+                reply = self._read_one()
+                replicas = self._read_one() if self.cache.wait_replicas else None
                 break
             except RETRYABLE:
-                if attempt == RETRIES:
-                    raise
-                self._reconnect_and_resend(attempt)
+                self._reconnect_and_resend(delays)
         group_id, group = self.in_flight.popleft()
-        self.answered.append((group_id, group, reply))
+        self.answered.append((group_id, group, reply, replicas))
 
-    def _reconnect_and_resend(self, attempt: int = 0) -> None:
+    def _read_one(self) -> Any:
+        assert self.connection is not None
+        try:
+            return self.connection.read_response()
+        except ResponseError as error:  # of the group: judged in execute()
+            return error
+
+    def _wait_before_resending(self, reason: Any, delays: Iterator[float]) -> None:
+        if _library_missing(reason):
+            log.warning("schedcache functions missing on the server; loading them again")
+            ensure_loaded(self.cache.route.get())
+            return
+        delay = next(delays, None)
+        if delay is None:
+            raise RetriesExhausted(
+                f"sc_batch: Redis kept refusing a group of commands ({reason}); the groups "
+                "before it were applied, it and those after it may not have been"
+            ) from reason
+        log.warning("sc_batch refused (%s); sending again", reason)
+        self.close_connection()
+        self.cache.route.refresh()
+        time.sleep(delay)
+
+    def close_connection(self) -> None:
+        if self.connection is not None and self.pool is not None:
+            self.connection.disconnect()
+            self.pool.release(self.connection)
+        self.connection, self.pool = None, None
+
+    def _reconnect_and_resend(self, delays: Iterator[float]) -> None:
         """The connection broke with groups unanswered: some may have been applied. Send them
         all again, in order, with their ids: Redis answers those it applied with the first
         outcome and applies the others (exactly once either way)."""
-        log.warning("connection lost with %d groups unanswered; resending", len(self.in_flight))
-        if self.connection is not None:
-            self.connection.disconnect()
-        time.sleep(min(2.0, 0.05 * 2**attempt))
-        for group_id, group in self.in_flight:
-            self._send(group_id, group)
+        while True:
+            delay = next(delays, None)
+            if delay is None:
+                raise RetriesExhausted(
+                    f"sc_batch: no answer from Redis for {len(self.in_flight)} groups of "
+                    "commands after resending them as the retry policy allows; they may or may "
+                    "not have been applied"
+                )
+            log.warning("connection lost with %d groups unanswered; resending", len(self.in_flight))
+            self.close_connection()
+            self.cache.route.refresh()
+            time.sleep(delay)
+            try:
+                for group_id, group in self.in_flight:
+                    self._send(group_id, group)
+                return
+            except RETRYABLE:
+                continue
+
+
+def _first_unapplied(answered: list[tuple[str, list[Command], Any, Any]]) -> int | None:
+    """The first group that Redis refused without running it (to be sent again)."""
+    return next(
+        (
+            i
+            for i, (_, _, reply, _) in enumerate(answered)
+            if _library_missing(reply) or isinstance(reply, REFUSED)
+        ),
+        None,
+    )
 
 
 def _library_missing(reply: Any) -> bool:

@@ -23,7 +23,9 @@ from schedcache.errors import (
     CacheError,
     FitConflict,
     NodeNotFound,
+    NotReplicated,
     PodNotFound,
+    RetriesExhausted,
     ValidationError,
 )
 from schedcache.events import Event, decode_entry
@@ -37,6 +39,8 @@ from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replay import ReplayState, fold
 from schedcache.replies import error_from_reply, is_cache_error
+from schedcache.retry import DEFAULT_RETRY, RETRYABLE, TOPOLOGY_CHANGED, RetryPolicy
+from schedcache.routing import SlotRoute
 from schedcache.selectors import parse_selector
 from schedcache.snapshot import Snapshot, SnapshotUpdate, update_snapshot
 from schedcache.verify import Difference, compare, invariants
@@ -65,12 +69,18 @@ class Cache:
 
     ``ttl`` (seconds) is how long an assumed pod whose binding finished may wait for its
     confirming ``add_pod`` before it expires; 0 means never (kube-scheduler's setting since
-    v1.25). ``replica`` names this client in every event it writes. ``retries``: how often a
-    command is sent again after a connection error; every command carries an id, so a retry
-    of a command whose reply was lost is answered with its first outcome, never applied twice.
+    v1.25). ``replica`` names this client in every event it writes. ``retry``: how often and
+    how long a command is sent again when Redis does not answer (:class:`RetryPolicy`); every
+    command carries an id, so a retry of a command whose reply was lost is answered with its
+    first outcome, never applied twice. When the policy gives up, :class:`RetriesExhausted`.
     ``lease_ttl``: a named replica that assumes pods heartbeats a lease of this many seconds;
     when it lapses (the replica died), the expiry worker forgets its assumed pods whose
     binding never finished. 0 turns leases off.
+
+    ``wait_replicas``: with a replicated primary (Sentinel, Cluster), a command is answered
+    only once that many replicas have it (``WAIT``, at most ``wait_timeout`` seconds), so a
+    failover cannot lose an acknowledged command; fewer in time raises :class:`NotReplicated`.
+    0 (the default, and the only choice on the embedded fakeredis) answers at once.
     """
 
     def __init__(
@@ -80,8 +90,10 @@ class Cache:
         *,
         ttl: float = 30.0,
         replica: str = "",
-        retries: int = 3,
+        retry: RetryPolicy = DEFAULT_RETRY,
         lease_ttl: float = 15.0,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         self.keys = Keys(name)
         commands.milliseconds(ttl, subject=f"cache {name}", field="ttl")
@@ -92,8 +104,15 @@ class Cache:
             raise ValidationError("cache", "replica", f"{replica!r} must not contain whitespace")
         self.replica = replica
         self.lease = Lease(self, lease_ttl) if replica and lease_ttl > 0 else None
-        self.retries = retries
-        ensure_loaded(client)
+        self.retry = retry
+        if not isinstance(wait_replicas, int) or wait_replicas < 0:
+            raise ValidationError("cache", "wait_replicas", f"{wait_replicas!r} must be >= 0")
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = commands.milliseconds(
+            wait_timeout, subject=f"cache {name}", field="wait_timeout"
+        )
+        self.route = SlotRoute(client, self.keys.prefix)
+        ensure_loaded(self.route.get())
 
     # -- running commands ---------------------------------------------------------------
 
@@ -113,15 +132,26 @@ class Cache:
         """Send again after a connection error, with the same command id: if the first call
         ran and only its reply was lost, Redis answers with that first outcome. (A plain loop:
         this is the hot path, and tenacity's bookkeeping cost a quarter of a call.)"""
-        for attempt in range(self.retries + 1):
+        delays = self.retry.delays()
+        attempts, started = 0, time.monotonic()
+        while True:
+            attempts += 1
             try:
                 return self._fcall_reloading(command)
-            except (redis.ConnectionError, redis.TimeoutError):
-                if attempt == self.retries:
-                    raise
-                log.warning("connection error on sc_%s; retrying", command.name)
-                time.sleep(min(2.0, 0.05 * 2**attempt))
-        raise AssertionError("unreachable")
+            except RETRYABLE as error:
+                delay = next(delays, None)
+                if delay is None:
+                    raise RetriesExhausted(
+                        f"sc_{command.name} {command.subject} (command id {command.id}): no "
+                        f"answer from Redis after {attempts} attempts in "
+                        f"{time.monotonic() - started:.1f} s ({type(error).__name__}: {error}); "
+                        "it may or may not have been applied: run the same command again to "
+                        "settle it exactly once"
+                    ) from error
+                log.warning("sc_%s: %s; sending again", command.name, error)
+                if isinstance(error, TOPOLOGY_CHANGED):
+                    self.route.refresh()
+                time.sleep(delay)
 
     def _fcall_reloading(self, command: Command) -> Any:
         try:
@@ -131,7 +161,7 @@ class Cache:
                 raise
         # The server lost the library (restarted without persistence, or flushed): reload.
         log.warning("schedcache functions missing on the server; loading them again")
-        ensure_loaded(self.client)
+        ensure_loaded(self.route.get())
         return self._fcall(command)
 
     def read(self, call: Callable[[], T]) -> T:
@@ -142,13 +172,33 @@ class Cache:
         except redis.ResponseError as error:
             if not is_missing_function(error):
                 raise
-        ensure_loaded(self.client)
+        ensure_loaded(self.route.get())
         return call()
 
     def _fcall(self, command: Command) -> Any:
-        return self.client.fcall(
-            f"sc_{command.name}", 1, self.keys.prefix, self.replica, command.id, *command.args
-        )
+        server = self.route.get()
+        args = (self.keys.prefix, self.replica, command.id, *command.args)
+        if not self.wait_replicas:
+            return server.fcall(f"sc_{command.name}", 1, *args)
+        pipe = server.pipeline(transaction=False)
+        pipe.fcall(f"sc_{command.name}", 1, *args)
+        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        reply, replicas = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
+        return reply
+
+    def check_replicated(self, replicas: Any, what: str, reply: Any = None) -> None:
+        """Raise :class:`NotReplicated` if ``WAIT`` answered fewer than ``wait_replicas``."""
+        if isinstance(replicas, Exception):
+            raise replicas
+        if int(replicas) < self.wait_replicas:
+            raise NotReplicated(
+                f"{what}: applied on the primary, but only {int(replicas)} of "
+                f"{self.wait_replicas} replicas confirmed it within {self.wait_timeout_ms} ms",
+                reply,
+            )
 
     @staticmethod
     def _translate(command: Command, error: redis.ResponseError) -> Exception:

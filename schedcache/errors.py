@@ -11,6 +11,8 @@ at a log line with no other context.
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 
 class CacheError(Exception):
     """Base class of every schedcache error."""
@@ -76,3 +78,22 @@ class FitConflict(TransitionError):
 
 class SchemaMismatch(CacheError):
     """The Lua library on the server is not the version this client was built for."""
+
+
+class RetriesExhausted(CacheError, RedisConnectionError):
+    """Redis did not answer a command, even after resending it as the retry policy allows.
+
+    The command may or may not have been applied. Running the same :class:`Command` again
+    (same id) once Redis is back settles it exactly once: it is applied if it was not, and
+    answered with its first outcome if it was.
+    """
+
+
+class NotReplicated(CacheError):
+    """The command was applied on the primary, but fewer replicas than ``wait_replicas``
+    confirmed it within ``wait_timeout``: a failover now could lose it. ``reply`` is the
+    command's reply."""
+
+    def __init__(self, message: str, reply: object = None) -> None:
+        super().__init__(message)
+        self.reply = reply
