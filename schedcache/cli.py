@@ -21,6 +21,7 @@ from schedcache.demo import DemoReport, run_demo
 from schedcache.errors import ValidationError
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.loader import entries, load_documents, parse_documents
+from schedcache.routing import primaries
 from schedcache.simulation import MODES, SimulationReport, run_replicas
 
 console = Console()
@@ -264,24 +265,33 @@ def load(settings: Settings, source: click.utils.LazyFile, batch_size: int) -> N
         sys.exit(1)
 
 
-@main.command()
-@click.pass_obj
-def scripts(settings: Settings) -> None:
-    """Load the Lua library into Redis and list the functions it registers."""
-    client = settings.client()
-    ensure_loaded(client)
+def registered_functions(server: redis.Redis) -> set[str]:
+    """The names of the functions of the schedcache library loaded on ``server``."""
     registered = set()
-    for library in client.function_list(library="schedcache"):
+    for library in server.function_list(library="schedcache"):
         entries = dict(zip(library[::2], library[1::2], strict=True))
         for function in entries[b"functions"]:
             details = dict(zip(function[::2], function[1::2], strict=True))
             registered.add(details[b"name"].decode())
+    return registered
+
+
+@main.command()
+@click.pass_obj
+def scripts(settings: Settings) -> None:
+    """Load the Lua library into Redis and list the functions it registers (on every primary
+    of a Redis Cluster)."""
     expected = {f"sc_{name}" for name in command_names()} | {"sc_version"}
+    for server in primaries(settings.client()):
+        ensure_loaded(server)
+        registered = registered_functions(server)
+        missing = expected - registered
+        if missing:
+            raise click.ClickException(
+                f"functions missing after load: {', '.join(sorted(missing))}"
+            )
     for name in sorted(registered):
         click.echo(name)
-    missing = expected - registered
-    if missing:
-        raise click.ClickException(f"functions missing after load: {', '.join(sorted(missing))}")
     click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
 
 

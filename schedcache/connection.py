@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 import fakeredis
 import redis
+from redis.cluster import ClusterNode
+from redis.exceptions import RedisClusterException
+from redis.sentinel import Sentinel
 
 from schedcache.errors import CacheError
+from schedcache.routing import ClusterClient
 
 ENV_URL = "SCHEDCACHE_REDIS_URL"
 EMBEDDED = "embedded"
@@ -22,7 +29,7 @@ def embedded_client(server: fakeredis.FakeServer | None = None) -> redis.Redis:
     return fakeredis.FakeRedis(server=server)
 
 
-SCHEMES = ("redis", "rediss", "unix")
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster")
 
 
 class ConnectionFailed(CacheError):
@@ -37,14 +44,21 @@ def connect(
     connect_timeout: float = 2.0,
     check: bool = True,
     **options: Any,
-) -> redis.Redis:
+) -> redis.Redis | ClusterClient:
     """A Redis client for ``url``; ``None`` reads ``SCHEDCACHE_REDIS_URL``, else embedded.
 
-    ``redis://``, ``rediss://`` (TLS: pass ``ssl_ca_certs``, ``ssl_certfile``,
-    ``ssl_keyfile``), ``unix://``; user and password in the URL for ACL users. ``timeout`` and
-    ``connect_timeout`` are socket timeouts in seconds. With ``check`` (the default) the server
-    is pinged at once, so wrong or unreachable settings fail here, not at the first command.
-    Replies stay bytes: pod and node objects are stored as msgpack.
+    * ``redis://[user:password@]host:port/db``, ``unix:///path/redis.sock?db=0``;
+    * ``rediss://`` for TLS: ``?ssl_ca_certs=/ca.pem`` (and ``ssl_certfile``, ``ssl_keyfile``
+      for client certificates), in the URL or as keyword options;
+    * ``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/db]``: the
+      primary that the Sentinels name, found again after a failover (``?sentinel_password=``
+      when the Sentinels themselves need one);
+    * ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://`` with
+      TLS): Redis Cluster, through :class:`ClusterClient`.
+
+    ``timeout`` and ``connect_timeout`` are socket timeouts in seconds. With ``check`` (the
+    default) the server is pinged at once, so wrong or unreachable settings fail here, not at
+    the first command. Replies stay bytes: pod and node objects are stored as msgpack.
     """
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if url == EMBEDDED:
@@ -52,26 +66,114 @@ def connect(
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
         raise ConnectionFailed(
-            f"{describe(url)}: unsupported scheme {scheme or url!r}; use "
-            "redis://, rediss:// or unix:// (or 'embedded')"
+            f"{describe(url)}: unsupported scheme {scheme or url!r}; use one of "
+            + ", ".join(f"{s}://" for s in SCHEMES)
+            + " (or 'embedded')"
         )
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
     try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=connect_timeout, **options
-        )
+        if scheme == "redis+sentinel":
+            client: redis.Redis | ClusterClient = _sentinel_client(url, timeouts, options)
+        elif scheme.endswith("+cluster"):
+            client = _cluster_client(url, scheme == "rediss+cluster", timeouts, options)
+        else:
+            client = redis.Redis.from_url(url, **timeouts, **options)
         if check:
             client.ping()
-    except (redis.RedisError, ValueError, OSError) as error:
+    except (redis.RedisError, RedisClusterException, ValueError, OSError) as error:
         raise ConnectionFailed(f"cannot reach Redis at {describe(url)}: {error}") from None
     return client
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """``scheme://[user:password@]host:port[,host:port...][/path][?query]``, taken apart."""
+
+    username: str | None
+    password: str | None
+    hosts: list[tuple[str, int]]
+    path: list[str]
+    query: dict[str, str]
+
+
+def _parts(url: str, default_port: int) -> _Parts:
+    rest = url.split("://", 1)[1]
+    rest, _, query = rest.partition("?")
+    location, _, path = rest.partition("/")
+    username = password = None
+    if "@" in location:
+        credentials, location = location.rsplit("@", 1)
+        user, has_password, secret = credentials.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
+    hosts = []
+    for host in filter(None, location.split(",")):
+        name, _, port = host.rpartition(":") if ":" in host else (host, "", str(default_port))
+        if not port.isdigit():
+            raise ValueError(f"bad port in {host!r}")
+        hosts.append((name.strip("[]"), int(port)))
+    if not hosts:
+        raise ValueError("no host:port given")
+    return _Parts(
+        username,
+        password,
+        hosts,
+        [unquote(p) for p in path.split("/") if p],
+        {k: v[-1] for k, v in parse_qs(query).items()},
+    )
+
+
+def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, Any]) -> redis.Redis:
+    parts = _parts(url, default_port=26379)
+    if not parts.path:
+        raise ValueError("no master name: redis+sentinel://host:port/<master name>")
+    query = dict(parts.query)
+    sentinel_kwargs = dict(timeouts)
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query.pop("sentinel_password")
+    db = int(parts.path[1]) if len(parts.path) > 1 else int(query.pop("db", 0))
+    if query:
+        raise ValueError(f"unknown options {sorted(query)}")
+    sentinel = Sentinel(
+        parts.hosts,
+        sentinel_kwargs=sentinel_kwargs,
+        username=parts.username,
+        password=parts.password,
+        db=db,
+        **timeouts,
+        **options,
+    )
+    return sentinel.master_for(parts.path[0])
+
+
+def _cluster_client(
+    url: str, tls: bool, timeouts: dict[str, float], options: dict[str, Any]
+) -> ClusterClient:
+    parts = _parts(url, default_port=6379)
+    tls_options = {k: parts.query.pop(k) for k in list(parts.query) if k.startswith("ssl_")}
+    if parts.query:
+        raise ValueError(f"unknown options {sorted(parts.query)}")
+    return ClusterClient(
+        startup_nodes=[ClusterNode(host, port) for host, port in parts.hosts],
+        username=parts.username,
+        password=parts.password,
+        ssl=tls,
+        **tls_options,
+        **timeouts,
+        **options,
+    )
+
+
 def describe(url: str | None) -> str:
-    """The URL for messages and logs, with any password masked."""
+    """The URL for messages and logs, with any password masked (``user:***@``, and the
+    ``password``/``sentinel_password`` query options)."""
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
         credentials, host = rest.rsplit("@", 1)
         if ":" in credentials:  # user:password -> user:***
-            return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
-    return url
+            url = f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+    return _PASSWORD_OPTION.sub(r"\1***", url)
+
+
+_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_)?password=)[^&]*")

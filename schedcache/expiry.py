@@ -21,15 +21,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis
 import tenacity
 
 from schedcache import commands, metrics
 from schedcache.cache import Cache
+from schedcache.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
-
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError)
 
 
 @dataclass
@@ -83,7 +81,8 @@ class ExpiryWorker:
 
     def seconds_until_next_deadline(self) -> float:
         """How long until the earliest deadline by the server's clock (``interval`` if none)."""
-        pipe = self.cache.client.pipeline(transaction=False)
+        # The server holding the cache (in a cluster, its slot's primary: TIME has no key).
+        pipe = self.cache.route.get().pipeline(transaction=False)
         pipe.zrange(self.cache.keys.deadlines, 0, 0, withscores=True)
         pipe.time()
         first, (seconds, micros) = pipe.execute()
@@ -93,17 +92,21 @@ class ExpiryWorker:
         # Expiry is strictly after the deadline: wake 1 ms past it.
         return max(0.0, min(self.interval, (first[0][1] + 1 - now_ms) / 1000))
 
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        log.warning(
+            "Redis unavailable (%s); retrying in %.1fs",
+            state.outcome.exception() if state.outcome else "?",
+            state.next_action.sleep if state.next_action else 0,
+        )
+        self.cache.route.refresh()  # a failover may have moved the cache to another server
+
     def run(self, on_round: Callable[[list[str]], None] | None = None) -> None:
         """Rounds until stopped; reconnects with exponential backoff when Redis goes away."""
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(RETRYABLE),
             wait=tenacity.wait_exponential(multiplier=0.1, max=self.max_backoff),
             stop=tenacity.stop_when_event_set(self.stopping),
-            before_sleep=lambda state: log.warning(
-                "Redis unavailable (%s); retrying in %.1fs",
-                state.outcome.exception() if state.outcome else "?",
-                state.next_action.sleep if state.next_action else 0,
-            ),
+            before_sleep=self._before_sleep,
             reraise=True,
         )
         log.info("expiry worker started for cache %s", self.cache.name)

@@ -44,6 +44,14 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def primaries(client: redis.Redis | RedisCluster) -> list[redis.Redis]:
+    """The plain client of every primary: all of a cluster's, or the one server."""
+    if not is_cluster(client):
+        return [client]  # type: ignore[list-item]
+    cluster: RedisCluster = client  # type: ignore[assignment]
+    return [cluster.get_redis_connection(node) for node in cluster.get_primaries()]
+
+
 class SlotRoute:
     """The plain client of the server that holds ``key``'s slot."""
 

@@ -15,9 +15,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import redis
-
 from schedcache.cache import Cache
+from schedcache.connection import connect
 from schedcache.demo import demo_node, demo_pod
 from schedcache.errors import FitConflict
 from schedcache.models import Pod
@@ -91,7 +90,7 @@ def replica_loop(
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
     nowhere. Starts at wall-clock time ``start_at``, so all replicas really compete."""
-    cache = Cache(redis.Redis.from_url(url), cache_name, ttl=0, replica=replica)
+    cache = Cache(connect(url), cache_name, ttl=0, replica=replica)
     rng = random.Random(seed)
     report = ReplicaReport(replica)
     snap = Snapshot()
@@ -155,7 +154,7 @@ def run_replicas(
     processes (pods dealt round robin)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
-    cache = Cache(redis.Redis.from_url(url), cache_name, ttl=0, replica="simulation")
+    cache = Cache(connect(url), cache_name, ttl=0, replica="simulation")
     cache.clear()
     with cache.batch(chunk_size=500) as batch:
         for index in range(nodes):

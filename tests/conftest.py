@@ -1,8 +1,11 @@
-"""The one backend fixture: every behavioural test runs on fakeredis and on a real Redis.
+"""The one backend fixture: every behavioural test runs on fakeredis, a real Redis and a Redis
+Cluster.
 
-The real server is ``SCHEDCACHE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). When it
-does not answer, the real-Redis half of every test FAILS with a message saying how to start
-one: a missing server must never turn into silently skipped coverage. Each test gets its own
+The real server is ``SCHEDCACHE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); the
+cluster (3 primaries, 3 replicas) is started by the session with ``redis-server`` and
+``redis-cli --cluster create`` (``tests/servers.py``). When the server does not answer, the
+real-Redis part of every test FAILS with a message saying how to start one: a missing server
+must never turn into silently skipped coverage. Each test gets its own
 cache name on the real server (and deletes its keys afterwards) and a fresh fakeredis server
 (a Lua global written by a bad script would poison a shared one).
 """
@@ -17,7 +20,8 @@ import pytest
 import redis
 
 from schedcache import Cache
-from schedcache.connection import embedded_client
+from schedcache.connection import connect, embedded_client
+from tests.servers import Cluster
 
 REAL_REDIS_URL = os.environ.get("SCHEDCACHE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -36,15 +40,41 @@ def real_client() -> redis.Redis:
     return client
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses a backend runs on fakeredis, a real Redis, and a Redis Cluster
+    (3 primaries, 3 replicas) that the session starts."""
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", ["fakeredis", "redis", "cluster"])
+
+
+def backend_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """The URL of ``backend`` for code that connects by itself (the CLI, replica processes)."""
+    if backend == "fakeredis":
+        return "embedded"
+    if backend == "cluster":
+        return request.getfixturevalue("redis_cluster").url
+    return REAL_REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-primary, 3-replica Redis Cluster on loopback ports, for the whole session."""
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
-def client(backend: str) -> Iterator[redis.Redis]:
+def client(backend: str, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
     if backend == "fakeredis":
         yield embedded_client()
+    elif backend == "cluster":
+        cluster: Cluster = request.getfixturevalue("redis_cluster")
+        client = connect(cluster.url)
+        yield client  # type: ignore[misc]
+        client.close()
     else:
         client = real_client()
         yield client

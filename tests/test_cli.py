@@ -18,10 +18,10 @@ from click.testing import CliRunner, Result
 from schedcache import Cache
 from schedcache import cli as cli_module
 from schedcache.cli import main
-from schedcache.connection import EMBEDDED, ENV_URL
+from schedcache.connection import ENV_URL
 from schedcache.demo import run_demo
 from schedcache.library import command_names
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import backend_url
 
 # Table borders rich draws (unicode, or ASCII when the output cannot encode them).
 BORDERS = re.compile(r"[│┃|]")
@@ -50,16 +50,16 @@ def table_rows(output: str, first_cell: str) -> list[list[str]]:
 
 
 @pytest.fixture
-def cli(backend, client, cache_name, monkeypatch) -> Iterator:
+def cli(backend, client, cache_name, monkeypatch, request) -> Iterator:
     """``cli(*args)``: run ``schedcache --redis <backend> --cache <this test's cache> *args``."""
     monkeypatch.delenv(ENV_URL, raising=False)
-    url = EMBEDDED if backend == "fakeredis" else REAL_REDIS_URL
+    url = backend_url(backend, request)
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(main, ["--redis", url, "--cache", cache_name, *args])
 
     yield run
-    if backend == "redis":
+    if backend != "fakeredis":
         Cache(client, cache_name).clear()
 
 
