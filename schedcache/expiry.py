@@ -25,6 +25,7 @@ import tenacity
 
 from schedcache import commands, metrics
 from schedcache.cache import Cache
+from schedcache.errors import NotReplicated
 from schedcache.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,11 @@ class ExpiryWorker:
     def _drain(self, command: Callable[[], commands.Command]) -> list[str]:
         done: list[str] = []
         while not self.stopping.is_set():
-            uids = self.cache.run(command())
+            try:
+                uids = self.cache.run(command())
+            except NotReplicated as error:  # applied all the same: carry on, but say so
+                log.warning("%s; the worker carries on", error)
+                uids = error.reply
             done += [uid.decode() for uid in uids]
             if len(uids) < self.batch:
                 break
