@@ -298,7 +298,7 @@ class Cache:
         raw = self.client.get(self.keys.pod(uid))
         if raw is None:
             raise PodNotFound(f"{subject} does not exist in the cache")
-        return parse_pod_record(raw)
+        return parse_pod_record(raw, self.keys.pod(uid))
 
     def is_assumed_pod(self, pod: Pod | str) -> bool:
         uid, _ = self._pod_ref(pod)

@@ -7,31 +7,38 @@ events before it, and records where history now starts, so ``replay`` = checkpoi
 exact and asking for a moment before that is a clear error.
 
 Keys: ``checkpoint`` (hash: id, generation, events, chunks, key prefix of the chunks),
-``checkpoint:<id>:<n>`` (msgpack chunks: the nodes, then the pods), ``compacted`` (the id
-history starts at).
+``checkpoint:<id>:<n>`` (msgpack chunks: the nodes, then the pods, then the image index),
+``compacted`` (the id history starts at).
+
+A chunk holds at most ``CHUNK`` entries and at most ``events.MAX_CHUNK`` bytes (a chunk that
+would be larger is split); reading one back is bounded by ``events.CHUNK_LIMITS``, and a chunk
+that is missing, too large or not what this module writes raises ``CorruptRecord`` naming its
+key.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from schedcache.errors import CacheError
-from schedcache.events import pack, unpack
+from schedcache.errors import CacheError, CorruptRecord, ValidationError
+from schedcache.events import CHUNK_LIMITS, pack, unpack
 from schedcache.models import Node, Resource
 from schedcache.replay import NodeState, PodState, ReplayState
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
 
-CHUNK = 2000  # pods (or nodes) per chunk key
+CHUNK = 2000  # pods (or nodes, or images) per chunk key
+T = TypeVar("T")
 
 
 class HistoryCompacted(CacheError):
     """The stream before this point was trimmed away by ``compact()``."""
 
 
-def _node_chunk(entries: list[NodeState]) -> bytes:
-    return pack(
+def _node_chunk(entries: Sequence[NodeState]) -> bytes:
+    return _pack_chunk(
         {
             "nodes": [
                 {
@@ -47,8 +54,8 @@ def _node_chunk(entries: list[NodeState]) -> bytes:
     )
 
 
-def _pod_chunk(items: list[tuple[str, PodState]]) -> bytes:
-    return pack(
+def _pod_chunk(items: Sequence[tuple[str, PodState]]) -> bytes:
+    return _pack_chunk(
         {
             "pods": [
                 {
@@ -66,6 +73,44 @@ def _pod_chunk(items: list[tuple[str, PodState]]) -> bytes:
     )
 
 
+def _image_chunk(names: Sequence[str], state: ReplayState) -> bytes:
+    sizes, spread = state.image_sizes, state.image_spread
+    return _pack_chunk(
+        {
+            "image_sizes": {n: sizes[n] for n in names if n in sizes},
+            "image_spread": {n: spread[n] for n in names if n in spread},
+        }
+    )
+
+
+def _pack_chunk(obj: dict[str, Any]) -> bytes:
+    return pack(obj, limits=CHUNK_LIMITS)
+
+
+def _chunks(items: Sequence[T], encode: Callable[[Sequence[T]], bytes]) -> list[bytes]:
+    """``items`` encoded ``CHUNK`` at a time; a slice whose encoding is over the chunk limit is
+    halved until it fits (one entry over it cannot be stored: :class:`ValidationError`)."""
+    out: list[bytes] = []
+    pending = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    while pending:
+        part = pending.pop(0)
+        blob = pack_or_none(encode, part) if len(part) > 1 else encode(part)
+        if blob is None:
+            half = len(part) // 2
+            pending[:0] = [part[:half], part[half:]]
+        else:
+            out.append(blob)
+    return out
+
+
+def pack_or_none(encode: Callable[[Sequence[T]], bytes], part: Sequence[T]) -> bytes | None:
+    """``encode(part)``, or None when it is over the chunk limit."""
+    try:
+        return encode(part)
+    except ValidationError:
+        return None
+
+
 def write_checkpoint(cache: Cache, state: ReplayState) -> str:
     """Store ``state`` (folded up to ``state.last_id``) as the cache's checkpoint."""
     if state.last_id is None:
@@ -73,11 +118,9 @@ def write_checkpoint(cache: Cache, state: ReplayState) -> str:
     prefix = f"{cache.keys.prefix}checkpoint:{state.last_id}:"
     nodes = list(state.nodes.values())
     pods = list(state.pods.items())
-    chunks = [_node_chunk(nodes[i : i + CHUNK]) for i in range(0, len(nodes), CHUNK)]
-    chunks += [_pod_chunk(pods[i : i + CHUNK]) for i in range(0, len(pods), CHUNK)]
-    chunks.append(
-        pack({"image_sizes": state.image_sizes, "image_spread": dict(state.image_spread)})
-    )
+    images = sorted(set(state.image_sizes) | set(state.image_spread))
+    chunks = _chunks(nodes, _node_chunk) + _chunks(pods, _pod_chunk)
+    chunks += _chunks(images, lambda names: _image_chunk(names, state)) or [_image_chunk([], state)]
     for index, chunk in enumerate(chunks):  # one small write each: Redis stays responsive
         cache.client.set(f"{prefix}{index}", chunk)
     previous = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
@@ -99,37 +142,57 @@ def write_checkpoint(cache: Cache, state: ReplayState) -> str:
 
 
 def read_checkpoint(cache: Cache) -> ReplayState | None:
-    meta = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
+    """The stored checkpoint, or None; :class:`CorruptRecord` naming the key of a part that is
+    missing, over its limit or not what :func:`write_checkpoint` writes."""
+    meta_key = f"{cache.keys.prefix}checkpoint"
+    meta = cache.client.hgetall(meta_key)
     if not meta:
         return None
-    prefix = meta[b"prefix"].decode()
-    state = ReplayState(
-        generation=int(meta[b"generation"]),
-        last_id=meta[b"id"].decode(),
-        events=int(meta[b"events"]),
-    )
-    for index in range(int(meta[b"chunks"])):
-        chunk: dict[str, Any] = unpack(cache.client.get(f"{prefix}{index}"))
-        for item in chunk.get("nodes", ()):
-            state.nodes[item["name"]] = NodeState(
-                name=item["name"],
-                node=Node.from_dict(item["node"]) if item["node"] else None,
-                allocatable=Resource.from_dict(item["allocatable"]),
-                pods=dict.fromkeys(item["pods"]),
-                generation=item["generation"],
-            )
-        for item in chunk.get("pods", ()):
-            state.pods[item["uid"]] = PodState(
-                blob=item["blob"],
-                state=item["state"],
-                node=item["node"],
-                generation=item["generation"],
-                binding_finished=item["finished"],
-                deadline_ms=item["deadline"],
-            )
-        state.image_sizes.update(chunk.get("image_sizes", {}))
-        state.image_spread.update(chunk.get("image_spread", {}))
+    try:
+        prefix = meta[b"prefix"].decode()
+        count = int(meta[b"chunks"])
+        state = ReplayState(
+            generation=int(meta[b"generation"]),
+            last_id=meta[b"id"].decode(),
+            events=int(meta[b"events"]),
+        )
+    except (KeyError, ValueError) as error:
+        raise CorruptRecord(f"checkpoint {meta_key}", f"malformed ({error!r})") from None
+    for index in range(count):
+        key = f"{prefix}{index}"
+        raw = cache.client.get(key)
+        if raw is None:
+            raise CorruptRecord(f"checkpoint chunk {key}", f"missing (chunk {index} of {count})")
+        try:
+            _read_chunk(unpack(raw, f"checkpoint chunk {key}", CHUNK_LIMITS), state)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, CorruptRecord):
+                raise
+            reason = f"not a checkpoint chunk ({type(error).__name__}: {error})"
+            raise CorruptRecord(f"checkpoint chunk {key}", reason) from None
     return state
+
+
+def _read_chunk(chunk: dict[str, Any], state: ReplayState) -> None:
+    for item in chunk.get("nodes", ()):
+        state.nodes[item["name"]] = NodeState(
+            name=item["name"],
+            node=Node.from_dict(item["node"]) if item["node"] else None,
+            allocatable=Resource.from_dict(item["allocatable"]),
+            pods=dict.fromkeys(item["pods"]),
+            generation=item["generation"],
+        )
+    for item in chunk.get("pods", ()):
+        state.pods[item["uid"]] = PodState(
+            blob=item["blob"],
+            state=item["state"],
+            node=item["node"],
+            generation=item["generation"],
+            binding_finished=item["finished"],
+            deadline_ms=item["deadline"],
+        )
+    state.image_sizes.update(chunk.get("image_sizes", {}))
+    state.image_spread.update(chunk.get("image_spread", {}))
 
 
 def stream_id(text: str) -> tuple[int, int]:

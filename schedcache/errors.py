@@ -32,6 +32,17 @@ class ValidationError(CacheError, ValueError):
         super().__init__(f"{where}: {reason}")
 
 
+class CorruptRecord(CacheError, ValueError):
+    """A value read back from Redis is not what schedcache writes there: not msgpack, over its
+    size limit, or not the expected shape. ``what`` names the key, event or object; nothing
+    is decoded past the limit (see ``events.Limits``)."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"{what}: {reason}")
+
+
 class TransitionError(CacheError):
     """A command that the pod's or node's current state does not allow."""
 

@@ -15,11 +15,16 @@ from typing import Any
 import redis
 
 from schedcache.aggregates import NodeFields
-from schedcache.events import unpack
 from schedcache.keys import Keys
-from schedcache.models import Node, Pod
+from schedcache.models import Pod
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
-from schedcache.records import PodRecord, parse_pod_record, record_generation, record_pod
+from schedcache.records import (
+    PodRecord,
+    decode_node,
+    parse_pod_record,
+    record_generation,
+    record_pod,
+)
 
 # Nodes per sc_read_nodes call: bounds how long one call holds Redis (30 pods a node -> 3,000
 # pod records per call).
@@ -37,7 +42,7 @@ def fetch_pods(client: redis.Redis, keys: Keys, uids: Sequence[str]) -> dict[str
             pipe.get(keys.pod(uid))
         for uid, raw in zip(chunk, pipe.execute(), strict=True):
             if raw is not None:
-                records[uid] = parse_pod_record(raw)
+                records[uid] = parse_pod_record(raw, keys.pod(uid))
     return records
 
 
@@ -83,7 +88,7 @@ def node_info_from_entry(
         seen.update(placed)
     return NodeInfo(
         name=name_raw.decode(),
-        node=Node.from_dict(unpack(blob)) if fields.exists and blob else None,
+        node=decode_node(blob, name_raw.decode()) if fields.exists and blob else None,
         pods=[pod for _, pod in placed],
         requested=fields.requested,
         non_zero_requested=fields.non_zero_requested,

@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from schedcache.aggregates import pod_contribution
-from schedcache.events import Event, unpack
+from schedcache.errors import CorruptRecord
+from schedcache.events import Event
 from schedcache.models import Node, Pod, Resource
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
+from schedcache.records import decode_object
 
 POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
 
@@ -33,7 +35,8 @@ class PodState:
     @property
     def pod(self) -> Pod:
         if self.decoded is None:
-            self.decoded = Pod.from_dict(unpack(self.blob or b""))
+            what = f"replayed pod placed on node {self.node} at generation {self.generation}"
+            self.decoded = decode_object(self.blob or b"", what, Pod.from_dict)
         return self.decoded
 
 
@@ -189,7 +192,13 @@ def fold(
     state = state or ReplayState()
     done = 0
     for event in events:
-        state.apply(event)
+        try:
+            state.apply(event)
+        except (KeyError, ValueError, TypeError) as error:
+            if isinstance(error, CorruptRecord):
+                raise
+            reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
+            raise CorruptRecord(event.subject, reason) from None
         done += 1
         if progress and done == 10_000:
             progress(done)

@@ -146,4 +146,8 @@ def _records(cache: Cache, uids: list[str]) -> dict[str, Any]:
     for uid in uids:
         pipe.get(cache.keys.pod(uid))
     replies = pipe.execute()
-    return {uid: parse_pod_record(raw) for uid, raw in zip(uids, replies, strict=True) if raw}
+    return {
+        uid: parse_pod_record(raw, cache.keys.pod(uid))
+        for uid, raw in zip(uids, replies, strict=True)
+        if raw
+    }
