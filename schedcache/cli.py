@@ -7,6 +7,8 @@ in-process fakeredis) and ``--cache NAME``.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
+from typing import Any
 
 import click
 import redis
@@ -21,16 +23,23 @@ from schedcache.demo import DemoReport, run_demo
 from schedcache.errors import ValidationError
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.loader import entries, load_documents, parse_documents
+from schedcache.retry import DEFAULT_RETRY, NO_RETRY
 from schedcache.routing import primaries
 from schedcache.simulation import MODES, SimulationReport, run_replicas
 
 console = Console()
 
 
+@dataclass
 class Settings:
-    def __init__(self, url: str | None, cache: str) -> None:
-        self.url = url
-        self.cache_name = cache
+    """The global options: where Redis is and how patiently to talk to it."""
+
+    url: str | None
+    cache_name: str
+    timeout: float = 5.0
+    retry_for: float = DEFAULT_RETRY.within
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
 
     def is_shared(self) -> bool:
         """A real Redis that other processes can reach (not the embedded default)."""
@@ -38,9 +47,24 @@ class Settings:
 
     def client(self) -> redis.Redis:
         try:
-            return connect(self.url)
+            return connect(self.url, timeout=self.timeout)
         except ConnectionFailed as error:
             raise click.ClickException(str(error)) from None
+
+    def cache(self, client: redis.Redis | None = None, **options: Any) -> Cache:
+        """The named cache with these settings (``options``: ttl, replica, ...)."""
+        retry = replace(DEFAULT_RETRY, within=self.retry_for) if self.retry_for else NO_RETRY
+        try:
+            return Cache(
+                client or self.client(),
+                self.cache_name,
+                retry=retry,
+                wait_replicas=self.wait_replicas,
+                wait_timeout=self.wait_timeout,
+                **options,
+            )
+        except ValidationError as error:
+            raise click.BadParameter(str(error)) from None
 
 
 @click.group()
@@ -50,9 +74,38 @@ class Settings:
     envvar=ENV_URL,
     default=None,
     metavar="URL",
-    help="Redis URL (redis://, rediss://, unix://); default: embedded fakeredis.",
+    help="Redis URL (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://; "
+    "see docs/deployment.md); default: embedded fakeredis.",
 )
 @click.option("--cache", "cache_name", default="default", show_default=True, help="Cache name.")
+@click.option(
+    "--timeout",
+    default=5.0,
+    show_default=True,
+    envvar="SCHEDCACHE_TIMEOUT",
+    help="Socket timeout for each Redis call, seconds.",
+)
+@click.option(
+    "--retry-for",
+    default=DEFAULT_RETRY.within,
+    show_default=True,
+    envvar="SCHEDCACHE_RETRY_FOR",
+    help="Keep resending a command while Redis does not answer for this many seconds "
+    "(exactly once: resent commands are never applied twice); 0 = no retries.",
+)
+@click.option(
+    "--wait-replicas",
+    default=0,
+    show_default=True,
+    envvar="SCHEDCACHE_WAIT_REPLICAS",
+    help="Answer a command only once this many replicas have it (WAIT).",
+)
+@click.option(
+    "--wait-timeout",
+    default=1.0,
+    show_default=True,
+    help="Longest wait for --wait-replicas, seconds.",
+)
 @click.option(
     "--log-level",
     default="INFO",
@@ -68,11 +121,23 @@ class Settings:
 )
 @click.pass_context
 def main(
-    ctx: click.Context, url: str | None, cache_name: str, log_level: str, log_format: str
+    ctx: click.Context,
+    url: str | None,
+    cache_name: str,
+    timeout: float,
+    retry_for: float,
+    wait_replicas: int,
+    wait_timeout: float,
+    log_level: str,
+    log_format: str,
 ) -> None:
     """kube-scheduler's cache on Redis, shared by scheduler replicas."""
     logs.configure(log_level, log_format)
-    ctx.obj = Settings(url, cache_name)
+    if timeout <= 0 or retry_for < 0 or wait_replicas < 0 or wait_timeout <= 0:
+        raise click.BadParameter(
+            "--timeout and --wait-timeout must be > 0, --retry-for and --wait-replicas >= 0"
+        )
+    ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout)
 
 
 @main.command()
@@ -126,7 +191,7 @@ def demo(
                 mode=mode,
                 seed=seed,
             )
-        shared = Cache(client, settings.cache_name)
+        shared = settings.cache(client)
         print_nodes(shared.dump().nodes, describe(settings.url), settings.cache_name)
         print_parallel_report(report, shared, pods)
         if report.overcommitted_nodes:
@@ -134,7 +199,7 @@ def demo(
                 f"overcommitted nodes: {', '.join(report.overcommitted_nodes)}"
             )
         return
-    cache = Cache(client, settings.cache_name, ttl=ttl, replica="demo-informer")
+    cache = settings.cache(client, ttl=ttl, replica="demo-informer")
     if not keep:
         cache.clear()
     with Progress(console=console, transient=True) as bar:
@@ -240,7 +305,7 @@ def load(settings: Settings, source: click.utils.LazyFile, batch_size: int) -> N
     any object was invalid or rejected by the cache.
     """
     text = source.read()
-    cache = Cache(settings.client(), settings.cache_name, replica="loader")
+    cache = settings.cache(replica="loader")
     stderr = Console(stderr=True)
     try:
         documents = parse_documents(text)
@@ -299,7 +364,7 @@ def scripts(settings: Settings) -> None:
 @click.pass_obj
 def stats(settings: Settings) -> None:
     """Counts of the cache: nodes, pods, assumed pods, stream length, generation."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     dump = cache.dump()
     ghosts = sum(1 for info in dump.nodes.values() if info.node is None)
     click.echo(f"nodes\t{len(dump.nodes) - ghosts}")

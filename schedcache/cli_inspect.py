@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from schedcache.cache import Cache
 from schedcache.errors import CacheError
 from schedcache.events import Event, decode_entry
 from schedcache.models import Resource
@@ -55,7 +54,7 @@ def node_info_json(info: NodeInfo) -> dict[str, Any]:
 @click.pass_obj
 def dump(settings: Settings, output: str) -> None:
     """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     state = cache.dump()
     if output == "json":
         document = {
@@ -99,7 +98,7 @@ def get() -> None:
 @click.pass_obj
 def get_pod(settings: Settings, ref: str) -> None:
     """A pod's cache record as JSON: state, node, binding, deadline and the pod."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     if "/" in ref:
         namespace, name = ref.split("/", 1)
         matches = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
@@ -143,7 +142,7 @@ def event_line(event: Event) -> str:
 @click.pass_obj
 def events(settings: Settings, since: str | None, count: int | None, follow: bool) -> None:
     """The event stream, one line per event: id, type, replica, pod or node, fields."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     if count is not None:
         history = reversed(cache.client.xrevrange(cache.keys.events, count=count))
         shown = [decode_entry(entry_id, raw) for entry_id, raw in history]
@@ -171,7 +170,7 @@ def events(settings: Settings, since: str | None, count: int | None, follow: boo
 @click.pass_obj
 def verify(settings: Settings) -> None:
     """Replay the stream and compare with the live keys; exit status 1 on any difference."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     differences = cache.verify()
     for difference in differences:
         click.echo(str(difference))
@@ -189,7 +188,7 @@ def verify(settings: Settings) -> None:
 @click.pass_obj
 def replay(settings: Settings, until: str | None, output: str) -> None:
     """The state the stream describes (at --until), shaped like `dump`."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("replaying", total=cache.stream_length())
         state = cache.replay(until=until, progress=lambda n: bar.advance(task, n))
@@ -221,7 +220,7 @@ def history() -> None:
 @click.pass_obj
 def history_pod(settings: Settings, ref: str) -> None:
     """Every event of a pod (by uid), across nodes."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     uid = ref
     if "/" in ref:
         namespace, name = ref.split("/", 1)
@@ -244,7 +243,7 @@ def history_pod(settings: Settings, ref: str) -> None:
 @click.pass_obj
 def history_node(settings: Settings, name: str) -> None:
     """Every event that changed a node (its own and its pods')."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     for event in cache.history_of_node(name):
         click.echo(event_line(event))
 
@@ -253,7 +252,7 @@ def history_node(settings: Settings, name: str) -> None:
 @click.pass_obj
 def checkpoint(settings: Settings) -> None:
     """Store the replayed state at the stream's last event (written in chunks)."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     click.echo(f"checkpoint at {cache.checkpoint()}")
 
 
@@ -262,7 +261,7 @@ def checkpoint(settings: Settings) -> None:
 @click.pass_obj
 def compact(settings: Settings, keep: int) -> None:
     """Trim the stream before the latest checkpoint; replay stays exact from it."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     try:
         removed = cache.compact(keep=keep)
     except CacheError as error:
@@ -276,7 +275,7 @@ def compact(settings: Settings, keep: int) -> None:
 @click.pass_obj
 def diff(settings: Settings, start: str, end: str) -> None:
     """What changed on which node between two points of the stream (events ID_A and ID_B)."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     before, after = cache.replay(until=start), cache.replay(until=end)
     old, new = before.node_infos(), after.node_infos()
     changed = False

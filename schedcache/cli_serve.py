@@ -48,7 +48,7 @@ def worker_expiry(
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     if interval <= 0 or batch < 1:
         raise click.BadParameter("--interval must be > 0 and --batch >= 1")
-    cache = Cache(settings.client(), settings.cache_name, replica=replica)
+    cache = settings.cache(replica=replica)
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
         click.echo(f"expired {len(expiry.run_once())} pods")
@@ -65,7 +65,7 @@ def worker_expiry(
 @click.pass_obj
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
-    cache = Cache(settings.client(), settings.cache_name)
+    cache = settings.cache()
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
     stop = threading.Event()

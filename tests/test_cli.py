@@ -132,7 +132,7 @@ def test_run_demo_with_this_seed_forgets_and_expires(cache):
 def test_stats_counts_what_the_demo_left(backend, cli, client, cache_name, monkeypatch):
     if backend == "fakeredis":
         # Every embedded connect() is a new server: point both invocations at the fixture's.
-        monkeypatch.setattr(cli_module, "connect", lambda url=None: client)
+        monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
     demo = cli("demo", "--pods", "20", "--nodes", "3", "--seed", "7")
     assert demo.exit_code == 0, demo.output
     rows = summary(demo.output)
@@ -191,3 +191,28 @@ def test_unreachable_redis_masks_the_password():
     assert result.exit_code == 1
     assert "cannot reach Redis at redis://admin:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "0"), ("--retry-for", "-1"), ("--wait-replicas", "-1"), ("--wait-timeout", "0")],
+)
+def test_connection_options_out_of_range_are_refused(backend, cli, option, value):
+    result = cli(option, value, "stats")
+    assert result.exit_code == 2
+    assert "--timeout and --wait-timeout must be > 0" in result.output
+
+
+def test_retry_for_zero_turns_retries_off(backend, cli):
+    seen: list[Cache] = []
+    original = cli_module.Settings.cache
+
+    def recording(self, *args, **kwargs):
+        seen.append(original(self, *args, **kwargs))
+        return seen[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli_module.Settings, "cache", recording)
+        result = cli("--retry-for", "0", "--timeout", "3", "stats")
+    assert result.exit_code == 0, result.output
+    assert seen[0].retry.attempts == 0
