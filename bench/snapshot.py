@@ -3,8 +3,8 @@
 Clusters: upstream's 1,000 nodes x 30 pods, and 5,000 x 30 (150,000 pods, kube's largest
 supported size). For each: the time to build a snapshot from scratch; the time of
 ``update_snapshot`` after 1, 10, 100 and 1,000 changed nodes (one pod added to each), with the
-cost per changed node; and the Redis memory per pod. Medians of ``--repeats`` runs. Prints a
-table and writes ``bench/results/snapshot.json``.
+cost per changed node; and the Redis memory per node and per pod (their events included).
+Medians of ``--repeats`` runs. Prints a table and writes ``bench/results/snapshot.json``.
 
     python bench/snapshot.py [--redis URL] [--repeats 5] [--sizes 1000x30,5000x30]
 """
@@ -75,24 +75,28 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def populate(cache: Cache, nodes: int, pods_per_node: int) -> float:
+def populate(cache: Cache, nodes: int, pods_per_node: int) -> tuple[float, float, float]:
+    """Load the cluster; returns (seconds, Redis bytes per node, Redis bytes per pod)."""
     started = time.perf_counter()
+    before = used_memory(cache.client)
     with cache.batch(chunk_size=500) as batch:
         for i in range(nodes):
             batch.add_node(cluster_node(i))
+    with_nodes = used_memory(cache.client)
+    with cache.batch(chunk_size=500) as batch:
         for j in range(pods_per_node):
             for i in range(nodes):
                 batch.add_pod(cluster_pod(i, j))
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    per_pod = (used_memory(cache.client) - with_nodes) / (nodes * pods_per_node)
+    return seconds, (with_nodes - before) / nodes, per_pod
 
 
 def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -> dict[str, Any]:
     cache = Cache(client, f"bench-snap-{nodes}", ttl=0, replica="bench")
     cache.clear()
-    before = used_memory(client)
-    load_seconds = populate(cache, nodes, pods_per_node)
+    load_seconds, memory_per_node, memory_per_pod = populate(cache, nodes, pods_per_node)
     pods = nodes * pods_per_node
-    memory_per_pod = (used_memory(client) - before) / pods
 
     full_runs = []
     for _ in range(repeats):
@@ -130,6 +134,7 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
         "nodes": nodes,
         "pods": pods,
         "load_seconds": load_seconds,
+        "memory_per_node_bytes": memory_per_node,
         "memory_per_pod_bytes": memory_per_pod,
         "full_build_seconds": full,
         "full_build_runs": full_runs,
@@ -162,9 +167,9 @@ def main() -> None:
                     f"{inc['fraction_of_full']:.4f}",
                 ]
             )
-        rows.append(
-            [label, "Redis memory per pod", f"{figures['memory_per_pod_bytes']:,.0f} B", "", ""]
-        )
+        for what in ("node", "pod"):
+            memory = f"{figures[f'memory_per_{what}_bytes']:,.0f} B"
+            rows.append([label, f"Redis memory per {what}", memory, "", ""])
     print_table(
         f"update_snapshot on real Redis, median of {args.repeats} runs",
         ["cluster", "operation", "ms", "ms per changed node", "of full build"],
