@@ -10,6 +10,7 @@ returns one :class:`BatchResult` per command.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import deque
@@ -21,7 +22,7 @@ from redis import ConnectionPool, ResponseError
 from redis.connection import AbstractConnection
 
 from schedcache import commands, metrics
-from schedcache.commands import Command, new_command_id
+from schedcache.commands import Command
 from schedcache.errors import CacheError, NotReplicated, RetriesExhausted
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
@@ -56,9 +57,10 @@ class BatchResult:
 
 class BatchFailed(CacheError):
     """Whole ``sc_batch`` calls failed (a Redis error, not a rejected command). ``results`` has
-    the outcome of every command of the other calls; ``failures`` the failed groups of commands
-    with their errors. A Lua runtime error may have applied part of its group: ``verify()``
-    tells."""
+    the outcome of every command that ran; ``failures`` the failed groups of commands with
+    their errors. A group that ran but was not confirmed by enough replicas
+    (:class:`NotReplicated`) is in both. A Lua runtime error may have applied part of its
+    group: ``verify()`` tells."""
 
     def __init__(
         self, results: list[BatchResult], failures: list[tuple[list[Command], Exception]]
@@ -81,6 +83,7 @@ class CommandBatch:
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.in_flight: deque[tuple[str, list[Command]]] = deque()
+        self.sent: list[list[Command]] = []  # every group since the last execute(), in order
         self.answered: list[tuple[str, list[Command], Any, Any]] = []
         self.connection: AbstractConnection | None = None
         self.pool: ConnectionPool | None = None
@@ -137,6 +140,17 @@ class CommandBatch:
     def remove_node(self, node: Node | str) -> CommandBatch:
         return self.add(commands.remove_node(node))
 
+    def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
+        """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
+        gave up) and return the outcome of every command: a group Redis applied before is
+        answered with its first outcome, the others are applied now — exactly once either way,
+        within the two minutes Redis remembers command ids."""
+        for group in groups:
+            self.group = list(group)
+            self.count += len(group)
+            self._send_group()
+        return self.execute()
+
     def execute(self) -> list[BatchResult]:
         """Send what is left, wait for every reply; the batch is empty and reusable afterwards."""
         delays = self.cache.retry.delays()
@@ -188,11 +202,12 @@ class CommandBatch:
                 self.connection.disconnect()
             self.pool.release(self.connection)
         self.connection, self.pool = None, None
-        self.group, self.in_flight, self.count = [], deque(), 0
+        self.group, self.in_flight, self.sent, self.count = [], deque(), [], 0
 
     def _send_group(self) -> None:
         group, self.group = self.group, []
-        self.in_flight.append((new_command_id(), group))
+        self.in_flight.append((group_id(group), group))
+        self.sent.append(group)
         try:
             self._send(*self.in_flight[-1])
         except RETRYABLE:
@@ -244,7 +259,9 @@ class CommandBatch:
         if delay is None:
             raise RetriesExhausted(
                 f"sc_batch: Redis kept refusing a group of commands ({reason}); the groups "
-                "before it were applied, it and those after it may not have been"
+                "before it were applied, it and those after it may not have been: "
+                "settle them with cache.batch().settle(error.unsettled)",
+                unsettled=self.sent,
             ) from reason
         log.warning("sc_batch refused (%s); sending again", reason)
         self.close_connection()
@@ -267,7 +284,8 @@ class CommandBatch:
                 raise RetriesExhausted(
                     f"sc_batch: no answer from Redis for {len(self.in_flight)} groups of "
                     "commands after resending them as the retry policy allows; they may or may "
-                    "not have been applied"
+                    "not have been applied: settle them with cache.batch().settle(error.unsettled)",
+                    unsettled=self.sent,
                 )
             log.warning("connection lost with %d groups unanswered; resending", len(self.in_flight))
             self.close_connection()
@@ -279,6 +297,15 @@ class CommandBatch:
                 return
             except RETRYABLE:
                 continue
+
+
+def group_id(group: list[Command]) -> str:
+    """The id of one ``sc_batch`` call, derived from its commands' ids: the same commands sent
+    again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call."""
+    digest = hashlib.blake2b(digest_size=8)
+    for command in group:
+        digest.update(command.id.encode() + b"|")
+    return digest.hexdigest()
 
 
 def _first_unapplied(answered: list[tuple[str, list[Command], Any, Any]]) -> int | None:

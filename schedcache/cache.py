@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import fakeredis
 import redis
 
 from schedcache import checkpoints, commands, metrics
@@ -111,6 +112,16 @@ class Cache:
         self.wait_timeout_ms = commands.milliseconds(
             wait_timeout, subject=f"cache {name}", field="wait_timeout"
         )
+        if wait_replicas and int(self.wait_timeout_ms) < 1:  # WAIT n 0 blocks for ever
+            raise ValidationError(
+                f"cache {name}", "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
+            )
+        if wait_replicas and isinstance(client, fakeredis.FakeRedis):
+            raise ValidationError(
+                f"cache {name}",
+                "wait_replicas",
+                "the embedded fakeredis has no replicas (and no WAIT): use 0, or a real Redis",
+            )
         self.route = SlotRoute(client, self.keys.prefix)
         ensure_loaded(self.route.get())
 

@@ -10,9 +10,12 @@ from urllib.parse import parse_qs, unquote
 
 import fakeredis
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 from redis.exceptions import RedisClusterException
-from redis.sentinel import Sentinel
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from schedcache.errors import CacheError
 from schedcache.routing import ClusterClient
@@ -71,6 +74,8 @@ def connect(
             + " (or 'embedded')"
         )
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
+    if not scheme.endswith("+cluster"):
+        options.setdefault("retry", inner_retry())
     try:
         if scheme == "redis+sentinel":
             client: redis.Redis | ClusterClient = _sentinel_client(url, timeouts, options)
@@ -80,9 +85,38 @@ def connect(
             client = redis.Redis.from_url(url, **timeouts, **options)
         if check:
             client.ping()
-    except (redis.RedisError, RedisClusterException, ValueError, OSError) as error:
-        raise ConnectionFailed(f"cannot reach Redis at {describe(url)}: {error}") from None
+    except (redis.RedisError, RedisClusterException, ValueError, TypeError, OSError) as error:
+        # TypeError: an option redis-py does not know (a typo, ssl_* on redis://)
+        reason = _without_secrets(str(error), url, options)
+        if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
+            reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
+        raise ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}") from None
     return client
+
+
+def inner_retry() -> Retry:
+    """redis-py's own resend of a call whose connection broke: once, at once. (Its default,
+    10 times with up to 1 s between, would run inside each attempt of the cache's
+    ``RetryPolicy`` and make the policy's ``within`` meaningless.) The one resend covers a
+    pooled connection the server closed while idle."""
+    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), 1)
+
+
+def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
+    """``text``, unless it quotes a password or a piece of one: a password with an unencoded
+    ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
+    secrets = [secret for _, secret in _PASSWORD_OPTION.findall(url)]
+    secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
+    rest = url.split("://", 1)[-1]
+    if "@" in rest:
+        secrets.append(rest.rsplit("@", 1)[0].partition(":")[2])
+    pieces = {piece for secret in secrets for piece in re.split(r"[/?#&]", secret) if piece}
+    if any(piece in text for piece in pieces):
+        return (
+            "the error quotes part of a password, so it is not shown; percent-encode any "
+            "'/', '?', '#', '@' or '&' in user names and passwords (%2F, %3F, %23, %40, %26)"
+        )
+    return text
 
 
 @dataclass(frozen=True)
@@ -128,7 +162,7 @@ def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, An
     if not parts.path:
         raise ValueError("no master name: redis+sentinel://host:port/<master name>")
     query = dict(parts.query)
-    sentinel_kwargs = dict(timeouts)
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
     if "sentinel_password" in query:
         sentinel_kwargs["password"] = query.pop("sentinel_password")
     db = int(parts.path[1]) if len(parts.path) > 1 else int(query.pop("db", 0))
@@ -150,7 +184,12 @@ def _cluster_client(
     url: str, tls: bool, timeouts: dict[str, float], options: dict[str, Any]
 ) -> ClusterClient:
     parts = _parts(url, default_port=6379)
-    tls_options = {k: parts.query.pop(k) for k in list(parts.query) if k.startswith("ssl_")}
+    # As redis-py reads them from a single server's URL: ssl_check_hostname=false is False.
+    tls_options = {
+        k: URL_QUERY_ARGUMENT_PARSERS.get(k, str)(parts.query.pop(k))
+        for k in list(parts.query)
+        if k.startswith("ssl_")
+    }
     if parts.query:
         raise ValueError(f"unknown options {sorted(parts.query)}")
     return ClusterClient(
@@ -166,7 +205,7 @@ def _cluster_client(
 
 def describe(url: str | None) -> str:
     """The URL for messages and logs, with any password masked (``user:***@``, and the
-    ``password``/``sentinel_password`` query options)."""
+    ``password``/``sentinel_password``/``ssl_password`` query options)."""
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)
@@ -176,4 +215,4 @@ def describe(url: str | None) -> str:
     return _PASSWORD_OPTION.sub(r"\1***", url)
 
 
-_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_)?password=)[^&]*")
+_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)")

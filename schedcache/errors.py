@@ -11,6 +11,8 @@ at a log line with no other context.
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 
@@ -91,13 +93,23 @@ class SchemaMismatch(CacheError):
     """The Lua library on the server is not the version this client was built for."""
 
 
+class LibraryNotLoaded(CacheError):
+    """The server lacks this version of the Lua library, and this Redis user may not load it
+    (an ACL user without ``FUNCTION LOAD``): an admin runs ``schedcache scripts``."""
+
+
 class RetriesExhausted(CacheError, RedisConnectionError):
     """Redis did not answer a command, even after resending it as the retry policy allows.
 
     The command may or may not have been applied. Running the same :class:`Command` again
     (same id) once Redis is back settles it exactly once: it is applied if it was not, and
-    answered with its first outcome if it was.
+    answered with its first outcome if it was. From a batch, ``unsettled`` holds its groups of
+    commands, to pass to ``cache.batch().settle()`` for the same effect.
     """
+
+    def __init__(self, message: str, unsettled: list[list[Any]] | None = None) -> None:
+        super().__init__(message)
+        self.unsettled = list(unsettled or [])
 
 
 class NotReplicated(CacheError):

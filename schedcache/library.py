@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from schedcache.errors import SchemaMismatch
+from schedcache.errors import LibraryNotLoaded, SchemaMismatch
 
 LIBRARY_NAME = "schedcache"
 SCHEMA_VERSION = 1
@@ -89,4 +89,11 @@ def ensure_loaded(client: redis.Redis) -> None:
                 f"the server has schedcache library version {version}, newer than this "
                 f"client's {SCHEMA_VERSION}: upgrade the client"
             )
-    client.function_load(library_source(), replace=True)
+    try:
+        client.function_load(library_source(), replace=True)
+    except redis.exceptions.NoPermissionError as error:
+        raise LibraryNotLoaded(
+            f"the server {'has another' if loaded else 'lacks the'} schedcache library "
+            f"(this client needs {library_version()}) and this Redis user may not load it "
+            f"({error}): an admin runs `schedcache scripts` once (docs/security.md)"
+        ) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 
@@ -16,6 +18,23 @@ def test_unreachable_server_fails_at_once_naming_the_url_without_its_password():
     message = str(info.value)
     assert message.startswith("cannot reach Redis at redis://admin:***@127.0.0.1:1/0")
     assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://admin:s3cret@127.0.0.1:1/0", "Connection refused"),
+        ("redis+sentinel://admin:s3cret@127.0.0.1:1/primary", "no Sentinel answered"),
+        ("redis+cluster://admin:s3cret@127.0.0.1:1", "127.0.0.1:1"),
+    ],
+)
+def test_unreachable_servers_fail_within_the_connect_timeout(url, reason):
+    """redis-py's own retries (10 by default) are cut to one, so a wrong URL fails fast."""
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed, match=reason) as info:
+        connect(url, connect_timeout=0.5)
+    assert time.monotonic() - started < 3
+    assert "s3cret" not in str(info.value) and "<redis" not in str(info.value)
 
 
 def test_unsupported_scheme_is_refused():

@@ -15,82 +15,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from schedcache import Cache, connect
 from schedcache.batch import BatchFailed
-from schedcache.errors import CacheError, NotReplicated
+from schedcache.errors import NotReplicated
 from schedcache.expiry import ExpiryWorker
 from schedcache.retry import RetryPolicy
-from tests.factories import make_node, make_pod
+from tests.factories import make_pod
+from tests.load import Load, add_nodes, applied_twice
 from tests.servers import Cluster, SentinelGroup, Server, wait_until
 
 # Long enough for a failover: node timeout (1 s) + election, or down-after (1 s) + election.
 FAILOVER_RETRY = RetryPolicy(attempts=100, within=30.0, max_delay=0.5)
-
-
-@dataclass
-class Load:
-    """Commands sent one by one from a thread until stopped, in two kinds: single commands and
-    batches of 20. ``acknowledged`` holds the uids of pods whose add returned without error,
-    ``unconfirmed`` those applied but not confirmed by a replica (``NotReplicated``)."""
-
-    cache: Cache
-    acknowledged: list[str] = field(default_factory=list)
-    unconfirmed: list[str] = field(default_factory=list)
-    failed: list[tuple[str, Exception]] = field(default_factory=list)
-    ack_times: list[float] = field(default_factory=list)
-    stopping: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        index = 0
-        while not self.stopping.is_set():
-            try:
-                if index % 5 == 4:
-                    uids = [f"b{index}-{i}" for i in range(20)]
-                    with self.cache.batch(chunk_size=10) as batch:
-                        for uid in uids:
-                            batch.add_pod(make_pod(uid, f"n{index % 3}", "1m", "1Ki"))
-                else:
-                    uids = [f"p{index}"]
-                    self.cache.add_pod(make_pod(uids[0], f"n{index % 3}", "1m", "1Ki"))
-            except NotReplicated:
-                self.unconfirmed += uids
-            except BatchFailed as error:
-                if all(isinstance(e, NotReplicated) for _, e in error.failures):
-                    self.unconfirmed += uids  # some groups may have been confirmed
-                else:
-                    self.failed.append((f"#{index}", error))
-            except CacheError as error:
-                self.failed.append((f"#{index}", error))
-            else:
-                self.acknowledged += uids
-                self.ack_times.append(time.monotonic())
-            index += 1
-
-    def __enter__(self) -> Load:
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=60)
-
-    def wait_for(self, count: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        target = len(self.acknowledged) + count
-        while len(self.acknowledged) < target:
-            assert time.monotonic() < deadline, f"load stalled: {self.failed[-3:]}"
-            time.sleep(0.01)
-
-    def recovery_after(self, moment: float) -> float:
-        """Seconds from ``moment`` to the first acknowledgement after it."""
-        return min(t for t in self.ack_times if t > moment) - moment
 
 
 def assert_nothing_lost_or_doubled(cache: Cache, load: Load) -> None:
@@ -99,14 +38,8 @@ def assert_nothing_lost_or_doubled(cache: Cache, load: Load) -> None:
     assert set(load.acknowledged) <= stored, f"lost: {set(load.acknowledged) - stored}"
     # Not promised, but nothing failed after them: they are on the new primary too.
     assert set(load.unconfirmed) <= stored, f"lost: {set(load.unconfirmed) - stored}"
-    added = Counter(event.uid for event in cache.events() if event.type == "PodAdded")
-    assert [uid for uid, count in added.items() if count > 1] == [], "applied twice"
+    assert applied_twice(cache) == []
     assert cache.verify() == []
-
-
-def add_nodes(cache: Cache) -> None:
-    for index in range(3):
-        cache.add_node(make_node(f"n{index}", "1000", "1000Gi", pods=100000))
 
 
 def test_cluster_failover_of_the_caches_primary_under_load(tmp_path: Path) -> None:
