@@ -1,0 +1,1509 @@
+"""Backend parity: every public entry point, called on fakeredis, a real Redis and a Cluster.
+
+``CASES`` maps each public name — the methods and properties of ``Cache``, ``CommandBatch``,
+``NodeTree``, ``Snapshot``, ``NodeInfo`` and ``ExpiryWorker``, the functions exported by
+``schedcache/__init__.py`` and every ``schedcache`` CLI command — to a case that calls it with
+real arguments and asserts what it did. ``public_names()`` finds those names by introspection,
+and ``test_every_public_entry_point_has_a_parity_case`` fails when one has no case: a new public
+method must come with its parity case. (Plain value classes — ``Pod``, ``Node``, ``Resource``,
+``Event``, ``Dump``, ``BatchResult``' fields — are exercised through the cases but not
+enumerated: they never touch a backend.)
+
+Every case runs on each backend of ``conftest.py``. While it runs, the commands the client
+sends are recorded twice: on the wire by redis-py's command packers (``pack()`` of both RESP
+serializers: every single command, every pipeline and the batch's raw
+``connection.send_command`` go through one of them), and, on fakeredis, where the server
+receives them (``BaseFakeSocket._process_command``, which every command a FakeRedis client
+sends passes through, inside MULTI too). fakeredis implements none of INFO, CONFIG, WAIT,
+CLUSTER, MEMORY, DEBUG, SENTINEL, ROLE, COMMAND: the embedded default must never send them.
+
+``WAIT``: with the default ``wait_replicas=0`` no case sends it on any backend. With
+``wait_replicas=1`` a write on a real Redis without replicas raises ``NotReplicated`` (and was
+applied, the reply is carried); on the Cluster (one replica per primary) it is confirmed. On
+fakeredis ``Cache(wait_replicas=1)`` is refused with a ``ValidationError`` when the cache is
+made; a ``wait_timeout`` under a millisecond (``WAIT n 0`` blocks for ever) is refused everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from fakeredis._socket._base import BaseFakeSocket
+from prometheus_client import CollectorRegistry, generate_latest
+from redis.connection import HiredisRespSerializer, PythonRespSerializer
+
+import schedcache
+from schedcache import (
+    BatchFailed,
+    Cache,
+    CommandBatch,
+    NodeInfo,
+    Snapshot,
+    SnapshotUpdate,
+    cli_serve,
+    commands,
+    connect,
+    load_k8s_file,
+    objects_from_k8s,
+    parse_selector,
+)
+from schedcache import connection as connection_module
+from schedcache.checkpoints import HistoryCompacted
+from schedcache.cli import main
+from schedcache.commands import Command
+from schedcache.connection import EMBEDDED, ENV_URL
+from schedcache.errors import (
+    CacheError,
+    FitConflict,
+    InvalidTransition,
+    NodeNotFound,
+    NotReplicated,
+    PodAlreadyExists,
+    PodNotAssumed,
+    PodNotFound,
+    ValidationError,
+)
+from schedcache.expiry import ExpiryWorker
+from schedcache.library import command_names, library_version
+from schedcache.nodetree import NodeTree
+from schedcache.routing import ClusterClient
+from tests.conftest import backend_url, real_client
+from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
+
+ZONE = "topology.kubernetes.io/zone"
+NS = "prod"
+# Server commands fakeredis lacks: the embedded default must never send them.
+FORBIDDEN_ON_EMBEDDED = frozenset(
+    {"INFO", "CONFIG", "WAIT", "CLUSTER", "MEMORY", "DEBUG", "SENTINEL", "ROLE", "COMMAND"}
+)
+# Classes whose public methods and properties each need a parity case ("Class.name").
+CLASSES: tuple[type, ...] = (Cache, CommandBatch, NodeTree, Snapshot, NodeInfo, ExpiryWorker)
+
+
+# -- recording what the client sends ------------------------------------------------------
+
+
+def _name(args: Any) -> str:
+    """``"FCALL"`` from ``("FCALL", ...)``, ``"FUNCTION"`` from ``("FUNCTION LOAD", ...)``."""
+    first = args[0]
+    text = first.decode() if isinstance(first, bytes | bytearray | memoryview) else str(first)
+    if isinstance(first, memoryview):
+        text = bytes(first).decode()
+    return text.split()[0].upper()
+
+
+@dataclass
+class Recorder:
+    """Commands packed by redis-py (any backend) and received by a fakeredis server."""
+
+    packed: list[str] = field(default_factory=list)
+    received: list[str] = field(default_factory=list)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> Recorder:
+        for serializer in (HiredisRespSerializer, PythonRespSerializer):
+            monkeypatch.setattr(serializer, "pack", self._packer(serializer.pack))
+        receive = BaseFakeSocket._process_command
+
+        def process_command(sock: BaseFakeSocket, fields: list[bytes]) -> None:
+            if fields:
+                self.received.append(_name(fields))
+            return receive(sock, fields)
+
+        monkeypatch.setattr(BaseFakeSocket, "_process_command", process_command)
+        return self
+
+    def _packer(self, pack: Callable[..., Any]) -> Callable[..., Any]:
+        def recording_pack(serializer: Any, *args: Any) -> Any:
+            self.packed.append(_name(args))
+            return pack(serializer, *args)
+
+        return recording_pack
+
+    def sent(self) -> set[str]:
+        return set(self.packed) | set(self.received)
+
+    def clear(self) -> None:
+        self.packed.clear()
+        self.received.clear()
+
+
+# -- the context every case gets -----------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    """What a case gets: the backend's client and caches on it (``make_cache`` options default
+    to ``defaults``)."""
+
+    backend: str
+    client: Any
+    url: str  # what `--redis` gets: "embedded", the real server's URL, the cluster's
+    tmp_path: Path
+    defaults: dict[str, Any] = field(default_factory=lambda: {"ttl": 10.0, "replica": "parity"})
+    caches: list[Cache] = field(default_factory=list)
+
+    def make_cache(self, **options: Any) -> Cache:
+        options = {**self.defaults, **options}
+        name = options.pop("name", None) or f"t-{uuid.uuid4().hex[:12]}"
+        cache = Cache(self.client, name, **options)
+        self.caches.append(cache)
+        return cache
+
+    @property
+    def cache(self) -> Cache:
+        """The case's main cache (made on first use)."""
+        return self.caches[0] if self.caches else self.make_cache()
+
+    def server_now(self) -> float:
+        seconds, micros = self.cache.route.get().time()
+        return seconds + micros / 1e6
+
+    def cli(self, *args: str, cache: Cache | None = None) -> Result:
+        """``schedcache --redis <url> --cache <name> *args``. The embedded URL reaches
+        ``connect()`` as usual; only the fakeredis it makes is this case's client, so the CLI
+        and the case look at the same server."""
+        name = (cache or self.cache).name
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv(ENV_URL, raising=False)
+            if self.backend == "fakeredis":
+                patch.setattr(connection_module, "embedded_client", lambda server=None: self.client)
+            return CliRunner().invoke(
+                main, ["--redis", self.url, "--cache", name, *args], catch_exceptions=False
+            )
+
+    def cleanup(self) -> None:
+        for cache in self.caches:
+            if cache.lease is not None:
+                cache.lease.stop(release=False)
+            cache.clear()
+
+
+def populate(cache: Cache) -> None:
+    """n1 (zone a) and n2 (zone b); web-0 added and web-1 assumed on n1, db-0 added on n2."""
+    cache.add_node(make_node("n1", "4", "8Gi", labels={ZONE: "a"}))
+    cache.add_node(make_node("n2", "2", "4Gi", labels={ZONE: "b"}))
+    cache.add_pod(web(0))
+    cache.assume_pod(web(1))
+    cache.add_pod(make_pod("db-0", "n2", "1", "1Gi", namespace=NS, labels={"app": "db"}))
+
+
+POPULATED_TYPES = ["NodeAdded", "NodeAdded", "PodAdded", "PodAssumed", "PodAdded"]
+
+
+def web(index: int, node: str = "n1", cpu: str = "500m", **kwargs: Any) -> schedcache.Pod:
+    kwargs.setdefault("labels", {"app": "web"})
+    return make_pod(f"web-{index}", node, cpu, "1Gi", namespace=NS, **kwargs)
+
+
+# -- Cache --------------------------------------------------------------------------------
+
+CASES: dict[str, Callable[[Ctx], None]] = {}
+
+
+def case(*names: str) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+    def register(function: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+        for name in names:
+            assert name not in CASES, f"two parity cases for {name}"
+            CASES[name] = function
+        return function
+
+    return register
+
+
+@case("Cache.run")
+def _run(ctx: Ctx) -> None:
+    generation = ctx.cache.run(commands.add_node(make_node("n1")))
+    assert generation == ctx.cache.generation() == 1
+    with pytest.raises(NodeNotFound, match="node nope"):
+        ctx.cache.run(commands.remove_node("nope"))
+    assert ctx.cache.generation() == 1 and ctx.cache.stream_length() == 1
+
+
+@case("Cache.read")
+def _read(ctx: Ctx) -> None:
+    cache = ctx.cache
+    assert cache.read(lambda: cache.client.fcall_ro("sc_version", 0)) == library_version().encode()
+    if ctx.backend == "redis":
+        return  # the shared server: deleting its library would disturb concurrent tests
+    cache.route.get().function_delete("schedcache")
+    calls: list[int] = []
+
+    def call() -> Any:
+        calls.append(1)
+        return cache.route.get().fcall_ro("sc_version", 0)
+
+    assert cache.read(call) == library_version().encode() and len(calls) == 2  # reloaded once
+
+
+@case("Cache.check_replicated")
+def _check_replicated(ctx: Ctx) -> None:
+    cache = ctx.make_cache()
+    cache.wait_replicas = 2  # as a replicated server's cache would have it (fakeredis refuses)
+    cache.check_replicated(2, "sc_x")
+    cache.check_replicated(b"3", "sc_x")
+    with pytest.raises(NotReplicated, match="sc_x: applied on the primary, but only 1 of 2") as e:
+        cache.check_replicated(1, "sc_x", reply=7)
+    assert e.value.reply == 7
+    with pytest.raises(redis.ResponseError, match="boom"):
+        cache.check_replicated(redis.ResponseError("boom"), "sc_x")
+
+
+@case("Cache.batch")
+def _batch(ctx: Ctx) -> None:
+    batch = ctx.cache.batch(chunk_size=2)
+    assert isinstance(batch, CommandBatch) and batch.chunk_size == 2
+    batch.add_node(make_node("n1", "4", "8Gi")).add_pod(web(0)).remove_pod(web(9))
+    assert len(batch) == 3
+    results = batch.execute()
+    assert [r.ok for r in results] == [True, True, False]
+    assert isinstance(results[2].error, PodNotFound) and "web-9" in str(results[2].error)
+    assert ctx.cache.get_node_info("n1").requested.milli_cpu == 500
+    with pytest.raises(ValueError, match="chunk_size"):
+        ctx.cache.batch(chunk_size=0)
+
+
+@case("Cache.assume_pod")
+def _assume_pod(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "1", "8Gi", pods="3"))
+    cache.assume_pod(web(0, cpu="600m"))
+    assert cache.pod_state("web-0") == "assumed" and cache.is_assumed_pod("web-0")
+    with pytest.raises(PodAlreadyExists, match="already assumed on node n1"):
+        cache.assume_pod(web(0, cpu="600m"))
+    with pytest.raises(FitConflict) as conflict:
+        cache.assume_pod(web(1, cpu="600m"), check_fit=True)
+    assert conflict.value.node == "n1" and conflict.value.reasons == ("cpu",)
+    generation = cache.get_node_info("n1").generation
+    with pytest.raises(FitConflict) as stale:
+        cache.assume_pod(web(1, cpu="100m"), expect_generation=generation - 1)
+    assert stale.value.reasons == ("stale",)
+    cache.assume_pod(web(1, cpu="100m"), expect_generation=generation)
+    assert cache.get_node_info("n1").requested.milli_cpu == 700
+    assert cache.pod_count() == 2 and cache.stream_length() == 3
+
+
+@case("Cache.lease_to_take")
+def _lease_to_take(ctx: Ctx) -> None:
+    cache = ctx.make_cache(lease_ttl=15.0)
+    assert cache.lease_to_take == 15.0
+    cache.assume_pod(web(0))  # takes the lease in the claim, then heartbeats it
+    assert cache.lease_to_take == 0.0
+    assert ctx.make_cache(replica="").lease_to_take == 0.0
+    assert ctx.make_cache(lease_ttl=0).lease_to_take == 0.0
+
+
+@case("Cache.hold_lease")
+def _hold_lease(ctx: Ctx) -> None:
+    cache = ctx.make_cache(lease_ttl=0.5)
+    assert cache.lease is not None and cache.lease.thread is None
+    cache.assume_pod(web(0))
+    key = cache.lease.key
+    assert cache.lease.thread is not None and cache.lease.thread.is_alive()
+    cache.hold_lease()  # idempotent
+    time.sleep(0.7)  # past the ttl: only the heartbeat keeps the key
+    assert 0 < cache.client.pttl(key) <= 500
+    assert cache.client.smembers(f"{cache.keys.prefix}replicas") == {b"parity"}
+
+
+@case("Cache.close")
+def _close(ctx: Ctx) -> None:
+    cache = ctx.make_cache(lease_ttl=15.0)
+    cache.assume_pod(web(0))
+    key = cache.lease.key
+    assert cache.client.exists(key) == 1
+    cache.close()
+    assert cache.lease.thread is None and cache.client.exists(key) == 1  # lapses by itself
+    cache.close(release_lease=True)
+    assert cache.client.exists(key) == 0
+    assert cache.pod_state("web-0") == "assumed"  # the expiry worker forgets it, not close()
+
+
+@case("Cache.finish_binding")
+def _finish_binding(ctx: Ctx) -> None:
+    cache = ctx.make_cache(ttl=10.0)
+    cache.assume_pod(web(0))
+    cache.finish_binding(web(0), now=1000.0)
+    record = cache.get_pod_record("web-0")
+    assert record.binding_finished and record.deadline_ms == 1_010_000
+    cache.finish_binding(web(7), now=1000.0)  # not assumed: a no-op, as upstream
+    before = ctx.server_now()
+    cache.assume_pod(web(1))
+    cache.finish_binding(web(1))  # the server's clock
+    deadline = cache.get_pod_record("web-1").deadline_ms
+    assert deadline is not None and abs(deadline - (before + 10) * 1000) < 5000
+    assert [e.type for e in cache.events()] == ["PodAssumed", "BindingFinished"] * 2
+
+
+@case("Cache.forget_pod")
+def _forget_pod(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.assume_pod(web(0))
+    cache.forget_pod(web(0))
+    assert cache.pod_state("web-0") is None
+    assert cache.get_node_info("n1").requested.milli_cpu == 0
+    cache.add_pod(web(1))
+    with pytest.raises(PodNotAssumed):
+        cache.forget_pod(web(1))
+    assert [e.type for e in cache.events()][-2:] == ["PodForgotten", "PodAdded"]
+
+
+@case("Cache.add_pod")
+def _add_pod(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_node(make_node("n2", "4", "8Gi"))
+    cache.assume_pod(web(0, "n1"))
+    cache.add_pod(web(0, "n2"))  # confirms it on the node the informer saw
+    assert cache.get_pod_record("web-0").state == "added"
+    assert cache.get_pod_record("web-0").node == "n2"
+    assert cache.get_node_info("n1").requested.milli_cpu == 0
+    assert cache.get_node_info("n2").requested.milli_cpu == 500
+    with pytest.raises(PodAlreadyExists):
+        cache.add_pod(web(0, "n2"))
+    cache.add_pod(web(1, "later"))  # before its node: a placeholder
+    assert cache.get_node_info("later").node is None
+
+
+@case("Cache.update_pod")
+def _update_pod(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_pod(web(0))
+    cache.update_pod(web(0), web(0, cpu="1500m"))
+    assert cache.get_node_info("n1").requested.milli_cpu == 1500
+    assert cache.get_pod("web-0").requests.milli_cpu == 1500
+    with pytest.raises(InvalidTransition, match="n1"):
+        cache.update_pod(web(0, "n9"), web(0, "n9"))
+    cache.assume_pod(web(1))
+    with pytest.raises(InvalidTransition):
+        cache.update_pod(web(1), web(1, cpu="1"))
+
+
+@case("Cache.remove_pod")
+def _remove_pod(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_pod(web(0, ports=[{"containerPort": 80, "hostPort": 8080}]))
+    assert cache.get_node_info("n1").used_ports == {("0.0.0.0", "TCP", 8080)}
+    cache.remove_pod(web(0, node=""))  # empty nodeName: removes the stored pod
+    info = cache.get_node_info("n1")
+    assert info.requested.milli_cpu == 0 and info.used_ports == set() and info.pods == []
+    with pytest.raises(PodNotFound):
+        cache.remove_pod(web(0))
+
+
+@case("Cache.cleanup_assumed_pods")
+def _cleanup_assumed_pods(ctx: Ctx) -> None:
+    cache = ctx.make_cache(ttl=10.0)
+    for index in range(3):
+        cache.assume_pod(web(index))
+    now = ctx.server_now()
+    cache.finish_binding(web(0), now=now - 60)
+    cache.finish_binding(web(1), now=now)
+    assert cache.cleanup_assumed_pods() == ["web-0"]
+    assert cache.cleanup_assumed_pods(now=now + 11) == ["web-1"]
+    assert cache.cleanup_assumed_pods(now=now + 1e6) == []  # web-2: binding not finished
+    assert cache.pod_count() == 1 and cache.history("web-0")[-1].type == "PodExpired"
+
+
+@case("Cache.get_pod")
+def _get_pod(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    pod = ctx.cache.get_pod(web(1))
+    assert pod == web(1) and ctx.cache.get_pod("web-1") == pod
+    with pytest.raises(PodNotFound, match="pod with uid nope does not exist"):
+        ctx.cache.get_pod("nope")
+
+
+@case("Cache.get_pod_record")
+def _get_pod_record(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    record = ctx.cache.get_pod_record("web-1")
+    assert (record.state, record.node, record.binding_finished) == ("assumed", "n1", False)
+    assert record.claimer == "parity" and record.pod.name == "web-1"
+    assert "cpu 500" in record.contribution.replace("r:cpu", "cpu")
+    assert ctx.cache.get_pod_record("web-0").state == "added"
+    with pytest.raises(PodNotFound):
+        ctx.cache.get_pod_record(web(8))
+
+
+@case("Cache.is_assumed_pod")
+def _is_assumed_pod(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    assert ctx.cache.is_assumed_pod("web-1") and ctx.cache.is_assumed_pod(web(1))
+    assert not ctx.cache.is_assumed_pod("web-0") and not ctx.cache.is_assumed_pod("nope")
+
+
+@case("Cache.pod_state")
+def _pod_state(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    states = [ctx.cache.pod_state(uid) for uid in ("web-0", "web-1", "db-0", "nope")]
+    assert states == ["added", "assumed", "added", None]
+
+
+@case("Cache.pod_count")
+def _pod_count(ctx: Ctx) -> None:
+    assert ctx.cache.pod_count() == 0
+    populate(ctx.cache)
+    ctx.cache.remove_node("n2")  # db-0 stays, on a ghost
+    assert ctx.cache.pod_count() == 3
+
+
+@case("Cache.list_pods")
+def _list_pods(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    assert [p.name for p in ctx.cache.list_pods()] == ["db-0", "web-0", "web-1"]
+    assert [p.name for p in ctx.cache.list_pods("app=web")] == ["web-0", "web-1"]
+    assert [p.name for p in ctx.cache.list_pods({"app": "db"})] == ["db-0"]
+    assert ctx.cache.list_pods("app notin (web,db)") == []
+
+
+@case("Cache.filtered_list")
+def _filtered_list(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    on_n1 = ctx.cache.filtered_list(lambda pod: pod.node_name == "n1")
+    assert [p.name for p in on_n1] == ["web-0", "web-1"]
+    big = ctx.cache.filtered_list(lambda pod: pod.requests.milli_cpu >= 1000, "app")
+    assert [p.name for p in big] == ["db-0"]
+
+
+@case("Cache.add_node")
+def _add_node(ctx: Ctx) -> None:
+    cache = ctx.cache
+    cache.add_pod(web(0, "n1"))  # placeholder first
+    cache.add_node(make_node("n1", "4", "8Gi", images=[(["nginx:1"], 1000)]))
+    info = cache.get_node_info("n1")
+    assert info.node is not None and info.allocatable.milli_cpu == 4000
+    assert [p.name for p in info.pods] == ["web-0"]
+    assert info.image_states == {"nginx:1": schedcache.ImageStateSummary(1000, 1)}
+    assert cache.node_count() == 1 and cache.generation() == 2
+
+
+@case("Cache.update_node")
+def _update_node(ctx: Ctx) -> None:
+    cache = ctx.cache
+    old = make_node("n1", "4", "8Gi")
+    cache.add_node(old)
+    cache.update_node(old, make_node("n1", "8", "8Gi"))
+    assert cache.get_node_info("n1").allocatable.milli_cpu == 8000
+    cache.update_node(None, make_node("n2", "1", "1Gi"))  # unknown: created, as upstream
+    assert cache.node_count() == 2
+    assert [e.type for e in cache.events()] == ["NodeAdded", "NodeUpdated", "NodeUpdated"]
+
+
+@case("Cache.remove_node")
+def _remove_node(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.remove_node("n2")
+    ghost = ctx.cache.get_node_info("n2")
+    assert ghost.is_ghost and [p.name for p in ghost.pods] == ["db-0"]
+    with pytest.raises(NodeNotFound):
+        ctx.cache.remove_node(make_node("n2"))
+    ctx.cache.remove_pod(make_pod("db-0", "n2", "1", "1Gi", namespace=NS))
+    with pytest.raises(NodeNotFound):  # the last pod took the ghost with it
+        ctx.cache.get_node_info("n2")
+    assert ctx.cache.node_count() == 1
+
+
+@case("Cache.node_count")
+def _node_count(ctx: Ctx) -> None:
+    assert ctx.cache.node_count() == 0
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(5, "later"))
+    assert ctx.cache.node_count() == 3  # placeholders count, as upstream
+
+
+@case("Cache.get_node_info")
+def _get_node_info(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    info = ctx.cache.get_node_info("n1")
+    assert info.name == "n1" and info.node is not None and info.node.labels[ZONE] == "a"
+    assert [p.name for p in info.pods] == ["web-0", "web-1"]
+    assert info.requested.milli_cpu == 1000 and info.requested.memory == 2 << 30
+    assert info.non_zero_requested.milli_cpu == 1000
+    assert info.allocatable.milli_cpu == 4000 and info.allocatable.allowed_pod_number == 110
+    with pytest.raises(NodeNotFound, match="node nope is not in the cache"):
+        ctx.cache.get_node_info("nope")
+
+
+@case("Cache.update_snapshot")
+def _update_snapshot(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    snap = Snapshot()
+    report = ctx.cache.update_snapshot(snap)
+    assert isinstance(report, SnapshotUpdate) and report.changed_nodes == 2 and report.list_rebuilt
+    assert snap.generation == ctx.cache.generation()
+    assert [i.name for i in snap.node_info_list] == ["n1", "n2"]
+    ctx.cache.add_pod(web(3, "n2", cpu="100m"))
+    report = ctx.cache.update_snapshot(snap)
+    assert report.changed_nodes == 1 and not report.list_rebuilt and not report.inconsistent
+    assert snap.get("n2").requested.milli_cpu == 1100
+    ctx.cache.remove_node("n1")
+    ctx.cache.update_snapshot(snap)
+    assert [i.name for i in snap.node_info_list] == ["n2"]  # n1 is a ghost: not in snapshots
+
+
+@case("Cache.node_tree")
+def _node_tree(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    tree = ctx.cache.node_tree()
+    assert isinstance(tree, NodeTree) and tree.list() == ["n1", "n2"]
+
+
+@case("Cache.generation")
+def _generation(ctx: Ctx) -> None:
+    assert ctx.cache.generation() == 0
+    populate(ctx.cache)
+    assert ctx.cache.generation() == 5
+    with pytest.raises(PodAlreadyExists):
+        ctx.cache.add_pod(web(0))
+    assert ctx.cache.generation() == 5  # a rejected command changes nothing
+
+
+@case("Cache.dump")
+def _dump(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.remove_node("n2")
+    dump = ctx.cache.dump()
+    assert isinstance(dump, schedcache.Dump)
+    assert set(dump.nodes) == {"n1", "n2"} and dump.nodes["n2"].node is None
+    assert dump.assumed_pods == {"web-1"} and dump.generation == ctx.cache.generation()
+
+
+@case("Cache.events")
+def _events(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    assert [e.type for e in events] == POPULATED_TYPES
+    assert {e.replica for e in events} == {"parity"}
+    assert [e.uid for e in events] == [None, None, "web-0", "web-1", "db-0"]
+    assert events[0].node == "n1" and events[0].generation == 1
+    assert events[2].data["name"] == "web-0"
+    assert list(ctx.cache.events(count=2)) == events  # pages of 2
+    middle = list(ctx.cache.events(start=events[1].id, end=events[3].id))
+    assert [e.id for e in middle] == [e.id for e in events[1:4]]
+
+
+@case("Cache.history")
+def _history(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(1, "n2"))  # confirmed on another node
+    ctx.cache.remove_pod(web(1, "n2"))
+    assert [e.type for e in ctx.cache.history(web(1))] == ["PodAssumed", "PodAdded", "PodRemoved"]
+    assert ctx.cache.history("nope") == []
+
+
+@case("Cache.history_of_node")
+def _history_of_node(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(1, "n2"))  # moves from n1: an event of both nodes
+    n1 = [(e.type, e.uid) for e in ctx.cache.history_of_node("n1")]
+    assert n1 == [
+        ("NodeAdded", None),
+        ("PodAdded", "web-0"),
+        ("PodAssumed", "web-1"),
+        ("PodAdded", "web-1"),
+    ]
+    assert [e.type for e in ctx.cache.history_of_node("n2")][-1] == "PodAdded"
+
+
+@case("Cache.replay")
+def _replay(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    state = ctx.cache.replay()
+    assert state.last_id == events[-1].id and state.generation == 5
+    assert state.assumed_pods == {"web-1"}
+    assert state.node_infos()["n1"].requested == ctx.cache.get_node_info("n1").requested
+    seen: list[int] = []
+    early = ctx.cache.replay(until=events[1].id, progress=seen.append)
+    assert set(early.node_infos()) == {"n1", "n2"} and early.pods == {} and sum(seen) == 2
+
+
+@case("Cache.checkpoint")
+def _checkpoint(ctx: Ctx) -> None:
+    with pytest.raises(CacheError, match="nothing to checkpoint"):
+        ctx.cache.checkpoint()
+    populate(ctx.cache)
+    last = list(ctx.cache.events())[-1].id
+    assert ctx.cache.checkpoint() == last
+    ctx.cache.remove_pod(web(0))
+    state = ctx.cache.replay()  # checkpoint + tail
+    assert state.events == 6 and [p.name for p in state.node_infos()["n1"].pods] == ["web-1"]
+    assert ctx.cache.verify() == []
+
+
+@case("Cache.compact")
+def _compact(ctx: Ctx) -> None:
+    with pytest.raises(CacheError, match="no checkpoint"):
+        ctx.cache.compact()
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    ctx.cache.checkpoint()
+    ctx.cache.add_pod(web(1))
+    assert ctx.cache.compact(keep=1) == 3  # keeps the checkpointed event and the one before
+    assert ctx.cache.stream_length() == 3
+    with pytest.raises(HistoryCompacted):
+        ctx.cache.replay(until=events[0].id)
+    assert ctx.cache.verify() == [] and ctx.cache.replay().assumed_pods == set()
+
+
+@case("Cache.verify")
+def _verify(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    assert ctx.cache.verify() == []
+    ctx.cache.client.hincrby(ctx.cache.keys.node("n2"), "r:cpu", 5)  # corrupt one aggregate
+    differences = {(d.subject, d.field) for d in ctx.cache.verify()}
+    assert ("node n2", "requested") in differences and ("node n2", "r:cpu") in differences
+
+
+@case("Cache.stream_length")
+def _stream_length(ctx: Ctx) -> None:
+    assert ctx.cache.stream_length() == 0
+    populate(ctx.cache)
+    assert ctx.cache.stream_length() == len(POPULATED_TYPES)
+
+
+@case("Cache.clear")
+def _clear(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    other = ctx.make_cache()
+    other.add_node(make_node("keep"))
+    assert ctx.cache.clear() > 5
+    assert ctx.cache.clear() == 0
+    assert (ctx.cache.node_count(), ctx.cache.pod_count(), ctx.cache.stream_length()) == (0, 0, 0)
+    assert other.node_count() == 1  # another cache's keys are left alone
+
+
+# -- CommandBatch -------------------------------------------------------------------------
+
+
+def _batched(ctx: Ctx, build: Callable[[CommandBatch], Any], **options: Any) -> list[Any]:
+    batch = (ctx.make_cache(**options) if options else ctx.cache).batch()
+    build(batch)
+    return batch.execute()
+
+
+@case("CommandBatch.add")
+def _batch_add(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: b.add(commands.add_node(make_node("n1"))))
+    assert results[0].ok and results[0].reply == 1 and ctx.cache.node_count() == 1
+    batch = ctx.cache.batch(chunk_size=1)
+    batch.add(commands.add_node(make_node("n2")))
+    batch.add(Command("no_such_command", "nothing", ()))  # the whole sc_batch call fails
+    batch.add(commands.add_node(make_node("n3")))
+    with pytest.raises(BatchFailed, match="1 batch call") as failed:
+        batch.execute()
+    assert [r.ok for r in failed.value.results] == [True, True]
+    assert "BADARG" in str(failed.value.failures[0][1])
+    assert ctx.cache.node_count() == 3
+
+
+@case("CommandBatch.assume_pod")
+def _batch_assume_pod(ctx: Ctx) -> None:
+    ctx.cache.add_node(make_node("n1", "1", "8Gi"))
+    results = _batched(
+        ctx, lambda b: b.assume_pod(web(0, cpu="600m")).assume_pod(web(1, cpu="600m"), True)
+    )
+    assert results[0].ok and isinstance(results[1].error, FitConflict)
+    assert ctx.cache.is_assumed_pod("web-0") and ctx.cache.pod_state("web-1") is None
+    assert ctx.cache.lease is not None and ctx.cache.lease.thread is not None
+
+
+@case("CommandBatch.finish_binding")
+def _batch_finish_binding(ctx: Ctx) -> None:
+    batch = ctx.make_cache(ttl=5.0).batch()
+    results = batch.assume_pod(web(0)).finish_binding(web(0), now=100.0).execute()
+    assert all(r.ok for r in results)
+    assert batch.cache.get_pod_record("web-0").deadline_ms == 105_000
+
+
+@case("CommandBatch.forget_pod")
+def _batch_forget_pod(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: b.assume_pod(web(0)).forget_pod(web(0)).forget_pod(web(0)))
+    assert [r.ok for r in results] == [True, True, False]
+    assert isinstance(results[2].error, PodNotAssumed) and ctx.cache.pod_count() == 0
+
+
+@case("CommandBatch.add_pod")
+def _batch_add_pod(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: b.add_pod(web(0)).add_pod(web(0)))
+    assert results[0].ok and isinstance(results[1].error, PodAlreadyExists)
+    assert ctx.cache.pod_state("web-0") == "added"
+
+
+@case("CommandBatch.update_pod")
+def _batch_update_pod(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: b.add_pod(web(0)).update_pod(web(0), web(0, cpu="2")))
+    assert all(r.ok for r in results)
+    assert ctx.cache.get_node_info("n1").requested.milli_cpu == 2000
+
+
+@case("CommandBatch.remove_pod")
+def _batch_remove_pod(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: b.add_pod(web(0)).remove_pod(web(0)).remove_pod(web(0)))
+    assert [r.ok for r in results] == [True, True, False]
+    assert ctx.cache.pod_count() == 0 and ctx.cache.node_count() == 0
+
+
+@case("CommandBatch.add_node")
+def _batch_add_node(ctx: Ctx) -> None:
+    results = _batched(ctx, lambda b: [b.add_node(make_node(f"n{i}")) for i in range(450)])
+    assert len(results) == 450 and all(r.ok for r in results)  # three sc_batch calls
+    assert ctx.cache.node_count() == 450 and ctx.cache.generation() == 450
+
+
+@case("CommandBatch.update_node")
+def _batch_update_node(ctx: Ctx) -> None:
+    old = make_node("n1", "1", "1Gi")
+    results = _batched(ctx, lambda b: b.add_node(old).update_node(old, make_node("n1", "3", "1Gi")))
+    assert all(r.ok for r in results)
+    assert ctx.cache.get_node_info("n1").allocatable.milli_cpu == 3000
+
+
+@case("CommandBatch.remove_node")
+def _batch_remove_node(ctx: Ctx) -> None:
+    results = _batched(
+        ctx, lambda b: b.add_node(make_node("n1")).remove_node("n1").remove_node("n1")
+    )
+    assert [r.ok for r in results] == [True, True, False]
+    assert isinstance(results[2].error, NodeNotFound) and ctx.cache.node_count() == 0
+
+
+@case("CommandBatch.settle")
+def _batch_settle(ctx: Ctx) -> None:
+    groups = [
+        [commands.add_node(make_node("n1", "4", "8Gi")), commands.add_pod(web(0))],
+        [commands.remove_pod(web(9))],
+    ]
+    first = ctx.cache.batch().settle(groups)
+    assert [r.ok for r in first] == [True, True, False]
+    generation, length = ctx.cache.generation(), ctx.cache.stream_length()
+    again = ctx.cache.batch().settle(groups)  # the same groups: answered from their ids
+    assert [(r.ok, r.reply) for r in again] == [(r.ok, r.reply) for r in first]
+    assert (ctx.cache.generation(), ctx.cache.stream_length()) == (generation, length)
+    assert ctx.cache.get_node_info("n1").requested.milli_cpu == 500
+
+
+@case("CommandBatch.execute")
+def _batch_execute(ctx: Ctx) -> None:
+    batch = ctx.cache.batch(chunk_size=3)
+    for index in range(7):
+        batch.add_pod(web(index, cpu="10m"))
+    assert len(batch.in_flight) == 2  # full groups went out as they filled
+    results = batch.execute()
+    assert [r.command.name for r in results] == ["add_pod"] * 7 and all(r.ok for r in results)
+    assert len(batch) == 0 and batch.connection is None  # reusable, connection given back
+    assert batch.add_pod(web(0)).execute()[0].error is not None
+    assert ctx.cache.pod_count() == 7
+
+
+@case("CommandBatch.close")
+def _batch_close(ctx: Ctx) -> None:
+    batch = ctx.cache.batch(chunk_size=2)
+    batch.add_node(make_node("n1")).add_node(make_node("n2")).add_node(make_node("n3"))
+    assert batch.connection is not None  # one group in flight
+    batch.close()
+    assert batch.connection is None and len(batch) == 0 and batch.execute() == []
+    # The group sent before close() may have been applied (its reply is simply not read);
+    # n3, never sent, is dropped.
+    assert set(ctx.cache.dump().nodes) in ({"n1", "n2"}, set())
+    with pytest.raises(RuntimeError), ctx.cache.batch() as failing:
+        failing.add_node(make_node("n9"))
+        raise RuntimeError  # leaving the block with an error drops what was not sent
+    with pytest.raises(NodeNotFound):
+        ctx.cache.get_node_info("n9")
+
+
+@case("CommandBatch.close_connection")
+def _batch_close_connection(ctx: Ctx) -> None:
+    batch = ctx.cache.batch()
+    batch.add_node(make_node("n1"))
+    batch.close_connection()  # nothing sent yet: a no-op
+    assert batch.connection is None
+    batch.add(commands.add_node(make_node("n2")))
+    batch._send_group()  # put a connection in use
+    assert batch.connection is not None
+    batch.in_flight.clear()  # what _reconnect_and_resend does around close_connection
+    batch.close_connection()
+    assert batch.connection is None
+    assert ctx.cache.batch().add_node(make_node("n3")).execute()[0].ok
+
+
+# -- NodeTree, Snapshot, NodeInfo ---------------------------------------------------------
+
+
+def _three_nodes_two_zones(cache: Cache) -> NodeTree:
+    for name, zone in (("n1", "a"), ("n2", "b"), ("n3", "a")):
+        cache.add_node(make_node(name, labels={ZONE: zone}))
+    return cache.node_tree()
+
+
+@case("NodeTree.zones")
+def _tree_zones(ctx: Ctx) -> None:
+    zones = _three_nodes_two_zones(ctx.cache).zones()
+    assert list(zones.values()) == [["n1", "n3"], ["n2"]]
+    assert all("a" in key for key in list(zones)[:1]) and "b" in list(zones)[1]
+
+
+@case("NodeTree.list")
+def _tree_list(ctx: Ctx) -> None:
+    tree = _three_nodes_two_zones(ctx.cache)
+    assert tree.list() == ["n1", "n2", "n3"]
+    ctx.cache.remove_node("n1")
+    ctx.cache.add_node(make_node("n1", labels={ZONE: "a"}))
+    assert tree.list() == ["n3", "n2", "n1"]
+
+
+@case("NodeTree.num_nodes")
+def _tree_num_nodes(ctx: Ctx) -> None:
+    assert ctx.cache.node_tree().num_nodes() == 0
+    tree = _three_nodes_two_zones(ctx.cache)
+    ctx.cache.add_pod(web(0, "placeholder"))
+    assert tree.num_nodes() == 3  # live nodes only
+
+
+@case("NodeTree.next")
+def _tree_next(ctx: Ctx) -> None:
+    assert ctx.cache.node_tree().next() == ""
+    _three_nodes_two_zones(ctx.cache)
+    shared = [ctx.cache.node_tree().next() for _ in range(3)]  # the cursor lives in Redis
+    other = ctx.make_cache(name=ctx.cache.name, replica="other")
+    shared += [other.node_tree().next() for _ in range(3)]
+    assert shared == ["n1", "n2", "n3"] * 2
+
+
+def _snapshot(ctx: Ctx) -> Snapshot:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(4, "n2", cpu="100m", pvcs=["data"]))
+    snap = Snapshot()
+    ctx.cache.update_snapshot(snap)
+    return snap
+
+
+@case("Snapshot.num_nodes")
+def _snapshot_num_nodes(ctx: Ctx) -> None:
+    snap = _snapshot(ctx)
+    assert snap.num_nodes() == 2
+    ctx.cache.add_node(make_node("n3"))
+    ctx.cache.update_snapshot(snap)
+    assert snap.num_nodes() == 3 == len(snap.node_infos)
+
+
+@case("Snapshot.get")
+def _snapshot_get(ctx: Ctx) -> None:
+    snap = _snapshot(ctx)
+    assert snap.get("n2").requested.milli_cpu == 1100
+    assert snap.get("n1").generation == ctx.cache.get_node_info("n1").generation
+    with pytest.raises(NodeNotFound, match="nodeinfo not found for node name nope"):
+        snap.get("nope")
+
+
+@case("Snapshot.is_pvc_used_by_pods")
+def _snapshot_pvc(ctx: Ctx) -> None:
+    snap = _snapshot(ctx)
+    assert snap.is_pvc_used_by_pods(f"{NS}/data") and not snap.is_pvc_used_by_pods(f"{NS}/x")
+    ctx.cache.remove_pod(web(4, "n2"))
+    ctx.cache.update_snapshot(snap)
+    assert not snap.is_pvc_used_by_pods(f"{NS}/data")
+
+
+AFFINITY = {
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": ZONE}
+        ]
+    }
+}
+ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
+        ]
+    }
+}
+
+
+@case("NodeInfo.pods_with_affinity")
+def _info_affinity(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(5, affinity=AFFINITY))
+    assert [p.name for p in ctx.cache.get_node_info("n1").pods_with_affinity] == ["web-5"]
+    assert ctx.cache.get_node_info("n2").pods_with_affinity == []
+
+
+@case("NodeInfo.pods_with_required_anti_affinity")
+def _info_anti_affinity(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(5, "n2", affinity=ANTI_AFFINITY))
+    info = ctx.cache.get_node_info("n2")
+    assert [p.name for p in info.pods_with_required_anti_affinity] == ["web-5"]
+    snap = Snapshot()
+    ctx.cache.update_snapshot(snap)
+    assert [i.name for i in snap.have_pods_with_required_anti_affinity_list] == ["n2"]
+
+
+@case("NodeInfo.is_ghost")
+def _info_is_ghost(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(6, "later"))
+    ctx.cache.remove_node("n2")
+    ghosts = {name: info.is_ghost for name, info in ctx.cache.dump().nodes.items()}
+    assert ghosts == {"n1": False, "n2": True, "later": True}
+
+
+@case("NodeInfo.fits")
+def _info_fits(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(7, "n2", cpu="10m", ports=[{"containerPort": 80, "hostPort": 80}]))
+    n2 = ctx.cache.get_node_info("n2")  # 2 cpu, 4Gi; 1010m and 2Gi used, port 80
+    assert n2.fits(web(8, "n2", cpu="900m")) == []
+    assert n2.fits(web(8, "n2", cpu="1")) == ["cpu"]
+    assert n2.fits(make_pod("big", "n2", "100m", "3Gi")) == ["memory"]
+    clash = web(8, "n2", cpu="10m", ports=[{"containerPort": 80, "hostPort": 80}])
+    assert n2.fits(clash) == ["host-ports"]
+
+
+# -- ExpiryWorker ---------------------------------------------------------------------------
+
+
+def _due_and_lapsed(ctx: Ctx) -> Cache:
+    """web-0 finished binding 60 s ago (due); web-1 was assumed by a replica whose lease is
+    gone (released)."""
+    cache = ctx.make_cache(ttl=10.0, replica="worker")
+    cache.assume_pod(web(0))
+    cache.finish_binding(web(0), now=ctx.server_now() - 60)
+    dead = ctx.make_cache(name=cache.name, replica="dead", lease_ttl=15.0)
+    dead.assume_pod(web(1))
+    dead.close(release_lease=True)
+    return cache
+
+
+@case("ExpiryWorker.run_once")
+def _worker_run_once(ctx: Ctx) -> None:
+    cache = _due_and_lapsed(ctx)
+    worker = ExpiryWorker(cache, batch=1)  # bounded calls: one pod per call
+    assert worker.run_once() == ["web-0"]
+    assert (worker.expired_total, worker.forgotten_total) == (1, 1)
+    assert cache.pod_count() == 0 and worker.run_once() == []
+    reasons = [e.fields.get("reason") for e in cache.events() if e.type == "PodForgotten"]
+    assert reasons == ["lease-expired"]
+
+
+@case("ExpiryWorker.run")
+def _worker_run(ctx: Ctx) -> None:
+    cache = _due_and_lapsed(ctx)
+    worker = ExpiryWorker(cache, interval=0.05)
+    rounds: list[list[str]] = []
+
+    def on_round(expired: list[str]) -> None:
+        rounds.append(expired)
+        if len(rounds) == 2:
+            worker.stop()
+
+    worker.run(on_round)
+    assert rounds == [["web-0"], []] and cache.pod_count() == 0
+
+
+@case("ExpiryWorker.stop")
+def _worker_stop(ctx: Ctx) -> None:
+    cache = _due_and_lapsed(ctx)
+    worker = ExpiryWorker(cache)
+    worker.stop()
+    worker.run(lambda expired: pytest.fail("a stopped worker ran a round"))
+    assert worker.run_once() == [] and cache.pod_count() == 2
+
+
+@case("ExpiryWorker.install_signal_handlers")
+def _worker_signals(ctx: Ctx) -> None:
+    worker = ExpiryWorker(ctx.cache)
+    installed: dict[int, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(signal, "signal", lambda number, handler: installed.update({number: handler}))
+        worker.install_signal_handlers()
+    assert set(installed) == {signal.SIGTERM, signal.SIGINT}
+    installed[signal.SIGTERM](signal.SIGTERM, None)
+    assert worker.stopping.is_set()
+
+
+@case("ExpiryWorker.seconds_until_next_deadline")
+def _worker_deadline(ctx: Ctx) -> None:
+    cache = ctx.make_cache(ttl=10.0)
+    worker = ExpiryWorker(cache, interval=60.0)
+    assert worker.seconds_until_next_deadline() == 60.0
+    cache.assume_pod(web(0))
+    cache.finish_binding(web(0))
+    assert 9.0 < worker.seconds_until_next_deadline() <= 10.01
+    cache.assume_pod(web(1))
+    cache.finish_binding(web(1), now=ctx.server_now() - 30)
+    assert worker.seconds_until_next_deadline() == 0.0
+
+
+# -- functions exported by schedcache/__init__.py -----------------------------------------
+
+
+@case("schedcache.connect")
+def _connect(ctx: Ctx) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(ENV_URL, raising=False)
+        client = connect(ctx.url)
+        assert client.ping()
+        expected = {"fakeredis": "FakeRedis", "redis": "Redis", "cluster": "ClusterClient"}
+        assert type(client).__name__ == expected[ctx.backend]
+        if ctx.backend == "cluster":
+            assert isinstance(client, ClusterClient)
+        cache = Cache(client, ctx.cache.name)
+        cache.add_node(make_node("n1"))
+        # embedded: every connect() is a fresh in-process server; shared ones are one server
+        assert ctx.cache.node_count() == (0 if ctx.url == EMBEDDED else 1)
+        assert cache.node_count() == 1
+        if ctx.url == EMBEDDED:
+            assert type(connect()).__name__ == "FakeRedis"  # no URL, no env: embedded
+        else:
+            patch.setenv(ENV_URL, ctx.url)
+            assert Cache(connect(), ctx.cache.name).node_count() == 1
+        client.close()
+    with pytest.raises(connection_module.ConnectionFailed, match="unsupported scheme"):
+        connect("http://localhost")
+
+
+KUBECTL_LIST = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [
+        node_manifest("k1", "4", "8Gi", labels={ZONE: "a"}),
+        node_manifest("k2", "4", "8Gi", labels={ZONE: "b"}),
+        pod_manifest("api-0", "k1", "1", "1Gi", namespace=NS, labels={"app": "api"}),
+        pod_manifest("api-1", "k2", "1", "1Gi", namespace=NS, labels={"app": "api"}),
+        pod_manifest("pending", "", "1", "1Gi", namespace=NS),
+    ],
+}
+
+
+@case("schedcache.objects_from_k8s")
+def _objects_from_k8s(ctx: Ctx) -> None:
+    objects = objects_from_k8s(KUBECTL_LIST)
+    assert [type(o).__name__ for o in objects] == ["Node"] * 2 + ["Pod"] * 3
+    with ctx.cache.batch() as batch:
+        for obj in objects:
+            if isinstance(obj, schedcache.Node):
+                batch.add_node(obj)
+            elif obj.node_name:
+                batch.add_pod(obj)
+    assert (ctx.cache.node_count(), ctx.cache.pod_count()) == (2, 2)
+
+
+@case("schedcache.load_k8s_file")
+def _load_k8s_file(ctx: Ctx) -> None:
+    path = ctx.tmp_path / "cluster.json"
+    path.write_text(json.dumps(KUBECTL_LIST))
+    objects = load_k8s_file(path)
+    assert load_k8s_file(str(path)) == objects
+    for obj in objects:
+        if isinstance(obj, schedcache.Node):
+            ctx.cache.add_node(obj)
+        elif obj.node_name:
+            ctx.cache.add_pod(obj)
+    assert ctx.cache.get_node_info("k2").requested.milli_cpu == 1000
+
+
+@case("schedcache.parse_selector")
+def _parse_selector(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    selector = parse_selector("app in (web,db),app!=db")
+    assert [p.name for p in ctx.cache.filtered_list(lambda p: selector.matches(p.labels))] == [
+        "web-0",
+        "web-1",
+    ]
+
+
+# -- the CLI ------------------------------------------------------------------------------
+
+
+def cli_commands(group: click.Group = main, prefix: str = "") -> list[str]:
+    """Every leaf command of the CLI, as typed: ``"get pod"``, ``"worker expiry"``, ..."""
+    found = []
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            found += cli_commands(command, f"{prefix}{name} ")
+        else:
+            found.append(f"{prefix}{name}")
+    return found
+
+
+def ok(result: Result) -> str:
+    """What the command printed on stdout (logs and progress bars go to stderr)."""
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@case("cli demo")
+def _cli_demo(ctx: Ctx) -> None:
+    out = ok(ctx.cli("demo", "--nodes", "2", "--pods", "6", "--replicas", "2", "--seed", "3"))
+    assert "Summary" in out and "pods to schedule" in out
+    assert ctx.cache.node_count() == 2 and ctx.cache.pod_count() > 0
+    assert ctx.cache.verify() == []
+
+
+@case("cli load")
+def _cli_load(ctx: Ctx) -> None:
+    path = ctx.tmp_path / "cluster.json"
+    path.write_text(json.dumps(KUBECTL_LIST))
+    out = ok(ctx.cli("load", str(path)))
+    assert "applied: 2 add_node, 2 add_pod" in out and "skipped: 1" in out
+    assert (ctx.cache.node_count(), ctx.cache.pod_count()) == (2, 2)
+    assert {e.replica for e in ctx.cache.events()} == {"loader"}
+
+
+@case("cli scripts")
+def _cli_scripts(ctx: Ctx) -> None:
+    lines = ok(ctx.cli("scripts")).splitlines()
+    assert {f"sc_{name}" for name in command_names()} | {"sc_version"} == set(lines[:-1])
+    assert lines[-1].endswith(f"{len(lines) - 1} functions loaded")
+
+
+@case("cli stats")
+def _cli_stats(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.remove_node("n2")
+    rows = dict(line.split("\t") for line in ok(ctx.cli("stats")).splitlines())
+    assert rows == {
+        "nodes": "1",
+        "ghost/placeholder nodes": "1",
+        "pods": "3",
+        "assumed pods": "1",
+        "stream length": "6",
+        "generation": "6",
+    }
+
+
+@case("cli dump")
+def _cli_dump(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    document = json.loads(ok(ctx.cli("dump")))
+    assert document["cache"] == ctx.cache.name and document["generation"] == 5
+    assert document["nodes"]["n1"]["pods"] == ["prod/web-0", "prod/web-1"]
+    assert document["assumed_pods"] == ["web-1"]
+    wide = ok(ctx.cli("dump", "-o", "wide")).splitlines()
+    assert wide[0].split()[:2] == ["NAME", "STATUS"] and wide[1].split()[:4] == [
+        "n1",
+        "Ready",
+        "a",
+        "2/110",
+    ]
+
+
+@case("cli get pod")
+def _cli_get_pod(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    record = json.loads(ok(ctx.cli("get", "pod", "prod/web-1")))
+    assert (record["state"], record["node"], record["pod"]["uid"]) == ("assumed", "n1", "web-1")
+    assert json.loads(ok(ctx.cli("get", "pod", "web-1"))) == record
+    missing = ctx.cli("get", "pod", "nope")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+
+
+@case("cli events")
+def _cli_events(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    lines = ok(ctx.cli("events")).splitlines()
+    assert [line.split()[1] for line in lines] == POPULATED_TYPES
+    assert ok(ctx.cli("events", "--count", "2")).splitlines() == lines[-2:]
+    since = lines[1].split()[0]
+    assert ok(ctx.cli("events", "--since", since)).splitlines() == lines[2:]
+
+
+@case("cli history pod")
+def _cli_history_pod(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(1))
+    lines = ok(ctx.cli("history", "pod", "prod/web-1")).splitlines()
+    assert [line.split()[1] for line in lines] == ["PodAssumed", "PodAdded"]
+    assert ok(ctx.cli("history", "pod", "web-1")).splitlines() == lines
+
+
+@case("cli history node")
+def _cli_history_node(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    lines = ok(ctx.cli("history", "node", "n2")).splitlines()
+    assert [line.split()[1] for line in lines] == ["NodeAdded", "PodAdded"]
+
+
+@case("cli verify")
+def _cli_verify(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    assert "consistent: 5 events replay to the live state" in ok(ctx.cli("verify"))
+    ctx.cache.client.hincrby(ctx.cache.keys.node("n1"), "r:cpu", 1)
+    failed = ctx.cli("verify")
+    assert failed.exit_code == 1 and "node n1" in failed.output
+
+
+@case("cli replay")
+def _cli_replay(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    first_two = list(ctx.cache.events())[1].id
+    document = json.loads(ok(ctx.cli("replay", "--until", first_two)))
+    assert document["until"] == first_two and set(document["nodes"]) == {"n1", "n2"}
+    assert document["assumed_pods"] == [] and document["generation"] == 2
+    wide = ok(ctx.cli("replay", "-o", "wide")).splitlines()
+    assert wide == ["n1\tReady\t2 pods\t1000m", "n2\tReady\t1 pods\t1000m"]
+
+
+@case("cli checkpoint")
+def _cli_checkpoint(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    last = list(ctx.cache.events())[-1].id
+    assert ok(ctx.cli("checkpoint")).strip() == f"checkpoint at {last}"
+    assert ctx.cache.replay().last_id == last and ctx.cache.verify() == []
+
+
+@case("cli compact")
+def _cli_compact(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    refused = ctx.cli("compact")
+    assert refused.exit_code == 1 and "no checkpoint" in refused.output
+    ctx.cache.checkpoint()
+    assert ok(ctx.cli("compact", "--keep", "1")).strip() == "removed 3 events; 2 remain"
+    assert ctx.cache.verify() == []
+
+
+@case("cli diff")
+def _cli_diff(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    out = ok(ctx.cli("diff", events[1].id, events[-1].id)).splitlines()
+    assert out == [
+        "node n1",
+        "  + pod prod/web-0",
+        "  + pod prod/web-1",
+        "  cpu requested: 0 -> 1000",
+        "  memory requested: 0 -> 2147483648",
+        "node n2",
+        "  + pod prod/db-0",
+        "  cpu requested: 0 -> 1000",
+        "  memory requested: 0 -> 1073741824",
+    ]
+
+
+@case("cli worker expiry")
+def _cli_worker_expiry(ctx: Ctx) -> None:
+    cache = _due_and_lapsed(ctx)
+    assert ok(ctx.cli("worker", "expiry", "--once", cache=cache)).strip() == "expired 1 pods"
+    assert cache.pod_count() == 0
+    assert [e.replica for e in cache.events()][-2:] == ["expiry-worker"] * 2
+
+
+class _ImmediateEvent:
+    """``threading.Event`` whose ``wait()`` returns at once (``schedcache metrics`` waits for
+    a signal forever)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def set(self) -> None:
+        pass
+
+
+@case("cli metrics")
+def _cli_metrics(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    registry = CollectorRegistry(auto_describe=True)
+    served: list[Any] = []
+    handlers: dict[int, Any] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        # The collector goes to a private registry, nothing listens, no signal handler of the
+        # test process is replaced, and the wait for SIGTERM returns at once.
+        patch.setattr(cli_serve, "REGISTRY", registry)
+        patch.setattr(cli_serve, "start_http_server", lambda *a, **k: served.append((a, k)))
+        patch.setattr(signal, "signal", lambda number, handler: handlers.update({number: handler}))
+        patch.setattr(cli_serve, "threading", types.SimpleNamespace(Event=_ImmediateEvent))
+        result = ctx.cli("metrics", "--port", "9999", "--address", "127.0.0.1")
+    assert result.exit_code == 0, result.output
+    assert served == [((9999,), {"addr": "127.0.0.1"})] and set(handlers) == {
+        signal.SIGTERM,
+        signal.SIGINT,
+    }
+    text = generate_latest(registry).decode()
+    name = ctx.cache.name
+    assert f'schedcache_cache_size{{cache="{name}",type="nodes"}} 2.0' in text
+    assert f'schedcache_cache_size{{cache="{name}",type="pods"}} 3.0' in text
+    assert f'schedcache_cache_size{{cache="{name}",type="assumed_pods"}} 1.0' in text
+    assert f'schedcache_stream_length{{cache="{name}"}} 5.0' in text
+
+
+# -- the enumeration ----------------------------------------------------------------------
+
+
+def public_names() -> set[str]:
+    """Every public method and property of ``CLASSES``, every function exported by
+    ``schedcache/__init__.py`` and every CLI command."""
+    names = set()
+    for cls in CLASSES:
+        for name, value in vars(cls).items():
+            if name.startswith("_"):
+                continue
+            descriptor = isinstance(value, property | functools.cached_property)
+            if callable(value) or descriptor:
+                names.add(f"{cls.__name__}.{name}")
+    for name in schedcache.__all__:
+        value = getattr(schedcache, name)
+        if callable(value) and not isinstance(value, type):
+            names.add(f"schedcache.{name}")
+    names |= {f"cli {command}" for command in cli_commands()}
+    return names
+
+
+def test_every_public_entry_point_has_a_parity_case():
+    names = public_names()
+    assert len(names) > 80  # the introspection itself works
+    missing = sorted(names - set(CASES))
+    stale = sorted(set(CASES) - names)
+    assert not missing, f"public entry points without a parity case: {missing}"
+    assert not stale, f"parity cases for names that are no longer public: {stale}"
+
+
+# -- every case on every backend ------------------------------------------------------------
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    return Recorder().install(monkeypatch)
+
+
+@pytest.fixture
+def ctx(backend, client, request, tmp_path, recorder) -> Iterator[Ctx]:
+    context = Ctx(backend, client, backend_url(backend, request), tmp_path)
+    recorder.clear()  # what the fixtures themselves sent (cluster discovery) is not the case's
+    yield context
+    context.cleanup()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_parity(name, ctx, recorder):
+    CASES[name](ctx)
+    sent = recorder.sent()
+    assert "FCALL" in sent or "FCALL_RO" in sent or name.startswith(("Cache.check", "NodeInfo"))
+    # Default settings (wait_replicas=0): no WAIT on any backend.
+    assert "WAIT" not in sent, f"{name} sent WAIT with wait_replicas=0"
+    if ctx.backend == "fakeredis":
+        assert not sent & FORBIDDEN_ON_EMBEDDED, (
+            f"{name} sent {sorted(sent & FORBIDDEN_ON_EMBEDDED)}"
+        )
+        # Both recorders saw the same commands: the packer hook, which is all that the real
+        # backends are checked with, misses nothing the server receives.
+        assert set(recorder.packed) == set(recorder.received)
+
+
+# -- the whole workload on the embedded default ---------------------------------------------
+
+
+def test_embedded_workload_sends_no_command_fakeredis_lacks(tmp_path, monkeypatch, recorder):
+    """Every case, one after the other, on the client ``schedcache.connect()`` makes with no
+    URL (the embedded default) and ``Cache``'s default settings; every command the server
+    received is recorded."""
+    monkeypatch.delenv(ENV_URL, raising=False)
+    client = connect()
+    assert type(client).__name__ == "FakeRedis"
+    received: dict[str, set[str]] = {}
+    for name in sorted(CASES):
+        recorder.clear()
+        # Cache's own defaults (ttl 30 s, lease 15 s, wait_replicas 0), named "parity"
+        # because the cases check the replica written into events.
+        directory = tmp_path / name.replace(" ", "_")
+        directory.mkdir()
+        context = Ctx("fakeredis", client, EMBEDDED, directory, defaults={"replica": "parity"})
+        try:
+            CASES[name](context)
+        finally:
+            context.cleanup()
+        received[name] = set(recorder.received)
+    everything = set().union(*received.values())
+    offenders = {name: sorted(cmds & FORBIDDEN_ON_EMBEDDED) for name, cmds in received.items()}
+    assert not {name: cmds for name, cmds in offenders.items() if cmds}
+    # The recording really saw single calls, pipelines (MULTI/EXEC of the lease), batches
+    # (FCALL sc_batch on a raw connection), reads and the library load.
+    assert {"FCALL", "FCALL_RO", "MULTI", "EXEC", "FUNCTION", "XRANGE", "SCAN"} <= everything
+
+
+# -- WAIT -----------------------------------------------------------------------------------
+
+
+def test_wait_replicas_on_a_server_without_replicas(recorder):
+    """Real Redis (no replicas): ``wait_replicas=0`` sends no WAIT; ``wait_replicas=1`` sends
+    one after every write, which is applied and then raises ``NotReplicated`` carrying its
+    reply (single calls) or makes the batch raise ``BatchFailed`` naming it."""
+    client = real_client()
+    assert client.info("replication")["connected_slaves"] == 0
+    plain = Cache(client, f"t-{uuid.uuid4().hex[:12]}")  # every default: wait_replicas=0
+    waiting = Cache(client, plain.name, wait_replicas=1, wait_timeout=0.05)
+    try:
+        recorder.clear()
+        plain.add_node(make_node("n1"))
+        assert "WAIT" not in recorder.sent() and "FCALL" in recorder.sent()
+        recorder.clear()
+        started = time.monotonic()
+        with pytest.raises(NotReplicated, match="only 0 of 1 replicas confirmed it") as error:
+            waiting.add_node(make_node("n2"))
+        assert time.monotonic() - started < 2.0
+        assert recorder.packed.count("WAIT") == 1
+        assert error.value.reply == 2 and plain.node_count() == 2  # applied all the same
+        batch = waiting.batch().add_node(make_node("n3"))
+        with pytest.raises(BatchFailed, match="only 0 of 1") as failed:
+            batch.execute()
+        assert [r.ok for r in failed.value.results] == [True] and plain.node_count() == 3
+        assert isinstance(failed.value.failures[0][1], NotReplicated)
+        # Reads never wait.
+        recorder.clear()
+        assert waiting.get_node_info("n3").name == "n3" and "WAIT" not in recorder.sent()
+        # The expiry worker carries on after NotReplicated (the round was applied).
+        assert ExpiryWorker(waiting).run_once() == []
+    finally:
+        plain.clear()
+        client.close()
+
+
+def test_wait_replicas_on_the_cluster(redis_cluster, recorder):
+    """On the Cluster (one replica per primary) the same write is confirmed."""
+    client = connect(redis_cluster.url)
+    cache = Cache(client, f"t-{uuid.uuid4().hex[:12]}", wait_replicas=1, wait_timeout=2.0)
+    try:
+        recorder.clear()
+        cache.add_node(make_node("n1"))
+        with cache.batch() as batch:
+            batch.add_node(make_node("n2"))
+        assert recorder.packed.count("WAIT") == 2 and cache.node_count() == 2
+    finally:
+        cache.clear()
+        client.close()
+
+
+def test_wait_replicas_on_fakeredis_is_refused_when_the_cache_is_made(recorder):
+    """fakeredis has no replicas and no WAIT: asking for them is a clear error up front, not a
+    write applied and then reported as failed."""
+    client = connect()
+    before = keyspace(client, "*")
+    with pytest.raises(ValidationError, match="wait_replicas: the embedded fakeredis has no"):
+        Cache(client, "t-wait", wait_replicas=1)
+    assert "WAIT" not in recorder.received
+    assert keyspace(client, "*") == before
+
+
+@pytest.mark.parametrize("timeout", [0, 0.0004])
+def test_wait_timeout_that_rounds_to_zero_is_refused(backend, client, timeout):
+    """``WAIT n 0`` blocks for ever: a wait_timeout under a millisecond is refused."""
+    with pytest.raises(ValidationError, match=r"wait_timeout: .* must be at least 0.001 s"):
+        Cache(client, "t-wait0", wait_replicas=1, wait_timeout=timeout)
