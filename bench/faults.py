@@ -2,8 +2,10 @@
 connection is cut (``tests/tcp_proxy.py``), the server is killed or stopped and restarted, or
 a cluster / Sentinel primary fails over. Per scenario: commands acknowledged, applied, applied
 but unconfirmed by a replica (``NotReplicated``), acknowledged but lost, applied twice, errors
-the callers saw, and the recovery time (seconds from the fault to the next acknowledgement;
-median over the cuts, or over the repeats of a restart or failover).
+the callers saw, and times from the fault: to a replica's promotion (failovers), to the next
+applied command, and to the next acknowledgement (with ``wait_replicas=1`` that waits for the
+promoted primary to have a replica again); medians over the cuts, or over the repeats of a
+restart or failover.
 
 The tests (``tests/test_faults.py``, ``tests/test_durability.py``, ``tests/test_failover.py``)
 assert the guarantees; this shows the numbers behind them. Needs the real Redis of
@@ -45,7 +47,9 @@ COLUMNS = [
     "lost",
     "applied twice",
     "errors seen by callers",
-    "recovery s",
+    "promoted after s",
+    "writes resume s",
+    "acknowledged again s",
 ]
 
 
@@ -58,7 +62,9 @@ class Outcome:
     lost: int
     twice: int
     errors: int
-    recovery: float
+    recovery: float  # to the next acknowledgement
+    resumed: float  # to the next applied command, confirmed or not
+    promoted: float | None = None  # to the replica's promotion (failovers)
 
     def row(self) -> list[object]:
         return [
@@ -69,6 +75,8 @@ class Outcome:
             self.lost,
             self.twice,
             self.errors,
+            "-" if self.promoted is None else f"{self.promoted:.3f}",
+            f"{self.resumed:.3f}",
             f"{self.recovery:.3f}",
         ]
 
@@ -82,9 +90,14 @@ class Frozen:
 
 
 def outcome(
-    scenario: str, loads: list[Load], caches: list[Frozen], recoveries: list[float]
+    scenario: str,
+    loads: list[Load],
+    caches: list[Frozen],
+    recoveries: list[float],
+    resumptions: list[float] | None = None,
+    promotions: list[float] | None = None,
 ) -> Outcome:
-    """Sums over the repeats (one load and cache each), the median recovery."""
+    """Sums over the repeats (one load and cache each), the median times."""
     acknowledged = applied = unconfirmed = lost = twice = errors = 0
     for load, cache in zip(loads, caches, strict=True):
         stored = cache.stored
@@ -95,7 +108,11 @@ def outcome(
         twice += len(cache.twice)
         errors += len(load.failed)
     median = statistics.median(recoveries) if recoveries else float("nan")
-    return Outcome(scenario, acknowledged, applied, unconfirmed, lost, twice, errors, median)
+    resumed = statistics.median(resumptions) if resumptions else median
+    promoted = statistics.median(promotions) if promotions else None
+    return Outcome(
+        scenario, acknowledged, applied, unconfirmed, lost, twice, errors, median, resumed, promoted
+    )
 
 
 def proxy_cuts(point: Point, pods: int) -> Outcome:
@@ -139,7 +156,9 @@ def primary_port(group: Cluster | SentinelGroup, key: str) -> int:
     return group.primary_of(key).port if isinstance(group, Cluster) else group.primary().port
 
 
-def one_failover(kind: str, directory: Path, pods: int) -> tuple[Load, Frozen, float]:
+def one_failover(
+    kind: str, directory: Path, pods: int
+) -> tuple[Load, Frozen, tuple[float, float, float]]:
     """SIGKILL of the primary holding the cache under load, ``wait_replicas=1``; the killed
     server is started again once the failover is seen (it rejoins as a replica)."""
     group: Cluster | SentinelGroup
@@ -161,9 +180,11 @@ def one_failover(kind: str, directory: Path, pods: int) -> tuple[Load, Frozen, f
             killed_at = time.monotonic()
             primary.kill()
             wait_until(lambda: primary_port(group, key) != port, 30, "a replica takes over")
+            promoted = time.monotonic() - killed_at
             primary.start()
             load.wait_for(pods)
-        return load, Frozen(cache), load.recovery_after(killed_at)
+        times = (load.recovery_after(killed_at), load.writes_resumed_after(killed_at), promoted)
+        return load, Frozen(cache), times
     finally:
         group.stop()
 
@@ -172,13 +193,17 @@ def failovers(scenario: str, kind: str, repeats: int, pods: int) -> Outcome:
     loads: list[Load] = []
     caches: list[Frozen] = []
     recoveries: list[float] = []
+    resumptions: list[float] = []
+    promotions: list[float] = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as directory:
-            load, frozen, recovery = one_failover(kind, Path(directory), pods)
+            load, frozen, (recovery, resumed, promoted) = one_failover(kind, Path(directory), pods)
         loads.append(load)
         caches.append(frozen)
         recoveries.append(recovery)
-    return outcome(scenario, loads, caches, recoveries)
+        resumptions.append(resumed)
+        promotions.append(promoted)
+    return outcome(scenario, loads, caches, recoveries, resumptions, promotions)
 
 
 def main() -> None:

@@ -15,8 +15,6 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-import redis
-
 if TYPE_CHECKING:
     from schedcache.cache import Cache
 
@@ -61,8 +59,14 @@ class Lease:
         while not self.stopping.wait(self.interval):
             try:
                 self.renew()
-            except redis.RedisError as error:
-                log.warning("lease heartbeat of replica %s failed: %s", self.replica, error)
+            except Exception as error:  # the heartbeat must outlive any outage
+                log.warning(
+                    "lease heartbeat of replica %s failed (%s: %s); trying again in %.1f s",
+                    self.replica,
+                    type(error).__name__,
+                    error,
+                    self.interval,
+                )
 
     def stop(self, release: bool = False) -> None:
         """Stop heartbeating. The lease then lapses after its ttl, which leaves binds still in

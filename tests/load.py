@@ -31,6 +31,7 @@ class Load:
     unconfirmed: list[str] = field(default_factory=list)
     failed: list[tuple[str, Exception]] = field(default_factory=list)
     ack_times: list[float] = field(default_factory=list)
+    unconfirmed_times: list[float] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -49,9 +50,11 @@ class Load:
                     self.cache.add_pod(make_pod(uids[0], node, "1m", "1Ki"))
             except NotReplicated:
                 self.unconfirmed += uids
+                self.unconfirmed_times.append(time.monotonic())
             except BatchFailed as error:
                 if all(isinstance(e, NotReplicated) for _, e in error.failures):
                     self.unconfirmed += uids  # some groups may have been confirmed
+                    self.unconfirmed_times.append(time.monotonic())
                 else:
                     self.failed.append((f"#{index}", error))
             except (CacheError, redis.RedisError) as error:
@@ -84,6 +87,11 @@ class Load:
     def recovery_after(self, moment: float) -> float:
         """Seconds from ``moment`` to the first acknowledgement after it."""
         return min(t for t in self.ack_times if t > moment) - moment
+
+    def writes_resumed_after(self, moment: float) -> float:
+        """Seconds from ``moment`` to the first command applied after it (acknowledged, or
+        applied but not yet confirmed by a replica)."""
+        return min(t for t in self.ack_times + self.unconfirmed_times if t > moment) - moment
 
 
 def add_nodes(cache: Cache, count: int = 3) -> None:
