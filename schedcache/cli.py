@@ -20,7 +20,7 @@ from schedcache import logs
 from schedcache.cache import Cache
 from schedcache.connection import EMBEDDED, ENV_URL, ConnectionFailed, connect, describe
 from schedcache.demo import DemoReport, run_demo
-from schedcache.errors import ValidationError
+from schedcache.errors import CacheError, ValidationError
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.loader import entries, load_documents, parse_documents
 from schedcache.retry import DEFAULT_RETRY, NO_RETRY
@@ -348,8 +348,14 @@ def scripts(settings: Settings) -> None:
     of a Redis Cluster)."""
     expected = {f"sc_{name}" for name in command_names()} | {"sc_version"}
     for server in primaries(settings.client()):
-        ensure_loaded(server)
-        registered = registered_functions(server)
+        try:
+            ensure_loaded(server)
+            registered = registered_functions(server)
+        except (CacheError, redis.exceptions.NoPermissionError) as error:
+            raise click.ClickException(
+                f"{error} — loading the library takes a Redis user allowed FUNCTION LOAD and "
+                "FUNCTION LIST (an admin; docs/security.md)"
+            ) from None
         missing = expected - registered
         if missing:
             raise click.ClickException(

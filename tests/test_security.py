@@ -556,6 +556,10 @@ def test_restricted_user_cannot_load_the_library_the_admin_does(acl_server: Serv
             Cache(connect(restricted_url(acl_server)), CACHE)
         assert "lacks the schedcache library" in str(info.value)
         assert PASSWORD not in str(info.value)
+        refused = CliRunner().invoke(main, ["--redis", restricted_url(acl_server), "scripts"])
+        assert refused.exit_code == 1
+        assert "a Redis user allowed FUNCTION LOAD and FUNCTION LIST" in refused.output
+        assert PASSWORD not in refused.output
     finally:
         result = CliRunner().invoke(
             main, ["--redis", f"redis://127.0.0.1:{acl_server.port}/0", "scripts"]
