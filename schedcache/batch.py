@@ -197,16 +197,20 @@ class CommandBatch:
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
+        # With replies nobody will read, the connection is unusable.
+        self._release_connection(disconnect=bool(self.in_flight))
+        self.group, self.in_flight, self.sent, self.count = [], deque(), [], 0
+
+    def _release_connection(self, disconnect: bool) -> None:
         if self.connection is not None and self.pool is not None:
-            if self.in_flight:  # replies nobody will read: the connection is unusable
+            if disconnect:
                 self.connection.disconnect()
             self.pool.release(self.connection)
         self.connection, self.pool = None, None
-        self.group, self.in_flight, self.sent, self.count = [], deque(), [], 0
 
     def _send_group(self) -> None:
         group, self.group = self.group, []
-        self.in_flight.append((group_id(group), group))
+        self.in_flight.append((derive_group_id(group), group))
         self.sent.append(group)
         try:
             self._send(*self.in_flight[-1])
@@ -255,42 +259,25 @@ class CommandBatch:
             log.warning("schedcache functions missing on the server; loading them again")
             ensure_loaded(self.cache.route.get())
             return
-        delay = next(delays, None)
-        if delay is None:
-            raise RetriesExhausted(
-                f"sc_batch: Redis kept refusing a group of commands ({reason}); the groups "
-                "before it were applied, it and those after it may not have been: "
-                "settle them with cache.batch().settle(error.unsettled)",
-                unsettled=self.sent,
-            ) from reason
-        log.warning("sc_batch refused (%s); sending again", reason)
-        self.close_connection()
-        self.cache.route.refresh()
-        time.sleep(delay)
-
-    def close_connection(self) -> None:
-        if self.connection is not None and self.pool is not None:
-            self.connection.disconnect()
-            self.pool.release(self.connection)
-        self.connection, self.pool = None, None
+        self._back_off(
+            delays,
+            f"sc_batch refused ({reason}); sending again",
+            f"Redis kept refusing a group of commands ({reason}); the groups before it were "
+            "applied, it and those after it may not have been",
+            cause=reason,
+        )
 
     def _reconnect_and_resend(self, delays: Iterator[float]) -> None:
         """The connection broke with groups unanswered: some may have been applied. Send them
         all again, in order, with their ids: Redis answers those it applied with the first
         outcome and applies the others (exactly once either way)."""
         while True:
-            delay = next(delays, None)
-            if delay is None:
-                raise RetriesExhausted(
-                    f"sc_batch: no answer from Redis for {len(self.in_flight)} groups of "
-                    "commands after resending them as the retry policy allows; they may or may "
-                    "not have been applied: settle them with cache.batch().settle(error.unsettled)",
-                    unsettled=self.sent,
-                )
-            log.warning("connection lost with %d groups unanswered; resending", len(self.in_flight))
-            self.close_connection()
-            self.cache.route.refresh()
-            time.sleep(delay)
+            self._back_off(
+                delays,
+                f"connection lost with {len(self.in_flight)} groups unanswered; resending",
+                f"no answer from Redis for {len(self.in_flight)} groups of commands after "
+                "resending them as the retry policy allows; they may or may not have been applied",
+            )
             try:
                 for group_id, group in self.in_flight:
                     self._send(group_id, group)
@@ -298,8 +285,29 @@ class CommandBatch:
             except RETRYABLE:
                 continue
 
+    def _back_off(
+        self,
+        delays: Iterator[float],
+        warning: str,
+        exhausted: str,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Before sending again: drop the connection, ask where the cache's primary is now, and
+        wait the policy's next delay; :class:`RetriesExhausted` (``exhausted`` says why, with
+        every group of the batch to settle) when the policy is spent."""
+        delay = next(delays, None)
+        if delay is None:
+            raise RetriesExhausted(
+                f"sc_batch: {exhausted}: settle them with cache.batch().settle(error.unsettled)",
+                unsettled=self.sent,
+            ) from cause
+        log.warning("%s", warning)
+        self._release_connection(disconnect=True)
+        self.cache.route.refresh()
+        time.sleep(delay)
 
-def group_id(group: list[Command]) -> str:
+
+def derive_group_id(group: list[Command]) -> str:
     """The id of one ``sc_batch`` call, derived from its commands' ids: the same commands sent
     again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call."""
     digest = hashlib.blake2b(digest_size=8)

@@ -94,7 +94,7 @@ def _chunks(items: Sequence[T], encode: Callable[[Sequence[T]], bytes]) -> list[
     pending = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     while pending:
         part = pending.pop(0)
-        blob = pack_or_none(encode, part) if len(part) > 1 else encode(part)
+        blob = _pack_or_none(encode, part) if len(part) > 1 else encode(part)
         if blob is None:
             half = len(part) // 2
             pending[:0] = [part[:half], part[half:]]
@@ -103,7 +103,7 @@ def _chunks(items: Sequence[T], encode: Callable[[Sequence[T]], bytes]) -> list[
     return out
 
 
-def pack_or_none(encode: Callable[[Sequence[T]], bytes], part: Sequence[T]) -> bytes | None:
+def _pack_or_none(encode: Callable[[Sequence[T]], bytes], part: Sequence[T]) -> bytes | None:
     """``encode(part)``, or None when it is over the chunk limit."""
     try:
         return encode(part)
@@ -165,9 +165,9 @@ def read_checkpoint(cache: Cache) -> ReplayState | None:
             raise CorruptRecord(f"checkpoint chunk {key}", f"missing (chunk {index} of {count})")
         try:
             _read_chunk(unpack(raw, f"checkpoint chunk {key}", CHUNK_LIMITS), state)
+        except CorruptRecord:
+            raise
         except (KeyError, TypeError, ValueError, AttributeError) as error:
-            if isinstance(error, CorruptRecord):
-                raise
             reason = f"not a checkpoint chunk ({type(error).__name__}: {error})"
             raise CorruptRecord(f"checkpoint chunk {key}", reason) from None
     return state

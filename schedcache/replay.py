@@ -194,9 +194,9 @@ def fold(
     for event in events:
         try:
             state.apply(event)
+        except CorruptRecord:
+            raise
         except (KeyError, ValueError, TypeError) as error:
-            if isinstance(error, CorruptRecord):
-                raise
             reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
             raise CorruptRecord(event.subject, reason) from None
         done += 1

@@ -829,21 +829,6 @@ def _batch_close(ctx: Ctx) -> None:
         ctx.cache.get_node_info("n9")
 
 
-@case("CommandBatch.close_connection")
-def _batch_close_connection(ctx: Ctx) -> None:
-    batch = ctx.cache.batch()
-    batch.add_node(make_node("n1"))
-    batch.close_connection()  # nothing sent yet: a no-op
-    assert batch.connection is None
-    batch.add(commands.add_node(make_node("n2")))
-    batch._send_group()  # put a connection in use
-    assert batch.connection is not None
-    batch.in_flight.clear()  # what _reconnect_and_resend does around close_connection
-    batch.close_connection()
-    assert batch.connection is None
-    assert ctx.cache.batch().add_node(make_node("n3")).execute()[0].ok
-
-
 # -- NodeTree, Snapshot, NodeInfo ---------------------------------------------------------
 
 
