@@ -22,6 +22,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from schedcache.errors import ValidationError
+
 # Errors after which the command may be sent again: the connection broke (the command may or
 # may not have run), or the server refused it without running it (the cluster is electing a
 # new primary, the slot moved to another node, the server was demoted to a replica).
@@ -52,6 +54,18 @@ class RetryPolicy:
     within: float = 15.0
     first_delay: float = 0.05
     max_delay: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
+            raise ValidationError("retry policy", "attempts", f"{self.attempts!r} is not an int")
+        if self.attempts < 0:
+            raise ValidationError("retry policy", "attempts", f"{self.attempts} must be >= 0")
+        for name in ("within", "first_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValidationError(
+                    "retry policy", name, f"{value!r} must be a number of seconds >= 0"
+                )
 
     def delays(self) -> Iterator[float]:
         """The waits before each resend; exhausted when the policy gives up."""
