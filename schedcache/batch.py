@@ -23,11 +23,11 @@ from redis.connection import AbstractConnection
 
 from schedcache import commands, metrics
 from schedcache.commands import Command
-from schedcache.errors import CacheError, NotReplicated, RetriesExhausted
+from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.replies import error_from_reply
-from schedcache.retry import RETRYABLE
+from schedcache.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RETRYABLE
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
@@ -40,6 +40,39 @@ REFUSED = tuple(error for error in RETRYABLE if issubclass(error, ResponseError)
 # Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
 # that unread replies take on both sides.
 WINDOW = 8
+# Commands per sc_batch call: one call holds Redis for its whole run (~10 us a command).
+MAX_CHUNK_SIZE = 10_000
+
+
+class SentGroup(list[Command]):
+    """One ``sc_batch`` call's commands, with the ``time.monotonic()`` of its first send: after
+    :data:`~schedcache.retry.MAX_RETRY_WINDOW` it is never sent again (Redis forgets the ids).
+    ``RetriesExhausted.unsettled`` holds these."""
+
+    def __init__(self, commands: list[Command], first_sent: float) -> None:
+        super().__init__(commands)
+        self.first_sent = first_sent
+
+
+def first_sent(group: list[Command]) -> float:
+    """When ``group`` was first sent; for a plain list, when its oldest command was made (no
+    send of it is earlier)."""
+    if isinstance(group, SentGroup):
+        return group.first_sent
+    return min((command.created for command in group), default=time.monotonic())
+
+
+def too_old_to_resend(group: list[Command]) -> str | None:
+    """Why ``group`` must not be sent again (its ids may be forgotten), or None."""
+    age = time.monotonic() - first_sent(group)
+    if age <= MAX_RETRY_WINDOW:
+        return None
+    return (
+        f"first sent {age:.0f} s ago, over {MAX_RETRY_WINDOW:g} s: Redis remembers command ids "
+        f"for {COMMAND_ID_TTL_MS // 1000} s, so a resend could be applied twice; check what "
+        "was applied (cache.get_pod, get_node_info, verify) and send what is missing as new "
+        "commands"
+    )
 
 
 @dataclass(frozen=True)
@@ -77,14 +110,18 @@ class CommandBatch:
     """Collects commands and streams them to Redis in groups; see the module docstring."""
 
     def __init__(self, cache: Cache, chunk_size: int = 200) -> None:
-        if chunk_size < 1:
-            raise ValueError("chunk_size must be >= 1")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+            raise ValidationError("batch", "chunk_size", f"{chunk_size!r} is not an integer")
+        if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+            raise ValidationError(
+                "batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}"
+            )
         self.cache = cache
         self.chunk_size = chunk_size
         self.group: list[Command] = []
-        self.in_flight: deque[tuple[str, list[Command]]] = deque()
-        self.sent: list[list[Command]] = []  # every group since the last execute(), in order
-        self.answered: list[tuple[str, list[Command], Any, Any]] = []
+        self.in_flight: deque[tuple[str, SentGroup]] = deque()
+        self.sent: list[SentGroup] = []  # every group since the last execute(), in order
+        self.answered: list[tuple[str, SentGroup, Any, Any]] = []
         self.connection: AbstractConnection | None = None
         self.pool: ConnectionPool | None = None
         self.count = 0
@@ -143,12 +180,17 @@ class CommandBatch:
     def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
         """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
         gave up) and return the outcome of every command: a group Redis applied before is
-        answered with its first outcome, the others are applied now — exactly once either way,
-        within the two minutes Redis remembers command ids."""
+        answered with its first outcome, the others are applied now — exactly once either way.
+        A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
+        (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids."""
+        for index, group in enumerate(groups):
+            reason = too_old_to_resend(group)
+            if reason is not None:
+                raise ValidationError("batch settle", f"unsettled[{index}]", reason)
         for group in groups:
             self.group = list(group)
             self.count += len(group)
-            self._send_group()
+            self._send_group(first_sent(group))
         return self.execute()
 
     def execute(self) -> list[BatchResult]:
@@ -167,6 +209,7 @@ class CommandBatch:
                 # a later group applied meanwhile is answered from its id, one rejected is
                 # judged again in the right order.
                 self._wait_before_resending(answered[first][2], delays)
+                self._refuse_stale([group for _, group, _, _ in answered[first:]])
                 for group_id, group, _, _ in answered[first:]:
                     self.in_flight.append((group_id, group))
                     try:
@@ -208,8 +251,9 @@ class CommandBatch:
             self.pool.release(self.connection)
         self.connection, self.pool = None, None
 
-    def _send_group(self) -> None:
-        group, self.group = self.group, []
+    def _send_group(self, sent_at: float | None = None) -> None:
+        group = SentGroup(self.group, time.monotonic() if sent_at is None else sent_at)
+        self.group = []
         self.in_flight.append((derive_group_id(group), group))
         self.sent.append(group)
         try:
@@ -278,12 +322,24 @@ class CommandBatch:
                 f"no answer from Redis for {len(self.in_flight)} groups of commands after "
                 "resending them as the retry policy allows; they may or may not have been applied",
             )
+            self._refuse_stale([group for _, group in self.in_flight])
             try:
                 for group_id, group in self.in_flight:
                     self._send(group_id, group)
                 return
             except RETRYABLE:
                 continue
+
+    def _refuse_stale(self, groups: list[SentGroup]) -> None:
+        """:class:`RetriesExhausted` instead of resending a group Redis may have forgotten."""
+        for group in groups:
+            reason = too_old_to_resend(group)
+            if reason is not None:
+                raise RetriesExhausted(
+                    f"sc_batch: a group of {len(group)} commands was not answered and is not "
+                    f"sent again: {reason}",
+                    unsettled=self.sent,
+                )
 
     def _back_off(
         self,
@@ -316,7 +372,7 @@ def derive_group_id(group: list[Command]) -> str:
     return digest.hexdigest()
 
 
-def _first_unapplied(answered: list[tuple[str, list[Command], Any, Any]]) -> int | None:
+def _first_unapplied(answered: list[tuple[str, SentGroup, Any, Any]]) -> int | None:
     """The first group that Redis refused without running it (to be sent again)."""
     return next(
         (

@@ -65,6 +65,38 @@ class Dump:
     generation: int = 0
 
 
+# Words the Lua side stores in a replica's place: "-" is the pod record's "no claimer".
+RESERVED_REPLICAS = frozenset({"-"})
+MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
+
+
+def replica_name(replica: object, subject: str) -> str:
+    """``replica`` checked: "" (anonymous, no lease) or a word the pod record, the event stream
+    and the key ``lease:<replica>`` hold unambiguously. ``-`` is refused: it is the record's
+    "no claimer" marker, so a replica of that name would lose its lease protection."""
+    if not isinstance(replica, str):
+        raise ValidationError(subject, "replica", f"{replica!r} is not a string")
+    if replica in RESERVED_REPLICAS:
+        raise ValidationError(
+            subject, "replica", f"{replica!r} is reserved (the pod record's no-claimer marker)"
+        )
+    if replica and (not replica.isprintable() or replica.split() != [replica]):
+        raise ValidationError(
+            subject, "replica", f"{replica!r} must be printable, without whitespace"
+        )
+    if len(replica) > MAX_REPLICA_LENGTH:
+        raise ValidationError(
+            subject, "replica", f"{len(replica)} characters, over {MAX_REPLICA_LENGTH}"
+        )
+    try:
+        replica.encode()
+    except UnicodeEncodeError as error:
+        raise ValidationError(
+            subject, "replica", f"is not valid UTF-8 (lone surrogate at {error.start})"
+        ) from None
+    return replica
+
+
 class Cache:
     """One named cache on a Redis server.
 
@@ -97,21 +129,25 @@ class Cache:
         wait_timeout: float = 1.0,
     ) -> None:
         self.keys = Keys(name)
-        commands.milliseconds(ttl, subject=f"cache {name}", field="ttl")
+        subject = f"cache {name}"
+        self.ttl = commands.seconds(ttl, subject=subject, field="ttl", maximum=commands.MAX_TTL)
+        lease_ttl = commands.seconds(
+            lease_ttl, subject=subject, field="lease_ttl", maximum=commands.MAX_TTL
+        )
         self.client = client
         self.name = name
-        self.ttl = ttl
-        if not isinstance(replica, str) or len(replica.split()) > 1 or replica != replica.strip():
-            raise ValidationError("cache", "replica", f"{replica!r} must not contain whitespace")
-        self.replica = replica
+        self.replica = replica_name(replica, subject)
         self.lease = Lease(self, lease_ttl) if replica and lease_ttl > 0 else None
+        if not isinstance(retry, RetryPolicy):
+            raise ValidationError(subject, "retry", f"expected a RetryPolicy, got {retry!r}")
         self.retry = retry
-        if not isinstance(wait_replicas, int) or wait_replicas < 0:
-            raise ValidationError("cache", "wait_replicas", f"{wait_replicas!r} must be >= 0")
+        if type(wait_replicas) is not int or wait_replicas < 0:
+            raise ValidationError(subject, "wait_replicas", f"{wait_replicas!r} must be >= 0")
         self.wait_replicas = wait_replicas
-        self.wait_timeout_ms = commands.milliseconds(
-            wait_timeout, subject=f"cache {name}", field="wait_timeout"
+        wait_timeout = commands.seconds(
+            wait_timeout, subject=subject, field="wait_timeout", maximum=commands.MAX_TIMEOUT
         )
+        self.wait_timeout_ms = str(round(wait_timeout * 1000))
         if wait_replicas and int(self.wait_timeout_ms) < 1:  # WAIT n 0 blocks for ever
             raise ValidationError(
                 f"cache {name}", "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
@@ -219,7 +255,8 @@ class Cache:
         return error
 
     def batch(self, chunk_size: int = 200) -> CommandBatch:
-        """Collect commands and apply them with few round trips (informer ingest)."""
+        """Collect commands and apply them with few round trips (informer ingest);
+        ``chunk_size`` commands per ``sc_batch`` call."""
         from schedcache.batch import CommandBatch
 
         return CommandBatch(self, chunk_size=chunk_size)
@@ -466,7 +503,11 @@ class Cache:
         return int(self.client.xlen(self.keys.events))
 
     def clear(self) -> int:
-        """Delete every key of this cache (tests, demos). Returns how many were deleted."""
+        """Delete every key of this cache (tests, demos). Returns how many were deleted.
+
+        Stops this replica's lease heartbeat first: it would re-create ``replicas`` and
+        ``lease:<replica>`` (keys without expiry) after they were deleted."""
+        self.close()
         deleted = 0
         batch: list[bytes] = []
         for key in self.client.scan_iter(match=self.keys.pattern, count=1000):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from schedcache.aggregates import contribution_string, flatten, image_pairs, resource_pairs
 from schedcache.errors import ValidationError
-from schedcache.events import pack
 from schedcache.models import Node, Pod
+from schedcache.records import pack_object
 
 Arg = str | int | bytes
 
@@ -34,6 +35,9 @@ class Command:
     subject: str
     args: tuple[Arg, ...]
     id: str = field(default_factory=lambda: new_command_id())
+    # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
+    # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten).
+    created: float = field(default_factory=time.monotonic, compare=False, repr=False)
 
 
 def pod_subject(pod: Pod) -> str:
@@ -44,15 +48,30 @@ def node_subject(name: str) -> str:
     return f"node {name}"
 
 
-def milliseconds(value: float | None, *, subject: str, field: str) -> str:
+# Upper bounds of times, in seconds. Lua adds them (deadline = now + ttl, lease expiry) as
+# doubles and prints the sum with %.14g, so every sum must stay below 1e14 ms to be exact and to
+# fit the int64 that Redis and the pod record hold: MAX_NOW + MAX_TTL = 1.1e13 ms leaves 9x room.
+MAX_NOW = 10.0**10  # seconds since the epoch: the year 2286
+MAX_TTL = 10.0**9  # about 31 years: longer is "never", which ttl=0 already says
+MAX_TIMEOUT = 3600.0  # a socket or WAIT timeout longer than an hour is a hung client
+
+
+def seconds(value: object, *, subject: str, field: str, maximum: float) -> float:
+    """``value`` checked as a finite number of seconds in ``[0, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(subject, field, f"{value!r} is not a number of seconds")
+    if not 0 <= value <= maximum:
+        raise ValidationError(
+            subject, field, f"{value!r} is outside 0..{maximum:g} seconds (see commands.MAX_*)"
+        )
+    return value
+
+
+def milliseconds(value: float | None, *, subject: str, field: str, maximum: float = MAX_TTL) -> str:
     """Seconds to integer milliseconds as Lua wants them; ``None`` -> "" (the server's clock)."""
     if value is None:
         return ""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValidationError(subject, field, f"{value!r} is not a number of seconds")
-    if value < 0:
-        raise ValidationError(subject, field, f"{value!r} must not be negative")
-    return str(round(value * 1000))
+    return str(round(seconds(value, subject=subject, field=field, maximum=maximum) * 1000))
 
 
 def _token(value: str, subject: str, field: str) -> str:
@@ -64,9 +83,10 @@ def _token(value: str, subject: str, field: str) -> str:
 
 def _placed_pod_args(pod: Pod, verb: str) -> tuple[Arg, ...]:
     uid, node = _pod_key_args(pod)
+    subject = pod_subject(pod)
     if not node:
-        raise ValidationError(pod_subject(pod), "spec.nodeName", f"is required to {verb} a pod")
-    return (uid, node, pack(pod.to_dict()), contribution_string(pod))
+        raise ValidationError(subject, "spec.nodeName", f"is required to {verb} a pod")
+    return (uid, node, pack_object(pod.to_dict(), subject), contribution_string(pod))
 
 
 def _pod_key_args(pod: Pod) -> tuple[str, str]:
@@ -135,7 +155,7 @@ def forget_pod(pod: Pod) -> Command:
 def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:
     subject = pod_subject(pod)
     uid, _ = _pod_key_args(pod)
-    now_ms = milliseconds(now, subject=subject, field="now")
+    now_ms = milliseconds(now, subject=subject, field="now", maximum=MAX_NOW)
     ttl_ms = milliseconds(ttl, subject=subject, field="ttl")
     return Command("finish_binding", subject, (uid, now_ms, ttl_ms))
 
@@ -144,7 +164,7 @@ def cleanup_assumed_pods(now: float | None, limit: int) -> Command:
     return Command(
         "cleanup_assumed_pods",
         "assumed pods",
-        (milliseconds(now, subject="cleanup_assumed_pods", field="now"), limit),
+        (milliseconds(now, subject="cleanup_assumed_pods", field="now", maximum=MAX_NOW), limit),
     )
 
 
@@ -158,7 +178,7 @@ def _node_args(node: Node) -> tuple[Arg, ...]:
     return (
         _token(node.name, node_subject(node.name), "metadata.name"),
         node.zone_key,
-        pack(node.to_dict()),
+        pack_object(node.to_dict(), node_subject(node.name)),
         *flatten(resource_pairs(node.allocatable)),
         *flatten(image_pairs(node)),
     )

@@ -17,7 +17,8 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
 
-from schedcache.errors import CacheError
+from schedcache.commands import MAX_TIMEOUT, seconds
+from schedcache.errors import CacheError, ValidationError
 from schedcache.routing import ClusterClient
 
 ENV_URL = "SCHEDCACHE_REDIS_URL"
@@ -59,10 +60,15 @@ def connect(
     * ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://`` with
       TLS): Redis Cluster, through :class:`ClusterClient`.
 
-    ``timeout`` and ``connect_timeout`` are socket timeouts in seconds. With ``check`` (the
+    ``timeout`` and ``connect_timeout`` are socket timeouts in seconds (more than 0, at most
+    an hour; anything else is a :class:`ValidationError`). With ``check`` (the
     default) the server is pinged at once, so wrong or unreachable settings fail here, not at
     the first command. Replies stay bytes: pod and node objects are stored as msgpack.
     """
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        # 0 would make the socket non-blocking, nan/inf block or fail at random.
+        if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
+            raise ValidationError("connect", name, "must be more than 0 seconds")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if url == EMBEDDED:
         return embedded_client()

@@ -52,6 +52,8 @@ _NON_ZERO_DEFAULTS = {
 }
 
 HostPort = tuple[str, str, int]  # (ip, protocol, port)
+INT64_MAX = 2**63 - 1  # Go's int64: resource amounts, image sizes (and Redis' HINCRBY)
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1  # Go's int32: spec.priority
 ResourceList = dict[str, Fraction]  # exact quantities, summed before rounding as in Go
 
 
@@ -230,7 +232,7 @@ class _Reader:
     """Typed reads from a manifest with errors naming ``obj`` and the dotted field path."""
 
     def __init__(self, obj: str) -> None:
-        self.obj = obj
+        self.obj = obj.encode(errors="backslashreplace").decode()  # printable even if not UTF-8
 
     def fail(self, path: str, reason: str) -> ValidationError:
         return ValidationError(self.obj, path, reason)
@@ -256,13 +258,28 @@ class _Reader:
             return ""
         if not isinstance(value, str):
             raise self.fail(path, "must be a string")
-        return value
+        return self.utf8(value, path)
 
-    def integer(self, value: Any, path: str) -> int:
+    def utf8(self, text: str, path: str) -> str:
+        """``text`` if it encodes as UTF-8 (a lone surrogate does not: JSON allows "\\ud800")."""
+        if not text.isascii():
+            try:
+                text.encode()
+            except UnicodeEncodeError as error:
+                raise self.fail(
+                    path, f"is not valid UTF-8 (lone surrogate at position {error.start})"
+                ) from None
+        return text
+
+    def integer(
+        self, value: Any, path: str, low: int = -INT64_MAX - 1, high: int = INT64_MAX
+    ) -> int:
         if value is None:
             return 0
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, "must be an integer")
+        if not low <= value <= high:
+            raise self.fail(path, f"{value} is outside {low}..{high}")
         return value
 
     def boolean(self, value: Any, path: str) -> bool:
@@ -277,6 +294,7 @@ class _Reader:
         for key, val in self.mapping(value, path).items():
             if not isinstance(key, str):
                 raise self.fail(path, f"key {json.dumps(key, default=repr)} must be a string")
+            self.utf8(key, path)
             out[key] = self.string(val, f"{path}.{key}") if val is not None else ""
         return out
 
@@ -285,9 +303,17 @@ class _Reader:
         for name, raw in self.mapping(value, path).items():
             if not isinstance(name, str):
                 raise self.fail(path, f"key {json.dumps(name, default=repr)} must be a string")
+            self.utf8(name, path)
             amount = parse_quantity(raw, obj=self.obj, field=f"{path}.{name}")
             if amount < 0 and not allow_negative:
                 raise self.fail(f"{path}.{name}", "must not be negative")
+            scaled, unit = (amount * 1000, "millicores") if name == "cpu" else (amount, "units")
+            if abs(scaled) > INT64_MAX:
+                raise self.fail(
+                    f"{path}.{name}",
+                    f"{_show(raw)} is {round_away(scaled)} {unit}, over the int64 limit "
+                    f"{INT64_MAX} the scheduler counts in",
+                )
             out[name] = amount
         return out
 
@@ -386,6 +412,7 @@ class Pod:
         init = [(c.requests, c.sidecar) for c in inits]
         requests = _to_resource(_pod_requests(regular, init, overhead))
         non_zero = _to_resource(_pod_requests(regular, init, overhead, _NON_ZERO_DEFAULTS))
+        _check_totals(r, requests, "spec.containers")
         has_affinity, has_required_anti = _read_affinity(r, spec.get("affinity"))
         return cls(
             uid=uid,
@@ -399,7 +426,7 @@ class Pod:
             has_affinity=has_affinity,
             has_required_anti_affinity=has_required_anti,
             pvc_claims=_read_claims(r, spec.get("volumes"), namespace),
-            priority=r.integer(spec.get("priority"), "spec.priority"),
+            priority=r.integer(spec.get("priority"), "spec.priority", INT32_MIN, INT32_MAX),
             phase=r.string(status.get("phase"), "status.phase"),
             resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion"),
             conditions=_read_conditions(r, status.get("conditions")),
@@ -482,6 +509,19 @@ def _read_container(r: _Reader, value: Any, path: str) -> _Container:
     restart = r.string(c.get("restartPolicy"), f"{path}.restartPolicy")
     # API defaulting: a request missing for a key that has a limit defaults to the limit.
     return _Container({**limits, **requests}, ports, restart == "Always")
+
+
+def _check_totals(r: _Reader, total: Resource, path: str) -> None:
+    """The pod's summed requests (containers + sidecars, init max, overhead) fit int64 each."""
+    amounts = {
+        "cpu": total.milli_cpu,
+        "memory": total.memory,
+        "ephemeral-storage": total.ephemeral_storage,
+        **total.scalar_resources,
+    }
+    for name, amount in amounts.items():
+        if abs(amount) > INT64_MAX:
+            raise r.fail(path, f"the pod's total {name} request {amount} is over int64")
 
 
 def _read_affinity(r: _Reader, value: Any) -> tuple[bool, bool]:
@@ -618,7 +658,7 @@ def _read_images(r: _Reader, value: Any) -> tuple[tuple[tuple[str, ...], int], .
             r.string(n, f"{path}.names[{j}]")
             for j, n in enumerate(r.seq(img.get("names"), f"{path}.names"))
         )
-        size = r.integer(img.get("sizeBytes"), f"{path}.sizeBytes")
+        size = r.integer(img.get("sizeBytes"), f"{path}.sizeBytes", high=INT64_MAX)
         if size < 0:
             raise r.fail(f"{path}.sizeBytes", "must not be negative")
         out.append((names, size))

@@ -5,10 +5,16 @@ safe: if the first send ran, Redis answers with its first outcome. That makes a 
 cheap, and failovers need one: Redis Cluster promotes a replica after ``cluster-node-timeout``
 plus an election, Sentinel after ``down-after-milliseconds`` plus its own election, and a
 restarted server refuses commands while it loads its AOF. Set ``within`` above that time.
+
+But Redis remembers a command id for ``COMMAND_ID_TTL_MS`` (two minutes, ``lua/_command_ids.lua``):
+a resend after that would be applied a second time. So ``within`` is capped at
+:data:`MAX_RETRY_WINDOW`, which leaves the last resend a margin to reach the server (its socket
+timeout, a slow network), and a batch refuses to resend groups first sent longer ago.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +29,12 @@ from redis.exceptions import (
 )
 
 from schedcache.errors import ValidationError
+
+# How long Redis remembers a command id (lua/_command_ids.lua; a test keeps them equal).
+COMMAND_ID_TTL_MS = 120_000
+# The longest time after its first send that a command may be sent again: 30 s under the
+# memory, for the resend to reach the server (socket timeout, network) and for clock drift.
+MAX_RETRY_WINDOW = 90.0
 
 # Errors after which the command may be sent again: the connection broke (the command may or
 # may not have run), or the server refused it without running it (the cluster is electing a
@@ -62,9 +74,18 @@ class RetryPolicy:
             raise ValidationError("retry policy", "attempts", f"{self.attempts} must be >= 0")
         for name in ("within", "first_delay", "max_delay"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            finite = isinstance(value, int | float) and math.isfinite(value)
+            if isinstance(value, bool) or not finite or value < 0:
                 raise ValidationError(
-                    "retry policy", name, f"{value!r} must be a number of seconds >= 0"
+                    "retry policy", name, f"{value!r} must be a finite number of seconds >= 0"
+                )
+            if value > MAX_RETRY_WINDOW:
+                raise ValidationError(
+                    "retry policy",
+                    name,
+                    f"{value!r} s is over {MAX_RETRY_WINDOW:g} s: Redis remembers a command id "
+                    f"for {COMMAND_ID_TTL_MS // 1000} s, and a command resent later than that "
+                    "would be applied twice",
                 )
 
     def delays(self) -> Iterator[float]:

@@ -1,0 +1,102 @@
+"""Times are finite, non-negative and bounded, so a deadline (now + ttl, in ms) stays exact in
+Lua's doubles and in the int64 of the pod record: ``commands.MAX_NOW`` / ``MAX_TTL``.
+
+A ttl of ``sys.maxsize`` used to wrap the deadline to -2**63 and expire a bound pod at once.
+Every refusal is a :class:`ValidationError` naming the field, with the cache's keys unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from schedcache import Cache, connect
+from schedcache.commands import MAX_NOW, MAX_TIMEOUT, MAX_TTL
+from schedcache.errors import ValidationError
+from schedcache.retry import RetryPolicy
+from tests.factories import keyspace, make_node, make_pod
+
+NOW = 1_700_000_000.0
+POD = make_pod("p", "n1", "100m", "1Mi")
+BAD_SECONDS = [sys.maxsize, 1e16, math.nan, math.inf, -math.inf, -1, "30", True, None]
+
+
+def populate(cache: Cache) -> None:
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    cache.assume_pod(POD)
+
+
+@pytest.mark.parametrize("option", ["ttl", "lease_ttl", "wait_timeout"])
+@pytest.mark.parametrize("value", BAD_SECONDS, ids=repr)
+def test_cache_refuses_times_out_of_range(
+    client: redis.Redis, cache_name: str, make_cache: Callable[..., Cache], option, value
+):
+    make_cache(replica="r")  # the cache exists, with its keys
+    populate(make_cache(replica="r"))
+    before = keyspace(client, f"{{{cache_name}}}:*")
+    with pytest.raises(ValidationError, match=rf"^cache {cache_name}: {option}: ") as error:
+        Cache(client, cache_name, replica="r", **{option: value})
+    assert error.value.field == option
+    assert keyspace(client, f"{{{cache_name}}}:*") == before
+
+
+@pytest.mark.parametrize("value", [1e30, sys.maxsize, MAX_NOW + 1, math.nan, math.inf, -0.5])
+def test_finish_binding_and_cleanup_refuse_a_bad_now(cache: Cache, value):
+    populate(cache)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=r"^pod .*\(uid p\): now: "):
+        cache.finish_binding(POD, now=value)
+    with pytest.raises(ValidationError, match=r"^cleanup_assumed_pods: now: "):
+        cache.cleanup_assumed_pods(now=value)
+    with pytest.raises(ValidationError, match=r": now: "):
+        cache.batch().finish_binding(POD, now=value)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    assert cache.is_assumed_pod(POD)
+
+
+def test_the_largest_now_and_ttl_give_exact_deadlines(make_cache: Callable[..., Cache]):
+    """At the bounds the deadline (up to 1.1e13 ms) is stored exactly, and a pod expires at its
+    deadline, not a millisecond early (the old overflow stored -2**63 and expired it at once)."""
+    cache = make_cache(ttl=MAX_TTL)
+    populate(cache)
+    last = make_pod("q", "n1", "100m", "1Mi")
+    cache.assume_pod(last)
+    cache.finish_binding(POD, now=MAX_NOW)
+    cache.finish_binding(last, now=MAX_NOW - MAX_TTL - 0.001)
+    assert cache.get_pod_record(POD).deadline_ms == int((MAX_NOW + MAX_TTL) * 1000)
+    assert cache.get_pod_record(last).deadline_ms == int(MAX_NOW * 1000) - 1
+    assert cache.cleanup_assumed_pods(now=MAX_NOW - 0.001) == []  # strictly after, as upstream
+    assert cache.cleanup_assumed_pods(now=MAX_NOW) == ["q"]
+    assert cache.is_assumed_pod(POD)
+    assert cache.verify() == []
+
+
+def test_a_huge_ttl_is_refused_before_any_pod_can_expire(
+    client: redis.Redis, make_cache: Callable[..., Cache], cache_name: str
+):
+    """The issue's scenario: ``Cache(r, ttl=sys.maxsize)`` no longer exists to expire pods."""
+    cache = make_cache()
+    populate(cache)
+    cache.finish_binding(POD, now=NOW)
+    with pytest.raises(ValidationError, match=r"ttl: 9223372036854775807 is outside 0\.\.1e\+09"):
+        Cache(client, cache_name, ttl=sys.maxsize)
+    assert cache.cleanup_assumed_pods(now=NOW + 1) == []
+    assert cache.is_assumed_pod(POD)
+
+
+@pytest.mark.parametrize("field", ["within", "first_delay", "max_delay"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0, 91.0, "1", True])
+def test_retry_policy_refuses_non_finite_negative_or_too_long_delays(field, value):
+    with pytest.raises(ValidationError, match=rf"^retry policy: {field}: "):
+        RetryPolicy(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["timeout", "connect_timeout"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0, -1, MAX_TIMEOUT + 1, "5"])
+def test_connect_refuses_bad_timeouts_before_connecting(field, value):
+    with pytest.raises(ValidationError, match=rf"^connect: {field}: "):
+        connect("redis://127.0.0.1:1/0", **{field: value})  # nothing listens: never reached
