@@ -27,7 +27,7 @@ from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, Valid
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
 from schedcache.replies import error_from_reply
-from schedcache.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RETRYABLE
+from schedcache.retry import RETRYABLE, too_late_to_resend
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
@@ -46,7 +46,7 @@ MAX_CHUNK_SIZE = 10_000
 
 class SentGroup(list[Command]):
     """One ``sc_batch`` call's commands, with the ``time.monotonic()`` of its first send: after
-    :data:`~schedcache.retry.MAX_RETRY_WINDOW` it is never sent again (Redis forgets the ids).
+    ``retry.MAX_RETRY_WINDOW`` it is never sent again (Redis may have forgotten the ids).
     ``RetriesExhausted.unsettled`` holds these."""
 
     def __init__(self, commands: list[Command], first_sent: float) -> None:
@@ -63,16 +63,8 @@ def first_sent(group: list[Command]) -> float:
 
 
 def too_old_to_resend(group: list[Command]) -> str | None:
-    """Why ``group`` must not be sent again (its ids may be forgotten), or None."""
-    age = time.monotonic() - first_sent(group)
-    if age <= MAX_RETRY_WINDOW:
-        return None
-    return (
-        f"first sent {age:.0f} s ago, over {MAX_RETRY_WINDOW:g} s: Redis remembers command ids "
-        f"for {COMMAND_ID_TTL_MS // 1000} s, so a resend could be applied twice; check what "
-        "was applied (cache.get_pod, get_node_info, verify) and send what is missing as new "
-        "commands"
-    )
+    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None."""
+    return too_late_to_resend(first_sent(group))
 
 
 @dataclass(frozen=True)

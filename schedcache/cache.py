@@ -40,7 +40,13 @@ from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replay import ReplayState, fold
 from schedcache.replies import error_from_reply, is_cache_error
-from schedcache.retry import DEFAULT_RETRY, RETRYABLE, TOPOLOGY_CHANGED, RetryPolicy
+from schedcache.retry import (
+    DEFAULT_RETRY,
+    RETRYABLE,
+    TOPOLOGY_CHANGED,
+    RetryPolicy,
+    too_late_to_resend,
+)
 from schedcache.routing import SlotRoute
 from schedcache.selectors import parse_selector
 from schedcache.snapshot import Snapshot, SnapshotUpdate, update_snapshot
@@ -164,7 +170,14 @@ class Cache:
     # -- running commands ---------------------------------------------------------------
 
     def run(self, command: Command) -> Any:
-        """Run one command; raise the matching :class:`CacheError` if it is rejected."""
+        """Run one command; raise the matching :class:`CacheError` if it is rejected.
+
+        Running the same command again settles it after :class:`RetriesExhausted`, but only
+        while Redis surely remembers its id: a command made longer ago than
+        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
+        late = too_late_to_resend(command.created)
+        if late is not None:
+            raise ValidationError(command.subject, f"sc_{command.name} command id", late)
         try:
             reply = self._fcall_retrying(command)
         except redis.ResponseError as error:

@@ -57,6 +57,20 @@ TOPOLOGY_CHANGED: tuple[type[Exception], ...] = (
 )
 
 
+def too_late_to_resend(first_sent: float) -> str | None:
+    """Why a command first sent at ``first_sent`` (``time.monotonic()``) must not be sent
+    again, or None while Redis surely still remembers its id."""
+    age = time.monotonic() - first_sent
+    if age <= MAX_RETRY_WINDOW:
+        return None
+    return (
+        f"made or first sent {age:.0f} s ago, over {MAX_RETRY_WINDOW:g} s: Redis remembers ids "
+        f"for {COMMAND_ID_TTL_MS // 1000} s, so a resend could be applied twice; check what "
+        "was applied (cache.get_pod, get_node_info, verify) and send what is missing as new "
+        "commands"
+    )
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Send again up to ``attempts`` times, for at most ``within`` seconds in all, waiting

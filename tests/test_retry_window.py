@@ -1,0 +1,108 @@
+"""A resend is either recognised by its command id or refused, never applied twice.
+
+Redis remembers command ids for ``COMMAND_ID_TTL_MS`` (``lua/_command_ids.lua``); the retry
+window (``RetryPolicy.within``), ``CommandBatch.settle`` and re-running a ``Command`` are all
+capped at ``retry.MAX_RETRY_WINDOW``, below that memory. Refusals change nothing in Redis.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from schedcache import Cache, commands
+from schedcache.batch import SentGroup
+from schedcache.errors import RetriesExhausted, ValidationError
+from schedcache.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RetryPolicy
+from tests.factories import keyspace, make_node, make_pod
+
+LUA = Path(__file__).resolve().parent.parent / "lua" / "_command_ids.lua"
+
+
+def test_the_python_window_stays_below_the_lua_memory():
+    match = re.search(r"^local COMMAND_ID_TTL_MS = (\d+)$", LUA.read_text(), re.MULTILINE)
+    assert match, f"COMMAND_ID_TTL_MS not found in {LUA}"
+    assert int(match[1]) == COMMAND_ID_TTL_MS
+    # 30 s of margin for the last resend's own socket timeout and transit.
+    assert MAX_RETRY_WINDOW * 1000 <= COMMAND_ID_TTL_MS - 30_000
+
+
+def test_a_retry_window_past_the_memory_is_refused_saying_why():
+    assert RetryPolicy(within=MAX_RETRY_WINDOW).within == MAX_RETRY_WINDOW
+    with pytest.raises(ValidationError, match=r"^retry policy: within: 125 s is over 90 s: Redis"):
+        RetryPolicy(within=125)
+    with pytest.raises(ValidationError, match=r"remembers a command id for 120 s"):
+        RetryPolicy(within=3600.0)
+
+
+def _aged(command: commands.Command, seconds: float) -> commands.Command:
+    """The same command (same id) as if made ``seconds`` ago."""
+    return replace(command, created=time.monotonic() - seconds)
+
+
+def populate(cache: Cache) -> list[commands.Command]:
+    node = commands.add_node(make_node("n1", "4", "1Gi"))
+    pod = commands.add_pod(make_pod("a", "n1", "100m", "1Mi"))
+    update = commands.update_node(None, make_node("n1", "8", "1Gi"))
+    cache.batch().settle([[node, pod, update]])
+    return [node, pod, update]
+
+
+def test_settle_resends_a_group_within_the_window_exactly_once(cache: Cache):
+    applied = populate(cache)
+    generation, length = cache.generation(), cache.stream_length()
+    group = SentGroup(applied, first_sent=time.monotonic() - (MAX_RETRY_WINDOW - 5))
+    results = cache.batch().settle([group])
+    assert [r.ok for r in results] == [True, True, True]  # answered from the ids
+    assert (cache.generation(), cache.stream_length()) == (generation, length)
+
+
+@pytest.mark.parametrize("form", ["SentGroup", "plain list of old commands"])
+def test_settle_refuses_a_group_first_sent_past_the_window_and_sends_nothing(
+    cache: Cache, form: str
+):
+    """The issue: a resend after 125 s was applied again (update_node twice). Now refused."""
+    applied = populate(cache)
+    before = keyspace(cache.client, cache.keys.pattern)
+    fresh = [commands.add_pod(make_pod("b", "n1", "100m", "1Mi"))]
+    if form == "SentGroup":
+        old = SentGroup(applied, first_sent=time.monotonic() - 125)
+    else:
+        old = [_aged(command, 125) for command in applied]
+    with pytest.raises(
+        ValidationError, match=r"^batch settle: unsettled\[1\]: made or first sent 12[5-9] s ago"
+    ):
+        cache.batch().settle([fresh, old])
+    assert keyspace(cache.client, cache.keys.pattern) == before  # not even the fresh group
+
+
+def test_running_a_command_made_past_the_window_is_refused(cache: Cache):
+    """``cache.run(command)`` settles a command after RetriesExhausted, within the window."""
+    update = commands.update_node(None, make_node("n1", "4", "1Gi"))
+    cache.run(update)
+    again = _aged(update, MAX_RETRY_WINDOW - 1)
+    cache.run(again)  # recognised: answered from its id
+    assert [e.type for e in cache.events()] == ["NodeUpdated"]  # once
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=r"^node n1: sc_update_node command id: made or "):
+        cache.run(_aged(update, 125))
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_batch_does_not_resend_a_group_past_the_window(cache: Cache):
+    """A group whose reply was lost is resent with the same id, unless it was first sent so
+    long ago that Redis may have forgotten the id: then RetriesExhausted, applied at most once."""
+    batch = cache.batch(chunk_size=2)
+    batch.add_node(make_node("n1", "4", "1Gi"))
+    batch.update_node(None, make_node("n1", "8", "1Gi"))  # the group is sent now
+    batch.in_flight[0][1].first_sent -= 125  # as if sent 125 s ago
+    assert batch.connection is not None
+    batch.connection.disconnect()  # its reply is lost
+    with pytest.raises(RetriesExhausted, match=r"is not sent again: made or first sent 12\d s"):
+        batch.execute()
+    assert len([e for e in cache.events() if e.type.startswith("Node")]) <= 2
+    assert cache.verify() == []
