@@ -86,6 +86,7 @@ def replica_name(replica: object, subject: str) -> str:
         raise ValidationError(
             subject, "replica", f"{replica!r} is reserved (the pod record's no-claimer marker)"
         )
+    # Not printable: control characters, and lone surrogates (which UTF-8 cannot encode).
     if replica and (not replica.isprintable() or replica.split() != [replica]):
         raise ValidationError(
             subject, "replica", f"{replica!r} must be printable, without whitespace"
@@ -94,12 +95,6 @@ def replica_name(replica: object, subject: str) -> str:
         raise ValidationError(
             subject, "replica", f"{len(replica)} characters, over {MAX_REPLICA_LENGTH}"
         )
-    try:
-        replica.encode()
-    except UnicodeEncodeError as error:
-        raise ValidationError(
-            subject, "replica", f"is not valid UTF-8 (lone surrogate at {error.start})"
-        ) from None
     return replica
 
 
