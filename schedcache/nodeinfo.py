@@ -7,6 +7,7 @@ caller may mutate one freely (upstream crashed when snapshots shared maps, #1186
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from schedcache.models import HostPort, Node, Pod, Resource
@@ -48,8 +49,27 @@ class NodeInfo:
         """No node object: removed while pods remained, or pods arrived before it."""
         return self.node is None
 
+    def fits_pod(self, pod: Pod) -> bool:
+        """Whether ``pod`` fits this node's free resources and host ports (NodeResourcesFit and
+        NodePorts, as :meth:`shortages` checks them)."""
+        return not self.shortages(pod)
+
     def fits(self, pod: Pod) -> list[str]:
-        """The resources ``pod`` would overflow on this node (empty when it fits)."""
+        """Deprecated: returns :meth:`shortages`, so ``not info.fits(pod)`` means it *fits*.
+        Use :meth:`fits_pod` (a bool that reads right) or :meth:`shortages` (the list)."""
+        warnings.warn(
+            "NodeInfo.fits() returns the shortages (an empty list when the pod fits), so "
+            "'not info.fits(pod)' means it fits; use info.fits_pod(pod) for a bool or "
+            "info.shortages(pod) for the list. fits() will become the bool fits_pod().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.shortages(pod)
+
+    def shortages(self, pod: Pod) -> list[str]:
+        """The resources ``pod`` would overflow on this node, empty when it fits: like
+        kube-scheduler's ``noderesources.Fits`` (its ``InsufficientResource`` list), plus
+        ``"host-ports"`` for a host port conflict (NodePorts)."""
         short = []
         free = self.allocatable
         used = self.requested

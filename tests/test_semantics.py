@@ -370,3 +370,21 @@ def test_a_failed_batch_call_keeps_the_results_of_the_others(make_cache):
     ]
     assert [len(group) for group, _ in info.value.failures] == [2]
     assert cache.pod_count() == 4 and cache.verify() == []
+
+
+def test_node_info_fits_pod_reads_right_and_shortages_lists_what_is_short(make_cache):
+    """``fits_pod`` is the bool a kube-scheduler user expects; ``shortages`` the list (like
+    ``noderesources.Fits``); the old ``fits`` still returns the list, with a warning."""
+    cache = make_cache()
+    cache.add_node(make_node("n1", "1", "1Gi"))
+    cache.add_pod(make_pod("a", "n1", "600m", "100Mi", ports=[port(80)]))
+    info = cache.get_node_info("n1")
+    small, big = make_pod("s", "n1", "100m", "1Mi"), make_pod("b", "n1", "500m", "2Gi")
+    clash = make_pod("c", "n1", "10m", "1Mi", ports=[port(80)])
+    assert info.fits_pod(small) is True
+    assert info.fits_pod(big) is False and info.fits_pod(clash) is False
+    assert info.shortages(small) == []
+    assert info.shortages(big) == ["cpu", "memory"]
+    assert info.shortages(clash) == ["host-ports"]
+    with pytest.deprecated_call(match=r"use info\.fits_pod\(pod\) for a bool"):
+        assert info.fits(big) == ["cpu", "memory"]  # the old meaning, unchanged

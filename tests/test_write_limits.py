@@ -7,6 +7,7 @@ anything is sent: every key of the cache is compared before and after.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -249,3 +250,23 @@ def test_the_largest_int64_quantities_are_still_accepted():
     node = Node.from_k8s(node_manifest("n1", images=[(["img"], 2**63 - 1)]))
     assert node.images[0][1] == 2**63 - 1
     assert Pod.from_k8s(_pod_doc(priority=-(2**31))).priority == -(2**31)
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "reason"),
+    [
+        (0, "0 is outside 1..10000"),
+        (-5, "-5 is outside 1..10000"),
+        (10_001, "10001 is outside 1..10000"),
+        ("x", "'x' is not an integer"),
+        (2.0, "2.0 is not an integer"),
+        (True, "True is not an integer"),
+        (None, "None is not an integer"),
+    ],
+)
+def test_batch_refuses_a_bad_chunk_size_naming_it(cache: Cache, chunk_size, reason):
+    populate(cache)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=rf"^batch: chunk_size: {re.escape(reason)}$"):
+        cache.batch(chunk_size)
+    assert keyspace(cache.client, cache.keys.pattern) == before
