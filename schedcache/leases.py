@@ -50,13 +50,18 @@ class Lease:
         """Keep the lease alive in the background (``assume_pod`` takes it with the claim)."""
         if self.thread is not None:
             return
+        # The thread keeps its own event: stop() replaces self.stopping (so the lease can be
+        # started again), and a thread still renewing then must see the one stop() set.
         self.thread = threading.Thread(
-            target=self._beat, name=f"schedcache-lease-{self.replica}", daemon=True
+            target=self._beat,
+            args=(self.stopping,),
+            name=f"schedcache-lease-{self.replica}",
+            daemon=True,
         )
         self.thread.start()
 
-    def _beat(self) -> None:
-        while not self.stopping.wait(self.interval):
+    def _beat(self, stopping: threading.Event) -> None:
+        while not stopping.wait(self.interval):
             try:
                 self.renew()
             except Exception as error:  # the heartbeat must outlive any outage
@@ -74,7 +79,11 @@ class Lease:
         claims are forgotten by the next expiry round)."""
         self.stopping.set()
         if self.thread is not None:
-            self.thread.join(timeout=5)
+            # A renewal in flight ends within the socket timeout; after the join nothing
+            # re-creates lease:<replica> or the replicas set (Cache.clear relies on it).
+            self.thread.join(timeout=30)
+            if self.thread.is_alive():
+                log.warning("lease heartbeat of replica %s did not stop in 30 s", self.replica)
         self.thread = None
         self.stopping = threading.Event()
         if release:

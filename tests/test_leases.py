@@ -93,3 +93,25 @@ def test_killed_replica_process_on_real_redis():
         assert cache.pod_count() == 1 and cache.is_assumed_pod("p0")
     finally:
         cache.clear()
+
+
+def test_clear_stops_the_heartbeat_and_leaves_no_key(client: redis.Redis, cache_name: str):
+    """The heartbeat used to re-create ``replicas`` (no expiry) after clear(): on a shared
+    Redis, every test left one behind."""
+    cache = Cache(client, cache_name, ttl=600, replica="beating", lease_ttl=0.3)
+    claim_four(cache)
+    time.sleep(0.25)  # the heartbeat (every 0.1 s) is running
+    assert cache.lease is not None and cache.lease.thread is not None
+    assert cache.clear() > 0
+    time.sleep(0.4)  # several heartbeats' worth
+    assert list(client.scan_iter(match=cache.keys.pattern, count=1000)) == []
+    assert cache.lease.thread is None
+
+
+def test_a_closed_lease_never_renews_again(make_cache):
+    cache = make_cache(ttl=600, replica="closing", lease_ttl=0.3)
+    claim_four(cache)
+    cache.close()
+    cache.client.delete(cache.lease.key, f"{cache.keys.prefix}replicas")
+    time.sleep(0.4)
+    assert cache.client.exists(cache.lease.key, f"{cache.keys.prefix}replicas") == 0
