@@ -1,7 +1,13 @@
 """The ``schedcache`` command line.
 
-Every command takes ``--redis URL`` (default: ``SCHEDCACHE_REDIS_URL``, else an embedded
-in-process fakeredis) and ``--cache NAME``.
+Every command takes the global options ``--redis URL`` (default: ``SCHEDCACHE_REDIS_URL``, else
+an embedded in-process fakeredis), ``--cache NAME`` (default: ``SCHEDCACHE_CACHE``, else
+``default``) and the connection settings, before or after the subcommand, as kubectl takes its
+flags anywhere.
+
+No command ends in a traceback for something that can go wrong in use: a bad argument is a
+usage error (exit 2), and a bad file, a refused command, a Redis error or an unreachable server
+is one ``Error:`` line on stderr (exit 1). Anything else escaping is a bug.
 """
 
 from __future__ import annotations
@@ -12,21 +18,34 @@ from typing import Any
 
 import click
 import redis
+from click.core import ParameterSource
+from redis.exceptions import RedisClusterException
 from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
 from schedcache import logs
 from schedcache.cache import Cache
-from schedcache.connection import EMBEDDED, ENV_URL, ConnectionFailed, connect, describe
-from schedcache.demo import DemoReport, run_demo
+from schedcache.cli_params import Seconds
+from schedcache.cli_render import (
+    node_table,
+    one_line,
+    print_table,
+    printable,
+    progress,
+    replica_table,
+    summary_table,
+)
+from schedcache.commands import MAX_TTL
+from schedcache.connection import EMBEDDED, ENV_URL, connect, describe
+from schedcache.demo import DEMO_CACHE, DemoReport, run_demo
 from schedcache.errors import CacheError, ValidationError
+from schedcache.keys import Keys
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
-from schedcache.loader import entries, load_documents, parse_documents
+from schedcache.loader import LoadReport, decode_input, entries, load_documents, parse_documents
 from schedcache.retry import DEFAULT_RETRY, NO_RETRY
 from schedcache.routing import primaries
 from schedcache.simulation import MODES, SimulationReport, run_replicas
 
+ENV_CACHE = "SCHEDCACHE_CACHE"
 console = Console()
 
 
@@ -40,34 +59,108 @@ class Settings:
     retry_for: float = DEFAULT_RETRY.within
     wait_replicas: int = 0
     wait_timeout: float = 1.0
+    cache_given: bool = False  # --cache on the command line (not the env var or the default)
 
     def is_shared(self) -> bool:
         """A real Redis that other processes can reach (not the embedded default)."""
         return bool(self.url) and self.url != EMBEDDED
 
     def client(self) -> redis.Redis:
-        try:
-            return connect(self.url, timeout=self.timeout)
-        except ConnectionFailed as error:
-            raise click.ClickException(str(error)) from None
+        return connect(self.url, timeout=self.timeout)
 
     def cache(self, client: redis.Redis | None = None, **options: Any) -> Cache:
         """The named cache with these settings (``options``: ttl, replica, ...)."""
         retry = replace(DEFAULT_RETRY, within=self.retry_for) if self.retry_for else NO_RETRY
+        return Cache(
+            client or self.client(),
+            options.pop("name", self.cache_name),
+            retry=retry,
+            wait_replicas=self.wait_replicas,
+            wait_timeout=self.wait_timeout,
+            **options,
+        )
+
+
+# -- what the whole command line shares -------------------------------------------------------
+
+# Failures a user can cause or meet (bad input, a refused command, Redis down or refusing):
+# reported as one line. BrokenPipeError is left to click (output piped into `head`).
+EXPECTED = (CacheError, redis.RedisError, RedisClusterException)
+
+
+class SchedcacheGroup(click.Group):
+    """The top-level group: takes its own (global) options anywhere on the command line, and
+    turns expected failures into one ``Error:`` line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(self, args))
+
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            return Cache(
-                client or self.client(),
-                self.cache_name,
-                retry=retry,
-                wait_replicas=self.wait_replicas,
-                wait_timeout=self.wait_timeout,
-                **options,
-            )
-        except ValidationError as error:
-            raise click.BadParameter(str(error)) from None
+            return super().invoke(ctx)
+        except EXPECTED as error:
+            raise click.ClickException(one_line(error)) from None
+        except OSError as error:
+            if isinstance(error, BrokenPipeError):
+                raise
+            raise click.ClickException(one_line(error)) from None
 
 
-@click.group()
+def _takes_value(option: click.Option) -> bool:
+    return not option.is_flag and not option.count
+
+
+def _option(command: click.Command | None, token: str) -> click.Option | None:
+    """The option of ``command`` that ``token`` (``--name``, ``--name=v``, ``-o``, ``-owide``)
+    starts with, if any."""
+    if command is None:
+        return None
+    name = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+    for param in command.params:
+        if isinstance(param, click.Option) and name in (*param.opts, *param.secondary_opts):
+            return param
+    return None
+
+
+def hoist_global_options(group: click.Group, args: list[str]) -> list[str]:
+    """``args`` with the group's own options moved in front of the subcommand, so that
+    ``schedcache load --redis URL FILE`` means ``schedcache --redis URL load FILE``.
+
+    The walk follows the subcommands, so the value of a subcommand's own option is never taken
+    for a global option, and stops at ``--``."""
+    front: list[str] = []
+    rest: list[str] = []
+    command: click.Command | None = group
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            rest += args[index:]
+            break
+        global_option = _option(group, token) if token.startswith("--") else None
+        option = global_option or (_option(command, token) if token.startswith("-") else None)
+        target = front if global_option is not None else rest
+        target.append(token)
+        index += 1
+        if option is not None:
+            inline = "=" in token if token.startswith("--") else len(token) > 2
+            if _takes_value(option) and not inline and index < len(args):
+                target.append(args[index])
+                index += 1
+        elif not token.startswith("-") and isinstance(command, click.Group):
+            command = command.commands.get(token)  # None: click reports the unknown name
+    return front + rest
+
+
+def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        Keys(value)
+    except ValidationError as error:
+        raise click.BadParameter(printable(error.reason), ctx, param) from None
+    return value
+
+
+@click.group(cls=SchedcacheGroup)
 @click.option(
     "--redis",
     "url",
@@ -75,18 +168,28 @@ class Settings:
     default=None,
     metavar="URL",
     help="Redis URL (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://; "
-    "see docs/deployment.md); default: embedded fakeredis.",
+    f"see docs/deployment.md); default: ${ENV_URL}, else embedded fakeredis.",
 )
-@click.option("--cache", "cache_name", default="default", show_default=True, help="Cache name.")
+@click.option(
+    "--cache",
+    "cache_name",
+    envvar=ENV_CACHE,
+    default="default",
+    show_default=True,
+    callback=check_cache_name,
+    help=f"Cache name; default: ${ENV_CACHE}, else 'default'.",
+)
 @click.option(
     "--timeout",
+    type=Seconds(open_min=True),
     default=5.0,
     show_default=True,
     envvar="SCHEDCACHE_TIMEOUT",
-    help="Socket timeout for each Redis call, seconds.",
+    help="Socket timeout for each Redis call, seconds (more than 0, at most 3600).",
 )
 @click.option(
     "--retry-for",
+    type=Seconds(maximum=DEFAULT_RETRY.within * 1000),
     default=DEFAULT_RETRY.within,
     show_default=True,
     envvar="SCHEDCACHE_RETRY_FOR",
@@ -95,6 +198,7 @@ class Settings:
 )
 @click.option(
     "--wait-replicas",
+    type=click.IntRange(min=0, max=1000),
     default=0,
     show_default=True,
     envvar="SCHEDCACHE_WAIT_REPLICAS",
@@ -102,8 +206,10 @@ class Settings:
 )
 @click.option(
     "--wait-timeout",
+    type=Seconds(open_min=True),
     default=1.0,
     show_default=True,
+    envvar="SCHEDCACHE_WAIT_TIMEOUT",
     help="Longest wait for --wait-replicas, seconds.",
 )
 @click.option(
@@ -119,6 +225,7 @@ class Settings:
     type=click.Choice(sorted(logs.FORMATTERS)),
     help="Log lines on stderr as key=value pairs or JSON.",
 )
+@click.version_option(package_name="schedcache")
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -131,21 +238,37 @@ def main(
     log_level: str,
     log_format: str,
 ) -> None:
-    """kube-scheduler's cache on Redis, shared by scheduler replicas."""
+    """kube-scheduler's cache on Redis, shared by scheduler replicas.
+
+    The options above are global: they may also follow the subcommand
+    (`schedcache dump -o wide --cache prod`).
+    """
     logs.configure(log_level, log_format)
-    if timeout <= 0 or retry_for < 0 or wait_replicas < 0 or wait_timeout <= 0:
-        raise click.BadParameter(
-            "--timeout and --wait-timeout must be > 0, --retry-for and --wait-replicas >= 0"
-        )
-    ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout)
+    given = ctx.get_parameter_source("cache_name") == ParameterSource.COMMANDLINE
+    ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout, given)
+
+
+# -- demo ---------------------------------------------------------------------------------------
 
 
 @main.command()
-@click.option("--nodes", default=6, show_default=True, help="Nodes in the simulated cluster.")
-@click.option("--pods", default=40, show_default=True, help="Pods to schedule.")
-@click.option("--replicas", default=2, show_default=True, help="Scheduler replicas.")
-@click.option("--ttl", default=30.0, show_default=True, help="Assumed-pod ttl, seconds.")
-@click.option("--seed", default=1, show_default=True, help="Random seed.")
+@click.option(
+    "--nodes", type=click.IntRange(1, 10_000), default=6, show_default=True, help="Nodes."
+)
+@click.option(
+    "--pods", type=click.IntRange(0, 1_000_000), default=40, show_default=True, help="Pods."
+)
+@click.option(
+    "--replicas", type=click.IntRange(1, 64), default=2, show_default=True, help="Replicas."
+)
+@click.option(
+    "--ttl",
+    type=Seconds(maximum=MAX_TTL),
+    default=30.0,
+    show_default=True,
+    help="Assumed-pod ttl, seconds (0: never expire).",
+)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=1, show_default=True)
 @click.option(
     "--mode",
     type=click.Choice(MODES),
@@ -153,7 +276,12 @@ def main(
     show_default=True,
     help="With --redis: how replica processes claim (fit-checked, or strict generations).",
 )
-@click.option("--keep", is_flag=True, help="Keep the cache's previous contents.")
+@click.option("--keep", is_flag=True, help="Embedded only: add to what the cache holds.")
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Delete everything in the cache named by --cache first (it must be given).",
+)
 @click.pass_obj
 def demo(
     settings: Settings,
@@ -164,170 +292,172 @@ def demo(
     seed: int,
     mode: str,
     keep: bool,
+    reset: bool,
 ) -> None:
     """Schedule a simulated cluster and show what the cache saw.
 
     On the embedded backend the replicas take turns in this process (with binds that fail and
-    binds never confirmed, so forgetting and expiry are seen). With --redis they are separate
-    processes claiming concurrently with fit-checked claims, retrying conflicts on the next
-    best node.
+    binds never confirmed, so forgetting and expiry are seen); conflicts need --redis. With
+    --redis they are separate processes claiming concurrently with fit-checked claims,
+    retrying conflicts on the next best node; their pods stay assumed and expire after --ttl
+    unless an informer confirms them.
+
+    The demo never touches a cache that holds anything: it runs on the cache 'demo' unless
+    --cache is given on the command line, and refuses a non-empty cache unless that --cache is
+    given together with --reset (which deletes the cache's contents, stream and checkpoint
+    included). $SCHEDCACHE_CACHE is not used.
     """
-    if nodes < 1 or pods < 0 or replicas < 1:
-        raise click.BadParameter("--nodes and --replicas must be >= 1, --pods >= 0")
+    name = settings.cache_name if settings.cache_given else DEMO_CACHE
+    if reset and not settings.cache_given:
+        raise click.UsageError("--reset deletes a cache: name it with --cache NAME")
+    if keep and (reset or settings.is_shared()):
+        raise click.UsageError(
+            "--keep: with --redis the demo builds its cluster in an empty cache"
+            if settings.is_shared()
+            else "--keep and --reset contradict each other"
+        )
     client = settings.client()
+    cache = settings.cache(client, name=name, ttl=ttl, replica="demo-informer")
+    where = describe(settings.url)
+    held = 0 if keep else held_keys(cache)
+    if held and not reset:
+        raise click.ClickException(
+            f"cache {name!r} on {where} is not empty ({held} keys); the demo only runs on an "
+            f"empty cache. Use another --cache, or --cache {name} --reset to delete its "
+            "contents first"
+        )
+    if reset:
+        cache.clear()
     if settings.is_shared():
-        if keep:
-            raise click.UsageError(
-                "--keep: with --redis the demo builds its cluster in an empty cache; "
-                "use another --cache to keep this one"
-            )
         with console.status(f"{replicas} replica processes scheduling {pods} pods"):
-            report = run_replicas(
+            parallel = run_replicas(
                 settings.url or "",
-                settings.cache_name,
+                name,
                 replicas=replicas,
                 nodes=nodes,
                 pods=pods,
                 mode=mode,
                 seed=seed,
+                ttl=ttl,
             )
-        shared = settings.cache(client)
-        print_nodes(shared.dump().nodes, describe(settings.url), settings.cache_name)
-        print_parallel_report(report, shared, pods)
-        if report.overcommitted_nodes:
+        print_table(node_table(cache.dump().nodes, f"Nodes of cache {name!r} on {where}"))
+        print_parallel_report(parallel, cache, pods)
+        if parallel.overcommitted_nodes:
             raise click.ClickException(
-                f"overcommitted nodes: {', '.join(report.overcommitted_nodes)}"
+                f"overcommitted nodes: {printable(', '.join(parallel.overcommitted_nodes))}"
             )
         return
-    cache = settings.cache(client, ttl=ttl, replica="demo-informer")
-    if not keep:
-        cache.clear()
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("scheduling", total=pods)
+    with progress(console, pods, "scheduling") as advance:
         report = run_demo(
-            cache,
-            nodes=nodes,
-            pods=pods,
-            replicas=replicas,
-            seed=seed,
-            progress=lambda n: bar.advance(task, n),
+            cache, nodes=nodes, pods=pods, replicas=replicas, seed=seed, progress=advance
         )
-    print_report(report, describe(settings.url), settings.cache_name)
-
-
-def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> None:
-    table = Table(title=f"{len(report.replicas)} replica processes, {report.mode} claims")
-    for column in ("replica", "claimed", "conflicts", "unschedulable", "seconds"):
-        table.add_column(column, justify="left" if column == "replica" else "right")
-    for replica in report.replicas:
-        table.add_row(
-            replica.replica,
-            str(replica.claimed),
-            str(replica.conflicts),
-            str(replica.unschedulable),
-            f"{replica.seconds:.2f}",
-        )
-    console.print(table)
-    summary = Table(title="Summary", show_header=False)
-    summary.add_column("what")
-    summary.add_column("value", justify="right")
-    for what, value in (
-        ("pods to schedule", pods),
-        ("claimed", report.claimed),
-        ("conflicts (another replica was first)", report.conflicts),
-        ("conflicts per successful claim", f"{report.conflict_fraction:.4f}"),
-        ("unschedulable (no node fits)", report.unschedulable),
-        ("pods per second", f"{report.pods_per_second:,.0f}"),
-        ("overcommitted nodes", len(report.overcommitted_nodes)),
-        ("events in the stream", cache.stream_length()),
-        ("seconds", f"{report.seconds:.2f}"),
-    ):
-        summary.add_row(what, str(value))
-    console.print(summary)
-
-
-def print_report(report: DemoReport, where: str, name: str) -> None:
-    print_nodes(report.nodes, where, name)
+    print_table(node_table(report.nodes, f"Nodes of cache {name!r} on {where}"))
     print_summary(report)
 
 
-def print_nodes(node_infos: dict, where: str, name: str) -> None:
-    nodes = Table(title=f"Nodes of cache {name!r} on {where}")
-    for column in ("node", "zone", "pods", "cpu requested", "memory requested", "generation"):
-        nodes.add_column(column, justify="left" if column in ("node", "zone") else "right")
-    for node_name in sorted(node_infos, key=lambda n: (len(n), n)):
-        info = node_infos[node_name]
-        zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else "(ghost)"
-        alloc = info.allocatable
-        nodes.add_row(
-            node_name,
-            zone,
-            str(len(info.pods)),
-            f"{info.requested.milli_cpu}m / {alloc.milli_cpu}m",
-            f"{info.requested.memory >> 20}Mi / {alloc.memory >> 20}Mi",
-            str(info.generation),
+def held_keys(cache: Cache, limit: int = 1000) -> int:
+    """How many keys the cache has (counted up to ``limit``): 0 means empty."""
+    count = 0
+    for _ in cache.client.scan_iter(match=cache.keys.pattern, count=1000):
+        count += 1
+        if count >= limit:
+            break
+    return count
+
+
+def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> None:
+    console.print(replica_table(report))
+    console.print(
+        summary_table(
+            "Summary",
+            [
+                ("pods to schedule", pods),
+                ("claimed", report.claimed),
+                ("conflicts (another replica was first)", report.conflicts),
+                ("conflicts per successful claim", f"{report.conflict_fraction:.4f}"),
+                ("unschedulable (no node fits)", report.unschedulable),
+                ("pods per second", f"{report.pods_per_second:,.0f}"),
+                ("overcommitted nodes", len(report.overcommitted_nodes)),
+                ("events in the stream", cache.stream_length()),
+                ("seconds", f"{report.seconds:.2f}"),
+            ],
         )
-    console.print(nodes)
+    )
+
+
+TAKING_TURNS = "n/a: replicas take turns here; --redis runs them concurrently"
 
 
 def print_summary(report: DemoReport) -> None:
-    summary = Table(title="Summary", show_header=False)
-    summary.add_column("what")
-    summary.add_column("count", justify="right")
-    rows = [
-        ("pods to schedule", report.pods),
-        ("assumed (scheduled)", report.scheduled),
-        *((f"  by {replica}", count) for replica, count in sorted(report.per_replica.items())),
-        ("confirmed by the informer (add_pod)", report.confirmed),
-        ("bind failed (forget_pod)", report.bind_failures),
-        ("never confirmed, expired", report.expired),
-        ("unschedulable (no node fits)", report.unschedulable),
-        ("conflicts (another replica was first)", report.conflicts),
-        ("snapshot updates", report.snapshot_updates),
-        ("events in the stream", report.events),
-        ("cache generation", report.generation),
-        ("seconds", f"{report.seconds:.2f}"),
-    ]
-    for what, count in rows:
-        summary.add_row(what, str(count))
-    console.print(summary)
+    console.print(
+        summary_table(
+            "Summary",
+            [
+                ("pods to schedule", report.pods),
+                ("assumed (scheduled)", report.scheduled),
+                *((f"  by {replica}", n) for replica, n in sorted(report.per_replica.items())),
+                ("confirmed by the informer (add_pod)", report.confirmed),
+                ("bind failed (forget_pod)", report.bind_failures),
+                ("never confirmed, expired", report.expired),
+                ("unschedulable (no node fits)", report.unschedulable),
+                ("conflicts (another replica was first)", report.conflicts or TAKING_TURNS),
+                ("snapshot updates", report.snapshot_updates),
+                ("events in the stream", report.events),
+                ("cache generation", report.generation),
+                ("seconds", f"{report.seconds:.2f}"),
+            ],
+        )
+    )
+
+
+# -- load ---------------------------------------------------------------------------------------
 
 
 @main.command()
-@click.argument("source", metavar="FILE|-", type=click.File("r", encoding="utf-8"))
-@click.option("--batch-size", default=500, show_default=True, help="Objects per batch.")
+@click.argument("source", metavar="FILE|-", type=click.File("rb"))
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    default=500,
+    show_default=True,
+    help="Objects per batch.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="List every skipped object, not only counts.")
 @click.pass_obj
-def load(settings: Settings, source: click.utils.LazyFile, batch_size: int) -> None:
+def load(settings: Settings, source: Any, batch_size: int, verbose: bool) -> None:
     """Ingest kubectl output: `get nodes,pods -o json` (a List) or `get pods --watch -o json`.
 
     Bound pods become add_pod/update_pod/remove_pod, nodes add_node/update_node/remove_node.
-    Invalid objects are reported with their position and skipped; the exit status is 1 when
-    any object was invalid or rejected by the cache.
+    Every invalid object is reported with its position, kind, namespace/name and the field at
+    fault, and skipped; the others are loaded. Skipped objects (pending or terminated pods,
+    other kinds) are counted per reason (-v lists them). The exit status is 1 when any object
+    was invalid or rejected by the cache.
     """
-    text = source.read()
+    documents = parse_documents(decode_input(source.read()))
     cache = settings.cache(replica="loader")
-    stderr = Console(stderr=True)
-    try:
-        documents = parse_documents(text)
-    except ValidationError as error:
-        raise click.ClickException(str(error)) from None
     total = sum(1 for _ in entries(documents))
-    with Progress(console=stderr, transient=True) as bar:
-        task = bar.add_task("loading", total=total)
-        report = load_documents(
-            cache, documents, batch_size=batch_size, progress=lambda n: bar.advance(task, n)
-        )
+    with progress(Console(stderr=True), total, "loading") as advance:
+        report = load_documents(cache, documents, batch_size=batch_size, progress=advance)
+    print_load_report(report, verbose)
+    if not report.ok:
+        sys.exit(1)
+
+
+def print_load_report(report: LoadReport, verbose: bool) -> None:
     applied = ", ".join(f"{count} {name}" for name, count in sorted(report.applied.items()))
     click.echo(f"applied: {applied or 'nothing'}")
-    click.echo(f"skipped: {len(report.skipped)}")
-    for line in report.skipped:
-        click.echo(f"  {line}")
+    reasons = ", ".join(f"{n} {why}" for why, n in report.skipped_by_reason().most_common())
+    click.echo(f"skipped: {len(report.skipped)}" + (f" ({reasons})" if reasons else ""))
+    if verbose:
+        for item in report.skipped:
+            click.echo(f"  {printable(item)}")
     for title, lines in (("invalid", report.invalid), ("rejected", report.rejected)):
         click.echo(f"{title}: {len(lines)}")
         for line in lines:
-            click.echo(f"  {line}")
-    if not report.ok:
-        sys.exit(1)
+            click.echo(f"  {printable(line)}")
+
+
+# -- scripts, stats -------------------------------------------------------------------------------
 
 
 def registered_functions(server: redis.Redis) -> set[str]:
@@ -353,8 +483,8 @@ def scripts(settings: Settings) -> None:
             registered = registered_functions(server)
         except (CacheError, redis.exceptions.NoPermissionError) as error:
             raise click.ClickException(
-                f"{error} — loading the library takes a Redis user allowed FUNCTION LOAD and "
-                "FUNCTION LIST (an admin; docs/security.md)"
+                f"{one_line(error)} — loading the library takes a Redis user allowed FUNCTION "
+                "LOAD and FUNCTION LIST (an admin; docs/security.md)"
             ) from None
         missing = expected - registered
         if missing:

@@ -1,4 +1,9 @@
-"""``schedcache dump``, ``get pod`` and ``events``: looking at a cache."""
+"""``schedcache dump``, ``get pod``, ``events``, ``history``, ``replay``, ``diff``, ``verify``,
+``checkpoint`` and ``compact``: looking at a cache.
+
+Names in the output pass through ``cli_render.printable`` (the zone key holds a NUL byte by
+construction), so ``schedcache events | grep NodeAdded`` sees text.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
-from schedcache.errors import CacheError
+from schedcache.cache import Cache
+from schedcache.cli_params import Name, StreamId
+from schedcache.cli_render import node_table, print_table, printable, progress
+from schedcache.errors import CorruptRecord
 from schedcache.events import Event, decode_entry
 from schedcache.models import Resource
 from schedcache.nodeinfo import NodeInfo
+from schedcache.replay import ReplayState
 
 if TYPE_CHECKING:
     from schedcache.cli import Settings
@@ -42,8 +49,21 @@ def node_info_json(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-@click.command()
-@click.option(
+def state_json(
+    cache: Cache, nodes: dict[str, NodeInfo], assumed: set[str], generation: int, **extra: Any
+) -> str:
+    """``dump`` and ``replay`` as JSON (non-ASCII and control characters escaped)."""
+    document = {
+        "cache": cache.name,
+        **extra,
+        "generation": generation,
+        "nodes": {name: node_info_json(info) for name, info in sorted(nodes.items())},
+        "assumed_pods": sorted(assumed),
+    }
+    return json.dumps(document, indent=2)
+
+
+OUTPUT = click.option(
     "-o",
     "--output",
     type=click.Choice(["json", "wide"]),
@@ -51,40 +71,23 @@ def node_info_json(info: NodeInfo) -> dict[str, Any]:
     show_default=True,
     help="JSON, or a kubectl-like table.",
 )
+
+
+@click.command()
+@OUTPUT
 @click.pass_obj
 def dump(settings: Settings, output: str) -> None:
-    """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods."""
+    """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods.
+
+    The table's STATUS is kubectl's: Ready/NotReady/Unknown from the node's Ready condition,
+    ",SchedulingDisabled" when cordoned; Ghost (node removed, pods remain) or Placeholder (pods
+    before their node) for entries without a node object."""
     cache = settings.cache()
     state = cache.dump()
     if output == "json":
-        document = {
-            "cache": cache.name,
-            "generation": state.generation,
-            "nodes": {name: node_info_json(info) for name, info in sorted(state.nodes.items())},
-            "assumed_pods": sorted(state.assumed_pods),
-        }
-        click.echo(json.dumps(document, indent=2))
+        click.echo(state_json(cache, state.nodes, state.assumed_pods, state.generation))
         return
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "STATUS", "ZONE", "PODS", "CPU", "MEMORY", "PORTS", "GEN"):
-        table.add_column(column)
-    for name, info in sorted(state.nodes.items()):
-        status = (
-            "Ready" if info.node else ("Ghost" if info.allocatable.milli_cpu else "Placeholder")
-        )
-        zone = info.node.labels.get("topology.kubernetes.io/zone", "") if info.node else ""
-        alloc, used = info.allocatable, info.requested
-        table.add_row(
-            name,
-            status,
-            zone or "<none>",
-            f"{len(info.pods)}/{alloc.allowed_pod_number}",
-            f"{used.milli_cpu}m/{alloc.milli_cpu}m",
-            f"{used.memory >> 20}Mi/{alloc.memory >> 20}Mi",
-            str(len(info.used_ports)),
-            str(info.generation),
-        )
-    Console(width=200).print(table)
+    print_table(node_table(state.nodes))
     click.echo(f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}")
 
 
@@ -94,7 +97,7 @@ def get() -> None:
 
 
 @get.command("pod")
-@click.argument("ref", metavar="NAMESPACE/NAME|UID")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
 @click.pass_obj
 def get_pod(settings: Settings, ref: str) -> None:
     """A pod's cache record as JSON: state, node, binding, deadline and the pod."""
@@ -107,10 +110,7 @@ def get_pod(settings: Settings, ref: str) -> None:
         uid = matches[0].uid
     else:
         uid = ref
-    try:
-        record = cache.get_pod_record(uid)
-    except KeyError as error:
-        raise click.ClickException(str(error)) from None
+    record = cache.get_pod_record(uid)  # PodNotFound: one Error: line
     click.echo(
         json.dumps(
             {
@@ -127,21 +127,36 @@ def get_pod(settings: Settings, ref: str) -> None:
     )
 
 
+def pod_name(event: Event) -> str | None:
+    """``namespace/name`` of a pod event, from its payload (None if it has none)."""
+    try:
+        data = event.data
+    except CorruptRecord:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return f"{data.get('namespace') or 'default'}/{data['name']}"
+    return None
+
+
 def event_line(event: Event) -> str:
-    subject = event.uid or event.node or ""
-    extra = " ".join(
-        f"{key}={value}" for key, value in sorted(event.fields.items()) if key not in ("uid",)
-    )
-    return f"{event.id}  {event.type:<15} {event.replica or '-':<14} {subject}  {extra}".rstrip()
+    """``id  type  replica  subject  key=value...``: the subject is a pod's namespace/name (its
+    uid is a field) or the node's name; every part printable."""
+    subject = (pod_name(event) or event.uid) if event.uid else event.node
+    extra = " ".join(f"{key}={value}" for key, value in sorted(event.fields.items()))
+    line = f"{event.id}  {event.type:<15} {event.replica or '-':<14} {subject or '-'}  {extra}"
+    return printable(line.rstrip())
 
 
 @click.command()
-@click.option("--since", default=None, metavar="ID", help="Start after this stream id.")
-@click.option("--count", default=None, type=int, help="Show only the last N events.")
+@click.option("--since", type=StreamId(), default=None, help="Start after this event id.")
+@click.option(
+    "--count", type=click.IntRange(min=1), default=None, help="Show only the last N events."
+)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
 @click.pass_obj
 def events(settings: Settings, since: str | None, count: int | None, follow: bool) -> None:
-    """The event stream, one line per event: id, type, replica, pod or node, fields."""
+    """The event stream, one line per event: id, type, replica, pod (namespace/name) or node,
+    then the event's fields (uid, node, gen, zone, ...)."""
     cache = settings.cache()
     if count is not None:
         history = reversed(cache.client.xrevrange(cache.keys.events, count=count))
@@ -173,41 +188,44 @@ def verify(settings: Settings) -> None:
     cache = settings.cache()
     differences = cache.verify()
     for difference in differences:
-        click.echo(str(difference))
+        click.echo(printable(difference))
     if differences:
         click.echo(f"{len(differences)} differences", err=True)
         sys.exit(1)
     click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
 
 
-@click.command()
-@click.option("--until", default=None, metavar="ID", help="Replay up to this event (included).")
-@click.option(
-    "-o", "--output", type=click.Choice(["json", "wide"]), default="json", show_default=True
-)
-@click.pass_obj
-def replay(settings: Settings, until: str | None, output: str) -> None:
-    """The state the stream describes (at --until), shaped like `dump`."""
-    cache = settings.cache()
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("replaying", total=cache.stream_length())
-        state = cache.replay(until=until, progress=lambda n: bar.advance(task, n))
+def replay_until(cache: Cache, until: str | None) -> ReplayState:
+    """The fold up to event ``until`` (included), with a progress bar on a terminal; an id that
+    is not in the stream is an error (HistoryCompacted too, reported by the CLI)."""
+    with progress(Console(stderr=True), cache.stream_length(), "replaying") as advance:
+        state = cache.replay(until=until, progress=advance)
     if until is not None and state.last_id != until:
         raise click.ClickException(f"event {until} is not in the stream of cache {cache.name}")
+    return state
+
+
+@click.command()
+@click.option(
+    "--until", type=StreamId(), default=None, help="Replay up to this event id (included)."
+)
+@OUTPUT
+@click.pass_obj
+def replay(settings: Settings, until: str | None, output: str) -> None:
+    """The state the stream describes (at --until), shaped like `dump` (and the same table)."""
+    cache = settings.cache()
+    state = replay_until(cache, until)
     nodes = state.node_infos()
     if output == "json":
-        document = {
-            "cache": cache.name,
-            "until": state.last_id,
-            "generation": state.generation,
-            "nodes": {name: node_info_json(info) for name, info in sorted(nodes.items())},
-            "assumed_pods": sorted(state.assumed_pods),
-        }
-        click.echo(json.dumps(document, indent=2))
+        click.echo(
+            state_json(cache, nodes, state.assumed_pods, state.generation, until=state.last_id)
+        )
         return
-    for name, info in sorted(nodes.items()):
-        status = "Ready" if info.node else "Ghost"
-        click.echo(f"{name}\t{status}\t{len(info.pods)} pods\t{info.requested.milli_cpu}m")
+    print_table(node_table(nodes))
+    click.echo(
+        f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}  "
+        f"until: {state.last_id or '-'}"
+    )
 
 
 @click.group()
@@ -216,35 +234,36 @@ def history() -> None:
 
 
 @history.command("pod")
-@click.argument("ref", metavar="NAMESPACE/NAME|UID")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
 @click.pass_obj
 def history_pod(settings: Settings, ref: str) -> None:
-    """Every event of a pod (by uid), across nodes."""
+    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid)."""
     cache = settings.cache()
     uid = ref
     if "/" in ref:
-        namespace, name = ref.split("/", 1)
-        matches = [
-            e.uid
-            for e in cache.events()
-            if e.uid
-            and isinstance(e.data, dict)
-            and (e.data.get("namespace"), e.data.get("name")) == (namespace, name)
-        ]
+        namespace = ref.split("/", 1)[0]
+        wanted = ref if namespace else f"default{ref}"
+        matches = [e.uid for e in cache.events() if e.uid and pod_name(e) == wanted]
         if not matches:
             raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
         uid = matches[-1]
-    for event in cache.history(uid):
+    shown = cache.history(uid)
+    if not shown:
+        raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
+    for event in shown:
         click.echo(event_line(event))
 
 
 @history.command("node")
-@click.argument("name")
+@click.argument("name", type=Name())
 @click.pass_obj
 def history_node(settings: Settings, name: str) -> None:
     """Every event that changed a node (its own and its pods')."""
     cache = settings.cache()
-    for event in cache.history_of_node(name):
+    shown = cache.history_of_node(name)
+    if not shown:
+        raise click.ClickException(f"node {name} has no events in cache {cache.name}")
+    for event in shown:
         click.echo(event_line(event))
 
 
@@ -257,35 +276,38 @@ def checkpoint(settings: Settings) -> None:
 
 
 @click.command()
-@click.option("--keep", default=0, show_default=True, help="Events to keep before the checkpoint.")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Events to keep before the checkpoint.",
+)
 @click.pass_obj
 def compact(settings: Settings, keep: int) -> None:
     """Trim the stream before the latest checkpoint; replay stays exact from it."""
     cache = settings.cache()
-    try:
-        removed = cache.compact(keep=keep)
-    except CacheError as error:
-        raise click.ClickException(str(error)) from None
+    removed = cache.compact(keep=keep)
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
 
 
 @click.command()
-@click.argument("start", metavar="ID_A")
-@click.argument("end", metavar="ID_B")
+@click.argument("start", metavar="ID_A", type=StreamId())
+@click.argument("end", metavar="ID_B", type=StreamId())
 @click.pass_obj
 def diff(settings: Settings, start: str, end: str) -> None:
     """What changed on which node between two points of the stream (events ID_A and ID_B)."""
     cache = settings.cache()
-    before, after = cache.replay(until=start), cache.replay(until=end)
-    old, new = before.node_infos(), after.node_infos()
+    old = replay_until(cache, start).node_infos()
+    new = replay_until(cache, end).node_infos()
     changed = False
     for name in sorted(set(old) | set(new)):
         lines = node_changes(old.get(name), new.get(name))
         if lines:
             changed = True
-            click.echo(f"node {name}")
+            click.echo(f"node {printable(name)}")
             for line in lines:
-                click.echo(f"  {line}")
+                click.echo(f"  {printable(line)}")
     if not changed:
         click.echo(f"no node changed between {start} and {end}")
 

@@ -10,6 +10,7 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
+from schedcache.cli_params import Name, Seconds
 from schedcache.expiry import ExpiryWorker
 from schedcache.metrics import CacheCollector
 
@@ -29,11 +30,27 @@ def worker() -> None:
 
 
 @worker.command("expiry")
-@click.option("--interval", default=1.0, show_default=True, help="Longest sleep between rounds, s.")
-@click.option("--batch", default=500, show_default=True, help="Pods expired per Lua call.")
-@click.option("--replica", default="expiry-worker", show_default=True, help="Name in events.")
+@click.option(
+    "--interval",
+    type=Seconds(open_min=True),
+    default=1.0,
+    show_default=True,
+    help="Longest sleep between rounds, s.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=500,
+    show_default=True,
+    help="Pods expired per Lua call.",
+)
+@click.option(
+    "--replica", type=Name(), default="expiry-worker", show_default=True, help="Name in events."
+)
 @click.option("--once", is_flag=True, help="Run one round and exit.")
-@click.option("--metrics-port", default=None, type=int, help="Serve /metrics on this port.")
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
+)
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
 @click.pass_obj
 def worker_expiry(
@@ -46,8 +63,6 @@ def worker_expiry(
     metrics_address: str,
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
-    if interval <= 0 or batch < 1:
-        raise click.BadParameter("--interval must be > 0 and --batch >= 1")
     cache = settings.cache(replica=replica)
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
@@ -60,7 +75,9 @@ def worker_expiry(
 
 
 @click.command("metrics")
-@click.option("--port", default=9108, show_default=True, help="Port of /metrics.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=9108, show_default=True, help="Port."
+)
 @click.option("--address", default="0.0.0.0", show_default=True)
 @click.pass_obj
 def metrics_command(settings: Settings, port: int, address: str) -> None:

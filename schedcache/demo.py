@@ -23,6 +23,8 @@ from schedcache.nodeinfo import NodeInfo
 from schedcache.snapshot import Snapshot
 
 ZONES = ("zone-a", "zone-b", "zone-c")
+# The cache the demo uses unless --cache is given on the command line (never $SCHEDCACHE_CACHE).
+DEMO_CACHE = "demo"
 
 
 @dataclass
@@ -60,6 +62,7 @@ def demo_node(index: int, cpu: str = "4", memory: str = "8Gi") -> Node:
             "status": {
                 "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
                 "images": [{"names": ["registry.k8s.io/pause:3.9"], "sizeBytes": 300_000}],
+                "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
     )
@@ -95,7 +98,7 @@ def demo_pod(index: int, rng: random.Random) -> Pod:
 
 def pick_node(pod: Pod, nodes: list[NodeInfo]) -> str | None:
     """Least-allocated CPU among the nodes the pod fits on (a toy scoring)."""
-    fitting = [info for info in nodes if not info.fits(pod)]
+    fitting = [info for info in nodes if info.fits_pod(pod)]
     if not fitting:
         return None
     best = min(fitting, key=lambda info: info.requested.milli_cpu / info.allocatable.milli_cpu)

@@ -72,7 +72,7 @@ def ranked_candidates(nodes: list[NodeInfo], pod: Pod, start: int) -> list[NodeI
     count = len(nodes)
     for offset in range(count):
         info = nodes[(start + offset) % count]
-        if not info.fits(pod):
+        if info.fits_pod(pod):
             feasible.append(info)
             if len(feasible) == WINDOW:
                 break
@@ -87,10 +87,13 @@ def replica_loop(
     mode: str,
     seed: int,
     start_at: float,
+    ttl: float = 0.0,
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
-    nowhere. Starts at wall-clock time ``start_at``, so all replicas really compete."""
-    cache = Cache(connect(url), cache_name, ttl=0, replica=replica)
+    nowhere. Starts at wall-clock time ``start_at``, so all replicas really compete. Claimed
+    pods stay assumed (no informer confirms them) and expire ``ttl`` seconds after their
+    binding finished (0: never)."""
+    cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
     rng = random.Random(seed)
     report = ReplicaReport(replica)
     snap = Snapshot()
@@ -149,9 +152,11 @@ def run_replicas(
     seed: int = 1,
     node_cpu: str = "4",
     node_memory: str = "8Gi",
+    ttl: float = 0.0,
 ) -> SimulationReport:
-    """A fresh cluster of ``nodes`` nodes, then ``pods`` pods scheduled by ``replicas``
-    processes (pods dealt round robin)."""
+    """A fresh cluster of ``nodes`` nodes (the cache is cleared first: callers make sure it
+    may be), then ``pods`` pods scheduled by ``replicas`` processes (pods dealt round robin),
+    assumed with ``ttl``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
     cache = Cache(connect(url), cache_name, ttl=0, replica="simulation")
@@ -162,7 +167,16 @@ def run_replicas(
     # Every process starts scheduling at the same moment, once all have started up.
     start_at = time.time() + 1.0 + 0.4 * replicas
     jobs = [
-        (url, cache_name, f"sched-{k}", list(range(k, pods, replicas)), mode, seed + k, start_at)
+        (
+            url,
+            cache_name,
+            f"sched-{k}",
+            list(range(k, pods, replicas)),
+            mode,
+            seed + k,
+            start_at,
+            ttl,
+        )
         for k in range(replicas)
     ]
     with multiprocessing.get_context("spawn").Pool(replicas) as pool:

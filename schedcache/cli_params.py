@@ -1,0 +1,68 @@
+"""Argument types of the command line: each refuses a bad value as a usage error (exit 2)
+naming the option, before anything connects to Redis."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import click
+
+from schedcache.cli_render import printable
+from schedcache.commands import MAX_TIMEOUT
+
+_STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+
+
+class StreamId(click.ParamType):
+    """An event id as ``schedcache events`` prints it (``<ms>-<seq>``; ``<ms>`` = ``<ms>-0``)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        match = _STREAM_ID.match(str(value))
+        if match:
+            milliseconds, sequence = int(match[1]), int(match[2] or 0)
+            if milliseconds < 2**64 and sequence < 2**64:
+                return f"{milliseconds}-{sequence}"
+        self.fail(
+            f"'{printable(value)}' is not an event id (<milliseconds>-<sequence>, as "
+            "`schedcache events` prints them)",
+            param,
+            ctx,
+        )
+
+
+class Name(click.ParamType):
+    """A name from the command line: text (no undecodable bytes, no control characters)."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text or printable(text) != text:
+            self.fail(f"'{printable(text)}' is not a printable name", param, ctx)
+        return text
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds within bounds (``nan``, ``inf`` and negatives refused)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, maximum: float = MAX_TIMEOUT, open_min: bool = False):
+        self.minimum, self.maximum, self.open_min = minimum, maximum, open_min
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low_ok = seconds > self.minimum if self.open_min else seconds >= self.minimum
+        if not math.isfinite(seconds) or not low_ok or seconds > self.maximum:
+            low = f"more than {self.minimum:g}" if self.open_min else f"at least {self.minimum:g}"
+            self.fail(f"{value!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
+        return seconds
