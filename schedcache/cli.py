@@ -440,7 +440,10 @@ def load(settings: Settings, source: Any, batch_size: int, verbose: bool) -> Non
         report = load_documents(cache, documents, batch_size=batch_size, progress=advance)
     print_load_report(report, verbose)
     if not report.ok:
-        sys.exit(1)
+        raise click.ClickException(
+            f"{len(report.invalid)} objects invalid, {len(report.rejected)} rejected (listed "
+            "above); the rest was loaded"
+        )
 
 
 def print_load_report(report: LoadReport, verbose: bool) -> None:

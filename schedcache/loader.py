@@ -111,7 +111,7 @@ def decode_input(data: bytes) -> str:
             data, encoding = data[len(bom) :], name
             break
     try:
-        return data.decode(encoding)
+        text = data.decode(encoding)
     except UnicodeDecodeError as error:
         raise ValidationError(
             "input",
@@ -119,6 +119,11 @@ def decode_input(data: bytes) -> str:
             f"not {encoding.upper()} text (byte 0x{data[error.start]:02x} at offset "
             f"{error.start}); give kubectl's JSON or YAML output",
         ) from None
+    if "\x00" in text:  # valid UTF-8, but neither JSON nor YAML can hold a raw NUL
+        raise ValidationError(
+            "input", "", "NUL bytes: binary, or UTF-16/32 without a BOM (byte order mark)"
+        )
+    return text
 
 
 def parse_documents(text: str | bytes) -> list[Any]:

@@ -28,22 +28,35 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+def _json(value: Any) -> str:
+    """JSON with every non-ASCII and control character escaped (json.dumps leaves DEL)."""
+    return json.dumps(value, default=str).replace("\x7f", "\\u007f")
+
+
 class KeyValueFormatter(logging.Formatter):
-    """``ts=1700000000.123 level=info logger=schedcache.expiry msg="expired 3 pods"``."""
+    """``ts=1700000000.123 level=info logger=schedcache.expiry msg="expired 3 pods"``.
+
+    A value with a space, quote, ``=`` or any character that is not printable ASCII is
+    written as a JSON string, so a log line is one line of plain text whatever a name holds
+    (a NUL, an escape sequence, a lone surrogate)."""
 
     def format(self, record: logging.LogRecord) -> str:
         parts = []
         for key, value in _fields(record).items():
             text = str(value)
-            if not text or any(c in text for c in ' "=\n'):
-                text = json.dumps(text)
+            if not text or not _plain(text):
+                text = _json(text)
             parts.append(f"{key}={text}")
         return " ".join(parts)
 
 
+def _plain(text: str) -> bool:
+    return text.isascii() and text.isprintable() and not any(c in text for c in ' "=')
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record), default=str)
+        return _json(_fields(record))
 
 
 FORMATTERS = {"kv": KeyValueFormatter, "json": JsonFormatter}

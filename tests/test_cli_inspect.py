@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
-from schedcache import Cache
+from schedcache import Cache, Node
 from schedcache import cli as cli_module
 from schedcache.cli import main
 from schedcache.logs import JsonFormatter, KeyValueFormatter
 from schedcache.metrics import CacheCollector
-from tests.factories import make_node, make_pod
+from tests.factories import make_node, make_pod, node_manifest
 
 
 @pytest.fixture
@@ -60,9 +60,64 @@ def test_dump_wide_is_a_table(cache, run_cli):
     lines = result.output.splitlines()
     assert lines[0].split()[:4] == ["NAME", "STATUS", "ZONE", "PODS"]
     rows = {line.split()[0]: line.split() for line in lines[1:-1]}
-    assert rows["n1"][1:4] == ["Ready", "a", "2/110"]
+    assert rows["n1"][2:4] == ["a", "2/110"]
     assert rows["gone"][1] == "Ghost" and rows["later"][1] == "Placeholder"
     assert "assumed pods: 1" in lines[-1]
+
+
+# The Node model keeps what scheduling needs; until it keeps status.conditions, readiness is
+# unknown to the cache, and the table says so rather than guessing Ready.
+KEEPS_CONDITIONS = "conditions" in Node.__dataclass_fields__
+
+
+def status_node(name: str, ready: str | None, cordoned: bool = False) -> Node:
+    manifest = node_manifest(name, "1", "1Gi")
+    if ready is not None:
+        manifest["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+    if cordoned:
+        manifest["spec"] = {"unschedulable": True}
+    return Node.from_k8s(manifest)
+
+
+def test_dump_wide_status_follows_conditions_and_cordons_like_kubectl(cache, run_cli):
+    for name, ready, cordoned in (
+        ("up", "True", False),
+        ("down", "False", False),
+        ("unsure", "Unknown", False),
+        ("silent", None, False),
+        ("cordoned", "True", True),
+    ):
+        cache.add_node(status_node(name, ready, cordoned))
+    result = run_cli("dump", "-o", "wide")
+    assert result.exit_code == 0, result.output
+    status = {line.split()[0]: line.split()[1] for line in result.output.splitlines()[1:-1]}
+    if KEEPS_CONDITIONS:
+        assert status == {
+            "up": "Ready",
+            "down": "NotReady",
+            "unsure": "Unknown",
+            "silent": "Unknown",
+            "cordoned": "Ready,SchedulingDisabled",
+        }
+    else:
+        assert status == {
+            "up": "Unknown",
+            "down": "Unknown",
+            "unsure": "Unknown",
+            "silent": "Unknown",
+            "cordoned": "Unknown,SchedulingDisabled",
+        }
+
+
+def test_replay_wide_prints_the_same_table_as_dump(cache, run_cli):
+    populate(cache)
+    cache.add_node(status_node("cordoned", "True", cordoned=True))
+    dumped = run_cli("dump", "-o", "wide")
+    replayed = run_cli("replay", "-o", "wide")
+    assert replayed.exit_code == 0, replayed.output
+    assert replayed.output.splitlines()[:-1] == dumped.output.splitlines()[:-1]
+    assert replayed.output.splitlines()[0].split()[:2] == ["NAME", "STATUS"]
+    assert replayed.output.splitlines()[-1].startswith(dumped.output.splitlines()[-1])
 
 
 def test_get_pod_by_name_and_uid(cache, run_cli):
@@ -80,6 +135,9 @@ def test_events_lists_the_stream_and_the_last_n(cache, run_cli):
     everything = run_cli("events").output.splitlines()
     assert len(everything) == cache.stream_length()
     assert [line.split()[1] for line in everything[:3]] == ["NodeAdded", "NodeAdded", "PodAdded"]
+    # Pods by namespace/name, their uid as a field; nodes by name.
+    assert everything[0].split()[3] == "n1"
+    assert everything[2].split()[3] == "prod/web-0" and "uid=web-0" in everything[2].split()
     last_two = run_cli("events", "--count", "2").output.splitlines()
     assert last_two == everything[-2:]
     since = everything[-3].split()[0]
@@ -129,3 +187,21 @@ def test_log_formats():
     line = KeyValueFormatter().format(record)
     assert 'level=info logger=schedcache.expiry msg="expired 3 pods" cache="prod a"' in line
     assert json.loads(JsonFormatter().format(record))["msg"] == "expired 3 pods"
+
+
+def test_history_names_pods_and_refuses_unknown_objects(cache, run_cli):
+    populate(cache)
+    pod = run_cli("history", "pod", "prod/web-1")
+    assert pod.exit_code == 0, pod.output
+    assert [line.split()[1] for line in pod.output.splitlines()] == ["PodAssumed"]
+    assert pod.output.split()[3] == "prod/web-1"
+    node = run_cli("history", "node", "n1")
+    assert node.exit_code == 0 and "prod/web-0" in node.output
+    for args, message in (
+        (("history", "node", "nonode"), "Error: node nonode has no events in cache"),
+        (("history", "pod", "nope/nope"), "Error: pod nope/nope has no events in cache"),
+        (("history", "pod", "no-such-uid"), "Error: pod no-such-uid has no events in cache"),
+    ):
+        result = run_cli(*args)
+        assert result.exit_code == 1 and result.stderr.startswith(message), result.output
+        assert result.stdout == ""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from schedcache import Node, Pod
 from schedcache import cli as cli_module
 from schedcache.cli import main
 from schedcache.errors import ValidationError
-from schedcache.loader import load, parse_documents
+from schedcache.loader import MAX_DEPTH, load, parse_documents
 from tests.factories import keyspace, node_manifest, pod_manifest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -129,3 +131,156 @@ def test_cli_load_file_and_stdin(run_cli, cache, tmp_path):
     bad = run_cli("load", "-", stdin="{ nope")
     assert bad.exit_code == 1 and "neither JSON nor YAML" in bad.output
     assert cache.node_count() == 20
+
+
+def bad_cluster() -> tuple[list[dict], dict[int, str]]:
+    """A List of one node and 1,000 bound pods, some of them invalid in ways that used to
+    escape as OverflowError/UnicodeEncodeError halfway through a load; {index: expected
+    message} of the invalid ones."""
+    items = [node_manifest("n1", "1000", "1Ti", pods="5000")]
+    items += [pod_manifest(f"p{i}", "n1", "10m", "1Mi", namespace="shop") for i in range(1000)]
+    items[250]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1e30"
+    items[501]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Ei" * 1
+    items[502]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1Ei"
+    items[700]["spec"]["priority"] = 2**64
+    items[900]["metadata"]["name"] = "lone\udc80surrogate"
+    expected = {
+        250: "pod shop/p249: spec.containers[0].resources.requests.cpu",
+        502: "pod shop/p501: spec.containers[0].resources.requests.cpu",
+        700: "pod shop/p699: spec.priority",
+        900: "metadata.name",
+    }
+    return items, expected
+
+
+def test_invalid_objects_in_a_batch_are_reported_by_name_and_the_rest_loads(cache):
+    items, expected = bad_cluster()
+    report = load(cache, json.dumps({"kind": "List", "items": items}), batch_size=500)
+    assert not report.ok and report.rejected == []
+    assert len(report.invalid) == len(expected)
+    for line, (index, message) in zip(report.invalid, sorted(expected.items()), strict=True):
+        assert line.startswith(f"items[{index}]: ") and message in line, line
+    assert report.applied == {"add_node": 1, "add_pod": 1000 - len(expected)}
+    assert cache.pod_count() == 1000 - len(expected)
+    assert cache.verify() == []
+
+
+def test_a_command_the_cache_rejects_does_not_stop_its_batch(cache):
+    # Valid manifests the cache refuses (a pod bound to one node, then "added" on another is
+    # an update on another node) sit between pods that must all load.
+    items = [pod_manifest(f"p{i}", "n1", "10m", "1Mi") for i in range(5)]
+    cache.add_pod(Pod.from_k8s(pod_manifest("moved", "n2", "10m", "1Mi")))
+    items.insert(2, pod_manifest("moved", "n1", "10m", "1Mi"))
+    report = load(cache, json.dumps({"kind": "List", "items": items}))
+    assert len(report.rejected) == 1 and report.rejected[0].startswith("items[2]: ")
+    assert "moved" in report.rejected[0]
+    assert report.applied == {"add_pod": 5}
+
+
+def test_skipped_objects_are_counted_per_reason_and_named(run_cli, tmp_path):
+    items = [
+        pod_manifest("pending-0", "", "10m", "1Mi", namespace="shop"),
+        pod_manifest("pending-1", "", "10m", "1Mi", namespace="shop"),
+        {
+            **pod_manifest("done", "n1", "10m", "1Mi", namespace="shop"),
+            "status": {"phase": "Succeeded"},
+        },
+        {"kind": "Service", "metadata": {"name": "web", "namespace": "shop"}},
+        node_manifest("n1", "1", "1Gi"),
+    ]
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"kind": "List", "items": items}))
+    quiet = run_cli("load", str(path))
+    assert quiet.exit_code == 0, quiet.output
+    assert "skipped: 4 (2 pending, 1 terminated, 1 not cached)" in quiet.stdout
+    assert "items[0]" not in quiet.stdout
+    assert quiet.stderr == ""  # no progress bar, no blank line when stderr is not a terminal
+    verbose = run_cli("load", "-v", str(path))
+    assert "  items[0] pod shop/pending-0: pending (not bound to a node)" in verbose.stdout
+    assert "  items[2] pod shop/done: terminated (Succeeded)" in verbose.stdout
+    assert "  items[3] service shop/web: not cached (kind Service)" in verbose.stdout
+
+
+def test_cli_load_reports_invalid_objects_and_ends_with_one_error_line(run_cli, tmp_path, cache):
+    items, expected = bad_cluster()
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"kind": "List", "items": items}, ensure_ascii=True))
+    result = run_cli("load", "--batch-size", "300", str(path))
+    assert result.exit_code == 1
+    assert f"invalid: {len(expected)}" in result.stdout
+    assert "lone\\udc80surrogate" in result.stdout  # printed escaped, never raw
+    assert result.stderr.splitlines() == [
+        f"Error: {len(expected)} objects invalid, 0 rejected (listed above); the rest was loaded"
+    ]
+    assert cache.pod_count() == 1000 - len(expected)
+
+
+def test_yaml_is_parsed_by_libyaml():
+    assert yaml.__with_libyaml__, "PyYAML without libyaml: install the wheel with it"
+    from schedcache import loader
+
+    assert loader.YAML_LOADER is yaml.CSafeLoader
+
+
+def test_yaml_alias_bombs_are_refused_quickly(cache):
+    fan_out = "a: &a [" + ",".join(["x"] * 1000) + "]\nb: [" + ",".join(["*a"] * 1000) + "]\n"
+    started = time.perf_counter()
+    with pytest.raises(ValidationError, match="aliases expand to over 100,000 more nodes"):
+        parse_documents(fan_out)
+    laughs = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    laughs += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    with pytest.raises(ValidationError, match="aliases expand"):
+        parse_documents("\n".join(laughs))
+    assert time.perf_counter() - started < 1.0
+    # A few anchors, as people write them, are fine.
+    small = "base: &base {cpu: 100m}\nuse: [*base, *base]\n"
+    assert parse_documents(small) == [{"base": {"cpu": "100m"}, "use": [{"cpu": "100m"}] * 2}]
+
+
+@pytest.mark.parametrize("syntax", ["json", "yaml-flow", "yaml-block", "yaml-indented"])
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 100_000])
+def test_deeply_nested_documents_are_refused(syntax, depth):
+    # 100,000 levels used to be a RecursionError (JSON) or a crash of the interpreter (libyaml's
+    # composer recursing in C).
+    text = {
+        "json": "[" * depth + "]" * depth,
+        "yaml-flow": "a: " + "[" * depth + "]" * depth,
+        "yaml-block": "- " * depth + "x\n",
+        "yaml-indented": "".join(f"{' ' * i}k:\n" for i in range(min(depth, 2000))) + "  v\n",
+    }[syntax]
+    with pytest.raises(ValidationError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        parse_documents(text)
+
+
+def test_utf16_with_a_byte_order_mark_loads_and_binary_is_refused(cache):
+    text = json.dumps({"kind": "List", "items": [node_manifest("n1", "1", "1Gi")]})
+    report = load(cache, codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
+    assert report.ok and report.applied == {"add_node": 1}
+    with pytest.raises(ValidationError, match=r"not UTF-8 text \(byte 0x89 at offset 0\)"):
+        parse_documents(b"\x89PNG\r\n\x1a\n\x00\x00")
+    with pytest.raises(ValidationError, match="NUL bytes: binary, or UTF-16/32 without a BOM"):
+        parse_documents(text.encode("utf-16-le"))  # no BOM: not guessed
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"kind": "List", "items": 5}, "document: List: items: must be a list, found int"),
+        ({"type": "ADDED", "object": 5}, "event 0: object: must be a mapping, found int"),
+        ({"type": "GONE", "object": {}}, "event 0: watch event: type: 'GONE' is not a change"),
+        ({"kind": ["Pod"]}, None),
+    ],
+)
+def test_malformed_documents_are_invalid_entries(cache, document, message):
+    before = keyspace(cache.client, cache.keys.pattern)
+    report = load(cache, json.dumps(document))
+    if message is None:  # an unhashable kind is just a kind that is not cached
+        assert report.ok and report.skipped[0].reason == "not cached"
+    else:
+        assert report.invalid == [message]
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_batch_size_must_be_positive(cache):
+    with pytest.raises(ValidationError, match="batch_size"):
+        load(cache, "{}", batch_size=0)
