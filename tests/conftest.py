@@ -1,11 +1,14 @@
 """The one backend fixture: every behavioural test runs on fakeredis, a real Redis and a Redis
 Cluster.
 
-The real server is ``SCHEDCACHE_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``); the
+The real server is ``SCHEDCACHE_TEST_REDIS_URL`` when set; else the one answering on
+``127.0.0.1:6379``; else a ``redis-server`` this session starts on a free loopback port (and
+stops at the end; its URL is put in ``SCHEDCACHE_TEST_REDIS_URL`` for subprocesses). The
 cluster (3 primaries, 3 replicas) is started by the session with ``redis-server`` and
-``redis-cli --cluster create`` (``tests/servers.py``). When the server does not answer, the
-real-Redis part of every test FAILS with a message saying how to start one: a missing server
-must never turn into silently skipped coverage. Each test gets its own
+``redis-cli --cluster create`` (``tests/servers.py``). When there is no server and no
+``redis-server`` to start, or the given one does not answer, the real-Redis part of every test
+FAILS with one line saying how to get one: a missing server must never turn into silently
+skipped coverage. Each test gets its own
 cache name on the real server (and deletes its keys afterwards) and a fresh fakeredis server
 (a Lua global written by a bad script would poison a shared one).
 """
@@ -13,30 +16,72 @@ cache name on the real server (and deletes its keys afterwards) and a fresh fake
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from schedcache import Cache
 from schedcache.connection import connect, embedded_client
-from tests.servers import Cluster
+from tests.servers import (
+    DEFAULT_TEST_REDIS_URL,
+    INSTALL_HINT,
+    Cluster,
+    Server,
+    choose_test_redis,
+    redis_answers,
+    server_url,
+    start_test_redis,
+)
 
-REAL_REDIS_URL = os.environ.get("SCHEDCACHE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+ENV_TEST_URL = "SCHEDCACHE_TEST_REDIS_URL"
+_STARTED: list[Server] = []
+
+
+def _test_redis() -> tuple[str, str]:
+    """(URL, problem) of the real-Redis tests' server, starting one when needed. This module is
+    imported twice (as pytest's conftest and as tests.conftest): the first import publishes
+    the URL in the environment, so the second one and subprocesses use the same server."""
+    choice = choose_test_redis(
+        os.environ.get(ENV_TEST_URL),
+        lambda: redis_answers(DEFAULT_TEST_REDIS_URL),
+        shutil.which("redis-server") is not None,
+    )
+    if not choice.start:
+        return choice.url or DEFAULT_TEST_REDIS_URL, choice.problem
+    server = start_test_redis(Path(tempfile.mkdtemp(prefix="schedcache-test-redis-")))
+    _STARTED.append(server)
+    os.environ[ENV_TEST_URL] = server_url(server)
+    return server_url(server), ""
+
+
+REAL_REDIS_URL, NO_REDIS = _test_redis()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the redis-server this session started (if it did)."""
+    while _STARTED:
+        _STARTED.pop().kill(signal.SIGTERM)
 
 
 def real_client() -> redis.Redis:
+    if NO_REDIS:
+        pytest.fail(NO_REDIS, pytrace=False)
     client = redis.Redis.from_url(REAL_REDIS_URL, socket_connect_timeout=2)
     try:
-        client.ping()
+        version = client.info("server")["redis_version"]
     except redis.ConnectionError as error:
         pytest.fail(
-            f"no Redis server answers at {REAL_REDIS_URL} ({error}). The real-Redis tests need "
-            "one: start `redis-server` (>= 7.0) or set SCHEDCACHE_TEST_REDIS_URL; .ci/run does "
-            "this for you.",
+            f"no Redis server answers at {REAL_REDIS_URL} ({error}); {INSTALL_HINT}",
             pytrace=False,
         )
+    if int(version.split(".")[0]) < 7:
+        pytest.fail(f"Redis {version} at {REAL_REDIS_URL}: schedcache needs >= 7.0", pytrace=False)
     return client
 
 

@@ -264,3 +264,60 @@ def running(group: Cluster | SentinelGroup) -> Iterator[Cluster | SentinelGroup]
         yield group.start()
     finally:
         group.stop()
+
+
+# -- the Redis of the real-Redis tests ----------------------------------------------------------
+
+DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/0"
+INSTALL_HINT = (
+    "install redis-server >= 7.0 (`apt-get install redis-server`, `brew install redis`) or set "
+    "SCHEDCACHE_TEST_REDIS_URL to a Redis >= 7.0"
+)
+
+
+@dataclass(frozen=True)
+class RedisChoice:
+    """Where the real-Redis tests run: ``url``, or ``start`` a server of their own, or neither
+    (``problem`` says why, and every real-Redis test fails with it: never a silent skip)."""
+
+    url: str | None = None
+    start: bool = False
+    problem: str = ""
+
+
+def choose_test_redis(
+    env_url: str | None, default_answers: Callable[[], bool], have_redis_server: bool
+) -> RedisChoice:
+    """``SCHEDCACHE_TEST_REDIS_URL`` when set (it must answer: no fallback hides a typo), else
+    a Redis answering on 127.0.0.1:6379, else a redis-server the session starts on a free
+    port, else the one-line problem."""
+    if env_url:
+        return RedisChoice(url=env_url)
+    if default_answers():
+        return RedisChoice(url=DEFAULT_TEST_REDIS_URL)
+    if have_redis_server:
+        return RedisChoice(start=True)
+    return RedisChoice(
+        problem="no Redis for the real-Redis tests: SCHEDCACHE_TEST_REDIS_URL is unset, none "
+        f"answers on 127.0.0.1:6379 and there is no redis-server to start; {INSTALL_HINT}"
+    )
+
+
+def redis_answers(url: str, timeout: float = 0.5) -> bool:
+    """Whether a Redis server answers PING at ``url``."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def start_test_redis(directory: Path) -> Server:
+    """A throwaway redis-server for a test session: loopback, a free port, no persistence."""
+    return Server(free_port(), directory, ["--appendonly", "no"]).start()
+
+
+def server_url(server: Server) -> str:
+    return f"redis://127.0.0.1:{server.port}/0"
