@@ -93,17 +93,29 @@ class SchedcacheGroup(click.Group):
     turns expected failures into one ``Error:`` line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, hoist_global_options(self, args))
+        try:
+            return super().parse_args(ctx, hoist_global_options(self, args))
+        except click.ClickException as error:
+            raise printable_error(error) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.ClickException as error:  # usage errors of subcommands too
+            raise printable_error(error) from None
         except EXPECTED as error:
             raise click.ClickException(one_line(error)) from None
         except OSError as error:
             if isinstance(error, BrokenPipeError):
                 raise
             raise click.ClickException(one_line(error)) from None
+
+
+def printable_error(error: click.ClickException) -> click.ClickException:
+    """``error`` with a one-line printable message: click quotes bad arguments as given (an
+    unknown option ``--\x1b[2J`` would reach the terminal raw)."""
+    error.message = one_line(error.message)
+    return error
 
 
 def _takes_value(option: click.Option) -> bool:
