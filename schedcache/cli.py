@@ -397,7 +397,11 @@ def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> 
     )
 
 
-TAKING_TURNS = "n/a: replicas take turns here; --redis runs them concurrently"
+TAKING_TURNS = "n/a, take turns"
+TURNS_CAPTION = (
+    "The replicas take turns in this process, so they never conflict: run with --redis URL "
+    "for replica processes claiming concurrently."
+)
 
 
 def print_summary(report: DemoReport) -> None:
@@ -418,6 +422,7 @@ def print_summary(report: DemoReport) -> None:
                 ("cache generation", report.generation),
                 ("seconds", f"{report.seconds:.2f}"),
             ],
+            caption=TURNS_CAPTION,
         )
     )
 

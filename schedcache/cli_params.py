@@ -35,14 +35,20 @@ class StreamId(click.ParamType):
 
 
 class Name(click.ParamType):
-    """A name from the command line: text (no undecodable bytes, no control characters)."""
+    """A name from the command line: not empty, and text (bytes that are not UTF-8 arrive as
+    lone surrogates, which no key can hold). Control characters are allowed: a manifest may
+    have put them in a name, and the user must be able to ask about it."""
 
     name = "name"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
-        if not text or printable(text) != text:
-            self.fail(f"'{printable(text)}' is not a printable name", param, ctx)
+        if not text:
+            self.fail("must not be empty", param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"'{printable(text)}' is not valid UTF-8", param, ctx)
         return text
 
 

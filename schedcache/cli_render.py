@@ -134,9 +134,9 @@ def progress(console: Console, total: int | None, what: str) -> Iterator[Callabl
         yield lambda n: bar.advance(task, n)
 
 
-def summary_table(title: str, rows: list[tuple[str, Any]]) -> Table:
+def summary_table(title: str, rows: list[tuple[str, Any]], caption: str | None = None) -> Table:
     """A two-column ``what | value`` table (the demo's summaries)."""
-    table = Table(title=title, show_header=False)
+    table = Table(title=title, show_header=False, caption=caption)
     table.add_column("what")
     table.add_column("value", justify="right")
     for what, value in rows:

@@ -75,7 +75,8 @@ def test_demo_prints_the_nodes_and_a_summary(backend, cli):
     if backend == "fakeredis":  # replicas take turns in-process
         assert placed == int(rows["confirmed by the informer (add_pod)"])
         # Taking turns, replicas cannot collide: the summary says so instead of a bare 0.
-        assert rows["conflicts (another replica was first)"].startswith("n/a: replicas take")
+        assert rows["conflicts (another replica was first)"] == "n/a, take turns"
+        assert "The replicas take turns in this process" in result.stdout
     else:  # replica processes claim concurrently; a table of replicas
         assert rows["claimed"] == "12" and placed == 12
         assert rows["overcommitted nodes"] == "0"
