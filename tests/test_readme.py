@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import click
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -36,3 +38,38 @@ def test_readme_api_example_runs_and_matches_its_comments(capsys):
     assert [pod.name for pod in bound] == ["web-0"]
     assert cache.is_assumed_pod(bound[0]) and bound[0].node_name == "node-1"
     assert namespace["snap"].generation < cache.generation()
+
+
+def cli_commands(command: click.Command, path: tuple[str, ...] = ()) -> list:
+    """(path, command) of every command of the CLI, groups included."""
+    found = [(path, command)]
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            found += cli_commands(sub, (*path, name))
+    return found
+
+
+def test_readme_documents_every_command_and_option():
+    from schedcache.cli import main
+
+    text = README.read_text()
+    section = text[text.index("## Command line") : text.index("## Configuration")]
+    for path, command in cli_commands(main):
+        if path and not isinstance(command, click.Group):
+            assert re.search(rf"`(schedcache )?{re.escape(' '.join(path))}[` ]", section), path
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name != "help":
+                named = any(
+                    re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", section)
+                    for opt in param.opts
+                )
+                assert named, f"{' '.join(path) or 'global'} {param.opts} is not documented"
+                if param.envvar:
+                    assert param.envvar in section, param.envvar
+
+
+def test_readme_says_how_to_get_redis_next_to_the_test_command():
+    text = README.read_text()
+    around = text[text.index("python -m pytest -q") :][:800]
+    for hint in ("apt-get install redis-server", "brew install redis", "SCHEDCACHE_TEST_REDIS_URL"):
+        assert hint in around
