@@ -8,6 +8,7 @@ behind by the demo is checked by calling ``run_demo`` on the fixture's cache.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -17,11 +18,12 @@ from click.testing import CliRunner, Result
 
 from schedcache import Cache
 from schedcache import cli as cli_module
-from schedcache.cli import main
+from schedcache.cli import hoist_global_options, main
 from schedcache.connection import ENV_URL
 from schedcache.demo import run_demo
 from schedcache.library import command_names
 from tests.conftest import backend_url
+from tests.factories import make_node, node_manifest
 
 # Table borders rich draws (unicode, or ASCII when the output cannot encode them).
 BORDERS = re.compile(r"[│┃|]")
@@ -58,6 +60,7 @@ def cli(backend, client, cache_name, monkeypatch, request) -> Iterator:
     def run(*args: str) -> Result:
         return CliRunner().invoke(main, ["--redis", url, "--cache", cache_name, *args])
 
+    run.url = url  # type: ignore[attr-defined]
     yield run
     if backend != "fakeredis":
         Cache(client, cache_name).clear()
@@ -220,3 +223,58 @@ def test_retry_for_zero_turns_retries_off(backend, cli):
         result = cli("--retry-for", "0", "--timeout", "3", "stats")
     assert result.exit_code == 0, result.output
     assert seen[0].retry.attempts == 0
+
+
+def test_global_options_work_after_the_subcommand(backend, client, cache_name, request, tmp_path):
+    """kubectl users put flags anywhere: `schedcache load --redis URL --cache prod FILE`."""
+    url = backend_url(backend, request)
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"kind": "List", "items": [node_manifest("n1", "2", "1Gi")]}))
+    try:
+        if backend == "fakeredis":
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(cli_module, "connect", lambda url=None, **_: client)
+                loaded = CliRunner().invoke(main, ["load", str(path), "--cache", cache_name])
+        else:
+            loaded = CliRunner().invoke(
+                main, ["load", "--redis", url, "--cache", cache_name, "--timeout=3", str(path)]
+            )
+        assert loaded.exit_code == 0, loaded.output
+        assert Cache(client, cache_name).node_count() == 1
+    finally:
+        Cache(client, cache_name).clear()
+
+
+def test_the_cache_name_comes_from_schedcache_cache(backend, cli, client, cache_name, monkeypatch):
+    if backend == "fakeredis":
+        monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
+    Cache(client, cache_name).add_node(make_node("n1", "1", "1Gi"))
+    result = CliRunner(env={"SCHEDCACHE_CACHE": cache_name}).invoke(
+        main, ["stats", *([] if backend == "fakeredis" else ["--redis", cli.url])]
+    )
+    assert result.exit_code == 0, result.output
+    assert "nodes\t1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["load", "--redis", "U", "--cache", "c", "F"],
+            ["--redis", "U", "--cache", "c", "load", "F"],
+        ),
+        (["dump", "-o", "wide", "--cache=c"], ["--cache=c", "dump", "-o", "wide"]),
+        (["--cache", "a", "stats", "--cache", "b"], ["--cache", "a", "--cache", "b", "stats"]),
+        # A subcommand option's value is never taken for a global option...
+        (
+            ["worker", "expiry", "--replica", "--cache", "--once"],
+            ["worker", "expiry", "--replica", "--cache", "--once"],
+        ),
+        (["events", "--since", "--redis"], ["events", "--since", "--redis"]),
+        # ... nor anything after "--".
+        (["history", "node", "--", "--cache"], ["history", "node", "--", "--cache"]),
+        (["nosuch", "--cache", "c"], ["--cache", "c", "nosuch"]),
+    ],
+)
+def test_global_options_are_hoisted_exactly(argv, expected):
+    assert hoist_global_options(main, argv) == expected

@@ -49,3 +49,25 @@ def test_demo_with_redis_refuses_to_keep_a_cache_it_would_clear():
         main, ["--redis", REAL_REDIS_URL, "--cache", "anything", "demo", "--keep"]
     )
     assert result.exit_code == 2 and "--keep" in result.output
+
+
+def test_demo_with_redis_assumes_with_the_given_ttl():
+    name = f"sim-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        result = CliRunner().invoke(
+            main,
+            ["demo", "--redis", REAL_REDIS_URL, "--cache", name, "--pods", "20", "--ttl", "120"],
+        )
+        assert result.exit_code == 0, result.output
+        cache = Cache(client, name)
+        seconds, micro = client.time()
+        now = seconds + micro / 1e6
+        deadlines = [
+            score / 1000 - now
+            for _, score in client.zrange(cache.keys.deadlines, 0, -1, withscores=True)
+        ]
+        assert len(deadlines) == cache.pod_count() == 20
+        assert all(100 < left <= 120 for left in deadlines), deadlines
+    finally:
+        Cache(client, name).clear()
