@@ -38,7 +38,8 @@ def cached_pods(items: list[dict]) -> list[dict]:
 
 
 @pytest.fixture
-def run_cli(client, cache_name, monkeypatch):
+def run_cli(client, cache, cache_name, monkeypatch):
+    """The CLI on this test's cache (``cache`` deletes its keys afterwards)."""
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
 
     def run(*args: str, stdin: str | None = None):
