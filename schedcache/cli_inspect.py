@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 
 from schedcache.cache import Cache
+from schedcache.checkpoints import history_start
 from schedcache.cli_params import Name, StreamId
 from schedcache.cli_render import node_table, print_table, printable, progress
 from schedcache.errors import CorruptRecord
@@ -237,34 +238,44 @@ def history() -> None:
 @click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
 @click.pass_obj
 def history_pod(settings: Settings, ref: str) -> None:
-    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid)."""
+    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid).
+
+    A pod neither in the stream nor in the cache is an error; one whose events were compacted
+    away prints what is left, with a note on stderr."""
     cache = settings.cache()
-    uid = ref
+    uid: str | None = ref
     if "/" in ref:
-        namespace = ref.split("/", 1)[0]
-        wanted = ref if namespace else f"default{ref}"
+        namespace, name = ref.split("/", 1)
+        wanted = f"{namespace or 'default'}/{name}"
         matches = [e.uid for e in cache.events() if e.uid and pod_name(e) == wanted]
-        if not matches:
-            raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
-        uid = matches[-1]
-    shown = cache.history(uid)
-    if not shown:
+        live = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
+        uid = matches[-1] if matches else (live[0].uid if live else None)
+    shown = cache.history(uid) if uid else []
+    if not shown and (uid is None or cache.pod_state(uid) is None):
         raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
-    for event in shown:
-        click.echo(event_line(event))
+    print_history(cache, shown)
 
 
 @history.command("node")
 @click.argument("name", type=Name())
 @click.pass_obj
 def history_node(settings: Settings, name: str) -> None:
-    """Every event that changed a node (its own and its pods')."""
+    """Every event that changed a node (its own and its pods'). A node neither in the stream
+    nor in the cache is an error."""
     cache = settings.cache()
     shown = cache.history_of_node(name)
-    if not shown:
+    if not shown and not cache.client.sismember(cache.keys.nodes, name):
         raise click.ClickException(f"node {name} has no events in cache {cache.name}")
+    print_history(cache, shown)
+
+
+def print_history(cache: Cache, shown: list[Event]) -> None:
+    """The events, and a note on stderr when older ones were compacted away."""
     for event in shown:
         click.echo(event_line(event))
+    start = history_start(cache)
+    if start is not None:
+        click.echo(f"note: events before {start} were compacted away", err=True)
 
 
 @click.command()

@@ -165,12 +165,20 @@ def _json_values(text: str) -> list[Any] | None:
 
 def _yaml_documents(text: str) -> list[Any]:
     _check_yaml_events(text)
+    loader = YAML_LOADER(text)  # a SafeLoader: plain YAML types only, never Python objects
     try:
-        return [doc for doc in yaml.load_all(text, Loader=YAML_LOADER) if doc is not None]
+        documents = []
+        while loader.check_data():
+            document = loader.get_data()
+            if document is not None:
+                documents.append(document)
+        return documents
     except yaml.YAMLError as error:
         raise ValidationError("input", "", f"neither JSON nor YAML: {error}") from None
     except RecursionError:  # pragma: no cover - _check_yaml_events bounds the depth first
         raise _too_deep("document") from None
+    finally:
+        loader.dispose()
 
 
 def _check_yaml_events(text: str) -> None:

@@ -205,3 +205,22 @@ def test_history_names_pods_and_refuses_unknown_objects(cache, run_cli):
         result = run_cli(*args)
         assert result.exit_code == 1 and result.stderr.startswith(message), result.output
         assert result.stdout == ""
+
+
+def test_history_of_objects_whose_events_were_compacted_away(cache, run_cli):
+    populate(cache)
+    cache.checkpoint()
+    cache.compact()
+    for args in (
+        ("history", "pod", "prod/web-0"),
+        ("history", "pod", "web-0"),
+        ("history", "node", "n1"),
+    ):
+        result = run_cli(*args)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == ""
+        assert (
+            result.stderr.startswith("note: events before ") and "compacted away" in result.stderr
+        )
+    unknown = run_cli("history", "node", "nonode")
+    assert unknown.exit_code == 1 and unknown.stderr.startswith("Error: node nonode has no events")
