@@ -41,7 +41,7 @@ from schedcache.errors import CacheError, ValidationError
 from schedcache.keys import Keys
 from schedcache.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.loader import LoadReport, decode_input, entries, load_documents, parse_documents
-from schedcache.retry import DEFAULT_RETRY, NO_RETRY
+from schedcache.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
 from schedcache.routing import primaries
 from schedcache.simulation import MODES, SimulationReport, run_replicas
 
@@ -201,12 +201,13 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
 )
 @click.option(
     "--retry-for",
-    type=Seconds(maximum=DEFAULT_RETRY.within * 1000),
+    type=Seconds(maximum=MAX_RETRY_WINDOW),
     default=DEFAULT_RETRY.within,
     show_default=True,
     envvar="SCHEDCACHE_RETRY_FOR",
     help="Keep resending a command while Redis does not answer for this many seconds "
-    "(exactly once: resent commands are never applied twice); 0 = no retries.",
+    f"(exactly once: resent commands are never applied twice); 0 = no retries, at most "
+    f"{MAX_RETRY_WINDOW:g}.",
 )
 @click.option(
     "--wait-replicas",
@@ -331,12 +332,10 @@ def demo(
     client = settings.client()
     cache = settings.cache(client, name=name, ttl=ttl, replica="demo-informer")
     where = describe(settings.url)
-    held = 0 if keep else held_keys(cache)
-    if held and not reset:
+    if not keep and not reset and holds_anything(cache):
         raise click.ClickException(
-            f"cache {name!r} on {where} is not empty ({held} keys); the demo only runs on an "
-            f"empty cache. Use another --cache, or --cache {name} --reset to delete its "
-            "contents first"
+            f"cache {name!r} on {where} is not empty, and the demo only runs on an empty "
+            f"cache: use another --cache, or --cache {name} --reset to delete its contents first"
         )
     if reset:
         cache.clear()
@@ -367,14 +366,13 @@ def demo(
     print_summary(report)
 
 
-def held_keys(cache: Cache, limit: int = 1000) -> int:
-    """How many keys the cache has (counted up to ``limit``): 0 means empty."""
-    count = 0
-    for _ in cache.client.scan_iter(match=cache.keys.pattern, count=1000):
-        count += 1
-        if count >= limit:
-            break
-    return count
+def holds_anything(cache: Cache) -> bool:
+    """Whether any key of the cache exists: its main keys first (one round trip), then a SCAN
+    for any other (leases, remembered command ids, checkpoint chunks)."""
+    keys = cache.keys
+    if cache.client.exists(keys.events, keys.nodes, keys.pods, keys.generation):
+        return True
+    return next(iter(cache.client.scan_iter(match=keys.pattern, count=1000)), None) is not None
 
 
 def print_parallel_report(report: SimulationReport, cache: Cache, pods: int) -> None:
