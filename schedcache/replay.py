@@ -60,6 +60,9 @@ class ReplayState:
     generation: int = 0
     last_id: str | None = None
     events: int = 0
+    # The checkpoint this fold started from (None: the stream's beginning): a checkpoint of
+    # this state is refused if the stream was compacted past it (events may be missing).
+    base_id: str | None = None
 
     # -- folding ----------------------------------------------------------------------
 
