@@ -34,7 +34,7 @@ import redis
 from schedcache.errors import CacheError, CorruptRecord, ValidationError
 from schedcache.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.models import Node, Resource
-from schedcache.replay import NodeState, PodState, ReplayState, fold
+from schedcache.replay import NodeState, PodState, ReplayState, fold, stored
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
@@ -330,7 +330,7 @@ def _read_chunk(chunk: dict[str, Any], state: ReplayState) -> None:
         state.nodes[item["name"]] = NodeState(
             name=item["name"],
             node=Node.from_dict(item["node"]) if item["node"] else None,
-            allocatable=Resource.from_dict(item["allocatable"]),
+            allocatable=stored(Resource.from_dict(item["allocatable"])),  # older ones kept 0s
             pods=dict.fromkeys(item["pods"]),
             generation=item["generation"],
         )

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from schedcache.aggregates import pod_contribution
+from schedcache.aggregates import pod_contribution, resource_pairs
 from schedcache.errors import CorruptRecord
 from schedcache.events import Event
 from schedcache.models import Node, Pod, Resource
@@ -106,7 +106,7 @@ class ReplayState:
                     self.image_sizes.setdefault(name, size)  # the first size reported wins
         for name in new - old:
             self.image_spread[name] += 1
-        entry.node, entry.allocatable, entry.generation = node, node.allocatable, generation
+        entry.node, entry.allocatable, entry.generation = node, stored(node.allocatable), generation
 
     def _remove_node(self, name: str, generation: int) -> None:
         entry = self.nodes[name]
@@ -174,6 +174,20 @@ class ReplayState:
             pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
             generation=entry.generation,
         )
+
+
+def stored(allocatable: Resource) -> Resource:
+    """``allocatable`` as the node hash keeps it: the write path leaves zero amounts out
+    (``resource_pairs``), so a kubelet's ``hugepages-1Gi: "0"`` is no scalar resource at all,
+    which is how kube-scheduler's fit check reads it too (a missing resource is 0)."""
+    amounts = dict(resource_pairs(allocatable))
+    return Resource(
+        amounts.get("cpu", 0),
+        amounts.get("mem", 0),
+        amounts.get("eph", 0),
+        amounts.get("pods", 0),
+        {name[2:]: amount for name, amount in amounts.items() if name.startswith("s:")},
+    )
 
 
 def _image_names(node: Node) -> set[str]:
