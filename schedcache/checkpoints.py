@@ -352,9 +352,10 @@ def stream_id(text: str) -> tuple[int, int]:
     return int(milliseconds), int(sequence or 0)
 
 
-def compact(cache: Cache, keep: int = 0) -> int:
-    """Trim the stream before the checkpoint, keeping ``keep`` events before it. Returns how
-    many events were removed.
+def compact(cache: Cache, keep: int = 0, before: str | None = None) -> int:
+    """Trim the stream before the checkpoint, keeping ``keep`` events before it, and (when
+    given) every event at or after the stream id ``before``. Returns how many events were
+    removed.
 
     Never past the stored checkpoint (complete: the pointer moves only once its chunks are
     written), and the trim and the ``compacted`` marker go in one MULTI/EXEC, so a reader that
@@ -375,6 +376,8 @@ def compact(cache: Cache, keep: int = 0) -> int:
                     before = pipe.xrevrange(cache.keys.events, f"({checkpoint_id}", "-", count=keep)
                     if before:
                         minimum = before[-1][0].decode()
+                if before is not None and stream_id(before) < stream_id(minimum):
+                    minimum = before
                 current = _text(pipe.get(keys.compacted))
                 if current is not None and stream_id(current) > stream_id(minimum):
                     minimum = current  # never move the marker back: that history is gone
@@ -390,6 +393,11 @@ def compact(cache: Cache, keep: int = 0) -> int:
         f"cache {cache.name}: the checkpoint kept changing during compact() "
         f"({SWITCH_ATTEMPTS} attempts); run it again"
     )
+
+
+def read_checkpoint_id(cache: Cache) -> str | None:
+    """The stream id of the stored checkpoint (None: there is none)."""
+    return _text(cache.route.get().hget(CheckpointKeys(cache).meta, "id"))
 
 
 def history_start(cache: Cache) -> str | None:
