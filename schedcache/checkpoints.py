@@ -373,9 +373,9 @@ def compact(cache: Cache, keep: int = 0, before: str | None = None) -> int:
                     )
                 minimum = checkpoint_id
                 if keep > 0:
-                    before = pipe.xrevrange(cache.keys.events, f"({checkpoint_id}", "-", count=keep)
-                    if before:
-                        minimum = before[-1][0].decode()
+                    older = pipe.xrevrange(cache.keys.events, f"({checkpoint_id}", "-", count=keep)
+                    if older:
+                        minimum = older[-1][0].decode()
                 if before is not None and stream_id(before) < stream_id(minimum):
                     minimum = before
                 current = _text(pipe.get(keys.compacted))
