@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from schedcache.aggregates import pod_contribution, resource_pairs
 from schedcache.errors import CorruptRecord
@@ -18,6 +19,9 @@ from schedcache.events import Event
 from schedcache.models import Node, Pod, Resource
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.records import decode_object
+
+if TYPE_CHECKING:
+    from schedcache.cache import Dump
 
 POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
 
@@ -144,6 +148,12 @@ class ReplayState:
     @property
     def assumed_pods(self) -> set[str]:
         return {uid for uid, record in self.pods.items() if record.state == "assumed"}
+
+    def as_dump(self) -> Dump:
+        """This state as ``Cache.dump()`` gives the live one (equal to it when consistent)."""
+        from schedcache.cache import Dump  # cache.py imports this module
+
+        return Dump(self.node_infos(), self.assumed_pods, self.generation)
 
     def node_infos(self) -> dict[str, NodeInfo]:
         spread = self.image_spread
