@@ -18,7 +18,7 @@ from schedcache import Cache, checkpoints
 from schedcache.checkpoints import HistoryCompacted, write_checkpoint
 from schedcache.replay import ReplayState
 from tests.conftest import REAL_REDIS_URL, real_client
-from tests.factories import make_node, make_pod
+from tests.factories import keyspace, make_node, make_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,8 +62,10 @@ def test_an_old_replay_written_after_checkpoint_and_compact_is_refused(cache):
     cache.add_pod(make_pod("late", "n2", "5m", "1Mi"))
     good = cache.checkpoint()
     cache.compact()
+    before = keyspace(cache.client, cache.keys.pattern)
     with pytest.raises(HistoryCompacted, match="compacted up to"):
         write_checkpoint(cache, slow)
+    assert keyspace(cache.client, cache.keys.pattern) == before  # refused before any write
     assert_consistent(cache, good)
 
 
@@ -75,11 +77,46 @@ def test_an_older_state_never_overwrites_a_newer_checkpoint(cache):
     slow = cache.replay()  # checkpoint + tail
     cache.remove_pod(make_pod("p1", "n2"))
     good = cache.checkpoint()
+    before = keyspace(cache.client, cache.keys.pattern)
     assert write_checkpoint(cache, slow) == good
+    assert keyspace(cache.client, cache.keys.pattern) == before
     assert_consistent(cache, good)
     cache.compact(keep=1000)  # marker at the stream's first event: before slow's base
     assert write_checkpoint(cache, slow) == good
     assert_consistent(cache, good)
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_a_checkpoint_or_compaction_during_the_chunk_writes_is_caught_at_the_switch(
+    make_cache, monkeypatch, compact
+):
+    """The checks before writing passed; another process checkpoints (and compacts) while the
+    chunks are written: the WATCHed switch refuses, and the chunks written are deleted."""
+    slow = make_cache(replica="slow")
+    fast = make_cache(replica="fast")
+    populate(fast, 30)
+    state = slow.replay()
+    fast.remove_pod(make_pod("p5", "n2"))
+    server = slow.route.get()
+    set_ = server.set
+    newer: list[str] = []
+
+    def set_then_race(key: str, value: bytes, *args: object, **kwargs: object) -> object:
+        if not newer and ":checkpoint:" in str(key):
+            newer.append("")  # (fast may share this client: no recursion)
+            newer[0] = fast.checkpoint()
+            if compact:
+                fast.compact()
+        return set_(key, value, *args, **kwargs)
+
+    monkeypatch.setattr(server, "set", set_then_race)
+    if compact:
+        with pytest.raises(HistoryCompacted):
+            write_checkpoint(slow, state)
+    else:
+        assert write_checkpoint(slow, state) == newer[0]
+    monkeypatch.undo()
+    assert_consistent(fast, newer[0])
 
 
 class Pause:
