@@ -1,14 +1,20 @@
 """Checkpoints and compaction: a stream that grows forever is not operable.
 
 ``checkpoint()`` stores the folded state at a stream id, written in chunks (a checkpoint of
-150,000 pods never holds Redis long), then switches ``checkpoint`` to it in one command.
+150,000 pods never holds Redis long) under a key prefix of their own, then switches
+``checkpoint`` to them in one WATCH/MULTI/EXEC transaction, only if the stored one is older and
+the history the state was folded from is still whole: a slow writer (GC pause, starved CPU)
+can neither overwrite a newer checkpoint nor store a fold that skipped trimmed events.
 ``compact(keep)`` trims the stream before the checkpoint (``XTRIM MINID``), keeping ``keep``
-events before it, and records where history now starts, so ``replay`` = checkpoint + tail stays
-exact and asking for a moment before that is a clear error.
+events before it, and records where history now starts in the same transaction, so ``replay``
+= checkpoint + tail stays exact, a replay whose pages find the stream trimmed under them raises
+:class:`HistoryCompacted`, and asking for a moment before that is a clear error.
 
 Keys: ``checkpoint`` (hash: id, generation, events, chunks, key prefix of the chunks),
-``checkpoint:<id>:<n>`` (msgpack chunks: the nodes, then the pods, then the image index),
-``compacted`` (the id history starts at).
+``checkpoint:<id>:<token>:<n>`` (msgpack chunks: the nodes, then the pods, then the image
+index), ``checkpoint:parts`` (hash: chunk prefix -> chunk count of every checkpoint written or
+being written, so the chunks of replaced, outrun or crashed writers are deleted), ``compacted``
+(the id history starts at).
 
 A chunk holds at most ``CHUNK`` entries and at most ``events.MAX_CHUNK`` bytes (a chunk that
 would be larger is split); reading one back is bounded by ``events.CHUNK_LIMITS``, and a chunk
@@ -18,18 +24,27 @@ key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import redis
+
 from schedcache.errors import CacheError, CorruptRecord, ValidationError
-from schedcache.events import CHUNK_LIMITS, pack, unpack
+from schedcache.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.models import Node, Resource
-from schedcache.replay import NodeState, PodState, ReplayState
+from schedcache.replay import NodeState, PodState, ReplayState, fold, stored
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
 
+log = logging.getLogger(__name__)
+
 CHUNK = 2000  # pods (or nodes, or images) per chunk key
+PAGE = 1000  # events per XRANGE page of a replay
+SWITCH_ATTEMPTS = 20  # WATCH/MULTI/EXEC rounds before giving up (each lost to a concurrent write)
+READ_ATTEMPTS = 3  # times a checkpoint replaced while being read is read again
 T = TypeVar("T")
 
 
@@ -112,42 +127,182 @@ def _pack_or_none(encode: Callable[[Sequence[T]], bytes], part: Sequence[T]) -> 
 
 
 def write_checkpoint(cache: Cache, state: ReplayState) -> str:
-    """Store ``state`` (folded up to ``state.last_id``) as the cache's checkpoint."""
+    """Store ``state`` (folded up to ``state.last_id``) as the cache's checkpoint; returns the id
+    of the checkpoint in place afterwards.
+
+    The chunks go under a key prefix of their own, then the pointer (``checkpoint``) switches
+    to them in a WATCH/MULTI/EXEC transaction, only if the history ``state`` was folded from is
+    still whole (else :class:`HistoryCompacted`: a compaction ran under the replay, which may
+    have skipped the trimmed events) and the stored checkpoint is older. When it is as new or
+    newer (another process got there first), ``state`` is dropped and that checkpoint's id is
+    returned: a checkpoint never overwrites a newer one.
+    """
     if state.last_id is None:
         raise CacheError(f"cache {cache.name}: nothing to checkpoint, the stream is empty")
-    prefix = f"{cache.keys.prefix}checkpoint:{state.last_id}:"
+    keys = CheckpointKeys(cache)
+    server = cache.route.get()
+    stored, compacted = server.hget(keys.meta, "id"), server.get(keys.compacted)
+    check_history(cache, state.base_id, _text(compacted))  # before any write; again at the switch
+    if stored is not None and stream_id(stored.decode()) >= stream_id(state.last_id):
+        return stored.decode()
+    prefix = f"{keys.chunks}{state.last_id}:{uuid.uuid4().hex[:12]}:"
     nodes = list(state.nodes.values())
     pods = list(state.pods.items())
     images = sorted(set(state.image_sizes) | set(state.image_spread))
     chunks = _chunks(nodes, _node_chunk) + _chunks(pods, _pod_chunk)
     chunks += _chunks(images, lambda names: _image_chunk(names, state)) or [_image_chunk([], state)]
-    for index, chunk in enumerate(chunks):  # one small write each: Redis stays responsive
-        cache.client.set(f"{prefix}{index}", chunk)
-    previous = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
-    cache.client.hset(
-        f"{cache.keys.prefix}checkpoint",
-        mapping={
-            "id": state.last_id,
-            "generation": state.generation,
-            "events": state.events,
-            "chunks": len(chunks),
-            "prefix": prefix,
-        },
+    server.hset(keys.parts, prefix, len(chunks))  # registered first: a crash leaves no orphan
+    try:
+        for index, chunk in enumerate(chunks):  # one small write each: Redis stays responsive
+            server.set(f"{prefix}{index}", chunk)
+        in_place, previous = _switch(cache, keys, state, prefix, len(chunks))
+    except BaseException:
+        try:
+            _delete_parts(server, keys, {prefix: len(chunks)})
+        except redis.RedisError as error:  # left in checkpoint:parts: the next one sweeps them
+            log.warning("cannot delete the chunks of checkpoint %s: %s", state.last_id, error)
+        raise
+    if previous is None:
+        _delete_parts(server, keys, {prefix: len(chunks)})
+        log.info(
+            "cache %s: checkpoint %s already in place; %s dropped",
+            cache.name,
+            in_place,
+            state.last_id,
+        )
+        return in_place
+    _sweep(server, keys, prefix, state.last_id, previous)
+    return in_place
+
+
+class CheckpointKeys:
+    """The keys of a cache's checkpoints (all under its hash tag)."""
+
+    def __init__(self, cache: Cache) -> None:
+        prefix = cache.keys.prefix
+        self.meta = f"{prefix}checkpoint"  # hash: id, generation, events, chunks, prefix
+        self.chunks = f"{prefix}checkpoint:"  # every chunk key: <chunks><id>:<token>:<n>
+        self.parts = f"{prefix}checkpoint:parts"  # hash: chunk prefix -> count, of every writer
+        self.compacted = f"{prefix}compacted"  # the id the stream starts at since compact()
+
+    def checkpoint_id(self, chunk_prefix: str) -> str:
+        """The stream id a chunk prefix was written for."""
+        return chunk_prefix[len(self.chunks) :].split(":", 1)[0]
+
+
+def _switch(
+    cache: Cache, keys: CheckpointKeys, state: ReplayState, prefix: str, count: int
+) -> tuple[str, dict[str, int] | None]:
+    """Point ``checkpoint`` at ``prefix`` unless one as new is stored: (the id in place, the
+    replaced checkpoint's chunks, or None when nothing was switched)."""
+    assert state.last_id is not None
+    with cache.route.get().pipeline(transaction=True) as pipe:
+        for _ in range(SWITCH_ATTEMPTS):
+            try:
+                pipe.watch(keys.meta, keys.compacted)
+                stored = pipe.hmget(keys.meta, "id", "prefix", "chunks")
+                check_history(cache, state.base_id, _text(pipe.get(keys.compacted)))
+                stored_id = _text(stored[0])
+                if stored_id is not None and stream_id(stored_id) >= stream_id(state.last_id):
+                    pipe.unwatch()
+                    return stored_id, None
+                pipe.multi()
+                pipe.hset(
+                    keys.meta,
+                    mapping={
+                        "id": state.last_id,
+                        "generation": state.generation,
+                        "events": state.events,
+                        "chunks": count,
+                        "prefix": prefix,
+                    },
+                )
+                pipe.execute()
+                previous = {stored[1].decode(): int(stored[2])} if stored[1] else {}
+                return state.last_id, previous
+            except redis.WatchError:
+                continue
+    raise CacheError(
+        f"cache {cache.name}: the checkpoint kept changing while checkpoint {state.last_id} was "
+        f"being switched in ({SWITCH_ATTEMPTS} attempts); run it again"
     )
-    if previous:  # the old checkpoint's chunks are no longer needed
-        old_prefix = previous[b"prefix"].decode()
-        if old_prefix != prefix:
-            cache.client.delete(*(f"{old_prefix}{i}" for i in range(int(previous[b"chunks"]))))
-    return state.last_id
+
+
+def _sweep(
+    server: redis.Redis,
+    keys: CheckpointKeys,
+    current: str,
+    current_id: str,
+    previous: dict[str, int],
+) -> None:
+    """Delete the chunks of every checkpoint no newer than the one just switched in (the one it
+    replaced, and any a crashed or outrun writer left)."""
+    parts = {k.decode(): int(v) for k, v in server.hgetall(keys.parts).items()}
+    stale = {
+        chunk_prefix: count
+        for chunk_prefix, count in parts.items()
+        if chunk_prefix != current
+        and stream_id(keys.checkpoint_id(chunk_prefix)) <= stream_id(current_id)
+    }
+    stale.update({k: v for k, v in previous.items() if k != current})
+    _delete_parts(server, keys, stale)
+
+
+def _delete_parts(server: redis.Redis, keys: CheckpointKeys, parts: dict[str, int]) -> None:
+    for chunk_prefix, count in parts.items():
+        names = [f"{chunk_prefix}{i}" for i in range(count)]
+        for start in range(0, len(names), 500):
+            server.delete(*names[start : start + 500])
+        server.hdel(keys.parts, chunk_prefix)
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if value is not None else None
+
+
+def check_history(cache: Cache, base_id: str | None, compacted: str | None) -> None:
+    """Raise :class:`HistoryCompacted` unless the stream still holds every event after
+    ``base_id`` (None: the stream's beginning), given where it starts (``compacted``)."""
+    if compacted is None:
+        return
+    if base_id is None or stream_id(compacted) > stream_id(base_id):
+        after = f"event {base_id}" if base_id else "the stream's beginning"
+        raise HistoryCompacted(
+            f"cache {cache.name}: the stream was compacted up to {compacted} while a replay "
+            f"from {after} was reading it (another process ran compact()), so the replay may "
+            "have skipped events; replay again (from the newer checkpoint)"
+        )
 
 
 def read_checkpoint(cache: Cache) -> ReplayState | None:
     """The stored checkpoint, or None; :class:`CorruptRecord` naming the key of a part that is
-    missing, over its limit or not what :func:`write_checkpoint` writes."""
-    meta_key = f"{cache.keys.prefix}checkpoint"
-    meta = cache.client.hgetall(meta_key)
-    if not meta:
-        return None
+    missing, over its limit or not what :func:`write_checkpoint` writes. A checkpoint replaced
+    while it is being read (its chunks deleted) is read again from the new pointer."""
+    keys = CheckpointKeys(cache)
+    server = cache.route.get()
+    attempt = 0
+    while True:
+        meta = server.hgetall(keys.meta)
+        if not meta:
+            return None
+        try:
+            return _read_checkpoint(server, keys.meta, meta)
+        except _ChunkVanished as vanished:
+            attempt += 1
+            replaced = server.hget(keys.meta, "prefix") != meta.get(b"prefix")
+            if not replaced or attempt >= READ_ATTEMPTS:
+                raise vanished.error from None
+
+
+class _ChunkVanished(Exception):
+    """A chunk is missing: corrupt, unless the checkpoint was replaced meanwhile."""
+
+    def __init__(self, error: CorruptRecord) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _read_checkpoint(server: redis.Redis, meta_key: str, meta: dict[bytes, bytes]) -> ReplayState:
     try:
         prefix = meta[b"prefix"].decode()
         count = int(meta[b"chunks"])
@@ -158,11 +313,15 @@ def read_checkpoint(cache: Cache) -> ReplayState | None:
         )
     except (KeyError, ValueError) as error:
         raise CorruptRecord(f"checkpoint {meta_key}", f"malformed ({error!r})") from None
+    state.base_id = state.last_id
     for index in range(count):
         key = f"{prefix}{index}"
-        raw = cache.client.get(key)
+        raw = server.get(key)
         if raw is None:
-            raise CorruptRecord(f"checkpoint chunk {key}", f"missing (chunk {index} of {count})")
+            missing = CorruptRecord(
+                f"checkpoint chunk {key}", f"missing (chunk {index} of {count})"
+            )
+            raise _ChunkVanished(missing)
         try:
             _read_chunk(unpack(raw, f"checkpoint chunk {key}", CHUNK_LIMITS), state)
         except CorruptRecord:
@@ -178,7 +337,7 @@ def _read_chunk(chunk: dict[str, Any], state: ReplayState) -> None:
         state.nodes[item["name"]] = NodeState(
             name=item["name"],
             node=Node.from_dict(item["node"]) if item["node"] else None,
-            allocatable=Resource.from_dict(item["allocatable"]),
+            allocatable=stored(Resource.from_dict(item["allocatable"])),  # older ones kept 0s
             pods=dict.fromkeys(item["pods"]),
             generation=item["generation"],
         )
@@ -200,25 +359,101 @@ def stream_id(text: str) -> tuple[int, int]:
     return int(milliseconds), int(sequence or 0)
 
 
-def compact(cache: Cache, keep: int = 0) -> int:
-    """Trim the stream before the checkpoint, keeping ``keep`` events before it. Returns how
-    many events were removed."""
-    meta = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
-    if not meta:
-        raise CacheError(f"cache {cache.name}: no checkpoint; run checkpoint() before compact()")
-    checkpoint_id = meta[b"id"].decode()
-    minimum = checkpoint_id
-    if keep > 0:
-        before = cache.client.xrevrange(cache.keys.events, f"({checkpoint_id}", "-", count=keep)
-        if before:
-            minimum = before[-1][0].decode()
-    # Exact trimming: redis-py asks for approximate ("~") trimming unless told otherwise.
-    removed = int(cache.client.xtrim(cache.keys.events, minid=minimum, approximate=False))
-    cache.client.set(f"{cache.keys.prefix}compacted", minimum)
-    return removed
+def compact(cache: Cache, keep: int = 0, before: str | None = None) -> int:
+    """Trim the stream before the checkpoint, keeping ``keep`` events before it, and (when
+    given) every event at or after the stream id ``before``. Returns how many events were
+    removed.
+
+    Never past the stored checkpoint (complete: the pointer moves only once its chunks are
+    written), and the trim and the ``compacted`` marker go in one MULTI/EXEC, so a reader that
+    takes the marker with its page (:func:`read_events`) sees every trim."""
+    keys = CheckpointKeys(cache)
+    with cache.route.get().pipeline(transaction=True) as pipe:
+        for _ in range(SWITCH_ATTEMPTS):
+            try:
+                pipe.watch(keys.meta, keys.compacted)
+                checkpoint_id = _text(pipe.hget(keys.meta, "id"))
+                if checkpoint_id is None:
+                    pipe.unwatch()
+                    raise CacheError(
+                        f"cache {cache.name}: no checkpoint; run checkpoint() before compact()"
+                    )
+                minimum = checkpoint_id
+                if keep > 0:
+                    older = pipe.xrevrange(cache.keys.events, f"({checkpoint_id}", "-", count=keep)
+                    if older:
+                        minimum = older[-1][0].decode()
+                if before is not None and stream_id(before) < stream_id(minimum):
+                    minimum = before
+                current = _text(pipe.get(keys.compacted))
+                if current is not None and stream_id(current) > stream_id(minimum):
+                    minimum = current  # never move the marker back: that history is gone
+                pipe.multi()
+                # Exact trimming: redis-py asks for approximate ("~") trimming unless told not.
+                pipe.xtrim(cache.keys.events, minid=minimum, approximate=False)
+                pipe.set(keys.compacted, minimum)
+                removed, _ = pipe.execute()
+                return int(removed)
+            except redis.WatchError:
+                continue
+    raise CacheError(
+        f"cache {cache.name}: the checkpoint kept changing during compact() "
+        f"({SWITCH_ATTEMPTS} attempts); run it again"
+    )
+
+
+def read_checkpoint_id(cache: Cache) -> str | None:
+    """The stream id of the stored checkpoint (None: there is none)."""
+    return _text(cache.route.get().hget(CheckpointKeys(cache).meta, "id"))
 
 
 def history_start(cache: Cache) -> str | None:
     """The first stream id still replayable from the stream itself (None: never compacted)."""
-    value = cache.client.get(f"{cache.keys.prefix}compacted")
-    return value.decode() if value else None
+    return _text(cache.client.get(CheckpointKeys(cache).compacted))
+
+
+def read_events(
+    cache: Cache, after: str | None = None, until: str | None = None, page: int | None = None
+) -> Iterator[Event]:
+    """The events after ``after`` (None: from the beginning) up to ``until`` (included), in
+    order; :class:`HistoryCompacted` when a page finds the stream compacted past the last event
+    read (the ``compacted`` marker comes in one MULTI/EXEC with each page): paging on through
+    XRANGE would silently skip the trimmed events."""
+    server, marker = cache.route.get(), CheckpointKeys(cache).compacted
+    position, low, high = after, f"({after}" if after else "-", until or "+"
+    count = page or PAGE
+    while True:
+        pipe = server.pipeline(transaction=True)
+        pipe.xrange(cache.keys.events, low, high, count=count)
+        pipe.get(marker)
+        entries, compacted = pipe.execute()
+        check_history(cache, position, _text(compacted))
+        for entry_id, raw in entries:
+            yield decode_entry(entry_id, raw)
+        if len(entries) < count:
+            return
+        position = entries[-1][0].decode()
+        low = f"({position}"
+
+
+def replay(
+    cache: Cache, until: str | None = None, progress: Callable[[int], None] | None = None
+) -> ReplayState:
+    """The state folded from the stream up to and including ``until``: from the stored
+    checkpoint when ``until`` is at or after it, else from the stream's start
+    (:class:`HistoryCompacted` if that part was trimmed away, or is trimmed while reading)."""
+    checkpoint = read_checkpoint(cache)
+    if (
+        checkpoint is not None
+        and checkpoint.last_id is not None
+        and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
+    ):
+        return fold(read_events(cache, checkpoint.last_id, until), checkpoint, progress)
+    start = history_start(cache)
+    if start is not None:  # the stream no longer begins at the beginning
+        raise HistoryCompacted(
+            f"cache {cache.name}: the history before the checkpoint "
+            f"{checkpoint.last_id if checkpoint else start} was compacted away; "
+            "replay at or after it"
+        )
+    return fold(read_events(cache, None, until), progress=progress)

@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from schedcache.aggregates import pod_contribution
+from schedcache.aggregates import pod_contribution, resource_pairs
 from schedcache.errors import CorruptRecord
 from schedcache.events import Event
 from schedcache.models import Node, Pod, Resource
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.records import decode_object
+
+if TYPE_CHECKING:
+    from schedcache.cache import Dump
 
 POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
 
@@ -60,6 +64,9 @@ class ReplayState:
     generation: int = 0
     last_id: str | None = None
     events: int = 0
+    # The checkpoint this fold started from (None: the stream's beginning): a checkpoint of
+    # this state is refused if the stream was compacted past it (events may be missing).
+    base_id: str | None = None
 
     # -- folding ----------------------------------------------------------------------
 
@@ -103,7 +110,7 @@ class ReplayState:
                     self.image_sizes.setdefault(name, size)  # the first size reported wins
         for name in new - old:
             self.image_spread[name] += 1
-        entry.node, entry.allocatable, entry.generation = node, node.allocatable, generation
+        entry.node, entry.allocatable, entry.generation = node, stored(node.allocatable), generation
 
     def _remove_node(self, name: str, generation: int) -> None:
         entry = self.nodes[name]
@@ -142,6 +149,12 @@ class ReplayState:
     def assumed_pods(self) -> set[str]:
         return {uid for uid, record in self.pods.items() if record.state == "assumed"}
 
+    def as_dump(self) -> Dump:
+        """This state as ``Cache.dump()`` gives the live one (equal to it when consistent)."""
+        from schedcache.cache import Dump  # cache.py imports this module
+
+        return Dump(self.node_infos(), self.assumed_pods, self.generation)
+
     def node_infos(self) -> dict[str, NodeInfo]:
         spread = self.image_spread
         return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
@@ -171,6 +184,20 @@ class ReplayState:
             pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
             generation=entry.generation,
         )
+
+
+def stored(allocatable: Resource) -> Resource:
+    """``allocatable`` as the node hash keeps it: the write path leaves zero amounts out
+    (``resource_pairs``), so a kubelet's ``hugepages-1Gi: "0"`` is no scalar resource at all,
+    which is how kube-scheduler's fit check reads it too (a missing resource is 0)."""
+    amounts = dict(resource_pairs(allocatable))
+    return Resource(
+        amounts.get("cpu", 0),
+        amounts.get("mem", 0),
+        amounts.get("eph", 0),
+        amounts.get("pods", 0),
+        {name[2:]: amount for name, amount in amounts.items() if name.startswith("s:")},
+    )
 
 
 def _image_names(node: Node) -> set[str]:

@@ -19,6 +19,9 @@ def test_replay_of_a_busy_history_equals_the_live_state(cache):
     state = cache.replay()
     assert state.events == cache.stream_length()
     assert state.node_infos() == cache.dump().nodes
+    cache.assume_pod(make_pod("claimed", "node-0", "10m", "1Mi"))
+    dump = cache.replay().as_dump()
+    assert dump == cache.dump() and dump.assumed_pods == {"claimed"}  # nodes, assumed, generation
 
 
 def test_replay_until_an_event_gives_the_state_at_that_moment(cache):
@@ -33,6 +36,7 @@ def test_replay_until_an_event_gives_the_state_at_that_moment(cache):
     assert state.last_id == midpoint
     assert state.node_infos() == at_midpoint.nodes
     assert state.generation == at_midpoint.generation
+    assert state.as_dump() == at_midpoint
 
 
 def test_hand_edited_keys_are_reported(cache):
