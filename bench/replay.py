@@ -87,7 +87,7 @@ def main() -> None:
         state = cache.replay()
         runs.append(time.perf_counter() - started)
         assert state.events == written
-    assert state.node_infos() == cache.dump().nodes, "replay differs from the live state"
+    assert state.nodes == cache.dump().nodes, "replay differs from the live state"
     median = statistics.median(runs)
     results: dict[str, Any] = {
         "settings": vars(args),

@@ -18,7 +18,6 @@ import fakeredis
 import redis
 
 from schedcache import checkpoints, commands, metrics
-from schedcache.checkpoints import HistoryCompacted, stream_id
 from schedcache.commands import Command, pod_subject
 from schedcache.errors import (
     CacheError,
@@ -38,7 +37,7 @@ from schedcache.models import Node, Pod
 from schedcache.nodeinfo import NodeInfo
 from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
-from schedcache.replay import ReplayState, fold
+from schedcache.replay import ReplayState
 from schedcache.replies import error_from_reply, is_cache_error
 from schedcache.retry import (
     DEFAULT_RETRY,
@@ -69,6 +68,7 @@ class Dump:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     assumed_pods: set[str] = field(default_factory=set)
     generation: int = 0
+    last_id: str | None = None  # replay(): the last event folded in (None for the live dump)
 
 
 # Words the Lua side stores in a replica's place: "-" is the pod record's "no claimer".
@@ -468,34 +468,23 @@ class Cache:
 
     def replay(
         self, until: str | None = None, progress: Callable[[int], None] | None = None
-    ) -> ReplayState:
-        """The state folded from the stream, up to and including event ``until``: from the
-        latest checkpoint when ``until`` is at or after it, else from the stream's start
+    ) -> Dump:
+        """The state folded from the stream, up to and including event ``until``, shaped like
+        :meth:`dump` (``last_id`` names the last event folded in): from the latest checkpoint
+        when ``until`` is at or after it, else from the stream's start
         (:class:`HistoryCompacted` if that part was trimmed away)."""
-        with gc_paused():  # folding creates many objects and no cycles
-            return self._replay(until, progress)
+        return self._replay(until, progress).as_dump()
 
-    def _replay(self, until: str | None, progress: Callable[[int], None] | None) -> ReplayState:
-        checkpoint = checkpoints.read_checkpoint(self)
-        if (
-            checkpoint is not None
-            and checkpoint.last_id is not None
-            and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
-        ):
-            tail = self.events(start=f"({checkpoint.last_id}", end=until)
-            return fold(tail, checkpoint, progress)
-        start = checkpoints.history_start(self)
-        if start is not None:  # the stream no longer begins at the beginning
-            raise HistoryCompacted(
-                f"cache {self.name}: the history before the checkpoint "
-                f"{checkpoint.last_id if checkpoint else start} was compacted away; "
-                "replay at or after it"
-            )
-        return fold(self.events(end=until), progress=progress)
+    def _replay(
+        self, until: str | None = None, progress: Callable[[int], None] | None = None
+    ) -> ReplayState:
+        """The fold itself (checkpoints and verify work on it)."""
+        with gc_paused():  # folding creates many objects and no cycles
+            return checkpoints.replay(self, until, progress)
 
     def checkpoint(self) -> str:
         """Store the folded state at the stream's last event; returns that event's id."""
-        return checkpoints.write_checkpoint(self, self.replay())
+        return checkpoints.write_checkpoint(self, self._replay())
 
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
@@ -505,7 +494,7 @@ class Cache:
     def verify(self) -> list[Difference]:
         """Differences between the replayed stream and the live keys, and broken invariants;
         empty when the cache is consistent."""
-        return compare(self.replay(), self) + invariants(self)
+        return compare(self._replay(), self) + invariants(self)
 
     def stream_length(self) -> int:
         return int(self.client.xlen(self.keys.events))

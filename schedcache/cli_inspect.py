@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from schedcache.cache import Cache
+from schedcache.cache import Cache, Dump
 from schedcache.checkpoints import history_start
 from schedcache.cli_params import Name, StreamId
 from schedcache.cli_render import node_table, print_table, printable, progress
@@ -22,7 +22,6 @@ from schedcache.errors import CorruptRecord
 from schedcache.events import Event, decode_entry
 from schedcache.models import Resource
 from schedcache.nodeinfo import NodeInfo
-from schedcache.replay import ReplayState
 
 if TYPE_CHECKING:
     from schedcache.cli import Settings
@@ -196,7 +195,7 @@ def verify(settings: Settings) -> None:
     click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
 
 
-def replay_until(cache: Cache, until: str | None) -> ReplayState:
+def replay_until(cache: Cache, until: str | None) -> Dump:
     """The fold up to event ``until`` (included), with a progress bar on a terminal; an id that
     is not in the stream is an error (HistoryCompacted too, reported by the CLI)."""
     with progress(Console(stderr=True), cache.stream_length(), "replaying") as advance:
@@ -216,7 +215,7 @@ def replay(settings: Settings, until: str | None, output: str) -> None:
     """The state the stream describes (at --until), shaped like `dump` (and the same table)."""
     cache = settings.cache()
     state = replay_until(cache, until)
-    nodes = state.node_infos()
+    nodes = state.nodes
     if output == "json":
         click.echo(
             state_json(cache, nodes, state.assumed_pods, state.generation, until=state.last_id)
@@ -309,8 +308,8 @@ def compact(settings: Settings, keep: int) -> None:
 def diff(settings: Settings, start: str, end: str) -> None:
     """What changed on which node between two points of the stream (events ID_A and ID_B)."""
     cache = settings.cache()
-    old = replay_until(cache, start).node_infos()
-    new = replay_until(cache, end).node_infos()
+    old = replay_until(cache, start).nodes
+    new = replay_until(cache, end).nodes
     changed = False
     for name in sorted(set(old) | set(new)):
         lines = node_changes(old.get(name), new.get(name))

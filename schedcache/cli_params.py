@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import click
 
@@ -72,3 +72,23 @@ class Seconds(click.ParamType):
             low = f"more than {self.minimum:g}" if self.open_min else f"at least {self.minimum:g}"
             self.fail(f"{value!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
         return seconds
+
+
+class Duration(Seconds):
+    """Seconds, or a number with a unit as kubectl takes them: ``90s``, ``30m``, ``1h``, ``2d``."""
+
+    name = "duration"
+    UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        text = str(value).strip()
+        factor = self.UNITS.get(text[-1:].lower()) if text else None
+        if factor is not None:
+            try:
+                number = float(text[:-1]) * factor
+            except ValueError:
+                self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
+            return super().convert(number, param, ctx)
+        return super().convert(value, param, ctx)

@@ -77,15 +77,9 @@ def node_status(info: NodeInfo) -> str:
 
 
 def ready_condition(node: Node) -> str:
-    """``Ready``/``NotReady``/``Unknown`` from the node's ``Ready`` condition.
-
-    A Node model without ``conditions`` (which only keeps what scheduling needs) says nothing
-    about readiness, so the answer is ``Unknown``, never a guessed ``Ready``."""
-    conditions = getattr(node, "conditions", None) or ()
-    for kind, status in conditions:
-        if kind == "Ready":
-            return {"True": "Ready", "False": "NotReady"}.get(status, "Unknown")
-    return "Unknown"
+    """``Ready``/``NotReady`` from the node's ``Ready`` condition; ``Unknown`` when it is
+    unknown or missing (never a guessed ``Ready``)."""
+    return {"True": "Ready", "False": "NotReady"}.get(node.ready, "Unknown")
 
 
 def zone_of(info: NodeInfo) -> str:

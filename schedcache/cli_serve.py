@@ -1,4 +1,4 @@
-"""``schedcache worker expiry`` and ``schedcache metrics``: the long-running commands."""
+"""``schedcache worker expiry|compact`` and ``schedcache metrics``: the long-running commands."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
-from schedcache.cli_params import Name, Seconds
+from schedcache.cli_params import Duration, Name, Seconds
 from schedcache.expiry import ExpiryWorker
 from schedcache.metrics import CacheCollector
+from schedcache.retention import retain, run_retention
 
 if TYPE_CHECKING:
     from schedcache.cli import Settings
@@ -72,6 +73,53 @@ def worker_expiry(
         serve_metrics(cache, metrics_port, metrics_address)
     expiry.install_signal_handlers()
     expiry.run()
+
+
+@worker.command("compact")
+@click.option(
+    "--keep",
+    type=Duration(open_min=True, maximum=10 * 365 * 86400.0),
+    default="1h",
+    show_default=True,
+    help="History kept in the stream: seconds or 90s/30m/1h/2d.",
+)
+@click.option(
+    "--keep-events",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Keep at least this many newest events.",
+)
+@click.option(
+    "--interval",
+    type=Duration(open_min=True),
+    default="60",
+    show_default=True,
+    help="Seconds between rounds.",
+)
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.pass_obj
+def worker_compact(
+    settings: Settings, keep: float, keep_events: int, interval: float, once: bool
+) -> None:
+    """Keep the stream bounded: checkpoint and trim the events older than --keep, every
+    --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
+    round at a time do the work)."""
+    cache = settings.cache()
+    if once:
+        done = retain(cache, keep, keep_events)
+        click.echo(
+            f"removed {done.removed} events; stream {done.stream_length} events; "
+            f"checkpoint {done.checkpoint or '-'}"
+            if done.ran
+            else "another worker holds the retention lease: nothing done"
+        )
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
+    click.echo(f"stopped; {failed} failed rounds", err=True)
 
 
 @click.command("metrics")

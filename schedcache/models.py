@@ -577,6 +577,7 @@ class Node:
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     unschedulable: bool = False
     resource_version: str = ""
+    ready: str = ""  # status of the Ready condition ("True", "False", "Unknown"; "" if none)
 
     @property
     def zone_key(self) -> str:
@@ -615,6 +616,7 @@ class Node:
             taints=_read_taints(r, spec.get("taints")),
             unschedulable=r.boolean(spec.get("unschedulable"), "spec.unschedulable"),
             resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion"),
+            ready=_read_ready(r, status.get("conditions")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -630,6 +632,7 @@ class Node:
                     "taints": [list(t) for t in self.taints],
                     "unschedulable": self.unschedulable,
                     "resource_version": self.resource_version,
+                    "ready": self.ready,
                 }
             ),
         }
@@ -646,7 +649,18 @@ class Node:
             taints=tuple((k, v, e) for k, v, e in d.get("taints", ())),
             unschedulable=bool(d.get("unschedulable", False)),
             resource_version=d.get("resource_version", ""),
+            ready=d.get("ready", ""),
         )
+
+
+def _read_ready(r: _Reader, value: Any) -> str:
+    """The status of the node's ``Ready`` condition (what kubectl's STATUS shows), "" if none."""
+    for i, condition in enumerate(r.seq(value, "status.conditions")):
+        path = f"status.conditions[{i}]"
+        condition = r.mapping(condition, path)
+        if r.string(condition.get("type"), f"{path}.type") == "Ready":
+            return r.string(condition.get("status"), f"{path}.status")
+    return ""
 
 
 def _read_images(r: _Reader, value: Any) -> tuple[tuple[tuple[str, ...], int], ...]:

@@ -153,7 +153,7 @@ class ReplayState:
         """This state as ``Cache.dump()`` gives the live one (equal to it when consistent)."""
         from schedcache.cache import Dump  # cache.py imports this module
 
-        return Dump(self.node_infos(), self.assumed_pods, self.generation)
+        return Dump(self.node_infos(), set(self.assumed_pods), self.generation, self.last_id)
 
     def node_infos(self) -> dict[str, NodeInfo]:
         spread = self.image_spread

@@ -95,7 +95,10 @@ def node_manifest(
     allocatable = {"cpu": cpu, "memory": mem, "pods": pods, **(extended or {})}
     if ephemeral:
         allocatable["ephemeral-storage"] = ephemeral
-    status: dict[str, Any] = {"allocatable": allocatable}
+    status: dict[str, Any] = {
+        "allocatable": allocatable,
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
     if images:
         status["images"] = [{"names": names, "sizeBytes": size} for names, size in images]
     metadata: dict[str, Any] = {"name": name, "uid": f"uid-{name}"}

@@ -18,9 +18,9 @@ def test_replay_of_a_busy_history_equals_the_live_state(cache):
     assert cache.verify() == []
     state = cache.replay()
     assert state.events == cache.stream_length()
-    assert state.node_infos() == cache.dump().nodes
+    assert state.nodes == cache.dump().nodes
     cache.assume_pod(make_pod("claimed", "node-0", "10m", "1Mi"))
-    dump = cache.replay().as_dump()
+    dump = cache.replay()
     assert dump == cache.dump() and dump.assumed_pods == {"claimed"}  # nodes, assumed, generation
 
 
@@ -34,7 +34,7 @@ def test_replay_until_an_event_gives_the_state_at_that_moment(cache):
     cache.remove_node("n1")
     state = cache.replay(until=midpoint)
     assert state.last_id == midpoint
-    assert state.node_infos() == at_midpoint.nodes
+    assert state.nodes == at_midpoint.nodes
     assert state.generation == at_midpoint.generation
     assert state.as_dump() == at_midpoint
 

@@ -51,13 +51,13 @@ def assert_consistent(cache: Cache, checkpoint_id: str) -> None:
     meta = cache.client.hgetall(f"{cache.keys.prefix}checkpoint")
     assert chunk_prefixes(cache) == {meta[b"prefix"].decode().rstrip(":")}
     assert cache.verify() == []
-    assert cache.replay().node_infos() == cache.dump().nodes
+    assert cache.replay().nodes == cache.dump().nodes
 
 
 def test_an_old_replay_written_after_checkpoint_and_compact_is_refused(cache):
     """The one-process reproducer: the fold of the slow writer predates the compaction."""
     populate(cache, 20)
-    slow = cache.replay()
+    slow = checkpoints.replay(cache)
     cache.remove_pod(make_pod("p0", "n1"))
     cache.add_pod(make_pod("late", "n2", "5m", "1Mi"))
     good = cache.checkpoint()
@@ -74,7 +74,7 @@ def test_an_older_state_never_overwrites_a_newer_checkpoint(cache):
     dropped, the newer checkpoint stays and is what ``write_checkpoint`` answers."""
     populate(cache, 20)
     cache.checkpoint()
-    slow = cache.replay()  # checkpoint + tail
+    slow = checkpoints.replay(cache)  # checkpoint + tail
     cache.remove_pod(make_pod("p1", "n2"))
     good = cache.checkpoint()
     before = keyspace(cache.client, cache.keys.pattern)
@@ -95,7 +95,7 @@ def test_a_checkpoint_or_compaction_during_the_chunk_writes_is_caught_at_the_swi
     slow = make_cache(replica="slow")
     fast = make_cache(replica="fast")
     populate(fast, 30)
-    state = slow.replay()
+    state = checkpoints.replay(slow)
     fast.remove_pod(make_pod("p5", "n2"))
     server = slow.route.get()
     set_ = server.set

@@ -19,15 +19,15 @@ def test_checkpoint_compaction_and_more_commands_replay_exactly(cache):
     cache.add_pod(make_pod("after", "node-2", "100m", "1Mi"))
     cache.remove_node("node-3")
     assert cache.verify() == []
-    assert cache.replay().node_infos() == cache.dump().nodes
-    assert cache.replay(until=checkpoint_id).node_infos() == at_checkpoint.nodes
+    assert cache.replay().nodes == cache.dump().nodes
+    assert cache.replay(until=checkpoint_id).nodes == at_checkpoint.nodes
 
 
 def test_replay_before_the_compacted_checkpoint_is_refused(cache):
     cache.add_node(make_node("n1"))
     early = next(iter(cache.events())).id
     cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
-    assert cache.replay(until=early).node_infos()["n1"].pods == []  # still in the stream
+    assert cache.replay(until=early).nodes["n1"].pods == []  # still in the stream
     cache.checkpoint()
     cache.compact(keep=1)
     assert next(e.id for e in cache.events()) == early  # kept for reading

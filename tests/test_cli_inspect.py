@@ -65,11 +65,6 @@ def test_dump_wide_is_a_table(cache, run_cli):
     assert "assumed pods: 1" in lines[-1]
 
 
-# The Node model keeps what scheduling needs; until it keeps status.conditions, readiness is
-# unknown to the cache, and the table says so rather than guessing Ready.
-KEEPS_CONDITIONS = "conditions" in Node.__dataclass_fields__
-
-
 def status_node(name: str, ready: str | None, cordoned: bool = False) -> Node:
     manifest = node_manifest(name, "1", "1Gi")
     if ready is not None:
@@ -91,22 +86,13 @@ def test_dump_wide_status_follows_conditions_and_cordons_like_kubectl(cache, run
     result = run_cli("dump", "-o", "wide")
     assert result.exit_code == 0, result.output
     status = {line.split()[0]: line.split()[1] for line in result.output.splitlines()[1:-1]}
-    if KEEPS_CONDITIONS:
-        assert status == {
-            "up": "Ready",
-            "down": "NotReady",
-            "unsure": "Unknown",
-            "silent": "Unknown",
-            "cordoned": "Ready,SchedulingDisabled",
-        }
-    else:
-        assert status == {
-            "up": "Unknown",
-            "down": "Unknown",
-            "unsure": "Unknown",
-            "silent": "Unknown",
-            "cordoned": "Unknown,SchedulingDisabled",
-        }
+    assert status == {
+        "up": "Ready",
+        "down": "NotReady",
+        "unsure": "Unknown",
+        "silent": "Unknown",
+        "cordoned": "Ready,SchedulingDisabled",
+    }
 
 
 def test_replay_wide_prints_the_same_table_as_dump(cache, run_cli):

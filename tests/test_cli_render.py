@@ -20,7 +20,7 @@ from schedcache import cli as cli_module
 from schedcache.cli import main
 from schedcache.cli_render import node_status, one_line, printable
 from schedcache.connection import ENV_URL
-from schedcache.models import Resource
+from schedcache.models import Node, Resource
 from tests.conftest import backend_url
 from tests.factories import make_node, make_pod
 
@@ -71,17 +71,19 @@ def test_printable_escapes_what_a_terminal_or_grep_would_trip_on():
 @pytest.mark.parametrize(
     ("conditions", "cordoned", "expected"),
     [
-        ((("Ready", "True"),), False, "Ready"),
-        ((("Ready", "False"),), False, "NotReady"),
-        ((("Ready", "Unknown"),), False, "Unknown"),
-        ((("MemoryPressure", "False"),), False, "Unknown"),
-        ((), False, "Unknown"),
-        ((("Ready", "True"),), True, "Ready,SchedulingDisabled"),
-        ((("Ready", "False"),), True, "NotReady,SchedulingDisabled"),
+        ([{"type": "Ready", "status": "True"}], False, "Ready"),
+        ([{"type": "Ready", "status": "False"}], False, "NotReady"),
+        ([{"type": "Ready", "status": "Unknown"}], False, "Unknown"),
+        ([{"type": "MemoryPressure", "status": "False"}], False, "Unknown"),
+        ([], False, "Unknown"),
+        ([{"type": "Ready", "status": "True"}], True, "Ready,SchedulingDisabled"),
+        ([{"type": "Ready", "status": "False"}], True, "NotReady,SchedulingDisabled"),
     ],
 )
 def test_node_status_is_kubectls(conditions, cordoned, expected):
-    node = SimpleNamespace(conditions=conditions, unschedulable=cordoned)
+    manifest = {"kind": "Node", "metadata": {"name": "n"}, "spec": {"unschedulable": cordoned}}
+    manifest["status"] = {"allocatable": {"cpu": "1"}, "conditions": conditions}
+    node = Node.from_k8s(manifest)
     assert node_status(SimpleNamespace(node=node, allocatable=Resource())) == expected
 
 

@@ -26,7 +26,7 @@ def test_recorded_stream_replays_to_its_recorded_state(cache: Cache, sample):
     version = int(sample.removeprefix("stream-v").removesuffix(".jsonl"))
     assert {event.version for event in cache.events()} == {version}
     state = cache.replay()
-    replayed = summarize(state.node_infos(), state.assumed_pods, state.generation)
+    replayed = summarize(state.nodes, state.assumed_pods, state.generation)
     assert replayed == last["expected"]
 
 

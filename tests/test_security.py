@@ -204,7 +204,7 @@ def run_workload(cache: Cache) -> None:
     assert {pod.uid for pod in cache.list_pods()} >= {"p0", "p1", "batched"}
     assert len(cache.dump().nodes) == 4 and cache.node_tree().list()
     assert cache.history(pods[0]) and cache.history_of_node("n1") and cache.stream_length()
-    assert len(cache.replay().pods) == 6
+    assert sum(len(info.pods) for info in cache.replay().nodes.values()) == 6
     cache.checkpoint()
     cache.compact()
     worker = ExpiryWorker(cache, interval=0.5)
@@ -387,7 +387,7 @@ ACL_COMMANDS = (
     # read by Python: pods, membership, snapshots, events, checkpoints, the worker's clock
     "get hgetall sismember scard smembers sscan zrange zscore xrange xrevrange xlen xread time",
     # written by Python: checkpoints, compaction, leases (MULTI/EXEC), WAIT for replicas
-    "set del hset sadd xtrim multi exec wait",
+    "set del hset sadd xtrim multi exec watch unwatch wait",
     # only inside the Lua functions
     "exists incr hget hmget hkeys hexists hsetnx hincrby hdel srem srandmember zadd zrem zcard"
     " zrangebyscore xadd",

@@ -22,7 +22,7 @@ def test_the_kubectl_example_cluster_verifies_clean(cache: Cache):
     assert report.rejected == [] and report.invalid == []
     assert cache.pod_count() > 0 and cache.node_count() == len(nodes)
     assert cache.verify() == []
-    assert cache.replay().node_infos() == cache.dump().nodes
+    assert cache.replay().nodes == cache.dump().nodes
     cache.checkpoint()  # and through a checkpoint
     assert cache.verify() == []
 

@@ -1,0 +1,44 @@
+"""``schedcache worker compact``: the retention worker from the command line."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from schedcache.cli import main
+from tests.conftest import backend_url
+from tests.factories import make_node, make_pod
+
+
+def run(request, backend, cache, *args):
+    url = backend_url(backend, request)
+    if url == "embedded":  # the embedded backend lives in this process: share its client
+        return None
+    return CliRunner().invoke(main, ["--redis", url, "--cache", cache.name, *args])
+
+
+def test_compact_once_trims_old_events_and_keeps_the_audit_clean(request, backend, cache):
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    for i in range(5):
+        cache.add_pod(make_pod(f"p{i}", "n1"))
+    result = run(request, backend, cache, "worker", "compact", "--keep", "0.001s", "--once")
+    if result is None:  # embedded: each CLI run has a cache of its own, empty
+        result = CliRunner().invoke(main, ["worker", "compact", "--keep", "1m", "--once"])
+        assert result.exit_code == 0, result.output
+        assert "removed 0 events; stream 0 events" in result.output
+        return
+    assert result.exit_code == 0, result.output
+    assert "removed" in result.output
+    assert cache.stream_length() < 6
+    assert cache.verify() == []
+    assert cache.replay().nodes == cache.dump().nodes
+
+
+def test_compact_refuses_a_bad_keep_with_one_error_line(request, backend, cache):
+    before = cache.client.keys(f"{cache.keys.prefix}*")
+    for bad in ("nan", "-1h", "1x", "h", "0"):
+        result = run(request, backend, cache, "worker", "compact", "--keep", bad, "--once")
+        if result is None:
+            result = CliRunner().invoke(main, ["worker", "compact", "--keep", bad, "--once"])
+        assert result.exit_code == 2, (bad, result.output)
+        assert "Traceback" not in result.output
+    assert cache.client.keys(f"{cache.keys.prefix}*") == before
