@@ -27,12 +27,15 @@ local function claim_conflicts(p, node, contribution, check, expected)
   local nk = p .. 'node:' .. node
   local state = redis.call('HMGET', nk, 'exists', 'gen')
   if state[1] ~= '1' then return 'node-missing' end
+  local node_gen = stored_int(nk, state[2], 0)
   if check == 'generation' then
     local want = tonumber(expected)
     if want == nil then return nil end
     -- A change earlier in the same sc_batch is recorded on the node only when the call ends.
-    local current = changed_gen[node] or tonumber(state[2] or '0')
-    if current > want then return 'stale' end
+    -- Any difference is stale: a generation ahead of the node's means the cache lost writes
+    -- (a restart without persistence, a failover) since the snapshot was taken.
+    local current = changed_gen[node] or node_gen
+    if current ~= want then return 'stale' end
     return ''
   end
   if check ~= 'fit' then return nil end
@@ -42,7 +45,7 @@ local function claim_conflicts(p, node, contribution, check, expected)
     if prefix == 'r:' then
       local resource = string.sub(field, 3)
       local have = redis.call('HMGET', nk, field, 'a:' .. resource)
-      if tonumber(have[1] or '0') + tonumber(amount) > tonumber(have[2] or '0') then
+      if stored_int(nk, have[1], 0) + tonumber(amount) > stored_int(nk, have[2], 0) then
         local name = RESOURCE_NAMES[resource] or string.sub(resource, 3)
         short[#short + 1] = name
       end
@@ -52,7 +55,7 @@ local function claim_conflicts(p, node, contribution, check, expected)
     end
   end
   local pods = redis.call('SCARD', p .. 'nodepods:' .. node)
-  if pods + 1 > tonumber(redis.call('HGET', nk, 'a:pods') or '0') then
+  if pods + 1 > stored_int(nk, redis.call('HGET', nk, 'a:pods'), 0) then
     short[#short + 1] = 'pods'
   end
   return table.concat(short, ',')

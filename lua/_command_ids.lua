@@ -37,9 +37,12 @@ end
 
 local function remembered_reply(p, id)
   if id == '' then return nil end
-  local stored = redis.call('GET', p .. 'cmd:' .. id)
+  local key = p .. 'cmd:' .. id
+  local stored = get_string(key)
   if not stored then return nil end
-  return (decode_reply(stored, 1))
+  local ok, reply = pcall(decode_reply, stored, 1)
+  if not ok or reply == nil then corrupt(key, 'is not a remembered reply') end
+  return reply
 end
 
 local function remember_reply(p, id, result)

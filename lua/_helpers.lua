@@ -29,6 +29,10 @@
 --   assumed          set    uids of assumed pods
 --   deadlines        zset   uid -> expiry deadline (ms) of assumed pods whose binding finished
 --   gen              string the cache's generation counter (INCR)
+--   incarnation      string "<seconds>.<micros>" (server TIME) written when `gen` is created:
+--                           snapshots of another incarnation are rebuilt
+--   quarantine       zset   uid -> time (ms): deadline entries of corrupt pod records, moved
+--                           aside by sc_cleanup_assumed_pods
 --   nodegen          zset   node name -> generation of its last change (removed names stay as
 --                           tombstones, so snapshot consumers learn about removals)
 --   events           stream the history: type, v, replica, uid/node, gen, data, extras
@@ -45,6 +49,75 @@ local SCHEMA_VERSION = '1'
 
 -- name -> command function; filled in by _register.lua, read by sc_batch.
 local COMMANDS = {}
+
+-- Corruption: a key that does not hold what schedcache writes there (another client wrote
+-- it). Every check that can raise this runs before the command's first write; the wrapper
+-- (and sc_batch, per command) turns it into the error reply "CORRUPT <key> <why>", so a
+-- corrupt key refuses the command whole instead of failing halfway (Redis does not roll back).
+local CORRUPT = 'schedcache-corrupt'
+
+local function corrupt(key, why)
+  error({ [CORRUPT] = 'CORRUPT ' .. key .. ' ' .. why })
+end
+
+-- The reply text of a corruption raised by corrupt(), or nil for any other error.
+local function corruption_of(err)
+  if type(err) == 'table' then return err[CORRUPT] end
+  return nil
+end
+
+-- Keys whose type this call has checked already (a batch checks each key once). Reset by
+-- begin_call(): another call may find them changed.
+local checked = {}
+
+local function expect_type(key, want)
+  if checked[key] then return end
+  local kind = redis.call('TYPE', key)
+  if type(kind) == 'table' then kind = kind['ok'] end
+  if kind ~= 'none' and kind ~= want then corrupt(key, 'is a ' .. kind .. ', not a ' .. want) end
+  checked[key] = true
+end
+
+local function is_int(value)
+  return type(value) == 'string' and string.match(value, '^%-?%d+$') ~= nil and #value <= 20
+end
+
+-- A stored integer (a string, or false/nil when absent -> `default`), as a number.
+local function stored_int(key, value, default)
+  if value == nil or value == false then return default end
+  if not is_int(value) then corrupt(key, 'holds ' .. string.format('%q', string.sub(value, 1, 40))
+    .. ', not an integer') end
+  return tonumber(value)
+end
+
+-- GET that refuses a key of another type (as corruption, before any write).
+local function get_string(key)
+  local value = redis.call('TYPE', key)
+  if type(value) == 'table' then value = value['ok'] end
+  if value == 'none' then return false end
+  if value ~= 'string' then corrupt(key, 'is a ' .. value .. ', not a string') end
+  return redis.call('GET', key)
+end
+
+-- The keys every pod or node command may write, checked once per call: the generation
+-- counter (an integer), the indexes and the stream.
+local function guard_cache(p)
+  if checked[p .. 'gen'] then return end
+  stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
+  expect_type(p .. 'nodegen', 'zset')
+  expect_type(p .. 'nodes', 'set')
+  expect_type(p .. 'pods', 'set')
+  expect_type(p .. 'assumed', 'set')
+  expect_type(p .. 'deadlines', 'zset')
+  expect_type(p .. 'events', 'stream')
+  checked[p .. 'gen'] = true
+end
+
+-- A node's hash and pod set, before a command places or removes pods on it.
+local function guard_node(p, node)
+  expect_type(p .. 'node:' .. node, 'hash')
+  expect_type(p .. 'nodepods:' .. node, 'set')
+end
 
 
 local function now_ms(arg)
@@ -97,6 +170,7 @@ local known_nodes = {}
 local dropped_nodes = {}
 
 local function begin_call()
+  checked = {}
   changed_nodes = {}
   changed_gen = {}
   known_nodes = {}
@@ -106,6 +180,12 @@ end
 -- Bumps the cache generation for a change of `node`; returns the new generation.
 local function touch(p, node)
   local gen = redis.call('INCR', p .. 'gen')
+  if gen == 1 then
+    -- A new generation counter: a new incarnation of the cache (first use, or a Redis that
+    -- lost its data). Snapshots from another incarnation are rebuilt, not caught up.
+    local t = redis.call('TIME')
+    redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
+  end
   if changed_gen[node] == nil then changed_nodes[#changed_nodes + 1] = node end
   changed_gen[node] = gen
   return gen
@@ -187,18 +267,53 @@ local function unplace_pod(p, uid, node, contribution)
   return gen
 end
 
+-- The node fields a contribution changes must hold integers (HINCRBY fails on anything else,
+-- after earlier writes), and adding must not push a total past int64 (HINCRBY refuses that
+-- too). One HMGET checks both, before the first write. Returns the field that would overflow.
+local TOTAL_LIMIT = 9.0e18
+
+local function check_fields(p, node, contribution, removing)
+  local nk = p .. 'node:' .. node
+  local fields, amounts = {}, {}
+  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
+    fields[#fields + 1] = field
+    amounts[#amounts + 1] = amount
+  end
+  if #fields == 0 then return nil end
+  local current = redis.call('HMGET', nk, unpack(fields))
+  for j = 1, #fields do
+    local have = stored_int(nk, current[j], 0)
+    if not removing and #amounts[j] >= 13 and have + tonumber(amounts[j]) > TOTAL_LIMIT then
+      return fields[j]
+    end
+  end
+  return nil
+end
+
 -- The pod record is one string (one GET or SET, where a hash costs a field each):
 --   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <claimer|-> <contribution>\n<blob>"
 -- claimer: the replica that assumed the pod, while its binding is unfinished (leases).
 -- Returns it as a table, or nil when the pod is not in the cache.
+local STATES = { assumed = true, added = true }
+
 local function load_pod(p, uid)
-  local raw = redis.call('GET', p .. 'pod:' .. uid)
+  local key = p .. 'pod:' .. uid
+  local raw = get_string(key)
   if not raw then return nil end
   local newline = string.find(raw, '\n', 1, true)
+  if newline == nil then corrupt(key, 'is not a pod record (no header)') end
   local state, node, finished, deadline, gen, claimer, contribution = string.match(
-    string.sub(raw, 1, newline - 1), '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+) ?(.*)$')
+    string.sub(raw, 1, newline - 1), '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?(.*)$')
+  if state == nil or not STATES[state] or (deadline ~= '-' and not is_int(deadline))
+      or not valid_contribution(contribution) then
+    corrupt(key, 'has a malformed header')
+  end
   if deadline == '-' then deadline = '' end
   if claimer == '-' then claimer = '' end
+  -- Everything removing this pod writes must be writable: checked now, before any write.
+  guard_node(p, node)
+  check_fields(p, node, contribution, true)
+  if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
            claimer = claimer, contribution = contribution, blob = string.sub(raw, newline + 1) }
 end
@@ -245,21 +360,6 @@ local function delete_pod(p, uid, rec)
   return unplace_pod(p, uid, rec.node, rec.contribution)
 end
 
--- A node total that HINCRBY would push past int64 fails in the middle of a script (Redis does
--- not roll back). Checked before the first write, for amounts of 13 digits or more (a node
--- cannot creep up to 9e18 in small steps: that would take millions of pods).
-local TOTAL_LIMIT = 9.0e18
-
-local function overflowing_field(p, node, contribution)
-  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
-    if #amount >= 13 then
-      local current = tonumber(redis.call('HGET', p .. 'node:' .. node, field) or '0')
-      if current + tonumber(amount) > TOTAL_LIMIT then return field end
-    end
-  end
-  return nil
-end
-
 -- Parses the common pod arguments: uid, node, blob, contribution.
 local function read_pod_args(p, a)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
@@ -269,7 +369,8 @@ local function read_pod_args(p, a)
   if contribution == nil or not valid_contribution(contribution) then
     return nil, 'BADARG contribution ' .. uid
   end
-  local overflow = overflowing_field(p, node, contribution)
+  guard_node(p, node)
+  local overflow = check_fields(p, node, contribution, false)
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
   return { uid = uid, node = node, blob = blob, contribution = contribution }
 end
@@ -312,6 +413,24 @@ local function set_node_images(p, node, images, gen)
       image_gained(p, node, image, images[j + 1], gen)
     end
   end
+end
+
+-- Before a node command's first write: every key it may write for node `name` (its entry,
+-- image index entries for `images` (flat name, size list) and those it had, the tree keys of
+-- `zones`) holds the type schedcache writes. Returns the images it had.
+local function guard_node_change(p, name, images, zones)
+  guard_node(p, name)
+  local imgs = p .. 'nodeimgs:' .. name
+  expect_type(imgs, 'set')
+  expect_type(p .. 'images', 'hash')
+  expect_type(p .. 'imagegen', 'zset')
+  local had = redis.call('SMEMBERS', imgs)
+  for _, image in ipairs(had) do expect_type(p .. 'imgnodes:' .. image, 'set') end
+  for j = 1, #images, 2 do expect_type(p .. 'imgnodes:' .. images[j], 'set') end
+  expect_type(p .. 'treezones', 'zset')
+  expect_type(p .. 'treecursor', 'hash')
+  for _, zone in ipairs(zones) do expect_type(p .. 'treezone:' .. zone, 'zset') end
+  return had
 end
 
 -- Node tree: zones in first-insertion order (treezones, scored by the generation that added

@@ -24,15 +24,32 @@ local function wrap(fn, writes)
       return redis.error_reply('BADARG prefix')
     end
     local id = args[2] or ''
-    if writes then
-      local earlier = remembered_reply(p, id)
-      if earlier ~= nil then return earlier end
+    local replica = args[1] or ''
+    if writes and (replica == '-' or string.find(replica, '%s')) then
+      -- '-' is the pod record's "no claimer": such a replica's claims would never lapse.
+      return redis.error_reply('BADARG replica')
     end
     local a = {}
     for i = 3, #args do a[i - 2] = args[i] end
     begin_call()
-    local result, err, applied = fn(p, args[1] or '', a)
+    local ok, result, err, applied = pcall(function()
+      if writes then
+        local earlier = remembered_reply(p, id)
+        if earlier ~= nil then return earlier, nil, true end
+        guard_cache(p)
+      end
+      return fn(p, replica, a)
+    end)
+    if not ok then
+      local text = corruption_of(result)
+      -- Corruption is found before the first write: nothing to record. Anything else is
+      -- raised again as it came (a schedcache bug or a server error).
+      if text == nil then end_call(p) error(result) end
+      begin_call()
+      return redis.error_reply(text)
+    end
     end_call(p)
+    if applied == true then return result end  -- a remembered reply: nothing ran
     if result == nil then return redis.error_reply(err) end
     -- Remember only what changed something: a rejected command writes nothing, not even this.
     if writes and applied ~= 0 then remember_reply(p, id, result) end

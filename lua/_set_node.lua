@@ -18,7 +18,9 @@ local function set_node(p, replica, a, etype)
   if images == nil then return nil, err end
 
   local nk = p .. 'node:' .. name
+  expect_type(nk, 'hash')
   local previous = redis.call('HMGET', nk, 'exists', 'zone')
+  guard_node_change(p, name, images, { zone, previous[2] or '' })
   local stale = {}
   for _, field in ipairs(redis.call('HKEYS', nk)) do
     if string.sub(field, 1, 2) == 'a:' then stale[#stale + 1] = field end

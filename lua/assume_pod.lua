@@ -32,7 +32,9 @@ local function assume_pod(p, replica, a)
   end
   local lease_ms = tonumber(a[7] or '0')
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
+  if replica ~= '' then expect_type(p .. 'replicapods:' .. replica, 'set') end
   if lease_ms > 0 and replica ~= '' then
+    expect_type(p .. 'replicas', 'set')
     redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
     redis.call('SADD', p .. 'replicas', replica)
   end

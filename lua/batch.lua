@@ -24,7 +24,14 @@ local function batch(p, replica, a)
   end
   local out, applied = {}, 0
   for _, call in ipairs(calls) do
-    local result, err = call[1](p, replica, call[2])
+    local ok, result, err = pcall(call[1], p, replica, call[2])
+    if not ok then
+      -- Corruption met by this command before its first write: its error, and the batch
+      -- goes on. Anything else is raised again.
+      err = corruption_of(result)
+      if err == nil then error(result) end
+      result = nil
+    end
     if result == nil then
       out[#out + 1] = 0
       out[#out + 1] = err

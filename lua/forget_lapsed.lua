@@ -9,19 +9,28 @@
 -- ARGV     replica (the caller, e.g. the expiry worker), command id, limit
 -- Keys     replicas, lease:<replica>, replicapods:<replica>, pod:<uid>, node:*, nodepods:*,
 --          nodes, pods, assumed, gen, nodegen, events
--- Reply    the uids forgotten by this call (at most `limit`)
--- Errors   BADARG <what>
+-- Reply    { uids forgotten, uids skipped because their record is corrupt (claim dropped) },
+--          at most `limit` together
+-- Errors   BADARG <what>; CORRUPT <key> <why> (a cache-wide key; nothing written)
 -- Event    PodForgotten  uid, node, gen, reason=lease-expired, owner=<replica>, data=stored blob
 local function forget_lapsed(p, replica, a)
   local limit = tonumber(a[1])
   if limit == nil or limit < 1 or limit ~= math.floor(limit) then return nil, 'BADARG limit' end
-  local forgotten = {}
+  local forgotten, skipped = {}, {}
+  expect_type(p .. 'replicas', 'set')
   for _, owner in ipairs(redis.call('SMEMBERS', p .. 'replicas')) do
-    if #forgotten >= limit then break end
+    if #forgotten + #skipped >= limit then break end
     if redis.call('EXISTS', p .. 'lease:' .. owner) == 0 then
       local claims = p .. 'replicapods:' .. owner
-      for _, uid in ipairs(redis.call('SRANDMEMBER', claims, limit - #forgotten)) do
-        local rec = load_pod(p, uid)
+      expect_type(claims, 'set')
+      for _, uid in ipairs(redis.call('SRANDMEMBER', claims, limit - #forgotten - #skipped)) do
+        -- A corrupt record is skipped (and its claim dropped, so the rest is forgotten).
+        local ok, rec = pcall(load_pod, p, uid)
+        if not ok then
+          if corruption_of(rec) == nil then error(rec) end
+          skipped[#skipped + 1] = uid
+          rec = nil
+        end
         redis.call('SREM', claims, uid)
         if rec ~= nil and rec.state == 'assumed' and rec.finished == '0'
             and rec.claimer == owner then
@@ -34,5 +43,5 @@ local function forget_lapsed(p, replica, a)
       if redis.call('SCARD', claims) == 0 then redis.call('SREM', p .. 'replicas', owner) end
     end
   end
-  return forgotten, nil, #forgotten
+  return { forgotten, skipped }, nil, #forgotten + #skipped
 end

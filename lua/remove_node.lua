@@ -13,14 +13,17 @@ local function remove_node(p, replica, a)
   local name = a[1]
   if name == nil or name == '' then return nil, 'BADARG name' end
   local nk = p .. 'node:' .. name
+  expect_type(nk, 'hash')
   local exists = redis.call('HGET', nk, 'exists')
   if exists == false then return nil, 'NODENOTFOUND ' .. name .. ' absent' end
   if exists ~= '1' then return nil, 'NODENOTFOUND ' .. name .. ' ghost' end
+  local zone = redis.call('HGET', nk, 'zone') or ''
+  guard_node_change(p, name, {}, { zone })
   local gen = touch(p, name)
   for _, image in ipairs(redis.call('SMEMBERS', p .. 'nodeimgs:' .. name)) do
     image_lost(p, name, image, gen)
   end
-  tree_remove(p, name, redis.call('HGET', nk, 'zone') or '', gen)
+  tree_remove(p, name, zone, gen)
   redis.call('HSET', nk, 'exists', 0)
   redis.call('HDEL', nk, 'blob', 'zone')
   local pods = redis.call('SCARD', p .. 'nodepods:' .. name)

@@ -7,25 +7,32 @@
 --          treezone:<zone>, and those of sc_read_nodes for the changed nodes
 -- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
 --            tree (as sc_tree_read, or {} when the tree generation is the one given),
---            nodes (as sc_read_nodes without its last entry, or {} when more than L changed) }
+--            nodes (as sc_read_nodes without its last entry, or {} when more than L changed),
+--            the incarnation ("" before the first change) }
 -- Errors   BADARG <what>
 -- Cost grows with the number of nodes and images changed since G, not with the cluster.
 local function snapshot_delta(p, replica, a)
   local since, known_tree, limit = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
   if since == nil or known_tree == nil or limit == nil then return nil, 'BADARG generation' end
   local bound = '(' .. int_string(since)
+  expect_type(p .. 'nodegen', 'zset')
+  expect_type(p .. 'imagegen', 'zset')
+  local gen = stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
   local changed = redis.call('ZRANGEBYSCORE', p .. 'nodegen', bound, '+inf')
   local images = image_summaries(p, redis.call('ZRANGEBYSCORE', p .. 'imagegen', bound, '+inf'))
   local tree = {}
   local live = 0
-  local tree_gen = tonumber(redis.call('GET', p .. 'treegen') or '0')
+  local tree_gen = stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0)
   if tree_gen ~= known_tree then tree = read_tree(p) end
+  expect_type(p .. 'treezones', 'zset')
   for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', 0, -1)) do
+    expect_type(p .. 'treezone:' .. zone, 'zset')
     live = live + redis.call('ZCARD', p .. 'treezone:' .. zone)
   end
   local nodes = {}
   if #changed <= limit then
     for j = 1, #changed do nodes[j] = read_node(p, changed[j]) end
   end
-  return { tonumber(redis.call('GET', p .. 'gen') or '0'), live, changed, images, tree, nodes }
+  return { gen, live, changed, images, tree, nodes,
+           get_string(p .. 'incarnation') or '' }
 end

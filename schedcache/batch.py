@@ -26,7 +26,7 @@ from schedcache.commands import Command
 from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
 from schedcache.library import ensure_loaded, is_missing_function
 from schedcache.models import Node, Pod
-from schedcache.replies import error_from_reply
+from schedcache.replies import error_from_reply, translate
 from schedcache.retry import RETRYABLE, too_late_to_resend
 
 if TYPE_CHECKING:
@@ -218,7 +218,9 @@ class CommandBatch:
         failures: list[tuple[list[Command], Exception]] = []
         for _, group, reply, replicas in answered:
             if isinstance(reply, Exception):
-                failures.append((group, reply))
+                failures.append(
+                    (group, translate("batch", f"a batch of {len(group)} commands", reply))
+                )
                 continue
             results += _results(group, reply)
             if self.cache.wait_replicas:

@@ -38,7 +38,7 @@ from schedcache.nodeinfo import NodeInfo
 from schedcache.nodetree import NodeTree
 from schedcache.records import PodRecord, parse_pod_record
 from schedcache.replay import ReplayState
-from schedcache.replies import error_from_reply, is_cache_error
+from schedcache.replies import translate
 from schedcache.retry import (
     DEFAULT_RETRY,
     RETRYABLE,
@@ -61,6 +61,20 @@ T = TypeVar("T")
 EXPIRE_BATCH = 500
 
 
+def log_skipped(cache: str, action: str, uids: list[bytes]) -> None:
+    """Pods whose stored record is corrupt are skipped by the expiry and lease sweeps (so the
+    rest goes on) and said here; their uids name the keys to inspect (``pod:<uid>``)."""
+    if uids:
+        metrics.SKIPPED_CORRUPT.labels(cache=cache).inc(len(uids))
+        log.error(
+            "cache %s: could not %s %d pods with a corrupt record: %s",
+            cache,
+            action,
+            len(uids),
+            ", ".join(repr(uid.decode(errors="replace")) for uid in uids[:20]),
+        )
+
+
 @dataclass
 class Dump:
     """Everything in the cache, for debugging: ``Cache.dump()``."""
@@ -68,7 +82,8 @@ class Dump:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     assumed_pods: set[str] = field(default_factory=set)
     generation: int = 0
-    last_id: str | None = None  # replay(): the last event folded in (None for the live dump)
+    # replay(): the last event folded in (None for the live dump); not part of the state
+    last_id: str | None = field(default=None, compare=False)
 
 
 # Words the Lua side stores in a replica's place: "-" is the pod record's "no claimer".
@@ -257,10 +272,7 @@ class Cache:
 
     @staticmethod
     def _translate(command: Command, error: redis.ResponseError) -> Exception:
-        text = str(error)
-        if is_cache_error(text):
-            return error_from_reply(command.name, command.subject, text)
-        return error
+        return translate(command.name, command.subject, error)
 
     def batch(self, chunk_size: int = 200) -> CommandBatch:
         """Collect commands and apply them with few round trips (informer ingest);
@@ -339,9 +351,10 @@ class Cache:
         """
         expired: list[str] = []
         while True:
-            batch = self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
-            expired += [uid.decode() for uid in batch]
-            if len(batch) < EXPIRE_BATCH:
+            done, skipped = self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
+            expired += [uid.decode() for uid in done]
+            log_skipped(self.name, "expire", skipped)
+            if len(done) + len(skipped) < EXPIRE_BATCH:
                 return expired
 
     def get_pod(self, pod: Pod | str) -> Pod:

@@ -45,6 +45,11 @@ class CorruptRecord(CacheError, ValueError):
         super().__init__(f"{what}: {reason}")
 
 
+class RedisFull(CacheError):
+    """The Redis server reached its ``maxmemory`` and refuses writes (its ``OOM`` reply). A
+    function that may write is refused before it runs, so nothing was changed."""
+
+
 class TransitionError(CacheError):
     """A command that the pod's or node's current state does not allow."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import tenacity
 
 from schedcache import commands, metrics
-from schedcache.cache import Cache
+from schedcache.cache import Cache, log_skipped
 from schedcache.errors import NotReplicated
 from schedcache.retry import RETRYABLE
 
@@ -43,6 +43,7 @@ class ExpiryWorker:
     def __post_init__(self) -> None:
         self.stopping = threading.Event()
         self.expired_total = 0
+        self.skipped_total = 0  # pods skipped because their stored record is corrupt
         self.forgotten_total = 0
 
     def stop(self, *_: object) -> None:
@@ -56,8 +57,8 @@ class ExpiryWorker:
     def run_once(self) -> list[str]:
         """One round: expire everything due now, then forget the unfinished pods of replicas
         whose lease lapsed, in bounded calls. Returns the uids expired."""
-        expired = self._drain(lambda: commands.cleanup_assumed_pods(None, self.batch))
-        forgotten = self._drain(lambda: commands.forget_lapsed(self.batch))
+        expired = self._drain(lambda: commands.cleanup_assumed_pods(None, self.batch), "expire")
+        forgotten = self._drain(lambda: commands.forget_lapsed(self.batch), "forget")
         if forgotten:
             self.forgotten_total += len(forgotten)
             log.warning(
@@ -71,16 +72,18 @@ class ExpiryWorker:
             log.info("expired %d assumed pods in cache %s", len(expired), self.cache.name)
         return expired
 
-    def _drain(self, command: Callable[[], commands.Command]) -> list[str]:
+    def _drain(self, command: Callable[[], commands.Command], action: str) -> list[str]:
         done: list[str] = []
         while not self.stopping.is_set():
             try:
-                uids = self.cache.run(command())
+                uids, skipped = self.cache.run(command())
             except NotReplicated as error:  # applied all the same: carry on, but say so
                 log.warning("%s; the worker carries on", error)
-                uids = error.reply
+                uids, skipped = error.reply
             done += [uid.decode() for uid in uids]
-            if len(uids) < self.batch:
+            self.skipped_total += len(skipped)
+            log_skipped(self.cache.name, action, skipped)
+            if len(uids) + len(skipped) < self.batch:
                 break
         return done
 

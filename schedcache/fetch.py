@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from schedcache.aggregates import NodeFields
+from schedcache.errors import CorruptRecord
 from schedcache.keys import Keys
 from schedcache.models import Pod
 from schedcache.nodeinfo import ImageStateSummary, NodeInfo
@@ -73,9 +74,25 @@ def node_info_from_entry(
     copy of this node): those are reused instead of decoded again. ``seen`` collects the pods of
     this entry by generation, for the next time.
     """
-    name_raw, flat, pod_records, _ = entry
+    name_raw, flat = entry[0], entry[1]
     if not flat:
         return None
+    try:
+        return _node_info(entry, summaries, known, seen)
+    except CorruptRecord:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:  # a field another client wrote
+        name = name_raw.decode(errors="replace")
+        raise CorruptRecord(f"key node:{name}", f"malformed node hash ({error})") from None
+
+
+def _node_info(
+    entry: Sequence[Any],
+    summaries: Mapping[str, ImageStateSummary],
+    known: Mapping[int, Pod] | None,
+    seen: dict[int, Pod] | None,
+) -> NodeInfo:
+    name_raw, flat, pod_records, _ = entry
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
     placed = []

@@ -26,6 +26,11 @@ SNAPSHOT_INCONSISTENCIES = Counter(
     "Snapshots found inconsistent with the cache's live nodes and rebuilt in full.",
     ["cache"],
 )
+SKIPPED_CORRUPT = Counter(
+    "schedcache_skipped_corrupt_pods_total",
+    "Pods the expiry or lease sweep skipped because their stored record is corrupt.",
+    ["cache"],
+)
 EXPIRED_PODS = Counter(
     "schedcache_expired_pods_total",
     "Assumed pods expired because their confirmation did not come before the deadline.",

@@ -7,14 +7,18 @@ name) and says what was wrong, because it usually ends up in a log line read wit
 
 from __future__ import annotations
 
+from redis.exceptions import OutOfMemoryError
+
 from schedcache.errors import (
     CacheError,
+    CorruptRecord,
     FitConflict,
     InvalidTransition,
     NodeNotFound,
     PodAlreadyExists,
     PodNotAssumed,
     PodNotFound,
+    RedisFull,
     ValidationError,
 )
 
@@ -29,6 +33,8 @@ CODES = frozenset(
         "FITCONFLICT",
         "OVERFLOW",
         "BADARG",
+        "CORRUPT",
+        "OOM",
     }
 )
 
@@ -45,6 +51,17 @@ VERBS = {
 
 def is_cache_error(text: str) -> bool:
     return text.split(" ", 1)[0] in CODES
+
+
+def translate(command: str, subject: str, error: Exception) -> Exception:
+    """The schedcache exception for an error reply to ``command``, or ``error`` itself when it
+    is none of schedcache's (redis-py strips the ``OOM`` code into its own class)."""
+    if isinstance(error, OutOfMemoryError):
+        return error_from_reply(command, subject, "OOM")
+    text = str(error)
+    if is_cache_error(text):
+        return error_from_reply(command, subject, text)
+    return error
 
 
 def error_from_reply(command: str, subject: str, text: str) -> CacheError:
@@ -94,6 +111,19 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
         _, node, field = detail
         return ValidationError(
             subject, "resources", f"would push node {node}'s total {field} past 64 bits"
+        )
+    if code == "CORRUPT":
+        key, *why = detail
+        return CorruptRecord(
+            f"key {key}",
+            f"{' '.join(why)}; nothing was changed ({subject}, sc_{command}). Another client "
+            "wrote it: restore it (or clear the cache) before running commands that touch it",
+        )
+    if code == "OOM":
+        return RedisFull(
+            f"{subject}: sc_{command} refused, nothing was changed: the Redis server reached "
+            "its maxmemory. Trim the history (schedcache worker compact, or checkpoint and "
+            "compact), or give Redis more memory"
         )
     if code == "BADARG":
         return ValidationError(

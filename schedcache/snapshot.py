@@ -51,6 +51,7 @@ class Snapshot:
     used_pvc_set: set[str] = field(default_factory=set)
     image_states: dict[str, ImageStateSummary] = field(default_factory=dict)
     tree_generation: int = -1
+    incarnation: str = ""  # the cache's incarnation the generations belong to
     zones: dict[str, list[str]] = field(default_factory=dict)
     image_nodes: dict[str, set[str]] = field(default_factory=dict, repr=False)
     # Per node, its pods by placement generation: unchanged pods of a changed node are reused,
@@ -142,7 +143,29 @@ def _catch_up(cache: Cache, snap: Snapshot, report: SnapshotUpdate) -> int:
                 INLINE_NODES,
             )
         )
-        generation, live, changed, images, tree, entries = reply
+        generation, live, changed, images, tree, entries, incarnation = reply
+        incarnation = incarnation.decode()
+        if snap.generation and (
+            incarnation != snap.incarnation or int(generation) < snap.generation
+        ):
+            # The cache lost writes (a restart without persistence, a failover behind its
+            # replica, a clear): generations were handed out again, so a delta would miss
+            # what changed. Start over from nothing.
+            log.warning(
+                "snapshot of cache %s is at generation %d of incarnation %r, the cache at %s "
+                "of %r: rebuilding it in full",
+                cache.name,
+                snap.generation,
+                snap.incarnation,
+                int(generation),
+                incarnation,
+            )
+            metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache.name).inc()
+            report.inconsistent = True
+            _reset(snap)
+            flags = _Flags()
+            continue
+        snap.incarnation = incarnation
         inline = len(changed) <= INLINE_NODES
         if not inline:
             names = [name.decode() for name in changed]

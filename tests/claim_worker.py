@@ -26,7 +26,7 @@ def main() -> None:
     for i in range(int(pods)):
         pod = make_pod(f"{replica}-{i}", "", "100m", "64Mi")
         cache.update_snapshot(snap)
-        candidates = [info for info in snap.node_info_list if not info.fits(pod)]
+        candidates = [info for info in snap.node_info_list if not info.shortages(pod)]
         while candidates:
             best = min(candidates, key=lambda info: info.requested.milli_cpu)
             try:

@@ -127,7 +127,7 @@ def test_two_replicas_on_one_stale_snapshot(make_cache):
         cache.update_snapshot(snap)
     pods = [make_pod("a", "", "700m", "1Mi"), make_pod("b", "", "700m", "1Mi")]
     for snap, pod in zip(snapshots, pods, strict=True):
-        assert not snap.get("n1").fits(pod)  # each replica's own view says it fits
+        assert snap.get("n1").fits_pod(pod)  # each replica's own view says it fits
     first.assume_pod(pods[0].with_node("n1"), check_fit=True)
     before = FIT_CONFLICTS.labels("cpu")._value.get()
     with pytest.raises(FitConflict):

@@ -67,8 +67,7 @@ def test_dump_wide_is_a_table(cache, run_cli):
 
 def status_node(name: str, ready: str | None, cordoned: bool = False) -> Node:
     manifest = node_manifest(name, "1", "1Gi")
-    if ready is not None:
-        manifest["status"]["conditions"] = [{"type": "Ready", "status": ready}]
+    manifest["status"]["conditions"] = [] if ready is None else [{"type": "Ready", "status": ready}]
     if cordoned:
         manifest["spec"] = {"unschedulable": True}
     return Node.from_k8s(manifest)
