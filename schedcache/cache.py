@@ -236,14 +236,17 @@ class Cache:
 
     def read(self, call: Callable[[], T]) -> T:
         """Run a read that uses the library's read functions, reloading the library once if the
-        server lost it."""
+        server lost it; a corrupt key it meets raises :class:`CorruptRecord`."""
         try:
             return call()
         except redis.ResponseError as error:
             if not is_missing_function(error):
-                raise
+                raise translate("read", f"cache {self.name}", error) from None
         ensure_loaded(self.route.get())
-        return call()
+        try:
+            return call()
+        except redis.ResponseError as error:
+            raise translate("read", f"cache {self.name}", error) from None
 
     def _fcall(self, command: Command) -> Any:
         server = self.route.get()

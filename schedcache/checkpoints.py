@@ -417,13 +417,15 @@ def read_events(
 ) -> Iterator[Event]:
     """The events after ``after`` (None: from the beginning) up to ``until`` (included), in
     order; :class:`HistoryCompacted` when a page finds the stream compacted past the last event
-    read (the ``compacted`` marker comes in one MULTI/EXEC with each page): paging on through
-    XRANGE would silently skip the trimmed events."""
+    read (the ``compacted`` marker is read right after each page, on the same connection: a
+    trim before the page shows in it; one just after may raise needlessly, never the reverse):
+    paging on through XRANGE would silently skip the trimmed events. No MULTI, so a Redis at
+    its maxmemory (which refuses every command inside MULTI) can still be replayed."""
     server, marker = cache.route.get(), CheckpointKeys(cache).compacted
     position, low, high = after, f"({after}" if after else "-", until or "+"
     count = page or PAGE
     while True:
-        pipe = server.pipeline(transaction=True)
+        pipe = server.pipeline(transaction=False)
         pipe.xrange(cache.keys.events, low, high, count=count)
         pipe.get(marker)
         entries, compacted = pipe.execute()

@@ -168,6 +168,10 @@ def cleanup_assumed_pods(now: float | None, limit: int) -> Command:
     )
 
 
+def tree_next() -> Command:
+    return Command("tree_next", "the node tree's cursor", ())
+
+
 def forget_lapsed(limit: int) -> Command:
     return Command("forget_lapsed", "replicas whose lease lapsed", (limit,))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from schedcache.commands import new_command_id
+from schedcache import commands
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
@@ -60,11 +60,7 @@ class NodeTree:
 
     def next(self) -> str:
         """The next node of the shared round-robin cursor; "" when the tree is empty."""
-        keys = self.cache.keys
-        command_id = new_command_id()  # a retried call must not advance the cursor twice
-        reply = self.cache.read(
-            lambda: self.cache.client.fcall(
-                "sc_tree_next", 1, keys.prefix, self.cache.replica, command_id
-            )
-        )
+        # A command like any other: its id keeps a retry from advancing the cursor twice, and
+        # it goes through the cache's retry policy, routing and WAIT.
+        reply: bytes = self.cache.run(commands.tree_next())
         return reply.decode()

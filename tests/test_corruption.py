@@ -1,0 +1,213 @@
+"""A key another client wrote (wrong type, not an integer, a mangled pod record) refuses every
+command that would touch it *before its first write*: CorruptRecord naming the key, and Redis
+byte for byte as before. Redis does not roll back a function that fails halfway, so this is the
+only way a corrupt key cannot leave a half-applied command behind.
+
+The matrix: each kind of corruption x each write command, on fakeredis, Redis and Cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import pytest
+
+from schedcache import Cache, Snapshot, commands
+from schedcache.errors import CacheError, CorruptRecord
+from tests.factories import keyspace, make_node, make_pod
+
+
+def populated(cache: Cache) -> None:
+    """n1 with an added pod, an assumed pod whose binding finished (due), an assumed pod."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_node(make_node("n3", "4", "8Gi"))
+    cache.add_pod(make_pod("added", "n1", "100m", "1Mi"))
+    cache.assume_pod(make_pod("due", "n1", "100m", "1Mi"))
+    cache.finish_binding(make_pod("due", "n1"), now=0)
+    cache.assume_pod(make_pod("held", "n1", "100m", "1Mi"))
+
+
+# Each corruption: (name, function of the cache writing it, key suffix named in the error).
+def _set(suffix: str, value: bytes) -> Callable[[Cache], None]:
+    return lambda cache: cache.client.set(cache.keys.prefix + suffix, value)
+
+
+def _wrong_type(suffix: str) -> Callable[[Cache], None]:
+    def corrupt(cache: Cache) -> None:
+        cache.client.delete(cache.keys.prefix + suffix)
+        cache.client.rpush(cache.keys.prefix + suffix, "x")
+
+    return corrupt
+
+
+def _hset(suffix: str, field: str, value: str) -> Callable[[Cache], None]:
+    return lambda cache: cache.client.hset(cache.keys.prefix + suffix, field, value)
+
+
+CACHE_WIDE = [
+    ("gen not an integer", _set("gen", b"x"), "gen"),
+    ("gen a list", _wrong_type("gen"), "gen"),
+    ("events a list", _wrong_type("events"), "events"),
+    ("nodegen a list", _wrong_type("nodegen"), "nodegen"),
+    ("pods a list", _wrong_type("pods"), "pods"),
+    ("assumed a list", _wrong_type("assumed"), "assumed"),
+    ("deadlines a list", _wrong_type("deadlines"), "deadlines"),
+    ("nodes a list", _wrong_type("nodes"), "nodes"),
+]
+
+WRITES: dict[str, Callable[[Cache], object]] = {
+    "add_pod": lambda c: c.add_pod(make_pod("new", "n1", "10m", "1Mi")),
+    "assume_pod": lambda c: c.assume_pod(make_pod("new", "n1", "10m", "1Mi")),
+    "assume_pod check_fit": lambda c: c.assume_pod(
+        make_pod("new", "n1", "10m", "1Mi"), check_fit=True
+    ),
+    "finish_binding": lambda c: c.finish_binding(make_pod("held", "n1")),
+    "forget_pod": lambda c: c.forget_pod(make_pod("held", "n1")),
+    "update_pod": lambda c: c.update_pod(
+        make_pod("added", "n1", "100m", "1Mi"), make_pod("added", "n1", "200m", "1Mi")
+    ),
+    "remove_pod": lambda c: c.remove_pod(make_pod("added", "n1")),
+    "add_node": lambda c: c.add_node(make_node("n2", "2", "1Gi")),
+    "update_node": lambda c: c.update_node(make_node("n1", "4", "8Gi"), make_node("n1", "8")),
+    "remove_node": lambda c: c.remove_node(make_node("n3")),
+    "cleanup_assumed_pods": lambda c: c.cleanup_assumed_pods(now=10**6),
+    "tree next": lambda c: c.node_tree().next(),
+    "batch add_pod": lambda c: c.run(commands.add_pod(make_pod("new", "n1", "10m", "1Mi"))),
+}
+
+
+def refused_unchanged(cache: Cache, write: Callable[[Cache], object], key: str) -> None:
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match=rf"key \{{{cache.name}\}}:{key}\b"):
+        write(cache)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+@pytest.mark.parametrize(("what", "corrupt", "key"), CACHE_WIDE, ids=[c[0] for c in CACHE_WIDE])
+def test_a_corrupt_cache_wide_key_refuses_every_write_whole(cache, what, corrupt, key):
+    populated(cache)
+    corrupt(cache)
+    for name, write in WRITES.items():
+        try:
+            refused_unchanged(cache, write, key)
+        except AssertionError as error:
+            raise AssertionError(f"{name} with {what}: {error}") from None
+
+
+NODE_KEYS = [
+    ("node hash a list", _wrong_type("node:n1"), "node:n1"),
+    ("requested cpu not an integer", _hset("node:n1", "r:cpu", "lots"), "node:n1"),
+    ("node pods a list", _wrong_type("nodepods:n1"), "nodepods:n1"),
+]
+
+ON_N1 = [
+    "add_pod",
+    "assume_pod",
+    "assume_pod check_fit",
+    "remove_pod",
+    "update_pod",
+    "batch add_pod",
+]
+
+
+@pytest.mark.parametrize(("what", "corrupt", "key"), NODE_KEYS, ids=[c[0] for c in NODE_KEYS])
+def test_a_corrupt_node_refuses_the_pod_commands_on_it(cache, what, corrupt, key):
+    populated(cache)
+    corrupt(cache)
+    for name in ON_N1:
+        try:
+            refused_unchanged(cache, WRITES[name], key)
+        except AssertionError as error:
+            raise AssertionError(f"{name} with {what}: {error}") from None
+
+
+def test_the_reproducer_gen_corrupt_add_pod_leaves_no_half_pod(cache):
+    """From the issue: SET gen x, then add_pod used to count the pod on the node with no record
+    and no event."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.client.set(cache.keys.prefix + "gen", "x")
+    refused_unchanged(cache, WRITES["add_pod"], "gen")
+    cache.client.set(cache.keys.prefix + "gen", "1")
+    cache.add_pod(make_pod("new", "n1", "10m", "1Mi"))
+    assert cache.verify() == []
+
+
+def same_uid(method: str, cache: Cache) -> object:
+    return getattr(cache, method)(make_pod("added", "n1", "10m", "1Mi"))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"no header at all",
+        b"added n1 9 - 1 - r:cpu 5\nblob",
+        b"sleeping n1 0 - 1 - \nblob",
+        b"added n1 0 soon 1 - \nblob",
+        b"added n1 0 - 1 - r:cpu five\nblob",
+    ],
+)
+def test_a_mangled_pod_record_refuses_the_commands_on_that_pod(cache, record):
+    populated(cache)
+    cache.client.set(cache.keys.pod("added"), record)
+    for name in ("remove_pod", "update_pod", "add_pod", "assume_pod"):
+        write = WRITES[name]
+        if name in ("add_pod", "assume_pod"):  # the same uid again: its record is read first
+            write = partial(same_uid, name)
+        refused_unchanged(cache, write, "pod:added")
+
+
+def test_expiry_skips_a_corrupt_record_and_expires_the_rest(cache):
+    """A due pod whose record is corrupt no longer stops expiry for the whole cache: it is
+    moved aside (quarantine), the others expire."""
+    populated(cache)
+    cache.assume_pod(make_pod("due2", "n1", "100m", "1Mi"))
+    cache.finish_binding(make_pod("due2", "n1"), now=0)
+    cache.client.set(cache.keys.pod("due"), b"added n1 0 - x - \nblob")
+    assert cache.cleanup_assumed_pods(now=10**6) == ["due2"]
+    assert cache.client.zrange(cache.keys.prefix + "quarantine", 0, -1) == [b"due"]
+    assert cache.client.zscore(cache.keys.deadlines, "due") is None
+    assert cache.cleanup_assumed_pods(now=10**6) == []  # not met again
+
+
+def test_a_wrong_typed_deadline_member_record_is_skipped_too(cache):
+    populated(cache)
+    cache.client.delete(cache.keys.pod("due"))
+    cache.client.rpush(cache.keys.pod("due"), "x")
+    assert cache.cleanup_assumed_pods(now=10**6) == []
+    assert cache.client.zrange(cache.keys.prefix + "quarantine", 0, -1) == [b"due"]
+
+
+def test_reads_refuse_corruption_with_a_cache_error(cache):
+    """dump, update_snapshot and verify raise schedcache errors naming what is corrupt, never
+    a raw Redis or Python error."""
+    populated(cache)
+    cache.client.hset(cache.keys.node("n1"), "r:cpu", "lots")
+    for read in (cache.dump, lambda: cache.update_snapshot(Snapshot()), cache.verify):
+        with pytest.raises(CacheError, match="node:n1"):
+            read()
+    cache.client.delete(cache.keys.prefix + "treezones")
+    cache.client.rpush(cache.keys.prefix + "treezones", "x")
+    with pytest.raises(CorruptRecord, match="treezones"):
+        cache.update_snapshot(Snapshot())
+
+
+def test_a_corrupt_remembered_reply_is_corruption_not_a_crash(cache):
+    command = commands.add_node(make_node("n1"))
+    cache.client.set(cache.keys.prefix + f"cmd:{command.id}", "a9;zz")
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match=f"cmd:{command.id}"):
+        cache.run(command)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_replica_named_like_the_no_claimer_marker_is_refused_by_the_functions(cache):
+    """Whatever the client: the functions refuse replica '-' (the record's "no claimer"),
+    before any write."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    pod = commands.assume_pod(make_pod("p", "n1", "10m", "1Mi"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    for replica in ("-", "a b"):
+        with pytest.raises(Exception, match="BADARG replica"):
+            cache.route.get().fcall("sc_assume_pod", 1, cache.keys.prefix, replica, "", *pod.args)
+    assert keyspace(cache.client, cache.keys.pattern) == before
