@@ -21,8 +21,8 @@ import redis
 
 from bench.common import print_table, timed, write_results
 from schedcache import Cache, Pod
-from schedcache.commands import add_pod
-from schedcache.connection import embedded_client
+from schedcache.store.commands import add_pod
+from schedcache.store.connection import embedded_client
 
 
 def make_pods(count: int, nodes: int) -> list[Pod]:

@@ -22,8 +22,8 @@ import redis
 
 from bench.common import print_table, write_results
 from schedcache import Cache, Pod
-from schedcache.connection import embedded_client
-from schedcache.expiry import ExpiryWorker
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.connection import embedded_client
 
 
 def due_pods(count: int) -> list[Pod]:

@@ -30,7 +30,7 @@ from redis.retry import Retry
 
 from bench.common import print_table, write_results
 from schedcache import Cache, connect
-from schedcache.retry import RetryPolicy
+from schedcache.store.retry import RetryPolicy
 from tests.conftest import real_client
 from tests.load import Load, add_nodes, applied_twice
 from tests.servers import Cluster, SentinelGroup, wait_until

@@ -24,7 +24,7 @@ import redis
 
 from bench.common import print_table, write_results
 from schedcache import Cache, Pod
-from schedcache.demo import demo_node
+from schedcache.sim.demo import demo_node
 
 NODES = 1000
 

@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table, write_results
-from schedcache.simulation import MODES, run_replicas
+from schedcache.sim.simulation import MODES, run_replicas
 
 
 def main() -> None:

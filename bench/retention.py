@@ -29,8 +29,8 @@ import redis
 
 from bench.common import print_table, write_results
 from schedcache import Cache, Pod
-from schedcache.demo import demo_node
-from schedcache.retention import retain
+from schedcache.history.retention import retain
+from schedcache.sim.demo import demo_node
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 100

@@ -5,47 +5,68 @@
 -- not write globals, and fakeredis would keep such a global for the life of its server.
 --
 -- Key schema (every key of one cache starts with the prefix KEYS[1] = "{<name>}:", so one
--- hash tag puts them all in one Redis Cluster slot):
---   pod:<uid>        string "<state> <node> <finished> <deadline> <gen> <contribution>\n<blob>":
---                           state assumed|added, finished 0|1 (binding done), deadline in ms
---                           or "-", gen = the generation that placed it (orders a node's pods),
---                           contribution = "<field> <amount> ..." exactly as added to the node
---                           (removal subtracts it), blob = the msgpack Pod, never decoded here
---   node:<name>      hash   exists (1 live node, 0 ghost or placeholder), gen, zone, blob,
---                           a:<res> allocatable, r:<res> requested, z:cpu/z:mem non-zero
---                           requested minus requested, aff, anti, p:<ip>|<proto>|<port> and
---                           v:<ns>/<claim> reference counts. A field that drops to 0 is deleted.
---   nodepods:<name>  set    uids of the pods on the node (its size is the node's pod count)
---   nodeimgs:<name>  set    image names the live node reports
---   imgnodes:<image> set    live nodes that report the image
---   images           hash   image name -> size in bytes (the first size reported wins)
---   imagegen         zset   image name -> generation of the last change of its node count
---   treezones        zset   zone keys of live nodes, in first-insertion order (scored by gen)
---   treezone:<zone>  zset   live nodes of the zone, in insertion order (scored by gen)
---   treegen          string generation of the last change of the tree's membership
---   treecursor       hash   sc_tree_next's cursor: zi (zone index), z:<zone> (index in zone)
---   nodes            set    every node entry: live, ghost and placeholder
---   pods             set    every pod uid in the cache
---   assumed          set    uids of assumed pods
---   deadlines        zset   uid -> expiry deadline (ms) of assumed pods whose binding finished
---   gen              string the cache's generation counter (INCR)
---   incarnation      string "<seconds>.<micros>" (server TIME) written when `gen` is created:
---                           snapshots of another incarnation are rebuilt
---   quarantine       zset   uid -> time (ms): deadline entries of corrupt pod records, moved
---                           aside by sc_cleanup_assumed_pods
---   nodegen          zset   node name -> generation of its last change (removed names stay as
---                           tombstones, so snapshot consumers learn about removals)
---   events           stream the history: type, v, replica, uid/node, gen, data, extras
---   cmd:<id>         string the reply of an applied command, for answering a retry (expires)
---   replicas         set    replicas that hold (or held) a lease
---   lease:<replica>  string the replica's lease, kept alive by its heartbeat (expires)
---   replicapods:<r>  set    pods replica r assumed whose binding has not finished
+-- hash tag puts them all in one Redis Cluster slot). The source is SCHEMA in
+-- schedcache/keys.py; tests/test_key_schema.py keeps this list in step with it.
+--   pod:<uid>              string "<state> <node> <finished> <deadline> <gen> <claimer>
+--                                 <contribution>\n<blob>": state assumed|added, finished 0|1
+--                                 (binding done), deadline in ms or "-", gen = the generation
+--                                 that placed it (orders a node's pods), claimer = the replica
+--                                 that assumed it while its binding is unfinished, else "-",
+--                                 contribution = "<field> <amount> ..." exactly as added to
+--                                 the node (removal subtracts it), blob = the msgpack Pod,
+--                                 never decoded here
+--   node:<name>            hash   exists (1 live node, 0 ghost or placeholder), gen, zone,
+--                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
+--                                 non-zero requested minus requested, aff, anti,
+--                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts.
+--                                 A field that drops to 0 is deleted.
+--   nodepods:<name>        set    uids of the pods on the node (its size is the pod count)
+--   nodeimgs:<name>        set    image names the live node reports
+--   imgnodes:<image>       set    live nodes that report the image
+--   images                 hash   image name -> size in bytes (the first size reported wins)
+--   imagegen               zset   image name -> generation of the last change of its node
+--                                 count
+--   treezones              zset   zone keys of live nodes, in first-insertion order (scored
+--                                 by gen)
+--   treezone:<zone>        zset   live nodes of the zone, in insertion order (scored by gen)
+--   treegen                string generation of the last change of the tree's membership
+--   treecursor             hash   sc_tree_next's cursor: zi (zone index), z:<zone> (index in
+--                                 zone)
+--   nodes                  set    every node entry: live, ghost and placeholder
+--   pods                   set    every pod uid in the cache
+--   assumed                set    uids of assumed pods
+--   deadlines              zset   uid -> expiry deadline (ms) of assumed pods whose binding
+--                                 finished
+--   gen                    string the cache's generation counter (INCR)
+--   incarnation            string "<seconds>.<micros>" (server TIME) written when `gen` is
+--                                 created: snapshots of another incarnation are rebuilt
+--   quarantine             zset   uid -> time (ms): deadline entries of corrupt pod records,
+--                                 moved aside by sc_cleanup_assumed_pods
+--   nodegen                zset   node name -> generation of its last change (removed names
+--                                 stay as tombstones, so snapshot consumers learn about
+--                                 removals)
+--   events                 stream the history: type, v, replica, uid/node, gen, data, extras
+--   cmd:<id>               string the reply of an applied command, for answering a retry
+--                                 (expires)
+--   replicas               set    replicas that hold (or held) a lease
+--   lease:<replica>        string the replica's lease, kept alive by its heartbeat (expires)
+--   replicapods:<replica>  set    pods the replica assumed whose binding has not finished
+--   version:pod:<uid>    string the newest resourceVersion a feeder applied to the pod; after a
+--                           delete, a tombstone that expires (_versions.lua)
+--   version:node:<name>  string the same for a node
+--   sync             hash   feeders' progress per resource: <resource>:rv, :at (ms), :by
+--   checkpoint             hash   the stored checkpoint (written by Python, not here)
+--   checkpoint:<id>:<token>:<n>
+--                          string chunk n of a checkpoint, msgpack (Python)
+--   checkpoint:parts       hash   chunk prefix -> chunk count of every checkpoint (Python)
+--   compacted              string the first stream id still replayable (Python)
+--   retention              string the retention worker's lease (Python)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions
 -- before its first write, so an error reply means nothing was written.
 
-local SCHEMA_VERSION = '1'
+-- SCHEMA_VERSION (the events' `v`) is defined by the loader, ahead of this file.
 
 -- name -> command function; filled in by _register.lua, read by sc_batch.
 local COMMANDS = {}

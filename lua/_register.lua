@@ -9,10 +9,10 @@
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
-                'batch', 'tree_next', 'forget_lapsed' }
+                'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
-                    forget_lapsed }
+                    forget_lapsed, sync_pod, sync_node }
 
 -- The function Redis calls: checks the prefix, answers a repeated command id, runs the
 -- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations

@@ -5,14 +5,16 @@ applies and appends an event to a stream, so the history can be replayed and aud
 """
 
 from schedcache import errors
-from schedcache.batch import BatchFailed, BatchResult, CommandBatch
 from schedcache.cache import Cache, Dump
-from schedcache.connection import connect
-from schedcache.events import Event
-from schedcache.models import Node, Pod, Resource, load_k8s_file, objects_from_k8s
-from schedcache.nodeinfo import ImageStateSummary, NodeInfo
-from schedcache.selectors import parse_selector
-from schedcache.snapshot import Snapshot, SnapshotUpdate
+from schedcache.errors import BatchFailed
+from schedcache.model.manifests import load_k8s_file, objects_from_k8s
+from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
+from schedcache.model.selectors import parse_selector
+from schedcache.model.values import Node, Pod, Resource
+from schedcache.store.batch import BatchResult, CommandBatch
+from schedcache.store.connection import connect
+from schedcache.store.events import Event
+from schedcache.views.snapshot import Snapshot, SnapshotUpdate
 
 __all__ = [
     "BatchFailed",

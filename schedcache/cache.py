@@ -9,112 +9,47 @@ where they differ on purpose, the README's table says how.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-import fakeredis
-import redis
-
-from schedcache import checkpoints, commands, metrics
-from schedcache.commands import Command, pod_subject
-from schedcache.errors import (
-    CacheError,
-    FitConflict,
-    NodeNotFound,
-    NotReplicated,
-    PodNotFound,
-    RetriesExhausted,
-    ValidationError,
+from schedcache.errors import FitConflict, NodeNotFound, PodNotFound, ValidationError
+from schedcache.history import checkpoints
+from schedcache.history.replay import ReplayState
+from schedcache.history.verify import Difference, compare, invariants
+from schedcache.model.nodeinfo import Dump, NodeInfo
+from schedcache.model.selectors import parse_selector
+from schedcache.model.values import Node, Pod
+from schedcache.ops.leases import Lease
+from schedcache.store import commands, metrics
+from schedcache.store.batch import CommandBatch
+from schedcache.store.commands import Command, pod_subject
+from schedcache.store.events import Event, decode_entry
+from schedcache.store.fetch import (
+    fetch_node_infos,
+    fetch_pods,
+    gc_paused,
+    read_dump,
+    read_generation,
+    read_stream_length,
 )
-from schedcache.events import Event, decode_entry
-from schedcache.fetch import fetch_node_infos, fetch_pods, gc_paused
-from schedcache.keys import Keys
-from schedcache.leases import Lease
-from schedcache.library import ensure_loaded, is_missing_function
-from schedcache.models import Node, Pod
-from schedcache.nodeinfo import NodeInfo
-from schedcache.nodetree import NodeTree
-from schedcache.records import PodRecord, parse_pod_record
-from schedcache.replay import ReplayState
-from schedcache.replies import translate
-from schedcache.retry import (
-    DEFAULT_RETRY,
-    RETRYABLE,
-    TOPOLOGY_CHANGED,
-    RetryPolicy,
-    too_late_to_resend,
-)
-from schedcache.routing import SlotRoute
-from schedcache.selectors import parse_selector
-from schedcache.snapshot import Snapshot, SnapshotUpdate, update_snapshot
-from schedcache.verify import Difference, compare, invariants
+from schedcache.store.keys import Keys
+from schedcache.store.records import PodRecord, parse_pod_record
+from schedcache.store.responses import as_bytes, stream_entries
+from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
+from schedcache.store.store import Client, Store, log_skipped
+from schedcache.views.nodetree import NodeTree
+from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_snapshot
 
-if TYPE_CHECKING:
-    from schedcache.batch import CommandBatch
+__all__ = ["Cache", "Dump"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # Pods expired per sc_cleanup_assumed_pods call: bounds how long one call holds Redis.
 EXPIRE_BATCH = 500
 
 
-def log_skipped(cache: str, action: str, uids: list[bytes]) -> None:
-    """Pods whose stored record is corrupt are skipped by the expiry and lease sweeps (so the
-    rest goes on) and said here; their uids name the keys to inspect (``pod:<uid>``)."""
-    if uids:
-        metrics.SKIPPED_CORRUPT.labels(cache=cache).inc(len(uids))
-        log.error(
-            "cache %s: could not %s %d pods with a corrupt record: %s",
-            cache,
-            action,
-            len(uids),
-            ", ".join(repr(uid.decode(errors="replace")) for uid in uids[:20]),
-        )
-
-
-@dataclass
-class Dump:
-    """Everything in the cache, for debugging: ``Cache.dump()``."""
-
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
-    assumed_pods: set[str] = field(default_factory=set)
-    generation: int = 0
-    # replay(): the last event folded in (None for the live dump); not part of the state
-    last_id: str | None = field(default=None, compare=False)
-
-
-# Words the Lua side stores in a replica's place: "-" is the pod record's "no claimer".
-RESERVED_REPLICAS = frozenset({"-"})
-MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
-
-
-def replica_name(replica: object, subject: str) -> str:
-    """``replica`` checked: "" (anonymous, no lease) or a word the pod record, the event stream
-    and the key ``lease:<replica>`` hold unambiguously. ``-`` is refused: it is the record's
-    "no claimer" marker, so a replica of that name would lose its lease protection."""
-    if not isinstance(replica, str):
-        raise ValidationError(subject, "replica", f"{replica!r} is not a string")
-    if replica in RESERVED_REPLICAS:
-        raise ValidationError(
-            subject, "replica", f"{replica!r} is reserved (the pod record's no-claimer marker)"
-        )
-    # Not printable: control characters, and lone surrogates (which UTF-8 cannot encode).
-    if replica and (not replica.isprintable() or replica.split() != [replica]):
-        raise ValidationError(
-            subject, "replica", f"{replica!r} must be printable, without whitespace"
-        )
-    if len(replica) > MAX_REPLICA_LENGTH:
-        raise ValidationError(
-            subject, "replica", f"{len(replica)} characters, over {MAX_REPLICA_LENGTH}"
-        )
-    return replica
-
-
 class Cache:
-    """One named cache on a Redis server.
+    """One named cache on a Redis server: the kube-style facade over its :class:`Store`.
 
     ``ttl`` (seconds) is how long an assumed pod whose binding finished may wait for its
     confirming ``add_pod`` before it expires; 0 means never (kube-scheduler's setting since
@@ -134,7 +69,7 @@ class Cache:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         name: str = "default",
         *,
         ttl: float = 30.0,
@@ -144,144 +79,40 @@ class Cache:
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
     ) -> None:
-        self.keys = Keys(name)
-        subject = f"cache {name}"
+        subject = f"cache {Keys(name).name}"
         self.ttl = commands.seconds(ttl, subject=subject, field="ttl", maximum=commands.MAX_TTL)
         lease_ttl = commands.seconds(
             lease_ttl, subject=subject, field="lease_ttl", maximum=commands.MAX_TTL
         )
-        self.client = client
-        self.name = name
-        self.replica = replica_name(replica, subject)
-        self.lease = Lease(self, lease_ttl) if replica and lease_ttl > 0 else None
-        if not isinstance(retry, RetryPolicy):
-            raise ValidationError(subject, "retry", f"expected a RetryPolicy, got {retry!r}")
-        self.retry = retry
-        if type(wait_replicas) is not int or wait_replicas < 0:
-            raise ValidationError(subject, "wait_replicas", f"{wait_replicas!r} must be >= 0")
-        self.wait_replicas = wait_replicas
-        wait_timeout = commands.seconds(
-            wait_timeout, subject=subject, field="wait_timeout", maximum=commands.MAX_TIMEOUT
+        self.store = Store(
+            client,
+            name,
+            replica=replica,
+            retry=retry,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
         )
-        self.wait_timeout_ms = str(round(wait_timeout * 1000))
-        if wait_replicas and int(self.wait_timeout_ms) < 1:  # WAIT n 0 blocks for ever
-            raise ValidationError(
-                f"cache {name}", "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
-            )
-        if wait_replicas and isinstance(client, fakeredis.FakeRedis):
-            raise ValidationError(
-                f"cache {name}",
-                "wait_replicas",
-                "the embedded fakeredis has no replicas (and no WAIT): use 0, or a real Redis",
-            )
-        self.route = SlotRoute(client, self.keys.prefix)
-        ensure_loaded(self.route.get())
+        self.lease = Lease(self.store, lease_ttl) if replica and lease_ttl > 0 else None
+        # For callers and inspection (key names: docs/storage.md); commands go through the store.
+        self.name: str = self.store.name
+        self.keys: Keys = self.store.keys
+        self.client: Client = self.store.client
+        self.replica: str = self.store.replica
 
     # -- running commands ---------------------------------------------------------------
 
     def run(self, command: Command) -> Any:
-        """Run one command; raise the matching :class:`CacheError` if it is rejected.
+        """Run one command (``schedcache.store.commands``); raise the matching :class:`CacheError`
+        if it is rejected.
 
         Running the same command again settles it after :class:`RetriesExhausted`, but only
         while Redis surely remembers its id: a command made longer ago than
         ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
-        late = too_late_to_resend(command.created)
-        if late is not None:
-            raise ValidationError(command.subject, f"sc_{command.name} command id", late)
-        try:
-            reply = self._fcall_retrying(command)
-        except redis.ResponseError as error:
-            translated = self._translate(command, error)
-            if isinstance(translated, CacheError):
-                metrics.count_command(command.name, applied=False)
-            raise translated from None
-        metrics.count_command(command.name, applied=True)
-        return reply
-
-    def _fcall_retrying(self, command: Command) -> Any:
-        """Send again after a connection error, with the same command id: if the first call
-        ran and only its reply was lost, Redis answers with that first outcome. (A plain loop:
-        this is the hot path, and tenacity's bookkeeping cost a quarter of a call.)"""
-        delays = self.retry.delays()
-        attempts, started = 0, time.monotonic()
-        while True:
-            attempts += 1
-            try:
-                return self._fcall_reloading(command)
-            except RETRYABLE as error:
-                delay = next(delays, None)
-                if delay is None:
-                    raise RetriesExhausted(
-                        f"sc_{command.name} {command.subject} (command id {command.id}): no "
-                        f"answer from Redis after {attempts} attempts in "
-                        f"{time.monotonic() - started:.1f} s ({type(error).__name__}: {error}); "
-                        "it may or may not have been applied: run the same command again to "
-                        "settle it exactly once"
-                    ) from error
-                log.warning("sc_%s: %s; sending again", command.name, error)
-                if isinstance(error, TOPOLOGY_CHANGED):
-                    self.route.refresh()
-                time.sleep(delay)
-
-    def _fcall_reloading(self, command: Command) -> Any:
-        try:
-            return self._fcall(command)
-        except redis.ResponseError as error:
-            if not is_missing_function(error):
-                raise
-        # The server lost the library (restarted without persistence, or flushed): reload.
-        log.warning("schedcache functions missing on the server; loading them again")
-        ensure_loaded(self.route.get())
-        return self._fcall(command)
-
-    def read(self, call: Callable[[], T]) -> T:
-        """Run a read that uses the library's read functions, reloading the library once if the
-        server lost it; a corrupt key it meets raises :class:`CorruptRecord`."""
-        try:
-            return call()
-        except redis.ResponseError as error:
-            if not is_missing_function(error):
-                raise translate("read", f"cache {self.name}", error) from None
-        ensure_loaded(self.route.get())
-        try:
-            return call()
-        except redis.ResponseError as error:
-            raise translate("read", f"cache {self.name}", error) from None
-
-    def _fcall(self, command: Command) -> Any:
-        server = self.route.get()
-        args = (self.keys.prefix, self.replica, command.id, *command.args)
-        if not self.wait_replicas:
-            return server.fcall(f"sc_{command.name}", 1, *args)
-        pipe = server.pipeline(transaction=False)
-        pipe.fcall(f"sc_{command.name}", 1, *args)
-        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        reply, replicas = pipe.execute(raise_on_error=False)
-        if isinstance(reply, Exception):
-            raise reply
-        self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
-        return reply
-
-    def check_replicated(self, replicas: Any, what: str, reply: Any = None) -> None:
-        """Raise :class:`NotReplicated` if ``WAIT`` answered fewer than ``wait_replicas``."""
-        if isinstance(replicas, Exception):
-            raise replicas
-        if int(replicas) < self.wait_replicas:
-            raise NotReplicated(
-                f"{what}: applied on the primary, but only {int(replicas)} of "
-                f"{self.wait_replicas} replicas confirmed it within {self.wait_timeout_ms} ms",
-                reply,
-            )
-
-    @staticmethod
-    def _translate(command: Command, error: redis.ResponseError) -> Exception:
-        return translate(command.name, command.subject, error)
+        return self.store.run(command)
 
     def batch(self, chunk_size: int = 200) -> CommandBatch:
         """Collect commands and apply them with few round trips (informer ingest);
         ``chunk_size`` commands per ``sc_batch`` call."""
-        from schedcache.batch import CommandBatch
-
         return CommandBatch(self, chunk_size=chunk_size)
 
     # -- pods -------------------------------------------------------------------------
@@ -370,7 +201,7 @@ class Cache:
         raw = self.client.get(self.keys.pod(uid))
         if raw is None:
             raise PodNotFound(f"{subject} does not exist in the cache")
-        return parse_pod_record(raw, self.keys.pod(uid))
+        return parse_pod_record(as_bytes(raw), self.keys.pod(uid))
 
     def is_assumed_pod(self, pod: Pod | str) -> bool:
         uid, _ = self._pod_ref(pod)
@@ -405,7 +236,7 @@ class Cache:
         """Pods matching ``selector`` for which ``predicate(pod)`` is true."""
         match = parse_selector(selector)
         uids = sorted(uid.decode() for uid in self.client.sscan_iter(self.keys.pods, count=1000))
-        pods = [record.pod for record in fetch_pods(self.client, self.keys, uids).values()]
+        pods = [record.pod for record in fetch_pods(self.store, uids).values()]
         return [pod for pod in pods if match.matches(pod.labels) and predicate(pod)]
 
     # -- nodes ------------------------------------------------------------------------
@@ -428,32 +259,27 @@ class Cache:
 
     def get_node_info(self, name: str) -> NodeInfo:
         """One node's ``NodeInfo``; raises :class:`NodeNotFound` when there is no entry."""
-        info = self.read(lambda: fetch_node_infos(self.client, self.keys, [name])).get(name)
+        info = fetch_node_infos(self.store, [name]).get(name)
         if info is None:
             raise NodeNotFound(f"node {name} is not in the cache")
         return info
 
     def update_snapshot(self, snap: Snapshot) -> SnapshotUpdate:
         """Bring ``snap`` up to the cache's generation, fetching only the nodes that changed."""
-        return update_snapshot(self, snap)
+        return update_snapshot(self.store, snap)
 
     def node_tree(self) -> NodeTree:
         """The zone-grouped tree of live nodes (``list()``, ``next()``, ``zones()``)."""
-        return NodeTree(self)
+        return NodeTree(self.store)
 
     # -- everything -------------------------------------------------------------------
 
     def generation(self) -> int:
-        return int(self.client.get(self.keys.generation) or 0)
+        return read_generation(self.store)
 
     def dump(self) -> Dump:
         """Every node entry (ghosts included) with its pods, and the assumed set."""
-        names = sorted(name.decode() for name in self.client.smembers(self.keys.nodes))
-        return Dump(
-            nodes=self.read(lambda: fetch_node_infos(self.client, self.keys, names)),
-            assumed_pods={uid.decode() for uid in self.client.smembers(self.keys.assumed)},
-            generation=self.generation(),
-        )
+        return read_dump(self.store)
 
     def events(
         self, start: str | None = None, end: str | None = None, count: int = 1000
@@ -462,12 +288,43 @@ class Cache:
         low = start or "-"
         high = end or "+"
         while True:
-            entries = self.client.xrange(self.keys.events, low, high, count=count)
+            entries = stream_entries(self.client.xrange(self.keys.events, low, high, count=count))
             for entry_id, raw in entries:
                 yield decode_entry(entry_id, raw)
             if len(entries) < count:
                 return
             low = "(" + entries[-1][0].decode()
+
+    def last_events(self, count: int) -> list[Event]:
+        """The newest ``count`` events, oldest first."""
+        entries = stream_entries(self.client.xrevrange(self.keys.events, count=count))
+        return [decode_entry(entry_id, raw) for entry_id, raw in reversed(entries)]
+
+    def wait_for_events(
+        self, after: str = "$", timeout: float = 1.0, count: int = 500
+    ) -> list[Event]:
+        """Up to ``count`` events after the id ``after`` (``"$"``: only events newer than the
+        call), waiting up to ``timeout`` seconds for the first; [] when none came."""
+        block = max(1, round(timeout * 1000))
+        reply = self.client.xread({self.keys.events: after}, block=block, count=count)
+        streams: list[Any] = list(reply or [])  # RESP2: [[stream, entries]]
+        return [
+            decode_entry(entry_id, raw)
+            for _, entries in streams
+            for entry_id, raw in stream_entries(entries)
+        ]
+
+    def has_node(self, name: str) -> bool:
+        """Whether the cache holds an entry for node ``name`` (live, ghost or placeholder)."""
+        return bool(self.client.sismember(self.keys.nodes, name))
+
+    def is_empty(self) -> bool:
+        """Whether no key of the cache exists: its main keys first (one round trip), then a
+        SCAN for any other (leases, remembered command ids, checkpoint chunks)."""
+        keys = self.keys
+        if self.client.exists(keys.events, keys.nodes, keys.pods, keys.generation):
+            return False
+        return next(iter(self.client.scan_iter(match=keys.pattern, count=1000)), None) is None
 
     def history(self, pod: Pod | str) -> list[Event]:
         """The events of one pod (by uid), across nodes, in stream order."""
@@ -496,24 +353,24 @@ class Cache:
     ) -> ReplayState:
         """The fold itself (checkpoints and verify work on it)."""
         with gc_paused():  # folding creates many objects and no cycles
-            return checkpoints.replay(self, until, progress)
+            return checkpoints.replay(self.store, until, progress)
 
     def checkpoint(self) -> str:
         """Store the folded state at the stream's last event; returns that event's id."""
-        return checkpoints.write_checkpoint(self, self._replay())
+        return checkpoints.write_checkpoint(self.store, self._replay())
 
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
         replay = checkpoint + tail. Returns how many events were removed."""
-        return checkpoints.compact(self, keep)
+        return checkpoints.compact(self.store, keep)
 
     def verify(self) -> list[Difference]:
         """Differences between the replayed stream and the live keys, and broken invariants;
         empty when the cache is consistent."""
-        return compare(self._replay(), self) + invariants(self)
+        return compare(self._replay(), self.store) + invariants(self.store)
 
     def stream_length(self) -> int:
-        return int(self.client.xlen(self.keys.events))
+        return read_stream_length(self.store)
 
     def clear(self) -> int:
         """Delete every key of this cache (tests, demos). Returns how many were deleted.

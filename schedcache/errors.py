@@ -11,6 +11,7 @@ at a log line with no other context.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -112,9 +113,9 @@ class RetriesExhausted(CacheError, RedisConnectionError):
     commands, to pass to ``cache.batch().settle()`` for the same effect.
     """
 
-    def __init__(self, message: str, unsettled: list[list[Any]] | None = None) -> None:
+    def __init__(self, message: str, unsettled: Sequence[Sequence[Any]] | None = None) -> None:
         super().__init__(message)
-        self.unsettled = list(unsettled or [])
+        self.unsettled: list[Any] = list(unsettled or [])  # the groups as sent (SentGroup)
 
 
 class NotReplicated(CacheError):
@@ -125,3 +126,23 @@ class NotReplicated(CacheError):
     def __init__(self, message: str, reply: object = None) -> None:
         super().__init__(message)
         self.reply = reply
+
+
+class HistoryCompacted(CacheError):
+    """The stream before this point was trimmed away by ``compact()``."""
+
+
+class BatchFailed(CacheError):
+    """Whole ``sc_batch`` calls failed (a Redis error, not a rejected command). ``results`` has
+    the outcome (a ``BatchResult``) of every command that ran; ``failures`` the failed groups
+    of commands with their errors. A group that ran but was not confirmed by enough replicas
+    (:class:`NotReplicated`) is in both. A Lua runtime error may have applied part of its
+    group: ``verify()`` tells."""
+
+    def __init__(self, results: list[Any], failures: list[tuple[list[Any], Exception]]) -> None:
+        count = sum(len(group) for group, _ in failures)
+        super().__init__(
+            f"{len(failures)} batch call(s) of {count} commands failed: {failures[0][1]}"
+        )
+        self.results = results
+        self.failures = failures

@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from schedcache import Cache
-from schedcache.connection import connect, embedded_client
+from schedcache.store.connection import connect, embedded_client
 from tests.servers import (
     DEFAULT_TEST_REDIS_URL,
     INSTALL_HINT,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import redis
 
 from schedcache import Cache
-from schedcache.batch import BatchFailed
 from schedcache.errors import CacheError, NotReplicated
+from schedcache.store.batch import BatchFailed
 from tests.factories import make_node, make_pod
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schedcache import Cache
-from schedcache.demo import run_demo
+from schedcache.sim.demo import run_demo
 from tests.factories import make_node, make_pod
 
 
@@ -84,8 +84,8 @@ def test_cli_verify_replay_and_history(client, cache_name, monkeypatch):
 
     from click.testing import CliRunner
 
-    from schedcache import cli as cli_module
-    from schedcache.cli import main
+    from schedcache.cli import app as cli_module
+    from schedcache.cli.app import main
 
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     cache = Cache(client, cache_name)
@@ -111,8 +111,8 @@ def test_cli_verify_replay_and_history(client, cache_name, monkeypatch):
 def test_cli_diff_between_two_events(client, cache_name, monkeypatch):
     from click.testing import CliRunner
 
-    from schedcache import cli as cli_module
-    from schedcache.cli import main
+    from schedcache.cli import app as cli_module
+    from schedcache.cli.app import main
 
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     cache = Cache(client, cache_name)

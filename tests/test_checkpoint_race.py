@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from schedcache import Cache, checkpoints
-from schedcache.checkpoints import HistoryCompacted, write_checkpoint
-from schedcache.replay import ReplayState
+from schedcache import Cache
+from schedcache.history import checkpoints
+from schedcache.history.checkpoints import HistoryCompacted, write_checkpoint
+from schedcache.history.replay import ReplayState
 from tests.conftest import REAL_REDIS_URL, real_client
 from tests.factories import keyspace, make_node, make_pod
 
@@ -57,14 +58,14 @@ def assert_consistent(cache: Cache, checkpoint_id: str) -> None:
 def test_an_old_replay_written_after_checkpoint_and_compact_is_refused(cache):
     """The one-process reproducer: the fold of the slow writer predates the compaction."""
     populate(cache, 20)
-    slow = checkpoints.replay(cache)
+    slow = checkpoints.replay(cache.store)
     cache.remove_pod(make_pod("p0", "n1"))
     cache.add_pod(make_pod("late", "n2", "5m", "1Mi"))
     good = cache.checkpoint()
     cache.compact()
     before = keyspace(cache.client, cache.keys.pattern)
     with pytest.raises(HistoryCompacted, match="compacted up to"):
-        write_checkpoint(cache, slow)
+        write_checkpoint(cache.store, slow)
     assert keyspace(cache.client, cache.keys.pattern) == before  # refused before any write
     assert_consistent(cache, good)
 
@@ -74,15 +75,15 @@ def test_an_older_state_never_overwrites_a_newer_checkpoint(cache):
     dropped, the newer checkpoint stays and is what ``write_checkpoint`` answers."""
     populate(cache, 20)
     cache.checkpoint()
-    slow = checkpoints.replay(cache)  # checkpoint + tail
+    slow = checkpoints.replay(cache.store)  # checkpoint + tail
     cache.remove_pod(make_pod("p1", "n2"))
     good = cache.checkpoint()
     before = keyspace(cache.client, cache.keys.pattern)
-    assert write_checkpoint(cache, slow) == good
+    assert write_checkpoint(cache.store, slow) == good
     assert keyspace(cache.client, cache.keys.pattern) == before
     assert_consistent(cache, good)
     cache.compact(keep=1000)  # marker at the stream's first event: before slow's base
-    assert write_checkpoint(cache, slow) == good
+    assert write_checkpoint(cache.store, slow) == good
     assert_consistent(cache, good)
 
 
@@ -95,9 +96,9 @@ def test_a_checkpoint_or_compaction_during_the_chunk_writes_is_caught_at_the_swi
     slow = make_cache(replica="slow")
     fast = make_cache(replica="fast")
     populate(fast, 30)
-    state = checkpoints.replay(slow)
+    state = checkpoints.replay(slow.store)
     fast.remove_pod(make_pod("p5", "n2"))
-    server = slow.route.get()
+    server = slow.store.server()
     set_ = server.set
     newer: list[str] = []
 
@@ -112,9 +113,9 @@ def test_a_checkpoint_or_compaction_during_the_chunk_writes_is_caught_at_the_swi
     monkeypatch.setattr(server, "set", set_then_race)
     if compact:
         with pytest.raises(HistoryCompacted):
-            write_checkpoint(slow, state)
+            write_checkpoint(slow.store, state)
     else:
-        assert write_checkpoint(slow, state) == newer[0]
+        assert write_checkpoint(slow.store, state) == newer[0]
     monkeypatch.undo()
     assert_consistent(fast, newer[0])
 
@@ -191,7 +192,7 @@ def test_a_replay_paused_mid_paging_raises_history_compacted(make_cache, monkeyp
             first = fast.checkpoint()
             populate(fast, 300, start=1000)
         pause = Pause(monkeypatch, after=120)
-        steps = pause.run(lambda: checkpoints.replay(slow))
+        steps = pause.run(lambda: checkpoints.replay(slow.store))
         next(steps)
         fast.remove_pod(make_pod(f"p{gone}", f"n{1 + gone}"))
         good = fast.checkpoint()
@@ -201,7 +202,7 @@ def test_a_replay_paused_mid_paging_raises_history_compacted(make_cache, monkeyp
         assert_consistent(fast, good)
         if base == "checkpoint":
             assert first != good
-    assert checkpoints.replay(slow).node_infos() == slow.dump().nodes
+    assert checkpoints.replay(slow.store).node_infos() == slow.dump().nodes
 
 
 def test_a_paused_replay_that_read_everything_before_the_trim_succeeds(make_cache, monkeypatch):
@@ -215,7 +216,7 @@ def test_a_paused_replay_that_read_everything_before_the_trim_succeeds(make_cach
     populate(fast, 100, start=1000)
     before = fast.dump().nodes
     pause = Pause(monkeypatch, after=1)
-    steps = pause.run(lambda: checkpoints.replay(slow))
+    steps = pause.run(lambda: checkpoints.replay(slow.store))
     next(steps)
     assert fast.compact() == 101  # the history before the checkpoint the replay started from
     outcome = next(steps)
@@ -231,7 +232,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(make_cache, monkey
     populate(writer, 40)
     writer.checkpoint()
     writer.remove_pod(make_pod("p3", "n2"))
-    server = reader.route.get()
+    server = reader.store.server()
     get = server.get
     replaced: list[str] = []
 
@@ -243,7 +244,7 @@ def test_a_checkpoint_replaced_while_it_is_read_is_read_again(make_cache, monkey
         return value
 
     monkeypatch.setattr(server, "get", get_then_replace)
-    state = checkpoints.read_checkpoint(reader)
+    state = checkpoints.read_checkpoint(reader.store)
     assert state is not None and replaced and state.last_id == replaced[0]
     monkeypatch.undo()
     assert_consistent(writer, replaced[0])
@@ -255,7 +256,7 @@ def test_missing_chunk_of_the_current_checkpoint_is_corrupt(cache):
     prefix = cache.client.hget(f"{cache.keys.prefix}checkpoint", "prefix").decode()
     cache.client.delete(f"{prefix}0")
     with pytest.raises(Exception, match=r"checkpoint chunk .*:0: missing"):
-        checkpoints.read_checkpoint(cache)
+        checkpoints.read_checkpoint(cache.store)
 
 
 def test_chunks_left_by_a_crashed_writer_are_swept_by_the_next_checkpoint(cache):
@@ -278,10 +279,10 @@ def test_compact_never_moves_the_history_start_back(cache):
     populate(cache, 10)
     cache.checkpoint()
     cache.compact()
-    start = checkpoints.history_start(cache)
+    start = checkpoints.history_start(cache.store)
     length = cache.stream_length()
     assert cache.compact(keep=100) == 0
-    assert checkpoints.history_start(cache) == start and cache.stream_length() == length
+    assert checkpoints.history_start(cache.store) == start and cache.stream_length() == length
     assert cache.verify() == []
 
 
@@ -295,7 +296,7 @@ def test_two_processes_sigstop_during_checkpoint(cache_name):
         script = (
             "import os, signal, sys, redis\n"
             "from schedcache import Cache\n"
-            "from schedcache.replay import ReplayState\n"
+            "from schedcache.history.replay import ReplayState\n"
             "apply, seen = ReplayState.apply, [0]\n"
             "def slow(state, event):\n"
             "    seen[0] += 1\n"

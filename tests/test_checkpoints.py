@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from schedcache import Cache
-from schedcache.checkpoints import CHUNK, HistoryCompacted
-from schedcache.demo import run_demo
+from schedcache.history.checkpoints import CHUNK, HistoryCompacted
+from schedcache.sim.demo import run_demo
 from tests.factories import make_node, make_pod
 
 

@@ -12,7 +12,7 @@ import redis
 
 from schedcache import Cache, Snapshot
 from schedcache.errors import FitConflict, ValidationError
-from schedcache.metrics import FIT_CONFLICTS
+from schedcache.store.metrics import FIT_CONFLICTS
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import keyspace, make_node, make_pod, port
 

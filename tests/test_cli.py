@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
-from schedcache import cli as cli_module
-from schedcache.cli import hoist_global_options, main
-from schedcache.connection import ENV_URL
-from schedcache.demo import run_demo
-from schedcache.library import command_names
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import hoist_global_options, main
+from schedcache.sim.demo import run_demo
+from schedcache.store.connection import ENV_URL
+from schedcache.store.library import command_names
 from tests.conftest import backend_url
 from tests.factories import make_node, node_manifest
 
@@ -222,7 +222,7 @@ def test_retry_for_zero_turns_retries_off(backend, cli):
         patch.setattr(cli_module.Settings, "cache", recording)
         result = cli("--retry-for", "0", "--timeout", "3", "stats")
     assert result.exit_code == 0, result.output
-    assert seen[0].retry.attempts == 0
+    assert seen[0].store.retry.attempts == 0
 
 
 def test_global_options_work_after_the_subcommand(backend, client, cache_name, request, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from schedcache.cli import main
+from schedcache.cli.app import main
 from tests.conftest import backend_url
 from tests.factories import make_node, make_pod
 

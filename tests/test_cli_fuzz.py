@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcache import Cache
-from schedcache import cli as cli_module
-from schedcache.cli import main
-from schedcache.connection import ENV_URL
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
+from schedcache.store.connection import ENV_URL
 from tests.conftest import backend_url
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from schedcache import Cache, Node
-from schedcache import cli as cli_module
-from schedcache.cli import main
-from schedcache.logs import JsonFormatter, KeyValueFormatter
-from schedcache.metrics import CacheCollector
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
+from schedcache.ops.logs import JsonFormatter, KeyValueFormatter
+from schedcache.store.metrics import CacheCollector
 from tests.factories import make_node, make_pod, node_manifest
 
 
@@ -153,7 +153,7 @@ def test_cache_sizes_are_read_at_scrape_time(cache):
 
 
 def test_command_counters_count_applied_and_rejected(cache):
-    from schedcache.metrics import COMMANDS
+    from schedcache.store.metrics import COMMANDS
 
     applied = COMMANDS.labels("add_node", "applied")._value.get()
     rejected = COMMANDS.labels("remove_node", "rejected")._value.get()
@@ -166,11 +166,16 @@ def test_command_counters_count_applied_and_rejected(cache):
 
 def test_log_formats():
     record = logging.makeLogRecord(
-        {"name": "schedcache.expiry", "levelname": "INFO", "msg": "expired %d pods", "args": (3,)}
+        {
+            "name": "schedcache.ops.expiry",
+            "levelname": "INFO",
+            "msg": "expired %d pods",
+            "args": (3,),
+        }
     )
     record.cache = "prod a"
     line = KeyValueFormatter().format(record)
-    assert 'level=info logger=schedcache.expiry msg="expired 3 pods" cache="prod a"' in line
+    assert 'level=info logger=schedcache.ops.expiry msg="expired 3 pods" cache="prod a"' in line
     assert json.loads(JsonFormatter().format(record))["msg"] == "expired 3 pods"
 
 

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
-from schedcache import cli as cli_module
-from schedcache.cli import main
-from schedcache.cli_render import node_status, one_line, printable
-from schedcache.connection import ENV_URL
-from schedcache.models import Node, Resource
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
+from schedcache.cli.render import node_status, one_line, printable
+from schedcache.model.values import Node, Resource
+from schedcache.store.connection import ENV_URL
 from tests.conftest import backend_url
 from tests.factories import make_node, make_pod
 

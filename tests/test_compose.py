@@ -21,7 +21,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
-from schedcache.cli import main
+from schedcache.cli.app import main
 from tests.conftest import REAL_REDIS_URL, real_client
 
 ROOT = Path(__file__).resolve().parent.parent

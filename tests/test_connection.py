@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from schedcache import connect
-from schedcache.connection import ENV_URL, ConnectionFailed, describe
+from schedcache.store.connection import ENV_URL, ConnectionFailed, describe
 from tests.conftest import REAL_REDIS_URL
 
 

@@ -13,8 +13,9 @@ from functools import partial
 
 import pytest
 
-from schedcache import Cache, Snapshot, commands
+from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, CorruptRecord
+from schedcache.store import commands
 from tests.factories import keyspace, make_node, make_pod
 
 
@@ -209,5 +210,7 @@ def test_a_replica_named_like_the_no_claimer_marker_is_refused_by_the_functions(
     before = keyspace(cache.client, cache.keys.pattern)
     for replica in ("-", "a b"):
         with pytest.raises(Exception, match="BADARG replica"):
-            cache.route.get().fcall("sc_assume_pod", 1, cache.keys.prefix, replica, "", *pod.args)
+            cache.store.server().fcall(
+                "sc_assume_pod", 1, cache.keys.prefix, replica, "", *pod.args
+            )
     assert keyspace(cache.client, cache.keys.pattern) == before

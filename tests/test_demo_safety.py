@@ -17,7 +17,7 @@ import redis
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
-from schedcache.cli import main
+from schedcache.cli.app import main
 from tests.factories import make_node, make_pod
 from tests.servers import Server, server_url, start_test_redis
 

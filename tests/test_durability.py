@@ -29,8 +29,8 @@ from pathlib import Path
 import redis
 
 from schedcache import Cache
-from schedcache.expiry import ExpiryWorker
-from schedcache.retry import RetryPolicy
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.retry import RetryPolicy
 from tests.factories import make_node, make_pod
 from tests.load import Load, add_nodes, applied_twice
 from tests.servers import Server, free_port, wait_until

@@ -8,8 +8,9 @@ from urllib.parse import urlparse
 import pytest
 import redis
 
-from schedcache import Cache, commands
+from schedcache import Cache
 from schedcache.errors import PodAlreadyExists
+from schedcache.store import commands
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import keyspace, make_node, make_pod
 from tests.tcp_proxy import DroppingProxy

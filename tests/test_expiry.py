@@ -17,7 +17,7 @@ from collections import Counter
 import redis
 
 from schedcache import Cache
-from schedcache.expiry import ExpiryWorker
+from schedcache.ops.expiry import ExpiryWorker
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import make_pod
 

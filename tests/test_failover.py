@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from schedcache import Cache, connect
-from schedcache.batch import BatchFailed
 from schedcache.errors import NotReplicated
-from schedcache.expiry import ExpiryWorker
-from schedcache.retry import RetryPolicy
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.batch import BatchFailed
+from schedcache.store.retry import RetryPolicy
 from tests.factories import make_pod
 from tests.load import Load, add_nodes, applied_twice
 from tests.servers import Cluster, SentinelGroup, Server, wait_until

@@ -31,11 +31,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from schedcache import Cache, Node, Pod, commands
-from schedcache.batch import CommandBatch
+from schedcache import Cache, Node, Pod
 from schedcache.errors import CacheError, RetriesExhausted
-from schedcache.expiry import ExpiryWorker
-from schedcache.retry import RetryPolicy
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store import commands
+from schedcache.store.batch import CommandBatch
+from schedcache.store.retry import RetryPolicy
 from tests.conftest import REAL_REDIS_URL, real_client
 from tests.factories import make_node, make_pod
 from tests.tcp_proxy import POINTS, FaultyProxy, Point

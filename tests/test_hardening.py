@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from schedcache import Cache, Snapshot
-from schedcache.batch import BatchFailed
 from schedcache.errors import CorruptRecord, FitConflict, RedisFull
+from schedcache.store.batch import BatchFailed
 from tests.factories import keyspace, make_node, make_pod
 from tests.servers import Server, free_port
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import redis
 
 from schedcache import Cache
-from schedcache.expiry import ExpiryWorker
+from schedcache.ops.expiry import ExpiryWorker
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import make_node, make_pod
 

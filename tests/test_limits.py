@@ -11,7 +11,7 @@ import pytest
 
 from schedcache import Cache
 from schedcache.errors import CorruptRecord, ValidationError
-from schedcache.events import MAX_PAYLOAD, OBJECT_LIMITS, Limits, pack, unpack
+from schedcache.store.events import MAX_PAYLOAD, OBJECT_LIMITS, Limits, pack, unpack
 from tests.factories import keyspace, make_node, make_pod
 
 
@@ -127,7 +127,8 @@ def test_collections_longer_than_the_limit_are_refused():
 def test_a_large_checkpoint_is_split_into_chunks_within_the_limit(cache: Cache, monkeypatch):
     """A chunk of ``CHUNK`` pods that would exceed the chunk limit is halved until it fits,
     and reads back the same."""
-    from schedcache import checkpoints, events
+    from schedcache.history import checkpoints
+    from schedcache.store import events
 
     cache.add_node(make_node("n1", "100", "100Gi", pods=1000))
     with cache.batch() as batch:

@@ -12,10 +12,11 @@ import yaml
 from click.testing import CliRunner
 
 from schedcache import Node, Pod
-from schedcache import cli as cli_module
-from schedcache.cli import main
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
 from schedcache.errors import ValidationError
-from schedcache.loader import MAX_DEPTH, load, parse_documents
+from schedcache.feed.loader import load
+from schedcache.model.manifests import MAX_DEPTH, parse_documents
 from tests.factories import keyspace, node_manifest, pod_manifest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -218,9 +219,9 @@ def test_cli_load_reports_invalid_objects_and_ends_with_one_error_line(run_cli, 
 
 def test_yaml_is_parsed_by_libyaml():
     assert yaml.__with_libyaml__, "PyYAML without libyaml: install the wheel with it"
-    from schedcache import loader
+    from schedcache.model import manifests
 
-    assert loader.YAML_LOADER is yaml.CSafeLoader
+    assert manifests.YAML_LOADER is yaml.CSafeLoader
 
 
 def test_yaml_alias_bombs_are_refused_quickly(cache):

@@ -11,15 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedcache.errors import ValidationError
-from schedcache.models import (
+from schedcache.model.manifests import load_k8s_file, objects_from_k8s
+from schedcache.model.values import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
     Node,
     Pod,
     Resource,
     is_scalar_resource_name,
-    load_k8s_file,
-    objects_from_k8s,
 )
 
 G = 10**9

@@ -10,7 +10,7 @@ import pytest
 
 from schedcache import Cache, Node
 from schedcache.errors import NodeNotFound
-from schedcache.nodetree import interleave
+from schedcache.views.nodetree import interleave
 from tests.factories import make_node, make_pod
 
 REGION, ZONE = "topology.kubernetes.io/region", "topology.kubernetes.io/zone"

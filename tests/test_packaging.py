@@ -89,7 +89,7 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     assert installed.is_relative_to(env_dir.resolve()), f"not the venv's copy: {installed}"
     assert not installed.is_relative_to(ROOT), f"the source tree was imported: {installed}"
     lua_dir = run(
-        python, "-c", "from schedcache.library import lua_dir; print(lua_dir())", cwd=tmp_path
+        python, "-c", "from schedcache.store.library import lua_dir; print(lua_dir())", cwd=tmp_path
     )
     assert Path(lua_dir.strip()) == installed.parent / "lua"
 

@@ -39,7 +39,6 @@ from typing import Any
 
 import click
 import pytest
-import redis
 from click.testing import CliRunner, Result
 from fakeredis._socket._base import BaseFakeSocket
 from prometheus_client import CollectorRegistry, generate_latest
@@ -53,18 +52,13 @@ from schedcache import (
     NodeInfo,
     Snapshot,
     SnapshotUpdate,
-    cli_serve,
-    commands,
     connect,
     load_k8s_file,
     objects_from_k8s,
     parse_selector,
 )
-from schedcache import connection as connection_module
-from schedcache.checkpoints import HistoryCompacted
-from schedcache.cli import main
-from schedcache.commands import Command
-from schedcache.connection import EMBEDDED, ENV_URL
+from schedcache.cli import serve as cli_serve
+from schedcache.cli.app import main
 from schedcache.errors import (
     CacheError,
     FitConflict,
@@ -76,10 +70,15 @@ from schedcache.errors import (
     PodNotFound,
     ValidationError,
 )
-from schedcache.expiry import ExpiryWorker
-from schedcache.library import command_names, library_version
-from schedcache.nodetree import NodeTree
-from schedcache.routing import ClusterClient
+from schedcache.history.checkpoints import HistoryCompacted
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store import commands
+from schedcache.store import connection as connection_module
+from schedcache.store.commands import Command
+from schedcache.store.connection import EMBEDDED, ENV_URL
+from schedcache.store.library import command_names
+from schedcache.store.routing import ClusterClient
+from schedcache.views.nodetree import NodeTree
 from tests.conftest import backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 
@@ -168,7 +167,7 @@ class Ctx:
         return self.caches[0] if self.caches else self.make_cache()
 
     def server_now(self) -> float:
-        seconds, micros = self.cache.route.get().time()
+        seconds, micros = self.cache.store.server().time()
         return seconds + micros / 1e6
 
     def cli(self, *args: str, cache: Cache | None = None) -> Result:
@@ -230,35 +229,6 @@ def _run(ctx: Ctx) -> None:
     with pytest.raises(NodeNotFound, match="node nope"):
         ctx.cache.run(commands.remove_node("nope"))
     assert ctx.cache.generation() == 1 and ctx.cache.stream_length() == 1
-
-
-@case("Cache.read")
-def _read(ctx: Ctx) -> None:
-    cache = ctx.cache
-    assert cache.read(lambda: cache.client.fcall_ro("sc_version", 0)) == library_version().encode()
-    if ctx.backend == "redis":
-        return  # the shared server: deleting its library would disturb concurrent tests
-    cache.route.get().function_delete("schedcache")
-    calls: list[int] = []
-
-    def call() -> Any:
-        calls.append(1)
-        return cache.route.get().fcall_ro("sc_version", 0)
-
-    assert cache.read(call) == library_version().encode() and len(calls) == 2  # reloaded once
-
-
-@case("Cache.check_replicated")
-def _check_replicated(ctx: Ctx) -> None:
-    cache = ctx.make_cache()
-    cache.wait_replicas = 2  # as a replicated server's cache would have it (fakeredis refuses)
-    cache.check_replicated(2, "sc_x")
-    cache.check_replicated(b"3", "sc_x")
-    with pytest.raises(NotReplicated, match="sc_x: applied on the primary, but only 1 of 2") as e:
-        cache.check_replicated(1, "sc_x", reply=7)
-    assert e.value.reply == 7
-    with pytest.raises(redis.ResponseError, match="boom"):
-        cache.check_replicated(redis.ResponseError("boom"), "sc_x")
 
 
 @case("Cache.batch")
@@ -596,6 +566,29 @@ def _events(ctx: Ctx) -> None:
     assert list(ctx.cache.events(count=2)) == events  # pages of 2
     middle = list(ctx.cache.events(start=events[1].id, end=events[3].id))
     assert [e.id for e in middle] == [e.id for e in events[1:4]]
+
+
+@case("Cache.last_events")
+def _last_events(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    everything = list(ctx.cache.events())
+    assert ctx.cache.last_events(2) == everything[-2:]
+    assert ctx.cache.last_events(100) == everything
+
+
+@case("Cache.wait_for_events")
+def _wait_for_events(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    assert ctx.cache.wait_for_events(events[2].id) == events[3:]
+    assert ctx.cache.wait_for_events(timeout=0.01) == []  # "$": only newer ones, none came
+
+
+@case("Cache.has_node", "Cache.is_empty")
+def _has_node_is_empty(ctx: Ctx) -> None:
+    assert ctx.cache.is_empty() and not ctx.cache.has_node("n1")
+    populate(ctx.cache)
+    assert not ctx.cache.is_empty() and ctx.cache.has_node("n1") and not ctx.cache.has_node("n9")
 
 
 @case("Cache.history")

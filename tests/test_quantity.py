@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedcache.errors import ValidationError
-from schedcache.quantity import MAX_QUANTITY, int_value, milli_value, parse_quantity
+from schedcache.model.quantity import MAX_QUANTITY, int_value, milli_value, parse_quantity
 
 
 def q(value):

@@ -50,7 +50,7 @@ def cli_commands(command: click.Command, path: tuple[str, ...] = ()) -> list:
 
 
 def test_readme_documents_every_command_and_option():
-    from schedcache.cli import main
+    from schedcache.cli.app import main
 
     text = README.read_text()
     section = text[text.index("## Command line") : text.index("## Configuration")]

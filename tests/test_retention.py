@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from schedcache import Cache, checkpoints, retention
-from schedcache.checkpoints import stream_id
+from schedcache import Cache
 from schedcache.errors import ValidationError
-from schedcache.retention import retain, run_retention
+from schedcache.history import checkpoints, retention
+from schedcache.history.checkpoints import stream_id
+from schedcache.history.retention import retain, run_retention
 from tests.factories import keyspace, make_node, make_pod
 
 
@@ -32,7 +33,7 @@ def ids(cache: Cache) -> list[str]:
 
 def assert_exact(cache: Cache) -> None:
     assert cache.verify() == []
-    assert checkpoints.replay(cache).node_infos() == cache.dump().nodes
+    assert checkpoints.replay(cache.store).node_infos() == cache.dump().nodes
 
 
 def test_a_round_trims_what_is_older_than_keep_and_keeps_the_rest(cache):
@@ -47,7 +48,7 @@ def test_a_round_trims_what_is_older_than_keep_and_keeps_the_rest(cache):
     assert done.ran and done.checkpoint == recent[-1]
     assert done.removed == len(old) and ids(cache) == recent
     assert done.stream_length == len(recent) == cache.stream_length()
-    assert done.history_start == checkpoints.history_start(cache)
+    assert done.history_start == checkpoints.history_start(cache.store)
     assert stream_id(old[-1]) < stream_id(done.history_start) <= stream_id(recent[0])
     assert_exact(cache)
     with pytest.raises(checkpoints.HistoryCompacted):
@@ -83,13 +84,13 @@ def test_an_empty_stream_is_a_round_with_nothing_to_do(cache):
 def test_a_held_lease_makes_the_round_skip_and_change_nothing(cache):
     cache.add_node(make_node("n1", "100", "1Ti"))
     pods(cache, range(10))
-    cache.client.set(retention.lease_key(cache), "other-worker", px=60_000)
+    cache.client.set(cache.keys.retention, "other-worker", px=60_000)
     before = keyspace(cache.client, cache.keys.pattern)
     assert retain(cache, keep_seconds=0) == retention.RetentionRound(ran=False)
     assert keyspace(cache.client, cache.keys.pattern) == before
-    cache.client.delete(retention.lease_key(cache))
+    cache.client.delete(cache.keys.retention)
     assert retain(cache, keep_seconds=0).ran
-    assert cache.client.get(retention.lease_key(cache)) is None  # released after the round
+    assert cache.client.get(cache.keys.retention) is None  # released after the round
 
 
 @pytest.mark.parametrize("lease_seconds", [retention.LEASE_SECONDS, 0])
@@ -152,7 +153,7 @@ def test_run_retention_logs_a_failed_round_and_goes_on(cache, monkeypatch, caplo
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(retention, "retain", flaky)
-    with caplog.at_level(logging.INFO, logger="schedcache.retention"):
+    with caplog.at_level(logging.INFO, logger="schedcache.history.retention"):
         failures = run_retention(cache, keep_seconds=0, interval=0.01, stop=stop)
     assert failures == 1 and len(calls) == 3
     assert "failed (CacheError: simulated)" in caplog.text

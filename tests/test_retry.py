@@ -7,7 +7,7 @@ import time
 import pytest
 
 from schedcache.errors import ValidationError
-from schedcache.retry import NO_RETRY, RetryPolicy
+from schedcache.store.retry import NO_RETRY, RetryPolicy
 
 
 def test_delays_double_up_to_the_cap_and_stop_at_the_attempts():

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from schedcache import Cache, commands
-from schedcache.batch import SentGroup
+from schedcache import Cache
 from schedcache.errors import RetriesExhausted, ValidationError
-from schedcache.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RetryPolicy
+from schedcache.store import commands
+from schedcache.store.batch import SentGroup
+from schedcache.store.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RetryPolicy
 from tests.factories import keyspace, make_node, make_pod
 
 LUA = Path(__file__).resolve().parent.parent / "lua" / "_command_ids.lua"

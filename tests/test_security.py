@@ -24,11 +24,11 @@ import redis
 from click.testing import CliRunner
 
 from schedcache import BatchFailed, Cache, Snapshot, connect
-from schedcache.cli import main
-from schedcache.connection import ConnectionFailed, describe
+from schedcache.cli.app import main
 from schedcache.errors import LibraryNotLoaded
-from schedcache.expiry import ExpiryWorker
-from schedcache.keys import Keys
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.connection import ConnectionFailed, describe
+from schedcache.store.keys import Keys
 from tests.factories import make_node, make_pod
 from tests.servers import Server, free_port, wait_until
 
@@ -637,7 +637,7 @@ def test_the_package_never_unpickles_or_evaluates():
                     findings.append(f"{where}:{node.lineno} calls yaml.{function.attr}()")
                 if function.attr in ("unpackb", "Unpacker", "unpack") and owner == "msgpack":
                     keywords = {keyword.arg for keyword in node.keywords}
-                    if str(where) != "schedcache/events.py" or "max_ext_len" not in keywords:
+                    if str(where) != "schedcache/store/events.py" or "max_ext_len" not in keywords:
                         findings.append(
                             f"{where}:{node.lineno} decodes msgpack outside events.unpack()"
                         )

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedcache.errors import ValidationError
-from schedcache.selectors import (
+from schedcache.model.selectors import (
     Requirement,
     Selector,
     label_key_error,

@@ -334,7 +334,7 @@ def test_reads_reload_the_library_when_the_server_lost_it(make_cache):
 
 def test_batch_resent_after_a_lost_library_keeps_its_order(make_cache):
     """Found in review: groups after a failed one were applied before it."""
-    from schedcache.library import ensure_loaded
+    from schedcache.store.library import ensure_loaded
 
     cache: Cache = make_cache()
     pod = make_pod("p", "n1", "100m", "1Mi")
@@ -350,7 +350,7 @@ def test_batch_resent_after_a_lost_library_keeps_its_order(make_cache):
 
 def test_a_failed_batch_call_keeps_the_results_of_the_others(make_cache):
     from schedcache import BatchFailed
-    from schedcache.commands import Command
+    from schedcache.store.commands import Command
 
     cache: Cache = make_cache()
     batch = cache.batch(chunk_size=2)

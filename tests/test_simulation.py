@@ -9,8 +9,8 @@ import redis
 from click.testing import CliRunner
 
 from schedcache import Cache
-from schedcache.cli import main
-from schedcache.simulation import MODES, run_replicas
+from schedcache.cli.app import main
+from schedcache.sim.simulation import MODES, run_replicas
 from tests.conftest import REAL_REDIS_URL
 
 

@@ -310,7 +310,7 @@ def test_snapshots_share_nothing_with_each_other(cache):
 
 
 def test_far_behind_snapshot_catches_up_in_chunks(cache):
-    from schedcache import snapshot as snapshot_module
+    from schedcache.views import snapshot as snapshot_module
 
     with cache.batch() as batch:
         for i in range(snapshot_module.INLINE_NODES + 30):

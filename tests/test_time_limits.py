@@ -15,9 +15,9 @@ import pytest
 import redis
 
 from schedcache import Cache, connect
-from schedcache.commands import MAX_NOW, MAX_TIMEOUT, MAX_TTL
 from schedcache.errors import ValidationError
-from schedcache.retry import RetryPolicy
+from schedcache.store.commands import MAX_NOW, MAX_TIMEOUT, MAX_TTL
+from schedcache.store.retry import RetryPolicy
 from tests.factories import keyspace, make_node, make_pod
 
 NOW = 1_700_000_000.0

@@ -15,8 +15,8 @@ import pytest
 
 from schedcache import Cache, Node, Pod, Snapshot
 from schedcache.errors import ValidationError
-from schedcache.events import MAX_ITEMS, MAX_PAYLOAD
-from schedcache.models import Resource
+from schedcache.model.values import Resource
+from schedcache.store.events import MAX_ITEMS, MAX_PAYLOAD
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 
 NS = "node_info_cache_test"

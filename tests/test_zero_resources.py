@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from schedcache import Cache, load_k8s_file
-from schedcache.loader import load
-from schedcache.models import Node
+from schedcache.feed.loader import load
+from schedcache.model.values import Node
 from tests.factories import make_node, make_pod
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kubectl-cluster.json"

@@ -1,0 +1,5 @@
+"""The ``schedcache`` command line (``schedcache.cli:main``, ``python -m schedcache.cli``)."""
+
+from schedcache.cli.app import main
+
+__all__ = ["main"]

@@ -1,0 +1,7 @@
+"""``python -m schedcache.cli``."""
+
+import sys
+
+from schedcache.cli.app import main
+
+sys.exit(main())

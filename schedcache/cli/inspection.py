@@ -1,0 +1,341 @@
+"""``schedcache dump``, ``get pod``, ``events``, ``history``, ``replay``, ``diff``, ``verify``,
+``checkpoint`` and ``compact``: looking at a cache.
+
+Names in the output pass through ``cli_render.printable`` (the zone key holds a NUL byte by
+construction), so ``schedcache events | grep NodeAdded`` sees text.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from schedcache.cache import Cache, Dump
+from schedcache.cli.params import Name, StreamId
+from schedcache.cli.render import node_table, print_table, printable, progress
+from schedcache.errors import CorruptRecord
+from schedcache.history.checkpoints import history_start
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.values import Resource
+from schedcache.store.events import Event
+
+if TYPE_CHECKING:
+    from schedcache.cli.app import Settings
+
+
+def resource_json(resource: Resource) -> dict[str, Any]:
+    return resource.to_dict()
+
+
+def node_info_json(info: NodeInfo) -> dict[str, Any]:
+    return {
+        "node": info.node.to_dict() if info.node else None,
+        "ghost": info.node is None,
+        "generation": info.generation,
+        "pods": [f"{pod.namespace}/{pod.name}" for pod in info.pods],
+        "requested": resource_json(info.requested),
+        "non_zero_requested": resource_json(info.non_zero_requested),
+        "allocatable": resource_json(info.allocatable),
+        "used_ports": sorted(f"{ip}:{port}/{protocol}" for ip, protocol, port in info.used_ports),
+        "pvc_ref_counts": dict(sorted(info.pvc_ref_counts.items())),
+        "image_states": {
+            image: {"size": state.size, "num_nodes": state.num_nodes}
+            for image, state in sorted(info.image_states.items())
+        },
+    }
+
+
+def state_json(
+    cache: Cache, nodes: dict[str, NodeInfo], assumed: set[str], generation: int, **extra: Any
+) -> str:
+    """``dump`` and ``replay`` as JSON (non-ASCII and control characters escaped)."""
+    document = {
+        "cache": cache.name,
+        **extra,
+        "generation": generation,
+        "nodes": {name: node_info_json(info) for name, info in sorted(nodes.items())},
+        "assumed_pods": sorted(assumed),
+    }
+    return json.dumps(document, indent=2)
+
+
+OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["json", "wide"]),
+    default="json",
+    show_default=True,
+    help="JSON, or a kubectl-like table.",
+)
+
+
+@click.command()
+@OUTPUT
+@click.pass_obj
+def dump(settings: Settings, output: str) -> None:
+    """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods.
+
+    The table's STATUS is kubectl's: Ready/NotReady/Unknown from the node's Ready condition,
+    ",SchedulingDisabled" when cordoned; Ghost (node removed, pods remain) or Placeholder (pods
+    before their node) for entries without a node object."""
+    cache = settings.cache()
+    state = cache.dump()
+    if output == "json":
+        click.echo(state_json(cache, state.nodes, state.assumed_pods, state.generation))
+        return
+    print_table(node_table(state.nodes))
+    click.echo(f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}")
+
+
+@click.group()
+def get() -> None:
+    """Show one object."""
+
+
+@get.command("pod")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
+@click.pass_obj
+def get_pod(settings: Settings, ref: str) -> None:
+    """A pod's cache record as JSON: state, node, binding, deadline and the pod."""
+    cache = settings.cache()
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        matches = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
+        if not matches:
+            raise click.ClickException(f"pod {ref} is not in cache {cache.name}")
+        uid = matches[0].uid
+    else:
+        uid = ref
+    record = cache.get_pod_record(uid)  # PodNotFound: one Error: line
+    click.echo(
+        json.dumps(
+            {
+                "state": record.state,
+                "node": record.node,
+                "binding_finished": record.binding_finished,
+                "deadline_ms": record.deadline_ms,
+                "generation": record.generation,
+                "contribution": record.contribution,
+                "pod": record.pod.to_dict(),
+            },
+            indent=2,
+        )
+    )
+
+
+def pod_name(event: Event) -> str | None:
+    """``namespace/name`` of a pod event, from its payload (None if it has none)."""
+    try:
+        data = event.data
+    except CorruptRecord:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("name"), str):
+        return f"{data.get('namespace') or 'default'}/{data['name']}"
+    return None
+
+
+def event_line(event: Event) -> str:
+    """``id  type  replica  subject  key=value...``: the subject is a pod's namespace/name (its
+    uid is a field) or the node's name; every part printable."""
+    subject = (pod_name(event) or event.uid) if event.uid else event.node
+    extra = " ".join(f"{key}={value}" for key, value in sorted(event.fields.items()))
+    line = f"{event.id}  {event.type:<15} {event.replica or '-':<14} {subject or '-'}  {extra}"
+    return printable(line.rstrip())
+
+
+@click.command()
+@click.option("--since", type=StreamId(), default=None, help="Start after this event id.")
+@click.option(
+    "--count", type=click.IntRange(min=1), default=None, help="Show only the last N events."
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
+@click.pass_obj
+def events(settings: Settings, since: str | None, count: int | None, follow: bool) -> None:
+    """The event stream, one line per event: id, type, replica, pod (namespace/name) or node,
+    then the event's fields (uid, node, gen, zone, ...)."""
+    cache = settings.cache()
+    if count is not None:
+        shown = cache.last_events(count)
+    else:
+        shown = list(cache.events(start=f"({since}" if since else None))
+    last = since or "0-0"
+    for event in shown:
+        click.echo(event_line(event))
+        last = event.id
+    if count is not None and not shown:
+        last = "$"
+    while follow:
+        try:
+            arrived = cache.wait_for_events(last, timeout=1.0)
+        except KeyboardInterrupt:
+            return
+        for event in arrived:
+            click.echo(event_line(event))
+            last = event.id
+
+
+@click.command()
+@click.pass_obj
+def verify(settings: Settings) -> None:
+    """Replay the stream and compare with the live keys; exit status 1 on any difference."""
+    cache = settings.cache()
+    differences = cache.verify()
+    for difference in differences:
+        click.echo(printable(difference))
+    if differences:
+        click.echo(f"{len(differences)} differences", err=True)
+        sys.exit(1)
+    click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
+
+
+def replay_until(cache: Cache, until: str | None) -> Dump:
+    """The fold up to event ``until`` (included), with a progress bar on a terminal; an id that
+    is not in the stream is an error (HistoryCompacted too, reported by the CLI)."""
+    with progress(Console(stderr=True), cache.stream_length(), "replaying") as advance:
+        state = cache.replay(until=until, progress=advance)
+    if until is not None and state.last_id != until:
+        raise click.ClickException(f"event {until} is not in the stream of cache {cache.name}")
+    return state
+
+
+@click.command()
+@click.option(
+    "--until", type=StreamId(), default=None, help="Replay up to this event id (included)."
+)
+@OUTPUT
+@click.pass_obj
+def replay(settings: Settings, until: str | None, output: str) -> None:
+    """The state the stream describes (at --until), shaped like `dump` (and the same table)."""
+    cache = settings.cache()
+    state = replay_until(cache, until)
+    nodes = state.nodes
+    if output == "json":
+        click.echo(
+            state_json(cache, nodes, state.assumed_pods, state.generation, until=state.last_id)
+        )
+        return
+    print_table(node_table(nodes))
+    click.echo(
+        f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}  "
+        f"until: {state.last_id or '-'}"
+    )
+
+
+@click.group()
+def history() -> None:
+    """The events of one object."""
+
+
+@history.command("pod")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
+@click.pass_obj
+def history_pod(settings: Settings, ref: str) -> None:
+    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid).
+
+    A pod neither in the stream nor in the cache is an error; one whose events were compacted
+    away prints what is left, with a note on stderr."""
+    cache = settings.cache()
+    uid: str | None = ref
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        wanted = f"{namespace or 'default'}/{name}"
+        matches = [e.uid for e in cache.events() if e.uid and pod_name(e) == wanted]
+        live = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
+        uid = matches[-1] if matches else (live[0].uid if live else None)
+    shown = cache.history(uid) if uid else []
+    if not shown and (uid is None or cache.pod_state(uid) is None):
+        raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
+    print_history(cache, shown)
+
+
+@history.command("node")
+@click.argument("name", type=Name())
+@click.pass_obj
+def history_node(settings: Settings, name: str) -> None:
+    """Every event that changed a node (its own and its pods'). A node neither in the stream
+    nor in the cache is an error."""
+    cache = settings.cache()
+    shown = cache.history_of_node(name)
+    if not shown and not cache.has_node(name):
+        raise click.ClickException(f"node {name} has no events in cache {cache.name}")
+    print_history(cache, shown)
+
+
+def print_history(cache: Cache, shown: list[Event]) -> None:
+    """The events, and a note on stderr when older ones were compacted away."""
+    for event in shown:
+        click.echo(event_line(event))
+    start = history_start(cache.store)
+    if start is not None:
+        click.echo(f"note: events before {start} were compacted away", err=True)
+
+
+@click.command()
+@click.pass_obj
+def checkpoint(settings: Settings) -> None:
+    """Store the replayed state at the stream's last event (written in chunks)."""
+    cache = settings.cache()
+    click.echo(f"checkpoint at {cache.checkpoint()}")
+
+
+@click.command()
+@click.option(
+    "--keep",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Events to keep before the checkpoint.",
+)
+@click.pass_obj
+def compact(settings: Settings, keep: int) -> None:
+    """Trim the stream before the latest checkpoint; replay stays exact from it."""
+    cache = settings.cache()
+    removed = cache.compact(keep=keep)
+    click.echo(f"removed {removed} events; {cache.stream_length()} remain")
+
+
+@click.command()
+@click.argument("start", metavar="ID_A", type=StreamId())
+@click.argument("end", metavar="ID_B", type=StreamId())
+@click.pass_obj
+def diff(settings: Settings, start: str, end: str) -> None:
+    """What changed on which node between two points of the stream (events ID_A and ID_B)."""
+    cache = settings.cache()
+    old = replay_until(cache, start).nodes
+    new = replay_until(cache, end).nodes
+    changed = False
+    for name in sorted(set(old) | set(new)):
+        lines = node_changes(old.get(name), new.get(name))
+        if lines:
+            changed = True
+            click.echo(f"node {printable(name)}")
+            for line in lines:
+                click.echo(f"  {printable(line)}")
+    if not changed:
+        click.echo(f"no node changed between {start} and {end}")
+
+
+def node_changes(old: NodeInfo | None, new: NodeInfo | None) -> list[str]:
+    if old is None:
+        return ["added" if new and new.node else "appeared (pods before their node)"]
+    if new is None:
+        return ["gone"]
+    lines = []
+    if (old.node is None) != (new.node is None):
+        lines.append("removed, pods remain (ghost)" if new.node is None else "node object set")
+    old_pods = {f"{p.namespace}/{p.name}" for p in old.pods}
+    new_pods = {f"{p.namespace}/{p.name}" for p in new.pods}
+    lines += [f"+ pod {name}" for name in sorted(new_pods - old_pods)]
+    lines += [f"- pod {name}" for name in sorted(old_pods - new_pods)]
+    for label, a, b in (
+        ("cpu requested", old.requested.milli_cpu, new.requested.milli_cpu),
+        ("memory requested", old.requested.memory, new.requested.memory),
+        ("cpu allocatable", old.allocatable.milli_cpu, new.allocatable.milli_cpu),
+    ):
+        if a != b:
+            lines.append(f"{label}: {a} -> {b}")
+    return lines

@@ -1,0 +1,101 @@
+"""Argument types of the command line: each refuses a bad value as a usage error (exit 2)
+naming the option, before anything connects to Redis."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import click
+
+from schedcache.cli.render import printable
+from schedcache.store.commands import MAX_TIMEOUT
+
+# Newer click types ParamType by what convert() returns; older releases cannot subscript it.
+if TYPE_CHECKING:
+    TextParam = click.ParamType[str]
+    NumberParam = click.ParamType[float]
+else:
+    TextParam = NumberParam = click.ParamType
+
+_STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+
+
+class StreamId(TextParam):
+    """An event id as ``schedcache events`` prints it (``<ms>-<seq>``; ``<ms>`` = ``<ms>-0``)."""
+
+    name = "id"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        match = _STREAM_ID.match(str(value))
+        if match:
+            milliseconds, sequence = int(match[1]), int(match[2] or 0)
+            if milliseconds < 2**64 and sequence < 2**64:
+                return f"{milliseconds}-{sequence}"
+        self.fail(
+            f"'{printable(value)}' is not an event id (<milliseconds>-<sequence>, as "
+            "`schedcache events` prints them)",
+            param,
+            ctx,
+        )
+
+
+class Name(TextParam):
+    """A name from the command line: not empty, and text (bytes that are not UTF-8 arrive as
+    lone surrogates, which no key can hold). Control characters are allowed: a manifest may
+    have put them in a name, and the user must be able to ask about it."""
+
+    name = "name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text:
+            self.fail("must not be empty", param, ctx)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(f"'{printable(text)}' is not valid UTF-8", param, ctx)
+        return text
+
+
+class Seconds(NumberParam):
+    """A finite number of seconds within bounds (``nan``, ``inf`` and negatives refused)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float = 0.0, maximum: float = MAX_TIMEOUT, open_min: bool = False):
+        self.minimum, self.maximum, self.open_min = minimum, maximum, open_min
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        low_ok = seconds > self.minimum if self.open_min else seconds >= self.minimum
+        if not math.isfinite(seconds) or not low_ok or seconds > self.maximum:
+            low = f"more than {self.minimum:g}" if self.open_min else f"at least {self.minimum:g}"
+            self.fail(f"{value!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
+        return seconds
+
+
+class Duration(Seconds):
+    """Seconds, or a number with a unit as kubectl takes them: ``90s``, ``30m``, ``1h``, ``2d``."""
+
+    name = "duration"
+    UNITS: ClassVar[dict[str, float]] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        text = str(value).strip()
+        factor = self.UNITS.get(text[-1:].lower()) if text else None
+        if factor is not None:
+            try:
+                number = float(text[:-1]) * factor
+            except ValueError:
+                self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
+            return super().convert(number, param, ctx)
+        return super().convert(value, param, ctx)

@@ -1,0 +1,139 @@
+"""``schedcache worker expiry|compact`` and ``schedcache metrics``: the long-running commands."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+import click
+from prometheus_client import REGISTRY, start_http_server
+
+from schedcache.cache import Cache
+from schedcache.cli.params import Duration, Name, Seconds
+from schedcache.history.retention import retain, run_retention
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.metrics import CacheCollector
+
+if TYPE_CHECKING:
+    from schedcache.cli.app import Settings
+
+
+def serve_metrics(cache: Cache, port: int, address: str) -> None:
+    """Serve /metrics (library counters plus this cache's sizes) in a background thread."""
+    REGISTRY.register(CacheCollector(cache))
+    start_http_server(port, addr=address)
+
+
+@click.group()
+def worker() -> None:
+    """Long-running workers."""
+
+
+@worker.command("expiry")
+@click.option(
+    "--interval",
+    type=Seconds(open_min=True),
+    default=1.0,
+    show_default=True,
+    help="Longest sleep between rounds, s.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 10_000),
+    default=500,
+    show_default=True,
+    help="Pods expired per Lua call.",
+)
+@click.option(
+    "--replica", type=Name(), default="expiry-worker", show_default=True, help="Name in events."
+)
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
+)
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.pass_obj
+def worker_expiry(
+    settings: Settings,
+    interval: float,
+    batch: int,
+    replica: str,
+    once: bool,
+    metrics_port: int | None,
+    metrics_address: str,
+) -> None:
+    """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
+    cache = settings.cache(replica=replica)
+    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    if once:
+        click.echo(f"expired {len(expiry.run_once())} pods")
+        return
+    if metrics_port is not None:
+        serve_metrics(cache, metrics_port, metrics_address)
+    expiry.install_signal_handlers()
+    expiry.run()
+
+
+@worker.command("compact")
+@click.option(
+    "--keep",
+    type=Duration(open_min=True, maximum=10 * 365 * 86400.0),
+    default="1h",
+    show_default=True,
+    help="History kept in the stream: seconds or 90s/30m/1h/2d.",
+)
+@click.option(
+    "--keep-events",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Keep at least this many newest events.",
+)
+@click.option(
+    "--interval",
+    type=Duration(open_min=True),
+    default="60",
+    show_default=True,
+    help="Seconds between rounds.",
+)
+@click.option("--once", is_flag=True, help="Run one round and exit.")
+@click.pass_obj
+def worker_compact(
+    settings: Settings, keep: float, keep_events: int, interval: float, once: bool
+) -> None:
+    """Keep the stream bounded: checkpoint and trim the events older than --keep, every
+    --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
+    round at a time do the work)."""
+    cache = settings.cache()
+    if once:
+        done = retain(cache, keep, keep_events)
+        click.echo(
+            f"removed {done.removed} events; stream {done.stream_length} events; "
+            f"checkpoint {done.checkpoint or '-'}"
+            if done.ran
+            else "another worker holds the retention lease: nothing done"
+        )
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
+    click.echo(f"stopped; {failed} failed rounds", err=True)
+
+
+@click.command("metrics")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=9108, show_default=True, help="Port."
+)
+@click.option("--address", default="0.0.0.0", show_default=True)
+@click.pass_obj
+def metrics_command(settings: Settings, port: int, address: str) -> None:
+    """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
+    cache = settings.cache()
+    serve_metrics(cache, port, address)
+    click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()

@@ -1,0 +1,211 @@
+"""Loading real Kubernetes objects into a cache, as kube-scheduler's informers would.
+
+Input is what ``kubectl`` prints: ``kubectl get nodes,pods -o json`` (a ``List``; also
+``PodList``/``NodeList`` or single objects), or the stream of ``kubectl get pods --watch -o
+json`` (concatenated JSON watch events ``{"type": ADDED|MODIFIED|DELETED, "object": ...}``), as
+JSON or YAML, in UTF-8 (UTF-16/32 with a byte order mark, as PowerShell writes, too). Objects
+become the informer handlers' commands: bound pods ``add_pod`` / ``update_pod`` / ``remove_pod``
+(unbound and terminated pods are not the cache's business, as kube-scheduler's informer
+filters them), nodes ``add_node`` / ``update_node`` / ``remove_node``.
+
+Every object is checked and turned into its command before any command is sent, so an invalid
+one is reported (position, kind, namespace/name, field, reason) and skipped, never
+half-applied, and never stops the objects after it; the cache rejects commands one by one, so a
+rejected command does not stop its batch either.
+
+Reading the input (decoding, JSON/YAML documents and their limits, Lists, watch events) is
+:mod:`schedcache.model.manifests`; this module decides what of it goes into the cache, and sends it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedcache.cache import Cache
+from schedcache.errors import ValidationError
+from schedcache.model.manifests import Entry, entries, parse_documents, subject, type_name
+from schedcache.model.values import Node, Pod
+from schedcache.store import commands
+from schedcache.store.commands import Command
+from schedcache.store.fetch import fetch_pods
+from schedcache.store.responses import as_text
+
+TERMINATED = {"Succeeded", "Failed"}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An object the informers would not pass to the cache: ``reason`` is the category the
+    summary counts (``pending``, ``terminated``, ...), ``detail`` says more."""
+
+    position: str
+    subject: str
+    reason: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.position} {self.subject}: {self.reason}{detail}"
+
+
+@dataclass
+class LoadReport:
+    """What a load did: commands applied by name, and what was skipped, invalid or rejected
+    (``invalid`` and ``rejected`` lines start with the object's position and name it)."""
+
+    applied: Counter[str] = field(default_factory=Counter)
+    skipped: list[Skipped] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.invalid and not self.rejected
+
+    def skipped_by_reason(self) -> Counter[str]:
+        return Counter(item.reason for item in self.skipped)
+
+
+# -- planning ------------------------------------------------------------------------------------
+
+
+class Planner:
+    """Turns entries into commands, tracking what the cache will hold after each one."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.pod_states: dict[str, str | None] = {}
+        self.nodes = {as_text(name) for name in cache.client.smembers(cache.keys.nodes)}
+
+    def prefetch(self, pods: list[Pod]) -> None:
+        unknown = [pod.uid for pod in pods if pod.uid not in self.pod_states]
+        records = fetch_pods(self.cache.store, unknown)
+        for uid in unknown:
+            record = records.get(uid)
+            self.pod_states[uid] = record.state if record else None
+
+    def pod_command(self, event: str, pod: Pod) -> Command | tuple[str, str]:
+        """The command for a pod event, or (reason, detail) for skipping it. Raises
+        ValidationError (and remembers nothing) when the command cannot be built."""
+        state = self.pod_states.get(pod.uid)
+        if event == "DELETED" or (event == "MODIFIED" and pod.phase in TERMINATED):
+            if state is None:
+                return ("not in the cache", "")
+            command = commands.remove_pod(pod.with_node(""))  # the stored copy wins
+            self.pod_states[pod.uid] = None
+            return command
+        if not pod.node_name:
+            return ("pending", "not bound to a node")
+        if pod.phase in TERMINATED:
+            return ("terminated", pod.phase)
+        # add_pod: new, or confirms an assumed pod
+        added = state == "added"
+        command = commands.update_pod(pod, pod) if added else commands.add_pod(pod)
+        self.pod_states[pod.uid] = "added"
+        return command
+
+    def node_command(self, event: str, node: Node) -> Command | tuple[str, str]:
+        if event == "DELETED":
+            if node.name not in self.nodes:
+                return ("not in the cache", "")
+            self.nodes.discard(node.name)
+            return commands.remove_node(node.name)
+        command = (
+            commands.update_node(None, node) if event == "MODIFIED" else commands.add_node(node)
+        )
+        self.nodes.add(node.name)
+        return command
+
+
+def decode(entry: Entry) -> Pod | Node | tuple[str, str]:
+    """The model for an entry, or (reason, detail) for skipping it; raises ValidationError
+    when invalid."""
+    if entry.problem:
+        raise ValidationError(subject(entry.object), "", entry.problem)
+    if entry.event == "BOOKMARK":
+        return ("bookmark", "")
+    if entry.event not in {"LISTED", "ADDED", "MODIFIED", "DELETED"}:
+        raise ValidationError("watch event", "type", f"{entry.event!r} is not a change")
+    obj = entry.object
+    if not isinstance(obj, Mapping):
+        raise ValidationError("object", "", f"must be a mapping, found {type_name(obj)}")
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return Pod.from_k8s(obj)
+    if kind == "Node":
+        return Node.from_k8s(obj)
+    return ("not cached", f"kind {kind}")
+
+
+def load(
+    cache: Cache,
+    text: str | bytes,
+    *,
+    batch_size: int = 500,
+    progress: Callable[[int], None] | None = None,
+) -> LoadReport:
+    """Load ``text`` (see the module docstring) into ``cache``."""
+    return load_documents(cache, parse_documents(text), batch_size=batch_size, progress=progress)
+
+
+def load_documents(
+    cache: Cache,
+    documents: list[Any],
+    *,
+    batch_size: int = 500,
+    progress: Callable[[int], None] | None = None,
+) -> LoadReport:
+    """Load parsed documents (``parse_documents``) into ``cache``, ``batch_size`` objects per
+    batch (at least 1)."""
+    if type(batch_size) is not int or batch_size < 1:
+        raise ValidationError("load", "batch_size", f"{batch_size!r} must be an integer >= 1")
+    all_entries = list(entries(documents))
+    report = LoadReport()
+    planner = Planner(cache)
+    for start in range(0, len(all_entries), batch_size):
+        chunk = all_entries[start : start + batch_size]
+        planned = _plan(chunk, planner, report)
+        batch = cache.batch(chunk_size=min(200, max(1, len(planned))))
+        for _, command in planned:
+            batch.add(command)
+        results = batch.execute() if planned else []
+        for (entry, _), result in zip(planned, results, strict=True):
+            if result.ok:
+                report.applied[result.command.name] += 1
+            else:
+                report.rejected.append(f"{entry.position}: {result.error}")
+        if progress:
+            progress(len(chunk))
+    return report
+
+
+def _plan(chunk: list[Entry], planner: Planner, report: LoadReport) -> list[tuple[Entry, Command]]:
+    """Every entry of ``chunk`` decoded and turned into its command; the invalid and skipped
+    ones go to ``report``. Nothing is sent."""
+    decoded: list[tuple[Entry, Pod | Node | tuple[str, str]]] = []
+    for entry in chunk:
+        try:
+            decoded.append((entry, decode(entry)))
+        except ValidationError as error:
+            report.invalid.append(f"{entry.position}: {error}")
+    planner.prefetch([model for _, model in decoded if isinstance(model, Pod)])
+    planned: list[tuple[Entry, Command]] = []
+    for entry, model in decoded:
+        try:
+            if isinstance(model, Pod):
+                outcome = planner.pod_command(entry.event, model)
+            elif isinstance(model, Node):
+                outcome = planner.node_command(entry.event, model)
+            else:
+                outcome = model
+        except ValidationError as error:
+            report.invalid.append(f"{entry.position}: {error}")
+            continue
+        if isinstance(outcome, tuple):
+            report.skipped.append(Skipped(entry.position, subject(entry.object), *outcome))
+        else:
+            planned.append((entry, outcome))
+    return planned

@@ -1,0 +1,560 @@
+"""``schedcache sync``: keep a cache in step with a live cluster, as kube-scheduler's informers.
+
+For nodes and for assigned pods (``spec.nodeName!=``, not ``Succeeded``/``Failed``: the pods
+kube-scheduler's cache holds), a :class:`ResourceFeed` lists with pagination, then watches from
+the list's resourceVersion with bookmarks:
+
+* every object becomes one ``sc_sync_pod`` / ``sc_sync_node`` command carrying its
+  resourceVersion; the function decides add, confirm (a pod the scheduler assumed), update or
+  remove from what the cache holds, and drops a change at or below the version it last applied
+  for that object (a deletion leaves a tombstone). So any number of feeders may run against one
+  cache: the first to deliver a change applies it, the others' copies are dropped, the stream
+  holds it once, and a feeder that dies loses nothing while another runs;
+* a watch that ends (its timeout, a closed connection) resumes from the last resourceVersion
+  or bookmark; ``410 Gone`` (an HTTP status or an ``ERROR`` event) relists and **reconciles**:
+  listed objects are applied, and cached ones the list no longer holds are removed at the
+  list's resourceVersion (so a newer change another feeder applied meanwhile wins);
+* an unreachable API server means back-off, the cache left as it is; a malformed object is
+  logged by name, counted and skipped.
+
+Lists and watches go through the official ``kubernetes`` client (configuration, auth, TLS,
+kubeconfig contexts, in-cluster service accounts) with ``_preload_content=False``: the JSON is
+read here, because building the client's typed models costs more than the sync itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from schedcache.cache import Cache
+from schedcache.errors import CacheError, RetriesExhausted, ValidationError
+from schedcache.model.manifests import subject
+from schedcache.model.values import Node, Pod
+from schedcache.store import commands, metrics
+from schedcache.store.commands import Command
+from schedcache.store.responses import as_text
+
+log = logging.getLogger(__name__)
+
+# kube-scheduler's informer for the pods its cache holds.
+ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+TERMINATED = frozenset({"Succeeded", "Failed"})
+RESOURCES = ("nodes", "pods")
+
+
+class Gone(Exception):
+    """410: the resourceVersion is older than the API server's history: relist."""
+
+
+@dataclass(frozen=True)
+class SyncSettings:
+    """``page_size``: objects per list page and per batch of commands; ``watch_timeout``:
+    seconds a watch runs before it is renewed (jittered by up to a fifth, so feeders do not
+    renew together); ``backoff``/``max_backoff``: first and longest wait after an API error;
+    ``progress_every``: seconds between writes of the feed's progress to the cache."""
+
+    page_size: int = 500
+    watch_timeout: int = 300
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+    progress_every: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("page_size", "watch_timeout"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValidationError("sync", name, f"{value!r} must be an integer >= 1")
+        for name in ("backoff", "max_backoff", "progress_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value <= 3600:
+                raise ValidationError("sync", name, f"{value!r} must be in (0, 3600] seconds")
+
+
+@dataclass
+class FeedCounters:
+    """What one feed did since it started (also exported as Prometheus counters)."""
+
+    applied: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    invalid: int = 0
+    rejected: int = 0
+    relists: int = 0
+    watch_restarts: int = 0
+    api_errors: int = 0
+    last_version: str = ""
+    results: dict[str, int] = field(default_factory=dict)
+
+
+def api_client(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
+) -> kube_client.CoreV1Api:
+    """A CoreV1Api from the in-cluster service account, or a kubeconfig (``kubeconfig``, else
+    ``KUBECONFIG``, else ``~/.kube/config``) and its ``context``."""
+    configuration = kube_client.Configuration()
+    if in_cluster:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    else:
+        kube_config.load_kube_config(
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    return kube_client.CoreV1Api(kube_client.ApiClient(configuration))
+
+
+def pod_command(event: str, obj: Mapping[str, Any]) -> Command:
+    """The command for a pod seen in a list (``LISTED``) or a watch event: present while it is
+    assigned and not terminated, else gone. Raises ValidationError for a malformed pod."""
+    pod = Pod.from_k8s(obj)
+    version = _version(obj, commands.pod_subject(pod))
+    present = event != "DELETED" and bool(pod.node_name) and pod.phase not in TERMINATED
+    return commands.sync_pod(pod, version, present)
+
+
+def node_command(event: str, obj: Mapping[str, Any]) -> Command:
+    """The command for a node seen in a list or a watch event."""
+    if event == "DELETED":
+        name = _name(obj)
+        return commands.sync_node_gone(name, _version(obj, f"node {name}"))
+    node = Node.from_k8s(obj)
+    return commands.sync_node(node, _version(obj, f"node {node.name}"))
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise ValidationError("node", "metadata.name", "is required")
+    return name
+
+
+def _version(obj: Mapping[str, Any], what: str) -> str:
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return commands.resource_version(version, what)
+
+
+class ResourceFeed:
+    """The list-watch loop of one resource (``nodes`` or ``pods``) into one cache."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        api: kube_client.CoreV1Api,
+        resource: str,
+        settings: SyncSettings,
+        stop: threading.Event,
+        name: str = "",
+    ) -> None:
+        if resource not in RESOURCES:
+            raise ValidationError("sync", "resource", f"{resource!r} is not one of {RESOURCES}")
+        self.cache, self.api, self.resource = cache, api, resource
+        self.settings, self.stop = settings, stop
+        self.name = name or cache.replica or "feeder"
+        self.counters = FeedCounters()
+        self.version = ""  # the newest resourceVersion seen (object or bookmark)
+        self.response: Any = None  # the open watch, closed by close() to stop at once
+        self.synced = threading.Event()  # set once the first list is applied
+        self._progress_written = 0.0
+        self._labels = {"cache": cache.name, "resource": resource}
+
+    # -- the API server ---------------------------------------------------------------------
+
+    def _call(self, **options: Any) -> Any:
+        if self.resource == "nodes":
+            return self.api.list_node(_preload_content=False, **options)
+        return self.api.list_pod_for_all_namespaces(
+            field_selector=ASSIGNED_PODS, _preload_content=False, **options
+        )
+
+    def _command(self, event: str, obj: Mapping[str, Any]) -> Command:
+        return (pod_command if self.resource == "pods" else node_command)(event, obj)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """List, then watch, until ``stop`` is set; back off while the API server is away."""
+        delay = self.settings.backoff
+        version: str | None = None
+        while not self.stop.is_set():
+            try:
+                if version is None:
+                    version = self.relist()
+                    self.synced.set()
+                version = self.watch(version)
+                delay = self.settings.backoff
+            except Gone as gone:
+                log.info("%s of cache %s: %s; relisting", self.resource, self.cache.name, gone)
+                version = None
+            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+                if self.stop.is_set():
+                    break
+                self._count("api_errors")
+                metrics.SYNC_API_ERRORS.labels(**self._labels).inc()
+                log.warning(
+                    "%s of cache %s: API server unavailable (%s: %s); retrying in %.1f s",
+                    self.resource,
+                    self.cache.name,
+                    type(error).__name__,
+                    _short(error),
+                    delay,
+                )
+                self.stop.wait(delay)
+                delay = min(self.settings.max_backoff, delay * 2)
+            except CacheError as error:  # Redis away beyond the retry policy: same back-off
+                log.warning(
+                    "%s of cache %s: %s; retrying in %.1f s",
+                    self.resource,
+                    self.cache.name,
+                    error,
+                    delay,
+                )
+                self.stop.wait(delay)
+                delay = min(self.settings.max_backoff, delay * 2)
+            except Exception:
+                # close() pulls the socket from under a reading watch (urllib3 then fails in
+                # its own ways): that is the stop. Anything else must not end the feed for
+                # good with a thread dying quietly: log it whole and back off.
+                if self.stop.is_set():
+                    break
+                self._count("api_errors")
+                log.exception(
+                    "%s of cache %s: unexpected error; retrying in %.1f s",
+                    self.resource,
+                    self.cache.name,
+                    delay,
+                )
+                self.stop.wait(delay)
+                delay = min(self.settings.max_backoff, delay * 2)
+
+    def close(self) -> None:
+        """Stop at once: the open watch is closed under the reading thread."""
+        response = self.response
+        if response is not None:
+            # Closing a half-read socket may raise; it is closed all the same.
+            with contextlib.suppress(Exception):
+                response.close()
+
+    def relist(self) -> str:
+        """List every object (paginated, one consistent snapshot), apply them, remove what the
+        cache holds that the list does not, and return the list's resourceVersion."""
+        self._count("relists")
+        metrics.SYNC_RELISTS.labels(**self._labels).inc()
+        items, version = self._list()
+        listed: set[str] = set()
+        for start in range(0, len(items), self.settings.page_size):
+            planned = []
+            for obj in items[start : start + self.settings.page_size]:
+                command = self._plan("LISTED", obj)
+                if command is not None:
+                    planned.append(command)
+                    listed.add(_identity(self.resource, obj))
+            self._apply_batch(planned)
+        stale = [key for key in self._cached() if key not in listed]
+        self._apply_batch([self._removal(key, version) for key in stale])
+        self._advance(version, force=True)
+        log.info(
+            "%s of cache %s: listed %d at resourceVersion %s, %d no longer there",
+            self.resource,
+            self.cache.name,
+            len(items),
+            version,
+            len(stale),
+        )
+        return version
+
+    def _list(self) -> tuple[list[dict[str, Any]], str]:
+        items: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": self.settings.page_size}
+            if token:
+                options["_continue"] = token
+            try:
+                page = _json(self._call(**options))
+            except ApiException as error:
+                if error.status == 410:  # the snapshot expired between pages: start over
+                    items, token = [], None
+                    continue
+                raise
+            items += [item for item in page.get("items") or [] if isinstance(item, dict)]
+            metadata = page.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if not token:
+                return items, commands.resource_version(
+                    metadata.get("resourceVersion"), f"{self.resource} list"
+                )
+
+    def watch(self, version: str) -> str:
+        """Apply watch events from ``version`` until the watch ends; returns the newest
+        resourceVersion seen. Raises :class:`Gone` on 410."""
+        timeout = self.settings.watch_timeout
+        timeout = max(1, round(timeout * random.uniform(0.8, 1.0)))
+        try:
+            response = self._call(
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout,
+                _request_timeout=(10, timeout + 60),
+            )
+        except ApiException as error:
+            if error.status == 410:
+                raise Gone(f"watch from {version} answered 410") from None
+            raise
+        self.response = response
+        try:
+            for line in _lines(response):
+                if self.stop.is_set():
+                    break
+                version = self._event(line, version)
+        finally:
+            self.response = None
+            response.release_conn()
+        if not self.stop.is_set():
+            self._count("watch_restarts")
+            metrics.SYNC_WATCH_RESTARTS.labels(**self._labels).inc()
+        self._advance(version, force=True)
+        return version
+
+    def _event(self, line: bytes, version: str) -> str:
+        """Apply one watch event line; returns the newest resourceVersion."""
+        received = time.monotonic()
+        try:
+            event = json.loads(line)
+            kind, obj = event["type"], event["object"]
+        except (ValueError, KeyError, TypeError) as error:
+            self._invalid(f"watch event {line[:80]!r}", f"not a watch event ({error})")
+            return version
+        if kind == "ERROR":
+            code = obj.get("code") if isinstance(obj, Mapping) else None
+            if code == 410:
+                raise Gone(str(obj.get("message", "410 Gone")))
+            raise ApiException(status=code or 500, reason=str(obj))
+        if not isinstance(obj, Mapping):
+            self._invalid("watch event", "object is not a mapping")
+            return version
+        seen = (obj.get("metadata") or {}).get("resourceVersion") or version
+        if kind == "BOOKMARK":
+            self._advance(seen)
+            return seen
+        command = self._plan(kind, obj)
+        if command is not None:
+            self._apply_one(command)
+            metrics.SYNC_APPLY_SECONDS.labels(**self._labels).observe(time.monotonic() - received)
+        self._advance(seen)
+        return seen
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def _plan(self, event: str, obj: Mapping[str, Any]) -> Command | None:
+        if event not in ("LISTED", "ADDED", "MODIFIED", "DELETED"):
+            self._invalid(subject(obj), f"unknown watch event type {event!r}")
+            return None
+        try:
+            return self._command(event, obj)
+        except ValidationError as error:
+            self._invalid(subject(obj), str(error))
+            return None
+
+    def _invalid(self, what: str, why: str) -> None:
+        self._count("invalid")
+        self._result("invalid")
+        log.warning("%s of cache %s: skipped %s: %s", self.resource, self.cache.name, what, why)
+
+    def _apply_one(self, command: Command) -> None:
+        try:
+            reply = self.cache.run(command)
+        except CacheError as error:
+            if not _rejected(error):
+                raise
+            self._rejected(command, error)
+            return
+        self._outcome(reply)
+
+    def _apply_batch(self, planned: list[Command]) -> None:
+        if not planned:
+            return
+        batch = self.cache.batch(chunk_size=min(200, len(planned)))
+        for command in planned:
+            batch.add(command)
+        for result in batch.execute():
+            if result.error is not None:
+                self._rejected(result.command, result.error)
+            else:
+                self._outcome(result.reply)
+
+    def _outcome(self, reply: Any) -> None:
+        status, detail = as_text(reply[0]), as_text(reply[1])
+        if status == "applied":
+            self._count("applied")
+            self._result("applied")
+        else:
+            self._count("dropped")
+            self._result(f"dropped_{detail}")
+
+    def _rejected(self, command: Command, error: CacheError) -> None:
+        self._count("rejected")
+        self._result("rejected")
+        log.warning(
+            "%s of cache %s: %s rejected: %s",
+            self.resource,
+            self.cache.name,
+            command.subject,
+            error,
+        )
+
+    def _count(self, name: str) -> None:
+        setattr(self.counters, name, getattr(self.counters, name) + 1)
+
+    def _result(self, result: str) -> None:
+        self.counters.results[result] = self.counters.results.get(result, 0) + 1
+        metrics.SYNC_EVENTS.labels(result=result, **self._labels).inc()
+
+    # -- reconciling ------------------------------------------------------------------------
+
+    def _cached(self) -> list[str]:
+        """What the cache holds of this resource that a list speaks for: node names, and the
+        uids of added pods (assumed pods are the scheduler's, not yet bound: no list has them)."""
+        client, keys = self.cache.client, self.cache.keys
+        if self.resource == "nodes":
+            return sorted(as_text(name) for name in client.smembers(keys.nodes))
+        pods = {as_text(uid) for uid in client.smembers(keys.pods)}
+        assumed = {as_text(uid) for uid in client.smembers(keys.assumed)}
+        return sorted(pods - assumed)
+
+    def _removal(self, key: str, version: str) -> Command:
+        if self.resource == "nodes":
+            return commands.sync_node_gone(key, version)
+        return commands.sync_pod_gone(key, version)
+
+    # -- progress ---------------------------------------------------------------------------
+
+    def _advance(self, version: str, force: bool = False) -> None:
+        """Remember the newest resourceVersion; write it to the cache's ``sync`` hash at most
+        every ``progress_every`` seconds (``schedcache stats`` shows it with its age)."""
+        self.version = version
+        self.counters.last_version = version
+        now = time.time()
+        if not force and now - self._progress_written < self.settings.progress_every:
+            return
+        self._progress_written = now
+        self.cache.client.hset(
+            self.cache.keys.sync,
+            mapping={
+                f"{self.resource}:rv": version,
+                f"{self.resource}:at": round(now * 1000),
+                f"{self.resource}:by": self.name,
+            },
+        )
+
+
+class Syncer:
+    """Feeds nodes and pods of one API server into one cache until :meth:`stop`."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        api: kube_client.CoreV1Api,
+        settings: SyncSettings | None = None,
+        name: str = "",
+    ) -> None:
+        self.cache = cache
+        self.stopping = threading.Event()
+        settings = settings or SyncSettings()
+        self.feeds = [
+            ResourceFeed(cache, api, resource, settings, self.stopping, name)
+            for resource in RESOURCES
+        ]
+        self.threads: list[threading.Thread] = []
+
+    def start(self) -> Syncer:
+        for feed in self.feeds:
+            thread = threading.Thread(
+                target=feed.run, name=f"schedcache-sync-{feed.resource}", daemon=True
+            )
+            thread.start()
+            self.threads.append(thread)
+        return self
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Whether every resource finished its first list within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for feed in self.feeds:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not feed.synced.wait(left):
+                return False
+        return True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every feed (open watches are closed at once) and wait for them."""
+        self.stopping.set()
+        for feed in self.feeds:
+            feed.close()
+        for thread in self.threads:
+            thread.join(timeout)
+
+    def run(self, stop: Callable[[], bool] | None = None) -> None:
+        """:meth:`start`, then wait until :meth:`stop` (or a signal handler calling it)."""
+        self.start()
+        while not self.stopping.wait(0.5):
+            if stop is not None and stop():
+                break
+        self.stop()
+
+    def __enter__(self) -> Syncer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _identity(resource: str, obj: Mapping[str, Any]) -> str:
+    """The cache's key for a listed object: a node's name, a pod's uid."""
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("name" if resource == "nodes" else "uid", ""))
+
+
+def _json(response: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(response.data)
+    finally:
+        response.release_conn()
+    if not isinstance(value, dict):
+        raise ValueError(f"the API server answered {type(value).__name__}, not an object")
+    return value
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """The lines of a chunked watch response as they arrive."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            if line.strip():
+                yield line
+    if pending.strip():
+        yield pending
+
+
+def _rejected(error: CacheError) -> bool:
+    """A command refused on its own (its object is wrong), as opposed to the cache being away."""
+    return not isinstance(error, RetriesExhausted)
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__

@@ -1,0 +1,229 @@
+"""Replay: fold the event stream into the state it describes, independently of the Lua code.
+
+The fold is plain Python over the events (their payloads carry every pod and node object), so
+comparing it with the live keys checks the Lua functions: that is ``verify()``. The result has
+the shape of ``Cache.dump()``: every node entry (ghosts and placeholders too) as a
+``NodeInfo``, the assumed pods, and the generation.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from schedcache.errors import CorruptRecord
+from schedcache.model.aggregates import pod_contribution, resource_pairs
+from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
+from schedcache.model.values import Node, Pod, Resource
+from schedcache.store.events import Event
+from schedcache.store.records import decode_object
+
+POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
+
+
+@dataclass
+class PodState:
+    blob: bytes | None  # the pod's msgpack, decoded only when asked (most pods come and go)
+    state: str  # "assumed" | "added"
+    node: str
+    generation: int  # placement generation: orders a node's pods
+    binding_finished: bool = False
+    deadline_ms: int | None = None
+    decoded: Pod | None = field(default=None, repr=False)
+
+    @property
+    def pod(self) -> Pod:
+        if self.decoded is None:
+            what = f"replayed pod placed on node {self.node} at generation {self.generation}"
+            self.decoded = decode_object(self.blob or b"", what, Pod.from_dict)
+        return self.decoded
+
+
+@dataclass
+class NodeState:
+    name: str
+    node: Node | None = None
+    allocatable: Resource = field(default_factory=Resource)  # kept by a ghost, as upstream
+    pods: dict[str, None] = field(default_factory=dict)
+    generation: int = 0
+
+
+@dataclass
+class ReplayState:
+    """The state after folding events up to ``last_id``."""
+
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    pods: dict[str, PodState] = field(default_factory=dict)
+    image_sizes: dict[str, int] = field(default_factory=dict)
+    image_spread: Counter[str] = field(default_factory=Counter)  # live nodes per image
+    generation: int = 0
+    last_id: str | None = None
+    events: int = 0
+    # The checkpoint this fold started from (None: the stream's beginning): a checkpoint of
+    # this state is refused if the stream was compacted past it (events may be missing).
+    base_id: str | None = None
+
+    # -- folding ----------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        fields, generation = event.fields, event.generation
+        kind = event.type
+        if kind in ("NodeAdded", "NodeUpdated"):
+            self._set_node(Node.from_dict(event.data), generation or 0)
+        elif kind == "NodeRemoved":
+            self._remove_node(fields["node"], generation or 0)
+        elif kind == "PodAssumed":
+            self._place(event.blob, fields["uid"], fields["node"], "assumed", event)
+        elif kind == "BindingFinished":
+            record = self.pods[fields["uid"]]
+            record.binding_finished = True
+            record.deadline_ms = int(fields["deadline"]) if fields.get("deadline") else None
+        elif kind == "PodAdded":
+            if fields["uid"] in self.pods:  # confirming an assumed pod, maybe elsewhere
+                self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
+            self._place(event.blob, fields["uid"], fields["node"], "added", event)
+        elif kind == "PodUpdated":
+            self._unplace(fields["uid"], generation or 0)
+            self._place(event.blob, fields["uid"], fields["node"], "added", event)
+        elif kind in POD_REMOVALS:
+            self._unplace(fields["uid"], generation or 0)
+        else:
+            raise ValueError(f"event {event.id}: unknown type {kind!r}")
+        if generation:
+            self.generation = max(self.generation, generation)
+        self.last_id = event.id
+        self.events += 1
+
+    def _set_node(self, node: Node, generation: int) -> None:
+        entry = self.nodes.setdefault(node.name, NodeState(node.name))
+        old = _image_names(entry.node) if entry.node is not None else set()
+        new = _image_names(node)
+        self._lose_images(old - new)
+        for names, size in node.images:
+            for name in names:
+                if name not in old:
+                    self.image_sizes.setdefault(name, size)  # the first size reported wins
+        for name in new - old:
+            self.image_spread[name] += 1
+        entry.node, entry.allocatable, entry.generation = node, stored(node.allocatable), generation
+
+    def _remove_node(self, name: str, generation: int) -> None:
+        entry = self.nodes[name]
+        if entry.node is not None:
+            self._lose_images(_image_names(entry.node))
+        entry.node, entry.generation = None, generation
+        if not entry.pods:
+            del self.nodes[name]
+
+    def _lose_images(self, names: set[str]) -> None:
+        """As the Lua index: an image's size is forgotten with its last live node."""
+        for name in names:
+            self.image_spread[name] -= 1
+            if self.image_spread[name] <= 0:
+                del self.image_spread[name]
+                self.image_sizes.pop(name, None)
+
+    def _place(self, blob: bytes | None, uid: str, node: str, state: str, event: Event) -> None:
+        generation = event.generation or 0
+        entry = self.nodes.setdefault(node, NodeState(node))
+        entry.pods[uid] = None
+        entry.generation = generation
+        self.pods[uid] = PodState(blob, state, node, generation)
+
+    def _unplace(self, uid: str, generation: int) -> None:
+        record = self.pods.pop(uid)
+        entry = self.nodes[record.node]
+        del entry.pods[uid]
+        entry.generation = generation
+        if entry.node is None and not entry.pods:
+            del self.nodes[record.node]
+
+    # -- the dump-shaped view -----------------------------------------------------------
+
+    @property
+    def assumed_pods(self) -> set[str]:
+        return {uid for uid, record in self.pods.items() if record.state == "assumed"}
+
+    def as_dump(self) -> Dump:
+        """This state as ``Cache.dump()`` gives the live one (equal to it when consistent)."""
+        return Dump(self.node_infos(), set(self.assumed_pods), self.generation, self.last_id)
+
+    def node_infos(self) -> dict[str, NodeInfo]:
+        spread = self.image_spread
+        return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
+
+    def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
+        records = sorted((self.pods[uid] for uid in entry.pods), key=lambda r: r.generation)
+        totals: Counter[str] = Counter()
+        for record in records:
+            totals.update(dict(pod_contribution(record.pod)))
+        scalars = {f[4:]: v for f, v in totals.items() if f.startswith("r:s:") and v}
+        images = {}
+        if entry.node is not None:
+            for names, _ in entry.node.images:
+                for name in names:
+                    images[name] = ImageStateSummary(self.image_sizes[name], spread[name])
+        return NodeInfo(
+            name=entry.name,
+            node=entry.node,
+            pods=[record.pod for record in records],
+            requested=Resource(totals["r:cpu"], totals["r:mem"], totals["r:eph"], 0, scalars),
+            non_zero_requested=Resource(
+                totals["r:cpu"] + totals["z:cpu"], totals["r:mem"] + totals["z:mem"]
+            ),
+            allocatable=entry.allocatable,
+            used_ports={_port(f) for f, v in totals.items() if f.startswith("p:") and v > 0},
+            image_states=images,
+            pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
+            generation=entry.generation,
+        )
+
+
+def stored(allocatable: Resource) -> Resource:
+    """``allocatable`` as the node hash keeps it: the write path leaves zero amounts out
+    (``resource_pairs``), so a kubelet's ``hugepages-1Gi: "0"`` is no scalar resource at all,
+    which is how kube-scheduler's fit check reads it too (a missing resource is 0)."""
+    amounts = dict(resource_pairs(allocatable))
+    return Resource(
+        amounts.get("cpu", 0),
+        amounts.get("mem", 0),
+        amounts.get("eph", 0),
+        amounts.get("pods", 0),
+        {name[2:]: amount for name, amount in amounts.items() if name.startswith("s:")},
+    )
+
+
+def _image_names(node: Node) -> set[str]:
+    return {name for names, _ in node.images for name in names}
+
+
+def _port(field_name: str) -> tuple[str, str, int]:
+    ip, protocol, number = field_name[2:].rsplit("|", 2)
+    return ip, protocol, int(number)
+
+
+def fold(
+    events: Iterable[Event],
+    state: ReplayState | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayState:
+    """Fold ``events`` into ``state`` (a fresh one by default); ``progress(n)`` is called
+    every 10,000 events."""
+    state = state or ReplayState()
+    done = 0
+    for event in events:
+        try:
+            state.apply(event)
+        except CorruptRecord:
+            raise
+        except (KeyError, ValueError, TypeError) as error:
+            reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
+            raise CorruptRecord(event.subject, reason) from None
+        done += 1
+        if progress and done == 10_000:
+            progress(done)
+            done = 0
+    if progress and done:
+        progress(done)
+    return state

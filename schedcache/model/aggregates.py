@@ -1,0 +1,160 @@
+"""How a pod's requests become integer fields of its node's hash, and back.
+
+Lua never decodes a pod: Python flattens its contribution into ``(field, amount)`` pairs that
+the functions add to the node with HINCRBY and store on the pod record, so removal subtracts
+exactly what was added (never the caller's copy). Fields:
+
+=================  =======================================================
+``r:cpu``          requested millicores
+``r:mem``          requested memory, bytes
+``r:eph``          requested ephemeral storage, bytes
+``r:s:<name>``     requested scalar resource (extended, hugepages, ...)
+``z:cpu/z:mem``    non-zero requested (100m / 200 MiB defaults per container) minus
+                   requested: zero, so not written, for pods that state their requests
+``aff``/``anti``   pods with affinity / with required anti-affinity
+``p:<ip>|<proto>|<port>``  pods using that host port (a refcount; the port set is its keys)
+``v:<ns>/<claim>`` pods using that PVC
+=================  =======================================================
+
+A node's allocatable is sent the same way, as ``cpu``, ``mem``, ``eph``, ``pods`` and
+``s:<name>``, and stored under ``a:``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from schedcache.errors import ValidationError
+from schedcache.model.values import HostPort, Node, Pod, Resource
+
+Pairs = list[tuple[str, int]]
+
+
+def pod_contribution(pod: Pod) -> Pairs:
+    """The amounts ``pod`` adds to its node; zero amounts are left out."""
+    requests, non_zero = pod.requests, pod.non_zero_requests
+    pairs: Pairs = [
+        ("r:cpu", requests.milli_cpu),
+        ("r:mem", requests.memory),
+        ("r:eph", requests.ephemeral_storage),
+        ("z:cpu", non_zero.milli_cpu - requests.milli_cpu),
+        ("z:mem", non_zero.memory - requests.memory),
+        ("aff", int(pod.has_affinity)),
+        ("anti", int(pod.has_required_anti_affinity)),
+    ]
+    if requests.scalar_resources:
+        pairs += [(f"r:s:{name}", amount) for name, amount in requests.scalar_resources.items()]
+    if pod.host_ports:
+        # Host ports are a set per pod: a pod that lists one port twice holds it once.
+        pairs += [(port_field(port), 1) for port in dict.fromkeys(pod.host_ports)]
+    if pod.pvc_claims:
+        pairs += [(f"v:{claim}", count) for claim, count in Counter(pod.pvc_claims).items()]
+    return [(field, amount) for field, amount in pairs if amount != 0]
+
+
+def contribution_string(pod: Pod) -> str:
+    """The contribution as Lua takes and stores it: ``"<field> <amount> <field> <amount> ..."``."""
+    pairs = pod_contribution(pod)
+    text = " ".join(f"{field} {amount}" for field, amount in pairs)
+    if len(text.split()) != 2 * len(pairs):  # a name with whitespace would shift the pairs
+        bad = next(field for field, _ in pairs if len(field.split()) != 1)
+        raise ValidationError(
+            f"pod {pod.namespace}/{pod.name} (uid {pod.uid})",
+            bad.split(":", 1)[0],
+            f"{bad!r} contains whitespace",
+        )
+    return text
+
+
+def port_field(port: HostPort) -> str:
+    ip, protocol, number = port
+    return f"p:{ip}|{protocol}|{number}"
+
+
+def resource_pairs(resource: Resource) -> Pairs:
+    """A node's allocatable as the arguments of ``sc_add_node``."""
+    pairs: Pairs = [
+        ("cpu", resource.milli_cpu),
+        ("mem", resource.memory),
+        ("eph", resource.ephemeral_storage),
+        ("pods", resource.allowed_pod_number),
+    ]
+    pairs += [(f"s:{name}", amount) for name, amount in sorted(resource.scalar_resources.items())]
+    return [(field, amount) for field, amount in pairs if amount != 0]
+
+
+def image_pairs(node: Node) -> Pairs:
+    """Every image name of the node with its size (an image may have several names)."""
+    return [(name, size) for names, size in node.images for name in names]
+
+
+def flatten(pairs: Pairs) -> list[str | int]:
+    """``[n, field1, amount1, ...]``: the shape the Lua functions read."""
+    flat: list[str | int] = [len(pairs)]
+    for field, amount in pairs:
+        flat += [field, amount]
+    return flat
+
+
+class NodeFields:
+    """A node hash (``HGETALL``), decoded once and read as resources."""
+
+    def __init__(self, raw: Mapping[bytes, bytes]) -> None:
+        self.strings = {key.decode(): value for key, value in raw.items()}
+
+    def integer(self, field: str) -> int:
+        value = self.strings.get(field)
+        return int(value) if value is not None else 0
+
+    def resource(self, prefix: str, *, with_pods: bool = False) -> Resource:
+        scalar_prefix = f"{prefix}s:"
+        return Resource(
+            milli_cpu=self.integer(f"{prefix}cpu"),
+            memory=self.integer(f"{prefix}mem"),
+            ephemeral_storage=self.integer(f"{prefix}eph"),
+            allowed_pod_number=self.integer(f"{prefix}pods") if with_pods else 0,
+            scalar_resources={
+                field[len(scalar_prefix) :]: int(value)
+                for field, value in self.strings.items()
+                if field.startswith(scalar_prefix)
+            },
+        )
+
+    @property
+    def allocatable(self) -> Resource:
+        return self.resource("a:", with_pods=True)
+
+    @property
+    def requested(self) -> Resource:
+        return self.resource("r:")
+
+    @property
+    def non_zero_requested(self) -> Resource:
+        return Resource(
+            milli_cpu=self.integer("r:cpu") + self.integer("z:cpu"),
+            memory=self.integer("r:mem") + self.integer("z:mem"),
+        )
+
+    @property
+    def used_ports(self) -> set[HostPort]:
+        ports: set[HostPort] = set()
+        for field in self.strings:
+            if field.startswith("p:"):
+                ip, protocol, number = field[2:].rsplit("|", 2)
+                ports.add((ip, protocol, int(number)))
+        return ports
+
+    @property
+    def pvc_ref_counts(self) -> dict[str, int]:
+        return {
+            field[2:]: int(value) for field, value in self.strings.items() if field.startswith("v:")
+        }
+
+    @property
+    def exists(self) -> bool:
+        return self.strings.get("exists") == b"1"
+
+    @property
+    def generation(self) -> int:
+        return self.integer("gen")

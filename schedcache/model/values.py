@@ -1,0 +1,314 @@
+"""The model layer: immutable Pod, Node and Resource values, as the scheduler cache keeps them.
+
+Only what kube-scheduler's cache keeps is held (requests computed the way the scheduler computes
+them, host ports, affinity flags, PVC claims, node allocatable, images, taints), so the Redis
+layer stores small msgpack-friendly dicts instead of whole manifests. Reading those from
+Kubernetes manifests is :mod:`schedcache.model.manifests`' job; ``from_k8s`` here hands over to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from schedcache.model.selectors import label_key_error
+
+__all__ = [
+    "DEFAULT_MEMORY_REQUEST",
+    "DEFAULT_MILLI_CPU_REQUEST",
+    "HostPort",
+    "Node",
+    "Pod",
+    "Resource",
+    "is_scalar_resource_name",
+]
+
+#: Non-zero defaults for containers without a request (pkg/scheduler/util/non_zero.go).
+DEFAULT_MILLI_CPU_REQUEST = 100
+DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+BETA_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
+BETA_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
+
+HostPort = tuple[str, str, int]  # (ip, protocol, port)
+
+
+def is_scalar_resource_name(name: str) -> bool:
+    """kube-scheduler's ``IsScalarResourceName``: the names kept in ``scalar_resources``.
+
+    Extended resources (domain-qualified, outside ``kubernetes.io/``), ``hugepages-*``,
+    ``attachable-volumes-*`` and prefixed native resources (containing ``kubernetes.io/``).
+    """
+    if name.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in name:
+        return True
+    if "/" not in name or name.startswith("requests."):
+        return False
+    return label_key_error("requests." + name) is None
+
+
+# --------------------------------------------------------------------------------------------
+# Resource
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _compact(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` without the empty ones (0, "", False, empty containers): ``from_dict``
+    restores them as the defaults they are."""
+    return {key: value for key, value in fields.items() if value}
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Integer resource amounts as kube-scheduler's ``framework.Resource`` holds them.
+
+    CPU in millicores, memory and ephemeral storage in bytes, rounded up from quantities.
+    """
+
+    milli_cpu: int = 0
+    memory: int = 0
+    ephemeral_storage: int = 0
+    allowed_pod_number: int = 0
+    scalar_resources: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (msgpack/JSON friendly); zero amounts are left out."""
+        return _compact(
+            {
+                "milli_cpu": self.milli_cpu,
+                "memory": self.memory,
+                "ephemeral_storage": self.ephemeral_storage,
+                "allowed_pod_number": self.allowed_pod_number,
+                "scalar_resources": dict(sorted(self.scalar_resources.items())),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Resource:
+        """Inverse of :meth:`to_dict`; missing keys are 0. (Hot: a snapshot decodes two per
+        pod, so plain positional construction.)"""
+        get = d.get
+        scalars = get("scalar_resources")
+        return cls(
+            int(get("milli_cpu", 0)),
+            int(get("memory", 0)),
+            int(get("ephemeral_storage", 0)),
+            int(get("allowed_pod_number", 0)),
+            {str(k): int(v) for k, v in scalars.items()} if scalars else {},
+        )
+
+    def add(self, other: Resource) -> Resource:
+        """Field-wise sum (scalar resources merged)."""
+        scalars = dict(self.scalar_resources)
+        for name, amount in other.scalar_resources.items():
+            scalars[name] = scalars.get(name, 0) + amount
+        return Resource(
+            self.milli_cpu + other.milli_cpu,
+            self.memory + other.memory,
+            self.ephemeral_storage + other.ephemeral_storage,
+            self.allowed_pod_number + other.allowed_pod_number,
+            scalars,
+        )
+
+    def sub(self, other: Resource) -> Resource:
+        """Field-wise difference; scalar resources that become 0 are dropped."""
+        scalars = dict(self.scalar_resources)
+        for name, amount in other.scalar_resources.items():
+            left = scalars.get(name, 0) - amount
+            if left:
+                scalars[name] = left
+            else:
+                scalars.pop(name, None)
+        return Resource(
+            self.milli_cpu - other.milli_cpu,
+            self.memory - other.memory,
+            self.ephemeral_storage - other.ephemeral_storage,
+            self.allowed_pod_number - other.allowed_pod_number,
+            scalars,
+        )
+
+    @classmethod
+    def from_resource_list(
+        cls, rl: Any, *, obj: str, field: str, allow_negative: bool = False
+    ) -> Resource:
+        """A Kubernetes ResourceList (``{"cpu": "100m", ...}``) under scheduler rules.
+
+        Unqualified unknown names (e.g. ``random-invalid-extended-key``) are ignored.
+        """
+        from schedcache.model.manifests import resource_from_list  # manifests imports this module
+
+        return resource_from_list(rl, obj=obj, field=field, allow_negative=allow_negative)
+
+
+# --------------------------------------------------------------------------------------------
+# Pod
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """What the scheduler cache keeps of a pod; keyed by UID as upstream does since 2018."""
+
+    uid: str
+    name: str
+    namespace: str = "default"
+    node_name: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    requests: Resource = field(default_factory=Resource)
+    non_zero_requests: Resource = field(default_factory=Resource)  # milli_cpu and memory only
+    host_ports: tuple[HostPort, ...] = ()
+    has_affinity: bool = False
+    has_required_anti_affinity: bool = False
+    pvc_claims: tuple[str, ...] = ()
+    priority: int = 0
+    phase: str = ""
+    resource_version: str = ""
+    conditions: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The cache key: the UID."""
+        return self.uid
+
+    @property
+    def full_name(self) -> str:
+        """``namespace/name`` for humans."""
+        return f"{self.namespace}/{self.name}"
+
+    def with_node(self, node_name: str) -> Pod:
+        """A copy bound to ``node_name`` (what assume does to the scheduler's pod copy)."""
+        return replace(self, node_name=node_name)
+
+    @classmethod
+    def from_k8s(cls, obj: Any) -> Pod:
+        """Build from a v1 Pod manifest (parsed JSON/YAML), applying kube-scheduler's rules."""
+        from schedcache.model.manifests import read_pod  # manifests imports this module
+
+        return read_pod(obj)
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out,
+        which keeps the copy stored per pod and per event small."""
+        return {
+            "uid": self.uid,
+            "name": self.name,
+            "namespace": self.namespace,
+            **_compact(
+                {
+                    "node_name": self.node_name,
+                    "labels": dict(self.labels),
+                    "requests": self.requests.to_dict(),
+                    "non_zero_requests": self.non_zero_requests.to_dict(),
+                    "host_ports": [list(p) for p in self.host_ports],
+                    "has_affinity": self.has_affinity,
+                    "has_required_anti_affinity": self.has_required_anti_affinity,
+                    "pvc_claims": list(self.pvc_claims),
+                    "priority": self.priority,
+                    "phase": self.phase,
+                    "resource_version": self.resource_version,
+                    "conditions": [list(c) for c in self.conditions],
+                }
+            ),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Pod:
+        """Inverse of :meth:`to_dict` (lists become tuples again). Hot in snapshots: empty
+        fields take the cheap path."""
+        get = d.get
+        ports = get("host_ports")
+        conditions = get("conditions")
+        return cls(
+            d["uid"],
+            d["name"],
+            get("namespace", "default"),
+            get("node_name", ""),
+            dict(get("labels") or ()),
+            Resource.from_dict(get("requests") or _EMPTY),
+            Resource.from_dict(get("non_zero_requests") or _EMPTY),
+            tuple((ip, proto, int(port)) for ip, proto, port in ports) if ports else (),
+            bool(get("has_affinity", False)),
+            bool(get("has_required_anti_affinity", False)),
+            tuple(get("pvc_claims") or ()),
+            int(get("priority", 0)),
+            get("phase", ""),
+            get("resource_version", ""),
+            tuple((t, s) for t, s in conditions) if conditions else (),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Node
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What the scheduler cache keeps of a node: allocatable, images, taints, zone labels."""
+
+    name: str
+    uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    allocatable: Resource = field(default_factory=Resource)
+    images: tuple[tuple[tuple[str, ...], int], ...] = ()  # (names, sizeBytes)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    unschedulable: bool = False
+    resource_version: str = ""
+    ready: str = ""  # status of the Ready condition ("True", "False", "Unknown"; "" if none)
+
+    @property
+    def zone_key(self) -> str:
+        """``GetZoneKey``: region + ":\\x00:" + zone, beta labels first; "" if neither is set."""
+        labels = self.labels
+        # As upstream: a beta label that is present wins, even when empty.
+        zone = labels[BETA_ZONE_LABEL] if BETA_ZONE_LABEL in labels else labels.get(ZONE_LABEL, "")
+        region = (
+            labels[BETA_REGION_LABEL]
+            if BETA_REGION_LABEL in labels
+            else labels.get(REGION_LABEL, "")
+        )
+        if not zone and not region:
+            return ""
+        return f"{region}:\x00:{zone}"
+
+    @classmethod
+    def from_k8s(cls, obj: Any) -> Node:
+        """Build from a v1 Node manifest; allocatable falls back to capacity when absent."""
+        from schedcache.model.manifests import read_node  # manifests imports this module
+
+        return read_node(obj)
+
+    def to_dict(self) -> dict[str, Any]:
+        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out."""
+        return {
+            "name": self.name,
+            **_compact(
+                {
+                    "uid": self.uid,
+                    "labels": dict(self.labels),
+                    "allocatable": self.allocatable.to_dict(),
+                    "images": [[list(names), size] for names, size in self.images],
+                    "taints": [list(t) for t in self.taints],
+                    "unschedulable": self.unschedulable,
+                    "resource_version": self.resource_version,
+                    "ready": self.ready,
+                }
+            ),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Node:
+        """Inverse of :meth:`to_dict` (lists become tuples again)."""
+        return cls(
+            name=d["name"],
+            uid=d.get("uid", ""),
+            labels=dict(d.get("labels") or {}),
+            allocatable=Resource.from_dict(d.get("allocatable") or {}),
+            images=tuple((tuple(names), int(size)) for names, size in d.get("images", ())),
+            taints=tuple((k, v, e) for k, v, e in d.get("taints", ())),
+            unschedulable=bool(d.get("unschedulable", False)),
+            resource_version=d.get("resource_version", ""),
+            ready=d.get("ready", ""),
+        )

@@ -1,0 +1,410 @@
+"""``CommandBatch``: many commands in few round trips, for informer ingest and bulk loads.
+
+Commands are grouped into ``sc_batch`` calls of ``chunk_size`` commands. A group is sent as soon
+as it is full, on a connection the batch keeps until :meth:`execute`, and replies are read
+later, so Redis applies one group while Python builds the next. Each command is still
+all-or-nothing on its own and the commands are applied in the order they were added; one that
+is rejected does not stop the others. :meth:`execute` sends the rest, waits for every reply and
+returns one :class:`BatchResult` per command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from redis import ConnectionPool, ResponseError
+from redis.connection import Connection
+
+from schedcache.errors import (
+    BatchFailed,
+    CacheError,
+    NotReplicated,
+    RetriesExhausted,
+    ValidationError,
+)
+from schedcache.model.values import Node, Pod
+from schedcache.store import commands, metrics
+from schedcache.store.commands import Command
+from schedcache.store.library import is_missing_function
+from schedcache.store.replies import error_from_reply, translate
+from schedcache.store.retry import RETRYABLE, too_late_to_resend
+from schedcache.store.store import HasStore, Store, store_of
+
+log = logging.getLogger(__name__)
+# Errors in a reply that mean the group was not run (send it again), as opposed to errors of
+# the group itself (a Lua runtime error, which ``BatchFailed`` reports).
+REFUSED = tuple(error for error in RETRYABLE if issubclass(error, ResponseError))
+
+# Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
+# that unread replies take on both sides.
+WINDOW = 8
+# Commands per sc_batch call: one call holds Redis for its whole run (~10 us a command).
+MAX_CHUNK_SIZE = 10_000
+
+
+class SentGroup(list[Command]):
+    """One ``sc_batch`` call's commands, with the ``time.monotonic()`` of its first send: after
+    ``retry.MAX_RETRY_WINDOW`` it is never sent again (Redis may have forgotten the ids).
+    ``RetriesExhausted.unsettled`` holds these."""
+
+    def __init__(self, commands: list[Command], first_sent: float) -> None:
+        super().__init__(commands)
+        self.first_sent = first_sent
+
+
+def first_sent(group: list[Command]) -> float:
+    """When ``group`` was first sent; for a plain list, when its oldest command was made (no
+    send of it is earlier)."""
+    if isinstance(group, SentGroup):
+        return group.first_sent
+    return min((command.created for command in group), default=time.monotonic())
+
+
+def too_old_to_resend(group: list[Command]) -> str | None:
+    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None."""
+    return too_late_to_resend(first_sent(group))
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The outcome of one command of a batch: its reply, or the error it was rejected with."""
+
+    command: Command
+    reply: Any = None
+    error: CacheError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@runtime_checkable
+class Claimant(Protocol):
+    """What a batch's ``assume_pod`` and ``finish_binding`` need of their cache: the ttl of
+    finished bindings and the replica's lease (``Cache`` is one)."""
+
+    @property
+    def ttl(self) -> float: ...
+
+    @property
+    def lease_to_take(self) -> float: ...
+
+    def hold_lease(self) -> None: ...
+
+
+class CommandBatch:
+    """Collects commands and streams them to Redis in groups; see the module docstring.
+
+    ``cache``: a ``Cache`` (``cache.batch()`` is the usual way), or a bare :class:`Store`, whose
+    batches take commands with :meth:`add` only (they have no ttl or lease for the shortcuts)."""
+
+    def __init__(self, cache: Store | HasStore, chunk_size: int = 200) -> None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+            raise ValidationError("batch", "chunk_size", f"{chunk_size!r} is not an integer")
+        if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+            raise ValidationError(
+                "batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}"
+            )
+        self.cache = cache  # as given: a Cache, or a Store
+        self.store = store_of(cache)
+        self.claimant = cache if isinstance(cache, Claimant) else None
+        self.chunk_size = chunk_size
+        self.group: list[Command] = []
+        self.in_flight: deque[tuple[str, SentGroup]] = deque()
+        self.sent: list[SentGroup] = []  # every group since the last execute(), in order
+        self.answered: list[tuple[str, SentGroup, Any, Any]] = []
+        self.connection: Connection | None = None
+        self.pool: ConnectionPool | None = None
+        self.count = 0
+
+    def __len__(self) -> int:
+        """Commands added since the last :meth:`execute`."""
+        return self.count
+
+    def __enter__(self) -> CommandBatch:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        if exc_type is None:
+            self.execute()
+        else:
+            self.close()
+
+    def add(self, command: Command) -> CommandBatch:
+        self.group.append(command)
+        self.count += 1
+        if len(self.group) >= self.chunk_size:
+            self._send_group()
+        return self
+
+    def assume_pod(
+        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+    ) -> CommandBatch:
+        claimant = self._claimant("assume_pod")
+        command = commands.assume_pod(pod, check_fit, expect_generation, claimant.lease_to_take)
+        claimant.hold_lease()
+        return self.add(command)
+
+    def finish_binding(self, pod: Pod, now: float | None = None) -> CommandBatch:
+        return self.add(commands.finish_binding(pod, now, self._claimant("finish_binding").ttl))
+
+    def forget_pod(self, pod: Pod) -> CommandBatch:
+        return self.add(commands.forget_pod(pod))
+
+    def add_pod(self, pod: Pod) -> CommandBatch:
+        return self.add(commands.add_pod(pod))
+
+    def update_pod(self, old: Pod, new: Pod) -> CommandBatch:
+        return self.add(commands.update_pod(old, new))
+
+    def remove_pod(self, pod: Pod) -> CommandBatch:
+        return self.add(commands.remove_pod(pod))
+
+    def add_node(self, node: Node) -> CommandBatch:
+        return self.add(commands.add_node(node))
+
+    def update_node(self, old: Node | None, new: Node) -> CommandBatch:
+        return self.add(commands.update_node(old, new))
+
+    def remove_node(self, node: Node | str) -> CommandBatch:
+        return self.add(commands.remove_node(node))
+
+    def _claimant(self, method: str) -> Claimant:
+        if self.claimant is None:
+            raise ValidationError(
+                "batch",
+                method,
+                "a batch of a bare Store has no ttl or lease: use cache.batch(), or add() a "
+                "command made with schedcache.store.commands",
+            )
+        return self.claimant
+
+    def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
+        """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
+        gave up) and return the outcome of every command: a group Redis applied before is
+        answered with its first outcome, the others are applied now — exactly once either way.
+        A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
+        (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids."""
+        for index, group in enumerate(groups):
+            reason = too_old_to_resend(group)
+            if reason is not None:
+                raise ValidationError("batch settle", f"unsettled[{index}]", reason)
+        for group in groups:
+            self.group = list(group)
+            self.count += len(group)
+            self._send_group(first_sent(group))
+        return self.execute()
+
+    def execute(self) -> list[BatchResult]:
+        """Send what is left, wait for every reply; the batch is empty and reusable afterwards."""
+        delays = self.store.retry.delays()
+        try:
+            if self.group:
+                self._send_group()
+            while self.in_flight:
+                self._read_reply()
+            answered, self.answered = self.answered, []
+            while (first := _first_unapplied(answered)) is not None:
+                # That group was refused before it ran: the server lost the library (restart
+                # without persistence, flush), or the cluster is electing a primary or moved
+                # the slot. Send it and every later group again, in order and with their ids:
+                # a later group applied meanwhile is answered from its id, one rejected is
+                # judged again in the right order.
+                self._wait_before_resending(answered[first][2], delays)
+                self._refuse_stale([group for _, group, _, _ in answered[first:]])
+                for group_id, group, _, _ in answered[first:]:
+                    self.in_flight.append((group_id, group))
+                    try:
+                        self._send(group_id, group)
+                    except RETRYABLE:
+                        self._reconnect_and_resend(delays)
+                while self.in_flight:
+                    self._read_reply()
+                answered, self.answered = answered[:first] + self.answered, []
+        finally:
+            self.close()
+        self.count = 0
+        results: list[BatchResult] = []
+        failures: list[tuple[list[Command], Exception]] = []
+        for _, group, reply, replicas in answered:
+            if isinstance(reply, Exception):
+                failures.append(
+                    (group, translate("batch", f"a batch of {len(group)} commands", reply))
+                )
+                continue
+            results += _results(group, reply)
+            if self.store.wait_replicas:
+                try:
+                    self.store.check_replicated(replicas, f"sc_batch of {len(group)} commands")
+                except (NotReplicated, ResponseError) as error:
+                    failures.append((group, error))
+        if failures:
+            raise BatchFailed(results, failures)
+        return results
+
+    def close(self) -> None:
+        """Give the connection back; unsent commands are dropped."""
+        # With replies nobody will read, the connection is unusable.
+        self._release_connection(disconnect=bool(self.in_flight))
+        self.group, self.in_flight, self.sent, self.count = [], deque(), [], 0
+
+    def _release_connection(self, disconnect: bool) -> None:
+        if self.connection is not None and self.pool is not None:
+            if disconnect:
+                self.connection.disconnect()
+            self.pool.release(self.connection)
+        self.connection, self.pool = None, None
+
+    def _send_group(self, sent_at: float | None = None) -> None:
+        group = SentGroup(self.group, time.monotonic() if sent_at is None else sent_at)
+        self.group = []
+        self.in_flight.append((derive_group_id(group), group))
+        self.sent.append(group)
+        try:
+            self._send(*self.in_flight[-1])
+        except RETRYABLE:
+            self._reconnect_and_resend(self.store.retry.delays())
+        if len(self.in_flight) > WINDOW:
+            self._read_reply()
+
+    def _send(self, group_id: str, group: list[Command]) -> None:
+        args: list[Any] = []
+        for command in group:
+            args += [command.name, len(command.args), *command.args]
+        if self.connection is None:
+            self.pool = self.store.server().connection_pool
+            self.connection = self.pool.get_connection()
+        self.connection.send_command("FCALL", *self.store.function_args("batch", group_id, args))
+        if self.store.wait_replicas:
+            self.connection.send_command(
+                "WAIT", self.store.wait_replicas, self.store.wait_timeout_ms
+            )
+
+    def _read_reply(self) -> None:
+        delays = self.store.retry.delays()
+        while True:
+            assert self.connection is not None
+            try:
+                reply = self._read_one()
+                replicas = self._read_one() if self.store.wait_replicas else None
+                break
+            except RETRYABLE:
+                self._reconnect_and_resend(delays)
+        group_id, group = self.in_flight.popleft()
+        self.answered.append((group_id, group, reply, replicas))
+
+    def _read_one(self) -> Any:
+        assert self.connection is not None
+        try:
+            return self.connection.read_response()
+        except ResponseError as error:  # of the group: judged in execute()
+            return error
+
+    def _wait_before_resending(self, reason: Any, delays: Iterator[float]) -> None:
+        if _library_missing(reason):
+            self.store.reload_library()
+            return
+        self._back_off(
+            delays,
+            f"sc_batch refused ({reason}); sending again",
+            f"Redis kept refusing a group of commands ({reason}); the groups before it were "
+            "applied, it and those after it may not have been",
+            cause=reason,
+        )
+
+    def _reconnect_and_resend(self, delays: Iterator[float]) -> None:
+        """The connection broke with groups unanswered: some may have been applied. Send them
+        all again, in order, with their ids: Redis answers those it applied with the first
+        outcome and applies the others (exactly once either way)."""
+        while True:
+            self._back_off(
+                delays,
+                f"connection lost with {len(self.in_flight)} groups unanswered; resending",
+                f"no answer from Redis for {len(self.in_flight)} groups of commands after "
+                "resending them as the retry policy allows; they may or may not have been applied",
+            )
+            self._refuse_stale([group for _, group in self.in_flight])
+            try:
+                for group_id, group in self.in_flight:
+                    self._send(group_id, group)
+                return
+            except RETRYABLE:
+                continue
+
+    def _refuse_stale(self, groups: list[SentGroup]) -> None:
+        """:class:`RetriesExhausted` instead of resending a group Redis may have forgotten."""
+        for group in groups:
+            reason = too_old_to_resend(group)
+            if reason is not None:
+                raise RetriesExhausted(
+                    f"sc_batch: a group of {len(group)} commands was not answered and is not "
+                    f"sent again: {reason}",
+                    unsettled=self.sent,
+                )
+
+    def _back_off(
+        self,
+        delays: Iterator[float],
+        warning: str,
+        exhausted: str,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Before sending again: drop the connection, ask where the cache's primary is now, and
+        wait the policy's next delay; :class:`RetriesExhausted` (``exhausted`` says why, with
+        every group of the batch to settle) when the policy is spent."""
+        delay = next(delays, None)
+        if delay is None:
+            raise RetriesExhausted(
+                f"sc_batch: {exhausted}: settle them with cache.batch().settle(error.unsettled)",
+                unsettled=self.sent,
+            ) from cause
+        log.warning("%s", warning)
+        self._release_connection(disconnect=True)
+        self.store.route.refresh()
+        time.sleep(delay)
+
+
+def derive_group_id(group: list[Command]) -> str:
+    """The id of one ``sc_batch`` call, derived from its commands' ids: the same commands sent
+    again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call."""
+    digest = hashlib.blake2b(digest_size=8)
+    for command in group:
+        digest.update(command.id.encode() + b"|")
+    return digest.hexdigest()
+
+
+def _first_unapplied(answered: list[tuple[str, SentGroup, Any, Any]]) -> int | None:
+    """The first group that Redis refused without running it (to be sent again)."""
+    return next(
+        (
+            i
+            for i, (_, _, reply, _) in enumerate(answered)
+            if _library_missing(reply) or isinstance(reply, REFUSED)
+        ),
+        None,
+    )
+
+
+def _library_missing(reply: Any) -> bool:
+    return isinstance(reply, ResponseError) and is_missing_function(reply)
+
+
+def _results(group: list[Command], reply: Any) -> list[BatchResult]:
+    results = []
+    for index, command in enumerate(group):
+        applied, value = reply[2 * index], reply[2 * index + 1]
+        metrics.count_command(command.name, applied=bool(applied))
+        if applied:
+            results.append(BatchResult(command, reply=value))
+        else:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            results.append(
+                BatchResult(command, error=error_from_reply(command.name, command.subject, text))
+            )
+    return results

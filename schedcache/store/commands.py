@@ -1,0 +1,260 @@
+"""Each cache command as data: the Lua function to call, its arguments, and who it is about.
+
+``Cache`` runs one :class:`Command` per round trip; ``CommandBatch`` sends many in one
+``sc_batch`` call. Building the arguments here, once, keeps both paths identical. Arguments that
+Lua would only reject later (a pod without a node, a negative ttl) are refused here with a
+:class:`ValidationError` before anything is sent.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from schedcache.errors import ValidationError
+from schedcache.model.aggregates import contribution_string, flatten, image_pairs, resource_pairs
+from schedcache.model.values import Node, Pod
+from schedcache.store.records import pack_object
+
+Arg = str | int | bytes
+
+
+def new_command_id() -> str:
+    """A fresh command id: a retry of the same call reuses it, so Redis applies it once."""
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One call of ``sc_<name>``; ``subject`` names the pod or node in error messages; ``id``
+    makes retries of this call idempotent (see ``lua/_command_ids.lua``)."""
+
+    name: str
+    subject: str
+    args: tuple[Arg, ...]
+    id: str = field(default_factory=lambda: new_command_id())
+    # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
+    # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten).
+    created: float = field(default_factory=time.monotonic, compare=False, repr=False)
+
+
+def pod_subject(pod: Pod) -> str:
+    return f"pod {pod.namespace}/{pod.name} (uid {pod.uid})"
+
+
+def node_subject(name: str) -> str:
+    return f"node {name}"
+
+
+# Upper bounds of times, in seconds. Lua adds them (deadline = now + ttl, lease expiry) as
+# doubles and prints the sum with %.14g, so every sum must stay below 1e14 ms to be exact and to
+# fit the int64 that Redis and the pod record hold: MAX_NOW + MAX_TTL = 1.1e13 ms leaves 9x room.
+MAX_NOW = 10.0**10  # seconds since the epoch: the year 2286
+MAX_TTL = 10.0**9  # about 31 years: longer is "never", which ttl=0 already says
+MAX_TIMEOUT = 3600.0  # a socket or WAIT timeout longer than an hour is a hung client
+
+
+def seconds(value: object, *, subject: str, field: str, maximum: float) -> float:
+    """``value`` checked as a finite number of seconds in ``[0, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValidationError(subject, field, f"{value!r} is not a number of seconds")
+    if not 0 <= value <= maximum:
+        raise ValidationError(
+            subject, field, f"{value!r} is outside 0..{maximum:g} seconds (see commands.MAX_*)"
+        )
+    return value
+
+
+def milliseconds(value: float | None, *, subject: str, field: str, maximum: float = MAX_TTL) -> str:
+    """Seconds to integer milliseconds as Lua wants them; ``None`` -> "" (the server's clock)."""
+    if value is None:
+        return ""
+    return str(round(seconds(value, subject=subject, field=field, maximum=maximum) * 1000))
+
+
+def _token(value: str, subject: str, field: str) -> str:
+    """Uids and node names become key names and reply words: no whitespace, not empty."""
+    if not isinstance(value, str) or not value or len(value.split()) != 1 or value != value.strip():
+        raise ValidationError(subject, field, f"{value!r} must be non-empty without whitespace")
+    return value
+
+
+def _placed_pod_args(pod: Pod, verb: str) -> tuple[Arg, ...]:
+    uid, node = _pod_key_args(pod)
+    subject = pod_subject(pod)
+    if not node:
+        raise ValidationError(subject, "spec.nodeName", f"is required to {verb} a pod")
+    return (uid, node, pack_object(pod.to_dict(), subject), contribution_string(pod))
+
+
+def _pod_key_args(pod: Pod) -> tuple[str, str]:
+    if not isinstance(pod, Pod):
+        raise ValidationError("pod", "", f"expected a schedcache.Pod, got {type(pod).__name__}")
+    subject = pod_subject(pod)
+    uid = _token(pod.uid, subject, "metadata.uid")
+    if pod.node_name:
+        _token(pod.node_name, subject, "spec.nodeName")
+    return uid, pod.node_name
+
+
+def assume_pod(
+    pod: Pod,
+    check_fit: bool = False,
+    expect_generation: int | None = None,
+    lease_ttl: float = 0.0,
+) -> Command:
+    """``check_fit``: the live node must still have room (fine-grained claim);
+    ``expect_generation``: the node must not have changed since that generation (strict);
+    ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim."""
+    args = _placed_pod_args(pod, "assume")
+    if check_fit and expect_generation is not None:
+        raise ValidationError(
+            pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
+        )
+    if expect_generation is not None:
+        if isinstance(expect_generation, bool) or not isinstance(expect_generation, int):
+            raise ValidationError(
+                pod_subject(pod), "expect_generation", f"{expect_generation!r} is not an integer"
+            )
+        args += ("generation", expect_generation)
+    elif check_fit:
+        args += ("fit", "")
+    else:
+        args += ("", "")
+    args += (milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl"),)
+    return Command("assume_pod", pod_subject(pod), args)
+
+
+def add_pod(pod: Pod) -> Command:
+    return Command("add_pod", pod_subject(pod), _placed_pod_args(pod, "add"))
+
+
+def update_pod(old: Pod, new: Pod) -> Command:
+    args = _placed_pod_args(new, "update")
+    _pod_key_args(old)
+    if old.uid != new.uid:
+        raise ValidationError(
+            pod_subject(new),
+            "metadata.uid",
+            f"differs from the old pod's uid {old.uid}: a pod recreated under the same name is "
+            "a remove_pod of the old one and an add_pod of the new one",
+        )
+    return Command("update_pod", pod_subject(new), args)
+
+
+def remove_pod(pod: Pod) -> Command:
+    return Command("remove_pod", pod_subject(pod), _pod_key_args(pod))
+
+
+def forget_pod(pod: Pod) -> Command:
+    return Command("forget_pod", pod_subject(pod), _pod_key_args(pod))
+
+
+def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:
+    subject = pod_subject(pod)
+    uid, _ = _pod_key_args(pod)
+    now_ms = milliseconds(now, subject=subject, field="now", maximum=MAX_NOW)
+    ttl_ms = milliseconds(ttl, subject=subject, field="ttl")
+    return Command("finish_binding", subject, (uid, now_ms, ttl_ms))
+
+
+def cleanup_assumed_pods(now: float | None, limit: int) -> Command:
+    return Command(
+        "cleanup_assumed_pods",
+        "assumed pods",
+        (milliseconds(now, subject="cleanup_assumed_pods", field="now", maximum=MAX_NOW), limit),
+    )
+
+
+def tree_next() -> Command:
+    return Command("tree_next", "the node tree's cursor", ())
+
+
+def forget_lapsed(limit: int) -> Command:
+    return Command("forget_lapsed", "replicas whose lease lapsed", (limit,))
+
+
+def _node_args(node: Node) -> tuple[Arg, ...]:
+    if not isinstance(node, Node):
+        raise ValidationError("node", "", f"expected a schedcache.Node, got {type(node).__name__}")
+    return (
+        _token(node.name, node_subject(node.name), "metadata.name"),
+        node.zone_key,
+        pack_object(node.to_dict(), node_subject(node.name)),
+        *flatten(resource_pairs(node.allocatable)),
+        *flatten(image_pairs(node)),
+    )
+
+
+def add_node(node: Node) -> Command:
+    return Command("add_node", node_subject(node.name), _node_args(node))
+
+
+def update_node(old: Node | None, new: Node) -> Command:
+    args = _node_args(new)
+    if old is not None and isinstance(old, Node) and old.name != new.name:
+        raise ValidationError(
+            node_subject(new.name), "metadata.name", f"differs from the old node's {old.name!r}"
+        )
+    return Command("update_node", node_subject(new.name), args)
+
+
+def remove_node(node: Node | str) -> Command:
+    name = node.name if isinstance(node, Node) else node
+    return Command(
+        "remove_node", node_subject(name), (_token(name, node_subject(name), "metadata.name"),)
+    )
+
+
+# -- feeders (schedcache sync): changes ordered by the API server's resourceVersion ----------
+
+_RESOURCE_VERSION = re.compile(r"^[0-9]{1,40}$")
+
+
+def resource_version(value: object, subject: str) -> str:
+    """``metadata.resourceVersion`` as the functions compare it: a decimal integer (what every
+    API server backed by etcd sends). Anything else is refused, naming the object: versions the
+    cache cannot order would let a stale change win."""
+    if not isinstance(value, str) or not _RESOURCE_VERSION.match(value):
+        raise ValidationError(
+            subject, "metadata.resourceVersion", f"{value!r} is not a decimal resourceVersion"
+        )
+    return value
+
+
+def sync_pod(pod: Pod, version: str, present: bool) -> Command:
+    """The pod as an API server list or watch showed it at ``version``: ``present`` (assigned
+    and running: add, confirm or update) or not (deleted, terminated or unassigned: remove).
+    A change at or below the version the cache last applied for this uid is dropped."""
+    subject = pod_subject(pod)
+    version = resource_version(version, subject)
+    if present:
+        return Command("sync_pod", subject, (version, "set", *_placed_pod_args(pod, "add")))
+    uid, _ = _pod_key_args(pod)
+    return Command("sync_pod", subject, (version, "delete", uid))
+
+
+def sync_pod_gone(uid: str, version: str) -> Command:
+    """The pod with ``uid`` is no longer in the API server's list at ``version``."""
+    subject = f"pod with uid {uid}"
+    version = resource_version(version, subject)
+    return Command("sync_pod", subject, (version, "delete", _token(uid, subject, "metadata.uid")))
+
+
+def sync_node(node: Node, version: str) -> Command:
+    """The node as an API server list or watch showed it at ``version`` (add or update)."""
+    subject = node_subject(node.name)
+    version = resource_version(version, subject)
+    return Command("sync_node", subject, (version, "set", *_node_args(node)))
+
+
+def sync_node_gone(name: str, version: str) -> Command:
+    """Node ``name`` was deleted, or is no longer in the API server's list, at ``version``."""
+    subject = node_subject(name)
+    version = resource_version(version, subject)
+    return Command(
+        "sync_node", subject, (version, "delete", _token(name, subject, "metadata.name"))
+    )

@@ -1,0 +1,226 @@
+"""Connecting to Redis: a real server from a URL, or the embedded fakeredis default."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qs, unquote
+
+import fakeredis
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.exceptions import RedisClusterException
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError, Sentinel
+
+from schedcache.errors import CacheError, ValidationError
+from schedcache.store.commands import MAX_TIMEOUT, seconds
+from schedcache.store.routing import ClusterClient
+
+ENV_URL = "SCHEDCACHE_REDIS_URL"
+EMBEDDED = "embedded"
+# The Redis version fakeredis pretends to be: the oldest server schedcache supports.
+EMBEDDED_VERSION = (7, 0)
+
+
+def embedded_client(server: fakeredis.FakeServer | None = None) -> redis.Redis:
+    """An in-process fakeredis client (with Lua), on a fresh server unless one is given."""
+    server = server or fakeredis.FakeServer(version=EMBEDDED_VERSION)
+    return fakeredis.FakeRedis(server=server)
+
+
+SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster", "rediss+cluster")
+
+
+class ConnectionFailed(CacheError):
+    """The Redis settings are wrong or the server cannot be reached (the URL is named, with
+    any password masked)."""
+
+
+def connect(
+    url: str | None = None,
+    *,
+    timeout: float = 5.0,
+    connect_timeout: float = 2.0,
+    check: bool = True,
+    **options: Any,
+) -> redis.Redis | ClusterClient:
+    """A Redis client for ``url``; ``None`` reads ``SCHEDCACHE_REDIS_URL``, else embedded.
+
+    * ``redis://[user:password@]host:port/db``, ``unix:///path/redis.sock?db=0``;
+    * ``rediss://`` for TLS: ``?ssl_ca_certs=/ca.pem`` (and ``ssl_certfile``, ``ssl_keyfile``
+      for client certificates), in the URL or as keyword options;
+    * ``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/db]``: the
+      primary that the Sentinels name, found again after a failover (``?sentinel_password=``
+      when the Sentinels themselves need one);
+    * ``redis+cluster://[user:password@]host:port[,host:port...]`` (``rediss+cluster://`` with
+      TLS): Redis Cluster, through :class:`ClusterClient`.
+
+    ``timeout`` and ``connect_timeout`` are socket timeouts in seconds (more than 0, at most
+    an hour; anything else is a :class:`ValidationError`). With ``check`` (the
+    default) the server is pinged at once, so wrong or unreachable settings fail here, not at
+    the first command. Replies stay bytes: pod and node objects are stored as msgpack.
+    """
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        # 0 would make the socket non-blocking, nan/inf block or fail at random.
+        if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
+            raise ValidationError("connect", name, "must be more than 0 seconds")
+    url = url or os.environ.get(ENV_URL) or EMBEDDED
+    if url == EMBEDDED:
+        return embedded_client()
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise ConnectionFailed(
+            f"{describe(url)}: unsupported scheme {scheme or url!r}; use one of "
+            + ", ".join(f"{s}://" for s in SCHEMES)
+            + " (or 'embedded')"
+        )
+    timeouts = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
+    if not scheme.endswith("+cluster"):
+        options.setdefault("retry", inner_retry())
+    try:
+        if scheme == "redis+sentinel":
+            client: redis.Redis | ClusterClient = _sentinel_client(url, timeouts, options)
+        elif scheme.endswith("+cluster"):
+            client = _cluster_client(url, scheme == "rediss+cluster", timeouts, options)
+        else:
+            client = redis.Redis.from_url(url, **timeouts, **options)
+        if check:
+            client.ping()
+    except (redis.RedisError, RedisClusterException, ValueError, TypeError, OSError) as error:
+        # TypeError: an option redis-py does not know (a typo, ssl_* on redis://)
+        reason = _without_secrets(str(error), url, options)
+        if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
+            reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
+        raise ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}") from None
+    return client
+
+
+def inner_retry() -> Retry:
+    """redis-py's own resend of a call whose connection broke: once, at once. (Its default,
+    10 times with up to 1 s between, would run inside each attempt of the cache's
+    ``RetryPolicy`` and make the policy's ``within`` meaningless.) The one resend covers a
+    pooled connection the server closed while idle."""
+    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.1), 1)
+
+
+def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
+    """``text``, unless it quotes a password or a piece of one: a password with an unencoded
+    ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
+    secrets = [secret for _, secret in _PASSWORD_OPTION.findall(url)]
+    secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
+    rest = url.split("://", 1)[-1]
+    if "@" in rest:
+        secrets.append(rest.rsplit("@", 1)[0].partition(":")[2])
+    pieces = {piece for secret in secrets for piece in re.split(r"[/?#&]", secret) if piece}
+    if any(piece in text for piece in pieces):
+        return (
+            "the error quotes part of a password, so it is not shown; percent-encode any "
+            "'/', '?', '#', '@' or '&' in user names and passwords (%2F, %3F, %23, %40, %26)"
+        )
+    return text
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """``scheme://[user:password@]host:port[,host:port...][/path][?query]``, taken apart."""
+
+    username: str | None
+    password: str | None
+    hosts: list[tuple[str, int]]
+    path: list[str]
+    query: dict[str, str]
+
+
+def _parts(url: str, default_port: int) -> _Parts:
+    rest = url.split("://", 1)[1]
+    rest, _, query = rest.partition("?")
+    location, _, path = rest.partition("/")
+    username = password = None
+    if "@" in location:
+        credentials, location = location.rsplit("@", 1)
+        user, has_password, secret = credentials.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
+    hosts = []
+    for host in filter(None, location.split(",")):
+        name, _, port = host.rpartition(":") if ":" in host else (host, "", str(default_port))
+        if not port.isdigit():
+            raise ValueError(f"bad port in {host!r}")
+        hosts.append((name.strip("[]"), int(port)))
+    if not hosts:
+        raise ValueError("no host:port given")
+    return _Parts(
+        username,
+        password,
+        hosts,
+        [unquote(p) for p in path.split("/") if p],
+        {k: v[-1] for k, v in parse_qs(query).items()},
+    )
+
+
+def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, Any]) -> redis.Redis:
+    parts = _parts(url, default_port=26379)
+    if not parts.path:
+        raise ValueError("no master name: redis+sentinel://host:port/<master name>")
+    query = dict(parts.query)
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
+    if "sentinel_password" in query:
+        sentinel_kwargs["password"] = query.pop("sentinel_password")
+    db = int(parts.path[1]) if len(parts.path) > 1 else int(query.pop("db", 0))
+    if query:
+        raise ValueError(f"unknown options {sorted(query)}")
+    sentinel = Sentinel(
+        parts.hosts,
+        sentinel_kwargs=sentinel_kwargs,
+        username=parts.username,
+        password=parts.password,
+        db=db,
+        **timeouts,
+        **options,
+    )
+    primary: redis.Redis = sentinel.master_for(parts.path[0])
+    return primary
+
+
+def _cluster_client(
+    url: str, tls: bool, timeouts: dict[str, Any], options: dict[str, Any]
+) -> ClusterClient:
+    parts = _parts(url, default_port=6379)
+    # As redis-py reads them from a single server's URL: ssl_check_hostname=false is False.
+    tls_options: dict[str, Any] = {
+        k: cast(Callable[[str], Any], URL_QUERY_ARGUMENT_PARSERS.get(k, str))(parts.query.pop(k))
+        for k in list(parts.query)
+        if k.startswith("ssl_")
+    }
+    if parts.query:
+        raise ValueError(f"unknown options {sorted(parts.query)}")
+    return ClusterClient(
+        startup_nodes=[ClusterNode(host, port) for host, port in parts.hosts],
+        username=parts.username,
+        password=parts.password,
+        ssl=tls,
+        **tls_options,
+        **timeouts,
+        **options,
+    )
+
+
+def describe(url: str | None) -> str:
+    """The URL for messages and logs, with any password masked (``user:***@``, and the
+    ``password``/``sentinel_password``/``ssl_password`` query options)."""
+    url = url or os.environ.get(ENV_URL) or EMBEDDED
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        if ":" in credentials:  # user:password -> user:***
+            url = f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+    return _PASSWORD_OPTION.sub(r"\1***", url)
+
+
+_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)")

@@ -1,0 +1,177 @@
+"""Reading nodes and pods back from Redis.
+
+Node entries come from ``sc_read_nodes``, which reads a node's hash, its pod records and its
+images in one atomic call (chunks of nodes per call), so a ``NodeInfo`` never mixes two moments
+of the same node. ``dump()``, ``get_node_info()`` and snapshots all build ``NodeInfo`` here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from schedcache.errors import CorruptRecord
+from schedcache.model.aggregates import NodeFields
+from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
+from schedcache.model.values import Pod
+from schedcache.store.records import (
+    PodRecord,
+    decode_node,
+    parse_pod_record,
+    record_generation,
+    record_pod,
+)
+from schedcache.store.responses import as_text
+from schedcache.store.store import Store
+
+# Nodes per sc_read_nodes call: bounds how long one call holds Redis (30 pods a node -> 3,000
+# pod records per call).
+NODES_PER_CALL = 100
+PODS_PER_PIPELINE = 2000
+
+
+def fetch_pods(store: Store, uids: Sequence[str]) -> dict[str, PodRecord]:
+    """The stored records of ``uids``; uids not in the cache are left out."""
+    records: dict[str, PodRecord] = {}
+    keys = store.keys
+    for start in range(0, len(uids), PODS_PER_PIPELINE):
+        chunk = uids[start : start + PODS_PER_PIPELINE]
+        pipe = store.client.pipeline(transaction=False)
+        for uid in chunk:
+            pipe.get(keys.pod(uid))
+        for uid, raw in zip(chunk, pipe.execute(), strict=True):
+            if raw is not None:
+                records[uid] = parse_pod_record(raw, keys.pod(uid))
+    return records
+
+
+def parse_image_summaries(flat: Sequence[Any]) -> dict[str, ImageStateSummary]:
+    """``{image: summary}`` from ``[image, size, count, ...]``; images no live node has are left
+    out."""
+    summaries = {}
+    for index in range(0, len(flat), 3):
+        image, size, count = flat[index : index + 3]
+        if size:
+            summaries[image.decode()] = ImageStateSummary(size=int(size), num_nodes=int(count))
+    return summaries
+
+
+def image_names(entry: Sequence[Any]) -> list[str]:
+    return sorted(image.decode() for image in entry[3])
+
+
+def node_info_from_entry(
+    entry: Sequence[Any],
+    summaries: Mapping[str, ImageStateSummary],
+    known: Mapping[int, Pod] | None = None,
+    seen: dict[int, Pod] | None = None,
+) -> NodeInfo | None:
+    """A ``NodeInfo`` from one ``sc_read_nodes`` entry; None when the node has no entry.
+
+    ``known`` maps placement generations to pods already decoded (a snapshot's own previous
+    copy of this node): those are reused instead of decoded again. ``seen`` collects the pods of
+    this entry by generation, for the next time.
+    """
+    name_raw, flat = entry[0], entry[1]
+    if not flat:
+        return None
+    try:
+        return _node_info(entry, summaries, known, seen)
+    except CorruptRecord:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:  # a field another client wrote
+        name = name_raw.decode(errors="replace")
+        raise CorruptRecord(f"key node:{name}", f"malformed node hash ({error})") from None
+
+
+def _node_info(
+    entry: Sequence[Any],
+    summaries: Mapping[str, ImageStateSummary],
+    known: Mapping[int, Pod] | None,
+    seen: dict[int, Pod] | None,
+) -> NodeInfo:
+    name_raw, flat, pod_records, _ = entry
+    fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
+    blob = fields.strings.get("blob")
+    placed = []
+    for raw in pod_records:
+        generation = record_generation(raw)
+        pod = known.get(generation) if known else None
+        placed.append((generation, pod if pod is not None else record_pod(raw)))
+    placed.sort(key=lambda item: item[0])
+    if seen is not None:
+        seen.update(placed)
+    return NodeInfo(
+        name=name_raw.decode(),
+        node=decode_node(blob, name_raw.decode()) if fields.exists and blob else None,
+        pods=[pod for _, pod in placed],
+        requested=fields.requested,
+        non_zero_requested=fields.non_zero_requested,
+        allocatable=fields.allocatable,
+        used_ports=fields.used_ports,
+        image_states={
+            image: summaries[image] for image in image_names(entry) if image in summaries
+        },
+        pvc_ref_counts=fields.pvc_ref_counts,
+        generation=fields.generation,
+    )
+
+
+def read_node_entries(
+    store: Store, names: Sequence[str]
+) -> tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]:
+    """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name."""
+    entries: list[Sequence[Any]] = []
+    summaries: dict[str, ImageStateSummary] = {}
+    for start in range(0, len(names), NODES_PER_CALL):
+        chunk = names[start : start + NODES_PER_CALL]
+        *chunk_entries, images = store.read_function("read_nodes", *chunk)
+        entries += chunk_entries
+        summaries.update(parse_image_summaries(images))
+    return entries, summaries
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while decoding many pods.
+
+    Decoding creates hundreds of thousands of objects and no cycles; the collector's passes
+    over them took 40 % of a full snapshot build (measured in bench/snapshot.py).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def fetch_node_infos(store: Store, names: Iterable[str]) -> dict[str, NodeInfo]:
+    """``NodeInfo`` for each of ``names`` that has an entry (live, ghost or placeholder)."""
+    entries, summaries = read_node_entries(store, list(names))
+    with gc_paused():
+        infos = [node_info_from_entry(entry, summaries) for entry in entries]
+    return {info.name: info for info in infos if info is not None}
+
+
+def read_generation(store: Store) -> int:
+    """The cache's generation counter (0 for an empty cache)."""
+    return int(store.client.get(store.keys.generation) or 0)
+
+
+def read_dump(store: Store) -> Dump:
+    """Every node entry (ghosts included) with its pods, and the assumed set."""
+    names = sorted(as_text(name) for name in store.client.smembers(store.keys.nodes))
+    return Dump(
+        nodes=fetch_node_infos(store, names),
+        assumed_pods={as_text(uid) for uid in store.client.smembers(store.keys.assumed)},
+        generation=read_generation(store),
+    )
+
+
+def read_stream_length(store: Store) -> int:
+    """Events in the cache's stream."""
+    return int(store.client.xlen(store.keys.events))

@@ -1,0 +1,132 @@
+"""Turning the Lua functions' error replies into schedcache exceptions.
+
+A function fails with ``<CODE> <detail...>`` (codes listed in each ``lua/*.lua`` header). The
+reply carries ids and states; the exception message adds what the caller passed (namespace and
+name) and says what was wrong, because it usually ends up in a log line read without context.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import OutOfMemoryError
+
+from schedcache.errors import (
+    CacheError,
+    CorruptRecord,
+    FitConflict,
+    InvalidTransition,
+    NodeNotFound,
+    PodAlreadyExists,
+    PodNotAssumed,
+    PodNotFound,
+    RedisFull,
+    ValidationError,
+)
+
+CODES = frozenset(
+    {
+        "PODEXISTS",
+        "PODNOTFOUND",
+        "NOTASSUMED",
+        "NOTADDED",
+        "WRONGNODE",
+        "NODENOTFOUND",
+        "FITCONFLICT",
+        "OVERFLOW",
+        "BADARG",
+        "CORRUPT",
+        "OOM",
+    }
+)
+
+VERBS = {
+    "assume_pod": "assumed",
+    "add_pod": "added",
+    "update_pod": "updated",
+    "remove_pod": "removed",
+    "forget_pod": "forgotten",
+    "finish_binding": "finished binding",
+    "remove_node": "removed",
+}
+
+
+def is_cache_error(text: str) -> bool:
+    return text.split(" ", 1)[0] in CODES
+
+
+def translate(command: str, subject: str, error: Exception) -> Exception:
+    """The schedcache exception for an error reply to ``command``, or ``error`` itself when it
+    is none of schedcache's (redis-py strips the ``OOM`` code into its own class)."""
+    if isinstance(error, OutOfMemoryError):
+        return error_from_reply(command, subject, "OOM")
+    text = str(error)
+    if is_cache_error(text):
+        return error_from_reply(command, subject, text)
+    return error
+
+
+def error_from_reply(command: str, subject: str, text: str) -> CacheError:
+    """The exception for error reply ``text`` of ``command`` about ``subject``."""
+    code, *detail = text.split(" ")
+    verb = VERBS.get(command, command)
+    if code == "PODEXISTS":
+        _, state, node = detail
+        return PodAlreadyExists(
+            f"{subject} is already {state} on node {node}, so it cannot be {verb}"
+        )
+    if code == "PODNOTFOUND":
+        return PodNotFound(f"{subject} is not in the cache, so it cannot be {verb}")
+    if code == "NOTASSUMED":
+        state = "not in the cache" if detail[1] == "absent" else detail[1]
+        return PodNotAssumed(f"{subject} is {state}, not assumed, so it cannot be forgotten")
+    if code == "NOTADDED":
+        return InvalidTransition(
+            f"{subject} is {detail[1]}, so it cannot be updated: add_pod confirms an assumed pod "
+            "before it can be updated"
+        )
+    if code == "WRONGNODE":
+        _, state, stored, given = detail
+        return InvalidTransition(
+            f"{subject} is {state} on node {stored}, but the pod to be {verb} names node {given}; "
+            "nothing was changed"
+        )
+    if code == "NODENOTFOUND":
+        name, why = detail
+        if why == "ghost":
+            return NodeNotFound(
+                f"node {name} was already removed (only its pods keep it in the cache), so it "
+                f"cannot be {verb}"
+            )
+        return NodeNotFound(f"node {name} is not in the cache, so it cannot be {verb}")
+    if code == "FITCONFLICT":
+        _, node, reasons = detail
+        names = tuple(reasons.split(","))
+        if names == ("stale",):
+            why = f"node {node} changed since the snapshot it was chosen from"
+        elif names == ("node-missing",):
+            why = f"node {node} is no longer in the cache"
+        else:
+            why = f"node {node} no longer has room: {', '.join(names)} short"
+        return FitConflict(f"{subject} cannot be assumed: {why}", node=node, reasons=names)
+    if code == "OVERFLOW":
+        _, node, field = detail
+        return ValidationError(
+            subject, "resources", f"would push node {node}'s total {field} past 64 bits"
+        )
+    if code == "CORRUPT":
+        key, *reason = detail
+        return CorruptRecord(
+            f"key {key}",
+            f"{' '.join(reason)}; nothing was changed ({subject}, sc_{command}). Another client "
+            "wrote it: restore it (or clear the cache) before running commands that touch it",
+        )
+    if code == "OOM":
+        return RedisFull(
+            f"{subject}: sc_{command} refused, nothing was changed: the Redis server reached "
+            "its maxmemory. Trim the history (schedcache worker compact, or checkpoint and "
+            "compact), or give Redis more memory"
+        )
+    if code == "BADARG":
+        return ValidationError(
+            subject, " ".join(detail), f"malformed argument to sc_{command} (a schedcache bug)"
+        )
+    return CacheError(f"{subject}: sc_{command} failed: {text}")

@@ -1,0 +1,272 @@
+"""``Store``: one cache's Redis, and the only place that talks to it about commands.
+
+It holds what every call needs: the cache's keys, the route to the server that holds them
+(the primary of the cache's slot in a Cluster), this client's replica name, the retry policy
+and the ``WAIT`` setting. Every function call goes out through it with one argument
+convention, ``FCALL sc_<command> 1 <prefix> <replica> <command id> <args...>`` (reads:
+``FCALL_RO sc_<read> 1 <prefix> "" "" <args...>``), through one retry loop, with the library
+reloaded when a server lost it and error replies turned into :class:`CacheError`\\ s. The
+kube-style :class:`~schedcache.cache.Cache`, batches, snapshots, the node tree, leases,
+checkpoints, verify and the workers all sit on a Store; none of them talks to Redis about
+commands any other way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import fakeredis
+import redis
+from redis.cluster import RedisCluster
+
+from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
+from schedcache.store import commands, metrics
+from schedcache.store.commands import Command
+from schedcache.store.keys import Keys
+from schedcache.store.library import ensure_loaded, is_missing_function
+from schedcache.store.replies import translate
+from schedcache.store.retry import (
+    DEFAULT_RETRY,
+    RETRYABLE,
+    TOPOLOGY_CHANGED,
+    RetryPolicy,
+    call_with_retries,
+    too_late_to_resend,
+)
+from schedcache.store.routing import SlotRoute
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Words the Lua side stores in a replica's place: "-" is the pod record's "no claimer".
+RESERVED_REPLICAS = frozenset({"-"})
+MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
+
+Client = redis.Redis | RedisCluster
+
+
+def replica_name(replica: object, subject: str) -> str:
+    """``replica`` checked: "" (anonymous, no lease) or a word the pod record, the event stream
+    and the key ``lease:<replica>`` hold unambiguously. ``-`` is refused: it is the record's
+    "no claimer" marker, so a replica of that name would lose its lease protection."""
+    if not isinstance(replica, str):
+        raise ValidationError(subject, "replica", f"{replica!r} is not a string")
+    if replica in RESERVED_REPLICAS:
+        raise ValidationError(
+            subject, "replica", f"{replica!r} is reserved (the pod record's no-claimer marker)"
+        )
+    # Not printable: control characters, and lone surrogates (which UTF-8 cannot encode).
+    if replica and (not replica.isprintable() or replica.split() != [replica]):
+        raise ValidationError(
+            subject, "replica", f"{replica!r} must be printable, without whitespace"
+        )
+    if len(replica) > MAX_REPLICA_LENGTH:
+        raise ValidationError(
+            subject, "replica", f"{len(replica)} characters, over {MAX_REPLICA_LENGTH}"
+        )
+    return replica
+
+
+class Store:
+    """One named cache on a Redis server (or Cluster, or Sentinel-managed primary).
+
+    ``replica`` names this client in every event it writes; ``retry`` says how often and how
+    long a command is sent again when Redis does not answer (every command carries an id, so a
+    resend is never applied twice); ``wait_replicas``/``wait_timeout``: each write is followed
+    by ``WAIT`` and raises :class:`NotReplicated` when fewer replicas confirmed it in time.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        name: str = "default",
+        *,
+        replica: str = "",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+    ) -> None:
+        self.keys = Keys(name)
+        subject = f"cache {name}"
+        self.client = client
+        self.name = name
+        self.replica = replica_name(replica, subject)
+        if not isinstance(retry, RetryPolicy):
+            raise ValidationError(subject, "retry", f"expected a RetryPolicy, got {retry!r}")
+        self.retry = retry
+        if type(wait_replicas) is not int or wait_replicas < 0:
+            raise ValidationError(subject, "wait_replicas", f"{wait_replicas!r} must be >= 0")
+        self.wait_replicas = wait_replicas
+        wait_timeout = commands.seconds(
+            wait_timeout, subject=subject, field="wait_timeout", maximum=commands.MAX_TIMEOUT
+        )
+        self.wait_timeout_ms = str(round(wait_timeout * 1000))
+        if wait_replicas and int(self.wait_timeout_ms) < 1:  # WAIT n 0 blocks for ever
+            raise ValidationError(
+                subject, "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
+            )
+        if wait_replicas and isinstance(client, fakeredis.FakeRedis):
+            raise ValidationError(
+                subject,
+                "wait_replicas",
+                "the embedded fakeredis has no replicas (and no WAIT): use 0, or a real Redis",
+            )
+        self.route = SlotRoute(client, self.keys.prefix)
+        ensure_loaded(self.route.get())
+
+    @property
+    def store(self) -> Store:
+        """The Store itself: whatever takes a cache or its store (:func:`store_of`)."""
+        return self
+
+    def server(self) -> redis.Redis:
+        """The plain client of the server holding the cache (in a Cluster, its slot's
+        primary): for pipelines and transactions on the cache's keys."""
+        return self.route.get()
+
+    # -- the FCALL convention ---------------------------------------------------------------
+
+    def function_args(self, name: str, command_id: str, args: Sequence[Any]) -> list[Any]:
+        """``FCALL``'s arguments after the command word: ``sc_<name> 1 <prefix> <replica> <id>
+        <args...>``, as ``lua/_register.lua`` reads them."""
+        return [f"sc_{name}", 1, self.keys.prefix, self.replica, command_id, *args]
+
+    def read_function(self, name: str, *args: Any) -> Any:
+        """``FCALL_RO sc_<name>`` (a read: no replica, no command id), through :meth:`read`."""
+        return self.read(
+            lambda: self.client.fcall_ro(f"sc_{name}", 1, self.keys.prefix, "", "", *args)
+        )
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def run(self, command: Command) -> Any:
+        """Run one command; raise the matching :class:`CacheError` if it is rejected.
+
+        Running the same command again settles it after :class:`RetriesExhausted`, but only
+        while Redis surely remembers its id: a command made longer ago than
+        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
+        late = too_late_to_resend(command.created)
+        if late is not None:
+            raise ValidationError(command.subject, f"sc_{command.name} command id", late)
+        started, resends = time.monotonic(), 0
+
+        def before_resend(error: Exception, _: float) -> None:
+            nonlocal resends
+            resends += 1
+            self._before_resend(f"sc_{command.name}", error)
+
+        try:
+            reply = call_with_retries(
+                lambda: self._call_reloading(command), self.retry.delays(), before_resend
+            )
+        except RETRYABLE as error:
+            raise RetriesExhausted(
+                f"sc_{command.name} {command.subject} (command id {command.id}): no answer "
+                f"from Redis after {resends + 1} attempts in {time.monotonic() - started:.1f} s "
+                f"({type(error).__name__}: {error}); it may or may not have been applied: run "
+                "the same command again to settle it exactly once"
+            ) from error
+        except redis.ResponseError as error:
+            translated = translate(command.name, command.subject, error)
+            if isinstance(translated, CacheError):
+                metrics.count_command(command.name, applied=False)
+            raise translated from None
+        metrics.count_command(command.name, applied=True)
+        return reply
+
+    def retrying(self, call: Callable[[], T], what: str) -> T:
+        """``call()`` (a read or a transaction of its own) under the retry policy, re-routed
+        after a failover; the last error when the policy gives up."""
+        return call_with_retries(
+            call, self.retry.delays(), lambda error, _: self._before_resend(what, error)
+        )
+
+    def _before_resend(self, what: str, error: Exception) -> None:
+        log.warning("%s: %s; sending again", what, error)
+        if isinstance(error, TOPOLOGY_CHANGED):
+            self.route.refresh()
+
+    def _call_reloading(self, command: Command) -> Any:
+        try:
+            return self._call(command)
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise
+        self.reload_library()
+        return self._call(command)
+
+    def _call(self, command: Command) -> Any:
+        server = self.route.get()
+        args = self.function_args(command.name, command.id, command.args)
+        if not self.wait_replicas:
+            return server.fcall(*args)
+        pipe = server.pipeline(transaction=False)
+        pipe.fcall(*args)
+        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        reply, replicas = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
+        return reply
+
+    def check_replicated(self, replicas: Any, what: str, reply: Any = None) -> None:
+        """Raise :class:`NotReplicated` if ``WAIT`` answered fewer than ``wait_replicas``."""
+        if isinstance(replicas, Exception):
+            raise replicas
+        if int(replicas) < self.wait_replicas:
+            raise NotReplicated(
+                f"{what}: applied on the primary, but only {int(replicas)} of "
+                f"{self.wait_replicas} replicas confirmed it within {self.wait_timeout_ms} ms",
+                reply,
+            )
+
+    def reload_library(self) -> None:
+        """The server lost the library (restarted without persistence, or flushed): load it."""
+        log.warning("schedcache functions missing on the server; loading them again")
+        ensure_loaded(self.route.get())
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, call: Callable[[], T]) -> T:
+        """Run a read that uses the library's read functions, reloading the library once if the
+        server lost it; a corrupt key it meets raises :class:`CorruptRecord`."""
+        try:
+            return call()
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise translate("read", f"cache {self.name}", error) from None
+        ensure_loaded(self.route.get())
+        try:
+            return call()
+        except redis.ResponseError as error:
+            raise translate("read", f"cache {self.name}", error) from None
+
+
+class HasStore(Protocol):
+    """Anything that stands for a cache's Store (a ``Cache``): what the workers, retention and
+    metrics accept, without importing the facade."""
+
+    @property
+    def store(self) -> Store: ...
+
+
+def store_of(target: Store | HasStore) -> Store:
+    """The Store of a ``Cache`` or a Store."""
+    return target.store
+
+
+def log_skipped(cache: str, action: str, uids: list[bytes]) -> None:
+    """Pods whose stored record is corrupt are skipped by the expiry and lease sweeps (so the
+    rest goes on) and said here; their uids name the keys to inspect (``pod:<uid>``)."""
+    if uids:
+        metrics.SKIPPED_CORRUPT.labels(cache=cache).inc(len(uids))
+        log.error(
+            "cache %s: could not %s %d pods with a corrupt record: %s",
+            cache,
+            action,
+            len(uids),
+            ", ".join(repr(uid.decode(errors="replace")) for uid in uids[:20]),
+        )

@@ -1,0 +1,246 @@
+"""Snapshots: each replica's private copy of the live nodes, caught up from generations.
+
+A scheduler reads the cluster only through a snapshot taken at the start of each cycle.
+``update_snapshot`` asks Redis, in one atomic read (``sc_snapshot_delta``), for what changed
+since the snapshot's generation: the nodes (from the generation index, removed ones as
+tombstones), the image spreads, and the node tree when its membership changed. Its cost grows
+with the number of changed nodes, never with the cluster. A snapshot far behind (a new one, or
+one more than ``INLINE_NODES`` changes behind) first reads the changed nodes in chunks, then
+catches up atomically, so it ends consistent at one generation without holding Redis long.
+
+Nothing in a snapshot is shared with another snapshot or with the cache's callers: every
+``NodeInfo`` is parsed for this snapshot alone (upstream crashed when snapshots shared maps,
+#118611). Ghost and placeholder nodes never appear.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedcache.errors import NodeNotFound
+from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
+from schedcache.model.values import Pod
+from schedcache.store import metrics
+from schedcache.store.fetch import gc_paused, node_info_from_entry, read_node_entries
+from schedcache.store.store import Store
+from schedcache.views.nodetree import interleave, parse_tree
+
+log = logging.getLogger(__name__)
+
+# Changed nodes read inside the delta call itself; beyond that they are read in chunks first.
+INLINE_NODES = 200
+# Chunked catch-up rounds before settling for the last one (only under extreme churn).
+MAX_ROUNDS = 5
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of the live nodes at ``generation``, in node-tree order."""
+
+    generation: int = 0
+    node_infos: dict[str, NodeInfo] = field(default_factory=dict)
+    node_info_list: list[NodeInfo] = field(default_factory=list)
+    have_pods_with_affinity_list: list[NodeInfo] = field(default_factory=list)
+    have_pods_with_required_anti_affinity_list: list[NodeInfo] = field(default_factory=list)
+    used_pvc_set: set[str] = field(default_factory=set)
+    image_states: dict[str, ImageStateSummary] = field(default_factory=dict)
+    tree_generation: int = -1
+    incarnation: str = ""  # the cache's incarnation the generations belong to
+    zones: dict[str, list[str]] = field(default_factory=dict)
+    image_nodes: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    # Per node, its pods by placement generation: unchanged pods of a changed node are reused,
+    # not decoded again (they belong to this snapshot alone).
+    pod_versions: dict[str, dict[int, Pod]] = field(default_factory=dict, repr=False)
+
+    def num_nodes(self) -> int:
+        return len(self.node_info_list)
+
+    def get(self, name: str) -> NodeInfo:
+        info = self.node_infos.get(name)
+        if info is None:
+            raise NodeNotFound(f"nodeinfo not found for node name {name}")
+        return info
+
+    def is_pvc_used_by_pods(self, key: str) -> bool:
+        """``key`` is ``namespace/claim``."""
+        return key in self.used_pvc_set
+
+
+@dataclass
+class SnapshotUpdate:
+    """What one ``update_snapshot`` did (for metrics, logs and benchmarks)."""
+
+    changed_nodes: int = 0
+    changed_images: int = 0
+    rounds: int = 0
+    list_rebuilt: bool = False
+    inconsistent: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class _Flags:
+    membership: bool = False
+    affinity: bool = False
+    pvc: bool = False
+
+
+def update_snapshot(store: Store, snap: Snapshot) -> SnapshotUpdate:
+    """Bring ``snap`` to the cache's current generation; see the module docstring."""
+    started = time.perf_counter()
+    report = SnapshotUpdate()
+    with gc_paused():
+        live = _catch_up(store, snap, report)
+    if len(snap.node_infos) != live or len(snap.node_info_list) != live:
+        # As upstream's self-check, but recovering in the same call instead of failing it.
+        log.warning(
+            "snapshot state is not consistent: %d nodes in the snapshot map, %d in its list, "
+            "%d live nodes in cache %s; rebuilding it in full",
+            len(snap.node_infos),
+            len(snap.node_info_list),
+            live,
+            store.name,
+        )
+        metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=store.name).inc()
+        report.inconsistent = True
+        _reset(snap)
+        with gc_paused():
+            _catch_up(store, snap, report)
+    report.seconds = time.perf_counter() - started
+    metrics.SNAPSHOT_UPDATE_SECONDS.observe(report.seconds)
+    return report
+
+
+def _reset(snap: Snapshot) -> None:
+    fresh = Snapshot()
+    for name in vars(fresh):
+        setattr(snap, name, getattr(fresh, name))
+
+
+def _catch_up(store: Store, snap: Snapshot, report: SnapshotUpdate) -> int:
+    """Apply deltas until one fits inline (then the snapshot is exact at its generation).
+    Returns the live node count of the last delta."""
+    flags = _Flags()
+    live = 0
+    for _ in range(MAX_ROUNDS):
+        report.rounds += 1
+        reply = store.read_function(
+            "snapshot_delta", snap.generation, snap.tree_generation, INLINE_NODES
+        )
+        generation, live, changed, images, tree, entries, incarnation = reply
+        incarnation = incarnation.decode()
+        if snap.generation and (
+            incarnation != snap.incarnation or int(generation) < snap.generation
+        ):
+            # The cache lost writes (a restart without persistence, a failover behind its
+            # replica, a clear): generations were handed out again, so a delta would miss
+            # what changed. Start over from nothing.
+            log.warning(
+                "snapshot of cache %s is at generation %d of incarnation %r, the cache at %s "
+                "of %r: rebuilding it in full",
+                store.name,
+                snap.generation,
+                snap.incarnation,
+                int(generation),
+                incarnation,
+            )
+            metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=store.name).inc()
+            report.inconsistent = True
+            _reset(snap)
+            flags = _Flags()
+            continue
+        snap.incarnation = incarnation
+        inline = len(changed) <= INLINE_NODES
+        if not inline:
+            names = [name.decode() for name in changed]
+            entries, _ = read_node_entries(store, names)
+        report.changed_nodes += len(changed)
+        report.changed_images += len(images) // 3
+        _apply_images(snap, images)
+        _apply_nodes(snap, entries, flags)
+        if tree:
+            snap.tree_generation, snap.zones = parse_tree(tree)
+            flags.membership = True
+        snap.generation = int(generation)
+        if inline:
+            break
+    _rebuild_lists(snap, flags, report)
+    return int(live)
+
+
+def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
+    """New image spreads, pushed into every snapshot node that has the image."""
+    for index in range(0, len(flat), 3):
+        image_raw, size, count = flat[index : index + 3]
+        image = image_raw.decode()
+        if size:
+            summary = ImageStateSummary(size=int(size), num_nodes=int(count))
+            snap.image_states[image] = summary
+            for name in snap.image_nodes.get(image, ()):
+                snap.node_infos[name].image_states[image] = summary
+        else:  # no live node has it any more: nor does any node of the snapshot
+            snap.image_states.pop(image, None)
+            for name in snap.image_nodes.pop(image, ()):
+                snap.node_infos[name].image_states.pop(image, None)
+
+
+def _apply_nodes(snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags) -> None:
+    for entry in entries:
+        name = entry[0].decode()
+        versions: dict[int, Pod] = {}
+        info = node_info_from_entry(
+            entry, snap.image_states, snap.pod_versions.pop(name, None), versions
+        )
+        existing = snap.node_infos.get(name)
+        if existing is not None:
+            _unindex_images(snap, existing)
+        if info is None or info.node is None:  # removed, or only a ghost/placeholder
+            if existing is not None:
+                del snap.node_infos[name]
+                flags.membership = True
+            continue
+        snap.pod_versions[name] = versions
+        if existing is None:
+            snap.node_infos[name] = info
+            flags.membership = True
+        else:
+            flags.affinity |= bool(existing.pods_with_affinity) != bool(info.pods_with_affinity)
+            flags.affinity |= bool(existing.pods_with_required_anti_affinity) != bool(
+                info.pods_with_required_anti_affinity
+            )
+            flags.pvc |= existing.pvc_ref_counts.keys() != info.pvc_ref_counts.keys()
+            # In place, as upstream: the list entries stay the same objects.
+            vars(existing).update(vars(info))
+            info = existing
+        for image in info.image_states:
+            snap.image_nodes.setdefault(image, set()).add(name)
+
+
+def _unindex_images(snap: Snapshot, info: NodeInfo) -> None:
+    for image in info.image_states:
+        holders = snap.image_nodes.get(image)
+        if holders is not None:
+            holders.discard(info.name)
+            if not holders:
+                del snap.image_nodes[image]
+
+
+def _rebuild_lists(snap: Snapshot, flags: _Flags, report: SnapshotUpdate) -> None:
+    if flags.membership:
+        order = interleave(list(snap.zones.values()))
+        missing = [name for name in order if name not in snap.node_infos]
+        if missing:
+            log.warning("nodes in the tree but not in the snapshot: %s", ", ".join(missing[:10]))
+        snap.node_info_list = [snap.node_infos[name] for name in order if name in snap.node_infos]
+        report.list_rebuilt = True
+    if flags.membership or flags.affinity:
+        snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.pods_with_affinity]
+        snap.have_pods_with_required_anti_affinity_list = [
+            i for i in snap.node_info_list if i.pods_with_required_anti_affinity
+        ]
+    if flags.membership or flags.pvc:
+        snap.used_pvc_set = {key for info in snap.node_info_list for key in info.pvc_ref_counts}

@@ -1,0 +1,109 @@
+"""The import direction goes down the layers only: read every module's imports (those under
+``TYPE_CHECKING`` and inside functions too) and check each against the table below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import schedcache
+
+PACKAGE = Path(schedcache.__file__).parent
+
+# Lowest first. A module may import its own unit and any unit of a lower layer; units of one
+# layer do not import each other (views, history and ops stand side by side on the store).
+LAYERS: list[set[str]] = [
+    {"errors"},  # the exceptions every layer raises
+    {"model"},  # values: pods, nodes, quantities, NodeInfo; reading manifests
+    {"store"},  # one cache's Redis: keys, library, commands, replies, retry, batches, reads
+    {"views", "history", "ops"},  # snapshots and the node tree; replay, audit; workers, leases
+    {"cache"},  # the kube-style facade
+    {"feed", "sim"},  # loading a cache from manifests; the demo and replica simulation
+    {"cli"},  # the command line
+]
+TOP = "__init__"  # schedcache/__init__.py: the public names, from anywhere
+
+
+def unit_of(module: str) -> str:
+    """``schedcache.store.batch`` -> ``store``; ``schedcache.cache`` -> ``cache``."""
+    parts = module.split(".")
+    assert parts[0] == "schedcache", module
+    return parts[1] if len(parts) > 1 else TOP
+
+
+def layer_of(unit: str) -> int:
+    for index, units in enumerate(LAYERS):
+        if unit in units:
+            return index
+    raise AssertionError(f"schedcache.{unit} is in no layer of tests/test_layers.py")
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    relative = path.relative_to(package.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1] if len(parts) > 1 else [*parts[:-1], "__init__"]
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` of every schedcache module ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("schedcache")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "schedcache":  # from schedcache import store, errors, ...
+                found += [(node.lineno, f"schedcache.{a.name}") for a in node.names]
+            elif node.module.startswith("schedcache."):
+                found.append((node.lineno, node.module))
+    return found
+
+
+def violations(package: Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        name = module_name(path, package)
+        unit = unit_of(name)
+        if unit == TOP or name == "schedcache.__init__":
+            continue
+        for line, module in imported_modules(path):
+            target = unit_of(module)
+            if target == unit:
+                continue
+            if target == TOP:
+                out.append(f"{path.name}:{line} imports the package root (import a module)")
+            elif layer_of(target) >= layer_of(unit):
+                out.append(f"{name}:{line} imports {module}: {unit} may not depend on {target}")
+    return out
+
+
+def test_every_module_is_in_a_layer():
+    for path in PACKAGE.rglob("*.py"):
+        unit = unit_of(module_name(path))
+        if unit != TOP:
+            layer_of(unit)
+
+
+def test_imports_only_go_down_the_layers():
+    assert violations() == []
+
+
+def test_the_check_sees_upward_and_sideways_imports(tmp_path):
+    """The check itself works, on a small package of the same shape."""
+    package = tmp_path / "schedcache"
+    (package / "store").mkdir(parents=True)
+    (package / "views").mkdir()
+    (package / "store" / "probe.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from schedcache.cache import Cache\n"
+    )
+    (package / "views" / "probe.py").write_text(
+        "def f():\n    from schedcache.history import replay\n"
+    )
+    (package / "views" / "fine.py").write_text("from schedcache.store import probe\n")
+    assert violations(package) == [
+        "schedcache.store.probe:3 imports schedcache.cache: store may not depend on cache",
+        "schedcache.views.probe:2 imports schedcache.history: views may not depend on history",
+    ]
