@@ -388,6 +388,11 @@ class FakeApiServer:
         with self._cond:
             return copy.deepcopy(self._objects[kind].get(key))
 
+    def objects(self, kind: str) -> list[Obj]:
+        """Copies of every stored object of ``kind``, as a list would serve them now."""
+        with self._cond:
+            return copy.deepcopy(list(self._objects[kind].values()))
+
     def _write(self, kind: str, key: Key, stored: Obj, type_: str) -> Obj:
         """Bump the rv, stamp it, record the event and wake the watches (lock held)."""
         self._rv += 1

@@ -5,11 +5,13 @@ agree with it."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from schedcache import Cache
+from schedcache.feed.progress import record_progress
 from schedcache.history.retention import retain
 from schedcache.ops.leases import Lease
 from schedcache.store import commands
@@ -111,6 +113,9 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.checkpoint_parts,
         keys.compacted,
         keys.retention,
+        keys.pod_version("u"),
+        keys.node_version("n"),
+        keys.sync,
     ]
     return {name: spec_of(keys, name) for name in names}
 
@@ -204,6 +209,10 @@ def workload(cache: Cache) -> dict[str, str]:
     cache.add_pod(make_pod("b2", "n1", "10m", "1Mi"))
     cache.compact()
     retain(cache, keep_seconds=0)
+    cache.run(commands.sync_node(make_node("n5", "4", "8Gi", labels=zoned), "7"))
+    cache.run(commands.sync_pod(make_pod("s0", "n5", "10m", "1Mi"), "8", present=True))
+    cache.run(commands.sync_pod_gone("s0", "9"))  # leaves a tombstone
+    record_progress(cache, "pods", "9", "feeder-1", time.time())
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -239,6 +248,9 @@ def workload(cache: Cache) -> dict[str, str]:
         "checkpoint_chunk": keys.checkpoint_chunk(checkpoint_id, token, 0),
         "checkpoint_parts": keys.checkpoint_parts,
         "compacted": keys.compacted,
+        "pod_version": keys.pod_version("s0"),
+        "node_version": keys.node_version("n5"),
+        "sync": keys.sync,
     }
 
 

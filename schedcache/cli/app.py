@@ -35,6 +35,7 @@ from schedcache.cli.render import (
 )
 from schedcache.errors import CacheError, ValidationError
 from schedcache.feed.loader import LoadReport, load_documents
+from schedcache.feed.progress import read_progress
 from schedcache.model.manifests import decode_input, entries, parse_documents
 from schedcache.ops import logs
 from schedcache.sim.demo import DEMO_CACHE, DemoReport, run_demo
@@ -436,22 +437,31 @@ def print_summary(report: DemoReport) -> None:
     show_default=True,
     help="Objects per batch.",
 )
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also remove the cache's nodes and pods (of the kinds listed) that the lists no longer "
+    "hold, as a relist does. Needs full lists, not watch events.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="List every skipped object, not only counts.")
 @click.pass_obj
-def load(settings: Settings, source: Any, batch_size: int, verbose: bool) -> None:
+def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose: bool) -> None:
     """Ingest kubectl output: `get nodes,pods -o json` (a List) or `get pods --watch -o json`.
 
     Bound pods become add_pod/update_pod/remove_pod, nodes add_node/update_node/remove_node.
-    Every invalid object is reported with its position, kind, namespace/name and the field at
-    fault, and skipped; the others are loaded. Skipped objects (pending or terminated pods,
-    other kinds) are counted per reason (-v lists them). The exit status is 1 when any object
-    was invalid or rejected by the cache.
+    Without --prune a load only adds, updates and (for DELETED events) removes: objects missing
+    from the file stay in the cache. Every invalid object is reported with its position, kind,
+    namespace/name and the field at fault, and skipped; the others are loaded. Skipped objects
+    (pending or terminated pods, other kinds) are counted per reason (-v lists them). The exit
+    status is 1 when any object was invalid or rejected by the cache.
     """
     documents = parse_documents(decode_input(source.read()))
     cache = settings.cache(replica="loader")
     total = sum(1 for _ in entries(documents))
     with progress(Console(stderr=True), total, "loading") as advance:
-        report = load_documents(cache, documents, batch_size=batch_size, progress=advance)
+        report = load_documents(
+            cache, documents, batch_size=batch_size, progress=advance, prune=prune
+        )
     print_load_report(report, verbose)
     if not report.ok:
         raise click.ClickException(
@@ -463,6 +473,9 @@ def load(settings: Settings, source: Any, batch_size: int, verbose: bool) -> Non
 def print_load_report(report: LoadReport, verbose: bool) -> None:
     applied = ", ".join(f"{count} {name}" for name, count in sorted(report.applied.items()))
     click.echo(f"applied: {applied or 'nothing'}")
+    if report.pruned:
+        pruned = ", ".join(f"{n} {what}" for what, n in sorted(report.pruned.items()))
+        click.echo(f"pruned: {pruned}")
     reasons = ", ".join(f"{n} {why}" for why, n in report.skipped_by_reason().most_common())
     click.echo(f"skipped: {len(report.skipped)}" + (f" ({reasons})" if reasons else ""))
     if verbose:
@@ -526,6 +539,8 @@ def stats(settings: Settings) -> None:
     click.echo(f"assumed pods\t{len(dump.assumed_pods)}")
     click.echo(f"stream length\t{cache.stream_length()}")
     click.echo(f"generation\t{dump.generation}")
+    for fed in read_progress(cache):
+        click.echo(f"sync {fed.resource}\trv {fed.version}, {fed.age():.1f} s ago, by {fed.by}")
 
 
 def _register() -> None:
@@ -542,10 +557,11 @@ def _register() -> None:
         verify,
     )
     from schedcache.cli.serve import metrics_command, worker
+    from schedcache.cli.sync import sync
 
     for command in (dump, get, events, history, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
-    for command in (worker, metrics_command):
+    for command in (worker, metrics_command, sync):
         main.add_command(command)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from schedcache.cache import Cache
 from schedcache.errors import ValidationError
+from schedcache.feed.reconcile import held, removal
 from schedcache.model.manifests import Entry, entries, parse_documents, subject, type_name
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
@@ -34,6 +35,7 @@ from schedcache.store.fetch import fetch_pods
 from schedcache.store.responses import as_text
 
 TERMINATED = {"Succeeded", "Failed"}
+LIST_KIND_OF = {"PodList": "Pod", "NodeList": "Node"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class LoadReport:
     (``invalid`` and ``rejected`` lines start with the object's position and name it)."""
 
     applied: Counter[str] = field(default_factory=Counter)
+    pruned: Counter[str] = field(default_factory=Counter)  # "nodes"/"pods" removed by prune
     skipped: list[Skipped] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
@@ -78,6 +81,7 @@ class Planner:
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self.pod_states: dict[str, str | None] = {}
+        self.unheld: set[str] = set()  # pods read and left out: pending or terminated
         self.nodes = {as_text(name) for name in cache.client.smembers(cache.keys.nodes)}
 
     def prefetch(self, pods: list[Pod]) -> None:
@@ -98,9 +102,12 @@ class Planner:
             self.pod_states[pod.uid] = None
             return command
         if not pod.node_name:
+            self.unheld.add(pod.uid)
             return ("pending", "not bound to a node")
         if pod.phase in TERMINATED:
+            self.unheld.add(pod.uid)
             return ("terminated", pod.phase)
+        self.unheld.discard(pod.uid)
         # add_pod: new, or confirms an assumed pod
         added = state == "added"
         command = commands.update_pod(pod, pod) if added else commands.add_pod(pod)
@@ -146,9 +153,12 @@ def load(
     *,
     batch_size: int = 500,
     progress: Callable[[int], None] | None = None,
+    prune: bool = False,
 ) -> LoadReport:
     """Load ``text`` (see the module docstring) into ``cache``."""
-    return load_documents(cache, parse_documents(text), batch_size=batch_size, progress=progress)
+    return load_documents(
+        cache, parse_documents(text), batch_size=batch_size, progress=progress, prune=prune
+    )
 
 
 def load_documents(
@@ -157,12 +167,28 @@ def load_documents(
     *,
     batch_size: int = 500,
     progress: Callable[[int], None] | None = None,
+    prune: bool = False,
 ) -> LoadReport:
     """Load parsed documents (``parse_documents``) into ``cache``, ``batch_size`` objects per
-    batch (at least 1)."""
+    batch (at least 1).
+
+    With ``prune`` the input must be full lists (no watch events): afterwards the cache's
+    objects of each kind the input lists (a ``NodeList``/``PodList`` names its kind even when
+    empty) that the lists no longer hold are removed, as a relist does. Pending and terminated
+    pods are not held (a cached pod listed as terminated goes); assumed pods are the
+    scheduler's and stay; an invalid object whose name or uid can be read is kept."""
     if type(batch_size) is not int or batch_size < 1:
         raise ValidationError("load", "batch_size", f"{batch_size!r} must be an integer >= 1")
     all_entries = list(entries(documents))
+    if prune:
+        events = sorted({entry.event for entry in all_entries} - {"LISTED"})
+        if events:
+            raise ValidationError(
+                "load",
+                "prune",
+                f"needs full lists (kubectl get nodes,pods -o json), not watch events "
+                f"({', '.join(events)})",
+            )
     report = LoadReport()
     planner = Planner(cache)
     for start in range(0, len(all_entries), batch_size):
@@ -179,7 +205,52 @@ def load_documents(
                 report.rejected.append(f"{entry.position}: {result.error}")
         if progress:
             progress(len(chunk))
+    if prune:
+        _prune(cache, documents, all_entries, planner, report, batch_size)
     return report
+
+
+def _prune(
+    cache: Cache,
+    documents: list[Any],
+    listed: list[Entry],
+    planner: Planner,
+    report: LoadReport,
+    batch_size: int,
+) -> None:
+    """Remove what the lists speak for and no longer hold: pods first (no ghost nodes)."""
+    kinds = {
+        LIST_KIND_OF.get(str(doc.get("kind")), "") for doc in documents if isinstance(doc, Mapping)
+    }
+    kinds |= {_kind(entry) for entry in listed}
+    # Every listed pod but those read and left out: an unreadable one is kept.
+    keep_pods = {_meta(entry.object, "uid") for entry in listed if _kind(entry) == "Pod"}
+    keep_pods -= planner.unheld
+    keep_nodes = {_meta(entry.object, "name") for entry in listed if _kind(entry) == "Node"}
+    for kind, resource, keep in (("Pod", "pods", keep_pods), ("Node", "nodes", keep_nodes)):
+        if kind not in kinds:
+            continue
+        gone = sorted(held(cache, resource) - keep)
+        for start in range(0, len(gone), batch_size):
+            batch = cache.batch(chunk_size=min(200, batch_size))
+            for key in gone[start : start + batch_size]:
+                batch.add(removal(resource, key, None))
+            for result in batch.execute():
+                if result.ok:
+                    report.pruned[resource] += 1
+                else:
+                    report.rejected.append(f"prune: {result.error}")
+
+
+def _kind(entry: Entry) -> str:
+    obj = entry.object
+    return str(obj.get("kind")) if isinstance(obj, Mapping) else ""
+
+
+def _meta(obj: Any, name: str) -> str:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    value = metadata.get(name) if isinstance(metadata, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 def _plan(chunk: list[Entry], planner: Planner, report: LoadReport) -> list[tuple[Entry, Command]]:

@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,6 +42,8 @@ from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, RetriesExhausted, ValidationError
+from schedcache.feed.progress import record_progress
+from schedcache.feed.reconcile import RESOURCES, held, removal
 from schedcache.model.manifests import subject
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
@@ -52,7 +55,10 @@ log = logging.getLogger(__name__)
 # kube-scheduler's informer for the pods its cache holds.
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 TERMINATED = frozenset({"Succeeded", "Failed"})
-RESOURCES = ("nodes", "pods")
+
+
+# What a failing API server raises through the client (HTTP errors, sockets, bad JSON).
+API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
 
 
 class Gone(Exception):
@@ -198,7 +204,7 @@ class ResourceFeed:
             except Gone as gone:
                 log.info("%s of cache %s: %s; relisting", self.resource, self.cache.name, gone)
                 version = None
-            except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError) as error:
+            except API_ERRORS as error:
                 if self.stop.is_set():
                     break
                 self._count("api_errors")
@@ -242,10 +248,14 @@ class ResourceFeed:
     def close(self) -> None:
         """Stop at once: the open watch is closed under the reading thread."""
         response = self.response
-        if response is not None:
-            # Closing a half-read socket may raise; it is closed all the same.
-            with contextlib.suppress(Exception):
-                response.close()
+        if response is None:
+            return
+        # close() alone does not wake a thread blocked reading the socket: shut it down first.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        with contextlib.suppress(Exception):  # a half-read socket may complain; it goes anyway
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+            response.close()
 
     def relist(self) -> str:
         """List every object (paginated, one consistent snapshot), apply them, remove what the
@@ -262,8 +272,8 @@ class ResourceFeed:
                     planned.append(command)
                     listed.add(_identity(self.resource, obj))
             self._apply_batch(planned)
-        stale = [key for key in self._cached() if key not in listed]
-        self._apply_batch([self._removal(key, version) for key in stale])
+        stale = sorted(held(self.cache, self.resource) - listed)
+        self._apply_batch([removal(self.resource, key, version) for key in stale])
         self._advance(version, force=True)
         log.info(
             "%s of cache %s: listed %d at resourceVersion %s, %d no longer there",
@@ -320,6 +330,17 @@ class ResourceFeed:
                 if self.stop.is_set():
                     break
                 version = self._event(line, version)
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as error:
+            # Cut mid-stream (a load balancer, the server restarting): a new watch resumes
+            # from the last version; an API server that stays away fails the next request.
+            if not self.stop.is_set():
+                log.info(
+                    "%s watch of cache %s cut (%s); resuming from %s",
+                    self.resource,
+                    self.cache.name,
+                    _short(error),
+                    version,
+                )
         finally:
             self.response = None
             response.release_conn()
@@ -423,23 +444,6 @@ class ResourceFeed:
         self.counters.results[result] = self.counters.results.get(result, 0) + 1
         metrics.SYNC_EVENTS.labels(result=result, **self._labels).inc()
 
-    # -- reconciling ------------------------------------------------------------------------
-
-    def _cached(self) -> list[str]:
-        """What the cache holds of this resource that a list speaks for: node names, and the
-        uids of added pods (assumed pods are the scheduler's, not yet bound: no list has them)."""
-        client, keys = self.cache.client, self.cache.keys
-        if self.resource == "nodes":
-            return sorted(as_text(name) for name in client.smembers(keys.nodes))
-        pods = {as_text(uid) for uid in client.smembers(keys.pods)}
-        assumed = {as_text(uid) for uid in client.smembers(keys.assumed)}
-        return sorted(pods - assumed)
-
-    def _removal(self, key: str, version: str) -> Command:
-        if self.resource == "nodes":
-            return commands.sync_node_gone(key, version)
-        return commands.sync_pod_gone(key, version)
-
     # -- progress ---------------------------------------------------------------------------
 
     def _advance(self, version: str, force: bool = False) -> None:
@@ -451,14 +455,7 @@ class ResourceFeed:
         if not force and now - self._progress_written < self.settings.progress_every:
             return
         self._progress_written = now
-        self.cache.client.hset(
-            self.cache.keys.sync,
-            mapping={
-                f"{self.resource}:rv": version,
-                f"{self.resource}:at": round(now * 1000),
-                f"{self.resource}:by": self.name,
-            },
-        )
+        record_progress(self.cache, self.resource, version, self.name, now)
 
 
 class Syncer:
@@ -488,6 +485,12 @@ class Syncer:
             thread.start()
             self.threads.append(thread)
         return self
+
+    def list_once(self) -> None:
+        """One relist of every resource, in this thread: the cache reconciled with the lists."""
+        for feed in self.feeds:
+            feed.relist()
+            feed.synced.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Whether every resource finished its first list within ``timeout`` seconds."""

@@ -149,6 +149,12 @@ def remove_pod(pod: Pod) -> Command:
     return Command("remove_pod", pod_subject(pod), _pod_key_args(pod))
 
 
+def remove_pod_by_uid(uid: str) -> Command:
+    """remove_pod knowing only the uid (the stored record names the node)."""
+    subject = f"pod with uid {uid}"
+    return Command("remove_pod", subject, (_token(uid, subject, "metadata.uid"), ""))
+
+
 def forget_pod(pod: Pod) -> Command:
     return Command("forget_pod", pod_subject(pod), _pod_key_args(pod))
 

@@ -1,0 +1,130 @@
+"""``schedcache sync``: feed the cache from a live cluster's API server until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from schedcache.cli.params import Name, Seconds
+from schedcache.cli.render import one_line
+from schedcache.cli.serve import serve_metrics
+
+if TYPE_CHECKING:
+    from schedcache.cli.app import Settings
+    from schedcache.feed.sync import Syncer
+
+KUBE_MISSING = (
+    "schedcache sync needs the Kubernetes client: pip install 'schedcache[kube]' "
+    "(the official `kubernetes` package)"
+)
+
+
+@click.command("sync")
+@click.option(
+    "--kubeconfig",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="kubeconfig file [default: KUBECONFIG, else ~/.kube/config].",
+)
+@click.option("--context", default=None, help="kubeconfig context [default: the current one].")
+@click.option(
+    "--in-cluster", is_flag=True, help="Use the pod's service account instead of a kubeconfig."
+)
+@click.option(
+    "--page-size",
+    type=click.IntRange(1, 10_000),
+    default=500,
+    show_default=True,
+    help="Objects per list page (limit/continue) and per batch of commands.",
+)
+@click.option(
+    "--watch-timeout",
+    type=click.IntRange(1, 3600),
+    default=300,
+    show_default=True,
+    help="Seconds a watch runs before it is renewed from its last resourceVersion.",
+)
+@click.option(
+    "--max-backoff",
+    type=Seconds(open_min=True, maximum=3600.0),
+    default=30.0,
+    show_default=True,
+    help="Longest wait between attempts while the API server or Redis is away, s.",
+)
+@click.option(
+    "--replica", type=Name(), default="sync", show_default=True, help="Feeder name in events."
+)
+@click.option("--once", is_flag=True, help="List, reconcile the cache with the lists, and exit.")
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
+)
+@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@click.pass_obj
+def sync(
+    settings: Settings,
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool,
+    page_size: int,
+    watch_timeout: int,
+    max_backoff: float,
+    replica: str,
+    once: bool,
+    metrics_port: int | None,
+    metrics_address: str,
+) -> None:
+    """Keep the cache in step with a cluster, as kube-scheduler's informers: list Nodes and
+    assigned, non-terminated Pods, then watch them (bookmarks; 410 Gone relists and removes
+    what vanished). Any number of feeders may sync one cache: each object's changes apply in
+    resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit 0)."""
+    try:
+        from schedcache.feed import sync as feed
+    except ImportError:
+        raise click.ClickException(KUBE_MISSING) from None
+    settings_ = feed.SyncSettings(
+        page_size=page_size, watch_timeout=watch_timeout, max_backoff=max_backoff
+    )
+    try:
+        api = feed.api_client(kubeconfig, context, in_cluster)
+    except Exception as error:  # kubernetes' ConfigException, a missing or unreadable file
+        message = f"cannot configure the Kubernetes client: {one_line(error)}"
+        raise click.ClickException(message) from None
+    if not settings.is_shared():
+        click.echo(
+            "note: the embedded cache lives in this process only; give --redis to feed a "
+            "cache that schedulers share",
+            err=True,
+        )
+    cache = settings.cache(replica=replica)
+    syncer = feed.Syncer(cache, api, settings_, name=replica)
+    if once:
+        _list_once(syncer, feed)
+        return
+    if metrics_port is not None:
+        serve_metrics(cache, metrics_port, metrics_address)
+    signal.signal(signal.SIGTERM, lambda *_: syncer.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: syncer.stopping.set())
+    click.echo(f"syncing cache {cache.name} from {api.api_client.configuration.host}", err=True)
+    syncer.run()
+    click.echo(f"stopped; {_summary(syncer)}", err=True)
+
+
+def _list_once(syncer: Syncer, feed: Any) -> None:
+    try:
+        syncer.list_once()
+    except feed.API_ERRORS as error:
+        raise click.ClickException(f"the API server failed: {one_line(error)}") from None
+    click.echo(_summary(syncer))
+
+
+def _summary(syncer: Syncer) -> str:
+    parts = []
+    for resource in syncer.feeds:
+        c = resource.counters
+        parts.append(
+            f"{resource.resource}: {c.applied} applied, {c.dropped} dropped, {c.invalid} invalid, "
+            f"{c.rejected} rejected, {c.relists} lists, rv {c.last_version or '-'}"
+        )
+    return "; ".join(parts)

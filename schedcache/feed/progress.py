@@ -1,0 +1,52 @@
+"""A feed's progress in the cache: each resource's newest resourceVersion, when, and by whom.
+
+Kept apart from :mod:`schedcache.feed.sync` so ``schedcache stats`` can show it without the
+``kube`` extra installed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from schedcache.cache import Cache
+from schedcache.feed.reconcile import RESOURCES
+from schedcache.store.responses import as_text
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The newest resourceVersion a feeder reached for one resource, when, and which feeder."""
+
+    resource: str
+    version: str
+    at: float  # seconds since the epoch
+    by: str
+
+    def age(self, now: float | None = None) -> float:
+        return max(0.0, (time.time() if now is None else now) - self.at)
+
+
+def record_progress(cache: Cache, resource: str, version: str, by: str, now: float) -> None:
+    """Write a feed's progress to the cache's ``sync`` hash (last writer wins: every feeder
+    writes, so the hash shows that the cache is fed while any feeder runs)."""
+    cache.client.hset(
+        cache.keys.sync,
+        mapping={
+            f"{resource}:rv": version,
+            f"{resource}:at": round(now * 1000),
+            f"{resource}:by": by,
+        },
+    )
+
+
+def read_progress(cache: Cache) -> list[Progress]:
+    """Each resource's progress from the ``sync`` hash (none when nothing ever synced)."""
+    fields = {as_text(k): as_text(v) for k, v in cache.client.hgetall(cache.keys.sync).items()}
+    found = []
+    for resource in RESOURCES:
+        version = fields.get(f"{resource}:rv")
+        at = fields.get(f"{resource}:at", "")
+        if version is None or not at.isdigit():
+            continue
+        found.append(Progress(resource, version, int(at) / 1000, fields.get(f"{resource}:by", "")))
+    return found

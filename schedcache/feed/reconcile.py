@@ -1,0 +1,37 @@
+"""What a full list speaks for, shared by a relist (``schedcache sync``) and ``load --prune``.
+
+A list of Nodes speaks for every node of the cache; a list of Pods for the pods the informers
+put there (state ``added``), never for assumed ones: the scheduler placed those and no list
+holds them until their binding lands.
+"""
+
+from __future__ import annotations
+
+from schedcache.cache import Cache
+from schedcache.store import commands
+from schedcache.store.commands import Command
+from schedcache.store.responses import as_text
+
+RESOURCES = ("nodes", "pods")
+
+
+def held(cache: Cache, resource: str) -> set[str]:
+    """What the cache holds that a list of ``resource`` speaks for: node names, or the uids of
+    added (not assumed) pods."""
+    client, keys = cache.client, cache.keys
+    if resource == "nodes":
+        return {as_text(name) for name in client.smembers(keys.nodes)}
+    pods = {as_text(uid) for uid in client.smembers(keys.pods)}
+    return pods - {as_text(uid) for uid in client.smembers(keys.assumed)}
+
+
+def removal(resource: str, key: str, version: str | None) -> Command:
+    """The command removing node ``key`` or the pod with uid ``key``: at a list's
+    ``version`` (so a newer change another feeder applied wins), or unconditionally."""
+    if version is not None:
+        if resource == "nodes":
+            return commands.sync_node_gone(key, version)
+        return commands.sync_pod_gone(key, version)
+    if resource == "nodes":
+        return commands.remove_node(key)
+    return commands.remove_pod_by_uid(key)

@@ -1,0 +1,302 @@
+"""``schedcache sync``: list-watch from an API server (tests/apiserver.py, through the official
+client) into the cache, with one and with three feeders, on every backend.
+
+The outcome a user cares about: the cache holds exactly the server's nodes and its assigned,
+running pods (compared model by model), ``verify()`` finds the stream and the keys agreeing,
+and the stream holds each change once however many feeders delivered it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedcache import Cache
+from schedcache.errors import ValidationError
+from schedcache.feed.progress import read_progress
+from schedcache.feed.sync import SyncSettings, Syncer, api_client
+from schedcache.model.values import Node, Pod
+from schedcache.store import commands
+from tests.apiserver import FakeApiServer
+from tests.factories import keyspace, make_node, make_pod
+
+FAST = SyncSettings(
+    page_size=7, watch_timeout=30, backoff=0.05, max_backoff=0.3, progress_every=0.05
+)
+Obj = dict[str, Any]
+
+
+def node_obj(name: str, cpu: str = "4", zone: str = "z1") -> Obj:
+    return {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+        "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}},
+    }
+
+
+def pod_obj(
+    name: str, node: str = "", phase: str = "Running", cpu: str = "100m", uid: str = ""
+) -> Obj:
+    spec: Obj = {
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]
+    }
+    if node:
+        spec["nodeName"] = node
+    metadata: Obj = {"name": name, "namespace": "default"}
+    if uid:
+        metadata["uid"] = uid
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def expected_state(server: FakeApiServer) -> tuple[dict[str, Node], dict[str, Pod]]:
+    """What kube-scheduler's cache holds for the server's objects."""
+    nodes = {obj["metadata"]["name"]: Node.from_k8s(obj) for obj in server.objects("Node")}
+    pods = {}
+    for obj in server.objects("Pod"):
+        pod = Pod.from_k8s(obj)
+        if pod.node_name and pod.phase not in ("Succeeded", "Failed"):
+            pods[pod.uid] = pod
+    return nodes, pods
+
+
+def cached_state(cache: Cache) -> tuple[dict[str, Node], dict[str, Pod]]:
+    dump = cache.dump()
+    nodes = {name: info.node for name, info in dump.nodes.items() if info.node is not None}
+    pods = {pod.uid: pod for info in dump.nodes.values() for pod in info.pods}
+    return nodes, pods
+
+
+def in_step(cache: Cache, server: FakeApiServer, timeout: float = 15.0) -> None:
+    """Wait until the cache holds what the server does, then check the stream agrees."""
+    deadline = time.monotonic() + timeout
+    while cached_state(cache) != expected_state(server):
+        if time.monotonic() > deadline:
+            cached, expected = cached_state(cache), expected_state(server)
+            raise AssertionError(
+                f"cache out of step: nodes {sorted(cached[0])} vs {sorted(expected[0])}, "
+                f"pods {sorted(p.name for p in cached[1].values())} vs "
+                f"{sorted(p.name for p in expected[1].values())}"
+            )
+        time.sleep(0.02)
+    assert cache.verify() == []
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.02)
+
+
+def event_counts(cache: Cache) -> Counter[str]:
+    return Counter(event.type for event in cache.events())
+
+
+@pytest.fixture
+def server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as s:
+        yield s
+
+
+@pytest.fixture
+def start_feeders(
+    cache: Cache, make_cache: Callable[..., Cache], tmp_path: Path
+) -> Iterator[Callable[..., list[Syncer]]]:
+    """``start_feeders(server, n)``: n Syncers, each with its own Cache object and API client
+    (as n processes would have), started and synced."""
+    started: list[Syncer] = []
+
+    def start(server: FakeApiServer, n: int = 1, **settings: Any) -> list[Syncer]:
+        kubeconfig = str(server.kubeconfig(tmp_path / f"kubeconfig-{len(started)}"))
+        options = {**FAST.__dict__, **settings}
+        syncers = []
+        for i in range(n):
+            feeder = make_cache(replica=f"feeder-{len(started) + i}")
+            syncer = Syncer(feeder, api_client(kubeconfig), SyncSettings(**options), f"f{i}")
+            started.append(syncer.start())
+            syncers.append(syncer)
+        for syncer in syncers:
+            assert syncer.wait_synced(15), "the first list did not finish"
+        return syncers
+
+    yield start
+    for syncer in started:
+        syncer.stop()
+
+
+def populate(server: FakeApiServer, nodes: int = 5, pods: int = 30) -> None:
+    for i in range(nodes):
+        server.create(node_obj(f"n{i}"))
+    for i in range(pods):
+        phase = "Succeeded" if i % 10 == 9 else "Running"
+        server.create(pod_obj(f"p{i}", f"n{i % nodes}" if i % 7 else "", phase))
+
+
+def churn(server: FakeApiServer) -> None:
+    """What a cluster does: binds, finishes, deletes, relabels, adds and removes nodes."""
+    server.update(pod_obj("p0", "n1"))  # pending until now: bound
+    server.create(pod_obj("q1", "n2", cpu="250m"))
+    server.update(pod_obj("p1", "n1", phase="Succeeded"))  # leaves the cache
+    server.update(pod_obj("p2", "n2", cpu="300m"))  # resized
+    server.delete("Pod", "p3", "default")
+    server.update(node_obj("n0", cpu="8", zone="z2"))
+    server.create(node_obj("n9"))
+    server.create(pod_obj("q2", "n9"))
+    server.delete("Pod", "p4", "default")
+    server.delete("Node", "n4")  # its pods (p9, p19, p29 ...) stay bound to it: ghost node
+
+
+@pytest.mark.parametrize("feeders", [1, 3])
+def test_a_list_then_a_watch_keep_the_cache_in_step(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]], feeders: int
+) -> None:
+    populate(server)
+    syncers = start_feeders(server, feeders)
+    in_step(cache, server)
+    assert event_counts(cache) == {"NodeAdded": 5, "PodAdded": 22}
+    churn(server)
+    in_step(cache, server)
+    # Each change once, however many feeders saw it: p0 q1 q2 added, p1 p3 p4 removed, p2
+    # updated; n9 added, n0 updated, n4 removed.
+    assert event_counts(cache) == {
+        "NodeAdded": 6,
+        "NodeUpdated": 1,
+        "NodeRemoved": 1,
+        "PodAdded": 25,
+        "PodUpdated": 1,
+        "PodRemoved": 3,
+    }
+    # Every feeder handles every pod change (the first list, then seven): one applies it,
+    # the others' copies are dropped.
+    pods = [s.feeds[1].counters for s in syncers]
+    eventually(lambda: sum(c.applied + c.dropped for c in pods) == feeders * (22 + 7))
+    assert sum(c.applied for c in pods) == 22 + 7
+    progress = {p.resource: p for p in read_progress(cache)}
+    assert progress["pods"].version.isdigit() and progress["pods"].age() < 10
+
+
+def test_watches_that_end_or_drop_resume_without_a_relist(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    populate(server)
+    (syncer,) = start_feeders(server)
+    assert server.wait_for_watches(2)
+    server.drop_watches()  # cut mid-stream
+    server.create(pod_obj("during-drop", "n1"))
+    assert server.wait_for_watches_started(4)
+    server.end_watches()  # a clean end, as the server's request timeout
+    server.update(pod_obj("p2", "n2", cpu="200m"))
+    server.delete("Pod", "p5", "default")
+    in_step(cache, server)
+    eventually(lambda: all(feed.counters.watch_restarts >= 2 for feed in syncer.feeds))
+    assert [feed.counters.relists for feed in syncer.feeds] == [1, 1]
+    assert [feed.counters.api_errors for feed in syncer.feeds] == [0, 0]
+
+
+@pytest.mark.parametrize("gone_as_http", [False, True], ids=["error-event", "http-410"])
+def test_410_gone_relists_and_removes_what_vanished_meanwhile(
+    cache: Cache,
+    make_cache: Callable[..., Cache],
+    start_feeders: Callable[..., list[Syncer]],
+    gone_as_http: bool,
+) -> None:
+    with FakeApiServer(gone_as_http=gone_as_http) as server:
+        populate(server)
+        (syncer,) = start_feeders(server)
+        in_step(cache, server)
+        server.down()  # away: the feeder backs off, the cache stays as it was
+        before = cached_state(cache)
+        server.delete("Pod", "p5", "default")
+        server.delete("Node", "n3")
+        server.update(pod_obj("p6", "n1", cpu="500m"))
+        server.create(pod_obj("new", "n2"))
+        server.compact()  # the history the feeder would resume from is gone
+        time.sleep(0.3)
+        assert cached_state(cache) == before
+        server.up()
+        in_step(cache, server)
+        assert [feed.counters.relists for feed in syncer.feeds] == [2, 2]
+        assert all(feed.counters.api_errors >= 1 for feed in syncer.feeds)
+        syncer.stop()
+
+
+def test_a_malformed_object_is_counted_and_skipped_and_the_sync_carries_on(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    server.create(node_obj("n0"))
+    server.create(pod_obj("bad-list", "n0", cpu="lots"))
+    (syncer,) = start_feeders(server)
+    server.create(pod_obj("bad-watch", "n0", cpu="-1"))
+    server.create(pod_obj("good", "n0"))
+    eventually(lambda: cache.pod_count() >= 1)
+    assert [pod.name for pod in cache.list_pods()] == ["good"]
+    assert syncer.feeds[1].counters.invalid == 2
+    assert syncer.feeds[1].counters.results["invalid"] == 2
+
+
+def test_one_feeder_dying_loses_nothing(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    populate(server)
+    first, second = start_feeders(server, 2)
+    in_step(cache, server)
+    first.stop()
+    churn(server)
+    in_step(cache, server)
+    assert sum(feed.counters.applied for feed in second.feeds) >= 10
+
+
+def test_a_bound_pod_confirms_the_assumed_one_and_a_relist_keeps_assumed_pods(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    server.create(node_obj("n0"))
+    cache.assume_pod(make_pod("placed", "n0", "100m", "1Mi", uid="uid-placed"))
+    cache.assume_pod(make_pod("unbound-yet", "n0", "100m", "1Mi", uid="uid-waiting"))
+    (syncer,) = start_feeders(server)
+    assert cache.pod_state("uid-waiting") == "assumed"  # the list does not speak for it
+    server.create(pod_obj("placed", "n0", uid="uid-placed"))  # the binding landed
+    eventually(lambda: cache.pod_state("uid-placed") == "added")
+    assert cache.pod_state("uid-waiting") == "assumed"
+    assert event_counts(cache)["PodAdded"] == 1 and cache.verify() == []
+
+
+def test_versions_order_each_objects_changes_and_drops_leave_redis_as_it_was(
+    cache: Cache,
+) -> None:
+    cache.run(commands.sync_node(make_node("n0", "4", "8Gi"), "10"))
+    pod = make_pod("p", "n0", "100m", "1Mi")
+    assert cache.run(commands.sync_pod(pod, "12", present=True))[:2] == [b"applied", b"add"]
+    before = keyspace(cache.client, cache.keys.pattern)
+    for version in ("12", "11", "9"):  # repeated, then stale
+        reply = cache.run(commands.sync_pod(pod.with_node("n0"), version, present=True))
+        assert reply[0] == b"dropped" and reply[2] == b"12"
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    assert cache.run(commands.sync_pod_gone(pod.uid, "20"))[:2] == [b"applied", b"remove"]
+    # A late MODIFIED of the deleted pod meets the tombstone.
+    late = cache.run(commands.sync_pod(pod, "15", present=True))
+    assert late[:2] == [b"dropped", b"stale"] and cache.pod_state(pod) is None
+    # Versions compare as numbers, not strings.
+    assert cache.run(commands.sync_node(make_node("n0", "8", "8Gi"), "9"))[0] == b"dropped"
+    assert cache.run(commands.sync_node(make_node("n0", "8", "8Gi"), "100"))[0] == b"applied"
+    assert [e.type for e in cache.events()] == ["NodeAdded", "PodAdded", "PodRemoved", "NodeUpdated"]
+
+
+@pytest.mark.parametrize("version", ["", "abc", "-1", "1.5", " 7", None, 12, "9" * 41])
+def test_an_unorderable_resource_version_is_refused_before_redis(
+    cache: Cache, version: Any
+) -> None:
+    with pytest.raises(ValidationError, match="metadata.resourceVersion"):
+        commands.sync_pod(make_pod("p", "n0", "100m", "1Mi"), version, present=True)
+    assert keyspace(cache.client, cache.keys.pattern) == {}
