@@ -79,6 +79,7 @@ from schedcache.store.connection import EMBEDDED, ENV_URL
 from schedcache.store.library import command_names
 from schedcache.store.routing import ClusterClient
 from schedcache.views.nodetree import NodeTree
+from tests.apiserver import FakeApiServer
 from tests.conftest import backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 
@@ -1167,6 +1168,50 @@ def _cli_load(ctx: Ctx) -> None:
     assert "applied: 2 add_node, 2 add_pod" in out and "skipped: 1" in out
     assert (ctx.cache.node_count(), ctx.cache.pod_count()) == (2, 2)
     assert {e.replica for e in ctx.cache.events()} == {"loader"}
+    _cli_load_prune(ctx, path)
+
+
+def _cli_load_prune(ctx: Ctx, path: Path) -> None:
+    """(cli load, continued) --prune removes what the List no longer holds."""
+    ctx.cache.assume_pod(make_pod("placed", "k1", "10m", "1Mi"))  # the scheduler's: stays
+    smaller = {**KUBECTL_LIST, "items": KUBECTL_LIST["items"][1:2] + KUBECTL_LIST["items"][3:]}
+    path.write_text(json.dumps(smaller))  # k1 and api-0 are gone from the cluster
+    assert "applied: 1 add_node" in ok(ctx.cli("load", str(path)))  # no prune: both stay
+    assert ctx.cache.node_count() == 2 and ctx.cache.pod_count() == 3
+    out = ok(ctx.cli("load", "--prune", str(path)))
+    assert "pruned: 1 nodes, 1 pods" in out
+    names = sorted(pod.name for pod in ctx.cache.list_pods())
+    assert names == ["api-1", "placed"] and ctx.cache.verify() == []
+    watch = ctx.tmp_path / "watch.json"
+    watch.write_text(json.dumps({"type": "DELETED", "object": KUBECTL_LIST["items"][3]}))
+    before = keyspace(ctx.client, ctx.cache.keys.pattern)
+    refused = ctx.cli("load", "--prune", str(watch))
+    assert refused.exit_code == 1 and "needs full lists" in refused.output
+    assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
+
+
+@case("cli sync")
+def _cli_sync(ctx: Ctx) -> None:
+    with FakeApiServer() as server:
+        for obj in KUBECTL_LIST["items"]:
+            server.create(obj)
+        kubeconfig = str(server.kubeconfig(ctx.tmp_path / "kubeconfig"))
+        out = ok(ctx.cli("sync", "--once", "--kubeconfig", kubeconfig))
+        assert out.startswith("nodes: 2 applied, 0 dropped") and "pods: 2 applied" in out
+        assert ctx.cache.node_count() == 2 and ctx.cache.pod_count() == 2
+        server.delete("Pod", "api-0", NS)
+        again = ok(ctx.cli("sync", "--once", "--kubeconfig", kubeconfig))
+        assert "nodes: 0 applied, 2 dropped" in again and "pods: 1 applied, 1 dropped" in again
+        assert [pod.name for pod in ctx.cache.list_pods()] == ["api-1"]
+        rows = dict(line.split("\t") for line in ok(ctx.cli("stats")).splitlines())
+        assert rows["sync pods"].startswith(f"rv {server.resource_version}, ")
+        missing = ctx.cli("sync", "--once", "--kubeconfig", str(ctx.tmp_path / "nothing"))
+        assert missing.exit_code == 1 and "cannot configure the Kubernetes client" in missing.output
+        server.down()
+        before = keyspace(ctx.client, ctx.cache.keys.pattern)
+        away = ctx.cli("sync", "--once", "--kubeconfig", kubeconfig)
+        assert away.exit_code == 1 and "the API server failed" in away.output
+        assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
 
 
 @case("cli scripts")

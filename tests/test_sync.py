@@ -8,7 +8,11 @@ and the stream holds each change once however many feeders delivered it.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,10 +23,11 @@ import pytest
 from schedcache import Cache
 from schedcache.errors import ValidationError
 from schedcache.feed.progress import read_progress
-from schedcache.feed.sync import SyncSettings, Syncer, api_client
+from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
 from tests.apiserver import FakeApiServer
+from tests.conftest import REAL_REDIS_URL, real_client
 from tests.factories import keyspace, make_node, make_pod
 
 FAST = SyncSettings(
@@ -264,7 +269,7 @@ def test_a_bound_pod_confirms_the_assumed_one_and_a_relist_keeps_assumed_pods(
     server.create(node_obj("n0"))
     cache.assume_pod(make_pod("placed", "n0", "100m", "1Mi", uid="uid-placed"))
     cache.assume_pod(make_pod("unbound-yet", "n0", "100m", "1Mi", uid="uid-waiting"))
-    (syncer,) = start_feeders(server)
+    start_feeders(server)
     assert cache.pod_state("uid-waiting") == "assumed"  # the list does not speak for it
     server.create(pod_obj("placed", "n0", uid="uid-placed"))  # the binding landed
     eventually(lambda: cache.pod_state("uid-placed") == "added")
@@ -290,13 +295,43 @@ def test_versions_order_each_objects_changes_and_drops_leave_redis_as_it_was(
     # Versions compare as numbers, not strings.
     assert cache.run(commands.sync_node(make_node("n0", "8", "8Gi"), "9"))[0] == b"dropped"
     assert cache.run(commands.sync_node(make_node("n0", "8", "8Gi"), "100"))[0] == b"applied"
-    assert [e.type for e in cache.events()] == ["NodeAdded", "PodAdded", "PodRemoved", "NodeUpdated"]
+    kinds = [event.type for event in cache.events()]
+    assert kinds == ["NodeAdded", "PodAdded", "PodRemoved", "NodeUpdated"]
 
 
 @pytest.mark.parametrize("version", ["", "abc", "-1", "1.5", " 7", None, 12, "9" * 41])
 def test_an_unorderable_resource_version_is_refused_before_redis(
     cache: Cache, version: Any
 ) -> None:
-    with pytest.raises(ValidationError, match="metadata.resourceVersion"):
+    with pytest.raises(ValidationError, match=r"metadata\.resourceVersion"):
         commands.sync_pod(make_pod("p", "n0", "100m", "1Mi"), version, present=True)
     assert keyspace(cache.client, cache.keys.pattern) == {}
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
+    server: FakeApiServer, tmp_path: Path, stop_signal: int
+) -> None:
+    """The command as an operator runs it: a process against the real Redis."""
+    populate(server, nodes=3, pods=12)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(real_client(), name)
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
+    process = subprocess.Popen(
+        [*cli, "sync", "--kubeconfig", kubeconfig],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        in_step(cache, server, timeout=30)
+        server.create(pod_obj("late", "n1"))
+        in_step(cache, server)
+        process.send_signal(stop_signal)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err and "stopped; nodes: 3 applied" in err
+    finally:
+        process.kill()
+        cache.clear()
