@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,3 +41,28 @@ def write_results(name: str, payload: dict) -> Path:
     payload = {"machine": platform.node(), "python": platform.python_version(), **payload}
     path.write_text(json.dumps(payload, indent=2))
     return path
+
+
+def start_server(directory: str, port: int) -> subprocess.Popen:
+    """A throwaway redis-server on a loopback port (no persistence), answering PING."""
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            directory,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
+            return server
+        subprocess.run(["sleep", "0.05"])
+    raise RuntimeError("redis-server did not start")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table, write_results
+from bench.common import print_table, start_server, write_results
 
 # Run inside the tree measured (its own schedcache package and lua/), against one server.
 PROBE = r"""
@@ -59,30 +59,6 @@ for method in ("add_pod", "assume_pod"):
         cache.clear()
 print(json.dumps(out))
 """
-
-
-def start_server(directory: str, port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            directory,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
-            return server
-        subprocess.run(["sleep", "0.05"])
-    raise RuntimeError("redis-server did not start")
 
 
 def main() -> None:
