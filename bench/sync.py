@@ -9,7 +9,9 @@ bound pods:
 2. **steady watch**: the API server modifies ``--rate`` pods a second (a label each, in 10 ms
    ticks) for ``--seconds``; the lag of each change is the stream id (Redis's clock, ms) of its
    PodUpdated event minus the moment the API server made the change (one machine, one clock);
-3. **server time**: the microseconds Redis spent on commands (INFO commandstats, every
+3. **a feeder joining**: one more feeder starts against the synced cache (a replica
+   restarting): its list time, and Redis's time for it (its objects are all there already);
+4. **server time**: the microseconds Redis spent on commands (INFO commandstats, every
    command) in each phase, and the ratio of 3 feeders to 1.
 
 Prints a table and writes ``bench/results/sync.json``.
@@ -185,6 +187,20 @@ def run(feeders: int, args: argparse.Namespace, directory: str, port: int) -> di
         time.sleep(1)  # late copies of the other feeders
         watch_usec = server_usec(client)
         lags = _lags(client, keys, before, changed)
+        # A feeder joining the synced cache (a replica restarting): its list is all dropped.
+        join_ready, join_go = context.Event(), context.Event()
+        joiner = context.Process(
+            target=feeder, args=(url, kubeconfig, "joiner", join_ready, join_go, stop)
+        )
+        processes.append(joiner)
+        joiner.start()
+        join_ready.wait(60)
+        client.config_resetstat()
+        join_go.set()
+        join_seconds = wait_for(
+            lambda: client.hget(keys.sync, "pods:by") == b"joiner", 600, "the joiner's list"
+        )
+        join_usec = server_usec(client)
     finally:
         stop.set()
         for process in processes:
@@ -206,6 +222,8 @@ def run(feeders: int, args: argparse.Namespace, directory: str, port: int) -> di
         "changes": len(lags),
         "list server ms": round(list_usec / 1000, 1),
         "watch server ms": round(watch_usec / 1000, 1),
+        "join list s": round(join_seconds, 2),
+        "join server ms": round(join_usec / 1000, 1),
     }
 
 

@@ -23,7 +23,7 @@ import pytest
 from schedcache import Cache
 from schedcache.errors import ValidationError
 from schedcache.feed.progress import read_progress
-from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.feed.sync import ResourceFeed, Syncer, SyncSettings, api_client
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
 from tests.apiserver import FakeApiServer
@@ -235,6 +235,37 @@ def test_410_gone_relists_and_removes_what_vanished_meanwhile(
         assert [feed.counters.relists for feed in syncer.feeds] == [2, 2]
         assert all(feed.counters.api_errors >= 1 for feed in syncer.feeds)
         syncer.stop()
+
+
+def test_a_list_whose_snapshot_expires_between_pages_starts_over(
+    cache: Cache,
+    server: FakeApiServer,
+    start_feeders: Callable[..., list[Syncer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    populate(server)
+    first_page = ResourceFeed._page
+    expired: list[str] = []
+
+    def page(feed: ResourceFeed, token: str | None) -> dict[str, Any]:
+        answer = first_page(feed, token)
+        if feed.resource == "pods" and not expired:
+            # After the first page: p5 goes, and the history the continue token needs too.
+            expired.append(server.delete("Pod", "p5", "default")["metadata"]["uid"])
+            server.compact()
+        return answer
+
+    monkeypatch.setattr(ResourceFeed, "_page", page)
+    (syncer,) = start_feeders(server)
+    in_step(cache, server)
+    assert cache.pod_state(expired[0]) is None
+    # One list of pods, started over within itself (the nodes' watch may meet the compaction
+    # with a 410 of its own and relist).
+    assert syncer.feeds[1].counters.relists == 1
+    expired_requests = [
+        r for r in server.requests if r.path == "/api/v1/pods" and "continue" in r.query
+    ]
+    assert expired_requests, "the second page was asked with the expired token"
 
 
 def test_a_malformed_object_is_counted_and_skipped_and_the_sync_carries_on(

@@ -9,6 +9,7 @@ as they are in Go (quantities are added, then converted).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -64,9 +65,17 @@ def parse_quantity(value: Any, *, obj: str, field: str) -> Fraction:
     else:
         raise bad()
 
+    amount = _parse_short(text) if len(text) <= 32 else _parse_text(text)
+    if amount is None:
+        raise bad()
+    return amount
+
+
+def _parse_text(text: str) -> Fraction | None:
+    """The quantity a text denotes, or None."""
     m = _QUANTITY_RE.fullmatch(text)
     if m is None or not (m["int"] or m["frac"]):
-        raise bad()
+        return None
     mantissa = Fraction(int((m["int"] or "0") + (m["frac"] or "")), 10 ** len(m["frac"] or ""))
     suffix = m["suffix"] or ""
     if suffix in _BINARY:
@@ -81,6 +90,11 @@ def parse_quantity(value: Any, *, obj: str, field: str) -> Fraction:
     if m["sign"] == "-":
         amount = -amount
     return _normalize(amount)
+
+
+# A cluster's manifests repeat a few short quantities ("100m", "128Mi") hundreds of thousands
+# of times: remembered (Fractions are immutable); long texts are not, to bound the memory.
+_parse_short = functools.lru_cache(maxsize=4096)(_parse_text)
 
 
 def _normalize(amount: Fraction) -> Fraction:
