@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from schedcache import Cache
-from schedcache.errors import ValidationError
+from schedcache.errors import RetriesExhausted, ValidationError
 from schedcache.feed.progress import read_progress
 from schedcache.feed.sync import ResourceFeed, Syncer, SyncSettings, api_client
 from schedcache.model.values import Node, Pod
@@ -266,6 +266,39 @@ def test_a_list_whose_snapshot_expires_between_pages_starts_over(
         r for r in server.requests if r.path == "/api/v1/pods" and "continue" in r.query
     ]
     assert expired_requests, "the second page was asked with the expired token"
+
+
+def test_redis_away_during_a_watch_loses_no_change(
+    cache: Cache,
+    server: FakeApiServer,
+    start_feeders: Callable[..., list[Syncer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Commands Redis did not take (the retry policy gave up) come again from the watch."""
+    populate(server)
+    start_feeders(server)
+    in_step(cache, server)
+    failures = {"left": 3}
+    apply_one, apply_batch = ResourceFeed._apply_one, ResourceFeed._apply_batch
+
+    def away(real: Callable[..., None]) -> Callable[..., None]:
+        def call(feed: ResourceFeed, arg: Any) -> None:
+            if failures["left"] > 0:
+                failures["left"] -= 1
+                raise RetriesExhausted("Redis did not answer (test)")
+            real(feed, arg)
+
+        return call
+
+    monkeypatch.setattr(ResourceFeed, "_apply_one", away(apply_one))
+    monkeypatch.setattr(ResourceFeed, "_apply_batch", away(apply_batch))
+    for i in range(6):
+        server.create(pod_obj(f"while-away-{i}", f"n{i % 3}"))
+        time.sleep(0.05)
+    server.delete("Pod", "p2", "default")
+    in_step(cache, server)
+    assert failures["left"] == 0
+    assert event_counts(cache)["PodAdded"] == 22 + 6  # each once, though some came twice
 
 
 def test_a_malformed_object_is_counted_and_skipped_and_the_sync_carries_on(

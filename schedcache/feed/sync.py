@@ -379,11 +379,13 @@ class ResourceFeed:
                 raise Gone(f"watch from {version} answered 410") from None
             raise
         self.response = response
+        applier = _Applier(self)
         try:
             for line in _lines(response):
                 if self.stop.is_set():
                     break
-                version = self._event(line, version)
+                applier.check()
+                version = self._event(line, version, applier)
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as error:
             # Cut mid-stream (a load balancer, the server restarting): a new watch resumes
             # from the last version; an API server that stays away fails the next request.
@@ -398,14 +400,17 @@ class ResourceFeed:
         finally:
             self.response = None
             response.release_conn()
+            applier.finish()  # what was read is applied before the watch resumes
+        applier.check()
         if not self.stop.is_set():
             self._count("watch_restarts")
             metrics.SYNC_WATCH_RESTARTS.labels(**self._labels).inc()
         self._advance(version, force=True)
         return version
 
-    def _event(self, line: bytes, version: str) -> str:
-        """Apply one watch event line; returns the newest resourceVersion."""
+    def _event(self, line: bytes, version: str, applier: _Applier) -> str:
+        """Hand one watch event line's command to ``applier``; returns the newest
+        resourceVersion."""
         received = time.monotonic()
         try:
             event = json.loads(line)
@@ -427,8 +432,7 @@ class ResourceFeed:
             return seen
         command = self._plan(kind, obj)
         if command is not None:
-            self._apply_one(command)
-            metrics.SYNC_APPLY_SECONDS.labels(**self._labels).observe(time.monotonic() - received)
+            applier.put(command, received)
         self._advance(seen)
         return seen
 
@@ -512,6 +516,67 @@ class ResourceFeed:
             return
         self._progress_written = now
         record_progress(self.cache, self.resource, version, self.name, now)
+
+
+class _Applier:
+    """Applies a watch's commands in a thread of its own, as many per call as have arrived
+    (one ``sc_batch`` for a burst, so a feeder's round trips, and its copies' cost to Redis,
+    shrink under load), in the order they arrived. A failure stops it; :meth:`check` raises it
+    in the reading thread."""
+
+    MAX_BATCH = 200
+
+    def __init__(self, feed: ResourceFeed) -> None:
+        self.feed = feed
+        self.pending: list[tuple[Command, float]] = []
+        self.error: BaseException | None = None
+        self.done = False
+        self.ready = threading.Condition()
+        self.thread = threading.Thread(
+            target=self._run, name=f"schedcache-watch-{feed.resource}", daemon=True
+        )
+        self.thread.start()
+
+    def put(self, command: Command, received: float) -> None:
+        with self.ready:
+            self.pending.append((command, received))
+            self.ready.notify()
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def finish(self) -> None:
+        with self.ready:
+            self.done = True
+            self.ready.notify()
+        self.thread.join()
+
+    def _run(self) -> None:
+        seconds = metrics.SYNC_APPLY_SECONDS.labels(**self.feed._labels)
+        while True:
+            with self.ready:
+                while not self.pending and not self.done:
+                    self.ready.wait()
+                if not self.pending:
+                    return
+                taken, self.pending = (
+                    self.pending[: self.MAX_BATCH],
+                    self.pending[self.MAX_BATCH :],
+                )
+            try:
+                if len(taken) == 1:
+                    self.feed._apply_one(taken[0][0])
+                else:
+                    self.feed._apply_batch([command for command, _ in taken])
+            except BaseException as error:  # raised again in the reading thread
+                self.error = error
+                with self.ready:
+                    self.pending.clear()
+                return
+            now = time.monotonic()
+            for _, received in taken:
+                seconds.observe(now - received)
 
 
 class Syncer:
