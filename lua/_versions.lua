@@ -50,3 +50,11 @@ local function record_version(key, rv, deleted)
     redis.call('SET', key, rv)
   end
 end
+
+-- A remove that did not come from a feeder (the scheduler's remove_pod, a load) turns the
+-- object's version into a tombstone too, so version keys never outlive their objects by more
+-- than TOMBSTONE_MS. PEXPIRE of a missing key does nothing.
+local function retire_version(key)
+  redis.call('PEXPIRE', key, TOMBSTONE_MS)
+end
+

@@ -4,7 +4,8 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, name
 -- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, imgnodes:<image>, images, imagegen,
---          treezones, treezone:<zone>, treegen, treecursor, nodes, gen, nodegen, events
+--          treezones, treezone:<zone>, treegen, treecursor, nodes, gen, nodegen, events,
+--          version:node:<name> (expires as a tombstone)
 -- Reply    the generation recorded for the change
 -- Errors   NODENOTFOUND <name> <absent|ghost>   unknown, or already removed (ghost/placeholder)
 --          BADARG <what>
@@ -28,6 +29,7 @@ local function remove_node(p, replica, a)
   redis.call('HDEL', nk, 'blob', 'zone')
   local pods = redis.call('SCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
+  retire_version(p .. 'version:node:' .. name)
   local ghost = 0
   if pods > 0 then ghost = 1 end
   emit(p, 'NodeRemoved', replica, { 'node', name, 'gen', gen, 'ghost', ghost })

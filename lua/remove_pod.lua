@@ -3,7 +3,7 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node ("" when the delete event lost the node name: the stored one wins)
 -- Keys     pod:<uid>, node:<stored node>, nodepods:<stored node>, nodes, pods, assumed,
---          deadlines, gen, nodegen, events
+--          deadlines, gen, nodegen, events, version:pod:<uid> (expires as a tombstone)
 -- Reply    the generation the node now has
 -- Errors   PODNOTFOUND <uid> absent
 --          WRONGNODE <uid> <state> <stored node> <given node>   (upstream exits the process)
@@ -18,6 +18,7 @@ local function remove_pod(p, replica, a)
     return nil, 'WRONGNODE ' .. uid .. ' ' .. rec.state .. ' ' .. rec.node .. ' ' .. node
   end
   local gen = delete_pod(p, uid, rec)
+  retire_version(p .. 'version:pod:' .. uid)
   emit(p, 'PodRemoved', replica,
        { 'uid', uid, 'node', rec.node, 'gen', gen, 'state', rec.state, 'data', rec.blob })
   return gen

@@ -363,6 +363,19 @@ def test_versions_order_each_objects_changes_and_drops_leave_redis_as_it_was(
     assert kinds == ["NodeAdded", "PodAdded", "PodRemoved", "NodeUpdated"]
 
 
+def test_a_removal_without_a_version_leaves_a_tombstone_not_a_leak(cache: Cache) -> None:
+    cache.run(commands.sync_node(make_node("n0", "4", "8Gi"), "10"))
+    pod = make_pod("p", "n0", "100m", "1Mi")
+    cache.run(commands.sync_pod(pod, "12", present=True))
+    assert cache.client.pttl(cache.keys.pod_version(pod.uid)) == -1  # lives with the pod
+    cache.remove_pod(pod)  # the scheduler's own remove, no version
+    cache.remove_node("n0")
+    for key in (cache.keys.pod_version(pod.uid), cache.keys.node_version("n0")):
+        assert 0 < cache.client.pttl(key) <= 3_600_000
+    # Still a tombstone: a late copy of the pod's last change does not bring it back.
+    assert cache.run(commands.sync_pod(pod, "12", present=True))[0] == b"dropped"
+
+
 @pytest.mark.parametrize("version", ["", "abc", "-1", "1.5", " 7", None, 12, "9" * 41])
 def test_an_unorderable_resource_version_is_refused_before_redis(
     cache: Cache, version: Any
