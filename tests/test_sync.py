@@ -205,7 +205,10 @@ def test_watches_that_end_or_drop_resume_without_a_relist(
     server.update(pod_obj("p2", "n2", cpu="200m"))
     server.delete("Pod", "p5", "default")
     in_step(cache, server)
-    eventually(lambda: all(feed.counters.watch_restarts >= 2 for feed in syncer.feeds))
+    # Each feed watched three times (the first, after the drop, after the end) and never
+    # listed again. (A drop that lands before the server answered the watch is retried by
+    # urllib3 itself, so the feeds' own restart counters may see one fewer.)
+    eventually(lambda: server.watches_started >= 6)
     assert [feed.counters.relists for feed in syncer.feeds] == [1, 1]
     assert [feed.counters.api_errors for feed in syncer.feeds] == [0, 0]
 
