@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"views", "history", "ops"},  # snapshots and the node tree; replay, audit; workers, leases
     {"cache"},  # the kube-style facade
     {"feed", "sim"},  # loading a cache from manifests; the demo and replica simulation
+    {"extender"},  # kube-scheduler's extender and the reference scheduler (use feed's client)
     {"cli"},  # the command line
 ]
 TOP = "__init__"  # schedcache/__init__.py: the public names, from anywhere

@@ -1214,6 +1214,29 @@ def _cli_sync(ctx: Ctx) -> None:
         assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
 
 
+@case("cli extender")
+def _cli_extender(ctx: Ctx) -> None:
+    # Serving is tested in tests/test_extender.py (in-process and as a process); here what a
+    # user gets wrong, on every backend, with nothing written.
+    before = keyspace(ctx.client, ctx.cache.keys.pattern)
+    bad = ctx.cli("extender", "--no-api", "--listen", "localhost:99999")
+    assert bad.exit_code == 2 and "port from 1 to 65535" in bad.output
+    missing = ctx.cli("extender", "--kubeconfig", str(ctx.tmp_path / "nothing"))
+    assert missing.exit_code == 1 and "cannot configure the Kubernetes client" in missing.output
+    assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
+
+
+@case("cli scheduler")
+def _cli_scheduler(ctx: Ctx) -> None:
+    before = keyspace(ctx.client, ctx.cache.keys.pattern)
+    assert ctx.cli("scheduler").exit_code == 2  # --scheduler-name is required
+    missing = ctx.cli(
+        "scheduler", "--scheduler-name", "mine", "--kubeconfig", str(ctx.tmp_path / "nothing")
+    )
+    assert missing.exit_code == 1 and "cannot configure the Kubernetes client" in missing.output
+    assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
+
+
 @case("cli scripts")
 def _cli_scripts(ctx: Ctx) -> None:
     lines = ok(ctx.cli("scripts")).splitlines()

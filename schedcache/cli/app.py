@@ -545,6 +545,7 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli.extender import extender, scheduler
     from schedcache.cli.inspection import (
         checkpoint,
         compact,
@@ -561,7 +562,7 @@ def _register() -> None:
 
     for command in (dump, get, events, history, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
-    for command in (worker, metrics_command, sync):
+    for command in (worker, metrics_command, sync, extender, scheduler):
         main.add_command(command)
 
 

@@ -35,8 +35,11 @@ from schedcache.model.values import (
     DEFAULT_MILLI_CPU_REQUEST,
     HostPort,
     Node,
+    NodeSelectorTerm,
     Pod,
+    Requirement,
     Resource,
+    Toleration,
     is_scalar_resource_name,
 )
 
@@ -578,7 +581,95 @@ def read_pod(obj: Any) -> Pod:
         phase=r.string(status.get("phase"), "status.phase"),
         resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion"),
         conditions=_read_conditions(r, status.get("conditions")),
+        tolerations=_read_tolerations(r, spec.get("tolerations")),
+        node_selector=r.labels(spec.get("nodeSelector"), "spec.nodeSelector"),
+        required_node_affinity=_read_node_affinity(r, spec.get("affinity")),
     )
+
+
+_TOLERATION_OPERATORS = ("", "Exists", "Equal")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_NODE_AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _read_tolerations(r: _Reader, value: Any) -> tuple[Toleration, ...]:
+    out = []
+    for i, item in enumerate(r.seq(value, "spec.tolerations")):
+        path = f"spec.tolerations[{i}]"
+        t = r.mapping(item, path)
+        key = r.string(t.get("key"), f"{path}.key")
+        operator = r.string(t.get("operator"), f"{path}.operator")
+        if operator not in _TOLERATION_OPERATORS:
+            raise r.fail(f"{path}.operator", f"{_show(operator)} is not Exists or Equal")
+        value_ = r.string(t.get("value"), f"{path}.value")
+        if operator == "Exists" and value_:
+            raise r.fail(f"{path}.value", "must be empty when operator is Exists")
+        if not key and operator != "Exists":
+            raise r.fail(f"{path}.operator", "must be Exists when key is empty")
+        effect = r.string(t.get("effect"), f"{path}.effect")
+        if effect and effect not in _TAINT_EFFECTS:
+            raise r.fail(f"{path}.effect", f"{_show(effect)} is not one of {list(_TAINT_EFFECTS)}")
+        if t.get("tolerationSeconds") is not None:
+            r.integer(t.get("tolerationSeconds"), f"{path}.tolerationSeconds")
+        out.append((key, operator or "Equal", value_, effect))
+    return tuple(out)
+
+
+def _read_node_affinity(r: _Reader, value: Any) -> tuple[NodeSelectorTerm, ...]:
+    """The required node affinity's terms (ORed); none when the pod has no such affinity."""
+    affinity = r.mapping(value, "spec.affinity")
+    node_affinity = r.mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return ()
+    selector = r.mapping(required, _NODE_AFFINITY)
+    terms = r.seq(selector.get("nodeSelectorTerms"), f"{_NODE_AFFINITY}.nodeSelectorTerms")
+    if not terms:  # the API refuses it; upstream's matcher then matches no node
+        return (((), ()),)  # one empty term: matches nothing
+    out = []
+    for i, item in enumerate(terms):
+        path = f"{_NODE_AFFINITY}.nodeSelectorTerms[{i}]"
+        term = r.mapping(item, path)
+        expressions = _read_requirements(
+            r, term.get("matchExpressions"), f"{path}.matchExpressions"
+        )
+        fields = _read_requirements(r, term.get("matchFields"), f"{path}.matchFields")
+        for j, (key, operator, values) in enumerate(fields):
+            if key != "metadata.name" or operator not in ("In", "NotIn") or len(values) != 1:
+                raise r.fail(
+                    f"{path}.matchFields[{j}]",
+                    "only metadata.name with In or NotIn and exactly one value is supported",
+                )
+        out.append((expressions, fields))
+    return tuple(out)
+
+
+def _read_requirements(r: _Reader, value: Any, path: str) -> tuple[Requirement, ...]:
+    out = []
+    for i, item in enumerate(r.seq(value, path)):
+        where = f"{path}[{i}]"
+        requirement = r.mapping(item, where)
+        key = r.string(requirement.get("key"), f"{where}.key", required=True)
+        operator = r.string(requirement.get("operator"), f"{where}.operator", required=True)
+        if operator not in _SELECTOR_OPERATORS:
+            known = list(_SELECTOR_OPERATORS)
+            raise r.fail(f"{where}.operator", f"{_show(operator)} is not one of {known}")
+        values = tuple(
+            r.string(v, f"{where}.values[{k}]")
+            for k, v in enumerate(r.seq(requirement.get("values"), f"{where}.values"))
+        )
+        if operator in ("In", "NotIn") and not values:
+            raise r.fail(f"{where}.values", f"must not be empty for {operator}")
+        if operator in ("Exists", "DoesNotExist") and values:
+            raise r.fail(f"{where}.values", f"must be empty for {operator}")
+        if operator in ("Gt", "Lt") and (len(values) != 1 or not _is_integer(values[0])):
+            raise r.fail(f"{where}.values", f"must be one integer for {operator}")
+        out.append((key, operator, values))
+    return tuple(out)
+
+
+def _is_integer(text: str) -> bool:
+    return text.lstrip("-").isdigit() and len(text) <= 19
 
 
 @dataclass

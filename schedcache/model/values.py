@@ -148,6 +148,18 @@ class Resource:
 # Pod
 
 
+Toleration = tuple[str, str, str, str]  # key, operator ("Exists"/"Equal"), value, effect
+Requirement = tuple[str, str, tuple[str, ...]]  # key, operator (In, NotIn, ...), values
+NodeSelectorTerm = tuple[tuple[Requirement, ...], tuple[Requirement, ...]]  # expressions, fields
+
+
+def _terms(stored: Any) -> tuple[NodeSelectorTerm, ...]:
+    def part(requirements: Any) -> tuple[Requirement, ...]:
+        return tuple((k, op, tuple(v)) for k, op, v in requirements)
+
+    return tuple((part(expressions), part(fields)) for expressions, fields in stored)
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     """What the scheduler cache keeps of a pod; keyed by UID as upstream does since 2018."""
@@ -167,6 +179,12 @@ class Pod:
     phase: str = ""
     resource_version: str = ""
     conditions: tuple[tuple[str, str], ...] = ()
+    # What kube-scheduler's filters read: (key, operator, value, effect) per toleration; the
+    # nodeSelector; the required node affinity's terms (ORed), each (matchExpressions,
+    # matchFields) of (key, operator, values).
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: dict[str, str] = field(default_factory=dict)
+    required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
 
     @property
     def key(self) -> str:
@@ -210,6 +228,12 @@ class Pod:
                     "phase": self.phase,
                     "resource_version": self.resource_version,
                     "conditions": [list(c) for c in self.conditions],
+                    "tolerations": [list(t) for t in self.tolerations],
+                    "node_selector": dict(self.node_selector),
+                    "node_affinity": [
+                        [[[k, op, list(v)] for k, op, v in part] for part in term]
+                        for term in self.required_node_affinity
+                    ],
                 }
             ),
         }
@@ -221,6 +245,8 @@ class Pod:
         get = d.get
         ports = get("host_ports")
         conditions = get("conditions")
+        tolerations = get("tolerations")
+        affinity = get("node_affinity")
         return cls(
             d["uid"],
             d["name"],
@@ -237,6 +263,9 @@ class Pod:
             get("phase", ""),
             get("resource_version", ""),
             tuple((t, s) for t, s in conditions) if conditions else (),
+            tuple((k, op, v, e) for k, op, v, e in tolerations) if tolerations else (),
+            dict(get("node_selector") or ()),
+            _terms(affinity) if affinity else (),
         )
 
 

@@ -1,0 +1,165 @@
+"""The JSON of ``k8s.io/kube-scheduler/extender/v1``, as kube-scheduler speaks it.
+
+The extender structs carry no JSON tags, so kube-scheduler sends Go's field names (``Pod``,
+``Nodes``, ``NodeNames``, ``PodName`` ...) and reads answers with Go's decoder, which matches
+keys case-insensitively; older extenders and tools send lower-case keys. So requests are read
+with keys in any case, and answers use Go's field names. The ``Pod`` and ``Nodes`` inside are
+``v1.Pod`` / ``v1.NodeList``, which do have JSON tags (``metadata``, ``spec``, ``items``).
+
+Everything malformed raises :class:`ProtocolError` (HTTP 400) naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schedcache.errors import ValidationError
+from schedcache.model.values import Pod
+
+MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
+
+
+class ProtocolError(ValueError):
+    """A request that is not the extender protocol; the message names the field."""
+
+
+@dataclass(frozen=True)
+class FilterArgs:
+    """ExtenderArgs: the pod, and the candidate nodes by name (``nodeCacheCapable: true``) or
+    as full objects (``nodes``; their names are used, the cache's copies decide)."""
+
+    pod: Pod
+    node_names: list[str]
+    full_nodes: bool  # the request carried Nodes rather than NodeNames: answer in kind
+    nodes: list[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class BindArgs:
+    """ExtenderBindingArgs."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def decode_json(body: bytes) -> Mapping[str, Any]:
+    try:
+        value = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ProtocolError(f"the body is not JSON: {error}") from None
+    if not isinstance(value, Mapping):
+        raise ProtocolError(f"the body must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def field(document: Mapping[str, Any], name: str) -> Any:
+    """``document[name]`` with the key in any case, as Go's decoder matches it (an exact match
+    wins); None when absent."""
+    if name in document:
+        return document[name]
+    lowered = name.lower()
+    for key, value in document.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def filter_args(document: Mapping[str, Any]) -> FilterArgs:
+    """ExtenderArgs ``{Pod, Nodes, NodeNames}``."""
+    raw_pod = field(document, "Pod")
+    if not isinstance(raw_pod, Mapping):
+        raise ProtocolError("Pod: required, a v1.Pod object")
+    try:
+        pod = Pod.from_k8s(raw_pod)
+    except ValidationError as error:
+        raise ProtocolError(f"Pod: {error}") from None
+    names = field(document, "NodeNames")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProtocolError("NodeNames: must be a list of node names")
+        return FilterArgs(pod, list(names), False, [])
+    node_list = field(document, "Nodes")
+    if not isinstance(node_list, Mapping):
+        raise ProtocolError("NodeNames or Nodes: one is required")
+    items = field(node_list, "items") or []
+    if not isinstance(items, list) or not all(isinstance(item, Mapping) for item in items):
+        raise ProtocolError("Nodes.items: must be a list of v1.Node objects")
+    node_names = []
+    for index, item in enumerate(items):
+        metadata = field(item, "metadata")
+        name = field(metadata, "name") if isinstance(metadata, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise ProtocolError(f"Nodes.items[{index}].metadata.name: required")
+        node_names.append(name)
+    return FilterArgs(pod, node_names, True, list(items))
+
+
+def bind_args(document: Mapping[str, Any]) -> BindArgs:
+    """ExtenderBindingArgs ``{PodName, PodNamespace, PodUID, Node}``."""
+    values = {}
+    for name in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = field(document, name)
+        if not isinstance(value, str) or not value:
+            raise ProtocolError(f"{name}: required, a non-empty string")
+        values[name] = value
+    return BindArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+def filter_result(
+    args: FilterArgs,
+    passed: list[str],
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str],
+    error: str = "",
+) -> dict[str, Any]:
+    """ExtenderFilterResult: the nodes that passed, in the form they came in."""
+    result: dict[str, Any] = {
+        "FailedNodes": dict(failed),
+        "FailedAndUnresolvableNodes": dict(unresolvable),
+        "Error": error,
+    }
+    if args.full_nodes:
+        kept = set(passed)
+        items = [item for item in args.nodes if _name(item) in kept]
+        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": items}
+        result["NodeNames"] = None
+    else:
+        result["Nodes"] = None
+        result["NodeNames"] = passed
+    return result
+
+
+def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
+    """HostPriorityList ``[{Host, Score}]``."""
+    return [{"Host": host, "Score": score} for host, score in scores.items()]
+
+
+def bind_result(error: str = "") -> dict[str, str]:
+    """ExtenderBindingResult ``{Error}``: empty when bound."""
+    return {"Error": error}
+
+
+def _name(item: Mapping[str, Any]) -> str:
+    metadata = field(item, "metadata")
+    name = field(metadata, "name") if isinstance(metadata, Mapping) else ""
+    return name if isinstance(name, str) else ""
+
+
+__all__ = [
+    "MAX_SCORE",
+    "BindArgs",
+    "FilterArgs",
+    "ProtocolError",
+    "bind_args",
+    "bind_result",
+    "decode_json",
+    "field",
+    "filter_args",
+    "filter_result",
+    "host_priorities",
+]

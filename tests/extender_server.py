@@ -1,0 +1,75 @@
+"""Run the extender's aiohttp app on a free loopback port in a thread, for tests and benches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.error
+import urllib.request
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from schedcache.extender.server import make_app
+from schedcache.extender.service import Extender
+
+
+class RunningExtender:
+    """``with RunningExtender(extender, prefix) as server: server.post("filter", {...})``."""
+
+    def __init__(self, extender: Extender, prefix: str = "") -> None:
+        self.extender = extender
+        self.prefix = prefix
+        self.loop = asyncio.new_event_loop()
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> RunningExtender:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+        return self
+
+    async def _start(self) -> None:
+        self.runner = web.AppRunner(make_app(self.extender, self.prefix))
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.runner is not None:
+            asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
+
+    def post(self, verb: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+        """POST JSON (or ``raw`` bytes); returns (status, decoded answer)."""
+        data = raw if raw is not None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.url}/{verb}", data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def get(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()

@@ -1,0 +1,227 @@
+"""``schedcache extender``: kube-scheduler's extender protocol over HTTP on the shared cache, on
+every backend. Requests are shaped as kube-scheduler sends them (Go field names: the extender
+structs carry no JSON tags) and as older tools do (lower-case keys)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedcache import Cache
+from schedcache.extender.binder import ApiBinder
+from schedcache.extender.service import UNKNOWN_NODE, Extender
+from schedcache.feed.sync import api_client
+from schedcache.model.values import Node
+from tests.apiserver import FakeApiServer
+from tests.extender_server import RunningExtender
+from tests.factories import keyspace, make_node, node_manifest, pod_manifest
+
+NS = "team"
+
+
+def tainted(name: str, cpu: str, taints: list[dict[str, str]], **kwargs: Any) -> dict[str, Any]:
+    manifest = node_manifest(name, cpu, "8Gi", **kwargs)
+    manifest["spec"] = {"taints": taints}
+    return manifest
+
+
+def pending(name: str, cpu: str = "500m", **spec: Any) -> dict[str, Any]:
+    manifest = pod_manifest(name, "", cpu, "100Mi", namespace=NS, uid=f"uid-{name}")
+    manifest["spec"].update(spec)
+    return manifest
+
+
+@pytest.fixture
+def extender(cache: Cache) -> Iterator[RunningExtender]:
+    cache.add_node(make_node("roomy", "4", "8Gi"))
+    cache.add_node(make_node("small", "200m", "8Gi"))
+    cache.add_node(
+        Node.from_k8s(tainted("gpu", "4", [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]))
+    )
+    with RunningExtender(Extender(cache), "/scheduler") as server:
+        yield server
+
+
+def test_filter_with_node_names_answers_in_go_field_names(extender: RunningExtender) -> None:
+    status, answer = extender.post(
+        "filter", {"Pod": pending("web"), "NodeNames": ["roomy", "small", "gpu", "gone"]}
+    )
+    assert status == 200
+    assert answer["NodeNames"] == ["roomy"] and answer["Nodes"] is None
+    assert answer["FailedNodes"] == {"small": "Insufficient cpu"}
+    assert answer["FailedAndUnresolvableNodes"] == {
+        "gpu": "node(s) had untolerated taint {gpu: yes}",
+        "gone": UNKNOWN_NODE,
+    }
+    assert answer["Error"] == ""
+
+
+def test_filter_reads_keys_in_any_case_and_full_node_lists(extender: RunningExtender) -> None:
+    toleration = [{"key": "gpu", "operator": "Exists"}]
+    nodes = {"items": [node_manifest(n, "4", "8Gi") for n in ("roomy", "small", "gpu")]}
+    status, answer = extender.post(
+        "filter", {"pod": pending("ml", tolerations=toleration), "NODES": nodes}
+    )
+    assert status == 200 and answer["NodeNames"] is None
+    assert [item["metadata"]["name"] for item in answer["Nodes"]["items"]] == ["roomy", "gpu"]
+    assert answer["FailedNodes"] == {"small": "Insufficient cpu"}  # the cache's copy decides
+
+
+def test_prioritize_prefers_the_emptier_node(extender: RunningExtender) -> None:
+    status, answer = extender.post(
+        "prioritize", {"Pod": pending("web", "100m"), "NodeNames": ["roomy", "small", "gone"]}
+    )
+    assert status == 200
+    scores = {entry["Host"]: entry["Score"] for entry in answer}
+    assert set(scores) == {"roomy", "small", "gone"}
+    assert 0 <= scores["small"] < scores["roomy"] <= 10 and scores["gone"] == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"NodeNames": ["roomy"]}',
+        b'{"Pod": {"metadata": {"name": "x"}}, "NodeNames": ["roomy"]}',
+        b'{"Pod": {"metadata": {"name": "x", "uid": "u"}}, "NodeNames": "roomy"}',
+        b'{"Pod": {"metadata": {"name": "x", "uid": "u"}}}',
+    ],
+)
+def test_malformed_requests_get_400_and_the_server_keeps_serving(
+    extender: RunningExtender, cache: Cache, body: bytes
+) -> None:
+    before = keyspace(cache.client, cache.keys.pattern)
+    status, answer = extender.post("filter", None, raw=body)
+    assert status == 400 and answer["Error"].startswith("filter: ")
+    status, answer = extender.post("bind", None, raw=b'{"PodName": "x"}')
+    assert status == 400 and "PodNamespace" in answer["Error"]
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    assert extender.get("/healthz") == (200, "ok\n")
+    assert extender.post("filter", {"Pod": pending("ok"), "NodeNames": ["roomy"]})[0] == 200
+
+
+# -- bind ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def bound_extender(cache: Cache, server: FakeApiServer, tmp_path: Path) -> Extender:
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    return Extender(cache, ApiBinder(api_client(kubeconfig)))
+
+
+def binding(name: str, node: str) -> dict[str, str]:
+    return {"PodName": name, "PodNamespace": NS, "PodUID": f"uid-{name}", "Node": node}
+
+
+def test_bind_claims_in_the_cache_then_binds_through_the_api(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    for name in ("a", "b", "c"):
+        api_server.create(pending(name, "400m"))
+    with RunningExtender(bound_extender(cache, api_server, tmp_path)) as extender:
+        for name in ("a", "b"):
+            extender.post("filter", {"Pod": pending(name, "400m"), "NodeNames": ["n1"]})
+            assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+        # c was never filtered here (another replica did): read from the API server.
+        before = keyspace(cache.client, cache.keys.pattern)
+        status, answer = extender.post("bind", binding("c", "n1"))
+        assert status == 200 and "cpu" in answer["Error"]  # 400m more does not fit in 1
+        assert keyspace(cache.client, cache.keys.pattern) == before  # nothing written
+    assert [api_server.get("Pod", n, NS)["spec"].get("nodeName") for n in "abc"] == [
+        "n1",
+        "n1",
+        None,
+    ]
+    assert cache.pod_state("uid-a") == "assumed" and cache.pod_state("uid-c") is None
+    assert cache.get_pod_record("uid-a").binding_finished
+    assert cache.verify() == []
+
+
+def test_a_failed_binding_forgets_the_claim(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    api_server.create(pending("a", "400m"))
+    with RunningExtender(bound_extender(cache, api_server, tmp_path)) as extender:
+        extender.post("filter", {"Pod": pending("a", "400m"), "NodeNames": ["n1"]})
+        api_server.update(
+            {**pending("a", "400m"), "spec": {**pending("a")["spec"], "nodeName": "n9"}}
+        )
+        status, answer = extender.post("bind", binding("a", "n1"))  # 409: already bound
+        assert status == 200 and "binding team/a" in answer["Error"]
+    assert cache.pod_state("uid-a") is None and cache.get_node_info("n1").requested.milli_cpu == 0
+
+
+def test_three_clients_binding_concurrently_never_overfill_a_node(
+    cache: Cache, make_cache: Callable[..., Cache], api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Three kube-scheduler replicas, each with its own extender (and Cache object), place 300
+    pods on 10 nodes: every pod is bound once, no node holds more than it has."""
+    nodes = [f"n{i}" for i in range(10)]
+    for name in nodes:
+        cache.add_node(make_node(name, "2", "8Gi"))
+    pods = [f"p{i}" for i in range(300)]  # 300 x 100m = 30 cores asked, 20 there
+    for name in pods:
+        api_server.create(pending(name, "100m"))
+    replicas = [make_cache(replica=f"replica-{i}") for i in range(3)]
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def schedule(extender: RunningExtender, mine: list[str]) -> None:
+        for name in mine:
+            for _attempt in range(3):  # kube-scheduler retries a conflict on a fresh filter
+                _, answer = extender.post(
+                    "filter", {"Pod": pending(name, "100m"), "NodeNames": nodes}
+                )
+                if not answer["NodeNames"]:
+                    with lock:
+                        outcomes["unschedulable"] += 1
+                    break
+                _, ranked = extender.post(
+                    "prioritize", {"Pod": pending(name, "100m"), "NodeNames": answer["NodeNames"]}
+                )
+                best = max(ranked, key=lambda entry: entry["Score"])["Host"]
+                _, result = extender.post("bind", binding(name, best))
+                if not result["Error"]:
+                    with lock:
+                        outcomes["bound"] += 1
+                    break
+                with lock:
+                    outcomes["conflicts"] += 1
+
+    servers = [RunningExtender(bound_extender(c, api_server, tmp_path)) for c in replicas]
+    for server in servers:
+        server.__enter__()
+    try:
+        threads = [
+            threading.Thread(target=schedule, args=(server, pods[i::3]))
+            for i, server in enumerate(servers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
+    bound = [n for n in pods if api_server.get("Pod", n, NS)["spec"].get("nodeName")]
+    assert len(bound) == outcomes["bound"] == 200, (len(bound), outcomes)  # the room there is
+    for name in nodes:
+        info = cache.get_node_info(name)
+        assert info.requested.milli_cpu <= info.allocatable.milli_cpu == 2000
+        assert len(info.pods) == sum(
+            1 for n in bound if api_server.get("Pod", n, NS)["spec"]["nodeName"] == name
+        )
+    assert cache.verify() == []
