@@ -5,6 +5,7 @@ structs carry no JSON tags) and as older tools do (lower-case keys)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 
 from schedcache import Cache
 from schedcache.extender.binder import ApiBinder
+from schedcache.extender.reference import ReferenceScheduler
 from schedcache.extender.service import UNKNOWN_NODE, Extender
-from schedcache.feed.sync import api_client
+from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
 from tests.extender_server import RunningExtender
@@ -224,4 +226,52 @@ def test_three_clients_binding_concurrently_never_overfill_a_node(
         assert len(info.pods) == sum(
             1 for n in bound if api_server.get("Pod", n, NS)["spec"]["nodeName"] == name
         )
+    assert cache.verify() == []
+
+
+# -- the reference scheduler ---------------------------------------------------------------
+
+
+def test_three_reference_schedulers_place_2000_pods_on_50_nodes_exactly_once(
+    cache: Cache, make_cache: Callable[..., Cache], api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """50 nodes of 4 CPUs, 2,000 pods of 100m: exactly the room there is. Three replicas race
+    for it on their own snapshots; a feed confirms the bindings."""
+    for i in range(50):
+        api_server.create({**node_manifest(f"n{i:02}", "4", "64Gi"), "kind": "Node"})
+    for i in range(2000):
+        api_server.create(pending(f"p{i:04}", "100m", schedulerName="ref"))
+    kubeconfig = str(api_server.kubeconfig(tmp_path / "kubeconfig"))
+    feeder = Syncer(make_cache(replica="feed"), api_client(kubeconfig), SyncSettings())
+    feeder.start()
+    assert feeder.wait_synced(30)
+    replicas = [
+        ReferenceScheduler(
+            make_cache(replica=f"ref-{i}"), api_client(kubeconfig), "ref", retry_delay=0.2
+        )
+        for i in range(3)
+    ]
+    threads = [threading.Thread(target=r.run, daemon=True) for r in replicas]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 240
+        while sum(r.bound for r in replicas) < 2000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        while cache.pod_count() < 2000 or cache.dump().assumed_pods:
+            assert time.monotonic() < deadline, "the feed did not confirm every binding"
+            time.sleep(0.2)
+    finally:
+        for r in replicas:
+            r.stop.set()
+        for thread in threads:
+            thread.join(10)
+        feeder.stop()
+    assert sum(r.bound for r in replicas) == 2000
+    placed = Counter(obj["spec"]["nodeName"] for obj in api_server.objects("Pod"))
+    assert sum(placed.values()) == 2000 and set(placed.values()) == {40}  # every node full
+    for i in range(50):
+        info = cache.get_node_info(f"n{i:02}")
+        assert info.requested.milli_cpu == info.allocatable.milli_cpu == 4000
+        assert len(info.pods) == 40
     assert cache.verify() == []

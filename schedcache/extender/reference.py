@@ -7,6 +7,7 @@ overfill it), bind through the API server, ``finish_binding``. A fit conflict (a
 was first) tries the next best node on a refreshed snapshot; a failed binding forgets the claim.
 The cache learns the binding from ``schedcache sync`` (confirming the claim); until then the
 claim holds the room, and expires after the cache's ttl if the pod never shows up bound.
+A pod that could not be placed is tried again after ``retry_delay`` seconds.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class ReferenceScheduler:
         scheduler_name: str,
         attempts: int = 3,
         watch_timeout: int = 60,
+        retry_delay: float = 1.0,
     ) -> None:
         self.cache = cache
         self.api = api
@@ -60,6 +62,7 @@ class ReferenceScheduler:
         self.scheduler_name = scheduler_name
         self.attempts = attempts
         self.watch_timeout = watch_timeout
+        self.retry_delay = retry_delay
         self.snapshot = Snapshot()
         self.pending: queue.Queue[Pod] = queue.Queue()
         self.stop = threading.Event()
@@ -123,6 +126,14 @@ class ReferenceScheduler:
                 continue
             if not outcome.node:
                 log.info("pod %s/%s not scheduled: %s", pod.namespace, pod.name, outcome.reason)
+                self._retry_later(pod)
+
+    def _retry_later(self, pod: Pod) -> None:
+        """Back in the queue after ``retry_delay`` (kube-scheduler's backoff queue, simplified:
+        the pod is tried again whatever changed)."""
+        timer = threading.Timer(self.retry_delay, self.pending.put, [pod])
+        timer.daemon = True
+        timer.start()
 
     def _watch(self) -> None:
         sanitize = self.api.api_client.sanitize_for_serialization
