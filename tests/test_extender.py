@@ -4,8 +4,15 @@ structs carry no JSON tags) and as older tools do (lower-case keys)."""
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +27,7 @@ from schedcache.extender.service import UNKNOWN_NODE, Extender
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
+from tests.conftest import REAL_REDIS_URL, real_client
 from tests.extender_server import RunningExtender
 from tests.factories import keyspace, make_node, node_manifest, pod_manifest
 
@@ -169,12 +177,13 @@ def test_a_failed_binding_forgets_the_claim(
 def test_three_clients_binding_concurrently_never_overfill_a_node(
     cache: Cache, make_cache: Callable[..., Cache], api_server: FakeApiServer, tmp_path: Path
 ) -> None:
-    """Three kube-scheduler replicas, each with its own extender (and Cache object), place 300
-    pods on 10 nodes: every pod is bound once, no node holds more than it has."""
-    nodes = [f"n{i}" for i in range(10)]
+    """Three kube-scheduler replicas, each with its own extender (and Cache object), place
+    2,000 pods of 100m on 50 nodes of 2 CPUs (room for 1,000): every pod that fits is bound
+    exactly once, the rest found no node, no node holds more than it has."""
+    nodes = [f"n{i:02}" for i in range(50)]
     for name in nodes:
         cache.add_node(make_node(name, "2", "8Gi"))
-    pods = [f"p{i}" for i in range(300)]  # 300 x 100m = 30 cores asked, 20 there
+    pods = [f"p{i:04}" for i in range(2000)]
     for name in pods:
         api_server.create(pending(name, "100m"))
     replicas = [make_cache(replica=f"replica-{i}") for i in range(3)]
@@ -183,25 +192,22 @@ def test_three_clients_binding_concurrently_never_overfill_a_node(
 
     def schedule(extender: RunningExtender, mine: list[str]) -> None:
         for name in mine:
-            for _attempt in range(3):  # kube-scheduler retries a conflict on a fresh filter
-                _, answer = extender.post(
-                    "filter", {"Pod": pending(name, "100m"), "NodeNames": nodes}
-                )
+            while True:  # as kube-scheduler: a conflict sends the pod round again
+                args = {"Pod": pending(name, "100m"), "NodeNames": nodes}
+                _, answer = extender.post("filter", args)
                 if not answer["NodeNames"]:
-                    with lock:
-                        outcomes["unschedulable"] += 1
+                    result = "unschedulable"
                     break
-                _, ranked = extender.post(
-                    "prioritize", {"Pod": pending(name, "100m"), "NodeNames": answer["NodeNames"]}
-                )
+                _, ranked = extender.post("prioritize", {**args, "NodeNames": answer["NodeNames"]})
                 best = max(ranked, key=lambda entry: entry["Score"])["Host"]
-                _, result = extender.post("bind", binding(name, best))
-                if not result["Error"]:
-                    with lock:
-                        outcomes["bound"] += 1
+                _, bound = extender.post("bind", binding(name, best))
+                if not bound["Error"]:
+                    result = "bound"
                     break
                 with lock:
                     outcomes["conflicts"] += 1
+            with lock:
+                outcomes[result] += 1
 
     servers = [RunningExtender(bound_extender(c, api_server, tmp_path)) for c in replicas]
     for server in servers:
@@ -214,18 +220,17 @@ def test_three_clients_binding_concurrently_never_overfill_a_node(
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(120)
+            thread.join(300)
     finally:
         for server in servers:
             server.__exit__(None, None, None)
-    bound = [n for n in pods if api_server.get("Pod", n, NS)["spec"].get("nodeName")]
-    assert len(bound) == outcomes["bound"] == 200, (len(bound), outcomes)  # the room there is
+    placed = Counter(obj["spec"].get("nodeName") for obj in api_server.objects("Pod"))
+    assert outcomes["bound"] == 1000 and outcomes["unschedulable"] == 1000, outcomes
+    assert placed[None] == 1000 and all(placed[name] == 20 for name in nodes)
     for name in nodes:
         info = cache.get_node_info(name)
-        assert info.requested.milli_cpu <= info.allocatable.milli_cpu == 2000
-        assert len(info.pods) == sum(
-            1 for n in bound if api_server.get("Pod", n, NS)["spec"]["nodeName"] == name
-        )
+        assert info.requested.milli_cpu == info.allocatable.milli_cpu == 2000
+        assert len(info.pods) == placed[name]
     assert cache.verify() == []
 
 
@@ -275,3 +280,45 @@ def test_three_reference_schedulers_place_2000_pods_on_50_nodes_exactly_once(
         assert info.requested.milli_cpu == info.allocatable.milli_cpu == 4000
         assert len(info.pods) == 40
     assert cache.verify() == []
+
+
+def test_the_extender_command_serves_until_sigterm_and_exits_0(tmp_path: Path) -> None:
+    """The command as an operator runs it, against the real Redis."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(real_client(), name)
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
+    process = subprocess.Popen(
+        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", "--url-prefix", "/s"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+                    assert r.read() == b"ok\n"
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the extender did not come up"
+                time.sleep(0.1)
+        body = json.dumps({"Pod": pending("web"), "NodeNames": ["n1"]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/s/filter", data=body)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.loads(response.read())["NodeNames"] == ["n1"]
+        bind = json.dumps(binding("web", "n1")).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/s/bind", data=bind)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.loads(response.read()) == {"Error": ""}
+        assert cache.pod_state("uid-web") == "assumed"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err
+    finally:
+        process.kill()
+        cache.clear()

@@ -1,0 +1,235 @@
+"""``schedcache extender`` latency and throughput, as kube-scheduler would meet them.
+
+A redis-server of its own (free loopback port) holds a cache of ``--nodes`` nodes (a tenth
+tainted, half with a zone label) and a few pods each; ``schedcache extender --no-api`` serves it
+in a process of its own (the bind's cache part only: the API call is excluded, as the target
+says). Clients keep one HTTP connection each, as kube-scheduler does.
+
+1. latency, one client: filter and prioritize over all ``--nodes`` node names, and bind, p50/p99
+   (after one filter that builds the extender's snapshot: later calls catch it up
+   incrementally);
+2. binds/s with 1, 4 and 8 concurrent clients (processes), each binding its own pods (filtered
+   once beforehand over one node, so the extender knows them).
+
+Prints a table and writes ``bench/results/extender.json``.
+
+    python bench/extender.py [--nodes 1000 --requests 300 --binds 2000]
+
+Targets (issue 17): filter over 1,000 node names p99 <= 20 ms; bind p99 <= 5 ms; binds/s grows
+from 1 to 4 clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import redis
+
+from bench.common import print_table, start_server, write_results
+from schedcache import Cache, Node, Pod
+
+CACHE = "bench-extender"
+
+
+def node(i: int) -> Node:
+    spec: dict[str, Any] = {}
+    if i % 10 == 0:
+        spec["taints"] = [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]
+    labels = {"topology.kubernetes.io/zone": f"z{i % 3}"} if i % 2 else {}
+    return Node.from_k8s(
+        {
+            "kind": "Node",
+            "metadata": {"name": f"node-{i:04}", "labels": labels},
+            "spec": spec,
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+        }
+    )
+
+
+def pod(name: str, node_name: str = "") -> dict[str, Any]:
+    requests = {"cpu": "10m", "memory": "16Mi"}
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "image": "app:1", "resources": {"requests": requests}}]
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    return {
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
+        "spec": spec,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Client:
+    """One kept-alive HTTP connection to the extender."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def post(self, verb: str, body: Any) -> tuple[float, Any]:
+        data = json.dumps(body)
+        started = time.perf_counter()
+        self.connection.request(
+            "POST", f"/scheduler/{verb}", data, {"Content-Type": "application/json"}
+        )
+        response = self.connection.getresponse()
+        answer = json.loads(response.read())
+        elapsed = time.perf_counter() - started
+        if response.status != 200:
+            raise RuntimeError(f"{verb}: {response.status} {answer}")
+        return elapsed, answer
+
+
+def percentile(values: list[float], p: int) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def latency(port: int, nodes: list[str], requests: int) -> dict[str, dict[str, float]]:
+    client = Client(port)
+    client.post("filter", {"Pod": pod("warm-up"), "NodeNames": nodes})  # builds the snapshot
+    timings: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
+    for i in range(requests):
+        manifest = pod(f"lat-{i}")
+        args = {"Pod": manifest, "NodeNames": nodes}
+        seconds, answer = client.post("filter", args)
+        timings["filter"].append(seconds)
+        feasible = answer["NodeNames"]
+        seconds, ranked = client.post("prioritize", {"Pod": manifest, "NodeNames": feasible})
+        timings["prioritize"].append(seconds)
+        best = max(ranked, key=lambda entry: entry["Score"])["Host"]
+        binding = {"PodName": f"lat-{i}", "PodNamespace": "bench", "PodUID": f"uid-lat-{i}"}
+        seconds, result = client.post("bind", {**binding, "Node": best})
+        assert not result["Error"], result
+        timings["bind"].append(seconds)
+    return {
+        verb: {"p50 ms": percentile(v, 50) * 1000, "p99 ms": percentile(v, 99) * 1000}
+        for verb, v in timings.items()
+    }
+
+
+def binder(port: int, names: list[str], nodes: list[str], out: Any, go: Any) -> None:
+    client = Client(port)
+    for index, name in enumerate(names):  # known to the extender before the clock starts
+        client.post("filter", {"Pod": pod(name), "NodeNames": [nodes[index % len(nodes)]]})
+    out.put("ready")
+    go.wait()
+    started = time.perf_counter()
+    for index, name in enumerate(names):
+        body = {"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}"}
+        _, result = client.post("bind", {**body, "Node": nodes[index % len(nodes)]})
+        assert not result["Error"], result
+    out.put(time.perf_counter() - started)
+
+
+def throughput(port: int, nodes: list[str], clients: int, binds: int, tag: str) -> float:
+    context = multiprocessing.get_context("fork")
+    queues = [context.Queue() for _ in range(clients)]
+    go = context.Event()
+    share = binds // clients
+    processes = [
+        context.Process(
+            target=binder,
+            args=(port, [f"{tag}-{c}-{i}" for i in range(share)], nodes[c::clients], queues[c], go),
+        )
+        for c in range(clients)
+    ]
+    for process in processes:
+        process.start()
+    for q in queues:
+        assert q.get(timeout=300) == "ready"
+    started = time.perf_counter()
+    go.set()
+    for q in queues:
+        q.get(timeout=300)
+    elapsed = time.perf_counter() - started
+    for process in processes:
+        process.join()
+    return share * clients / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--binds", type=int, default=2000, help="per client count")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--port", type=int, default=6495)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        server = start_server(directory, args.port)
+        url = f"redis://127.0.0.1:{args.port}/0"
+        cache = Cache(redis.Redis.from_url(url), CACHE)
+        names = [f"node-{i:04}" for i in range(args.nodes)]
+        with cache.batch() as batch:
+            for i in range(args.nodes):
+                batch.add_node(node(i))
+            for i in range(args.nodes * 5):
+                batch.add_pod(Pod.from_k8s(pod(f"running-{i}", names[i % args.nodes])))
+        port = free_port()
+        cli = [sys.executable, "-m", "schedcache.cli", "--redis", url, "--cache", CACHE]
+        extender = subprocess.Popen(
+            [
+                *cli,
+                "extender",
+                "--no-api",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--url-prefix",
+                "/scheduler",
+            ],
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", port), 0.1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            lat = latency(port, names, args.requests)
+            # Nodes the latency round did not fill (its binds go to the best-scored ones), and
+            # not tainted.
+            spare = [x for i, x in enumerate(names) if i % 10 and i >= args.nodes // 10]
+            rates = {n: throughput(port, spare, n, args.binds, f"t{n}") for n in args.clients}
+        finally:
+            extender.terminate()
+            extender.wait(10)
+            server.terminate()
+            server.wait()
+    print_table(
+        f"extender latency over {args.nodes:,} node names ({args.requests} requests, 1 client)",
+        ["verb", "p50 ms", "p99 ms"],
+        [[verb, f"{v['p50 ms']:.2f}", f"{v['p99 ms']:.2f}"] for verb, v in lat.items()],
+    )
+    print_table(
+        "binds/s (cache part; the API call excluded)",
+        ["clients", "binds/s", "vs 1 client"],
+        [[n, f"{rate:.0f}", f"{rate / rates[args.clients[0]]:.2f}x"] for n, rate in rates.items()],
+    )
+    path = write_results("extender", {"args": vars(args), "latency": lat, "binds_per_s": rates})
+    print(f"\nwritten to {path}")
+
+
+if __name__ == "__main__":
+    main()
