@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from schedcache.cli.params import Name, Seconds
-from schedcache.cli.render import one_line
+from schedcache.cli.kube import kube_api, kube_options, ttl_option
+from schedcache.cli.params import Name
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
@@ -55,9 +55,7 @@ class Listen(AddressParam):
     default="",
     help="Path of the urlPrefix in the KubeSchedulerConfiguration (e.g. /scheduler).",
 )
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None, help="For bind.")
-@click.option("--context", default=None, help="kubeconfig context.")
-@click.option("--in-cluster", is_flag=True, help="The pod's service account, for bind.")
+@kube_options
 @click.option(
     "--no-api",
     is_flag=True,
@@ -70,13 +68,7 @@ class Listen(AddressParam):
     show_default=True,
     help="Name in events and the lease of claims.",
 )
-@click.option(
-    "--ttl",
-    type=Seconds(maximum=86_400.0),
-    default=30.0,
-    show_default=True,
-    help="Seconds a bound pod may wait for the informer's confirmation.",
-)
+@ttl_option
 @click.pass_obj
 def extender(
     settings: Settings,
@@ -99,16 +91,10 @@ def extender(
         raise click.ClickException(EXTENDER_MISSING) from None
     binder: Binder | None = None
     if not no_api:
-        try:
-            from schedcache.extender.binder import ApiBinder
-            from schedcache.feed.sync import api_client
+        from schedcache.extender.binder import ApiBinder
 
-            binder = ApiBinder(api_client(kubeconfig, context, in_cluster))
-        except ImportError:
-            raise click.ClickException(EXTENDER_MISSING) from None
-        except Exception as error:  # kubernetes' ConfigException, an unreadable file
-            message = f"cannot configure the Kubernetes client: {one_line(error)}"
-            raise click.ClickException(f"{message} (or --no-api)") from None
+        api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING, " (or --no-api)")
+        binder = ApiBinder(api)
     cache = settings.cache(replica=replica, ttl=ttl)
     host, port = listen
     click.echo(f"extender for cache {cache.name} on http://{host}:{port}{url_prefix}", err=True)
@@ -121,22 +107,14 @@ def extender(
     required=True,
     help="Schedule the pending pods whose spec.schedulerName is this.",
 )
-@click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None)
-@click.option("--context", default=None, help="kubeconfig context.")
-@click.option("--in-cluster", is_flag=True, help="The pod's service account.")
+@kube_options
 @click.option(
     "--replica",
     type=Name(),
     default=None,
     help="Name in events and the claims' lease [default: the scheduler name].",
 )
-@click.option(
-    "--ttl",
-    type=Seconds(maximum=86_400.0),
-    default=30.0,
-    show_default=True,
-    help="Seconds a bound pod may wait for the informer's confirmation.",
-)
+@ttl_option
 @click.pass_obj
 def scheduler(
     settings: Settings,
@@ -151,16 +129,11 @@ def scheduler(
     --scheduler-name, filters and scores on its snapshot, claims with check_fit, binds through
     the API server. Run N side by side (and `schedcache sync` to confirm the bindings). Runs
     until SIGTERM or Ctrl-C."""
+    api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
         from schedcache.extender.reference import ReferenceScheduler
-        from schedcache.feed.sync import api_client
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
-    try:
-        api = api_client(kubeconfig, context, in_cluster)
-    except Exception as error:  # kubernetes' ConfigException, an unreadable file
-        message = f"cannot configure the Kubernetes client: {one_line(error)}"
-        raise click.ClickException(message) from None
     cache = settings.cache(replica=replica or _name(scheduler_name), ttl=ttl)
     loop = ReferenceScheduler(cache, api, scheduler_name)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from schedcache.cli.kube import kube_api, kube_options
 from schedcache.cli.params import Name, Seconds
 from schedcache.cli.render import one_line
 from schedcache.cli.serve import serve_metrics
@@ -22,16 +23,7 @@ KUBE_MISSING = (
 
 
 @click.command("sync")
-@click.option(
-    "--kubeconfig",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="kubeconfig file [default: KUBECONFIG, else ~/.kube/config].",
-)
-@click.option("--context", default=None, help="kubeconfig context [default: the current one].")
-@click.option(
-    "--in-cluster", is_flag=True, help="Use the pod's service account instead of a kubeconfig."
-)
+@kube_options
 @click.option(
     "--page-size",
     type=click.IntRange(1, 10_000),
@@ -86,11 +78,7 @@ def sync(
     settings_ = feed.SyncSettings(
         page_size=page_size, watch_timeout=watch_timeout, max_backoff=max_backoff
     )
-    try:
-        api = feed.api_client(kubeconfig, context, in_cluster)
-    except Exception as error:  # kubernetes' ConfigException, a missing or unreadable file
-        message = f"cannot configure the Kubernetes client: {one_line(error)}"
-        raise click.ClickException(message) from None
+    api = kube_api(kubeconfig, context, in_cluster, KUBE_MISSING)
     if not settings.is_shared():
         click.echo(
             "note: the embedded cache lives in this process only; give --redis to feed a "

@@ -96,7 +96,6 @@ class FeedCounters:
 
     applied: int = 0
     dropped: int = 0
-    skipped: int = 0
     invalid: int = 0
     rejected: int = 0
     relists: int = 0
