@@ -322,3 +322,14 @@ def test_the_extender_command_serves_until_sigterm_and_exits_0(tmp_path: Path) -
     finally:
         process.kill()
         cache.clear()
+
+
+@pytest.mark.parametrize("prefix", ["/scheduler", "scheduler/", "http://127.0.0.1:8888/scheduler"])
+def test_the_url_prefix_may_be_a_path_or_the_configurations_whole_url(
+    cache: Cache, prefix: str
+) -> None:
+    from schedcache.extender.server import make_app
+
+    app = make_app(Extender(cache), prefix)
+    paths = {resource.canonical for resource in app.router.resources()}
+    assert {"/scheduler/filter", "/scheduler/prioritize", "/scheduler/bind"} <= paths

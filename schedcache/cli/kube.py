@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -62,6 +63,13 @@ def kube_api(
         raise click.ClickException(missing) from None
     try:
         return api_client(kubeconfig, context, in_cluster)
-    except Exception as error:  # kubernetes' ConfigException, a missing or unreadable file
-        message = f"cannot configure the Kubernetes client: {one_line(error)}{hint}"
+    except Exception as error:  # kubernetes' ConfigException, or a file of the wrong shape
+        if in_cluster:
+            source = "the in-cluster service account"
+        else:
+            source = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        detail = one_line(error)
+        if type(error).__name__ != "ConfigException":  # the library tripped on the content
+            detail = f"not a valid kubeconfig ({type(error).__name__}: {detail})"
+        message = f"cannot configure the Kubernetes client from {source}: {detail}{hint}"
         raise click.ClickException(message) from None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
@@ -46,6 +47,8 @@ Verb = Callable[[Any], Any]
 def make_app(extender: Extender, prefix: str = "", workers: int = 8) -> web.Application:
     """The aiohttp application; ``prefix`` is the KubeSchedulerConfiguration's urlPrefix path
     (``/scheduler`` for ``http://host:port/scheduler``)."""
+    if "://" in prefix:  # the whole urlPrefix of the configuration: its path is what counts
+        prefix = urlsplit(prefix).path
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
     pool = ThreadPoolExecutor(workers, thread_name_prefix="schedcache-extender")
     app = web.Application(client_max_size=64 * 1024 * 1024)
