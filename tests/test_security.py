@@ -385,12 +385,14 @@ ACL_COMMANDS = (
     # the library: run it, never load it (loading is the admin's `schedcache scripts`)
     "fcall fcall_ro",
     # read by Python: pods, membership, snapshots, events, checkpoints, the worker's clock
-    "get hgetall sismember scard smembers sscan zrange zscore xrange xrevrange xlen xread time",
+    # (mget: a feeder's check of the versions a list page already has)
+    "get hgetall sismember scard smembers sscan zrange zscore xrange xrevrange xlen xread time"
+    " mget",
     # written by Python: checkpoints, compaction, leases (MULTI/EXEC), WAIT for replicas
     "set del hset sadd xtrim multi exec watch unwatch wait",
     # only inside the Lua functions
     "exists incr hget hmget hkeys hexists hsetnx hincrby hdel srem srandmember zadd zrem zcard"
-    " zrangebyscore xadd type",
+    " zrangebyscore xadd type pexpire",
 )
 
 # What redis-py's cluster client asks as well: the slot map, and the command table it routes by.
