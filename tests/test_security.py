@@ -29,7 +29,7 @@ from schedcache.errors import LibraryNotLoaded
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.connection import ConnectionFailed, describe
 from schedcache.store.keys import Keys
-from tests.factories import make_node, make_pod
+from tests.factories import make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port, wait_until
 
 PACKAGE = Path(__file__).resolve().parent.parent / "schedcache"
@@ -482,6 +482,28 @@ def test_restricted_user_runs_the_whole_workload(
         assert PASSWORD not in result.output
     assert denials(acl_server) == []
     assert PASSWORD not in caplog.text
+
+
+def test_restricted_user_runs_a_sync_and_a_relist(acl_server: Server, tmp_path: Path) -> None:
+    """`schedcache sync` with the recipe's user: lists (MGET of versions), reconciles, and
+    removals turning versions into tombstones (PEXPIRE inside the functions)."""
+    from tests.apiserver import FakeApiServer
+
+    with FakeApiServer() as api:
+        api.create(node_manifest("n1", "4", "8Gi"))
+        api.create(pod_manifest("p", "n1", "100m", "1Mi", uid="uid-sync"))
+        kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+        runner = CliRunner()
+        argv = ["--redis", restricted_url(acl_server), "--cache", CACHE, "sync", "--once"]
+        for _ in range(2):  # the second list finds everything there
+            result = runner.invoke(main, [*argv, "--kubeconfig", kubeconfig])
+            assert result.exit_code == 0, (result.output, result.exception)
+        assert Cache(connect(restricted_url(acl_server)), CACHE).pod_state("uid-sync") == "added"
+        api.delete("Pod", "p", pod_manifest("p")["metadata"]["namespace"])
+        assert runner.invoke(main, [*argv, "--kubeconfig", kubeconfig]).exit_code == 0
+    cache = Cache(connect(restricted_url(acl_server)), CACHE)
+    assert cache.pod_state("uid-sync") is None
+    assert denials(acl_server) == []
 
 
 def test_restricted_user_cannot_touch_another_cache(
