@@ -38,7 +38,7 @@ from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, log_skipped
 from schedcache.views.nodetree import NodeTree
-from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_snapshot
+from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
 
 __all__ = ["Cache", "Dump"]
 
@@ -347,6 +347,13 @@ class Cache:
         when ``until`` is at or after it, else from the stream's start
         (:class:`HistoryCompacted` if that part was trimmed away)."""
         return self._replay(until, progress).as_dump()
+
+    def at(self, event_id: str) -> Snapshot:
+        """The cache just after event ``event_id``, as a snapshot (node infos in node-tree
+        order) to run the same filter and score code a replica runs on: what a scheduler saw
+        then. Folded from the checkpoint and the stream like :meth:`replay`; any stream id is a
+        moment (``<ms>-<seq>``: one between events, or from a clock, is the state as of then)."""
+        return snapshot_of(self.replay(until=event_id))
 
     def _replay(
         self, until: str | None = None, progress: Callable[[int], None] | None = None

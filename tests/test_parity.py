@@ -629,6 +629,22 @@ def _replay(ctx: Ctx) -> None:
     assert not any(info.pods for info in early.nodes.values())
 
 
+@case("Cache.at")
+def _at(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    events = list(ctx.cache.events())
+    now = ctx.cache.at(events[-1].id)
+    live = ctx.cache.update_snapshot
+    snap = Snapshot()
+    live(snap)
+    assert {name: info.requested for name, info in now.node_infos.items()} == {
+        name: info.requested for name, info in snap.node_infos.items()
+    }
+    early = ctx.cache.at(events[1].id)
+    assert [info.name for info in early.node_info_list] == ["n1", "n2"]
+    assert not any(info.pods for info in early.node_info_list)
+
+
 @case("Cache.checkpoint")
 def _checkpoint(ctx: Ctx) -> None:
     with pytest.raises(CacheError, match="nothing to checkpoint"):

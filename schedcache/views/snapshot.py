@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedcache.errors import NodeNotFound
-from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
+from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
 from schedcache.model.values import Pod
 from schedcache.store import metrics
 from schedcache.store.fetch import gc_paused, node_info_from_entry, read_node_entries
@@ -244,3 +244,23 @@ def _rebuild_lists(snap: Snapshot, flags: _Flags, report: SnapshotUpdate) -> Non
         ]
     if flags.membership or flags.pvc:
         snap.used_pvc_set = {key for info in snap.node_info_list for key in info.pvc_ref_counts}
+
+
+def snapshot_of(state: Dump) -> Snapshot:
+    """A snapshot-shaped copy of a replayed state (``Cache.at``), for the filter and score
+    code a replica runs: the live nodes (ghosts and placeholders left out), zones in the order
+    their first node appears, nodes interleaved across zones as the node tree does. Read-only by
+    convention: nothing updates it."""
+    snap = Snapshot(generation=state.generation)
+    for name, info in state.nodes.items():
+        if info.node is None:
+            continue
+        snap.node_infos[name] = info
+        snap.zones.setdefault(info.node.zone_key, []).append(name)
+    snap.node_info_list = [snap.node_infos[name] for name in interleave(list(snap.zones.values()))]
+    snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.pods_with_affinity]
+    snap.have_pods_with_required_anti_affinity_list = [
+        i for i in snap.node_info_list if i.pods_with_required_anti_affinity
+    ]
+    snap.used_pvc_set = {key for info in snap.node_info_list for key in info.pvc_ref_counts}
+    return snap
