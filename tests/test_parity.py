@@ -1253,6 +1253,21 @@ def _cli_scheduler(ctx: Ctx) -> None:
     assert keyspace(ctx.client, ctx.cache.keys.pattern) == before
 
 
+@case("cli explain pod")
+def _cli_explain_pod(ctx: Ctx) -> None:
+    ctx.cache.add_node(make_node("big", "2", "8Gi"))
+    ctx.cache.add_node(make_node("small", "200m", "8Gi"))
+    web = make_pod("web", "big", "1", "1Gi")
+    ctx.cache.assume_pod(web)
+    text = ok(ctx.cli("explain", "pod", f"{web.namespace}/web"))
+    assert "on big: still assumed" in text and "1 of 2 nodes fitted" in text
+    assert "small\tInsufficient cpu" in text
+    parsed = json.loads(ok(ctx.cli("explain", "pod", web.uid, "-o", "json")))
+    assert parsed[0]["node"] == "big" and parsed[0]["free_after"]["milli_cpu"] == 1000
+    missing = ctx.cli("explain", "pod", "ns/nobody")
+    assert missing.exit_code == 1 and "has no claim" in missing.output
+
+
 @case("cli scripts")
 def _cli_scripts(ctx: Ctx) -> None:
     lines = ok(ctx.cli("scripts")).splitlines()

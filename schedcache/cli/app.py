@@ -552,6 +552,7 @@ def _register() -> None:
         diff,
         dump,
         events,
+        explain,
         get,
         history,
         replay,
@@ -560,7 +561,7 @@ def _register() -> None:
     from schedcache.cli.serve import metrics_command, worker
     from schedcache.cli.sync import sync
 
-    for command in (dump, get, events, history, replay, verify, checkpoint, compact, diff):
+    for command in (dump, get, events, history, explain, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
     for command in (worker, metrics_command, sync, extender, scheduler):
         main.add_command(command)

@@ -239,17 +239,65 @@ def history_pod(settings: Settings, ref: str) -> None:
     A pod neither in the stream nor in the cache is an error; one whose events were compacted
     away prints what is left, with a note on stderr."""
     cache = settings.cache()
-    uid: str | None = ref
-    if "/" in ref:
-        namespace, name = ref.split("/", 1)
-        wanted = f"{namespace or 'default'}/{name}"
-        matches = [e.uid for e in cache.events() if e.uid and pod_name(e) == wanted]
-        live = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
-        uid = matches[-1] if matches else (live[0].uid if live else None)
+    uid = pod_uid(cache, ref)
     shown = cache.history(uid) if uid else []
     if not shown and (uid is None or cache.pod_state(uid) is None):
         raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
     print_history(cache, shown)
+
+
+def pod_uid(cache: Cache, ref: str) -> str | None:
+    """The uid ``NAMESPACE/NAME|UID`` means: by name, the pod's latest uid in the stream, else
+    in the cache; None when neither knows it."""
+    if "/" not in ref:
+        return ref
+    namespace, name = ref.split("/", 1)
+    wanted = f"{namespace or 'default'}/{name}"
+    matches = [e.uid for e in cache.events() if e.uid and pod_name(e) == wanted]
+    live = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
+    return matches[-1] if matches else (live[0].uid if live else None)
+
+
+@click.group()
+def explain() -> None:
+    """Why an object is where it is."""
+
+
+@explain.command("pod")
+@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.pass_obj
+def explain_pod(settings: Settings, ref: str, output: str) -> None:
+    """Each successful claim of a pod, against the state it ran on: every node's fit or
+    kube-scheduler's reasons, the chosen node's free CPU and memory before and after, the
+    replica, and how the claim ended (confirmed, forgotten, expired, removed) after how long.
+    A pod never assumed (only added by an informer) has nothing to explain: an error."""
+    from schedcache.sim.explain import explain as explain_claims
+
+    cache = settings.cache()
+    uid = pod_uid(cache, ref)
+    claims = explain_claims(cache, uid) if uid else []
+    if not claims:
+        raise click.ClickException(f"pod {ref} has no claim (PodAssumed) in cache {cache.name}")
+    if output == "json":
+        click.echo(json.dumps([claim.to_dict() for claim in claims], indent=2))
+        return
+    for claim in claims:
+        after = f" after {claim.assumed_seconds:.3f} s ({claim.ended_by})" if claim.ended_by else ""
+        click.echo(
+            f"claim {claim.event_id} by {printable(claim.replica)} on {printable(claim.node)}: "
+            f"{claim.ended}{after}"
+        )
+        before, later = claim.free_before, claim.free_after
+        click.echo(
+            f"  free on {printable(claim.node)}: cpu {before['milli_cpu']}m -> "
+            f"{later['milli_cpu']}m, memory {before['memory']} -> {later['memory']}"
+        )
+        fitting = [v.node for v in claim.verdicts if v.fits]
+        click.echo(f"  {len(fitting)} of {len(claim.verdicts)} nodes fitted")
+        for verdict in claim.verdicts:
+            why = "fits" if verdict.fits else "; ".join(verdict.reasons)
+            click.echo(f"  {printable(verdict.node)}\t{printable(why)}")
 
 
 @history.command("node")
