@@ -59,16 +59,20 @@ def explain(cache: Cache, uid: str) -> list[Claim]:
         if event.type != "PodAssumed":
             continue
         pod = Pod.from_dict(event.data).with_node("")
-        before = cache.at(_just_before(event.id))
-        after = cache.at(event.id)
+        before = cache.at(_just_before(event.id))  # one replay per claim
         node = event.node or ""
+        free = _free(before.node_infos.get(node))
         claim = Claim(
             event_id=event.id,
             replica=event.replica,
             node=node,
             verdicts=[_verdict(pod, info) for info in before.node_info_list],
-            free_before=_free(before.node_infos.get(node)),
-            free_after=_free(after.node_infos.get(node)),
+            free_before=free,
+            # The claim added exactly the pod's requests to the node.
+            free_after={
+                "milli_cpu": free["milli_cpu"] - pod.requests.milli_cpu,
+                "memory": free["memory"] - pod.requests.memory,
+            },
         )
         _ending(claim, events[index + 1 :])
         claims.append(claim)
