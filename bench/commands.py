@@ -11,16 +11,21 @@ measured in one go, since these machines are noisy.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+import redis.asyncio
+from fakeredis import FakeAsyncRedis
 
 from bench.common import print_table, timed, write_results
 from schedcache import Cache, Pod
+from schedcache.aio import AsyncCache
 from schedcache.store.commands import add_pod
 from schedcache.store.connection import embedded_client
 
@@ -113,6 +118,7 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
 
     figures = {
         "add_pod, one call per round trip": timed(one_by_one("add_pod"), repeats, reset),
+        **async_figures(cache, pods, repeats, reset),
         "assume_pod, one call per round trip": timed(one_by_one("assume_pod"), repeats, reset),
         "add_pod, pipelined single calls": timed(pipelined_calls, repeats, reset),
         "add_pod, batched (sc_batch)": timed(batched("add_pod"), repeats, reset),
@@ -121,6 +127,56 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
     }
     reset()
     return figures
+
+
+def async_figures(
+    cache: Cache, pods: list[Pod], repeats: int, reset: Callable[[], None]
+) -> dict[str, Any]:
+    """add_pod through AsyncCache: one coroutine, and 64 sharing one client (one pool)."""
+    loop = asyncio.new_event_loop()
+
+    async def open_cache() -> AsyncCache:
+        pool = getattr(cache.client, "connection_pool", None)
+        server = pool.connection_kwargs.get("server") if pool is not None else None
+        if server is not None:  # the embedded fakeredis: the same in-process server
+            client: Any = FakeAsyncRedis(server=server)
+        else:
+            client = redis.asyncio.Redis(
+                connection_pool=redis.asyncio.ConnectionPool(
+                    **{k: v for k, v in pool.connection_kwargs.items() if k in POOL_OPTIONS}
+                )
+            )
+        return await AsyncCache.open(client, cache.name, ttl=30.0, replica="bench")
+
+    async_cache = loop.run_until_complete(open_cache())
+
+    def concurrently(coroutines: int) -> Callable[[], int]:
+        def run() -> int:
+            async def main() -> None:
+                queue = iter(pods)
+
+                async def worker() -> None:
+                    for pod in queue:
+                        await async_cache.add_pod(pod)
+
+                await asyncio.gather(*(worker() for _ in range(coroutines)))
+
+            loop.run_until_complete(main())
+            return len(pods)
+
+        return run
+
+    figures = {
+        "add_pod, asyncio, 1 coroutine": timed(concurrently(1), repeats, reset),
+        "add_pod, asyncio, 64 coroutines on one pool": timed(concurrently(64), repeats, reset),
+    }
+    loop.run_until_complete(async_cache.aclose())
+    loop.close()
+    return figures
+
+
+# What an asyncio pool needs of the sync client's connection settings.
+POOL_OPTIONS = ("host", "port", "db", "username", "password", "socket_timeout")
 
 
 def main() -> None:

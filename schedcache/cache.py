@@ -48,6 +48,15 @@ log = logging.getLogger(__name__)
 EXPIRE_BATCH = 500
 
 
+def cache_settings(name: str, ttl: float, lease_ttl: float) -> tuple[float, float]:
+    """``ttl`` and ``lease_ttl`` checked (seconds, 0 to ``MAX_TTL``), for either cache."""
+    subject = f"cache {Keys(name).name}"
+    return (
+        commands.seconds(ttl, subject=subject, field="ttl", maximum=commands.MAX_TTL),
+        commands.seconds(lease_ttl, subject=subject, field="lease_ttl", maximum=commands.MAX_TTL),
+    )
+
+
 class Cache:
     """One named cache on a Redis server: the kube-style facade over its :class:`Store`.
 
@@ -79,11 +88,7 @@ class Cache:
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
     ) -> None:
-        subject = f"cache {Keys(name).name}"
-        self.ttl = commands.seconds(ttl, subject=subject, field="ttl", maximum=commands.MAX_TTL)
-        lease_ttl = commands.seconds(
-            lease_ttl, subject=subject, field="lease_ttl", maximum=commands.MAX_TTL
-        )
+        self.ttl, lease_ttl = cache_settings(name, ttl, lease_ttl)
         self.store = Store(
             client,
             name,
@@ -197,14 +202,14 @@ class Cache:
 
     def get_pod_record(self, pod: Pod | str) -> PodRecord:
         """The pod with its state, node, binding and deadline; raises :class:`PodNotFound`."""
-        uid, subject = self._pod_ref(pod)
+        uid, subject = self.pod_ref(pod)
         raw = self.client.get(self.keys.pod(uid))
         if raw is None:
             raise PodNotFound(f"{subject} does not exist in the cache")
         return parse_pod_record(as_bytes(raw), self.keys.pod(uid))
 
     def is_assumed_pod(self, pod: Pod | str) -> bool:
-        uid, _ = self._pod_ref(pod)
+        uid, _ = self.pod_ref(pod)
         return bool(self.client.sismember(self.keys.assumed, uid))
 
     def pod_state(self, pod: Pod | str) -> str | None:
@@ -215,7 +220,9 @@ class Cache:
             return None
 
     @staticmethod
-    def _pod_ref(pod: Pod | str) -> tuple[str, str]:
+    def pod_ref(pod: Pod | str) -> tuple[str, str]:
+        """The uid and the name for messages of a Pod or a uid (:class:`ValidationError` for
+        anything else)."""
         if isinstance(pod, Pod):
             return pod.uid, pod_subject(pod)
         if isinstance(pod, str) and pod:
@@ -328,7 +335,7 @@ class Cache:
 
     def history(self, pod: Pod | str) -> list[Event]:
         """The events of one pod (by uid), across nodes, in stream order."""
-        uid, _ = self._pod_ref(pod)
+        uid, _ = self.pod_ref(pod)
         return [event for event in self.events() if event.uid == uid]
 
     def history_of_node(self, name: str) -> list[Event]:

@@ -132,6 +132,11 @@ class HistoryCompacted(CacheError):
     """The stream before this point was trimmed away by ``compact()``."""
 
 
+class PolicyError(CacheError):
+    """A what-if placement policy that cannot be loaded, raised, or answered something other
+    than a node name or None."""
+
+
 class BatchFailed(CacheError):
     """Whole ``sc_batch`` calls failed (a Redis error, not a rejected command). ``results`` has
     the outcome (a ``BatchResult``) of every command that ran; ``failures`` the failed groups

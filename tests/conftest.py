@@ -28,6 +28,7 @@ import redis
 
 from schedcache import Cache
 from schedcache.store.connection import connect, embedded_client
+from tests.apis import Blocking
 from tests.servers import (
     DEFAULT_TEST_REDIS_URL,
     INSTALL_HINT,
@@ -90,6 +91,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     (3 primaries, 3 replicas) that the session starts."""
     if "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", ["fakeredis", "redis", "cluster"])
+    if "cache" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_APIS", False):
+        metafunc.parametrize("api", ["sync", "async"])  # tests/apis.py
 
 
 def backend_url(backend: str, request: pytest.FixtureRequest) -> str:
@@ -152,5 +155,23 @@ def make_cache(client: redis.Redis, cache_name: str) -> Iterator[Callable[..., C
 
 
 @pytest.fixture
-def cache(make_cache: Callable[..., Cache]) -> Cache:
-    return make_cache()
+def api() -> str:
+    """``sync``, unless the module sets ``BOTH_APIS = True`` (then both, tests/apis.py)."""
+    return "sync"
+
+
+@pytest.fixture
+def cache(
+    make_cache: Callable[..., Cache], api: str, backend: str, request: pytest.FixtureRequest
+) -> Iterator[Cache]:
+    sync_cache = make_cache()
+    if api == "sync":
+        yield sync_cache
+        return
+    blocking = Blocking(
+        sync_cache,
+        backend_url(backend, request),
+        {"ttl": sync_cache.ttl, "replica": sync_cache.replica},
+    )
+    yield blocking  # type: ignore[misc]
+    blocking.close_async()

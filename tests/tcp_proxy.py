@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-Point = Literal["before", "after", "mid"]
-POINTS: tuple[Point, ...] = ("before", "after", "mid")
+Point = Literal["before", "after", "mid", "hold"]
+POINTS: tuple[Point, ...] = ("before", "after", "mid")  # the cuts (``hold`` only by plan)
 
 
 @dataclass
@@ -73,6 +73,7 @@ class FaultyProxy:
         self.down = False
         self.lock = threading.Lock()
         self.plans: deque[_Plan] = deque()
+        self.released = threading.Event()
         self.links: set[_Link] = set()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -89,6 +90,15 @@ class FaultyProxy:
         so the client's resends cannot get through."""
         with self.lock:
             self.plans.append(_Plan(point, marker, then_down))
+
+    def hold_next(self, marker: bytes) -> None:
+        """The next request containing ``marker`` reaches Redis and runs; its reply is held
+        (the connection stays open) until :meth:`release`."""
+        self.released.clear()
+        self.cut_next("hold", marker)
+
+    def release(self) -> None:
+        self.released.set()
 
     def set_down(self, down: bool) -> None:
         """Down: cut every open connection and close new ones at once."""
@@ -170,7 +180,12 @@ class FaultyProxy:
         try:
             while data := link.server.recv(65536):
                 plan = link.armed
-                if plan is not None:
+                if plan is not None and plan.point == "hold":
+                    with self.lock:
+                        self.cuts["hold"] += 1
+                    self.released.wait(timeout=60)
+                    link.armed = None
+                elif plan is not None:
                     if plan.point == "mid" and len(data) > 1:
                         with self.lock:
                             keep = self.random.randrange(1, len(data))

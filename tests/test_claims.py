@@ -16,6 +16,9 @@ from schedcache.store.metrics import FIT_CONFLICTS
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import keyspace, make_node, make_pod, port
 
+# The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
+BOTH_APIS = True
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {"store"},  # one cache's Redis: keys, library, commands, replies, retry, batches, reads
     {"views", "history", "ops"},  # snapshots and the node tree; replay, audit; workers, leases
     {"cache"},  # the kube-style facade
+    {"aio"},  # the same for asyncio: a second transport under the same commands
     {"feed", "sim"},  # loading a cache from manifests; the demo and replica simulation
     {"extender"},  # kube-scheduler's extender and the reference scheduler (use feed's client)
     {"cli"},  # the command line

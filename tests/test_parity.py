@@ -26,6 +26,7 @@ made; a ``wait_timeout`` under a millisecond (``WAIT n 0`` blocks for ever) is r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import signal
@@ -39,6 +40,7 @@ from typing import Any
 
 import click
 import pytest
+import redis.asyncio.connection
 from click.testing import CliRunner, Result
 from fakeredis._socket._base import BaseFakeSocket
 from prometheus_client import CollectorRegistry, generate_latest
@@ -57,6 +59,7 @@ from schedcache import (
     objects_from_k8s,
     parse_selector,
 )
+from schedcache.aio import AsyncCache, AsyncNodeTree
 from schedcache.cli import serve as cli_serve
 from schedcache.cli.app import main
 from schedcache.errors import (
@@ -79,6 +82,7 @@ from schedcache.store.connection import EMBEDDED, ENV_URL
 from schedcache.store.library import command_names
 from schedcache.store.routing import ClusterClient
 from schedcache.views.nodetree import NodeTree
+from tests.apis import async_client_for
 from tests.apiserver import FakeApiServer
 from tests.conftest import backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
@@ -90,7 +94,16 @@ FORBIDDEN_ON_EMBEDDED = frozenset(
     {"INFO", "CONFIG", "WAIT", "CLUSTER", "MEMORY", "DEBUG", "SENTINEL", "ROLE", "COMMAND"}
 )
 # Classes whose public methods and properties each need a parity case ("Class.name").
-CLASSES: tuple[type, ...] = (Cache, CommandBatch, NodeTree, Snapshot, NodeInfo, ExpiryWorker)
+CLASSES: tuple[type, ...] = (
+    Cache,
+    CommandBatch,
+    NodeTree,
+    Snapshot,
+    NodeInfo,
+    ExpiryWorker,
+    AsyncCache,
+    AsyncNodeTree,
+)
 
 
 # -- recording what the client sends ------------------------------------------------------
@@ -115,6 +128,10 @@ class Recorder:
     def install(self, monkeypatch: pytest.MonkeyPatch) -> Recorder:
         for serializer in (HiredisRespSerializer, PythonRespSerializer):
             monkeypatch.setattr(serializer, "pack", self._packer(serializer.pack))
+        async_connection = redis.asyncio.connection.AbstractConnection  # AsyncCache's packer
+        monkeypatch.setattr(
+            async_connection, "pack_command", self._packer(async_connection.pack_command)
+        )
         receive = BaseFakeSocket._process_command
 
         def process_command(sock: BaseFakeSocket, fields: list[bytes]) -> None:
@@ -1266,6 +1283,196 @@ def _cli_explain_pod(ctx: Ctx) -> None:
     assert parsed[0]["node"] == "big" and parsed[0]["free_after"]["milli_cpu"] == 1000
     missing = ctx.cli("explain", "pod", "ns/nobody")
     assert missing.exit_code == 1 and "has no claim" in missing.output
+
+
+@case("cli whatif")
+def _cli_whatif(ctx: Ctx) -> None:
+    for name in ("a", "b"):
+        ctx.cache.add_node(make_node(name, "2", "4Gi"))
+    at = ctx.cache.last_events(1)[0].id
+    for index in range(4):
+        ctx.cache.assume_pod(make_pod(f"w{index}", "ab"[index % 2], "500m", "1Gi"))
+    before = keyspace(ctx.client, ctx.cache.keys.pattern)
+    text = ok(ctx.cli("whatif", "--at", at))
+    assert "what-if at" in text and "4 pods on 2 nodes" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line}
+    assert rows["actual"][1:3] == ["4", "0"] and rows["most-allocated"][4] == "1"  # nodes used
+    parsed = json.loads(
+        ok(ctx.cli("whatif", "--at", at, "--policy", "most-allocated", "-o", "json"))
+    )
+    assert [o["policy"] for o in parsed["outcomes"]] == ["actual", "most-allocated"]
+    bad = ctx.cli("whatif", "--at", at, "--policy", "no.such.module:f")
+    assert bad.exit_code == 1 and "importing no.such.module failed" in bad.output
+    assert keyspace(ctx.client, ctx.cache.keys.pattern) == before  # a what-if writes nothing
+
+
+@case("Cache.pod_ref")
+def _pod_ref(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    assert Cache.pod_ref(ctx.cache.get_pod("web-1")) == Cache.pod_ref(web(1))
+    assert Cache.pod_ref(web(1)) == ("web-1", f"pod {NS}/web-1 (uid web-1)")
+    assert Cache.pod_ref("u-1") == ("u-1", "pod with uid u-1")
+    with pytest.raises(ValidationError, match="expected a Pod or a uid"):
+        Cache.pod_ref("")
+
+
+# -- AsyncCache: the same calls on the same server, through redis.asyncio ---------------------
+
+
+def on_async(ctx: Ctx, body: Callable[[AsyncCache], Any], **options: Any) -> None:
+    """``await body(cache)`` with an AsyncCache on the case's backend and cache name."""
+
+    async def main() -> None:
+        client = await async_client_for(ctx.cache, ctx.url)
+        options.setdefault("replica", "parity")
+        cache = await AsyncCache.open(client, ctx.cache.name, ttl=10.0, **options)
+        try:
+            await body(cache)
+        finally:
+            await cache.aclose()
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+@case(
+    "AsyncCache.aclose",
+    "AsyncCache.add_node",
+    "AsyncCache.add_pod",
+    "AsyncCache.assume_pod",
+    "AsyncCache.generation",
+    "AsyncCache.node_count",
+    "AsyncCache.has_node",
+    "AsyncCache.pod_count",
+    "AsyncCache.stream_length",
+    "AsyncCache.events",
+)
+def _async_populate(ctx: Ctx) -> None:
+    """What ``populate`` does through the sync API, done through the async one, leaves the
+    same events and aggregates; the reads agree with the sync reads."""
+
+    async def body(cache: AsyncCache) -> None:
+        await cache.add_node(make_node("n1", "4", "8Gi", labels={ZONE: "a"}))
+        await cache.add_node(make_node("n2", "2", "4Gi", labels={ZONE: "b"}))
+        await cache.add_pod(web(0))
+        await cache.assume_pod(web(1))
+        await cache.add_pod(make_pod("db-0", "n2", "1", "1Gi", namespace=NS, labels={"app": "db"}))
+        assert [e.type async for e in cache.events()] == POPULATED_TYPES
+        assert await cache.generation() == ctx.cache.generation() == 5
+        assert (await cache.node_count(), await cache.pod_count()) == (2, 3)
+        assert await cache.has_node("n2") and not await cache.has_node("n3")
+        assert await cache.stream_length() == ctx.cache.stream_length() == 5
+        with pytest.raises(FitConflict):
+            await cache.assume_pod(web(2, cpu="4"), check_fit=True)
+
+    on_async(ctx, body)
+    info = ctx.cache.get_node_info("n1")
+    assert info.requested.milli_cpu == 1000 and len(info.pods) == 2
+    assert ctx.cache.verify() == []
+
+
+@case(
+    "AsyncCache.run",
+    "AsyncCache.finish_binding",
+    "AsyncCache.forget_pod",
+    "AsyncCache.update_pod",
+    "AsyncCache.remove_pod",
+    "AsyncCache.update_node",
+    "AsyncCache.remove_node",
+    "AsyncCache.cleanup_assumed_pods",
+    "AsyncCache.get_pod",
+    "AsyncCache.get_pod_record",
+    "AsyncCache.is_assumed_pod",
+    "AsyncCache.pod_state",
+)
+def _async_lifecycle(ctx: Ctx) -> None:
+    populate(ctx.cache)
+
+    async def body(cache: AsyncCache) -> None:
+        assert await cache.get_pod("web-1") == ctx.cache.get_pod("web-1")
+        record = await cache.get_pod_record(web(1))
+        assert (record.state, record.node, record.claimer) == ("assumed", "n1", "parity")
+        assert await cache.is_assumed_pod("web-1") and not await cache.is_assumed_pod("web-0")
+        await cache.finish_binding(web(1), now=ctx.server_now() - 60)  # deadline passed
+        assert await cache.cleanup_assumed_pods() == ["web-1"]
+        assert await cache.pod_state("web-1") is None
+        await cache.run(commands.assume_pod(web(2), False, None, 0.0))
+        await cache.forget_pod(web(2))
+        await cache.update_pod(web(0), web(0, cpu="1"))
+        await cache.remove_pod(make_pod("db-0", "n2", "1", "1Gi", namespace=NS))
+        await cache.update_node(None, make_node("n2", "3", "4Gi", labels={ZONE: "b"}))
+        await cache.remove_node("n2")
+        with pytest.raises(PodNotFound):
+            await cache.get_pod("web-2")
+
+    on_async(ctx, body)
+    assert ctx.cache.get_node_info("n1").requested.milli_cpu == 1000
+    assert not ctx.cache.has_node("n2") and ctx.cache.verify() == []
+
+
+@case("AsyncCache.update_snapshot", "AsyncCache.get_node_info")
+def _async_snapshot(ctx: Ctx) -> None:
+    """The snapshot code the sync cache runs, driven through redis.asyncio: the same result."""
+    populate(ctx.cache)
+    expected = Snapshot()
+    ctx.cache.update_snapshot(expected)
+
+    async def body(cache: AsyncCache) -> None:
+        snap = Snapshot()
+        report = await cache.update_snapshot(snap)
+        assert report.changed_nodes == 2 and snap.generation == expected.generation
+        assert snap.node_infos == expected.node_infos
+        assert [i.name for i in snap.node_info_list] == [i.name for i in expected.node_info_list]
+        await cache.add_pod(web(5))
+        report = await cache.update_snapshot(snap)
+        assert report.changed_nodes == 1 and len(snap.get("n1").pods) == 3
+        assert await cache.get_node_info("n1") == snap.get("n1")
+        with pytest.raises(NodeNotFound):
+            await cache.get_node_info("nope")
+
+    on_async(ctx, body)
+
+
+@case(
+    "AsyncCache.node_tree",
+    "AsyncNodeTree.zones",
+    "AsyncNodeTree.list",
+    "AsyncNodeTree.num_nodes",
+    "AsyncNodeTree.next",
+)
+def _async_node_tree(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_node(make_node("n3", "1", "1Gi", labels={ZONE: "a"}))
+    tree = ctx.cache.node_tree()
+
+    async def body(cache: AsyncCache) -> None:
+        mine = cache.node_tree()
+        assert await mine.zones() == tree.zones()
+        assert await mine.list() == tree.list() and await mine.num_nodes() == 3
+        turns = [await mine.next() for _ in range(3)] + [tree.next()]
+        assert sorted(turns[:3]) == ["n1", "n2", "n3"] and turns[3] == turns[0]  # one cursor
+
+    on_async(ctx, body)
+
+
+@case("AsyncCache.follow")
+def _async_follow(ctx: Ctx) -> None:
+    async def body(cache: AsyncCache) -> None:
+        seen: list[str] = []
+
+        async def follow() -> None:
+            async for event in cache.follow(after="0-0", timeout=0.2):
+                seen.append(event.type)
+                if len(seen) == 2:
+                    return
+
+        follower = asyncio.ensure_future(follow())
+        await cache.add_node(make_node("n1", "4", "8Gi"))
+        await cache.add_pod(web(0))
+        await asyncio.wait_for(follower, 10)
+        assert seen == ["NodeAdded", "PodAdded"]
+
+    on_async(ctx, body)
 
 
 @case("cli scripts")

@@ -16,7 +16,7 @@ def python_blocks() -> list[str]:
 
 def test_readme_api_example_runs_and_matches_its_comments(capsys):
     bound = []
-    namespace: dict = {"bound_pods": [], "bind": bound.append}
+    namespace: dict = {"__name__": "readme", "bound_pods": [], "bind": bound.append}
     for block in python_blocks():
         exec(compile(block, str(README), "exec"), namespace)
     printed = capsys.readouterr().out

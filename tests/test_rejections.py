@@ -14,6 +14,9 @@ from schedcache import Cache
 from schedcache.errors import CacheError, ValidationError
 from tests.factories import keyspace, make_node, make_pod
 
+# The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
+BOTH_APIS = True
+
 NOW = 1_700_000_000.0
 
 ADDED = make_pod("a", "n1", "100m", "1Mi")

@@ -623,6 +623,10 @@ def test_wrong_password_fails_at_connect_without_showing_it(
 
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "dill", "cloudpickle", "marshal", "shelve"}
 UNSAFE_CALLS = {"eval", "exec", "compile", "__import__"}
+# The one place that imports code: `whatif --policy module:function` (and `what_if`'s callers)
+# name a policy of their own on the command line; nothing read from Redis or a manifest gets
+# there.
+USER_CODE_IMPORTS = {"schedcache/sim/policies.py"}
 UNSAFE_YAML = {"load", "load_all", "full_load", "full_load_all", "unsafe_load", "unsafe_load_all"}
 
 
@@ -652,9 +656,13 @@ def test_the_package_never_unpickles_or_evaluates():
                 findings.append(f"{where}:{node.lineno} calls {function.id}()")
             if isinstance(function, ast.Attribute):
                 owner = function.value.id if isinstance(function.value, ast.Name) else ""
-                if owner in ("builtins", "importlib") and function.attr in (
-                    *UNSAFE_CALLS,
-                    "import_module",
+                imports_user_code = function.attr == "import_module" and (
+                    str(where) in USER_CODE_IMPORTS
+                )
+                if (
+                    owner in ("builtins", "importlib")
+                    and function.attr in (*UNSAFE_CALLS, "import_module")
+                    and not imports_user_code
                 ):
                     findings.append(f"{where}:{node.lineno} calls {owner}.{function.attr}()")
                 if owner == "yaml" and function.attr in UNSAFE_YAML:

@@ -16,6 +16,9 @@ from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, NodeNotFound
 from tests.factories import make_node, make_pod
 
+# The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
+BOTH_APIS = True
+
 AFFINITY = {
     "podAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": [

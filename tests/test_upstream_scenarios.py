@@ -20,6 +20,9 @@ from schedcache.errors import (
 )
 from tests.factories import make_node, make_pod, port
 
+# The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
+BOTH_APIS = True
+
 NOW = 1_700_000_000.0
 MIB = 1024 * 1024
 

@@ -560,10 +560,11 @@ def _register() -> None:
     )
     from schedcache.cli.serve import metrics_command, worker
     from schedcache.cli.sync import sync
+    from schedcache.cli.whatif import whatif
 
     for command in (dump, get, events, history, explain, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
-    for command in (worker, metrics_command, sync, extender, scheduler):
+    for command in (worker, metrics_command, sync, extender, scheduler, whatif):
         main.add_command(command)
 
 

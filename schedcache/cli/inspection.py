@@ -17,10 +17,10 @@ from rich.console import Console
 from schedcache.cache import Cache, Dump
 from schedcache.cli.params import Name, StreamId
 from schedcache.cli.render import node_table, print_table, printable, progress
-from schedcache.errors import CorruptRecord
 from schedcache.history.checkpoints import history_start
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
+from schedcache.sim.explain import explain_events, pod_history, pod_name
 from schedcache.store.events import Event
 
 if TYPE_CHECKING:
@@ -125,17 +125,6 @@ def get_pod(settings: Settings, ref: str) -> None:
             indent=2,
         )
     )
-
-
-def pod_name(event: Event) -> str | None:
-    """``namespace/name`` of a pod event, from its payload (None if it has none)."""
-    try:
-        data = event.data
-    except CorruptRecord:
-        return None
-    if isinstance(data, dict) and isinstance(data.get("name"), str):
-        return f"{data.get('namespace') or 'default'}/{data['name']}"
-    return None
 
 
 def event_line(event: Event) -> str:
@@ -266,19 +255,36 @@ def explain() -> None:
 @explain.command("pod")
 @click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Search the whole stream, not only from the checkpoint or the pod's latest stay.",
+)
 @click.pass_obj
-def explain_pod(settings: Settings, ref: str, output: str) -> None:
+def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     """Each successful claim of a pod, against the state it ran on: every node's fit or
     kube-scheduler's reasons, the chosen node's free CPU and memory before and after, the
     replica, and how the claim ended (confirmed, forgotten, expired, removed) after how long.
-    A pod never assumed (only added by an informer) has nothing to explain: an error."""
-    from schedcache.sim.explain import explain as explain_claims
-
+    A pod never assumed (only added by an informer) has nothing to explain: an error. With a
+    checkpoint, the search starts where the pod's latest stay began (or at the checkpoint for a
+    pod it does not hold); --full searches the whole stream."""
     cache = settings.cache()
-    uid = pod_uid(cache, ref)
-    claims = explain_claims(cache, uid) if uid else []
+    if cache.is_empty():
+        raise click.ClickException(f"cache {cache.name} is empty (is --cache right?)")
+    found = pod_history(cache, ref, full=full)
+    claims = explain_events(cache, found.events, found.checkpoint)
+    compacted = found.compacted_before
+    if compacted:
+        click.echo(f"note: the events before {compacted} were compacted away", err=True)
     if not claims:
-        raise click.ClickException(f"pod {ref} has no claim (PodAssumed) in cache {cache.name}")
+        since = ""
+        if found.searched_from and not compacted and not full:
+            since = f" since {found.searched_from} (--full searches all)"
+        elif found.searched_from:
+            since = f" since {found.searched_from}"
+        raise click.ClickException(
+            f"pod {ref} has no claim (PodAssumed) in cache {cache.name}{since}"
+        )
     if output == "json":
         click.echo(json.dumps([claim.to_dict() for claim in claims], indent=2))
         return

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 else:
     TextParam = NumberParam = click.ParamType
 
-_STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+_STREAM_ID = re.compile(r"^([0-9]{1,20})(?:-([0-9]{1,20}))?$")  # ASCII digits only
 
 
 class StreamId(TextParam):

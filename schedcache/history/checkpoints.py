@@ -36,11 +36,12 @@ from schedcache.history.replay import NodeState, PodState, ReplayState, fold, st
 from schedcache.model.values import Node, Resource
 from schedcache.store.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.store.keys import Keys
-from schedcache.store.responses import as_bytes, as_hash, as_text, optional_text
+from schedcache.store.responses import as_bytes, as_hash, as_text, optional_text, stream_entries
 from schedcache.store.store import Store
 
 log = logging.getLogger(__name__)
 
+LAST_ID = (2**64 - 1, 2**64 - 1)  # the largest stream id
 CHUNK = 2000  # pods (or nodes, or images) per chunk key
 PAGE = 1000  # events per XRANGE page of a replay
 SWITCH_ATTEMPTS = 20  # WATCH/MULTI/EXEC rounds before giving up (each lost to a concurrent write)
@@ -77,6 +78,7 @@ def _pod_chunk(items: Sequence[tuple[str, PodState]]) -> bytes:
                     "generation": record.generation,
                     "finished": record.binding_finished,
                     "deadline": record.deadline_ms,
+                    "since": record.since,
                 }
                 for uid, record in items
             ]
@@ -329,6 +331,7 @@ def _read_chunk(chunk: dict[str, Any], state: ReplayState) -> None:
             generation=item["generation"],
             binding_finished=item["finished"],
             deadline_ms=item["deadline"],
+            since=item.get("since"),  # absent from checkpoints written before it was kept
         )
     state.image_sizes.update(chunk.get("image_sizes", {}))
     state.image_spread.update(chunk.get("image_spread", {}))
@@ -402,6 +405,8 @@ def read_events(
     paging on through XRANGE would silently skip the trimmed events. No MULTI, so a Redis at
     its maxmemory (which refuses every command inside MULTI) can still be replayed."""
     server, marker = store.route.get(), store.keys.compacted
+    if after is not None and stream_id(after) == LAST_ID:
+        return  # nothing can come after the largest id (and XRANGE refuses "(" before it)
     position, low, high = after, f"({after}" if after else "-", until or "+"
     count = page or PAGE
     while True:
@@ -416,6 +421,15 @@ def read_events(
             return
         position = as_text(entries[-1][0])
         low = f"({position}"
+
+
+def read_events_from(store: Store, first: str, until: str | None = None) -> Iterator[Event]:
+    """The events from ``first`` (included, if it is an event) on, up to ``until``: as
+    :func:`read_events`, for a search that may start exactly where the stream now begins."""
+    entries = stream_entries(store.route.get().xrange(store.keys.events, first, first))
+    for entry_id, raw in entries:
+        yield decode_entry(entry_id, raw)
+    yield from read_events(store, first, until)
 
 
 def replay(

@@ -30,6 +30,9 @@ class PodState:
     generation: int  # placement generation: orders a node's pods
     binding_finished: bool = False
     deadline_ms: int | None = None
+    # The event that first put the pod in the cache (kept when it is confirmed or updated;
+    # None when unknown, as in an older checkpoint): where the search for its history starts.
+    since: str | None = None
     decoded: Pod | None = field(default=None, repr=False)
 
     @property
@@ -74,18 +77,19 @@ class ReplayState:
         elif kind == "NodeRemoved":
             self._remove_node(fields["node"], generation or 0)
         elif kind == "PodAssumed":
-            self._place(event.blob, fields["uid"], fields["node"], "assumed", event)
+            self._place(event.blob, fields["uid"], fields["node"], "assumed", event, event.id)
         elif kind == "BindingFinished":
             record = self.pods[fields["uid"]]
             record.binding_finished = True
             record.deadline_ms = int(fields["deadline"]) if fields.get("deadline") else None
         elif kind == "PodAdded":
+            since: str | None = event.id
             if fields["uid"] in self.pods:  # confirming an assumed pod, maybe elsewhere
-                self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
-            self._place(event.blob, fields["uid"], fields["node"], "added", event)
+                since = self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
+            self._place(event.blob, fields["uid"], fields["node"], "added", event, since)
         elif kind == "PodUpdated":
-            self._unplace(fields["uid"], generation or 0)
-            self._place(event.blob, fields["uid"], fields["node"], "added", event)
+            since = self._unplace(fields["uid"], generation or 0)
+            self._place(event.blob, fields["uid"], fields["node"], "added", event, since)
         elif kind in POD_REMOVALS:
             self._unplace(fields["uid"], generation or 0)
         else:
@@ -124,20 +128,30 @@ class ReplayState:
                 del self.image_spread[name]
                 self.image_sizes.pop(name, None)
 
-    def _place(self, blob: bytes | None, uid: str, node: str, state: str, event: Event) -> None:
+    def _place(
+        self,
+        blob: bytes | None,
+        uid: str,
+        node: str,
+        state: str,
+        event: Event,
+        since: str | None,
+    ) -> None:
         generation = event.generation or 0
         entry = self.nodes.setdefault(node, NodeState(node))
         entry.pods[uid] = None
         entry.generation = generation
-        self.pods[uid] = PodState(blob, state, node, generation)
+        self.pods[uid] = PodState(blob, state, node, generation, since=since)
 
-    def _unplace(self, uid: str, generation: int) -> None:
+    def _unplace(self, uid: str, generation: int) -> str | None:
+        """Take the pod off its node; returns when it first came (its ``since``)."""
         record = self.pods.pop(uid)
         entry = self.nodes[record.node]
         del entry.pods[uid]
         entry.generation = generation
         if entry.node is None and not entry.pods:
             del self.nodes[record.node]
+        return record.since
 
     # -- the dump-shaped view -----------------------------------------------------------
 

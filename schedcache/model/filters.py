@@ -53,14 +53,9 @@ def filter_pod(pod: Pod, info: NodeInfo) -> FilterResult:
     node = info.node
     if node is None:  # a ghost (its pods remain) or a placeholder: no node to schedule on
         return FilterResult((NODE_NOT_FOUND,), True)
-    if node.unschedulable and not tolerates_any(pod.tolerations, UNSCHEDULABLE_TAINT):
-        return FilterResult((UNSCHEDULABLE,), True)
-    taint = untolerated_taint(pod, node)
-    if taint is not None:
-        key, value, _ = taint
-        return FilterResult((f"node(s) had untolerated taint {{{key}: {value}}}",), True)
-    if not matches_node_affinity(pod, node):
-        return FilterResult((AFFINITY_MISMATCH,), True)
+    refused = node_refuses(pod, node)
+    if refused is not None:
+        return refused
     if any(port_conflicts(port, info.used_ports) for port in pod.host_ports):
         return FilterResult((PORTS_IN_USE,))
     short = [name for name in info.shortages(pod) if name != "host-ports"]
@@ -69,6 +64,20 @@ def filter_pod(pod: Pod, info: NodeInfo) -> FilterResult:
             tuple(TOO_MANY_PODS if n == "pods" else f"Insufficient {n}" for n in short)
         )
     return FITS
+
+
+def node_refuses(pod: Pod, node: Node) -> FilterResult | None:
+    """The filters that read only the node object (unschedulable, taints, affinity): their
+    verdict does not change as pods come and go. None when they let the pod through."""
+    if node.unschedulable and not tolerates_any(pod.tolerations, UNSCHEDULABLE_TAINT):
+        return FilterResult((UNSCHEDULABLE,), True)
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        key, value, _ = taint
+        return FilterResult((f"node(s) had untolerated taint {{{key}: {value}}}",), True)
+    if not matches_node_affinity(pod, node):
+        return FilterResult((AFFINITY_MISMATCH,), True)
+    return None
 
 
 def _insufficient(resource: str) -> str:

@@ -9,7 +9,7 @@ Kubernetes manifests is :mod:`schedcache.model.manifests`' job; ``from_k8s`` her
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from schedcache.model.selectors import label_key_error
@@ -197,8 +197,12 @@ class Pod:
         return f"{self.namespace}/{self.name}"
 
     def with_node(self, node_name: str) -> Pod:
-        """A copy bound to ``node_name`` (what assume does to the scheduler's pod copy)."""
-        return replace(self, node_name=node_name)
+        """A copy bound to ``node_name`` (what assume does to the scheduler's pod copy).
+        Positional, as ``dataclasses.replace`` costs twice as much (a what-if makes one per
+        placement)."""
+        values = [getattr(self, name) for name in _POD_FIELDS]
+        values[_NODE_NAME] = node_name
+        return Pod(*values)
 
     @classmethod
     def from_k8s(cls, obj: Any) -> Pod:
@@ -341,3 +345,7 @@ class Node:
             resource_version=d.get("resource_version", ""),
             ready=d.get("ready", ""),
         )
+
+
+_POD_FIELDS = tuple(f.name for f in fields(Pod))
+_NODE_NAME = _POD_FIELDS.index("node_name")

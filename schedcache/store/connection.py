@@ -66,20 +66,9 @@ def connect(
     default) the server is pinged at once, so wrong or unreachable settings fail here, not at
     the first command. Replies stay bytes: pod and node objects are stored as msgpack.
     """
-    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-        # 0 would make the socket non-blocking, nan/inf block or fail at random.
-        if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
-            raise ValidationError("connect", name, "must be more than 0 seconds")
-    url = url or os.environ.get(ENV_URL) or EMBEDDED
+    url, scheme = checked_url(url, timeout, connect_timeout)
     if url == EMBEDDED:
         return embedded_client()
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme not in SCHEMES:
-        raise ConnectionFailed(
-            f"{describe(url)}: unsupported scheme {scheme or url!r}; use one of "
-            + ", ".join(f"{s}://" for s in SCHEMES)
-            + " (or 'embedded')"
-        )
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
     if not scheme.endswith("+cluster"):
         options.setdefault("retry", inner_retry())
@@ -92,13 +81,42 @@ def connect(
             client = redis.Redis.from_url(url, **timeouts, **options)
         if check:
             client.ping()
-    except (redis.RedisError, RedisClusterException, ValueError, TypeError, OSError) as error:
-        # TypeError: an option redis-py does not know (a typo, ssl_* on redis://)
-        reason = _without_secrets(str(error), url, options)
-        if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
-            reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
-        raise ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}") from None
+    except CONNECT_ERRORS as error:
+        raise connection_failed(url, options, error) from None
     return client
+
+
+# What a wrong URL, option or unreachable server raises while connecting (TypeError: an option
+# redis-py does not know, a typo or ssl_* on redis://).
+CONNECT_ERRORS = (redis.RedisError, RedisClusterException, ValueError, TypeError, OSError)
+
+
+def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tuple[str, str]:
+    """The URL to use (``None``: ``$SCHEDCACHE_REDIS_URL``, else embedded) and its scheme
+    ("" for embedded); the timeouts and the scheme checked (sync and asyncio alike)."""
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        # 0 would make the socket non-blocking, nan/inf block or fail at random.
+        if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
+            raise ValidationError("connect", name, "must be more than 0 seconds")
+    url = url or os.environ.get(ENV_URL) or EMBEDDED
+    if url == EMBEDDED:
+        return url, ""
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise ConnectionFailed(
+            f"{describe(url)}: unsupported scheme {scheme or url!r}; use one of "
+            + ", ".join(f"{s}://" for s in SCHEMES)
+            + " (or 'embedded')"
+        )
+    return url, scheme
+
+
+def connection_failed(url: str, options: dict[str, Any], error: Exception) -> ConnectionFailed:
+    """The error for a failed connect, naming the URL with any password masked."""
+    reason = _without_secrets(str(error), url, options)
+    if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
+        reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
+    return ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}")
 
 
 def inner_retry() -> Retry:
@@ -127,7 +145,7 @@ def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class _Parts:
+class UrlParts:
     """``scheme://[user:password@]host:port[,host:port...][/path][?query]``, taken apart."""
 
     username: str | None
@@ -137,7 +155,7 @@ class _Parts:
     query: dict[str, str]
 
 
-def _parts(url: str, default_port: int) -> _Parts:
+def url_parts(url: str, default_port: int) -> UrlParts:
     rest = url.split("://", 1)[1]
     rest, _, query = rest.partition("?")
     location, _, path = rest.partition("/")
@@ -155,7 +173,7 @@ def _parts(url: str, default_port: int) -> _Parts:
         hosts.append((name.strip("[]"), int(port)))
     if not hosts:
         raise ValueError("no host:port given")
-    return _Parts(
+    return UrlParts(
         username,
         password,
         hosts,
@@ -164,34 +182,53 @@ def _parts(url: str, default_port: int) -> _Parts:
     )
 
 
-def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, Any]) -> redis.Redis:
-    parts = _parts(url, default_port=26379)
+@dataclass(frozen=True)
+class SentinelSettings:
+    """What a ``redis+sentinel://`` URL says (sync and asyncio clients are built from it)."""
+
+    hosts: list[tuple[str, int]]
+    master: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_password: str | None
+
+
+def sentinel_settings(url: str) -> SentinelSettings:
+    parts = url_parts(url, default_port=26379)
     if not parts.path:
         raise ValueError("no master name: redis+sentinel://host:port/<master name>")
     query = dict(parts.query)
-    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
-    if "sentinel_password" in query:
-        sentinel_kwargs["password"] = query.pop("sentinel_password")
+    sentinel_password = query.pop("sentinel_password", None)
     db = int(parts.path[1]) if len(parts.path) > 1 else int(query.pop("db", 0))
     if query:
         raise ValueError(f"unknown options {sorted(query)}")
+    return SentinelSettings(
+        parts.hosts, parts.path[0], db, parts.username, parts.password, sentinel_password
+    )
+
+
+def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, Any]) -> redis.Redis:
+    settings = sentinel_settings(url)
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
+    if settings.sentinel_password is not None:
+        sentinel_kwargs["password"] = settings.sentinel_password
     sentinel = Sentinel(
-        parts.hosts,
+        settings.hosts,
         sentinel_kwargs=sentinel_kwargs,
-        username=parts.username,
-        password=parts.password,
-        db=db,
+        username=settings.username,
+        password=settings.password,
+        db=settings.db,
         **timeouts,
         **options,
     )
-    primary: redis.Redis = sentinel.master_for(parts.path[0])
+    primary: redis.Redis = sentinel.master_for(settings.master)
     return primary
 
 
-def _cluster_client(
-    url: str, tls: bool, timeouts: dict[str, Any], options: dict[str, Any]
-) -> ClusterClient:
-    parts = _parts(url, default_port=6379)
+def cluster_settings(url: str) -> tuple[UrlParts, dict[str, Any]]:
+    """The hosts and credentials of a ``redis+cluster://`` URL, and its ``ssl_*`` options."""
+    parts = url_parts(url, default_port=6379)
     # As redis-py reads them from a single server's URL: ssl_check_hostname=false is False.
     tls_options: dict[str, Any] = {
         k: cast(Callable[[str], Any], URL_QUERY_ARGUMENT_PARSERS.get(k, str))(parts.query.pop(k))
@@ -200,6 +237,13 @@ def _cluster_client(
     }
     if parts.query:
         raise ValueError(f"unknown options {sorted(parts.query)}")
+    return parts, tls_options
+
+
+def _cluster_client(
+    url: str, tls: bool, timeouts: dict[str, Any], options: dict[str, Any]
+) -> ClusterClient:
+    parts, tls_options = cluster_settings(url)
     return ClusterClient(
         startup_nodes=[ClusterNode(host, port) for host, port in parts.hosts],
         username=parts.username,

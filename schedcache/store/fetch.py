@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import NodeFields
@@ -29,6 +29,7 @@ from schedcache.store.store import Store
 # Nodes per sc_read_nodes call: bounds how long one call holds Redis (30 pods a node -> 3,000
 # pod records per call).
 NODES_PER_CALL = 100
+T = TypeVar("T")
 PODS_PER_PIPELINE = 2000
 
 
@@ -119,18 +120,42 @@ def _node_info(
     )
 
 
-def read_node_entries(
-    store: Store, names: Sequence[str]
-) -> tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]:
+# -- reads without I/O: generators of read-function calls, driven by either transport --------
+
+Read = tuple[str, tuple[Any, ...]]  # FCALL_RO sc_<name> with these arguments
+Reads = Generator[Read, Any, T]  # yields the calls, is sent their replies, returns the result
+
+
+def run_reads(store: Store, reads: Reads[T]) -> T:
+    """Drive ``reads`` on the sync store (``AsyncStore.run_reads`` drives them on asyncio)."""
+    try:
+        name, args = next(reads)
+        while True:
+            name, args = reads.send(store.read_function(name, *args))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+def node_entries_reads(
+    names: Sequence[str],
+) -> Reads[tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]]:
     """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name."""
     entries: list[Sequence[Any]] = []
     summaries: dict[str, ImageStateSummary] = {}
     for start in range(0, len(names), NODES_PER_CALL):
         chunk = names[start : start + NODES_PER_CALL]
-        *chunk_entries, images = store.read_function("read_nodes", *chunk)
+        *chunk_entries, images = yield ("read_nodes", tuple(chunk))
         entries += chunk_entries
         summaries.update(parse_image_summaries(images))
     return entries, summaries
+
+
+def read_node_entries(
+    store: Store, names: Sequence[str]
+) -> tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]:
+    """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name."""
+    return run_reads(store, node_entries_reads(names))
 
 
 @contextlib.contextmanager
@@ -151,7 +176,11 @@ def gc_paused() -> Iterator[None]:
 
 def fetch_node_infos(store: Store, names: Iterable[str]) -> dict[str, NodeInfo]:
     """``NodeInfo`` for each of ``names`` that has an entry (live, ghost or placeholder)."""
-    entries, summaries = read_node_entries(store, list(names))
+    return run_reads(store, node_infos_reads(list(names)))
+
+
+def node_infos_reads(names: Sequence[str]) -> Reads[dict[str, NodeInfo]]:
+    entries, summaries = yield from node_entries_reads(names)
     with gc_paused():
         infos = [node_info_from_entry(entry, summaries) for entry in entries]
     return {info.name: info for info in infos if info is not None}

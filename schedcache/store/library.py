@@ -93,21 +93,36 @@ def ensure_loaded(client: redis.Redis) -> None:
         if not is_missing_function(error):
             raise
         loaded = None
-    if loaded is not None:
-        loaded = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
-        if loaded == library_version():
-            return
-        version = int(loaded.split(" ", 1)[0])
-        if version > SCHEMA_VERSION:
-            raise SchemaMismatch(
-                f"the server has schedcache library version {version}, newer than this "
-                f"client's {SCHEMA_VERSION}: upgrade the client"
-            )
+    if not needs_loading(loaded):
+        return
     try:
         client.function_load(library_source(), replace=True)
     except redis.exceptions.NoPermissionError as error:
-        raise LibraryNotLoaded(
-            f"the server {'has another' if loaded else 'lacks the'} schedcache library "
-            f"(this client needs {library_version()}) and this Redis user may not load it "
-            f"({error}): an admin runs `schedcache scripts` once (docs/security.md)"
-        ) from None
+        raise load_refused(loaded, error) from None
+
+
+def needs_loading(loaded: object) -> bool:
+    """Whether a server whose ``sc_version`` answered ``loaded`` (None: no library) needs this
+    library loaded; :class:`SchemaMismatch` when it has a newer schema (the sync and asyncio
+    loaders decide alike)."""
+    if loaded is None:
+        return True
+    text = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+    if text == library_version():
+        return False
+    version = int(text.split(" ", 1)[0])
+    if version > SCHEMA_VERSION:
+        raise SchemaMismatch(
+            f"the server has schedcache library version {version}, newer than this "
+            f"client's {SCHEMA_VERSION}: upgrade the client"
+        )
+    return True
+
+
+def load_refused(loaded: object, error: Exception) -> LibraryNotLoaded:
+    """The error when this Redis user may not load the library."""
+    return LibraryNotLoaded(
+        f"the server {'has another' if loaded else 'lacks the'} schedcache library "
+        f"(this client needs {library_version()}) and this Redis user may not load it "
+        f"({error}): an admin runs `schedcache scripts` once (docs/security.md)"
+    )

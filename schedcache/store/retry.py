@@ -14,9 +14,10 @@ timeout, a slow network), and a batch refuses to resend groups first sent longer
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -141,6 +142,24 @@ def call_with_retries(
                 raise
             on_retry(error, delay)
             sleep(delay)
+
+
+async def call_with_retries_async(
+    call: Callable[[], Awaitable[T]],
+    delays: Iterator[float],
+    on_retry: Callable[[Exception, float], Awaitable[None]],
+) -> T:
+    """:func:`call_with_retries` for coroutines: the same rule, waiting with
+    ``asyncio.sleep`` so the rest of the event loop runs meanwhile."""
+    while True:
+        try:
+            return await call()
+        except RETRYABLE as error:
+            delay = next(delays, None)
+            if delay is None:
+                raise
+            await on_retry(error, delay)
+            await asyncio.sleep(delay)
 
 
 def backoff(first: float, maximum: float, until: Callable[[], bool]) -> Iterator[float]:

@@ -30,16 +30,25 @@ class ClusterClient(RedisCluster):
     """
 
     def determine_slot(self, *args: Any) -> int | None:
-        if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) >= 3:
-            keys = args[3 : 3 + int(args[2])]
-            if not keys:
-                return random.randrange(REDIS_CLUSTER_HASH_SLOTS)
-            slots = {key_slot(key if isinstance(key, bytes) else str(key).encode()) for key in keys}
-            if len(slots) != 1:
-                raise RedisClusterException(f"{args[0]} {args[1]}: keys in several slots")
-            return slots.pop()
-        slot: int | None = super().determine_slot(*args)
-        return slot
+        slot = function_call_slot(args)
+        if slot is not None:
+            return slot
+        found: int | None = super().determine_slot(*args)
+        return found
+
+
+def function_call_slot(args: tuple[Any, ...]) -> int | None:
+    """The slot of ``FCALL``/``FCALL_RO name numkeys key...`` from its declared keys (a random
+    one for none); None for any other command. Shared by the sync and asyncio cluster clients."""
+    if str(args[0]).upper() not in ("FCALL", "FCALL_RO") or len(args) < 3:
+        return None
+    keys = args[3 : 3 + int(args[2])]
+    if not keys:
+        return random.randrange(REDIS_CLUSTER_HASH_SLOTS)
+    slots = {key_slot(key if isinstance(key, bytes) else str(key).encode()) for key in keys}
+    if len(slots) != 1:
+        raise RedisClusterException(f"{args[0]} {args[1]}: keys in several slots")
+    return slots.pop()
 
 
 def is_cluster(client: Any) -> bool:

@@ -46,6 +46,8 @@ RESERVED_REPLICAS = frozenset({"-"})
 MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
 
 Client = redis.Redis | RedisCluster
+# The embedded backend's clients, sync and asyncio: no replicas, no WAIT.
+EMBEDDED_CLIENTS = (fakeredis.FakeRedis, fakeredis.FakeAsyncRedis)
 
 
 def replica_name(replica: object, subject: str) -> str:
@@ -70,18 +72,15 @@ def replica_name(replica: object, subject: str) -> str:
     return replica
 
 
-class Store:
-    """One named cache on a Redis server (or Cluster, or Sentinel-managed primary).
-
-    ``replica`` names this client in every event it writes; ``retry`` says how often and how
-    long a command is sent again when Redis does not answer (every command carries an id, so a
-    resend is never applied twice); ``wait_replicas``/``wait_timeout``: each write is followed
-    by ``WAIT`` and raises :class:`NotReplicated` when fewer replicas confirmed it in time.
-    """
+class StoreCore:
+    """What the sync :class:`Store` and the asyncio ``AsyncStore`` share, with no I/O: the
+    cache's keys, the replica name, the retry and ``WAIT`` settings (checked once), the
+    ``FCALL`` argument convention, and how a reply, an error reply or a give-up becomes the
+    result or the :class:`CacheError` a caller sees. The transports only send and wait."""
 
     def __init__(
         self,
-        client: Client,
+        client: Any,
         name: str = "default",
         *,
         replica: str = "",
@@ -108,12 +107,100 @@ class Store:
             raise ValidationError(
                 subject, "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
             )
-        if wait_replicas and isinstance(client, fakeredis.FakeRedis):
+        if wait_replicas and isinstance(client, EMBEDDED_CLIENTS):
             raise ValidationError(
                 subject,
                 "wait_replicas",
                 "the embedded fakeredis has no replicas (and no WAIT): use 0, or a real Redis",
             )
+
+    # -- the FCALL convention ---------------------------------------------------------------
+
+    def function_args(self, name: str, command_id: str, args: Sequence[Any]) -> list[Any]:
+        """``FCALL``'s arguments after the command word: ``sc_<name> 1 <prefix> <replica> <id>
+        <args...>``, as ``lua/_register.lua`` reads them."""
+        return [f"sc_{name}", 1, self.keys.prefix, self.replica, command_id, *args]
+
+    def read_args(self, name: str, *args: Any) -> list[Any]:
+        """``FCALL_RO``'s arguments for a read: no replica, no command id."""
+        return [f"sc_{name}", 1, self.keys.prefix, "", "", *args]
+
+    # -- outcomes ---------------------------------------------------------------------------
+
+    def check_sendable(self, command: Command) -> None:
+        """Refuse (nothing sent) a command too old for Redis to still remember its id."""
+        late = too_late_to_resend(command.created)
+        if late is not None:
+            raise ValidationError(command.subject, f"sc_{command.name} command id", late)
+
+    def gave_up(
+        self, command: Command, attempts: int, started: float, error: Exception
+    ) -> RetriesExhausted:
+        """The error for a command Redis never answered, however often it was sent."""
+        return RetriesExhausted(
+            f"sc_{command.name} {command.subject} (command id {command.id}): no answer "
+            f"from Redis after {attempts} attempts in {time.monotonic() - started:.1f} s "
+            f"({type(error).__name__}: {error}); it may or may not have been applied: run "
+            "the same command again to settle it exactly once"
+        )
+
+    def refused(self, command: Command, error: redis.ResponseError) -> Exception:
+        """The :class:`CacheError` for an error reply (counted as not applied)."""
+        translated = translate(command.name, command.subject, error)
+        if isinstance(translated, CacheError):
+            metrics.count_command(command.name, applied=False)
+        return translated
+
+    def applied(self, command: Command, reply: Any) -> Any:
+        metrics.count_command(command.name, applied=True)
+        return reply
+
+    def check_replicated(self, replicas: Any, what: str, reply: Any = None) -> None:
+        """Raise :class:`NotReplicated` if ``WAIT`` answered fewer than ``wait_replicas``."""
+        if isinstance(replicas, Exception):
+            raise replicas
+        if int(replicas) < self.wait_replicas:
+            raise NotReplicated(
+                f"{what}: applied on the primary, but only {int(replicas)} of "
+                f"{self.wait_replicas} replicas confirmed it within {self.wait_timeout_ms} ms",
+                reply,
+            )
+
+    def resending(self, what: str, error: Exception) -> bool:
+        """Log a resend; True when the route must be asked again (a failover may have moved
+        the primary)."""
+        log.warning("%s: %s; sending again", what, error)
+        return isinstance(error, TOPOLOGY_CHANGED)
+
+
+class Store(StoreCore):
+    """One named cache on a Redis server (or Cluster, or Sentinel-managed primary).
+
+    ``replica`` names this client in every event it writes; ``retry`` says how often and how
+    long a command is sent again when Redis does not answer (every command carries an id, so a
+    resend is never applied twice); ``wait_replicas``/``wait_timeout``: each write is followed
+    by ``WAIT`` and raises :class:`NotReplicated` when fewer replicas confirmed it in time.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        name: str = "default",
+        *,
+        replica: str = "",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            replica=replica,
+            retry=retry,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+        self.client: Client = client
         self.route = SlotRoute(client, self.keys.prefix)
         ensure_loaded(self.route.get())
 
@@ -127,18 +214,11 @@ class Store:
         primary): for pipelines and transactions on the cache's keys."""
         return self.route.get()
 
-    # -- the FCALL convention ---------------------------------------------------------------
-
-    def function_args(self, name: str, command_id: str, args: Sequence[Any]) -> list[Any]:
-        """``FCALL``'s arguments after the command word: ``sc_<name> 1 <prefix> <replica> <id>
-        <args...>``, as ``lua/_register.lua`` reads them."""
-        return [f"sc_{name}", 1, self.keys.prefix, self.replica, command_id, *args]
+    # -- reads through the library ----------------------------------------------------------
 
     def read_function(self, name: str, *args: Any) -> Any:
         """``FCALL_RO sc_<name>`` (a read: no replica, no command id), through :meth:`read`."""
-        return self.read(
-            lambda: self.client.fcall_ro(f"sc_{name}", 1, self.keys.prefix, "", "", *args)
-        )
+        return self.read(lambda: self.client.fcall_ro(*self.read_args(name, *args)))
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -148,9 +228,7 @@ class Store:
         Running the same command again settles it after :class:`RetriesExhausted`, but only
         while Redis surely remembers its id: a command made longer ago than
         ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
-        late = too_late_to_resend(command.created)
-        if late is not None:
-            raise ValidationError(command.subject, f"sc_{command.name} command id", late)
+        self.check_sendable(command)
         started, resends = time.monotonic(), 0
 
         def before_resend(error: Exception, _: float) -> None:
@@ -163,19 +241,10 @@ class Store:
                 lambda: self._call_reloading(command), self.retry.delays(), before_resend
             )
         except RETRYABLE as error:
-            raise RetriesExhausted(
-                f"sc_{command.name} {command.subject} (command id {command.id}): no answer "
-                f"from Redis after {resends + 1} attempts in {time.monotonic() - started:.1f} s "
-                f"({type(error).__name__}: {error}); it may or may not have been applied: run "
-                "the same command again to settle it exactly once"
-            ) from error
+            raise self.gave_up(command, resends + 1, started, error) from error
         except redis.ResponseError as error:
-            translated = translate(command.name, command.subject, error)
-            if isinstance(translated, CacheError):
-                metrics.count_command(command.name, applied=False)
-            raise translated from None
-        metrics.count_command(command.name, applied=True)
-        return reply
+            raise self.refused(command, error) from None
+        return self.applied(command, reply)
 
     def retrying(self, call: Callable[[], T], what: str) -> T:
         """``call()`` (a read or a transaction of its own) under the retry policy, re-routed
@@ -185,8 +254,7 @@ class Store:
         )
 
     def _before_resend(self, what: str, error: Exception) -> None:
-        log.warning("%s: %s; sending again", what, error)
-        if isinstance(error, TOPOLOGY_CHANGED):
+        if self.resending(what, error):
             self.route.refresh()
 
     def _call_reloading(self, command: Command) -> Any:
@@ -211,17 +279,6 @@ class Store:
             raise reply
         self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
         return reply
-
-    def check_replicated(self, replicas: Any, what: str, reply: Any = None) -> None:
-        """Raise :class:`NotReplicated` if ``WAIT`` answered fewer than ``wait_replicas``."""
-        if isinstance(replicas, Exception):
-            raise replicas
-        if int(replicas) < self.wait_replicas:
-            raise NotReplicated(
-                f"{what}: applied on the primary, but only {int(replicas)} of "
-                f"{self.wait_replicas} replicas confirmed it within {self.wait_timeout_ms} ms",
-                reply,
-            )
 
     def reload_library(self) -> None:
         """The server lost the library (restarted without persistence, or flushed): load it."""

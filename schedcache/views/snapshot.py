@@ -25,7 +25,13 @@ from schedcache.errors import NodeNotFound
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
 from schedcache.model.values import Pod
 from schedcache.store import metrics
-from schedcache.store.fetch import gc_paused, node_info_from_entry, read_node_entries
+from schedcache.store.fetch import (
+    Reads,
+    gc_paused,
+    node_entries_reads,
+    node_info_from_entry,
+    run_reads,
+)
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
 
@@ -91,10 +97,15 @@ class _Flags:
 
 def update_snapshot(store: Store, snap: Snapshot) -> SnapshotUpdate:
     """Bring ``snap`` to the cache's current generation; see the module docstring."""
+    with gc_paused():
+        return run_reads(store, update_reads(snap, store.name))
+
+
+def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
+    """:func:`update_snapshot` without I/O: the reads it needs, for either transport."""
     started = time.perf_counter()
     report = SnapshotUpdate()
-    with gc_paused():
-        live = _catch_up(store, snap, report)
+    live = yield from _catch_up(cache, snap, report)
     if len(snap.node_infos) != live or len(snap.node_info_list) != live:
         # As upstream's self-check, but recovering in the same call instead of failing it.
         log.warning(
@@ -103,13 +114,12 @@ def update_snapshot(store: Store, snap: Snapshot) -> SnapshotUpdate:
             len(snap.node_infos),
             len(snap.node_info_list),
             live,
-            store.name,
+            cache,
         )
-        metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=store.name).inc()
+        metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache).inc()
         report.inconsistent = True
         _reset(snap)
-        with gc_paused():
-            _catch_up(store, snap, report)
+        yield from _catch_up(cache, snap, report)
     report.seconds = time.perf_counter() - started
     metrics.SNAPSHOT_UPDATE_SECONDS.observe(report.seconds)
     return report
@@ -121,15 +131,16 @@ def _reset(snap: Snapshot) -> None:
         setattr(snap, name, getattr(fresh, name))
 
 
-def _catch_up(store: Store, snap: Snapshot, report: SnapshotUpdate) -> int:
+def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
     """Apply deltas until one fits inline (then the snapshot is exact at its generation).
     Returns the live node count of the last delta."""
     flags = _Flags()
     live = 0
     for _ in range(MAX_ROUNDS):
         report.rounds += 1
-        reply = store.read_function(
-            "snapshot_delta", snap.generation, snap.tree_generation, INLINE_NODES
+        reply = yield (
+            "snapshot_delta",
+            (snap.generation, snap.tree_generation, INLINE_NODES),
         )
         generation, live, changed, images, tree, entries, incarnation = reply
         incarnation = incarnation.decode()
@@ -142,13 +153,13 @@ def _catch_up(store: Store, snap: Snapshot, report: SnapshotUpdate) -> int:
             log.warning(
                 "snapshot of cache %s is at generation %d of incarnation %r, the cache at %s "
                 "of %r: rebuilding it in full",
-                store.name,
+                cache,
                 snap.generation,
                 snap.incarnation,
                 int(generation),
                 incarnation,
             )
-            metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=store.name).inc()
+            metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache).inc()
             report.inconsistent = True
             _reset(snap)
             flags = _Flags()
@@ -157,7 +168,7 @@ def _catch_up(store: Store, snap: Snapshot, report: SnapshotUpdate) -> int:
         inline = len(changed) <= INLINE_NODES
         if not inline:
             names = [name.decode() for name in changed]
-            entries, _ = read_node_entries(store, names)
+            entries, _ = yield from node_entries_reads(names)
         report.changed_nodes += len(changed)
         report.changed_images += len(images) // 3
         _apply_images(snap, images)

@@ -1,0 +1,300 @@
+"""``AsyncCache``: :class:`~schedcache.cache.Cache` for asyncio, with the same names and
+semantics (``await cache.assume_pod(pod, check_fit=True)``).
+
+The commands are the sync cache's (``schedcache.store.commands`` builds them, the Lua library
+applies them, :class:`~schedcache.store.store.StoreCore` turns replies into results and
+errors); only the transport is redis.asyncio's. The replica lease is heartbeated by a task on
+the running loop, cancelled by :meth:`AsyncCache.aclose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from schedcache.aio.store import AsyncStore
+from schedcache.cache import EXPIRE_BATCH, Cache, cache_settings
+from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.values import Node, Pod
+from schedcache.store import commands, metrics
+from schedcache.store.commands import Command
+from schedcache.store.events import Event, decode_entry
+from schedcache.store.fetch import node_infos_reads
+from schedcache.store.records import PodRecord, parse_pod_record
+from schedcache.store.responses import as_bytes, stream_entries
+from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
+from schedcache.store.store import log_skipped
+from schedcache.views.nodetree import interleave, parse_tree
+from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
+
+log = logging.getLogger(__name__)
+
+
+class AsyncLease:
+    """The heartbeat of one replica's lease, as a task on the running loop."""
+
+    def __init__(self, store: AsyncStore, ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.ttl_ms = max(1, round(ttl * 1000))
+        self.interval = ttl / 3
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> str:
+        return self.store.keys.lease(self.store.replica)
+
+    async def renew(self) -> None:
+        pipe = self.store.client.pipeline(transaction=True)
+        pipe.set(self.key, "1", px=self.ttl_ms)
+        pipe.sadd(self.store.keys.replicas, self.store.replica)
+        await pipe.execute()
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(
+                self._beat(), name=f"schedcache-lease-{self.store.replica}"
+            )
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.renew()
+            except Exception as error:  # the heartbeat must outlive any outage
+                log.warning(
+                    "lease heartbeat of replica %s failed (%s: %s); trying again in %.1f s",
+                    self.store.replica,
+                    type(error).__name__,
+                    error,
+                    self.interval,
+                )
+
+    async def stop(self, release: bool = False) -> None:
+        """Cancel the heartbeat (a renewal in flight is cancelled with it); ``release`` drops
+        the lease at once."""
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.task = None
+        if release:
+            await self.store.client.delete(self.key)
+
+
+class AsyncNodeTree:
+    """:class:`~schedcache.views.nodetree.NodeTree` for asyncio: every call reads Redis."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self.store = store
+
+    async def zones(self) -> dict[str, list[str]]:
+        """Zone key -> node names, both in tree order."""
+        return parse_tree(await self.store.read_function("tree_read"))[1]
+
+    async def list(self) -> list[str]:
+        """Every live node once, round robin across zones."""
+        return interleave(list((await self.zones()).values()))
+
+    async def num_nodes(self) -> int:
+        return sum(len(nodes) for nodes in (await self.zones()).values())
+
+    async def next(self) -> str:
+        """The next node of the shared round-robin cursor; "" when the tree is empty (a
+        command with an id, as the sync tree's)."""
+        reply: bytes = await self.store.run(commands.tree_next())
+        return reply.decode()
+
+
+class AsyncCache:
+    """One named cache for asyncio code; make it with :meth:`open` (``await
+    AsyncCache.open(await connect_async(url), "prod", replica="sched-0")``) and close it with
+    :meth:`aclose` (or ``async with``). Options as :class:`~schedcache.cache.Cache`'s."""
+
+    def __init__(self, store: AsyncStore, ttl: float, lease_ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
+        self.lease = AsyncLease(store, lease_ttl) if store.replica and lease_ttl > 0 else None
+        self.name: str = store.name
+        self.keys = store.keys
+        self.client = store.client
+        self.replica: str = store.replica
+
+    @classmethod
+    async def open(
+        cls,
+        client: Any,
+        name: str = "default",
+        *,
+        ttl: float = 30.0,
+        replica: str = "",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        lease_ttl: float = 15.0,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+    ) -> AsyncCache:
+        ttl, lease_ttl = cache_settings(name, ttl, lease_ttl)
+        store = await AsyncStore.open(
+            client,
+            name,
+            replica=replica,
+            retry=retry,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+        return cls(store, ttl, lease_ttl)
+
+    async def __aenter__(self) -> AsyncCache:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, release_lease: bool = False) -> None:
+        """Cancel the lease heartbeat (the lease lapses after its ttl; ``release_lease``
+        drops it at once). The client stays open: it is the caller's."""
+        if self.lease is not None:
+            await self.lease.stop(release=release_lease)
+
+    # -- running commands ---------------------------------------------------------------
+
+    async def run(self, command: Command) -> Any:
+        """Run one command; after a cancellation or :class:`RetriesExhausted`, running the same
+        command again settles it exactly once (while Redis remembers its id)."""
+        return await self.store.run(command)
+
+    # -- pods -------------------------------------------------------------------------
+
+    async def assume_pod(
+        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+    ) -> None:
+        """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`)."""
+        lease = self.lease
+        take = lease.ttl if lease is not None and lease.task is None else 0.0
+        try:
+            await self.run(commands.assume_pod(pod, check_fit, expect_generation, take))
+        except FitConflict as conflict:
+            for reason in conflict.reasons:
+                metrics.FIT_CONFLICTS.labels(reason).inc()
+            raise
+        if lease is not None:
+            lease.start()
+
+    async def finish_binding(self, pod: Pod, now: float | None = None) -> None:
+        await self.run(commands.finish_binding(pod, now, self.ttl))
+
+    async def forget_pod(self, pod: Pod) -> None:
+        await self.run(commands.forget_pod(pod))
+
+    async def add_pod(self, pod: Pod) -> None:
+        await self.run(commands.add_pod(pod))
+
+    async def update_pod(self, old: Pod, new: Pod) -> None:
+        await self.run(commands.update_pod(old, new))
+
+    async def remove_pod(self, pod: Pod) -> None:
+        await self.run(commands.remove_pod(pod))
+
+    async def cleanup_assumed_pods(self, now: float | None = None) -> list[str]:
+        """Expire the assumed pods whose deadline passed, in bounded batches."""
+        expired: list[str] = []
+        while True:
+            done, skipped = await self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
+            expired += [uid.decode() for uid in done]
+            log_skipped(self.name, "expire", skipped)
+            if len(done) + len(skipped) < EXPIRE_BATCH:
+                return expired
+
+    async def get_pod(self, pod: Pod | str) -> Pod:
+        return (await self.get_pod_record(pod)).pod
+
+    async def get_pod_record(self, pod: Pod | str) -> PodRecord:
+        uid, subject = Cache.pod_ref(pod)
+        raw = await self.client.get(self.keys.pod(uid))
+        if raw is None:
+            raise PodNotFound(f"{subject} does not exist in the cache")
+        return parse_pod_record(as_bytes(raw), self.keys.pod(uid))
+
+    async def is_assumed_pod(self, pod: Pod | str) -> bool:
+        uid, _ = Cache.pod_ref(pod)
+        return bool(await self.client.sismember(self.keys.assumed, uid))
+
+    async def pod_state(self, pod: Pod | str) -> str | None:
+        try:
+            return (await self.get_pod_record(pod)).state
+        except PodNotFound:
+            return None
+
+    async def pod_count(self) -> int:
+        return int(await self.client.scard(self.keys.pods))
+
+    # -- nodes ------------------------------------------------------------------------
+
+    async def add_node(self, node: Node) -> None:
+        await self.run(commands.add_node(node))
+
+    async def update_node(self, old: Node | None, new: Node) -> None:
+        await self.run(commands.update_node(old, new))
+
+    async def remove_node(self, node: Node | str) -> None:
+        await self.run(commands.remove_node(node))
+
+    async def get_node_info(self, name: str) -> NodeInfo:
+        """One node's ``NodeInfo``; raises :class:`NodeNotFound` when there is no entry."""
+        info = (await self.store.run_reads(node_infos_reads([name]))).get(name)
+        if info is None:
+            raise NodeNotFound(f"node {name} is not in the cache")
+        return info
+
+    async def update_snapshot(self, snap: Snapshot) -> SnapshotUpdate:
+        """Bring ``snap`` up to the cache's generation, fetching only the nodes that changed
+        (the sync cache's code, driven on this transport)."""
+        return await self.store.run_reads(update_reads(snap, self.name))
+
+    def node_tree(self) -> AsyncNodeTree:
+        """The zone-grouped tree of live nodes (``await tree.next()``, ``list()``, ``zones()``)."""
+        return AsyncNodeTree(self.store)
+
+    async def node_count(self) -> int:
+        return int(await self.client.scard(self.keys.nodes))
+
+    async def has_node(self, name: str) -> bool:
+        return bool(await self.client.sismember(self.keys.nodes, name))
+
+    # -- everything -------------------------------------------------------------------
+
+    async def generation(self) -> int:
+        return int(await self.client.get(self.keys.generation) or 0)
+
+    async def stream_length(self) -> int:
+        return int(await self.client.xlen(self.keys.events))
+
+    async def events(
+        self, start: str | None = None, end: str | None = None, count: int = 1000
+    ) -> AsyncIterator[Event]:
+        """The stream's events from ``start`` to ``end`` (ids, both included), in order."""
+        low, high = start or "-", end or "+"
+        while True:
+            reply = await self.client.xrange(self.keys.events, low, high, count=count)
+            entries = stream_entries(reply)
+            for entry_id, raw in entries:
+                yield decode_entry(entry_id, raw)
+            if len(entries) < count:
+                return
+            low = "(" + entries[-1][0].decode()
+
+    async def follow(self, after: str = "$", timeout: float = 1.0) -> AsyncIterator[Event]:
+        """New events as they come (from after the id ``after``; ``"$"``: from now), for ever:
+        stop by leaving the ``async for`` or cancelling the task."""
+        block = max(1, round(timeout * 1000))
+        while True:
+            reply = await self.client.xread({self.keys.events: after}, block=block, count=500)
+            for _, entries in list(reply or []):
+                for entry_id, raw in stream_entries(entries):
+                    event = decode_entry(entry_id, raw)
+                    after = event.id
+                    yield event

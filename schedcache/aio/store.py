@@ -1,0 +1,248 @@
+"""``AsyncStore``: one cache's Redis through redis.asyncio, the second transport under the
+same commands.
+
+Everything but the sending is :class:`~schedcache.store.store.StoreCore`'s, shared with the
+sync :class:`~schedcache.store.store.Store`: the ``FCALL`` convention, the retry policy, the
+library's version check, how error replies become :class:`CacheError`\\ s. A command is one
+``FCALL``, which Redis runs whole or not at all; a coroutine cancelled while it waits for the
+reply leaves the command applied or not, and its id remembered by Redis either way, so running
+the same :class:`Command` again settles it exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.asyncio.cluster import RedisCluster
+
+from schedcache.errors import ValidationError
+from schedcache.store.commands import Command
+from schedcache.store.fetch import Reads
+from schedcache.store.library import (
+    is_missing_function,
+    library_source,
+    load_refused,
+    needs_loading,
+)
+from schedcache.store.replies import translate
+from schedcache.store.retry import DEFAULT_RETRY, RETRYABLE, RetryPolicy, call_with_retries_async
+from schedcache.store.store import StoreCore
+
+T = TypeVar("T")
+
+
+class Coalescer:
+    """Commands that coroutines send in the same turn of the event loop go out together, one
+    pipeline (at most ``MAX_PIPELINE``), each still its own ``FCALL``, applied whole or not at
+    all, answered or refused on its own. One round trip then serves many coroutines: that is
+    where concurrency pays on one connection pool. A coroutine cancelled before its turn came
+    sends nothing; cancelled after, its command runs (and its id is remembered) all the same."""
+
+    MAX_PIPELINE = 200
+
+    def __init__(self, send_many: Callable[[list[list[Any]]], Awaitable[list[Any]]]) -> None:
+        self.send_many = send_many
+        self.pending: list[tuple[list[Any], asyncio.Future[Any]]] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def call(self, args: list[Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self.pending:
+            loop.call_soon(self._flush)
+        self.pending.append((args, future))
+        reply = await future
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _flush(self) -> None:
+        pending, self.pending = self.pending, []
+        for start in range(0, len(pending), self.MAX_PIPELINE):
+            task = asyncio.ensure_future(self._send(pending[start : start + self.MAX_PIPELINE]))
+            self.tasks.add(task)  # held until done (the loop keeps only weak references)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _send(self, batch: list[tuple[list[Any], asyncio.Future[Any]]]) -> None:
+        live = [(args, future) for args, future in batch if not future.done()]
+        if not live:
+            return
+        try:
+            replies = await self.send_many([args for args, _ in live])
+        except BaseException as error:  # the connection broke: every caller decides to resend
+            for _, future in live:
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        for (_, future), reply in zip(live, replies, strict=True):
+            if not future.done():
+                future.set_result(reply)
+
+
+class AsyncStore(StoreCore):
+    """One named cache on a Redis server, Sentinel-managed primary or Cluster, for asyncio.
+    Make it with :meth:`open` (it checks the library on the server)."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: str = "default",
+        *,
+        replica: str = "",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+    ) -> None:
+        super().__init__(
+            client,
+            name,
+            replica=replica,
+            retry=retry,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+        self._coalescer = Coalescer(self._send_many)
+        if wait_replicas and isinstance(client, RedisCluster):
+            raise ValidationError(
+                f"cache {name}",
+                "wait_replicas",
+                "WAIT after a command needs the command's own connection, which the asyncio "
+                "Cluster client does not lend: use the sync Cache for WAIT on a Cluster",
+            )
+
+    @classmethod
+    async def open(cls, client: Any, name: str = "default", **options: Any) -> AsyncStore:
+        store = cls(client, name, **options)
+        await store.ensure_loaded()
+        return store
+
+    # -- talking to the cache's server ----------------------------------------------------
+
+    async def _server(self, *args: Any) -> Any:
+        """One command to the server holding the cache (in a Cluster, its slot's primary)."""
+        if isinstance(self.client, RedisCluster):
+            node = self.client.get_node_from_key(self.keys.prefix)
+            return await self.client.execute_command(*args, target_nodes=node)
+        return await self.client.execute_command(*args)
+
+    async def ensure_loaded(self) -> None:
+        """Load the library unless the server has exactly this one (the sync rule)."""
+        try:
+            loaded = await self._server("FCALL_RO", "sc_version", 0)
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise
+            loaded = None
+        if not needs_loading(loaded):
+            return
+        try:
+            await self._server("FUNCTION", "LOAD", "REPLACE", library_source())
+        except redis.exceptions.NoPermissionError as error:
+            raise load_refused(loaded, error) from None
+
+    # -- commands ---------------------------------------------------------------------------
+
+    async def run(self, command: Command) -> Any:
+        """Run one command; raise the matching :class:`CacheError` if it is rejected (see
+        :meth:`Store.run <schedcache.store.store.Store.run>`)."""
+        self.check_sendable(command)
+        started, attempts = time.monotonic(), 1
+
+        async def before_resend(error: Exception, _: float) -> None:
+            nonlocal attempts
+            attempts += 1
+            await self._before_resend(f"sc_{command.name}", error)
+
+        try:
+            reply = await call_with_retries_async(
+                lambda: self._call_reloading(command), self.retry.delays(), before_resend
+            )
+        except RETRYABLE as error:
+            raise self.gave_up(command, attempts, started, error) from error
+        except redis.ResponseError as error:
+            raise self.refused(command, error) from None
+        return self.applied(command, reply)
+
+    async def retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``await call()`` under the retry policy (reads, transactions of their own)."""
+
+        async def before_resend(error: Exception, _: float) -> None:
+            await self._before_resend(what, error)
+
+        return await call_with_retries_async(call, self.retry.delays(), before_resend)
+
+    async def _before_resend(self, what: str, error: Exception) -> None:
+        if self.resending(what, error) and isinstance(self.client, RedisCluster):
+            # The slot's primary may have changed; still electing: the next attempt asks again.
+            with contextlib.suppress(redis.RedisError, OSError):
+                await self.client.initialize()
+
+    async def _send_many(self, calls: list[list[Any]]) -> list[Any]:
+        """The ``FCALL`` calls of several coroutines in one round trip; each reply or error
+        reply in its place."""
+        if len(calls) == 1:
+            try:
+                return [await self._server("FCALL", *calls[0])]
+            except redis.ResponseError as error:
+                return [error]
+        pipe = self.client.pipeline(transaction=False)
+        for args in calls:
+            pipe.execute_command("FCALL", *args)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
+
+    async def _call_reloading(self, command: Command) -> Any:
+        try:
+            return await self._call(command)
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise
+        await self.ensure_loaded()
+        return await self._call(command)
+
+    async def _call(self, command: Command) -> Any:
+        args = self.function_args(command.name, command.id, command.args)
+        if not self.wait_replicas:
+            return await self._coalescer.call(args)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command("FCALL", *args)
+        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        reply, replicas = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
+        return reply
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def run_reads(self, reads: Reads[T]) -> T:
+        """Drive a read without I/O (``schedcache.store.fetch.Reads``: snapshots, node infos)
+        on this transport: the same code the sync store drives."""
+        try:
+            name, args = next(reads)
+            while True:
+                name, args = reads.send(await self.read_function(name, *args))
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+    async def read_function(self, name: str, *args: Any) -> Any:
+        """``FCALL_RO sc_<name>``, reloading the library once if the server lost it."""
+        call = self.read_args(name, *args)
+        try:
+            return await self._server("FCALL_RO", *call)
+        except redis.ResponseError as error:
+            if not is_missing_function(error):
+                raise translate("read", f"cache {self.name}", error) from None
+        await self.ensure_loaded()
+        try:
+            return await self._server("FCALL_RO", *call)
+        except redis.ResponseError as error:
+            raise translate("read", f"cache {self.name}", error) from None

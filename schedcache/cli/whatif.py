@@ -1,0 +1,173 @@
+"""``schedcache whatif``: what other placement policies would have done at a moment."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+from rich.table import Table
+
+from schedcache.cli.params import StreamId
+from schedcache.cli.render import cell, print_table, printable
+from schedcache.errors import ValidationError
+from schedcache.history.checkpoints import stream_id
+from schedcache.model.manifests import load_k8s_file
+from schedcache.model.values import Pod
+
+if TYPE_CHECKING:
+    from schedcache.cli.app import Settings
+    from schedcache.sim.whatif import WhatIf
+
+WHATIF_MISSING = "schedcache whatif needs numpy (and plotly for --html): pip install " + (
+    "'schedcache[whatif]'"
+)
+SHOWN = 20  # differing placements listed in the text output
+
+
+@click.command("whatif")
+@click.option("--at", "at", type=StreamId(), required=True, help="The moment: an event id.")
+@click.option(
+    "--until",
+    type=StreamId(),
+    help="Place only the pods claimed up to this event (default: to the stream's end).",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    metavar="NAME|MODULE:FUNCTION",
+    help="A policy to compare (repeatable): least-allocated, most-allocated, or a callable "
+    "(snapshot, pod) -> node name or None, as module:function or path/file.py:function. "
+    "Default: both built-ins.",
+)
+@click.option(
+    "--pods",
+    "pods_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Pending pods to place (JSON or YAML manifests); default: the pods claimed after --at.",
+)
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write a self-contained page with the utilisation plots.",
+)
+@click.pass_obj
+def whatif(
+    settings: Settings,
+    at: str,
+    until: str | None,
+    policies: tuple[str, ...],
+    pods_file: str | None,
+    output: str,
+    html_path: str | None,
+) -> None:
+    """Replay the cache to --at, place the pending pods with each policy on a scratch copy of
+    the cluster as it was then, and compare with what happened: placements that differ, pods
+    unschedulable under each, per-node and per-zone utilisation."""
+    try:
+        import numpy  # noqa: F401  # the built-in policies score on numpy arrays
+
+        from schedcache.sim.policies import BUILT_IN, load_policy
+        from schedcache.sim.whatif import what_if
+    except ImportError:
+        raise click.ClickException(WHATIF_MISSING) from None
+    if html_path == "":
+        raise click.BadParameter("must name a file", param_hint="--html")
+    chosen = {spec: load_policy(spec) for spec in policies} if policies else dict(BUILT_IN)
+    pods = _pods(pods_file) if pods_file else None
+    cache = settings.cache()
+    if cache.is_empty():
+        raise click.ClickException(f"cache {cache.name} is empty (is --cache right?)")
+    if until is not None and stream_id(until) <= stream_id(at):
+        raise click.ClickException(f"--until {until} is not after --at {at}")
+    with contextlib.redirect_stdout(sys.stderr):  # what a policy prints stays out of -o json
+        result = what_if(cache, at, chosen, pods, until)
+    if not result.pods:
+        window = f"between {at} and {until}" if until else f"after {at}"
+        raise click.ClickException(f"no pods to place: none was claimed {window}")
+    if html_path:
+        from schedcache.sim.report import MISSING, write_report
+
+        try:
+            write_report(result, html_path)
+        except ImportError:
+            raise click.ClickException(MISSING) from None
+    if output == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print(result)
+    if html_path:
+        click.echo(f"report written to {printable(html_path)}", err=output == "json")
+
+
+def _pods(path: str) -> list[Pod]:
+    try:
+        objects = load_k8s_file(Path(path))
+    except ValidationError as error:
+        raise click.ClickException(f"--pods {printable(path)}: {error}") from None
+    nodes = [o for o in objects if not isinstance(o, Pod)]
+    if nodes:
+        raise click.ClickException(f"{printable(path)}: --pods takes pods only, not nodes")
+    pods = [o for o in objects if isinstance(o, Pod)]
+    if not pods:
+        raise click.ClickException(f"{printable(path)}: no pods in the file")
+    names: dict[str, str] = {}
+    for pod in pods:
+        if pod.uid in names:
+            raise click.ClickException(
+                f"{printable(path)}: uid {printable(pod.uid)} is both {printable(names[pod.uid])} "
+                f"and {printable(pod.full_name)}"
+            )
+        names[pod.uid] = pod.full_name
+    return pods
+
+
+def _print(result: WhatIf) -> None:
+    before = result.before
+    click.echo(
+        f"what-if at {result.at}: {len(result.pods)} pods on {len(before.nodes)} nodes "
+        f"(before: cpu {before.cluster.cpu:.1%}, memory {before.cluster.memory:.1%}, "
+        f"{before.cluster.pods} pods)"
+    )
+    summary = Table(box=None, pad_edge=False)
+    for column in ("POLICY", "PLACED", "NOT PLACED", "ELSEWHERE", "NODES USED", "CPU", "MEM"):
+        summary.add_column(column)
+    for outcome in result.outcomes:
+        elsewhere = "-" if outcome.policy == "actual" else len(result.differing(outcome.policy))
+        cluster = outcome.after.cluster
+        summary.add_row(
+            cell(outcome.policy),
+            str(outcome.placed),
+            str(len(outcome.unschedulable)),
+            str(elsewhere),
+            str(outcome.after.nodes_in_use),
+            f"{cluster.cpu:.1%}",
+            f"{cluster.memory:.1%}",
+        )
+    print_table(summary)
+    zones = Table(box=None, pad_edge=False, title="cpu / memory per zone")
+    zones.add_column("ZONE")
+    columns = [("before", before)] + [(o.policy, o.after) for o in result.outcomes]
+    for name, _ in columns:
+        zones.add_column(printable(name).upper())
+    for zone in before.zones:
+        cells = [f"{u.zones[zone].cpu:.0%} / {u.zones[zone].memory:.0%}" for _, u in columns]
+        zones.add_row(cell(zone), *cells)
+    print_table(zones)
+    for outcome in result.outcomes[1:]:
+        differing = result.differing(outcome.policy)
+        if differing:
+            click.echo(f"{outcome.policy}: {len(differing)} pods placed elsewhere, first:")
+            actual = result.outcomes[0].placements
+            for uid in differing[:SHOWN]:
+                mine = outcome.placements[uid] or f"unschedulable ({outcome.reasons[uid]})"
+                click.echo(
+                    f"  {printable(result.pods[uid])}\t{printable(actual.get(uid) or '-')}"
+                    f" -> {printable(mine)}"
+                )

@@ -1,0 +1,203 @@
+"""What only the asyncio API has to prove, on every backend: many coroutines claiming at once
+never oversubscribe a node, a command cancelled mid-flight is applied whole or not at all and
+settles exactly once when run again, and the lease task ends with ``aclose``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from schedcache import Cache
+from schedcache.aio import AsyncCache, connect_async
+from schedcache.errors import FitConflict, PodAlreadyExists, ValidationError
+from schedcache.store import commands
+from tests.apis import async_client_for
+from tests.conftest import REAL_REDIS_URL, backend_url, real_client
+from tests.factories import make_node, make_pod, pod_manifest
+from tests.tcp_proxy import FaultyProxy
+
+
+@pytest.fixture
+def open_async(
+    make_cache: Callable[..., Cache], backend: str, request: pytest.FixtureRequest
+) -> Callable[..., Any]:
+    """``await open_async(**options)``: an AsyncCache on this test's backend and cache name
+    (the sync cache of the same name cleans up after the test)."""
+    sync_cache = make_cache()
+    url = backend_url(backend, request)
+
+    async def opened(**options: Any) -> tuple[AsyncCache, Cache]:
+        client = await async_client_for(sync_cache, url)
+        options.setdefault("replica", "aio")
+        return await AsyncCache.open(client, sync_cache.name, **options), sync_cache
+
+    return opened
+
+
+async def close(cache: AsyncCache) -> None:
+    """The cache's lease task, then its client (the caller's to close)."""
+    await cache.aclose()
+    await cache.client.aclose()
+
+
+def test_200_coroutines_claiming_one_node_never_oversubscribe_it(open_async) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> tuple[int, int]:
+        cache, sync_cache = await open_async()
+        await cache.add_node(make_node("only", "10", "100Gi"))  # room for 10 pods of 1 CPU
+
+        async def claim(index: int) -> bool:
+            try:
+                await cache.assume_pod(make_pod(f"p{index}", "only", "1", "1Gi"), check_fit=True)
+            except FitConflict:
+                return False
+            return True
+
+        results = await asyncio.gather(*(claim(i) for i in range(200)))
+        await close(cache)
+        info = sync_cache.get_node_info("only")
+        assert info.requested.milli_cpu <= info.allocatable.milli_cpu
+        return sum(results), len(info.pods)
+
+    claimed, on_node = asyncio.run(main())
+    assert claimed == on_node == 10
+
+
+def test_a_cancelled_command_settles_exactly_once(open_async) -> None:  # type: ignore[no-untyped-def]
+    """Cancel ``run`` at random points (before sending, while Redis runs it, while the reply
+    is read); the same command run again answers without applying it twice."""
+
+    async def main() -> None:
+        cache, sync_cache = await open_async()
+        await cache.add_node(make_node("n", "100", "100Gi"))
+        rng = random.Random(5)
+        for index in range(30):
+            pod = make_pod(f"p{index}", "n", "100m", "1Mi")
+            command = commands.assume_pod(pod, False, None, 0.0)
+            task = asyncio.ensure_future(cache.run(command))
+            if index % 2:  # let it get that far: a few turns of the loop, or some time
+                await asyncio.sleep(rng.uniform(0, 0.0006))
+            else:
+                for _ in range(rng.randrange(4)):
+                    await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await cache.run(command)  # settles it: applied now, or answered as before
+            with pytest.raises(PodAlreadyExists):
+                await cache.assume_pod(pod)  # a new command: refused, the pod is there once
+        await close(cache)
+        claims = [e for e in sync_cache.events() if e.type == "PodAssumed"]
+        assert len(claims) == 30 and len({e.uid for e in claims}) == 30
+        assert sync_cache.generation() == 31  # the node, then one change per pod
+        assert sync_cache.verify() == []
+
+    asyncio.run(main())
+
+
+def test_the_lease_task_is_cancelled_by_aclose(open_async) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        cache, sync_cache = await open_async(lease_ttl=0.3)
+        await cache.add_node(make_node("n", "4", "8Gi"))
+        await cache.assume_pod(make_pod("p", "n", "1", "1Gi"))
+        lease = cache.lease
+        assert lease is not None and lease.task is not None
+        await asyncio.sleep(0.5)  # past the ttl: only the heartbeat keeps it
+        assert sync_cache.client.exists(sync_cache.keys.lease("aio"))
+        await close(cache)
+        assert lease.task is None
+        await asyncio.sleep(0.5)
+        assert not sync_cache.client.exists(sync_cache.keys.lease("aio"))  # it lapsed
+
+    asyncio.run(main())
+
+
+def test_connect_async_takes_the_sync_urls_and_errors() -> None:
+    async def main() -> None:
+        client = await connect_async("embedded")
+        cache = await AsyncCache.open(client, "embedded-cache")
+        await cache.add_node(make_node("n", "1", "1Gi"))
+        assert await cache.node_count() == 1 and await cache.generation() == 1
+        await close(cache)
+        with pytest.raises(ValidationError, match="timeout"):
+            await connect_async("embedded", timeout=0)
+        with pytest.raises(Exception, match=r"unsupported scheme 'http'"):
+            await connect_async("http://localhost")
+        with pytest.raises(Exception, match=r"cannot reach Redis at redis://u:\*\*\*@127.0.0.1:1"):
+            await connect_async("redis://u:secret@127.0.0.1:1/0", connect_timeout=0.5)
+
+    asyncio.run(main())
+
+
+def test_cancelled_after_redis_ran_it_the_resend_is_answered_not_applied() -> None:
+    """Deterministic: a proxy in front of the real Redis holds the reply of the claim; Redis
+    has applied it; the coroutine is cancelled while it waits; the same command run again (a
+    new connection) gets the first outcome and nothing is applied twice."""
+    target = urlparse(REAL_REDIS_URL)
+    proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    database = int((target.path or "/0").strip("/") or 0)
+    name = f"aio-{uuid.uuid4().hex[:8]}"
+    sync_cache = Cache(real_client(), name, replica="check")
+
+    async def main() -> None:
+        client = await connect_async(f"redis://127.0.0.1:{proxy.port}/{database}")
+        cache = await AsyncCache.open(client, name, replica="aio")
+        await cache.add_node(make_node("n", "4", "8Gi"))
+        pod = make_pod("held", "n", "1", "1Gi")
+        command = commands.assume_pod(pod, False, None, 0.0)
+        proxy.hold_next(command.id.encode())
+        task = asyncio.ensure_future(cache.run(command))
+        for _ in range(200):  # until Redis has run it (the reply is held at the proxy)
+            if sync_cache.pod_state(pod) == "assumed":
+                break
+            await asyncio.sleep(0.01)
+        assert sync_cache.pod_state(pod) == "assumed" and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        proxy.release()
+        await cache.run(command)  # answered from the remembered id
+        assert [e.type for e in sync_cache.events()] == ["NodeAdded", "PodAssumed"]
+        await cache.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+        assert proxy.cuts["hold"] == 1
+    finally:
+        proxy.close()
+        sync_cache.clear()
+
+
+def test_the_readme_aiohttp_example_claims_and_refuses() -> None:
+    """The README's asyncio block, served by aiohttp's test server on the embedded cache."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from tests.test_readme import python_blocks
+
+    (block,) = [b for b in python_blocks() if "schedcache.aio" in b]
+    namespace: dict[str, Any] = {"__name__": "readme_aio"}
+    exec(compile(block, "README.md", "exec"), namespace)
+    app = namespace["app"]
+
+    async def main() -> None:
+        async with TestClient(TestServer(app)) as client:
+            cache = app[namespace["CACHE"]]
+            await cache.add_node(make_node("node-1", "1", "2Gi"))
+            pod = pod_manifest("web-0", "", "600m", "1Gi", uid="w0")
+            first = await client.post("/claim", json={"pod": pod, "node": "node-1"})
+            assert first.status == 200 and await first.json() == {"claimed": "w0"}
+            other = pod_manifest("web-1", "", "600m", "1Gi", uid="w1")
+            second = await client.post("/claim", json={"pod": other, "node": "node-1"})
+            assert second.status == 409 and "cpu" in str(await second.json())
+            assert await cache.pod_state("w0") == "assumed"
+            assert await cache.pod_state("w1") is None
+        assert cache.lease is not None and cache.lease.task is None  # cleanup ran aclose
+
+    asyncio.run(main())
