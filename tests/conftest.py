@@ -106,8 +106,12 @@ def backend_url(backend: str, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A 3-primary, 3-replica Redis Cluster on loopback ports, for the whole session."""
-    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    """A 3-primary, 3-replica Redis Cluster on loopback ports, for the whole session.
+
+    Its node timeout is long: a primary busy for over a second (a 65,536-label pod's script and
+    its fsync on a loaded CI machine) must not be failed over under the tests that share it,
+    which then meet a MOVED slot. The failover tests start their own cluster with 1 s."""
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"), node_timeout=15_000)
     try:
         yield cluster.start()
     finally:
