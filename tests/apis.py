@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import fakeredis
 
 from schedcache import Cache
-from schedcache.aio import AsyncCache, connect_async
+from schedcache.aio import AsyncCache, AsyncCommandBatch, connect_async
 
 T = TypeVar("T")
 
@@ -51,6 +51,39 @@ async def async_client_for(sync_cache: Cache, url: str) -> Any:
     return await connect_async(url)
 
 
+class BlockingBatch:
+    """An :class:`AsyncCommandBatch` used as the sync batch is: ``with`` executes on a clean
+    exit; ``execute`` and ``settle`` are waited for; the shortcuts return this wrapper."""
+
+    def __init__(self, batch: AsyncCommandBatch, loop: LoopThread) -> None:
+        self.batch = batch
+        self.loop = loop
+
+    def __enter__(self) -> BlockingBatch:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.loop.run(self.batch.__aexit__(exc_type, None, None))
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def execute(self) -> list[Any]:
+        return self.loop.run(self.batch.execute())
+
+    def settle(self, groups: list[Any]) -> list[Any]:
+        return self.loop.run(self.batch.settle(groups))
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.batch, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = method(*args, **kwargs)
+            return self if result is self.batch else result
+
+        return call
+
+
 class Blocking:
     """``AsyncCache``'s methods, called and waited for; the rest from the sync cache."""
 
@@ -63,6 +96,9 @@ class Blocking:
             return await AsyncCache.open(client, sync_cache.name, **options)
 
         self.async_cache = self.loop.run(make())
+
+    def batch(self, chunk_size: int = 200) -> BlockingBatch:
+        return BlockingBatch(self.async_cache.batch(chunk_size), self.loop)
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self.async_cache, name, None)

@@ -118,6 +118,99 @@ def test_the_lease_task_is_cancelled_by_aclose(open_async) -> None:  # type: ign
     asyncio.run(main())
 
 
+def test_an_async_batch_claims_in_order_and_then_holds_the_lease(open_async) -> None:  # type: ignore[no-untyped-def]
+    """``async with cache.batch()``: the commands applied in order, each judged on its own (the
+    claim that no longer fits refused, the others kept); the lease heartbeat starts once the
+    claims are sent."""
+
+    async def main() -> None:
+        cache, sync_cache = await open_async(lease_ttl=0.3)
+        async with cache.batch(chunk_size=2) as batch:
+            batch.add_node(make_node("n", "1", "1Gi"))
+            for index in range(3):
+                batch.assume_pod(make_pod(f"c{index}", "n", "400m", "1Mi"), check_fit=True)
+            assert len(batch) == 4 and cache.lease is not None and cache.lease.task is None
+        assert len(batch) == 0 and cache.lease.task is not None
+        results = await cache.batch().add_pod(make_pod("c0", "n", "400m", "1Mi")).execute()
+        assert results[0].ok and await cache.pod_state("c0") == "added"  # the informer confirms
+        await asyncio.sleep(0.5)  # past the ttl: only the heartbeat keeps the lease
+        assert sync_cache.client.exists(sync_cache.keys.lease("aio"))
+        await close(cache)
+        assert sorted(pod.name for pod in sync_cache.get_node_info("n").pods) == ["c0", "c1"]
+        types = [e.type for e in sync_cache.events()]
+        assert types[:3] == ["NodeAdded", "PodAssumed", "PodAssumed"] and len(types) == 4
+
+    asyncio.run(main())
+
+
+def through_proxy(test: Callable[[FaultyProxy, AsyncCache, Cache], Any]) -> None:
+    """Run ``await test(proxy, cache, sync_cache)`` with an AsyncCache on the real Redis
+    through a :class:`FaultyProxy`, and a sync cache of the same name to check with."""
+    target = urlparse(REAL_REDIS_URL)
+    proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    database = int((target.path or "/0").strip("/") or 0)
+    name = f"aio-{uuid.uuid4().hex[:8]}"
+    sync_cache = Cache(real_client(), name, replica="check")
+
+    async def main() -> None:
+        client = await connect_async(f"redis://127.0.0.1:{proxy.port}/{database}")
+        cache = await AsyncCache.open(client, name, replica="aio")
+        await test(proxy, cache, sync_cache)
+        await cache.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        proxy.close()
+        sync_cache.clear()
+
+
+def test_an_async_batch_whose_reply_was_lost_is_sent_again_and_applied_once() -> None:
+    async def test(proxy: FaultyProxy, cache: AsyncCache, sync_cache: Cache) -> None:
+        await cache.add_node(make_node("n", "100", "100Gi"))
+        batch = cache.batch(chunk_size=5)
+        for index in range(30):
+            batch.add_pod(make_pod(f"lost-{index:02}", "n", "100m", "1Mi"))
+        proxy.cut_next("after", b"lost-12")  # Redis runs that window; its replies are lost
+        results = await batch.execute()
+        assert proxy.cuts["after"] == 1
+        assert len(results) == 30 and all(result.ok for result in results)
+        added = [e.uid for e in sync_cache.events() if e.type == "PodAdded"]
+        assert added == [f"lost-{index:02}" for index in range(30)]  # once each, in order
+
+    through_proxy(test)
+
+
+def test_a_cancelled_async_batch_settles_exactly_once() -> None:
+    """Cancelled while Redis has run a group and its reply is held: ``settle(batch.sent)``
+    answers the groups that ran from their ids and applies the rest, once."""
+
+    async def test(proxy: FaultyProxy, cache: AsyncCache, sync_cache: Cache) -> None:
+        await cache.add_node(make_node("n", "100", "100Gi"))
+        batch = cache.batch(chunk_size=5)
+        for index in range(60):  # 12 groups: two round trips of 8 and 4
+            batch.add_pod(make_pod(f"held-{index:02}", "n", "100m", "1Mi"))
+        proxy.hold_next(b"held-00")
+        task = asyncio.ensure_future(batch.execute())
+        for _ in range(200):  # until Redis has run the first window (its reply held)
+            if sync_cache.pod_count() == 40:
+                break
+            await asyncio.sleep(0.01)
+        assert sync_cache.pod_count() == 40 and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        proxy.release()
+        results = await cache.batch().settle(batch.sent)
+        assert len(results) == 60 and all(result.ok for result in results)
+        added = [e.uid for e in sync_cache.events() if e.type == "PodAdded"]
+        assert added == [f"held-{index:02}" for index in range(60)]
+        assert sync_cache.verify() == []
+
+    through_proxy(test)
+
+
 def test_connect_async_takes_the_sync_urls_and_errors() -> None:
     async def main() -> None:
         client = await connect_async("embedded")

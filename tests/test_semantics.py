@@ -296,8 +296,7 @@ def test_update_pod_with_another_uid_is_refused(make_cache):
         cache.update_pod(old, make_pod("web-0", "n1", uid="b"))
 
 
-def test_batch_applies_in_order_and_reports_each_rejection(make_cache):
-    cache = make_cache()
+def test_batch_applies_in_order_and_reports_each_rejection(cache):
     pods = [make_pod(f"p{i}", f"n{i % 3}", "100m", "1Mi") for i in range(10)]
     batch = cache.batch(chunk_size=4)
     batch.add_node(make_node("n0", "4", "1Gi"))
@@ -316,8 +315,7 @@ def test_batch_applies_in_order_and_reports_each_rejection(make_cache):
     assert cache.get_node_info("n0").node is not None
 
 
-def test_cache_reloads_the_library_when_the_server_lost_it(make_cache):
-    cache: Cache = make_cache()
+def test_cache_reloads_the_library_when_the_server_lost_it(cache):
     cache.client.function_flush()
     cache.add_pod(make_pod("web-0", "n1"))
     assert cache.pod_count() == 1
@@ -351,11 +349,10 @@ def test_batch_resent_after_a_lost_library_keeps_its_order(make_cache):
     assert cache.pod_state(pod) is None  # the informer's last word: deleted
 
 
-def test_a_failed_batch_call_keeps_the_results_of_the_others(make_cache):
+def test_a_failed_batch_call_keeps_the_results_of_the_others(cache):
     from schedcache import BatchFailed
     from schedcache.store.commands import Command
 
-    cache: Cache = make_cache()
     batch = cache.batch(chunk_size=2)
     batch.add_pod(make_pod("a", "n1"))
     batch.add_pod(make_pod("b", "n1"))

@@ -6,12 +6,14 @@ cache = await AsyncCache.open(await connect_async("redis://localhost:6379/0"), "
 await cache.assume_pod(pod, check_fit=True)
 """
 
+from schedcache.aio.batch import AsyncCommandBatch
 from schedcache.aio.cache import AsyncCache, AsyncLease, AsyncNodeTree
 from schedcache.aio.connection import connect_async, embedded_async_client
 from schedcache.aio.store import AsyncStore
 
 __all__ = [
     "AsyncCache",
+    "AsyncCommandBatch",
     "AsyncLease",
     "AsyncNodeTree",
     "AsyncStore",

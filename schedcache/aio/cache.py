@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from schedcache.aio.batch import AsyncCommandBatch
 from schedcache.aio.store import AsyncStore
 from schedcache.cache import EXPIRE_BATCH, Cache, cache_settings
 from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
@@ -167,22 +168,37 @@ class AsyncCache:
         command again settles it exactly once (while Redis remembers its id)."""
         return await self.store.run(command)
 
+    def batch(self, chunk_size: int = 200) -> AsyncCommandBatch:
+        """Collect commands, apply them with few round trips (``async with cache.batch() as
+        batch: batch.add_pod(pod)``); ``chunk_size`` commands per ``sc_batch`` call."""
+        return AsyncCommandBatch(self, chunk_size=chunk_size)
+
     # -- pods -------------------------------------------------------------------------
 
     async def assume_pod(
         self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
     ) -> None:
         """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`)."""
-        lease = self.lease
-        take = lease.ttl if lease is not None and lease.task is None else 0.0
+        command = commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take)
         try:
-            await self.run(commands.assume_pod(pod, check_fit, expect_generation, take))
+            await self.run(command)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
-        if lease is not None:
-            lease.start()
+        self.hold_lease()
+
+    @property
+    def lease_to_take(self) -> float:
+        """The lease ttl while the heartbeat has not started (the claim takes the lease in the
+        same script), else 0 (see :attr:`Cache.lease_to_take`)."""
+        lease = self.lease
+        return lease.ttl if lease is not None and lease.task is None else 0.0
+
+    def hold_lease(self) -> None:
+        """Heartbeat this replica's lease from now on, as a task on the running loop."""
+        if self.lease is not None:
+            self.lease.start()
 
     async def finish_binding(self, pod: Pod, now: float | None = None) -> None:
         await self.run(commands.finish_binding(pod, now, self.ttl))

@@ -158,7 +158,7 @@ class AsyncStore(StoreCore):
         async def before_resend(error: Exception, _: float) -> None:
             nonlocal attempts
             attempts += 1
-            await self._before_resend(f"sc_{command.name}", error)
+            await self.before_resend(f"sc_{command.name}", error)
 
         try:
             reply = await call_with_retries_async(
@@ -174,11 +174,12 @@ class AsyncStore(StoreCore):
         """``await call()`` under the retry policy (reads, transactions of their own)."""
 
         async def before_resend(error: Exception, _: float) -> None:
-            await self._before_resend(what, error)
+            await self.before_resend(what, error)
 
         return await call_with_retries_async(call, self.retry.delays(), before_resend)
 
-    async def _before_resend(self, what: str, error: Exception) -> None:
+    async def before_resend(self, what: str, error: Exception) -> None:
+        """Before sending again: log, and in a Cluster ask where the slot's primary is now."""
         if self.resending(what, error) and isinstance(self.client, RedisCluster):
             # The slot's primary may have changed; still electing: the next attempt asks again.
             with contextlib.suppress(redis.RedisError, OSError):

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from redis import ConnectionPool, ResponseError
 from redis.connection import Connection
@@ -34,7 +34,7 @@ from schedcache.store.commands import Command
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
-from schedcache.store.store import HasStore, Store, store_of
+from schedcache.store.store import HasStore, Store, StoreCore, store_of
 
 log = logging.getLogger(__name__)
 # Errors in a reply that mean the group was not run (send it again), as opposed to errors of
@@ -98,19 +98,71 @@ class Claimant(Protocol):
     def hold_lease(self) -> None: ...
 
 
-class CommandBatch:
+class BatchBuilder:
+    """The commands a batch takes, by kube-style name (``batch.add_pod(pod)``), shared by the
+    sync :class:`CommandBatch` and ``schedcache.aio.AsyncCommandBatch``: each shortcut builds the
+    command with ``schedcache.store.commands`` and passes it to :meth:`add`."""
+
+    claimant: Claimant | None
+
+    def add(self, command: Command) -> Self:
+        raise NotImplementedError
+
+    def assume_pod(
+        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+    ) -> Self:
+        claimant = self._claimant("assume_pod")
+        command = commands.assume_pod(pod, check_fit, expect_generation, claimant.lease_to_take)
+        self.claimed(claimant)
+        return self.add(command)
+
+    def claimed(self, claimant: Claimant) -> None:
+        """A claim was added: heartbeat the replica's lease from now on."""
+        claimant.hold_lease()
+
+    def finish_binding(self, pod: Pod, now: float | None = None) -> Self:
+        return self.add(commands.finish_binding(pod, now, self._claimant("finish_binding").ttl))
+
+    def forget_pod(self, pod: Pod) -> Self:
+        return self.add(commands.forget_pod(pod))
+
+    def add_pod(self, pod: Pod) -> Self:
+        return self.add(commands.add_pod(pod))
+
+    def update_pod(self, old: Pod, new: Pod) -> Self:
+        return self.add(commands.update_pod(old, new))
+
+    def remove_pod(self, pod: Pod) -> Self:
+        return self.add(commands.remove_pod(pod))
+
+    def add_node(self, node: Node) -> Self:
+        return self.add(commands.add_node(node))
+
+    def update_node(self, old: Node | None, new: Node) -> Self:
+        return self.add(commands.update_node(old, new))
+
+    def remove_node(self, node: Node | str) -> Self:
+        return self.add(commands.remove_node(node))
+
+    def _claimant(self, method: str) -> Claimant:
+        if self.claimant is None:
+            raise ValidationError(
+                "batch",
+                method,
+                "a batch of a bare Store has no ttl or lease: use cache.batch(), or add() a "
+                "command made with schedcache.store.commands",
+            )
+        return self.claimant
+
+
+class CommandBatch(BatchBuilder):
     """Collects commands and streams them to Redis in groups; see the module docstring.
 
     ``cache``: a ``Cache`` (``cache.batch()`` is the usual way), or a bare :class:`Store`, whose
     batches take commands with :meth:`add` only (they have no ttl or lease for the shortcuts)."""
 
     def __init__(self, cache: Store | HasStore, chunk_size: int = 200) -> None:
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-            raise ValidationError("batch", "chunk_size", f"{chunk_size!r} is not an integer")
-        if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
-            raise ValidationError(
-                "batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}"
-            )
+        check_chunk_size(chunk_size)
         self.cache = cache  # as given: a Cache, or a Store
         self.store = store_of(cache)
         self.claimant = cache if isinstance(cache, Claimant) else None
@@ -136,54 +188,12 @@ class CommandBatch:
         else:
             self.close()
 
-    def add(self, command: Command) -> CommandBatch:
+    def add(self, command: Command) -> Self:
         self.group.append(command)
         self.count += 1
         if len(self.group) >= self.chunk_size:
             self._send_group()
         return self
-
-    def assume_pod(
-        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
-    ) -> CommandBatch:
-        claimant = self._claimant("assume_pod")
-        command = commands.assume_pod(pod, check_fit, expect_generation, claimant.lease_to_take)
-        claimant.hold_lease()
-        return self.add(command)
-
-    def finish_binding(self, pod: Pod, now: float | None = None) -> CommandBatch:
-        return self.add(commands.finish_binding(pod, now, self._claimant("finish_binding").ttl))
-
-    def forget_pod(self, pod: Pod) -> CommandBatch:
-        return self.add(commands.forget_pod(pod))
-
-    def add_pod(self, pod: Pod) -> CommandBatch:
-        return self.add(commands.add_pod(pod))
-
-    def update_pod(self, old: Pod, new: Pod) -> CommandBatch:
-        return self.add(commands.update_pod(old, new))
-
-    def remove_pod(self, pod: Pod) -> CommandBatch:
-        return self.add(commands.remove_pod(pod))
-
-    def add_node(self, node: Node) -> CommandBatch:
-        return self.add(commands.add_node(node))
-
-    def update_node(self, old: Node | None, new: Node) -> CommandBatch:
-        return self.add(commands.update_node(old, new))
-
-    def remove_node(self, node: Node | str) -> CommandBatch:
-        return self.add(commands.remove_node(node))
-
-    def _claimant(self, method: str) -> Claimant:
-        if self.claimant is None:
-            raise ValidationError(
-                "batch",
-                method,
-                "a batch of a bare Store has no ttl or lease: use cache.batch(), or add() a "
-                "command made with schedcache.store.commands",
-            )
-        return self.claimant
 
     def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
         """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
@@ -210,7 +220,7 @@ class CommandBatch:
             while self.in_flight:
                 self._read_reply()
             answered, self.answered = self.answered, []
-            while (first := _first_unapplied(answered)) is not None:
+            while (first := first_unapplied(answered)) is not None:
                 # That group was refused before it ran: the server lost the library (restart
                 # without persistence, flush), or the cluster is electing a primary or moved
                 # the slot. Send it and every later group again, in order and with their ids:
@@ -230,23 +240,7 @@ class CommandBatch:
         finally:
             self.close()
         self.count = 0
-        results: list[BatchResult] = []
-        failures: list[tuple[list[Command], Exception]] = []
-        for _, group, reply, replicas in answered:
-            if isinstance(reply, Exception):
-                failures.append(
-                    (group, translate("batch", f"a batch of {len(group)} commands", reply))
-                )
-                continue
-            results += _results(group, reply)
-            if self.store.wait_replicas:
-                try:
-                    self.store.check_replicated(replicas, f"sc_batch of {len(group)} commands")
-                except (NotReplicated, ResponseError) as error:
-                    failures.append((group, error))
-        if failures:
-            raise BatchFailed(results, failures)
-        return results
+        return judge(self.store, answered)
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
@@ -274,9 +268,7 @@ class CommandBatch:
             self._read_reply()
 
     def _send(self, group_id: str, group: list[Command]) -> None:
-        args: list[Any] = []
-        for command in group:
-            args += [command.name, len(command.args), *command.args]
+        args = group_args(group)
         if self.connection is None:
             self.pool = self.store.server().connection_pool
             self.connection = self.pool.get_connection()
@@ -307,7 +299,7 @@ class CommandBatch:
             return error
 
     def _wait_before_resending(self, reason: Any, delays: Iterator[float]) -> None:
-        if _library_missing(reason):
+        if library_missing(reason):
             self.store.reload_library()
             return
         self._back_off(
@@ -370,6 +362,43 @@ class CommandBatch:
         time.sleep(delay)
 
 
+def check_chunk_size(chunk_size: object) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise ValidationError("batch", "chunk_size", f"{chunk_size!r} is not an integer")
+    if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise ValidationError("batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}")
+
+
+def judge(store: StoreCore, answered: list[tuple[str, SentGroup, Any, Any]]) -> list[BatchResult]:
+    """Every command's :class:`BatchResult` from the groups' replies (``(group id, group,
+    reply, WAIT reply)`` in order); :class:`BatchFailed` with them all if a group failed as a
+    whole or was not replicated."""
+    results: list[BatchResult] = []
+    failures: list[tuple[list[Command], Exception]] = []
+    for _, group, reply, replicas in answered:
+        if isinstance(reply, Exception):
+            failures.append((group, translate("batch", f"a batch of {len(group)} commands", reply)))
+            continue
+        results += _results(group, reply)
+        if store.wait_replicas:
+            try:
+                store.check_replicated(replicas, f"sc_batch of {len(group)} commands")
+            except (NotReplicated, ResponseError) as error:
+                failures.append((group, error))
+    if failures:
+        raise BatchFailed(results, failures)
+    return results
+
+
+def group_args(group: list[Command]) -> list[Any]:
+    """``sc_batch``'s arguments after the FCALL convention's: each command's name, argument
+    count and arguments, in order."""
+    args: list[Any] = []
+    for command in group:
+        args += [command.name, len(command.args), *command.args]
+    return args
+
+
 def derive_group_id(group: list[Command]) -> str:
     """The id of one ``sc_batch`` call, derived from its commands' ids: the same commands sent
     again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call."""
@@ -379,19 +408,19 @@ def derive_group_id(group: list[Command]) -> str:
     return digest.hexdigest()
 
 
-def _first_unapplied(answered: list[tuple[str, SentGroup, Any, Any]]) -> int | None:
+def first_unapplied(answered: list[tuple[str, SentGroup, Any, Any]]) -> int | None:
     """The first group that Redis refused without running it (to be sent again)."""
     return next(
         (
             i
             for i, (_, _, reply, _) in enumerate(answered)
-            if _library_missing(reply) or isinstance(reply, REFUSED)
+            if library_missing(reply) or isinstance(reply, REFUSED)
         ),
         None,
     )
 
 
-def _library_missing(reply: Any) -> bool:
+def library_missing(reply: Any) -> bool:
     return isinstance(reply, ResponseError) and is_missing_function(reply)
 
 
