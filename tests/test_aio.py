@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from schedcache import Cache
-from schedcache.aio import AsyncCache, connect_async
+from schedcache.aio import AsyncCache, AsyncExpiryWorker, connect_async
 from schedcache.errors import FitConflict, PodAlreadyExists, ValidationError
 from schedcache.store import commands
 from tests.apis import async_client_for
@@ -139,6 +139,47 @@ def test_an_async_batch_claims_in_order_and_then_holds_the_lease(open_async) -> 
         assert sorted(pod.name for pod in sync_cache.get_node_info("n").pods) == ["c0", "c1"]
         types = [e.type for e in sync_cache.events()]
         assert types[:3] == ["NodeAdded", "PodAssumed", "PodAssumed"] and len(types) == 4
+
+    asyncio.run(main())
+
+
+def test_the_expiry_worker_coroutine_shares_the_loop_and_stops_at_once(open_async) -> None:  # type: ignore[no-untyped-def]
+    """Bounded rounds as the sync worker's (23 due pods in calls of 5, the not-due and the
+    unfinished kept); three workers at once expire each pod once; ``run()`` as a task wakes
+    for the deadline while other coroutines go on, and ``stop()`` ends it mid-sleep."""
+
+    async def main() -> None:
+        cache, sync_cache = await open_async(ttl=0.3)
+        past = sync_cache.client.time()[0] - 3600
+        with sync_cache.batch() as batch:
+            for index in range(83):
+                pod = make_pod(f"due{index}", f"n{index % 4}", "10m", "1Mi")
+                batch.assume_pod(pod)
+                batch.finish_binding(pod, now=past)
+        unfinished = make_pod("binding", "n1", "10m", "1Mi")
+        await cache.assume_pod(unfinished)
+        workers = [AsyncExpiryWorker(cache, batch=5) for _ in range(3)]
+        rounds = await asyncio.gather(*(worker.run_once() for worker in workers))
+        expired = [uid for round_ in rounds for uid in round_]
+        assert sorted(expired) == sorted(f"due{index}" for index in range(83))
+        assert await cache.pod_state(unfinished) == "assumed"
+        assert await workers[0].seconds_until_next_deadline() == 1.0  # nothing finished
+
+        worker = AsyncExpiryWorker(cache, interval=30.0)
+        task = asyncio.create_task(worker.run())
+        await cache.finish_binding(unfinished)  # due in 0.3 s
+        added = 0
+        while await cache.pod_state(unfinished) and added < 500:  # the loop is not blocked
+            await cache.add_pod(make_pod(f"other{added}", "n2", "1m", "1Mi"))
+            added += 1
+            await asyncio.sleep(0.01)
+        assert await cache.pod_state(unfinished) is None and 0 < added < 500
+        worker.stop()
+        await asyncio.wait_for(task, 2)  # asleep for up to 30 s: woken by stop()
+        assert worker.expired_total == 1
+        await close(cache)
+        expiries = [e.uid for e in sync_cache.events() if e.type == "PodExpired"]
+        assert len(expiries) == len(set(expiries)) == 84
 
     asyncio.run(main())
 

@@ -9,11 +9,13 @@ await cache.assume_pod(pod, check_fit=True)
 from schedcache.aio.batch import AsyncCommandBatch
 from schedcache.aio.cache import AsyncCache, AsyncLease, AsyncNodeTree
 from schedcache.aio.connection import connect_async, embedded_async_client
+from schedcache.aio.expiry import AsyncExpiryWorker
 from schedcache.aio.store import AsyncStore
 
 __all__ = [
     "AsyncCache",
     "AsyncCommandBatch",
+    "AsyncExpiryWorker",
     "AsyncLease",
     "AsyncNodeTree",
     "AsyncStore",

@@ -117,6 +117,11 @@ class AsyncStore(StoreCore):
                 "Cluster client does not lend: use the sync Cache for WAIT on a Cluster",
             )
 
+    @property
+    def store(self) -> AsyncStore:
+        """The store itself: whatever takes a cache or its store (``store_of``)."""
+        return self
+
     @classmethod
     async def open(cls, client: Any, name: str = "default", **options: Any) -> AsyncStore:
         store = cls(client, name, **options)
@@ -124,6 +129,10 @@ class AsyncStore(StoreCore):
         return store
 
     # -- talking to the cache's server ----------------------------------------------------
+
+    async def server_time(self) -> Any:
+        """``TIME`` of the server holding the cache: the clock deadlines are set by."""
+        return await self._server("TIME")
 
     async def _server(self, *args: Any) -> Any:
         """One command to the server holding the cache (in a Cluster, its slot's primary)."""

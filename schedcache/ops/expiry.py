@@ -20,32 +20,90 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from schedcache.errors import NotReplicated
 from schedcache.store import commands, metrics
 from schedcache.store.retry import RETRYABLE, backoff, call_with_retries
-from schedcache.store.store import HasStore, Store, log_skipped, store_of
+from schedcache.store.store import Store, StoreCore, log_skipped, store_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass
-class ExpiryWorker:
-    """Runs expiry rounds for one cache until :meth:`stop` is called."""
+ACTIONS = ("expire", "forget")
 
-    cache: Store | HasStore  # a Cache, or its Store
+
+@dataclass
+class ExpiryRounds:
+    """What an expiry round is, for the sync :class:`ExpiryWorker` and the asyncio
+    ``schedcache.aio.AsyncExpiryWorker``: the commands, what a reply means, what is counted
+    and logged, how long to sleep. The workers only send."""
+
+    cache: Any  # a Cache, or its Store (an AsyncCache, or its AsyncStore)
     interval: float = 1.0  # longest sleep between rounds, seconds
     batch: int = 500  # pods expired per Lua call
     max_backoff: float = 30.0  # longest wait between reconnection attempts, seconds
 
     def __post_init__(self) -> None:
-        self.store = store_of(self.cache)
-        self.stopping = threading.Event()
+        self.store: StoreCore = store_of(self.cache)
         self.expired_total = 0
         self.skipped_total = 0  # pods skipped because their stored record is corrupt
         self.forgotten_total = 0
+
+    def command(self, action: str) -> commands.Command:
+        """The next call of a round: expire what is due, or forget lapsed replicas' claims."""
+        if action == "expire":
+            return commands.cleanup_assumed_pods(None, self.batch)
+        return commands.forget_lapsed(self.batch)
+
+    def take(self, action: str, reply: Any) -> tuple[list[str], bool]:
+        """The uids one call settled, and whether another call is due (it hit ``batch``)."""
+        uids, skipped = reply
+        self.skipped_total += len(skipped)
+        log_skipped(self.store.name, action, skipped)
+        return [uid.decode() for uid in uids], len(uids) + len(skipped) >= self.batch
+
+    def tolerate(self, error: NotReplicated) -> Any:
+        """Applied all the same (fewer replicas confirmed it): carry on, but say so."""
+        log.warning("%s; the worker carries on", error)
+        return _sweep_reply(error.reply)
+
+    def report(self, expired: list[str], forgotten: list[str]) -> None:
+        if forgotten:
+            self.forgotten_total += len(forgotten)
+            log.warning(
+                "forgot %d assumed pods of replicas whose lease lapsed in cache %s",
+                len(forgotten),
+                self.store.name,
+            )
+        if expired:
+            self.expired_total += len(expired)
+            metrics.EXPIRED_PODS.labels(cache=self.store.name).inc(len(expired))
+            log.info("expired %d assumed pods in cache %s", len(expired), self.store.name)
+
+    def pause(self, first: list[Any], server_time: Any) -> float:
+        """Seconds until the earliest deadline (``ZRANGE ... WITHSCORES`` of the first) by the
+        server's clock (``TIME``), at most ``interval``."""
+        if not first:
+            return self.interval
+        seconds, micros = server_time
+        now_ms = float(seconds) * 1000 + float(micros) / 1000
+        # Expiry is strictly after the deadline: wake 1 ms past it.
+        return max(0.0, min(self.interval, (float(first[0][1]) + 1 - now_ms) / 1000))
+
+    def retrying(self, error: Exception, delay: float) -> None:
+        log.warning("Redis unavailable (%s); retrying in %.1fs", error, delay)
+
+
+@dataclass
+class ExpiryWorker(ExpiryRounds):
+    """Runs expiry rounds for one cache until :meth:`stop` is called."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.store: Store = store_of(self.cache)
+        self.stopping = threading.Event()
 
     def stop(self, *_: object) -> None:
         self.stopping.set()
@@ -58,34 +116,20 @@ class ExpiryWorker:
     def run_once(self) -> list[str]:
         """One round: expire everything due now, then forget the unfinished pods of replicas
         whose lease lapsed, in bounded calls. Returns the uids expired."""
-        expired = self._drain(lambda: commands.cleanup_assumed_pods(None, self.batch), "expire")
-        forgotten = self._drain(lambda: commands.forget_lapsed(self.batch), "forget")
-        if forgotten:
-            self.forgotten_total += len(forgotten)
-            log.warning(
-                "forgot %d assumed pods of replicas whose lease lapsed in cache %s",
-                len(forgotten),
-                self.store.name,
-            )
-        if expired:
-            self.expired_total += len(expired)
-            metrics.EXPIRED_PODS.labels(cache=self.store.name).inc(len(expired))
-            log.info("expired %d assumed pods in cache %s", len(expired), self.store.name)
+        expired, forgotten = (self._drain(action) for action in ACTIONS)
+        self.report(expired, forgotten)
         return expired
 
-    def _drain(self, command: Callable[[], commands.Command], action: str) -> list[str]:
+    def _drain(self, action: str) -> list[str]:
         done: list[str] = []
-        while not self.stopping.is_set():
+        more = True
+        while more and not self.stopping.is_set():
             try:
-                uids, skipped = self.store.run(command())
-            except NotReplicated as error:  # applied all the same: carry on, but say so
-                log.warning("%s; the worker carries on", error)
-                uids, skipped = _sweep_reply(error.reply)
-            done += [uid.decode() for uid in uids]
-            self.skipped_total += len(skipped)
-            log_skipped(self.store.name, action, skipped)
-            if len(uids) + len(skipped) < self.batch:
-                break
+                reply = self.store.run(self.command(action))
+            except NotReplicated as error:
+                reply = self.tolerate(error)
+            uids, more = self.take(action, reply)
+            done += uids
         return done
 
     def seconds_until_next_deadline(self) -> float:
@@ -94,15 +138,10 @@ class ExpiryWorker:
         pipe = self.store.server().pipeline(transaction=False)
         pipe.zrange(self.store.keys.deadlines, 0, 0, withscores=True)
         pipe.time()
-        first, (seconds, micros) = pipe.execute()
-        if not first:
-            return self.interval
-        now_ms = float(seconds) * 1000 + float(micros) / 1000
-        # Expiry is strictly after the deadline: wake 1 ms past it.
-        return max(0.0, min(self.interval, (float(first[0][1]) + 1 - now_ms) / 1000))
+        return self.pause(*pipe.execute())
 
     def _before_retry(self, error: Exception, delay: float) -> None:
-        log.warning("Redis unavailable (%s); retrying in %.1fs", error, delay)
+        self.retrying(error, delay)
         self.store.route.refresh()  # a failover may have moved the cache to another server
 
     def _retrying(self, call: Callable[[], T]) -> T:

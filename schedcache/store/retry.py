@@ -148,6 +148,7 @@ async def call_with_retries_async(
     call: Callable[[], Awaitable[T]],
     delays: Iterator[float],
     on_retry: Callable[[Exception, float], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> T:
     """:func:`call_with_retries` for coroutines: the same rule, waiting with
     ``asyncio.sleep`` so the rest of the event loop runs meanwhile."""
@@ -159,7 +160,7 @@ async def call_with_retries_async(
             if delay is None:
                 raise
             await on_retry(error, delay)
-            await asyncio.sleep(delay)
+            await sleep(delay)
 
 
 def backoff(first: float, maximum: float, until: Callable[[], bool]) -> Iterator[float]:
