@@ -184,6 +184,70 @@ def test_the_expiry_worker_coroutine_shares_the_loop_and_stops_at_once(open_asyn
     asyncio.run(main())
 
 
+def test_audit_folds_in_a_thread_while_the_loop_goes_on(open_async) -> None:  # type: ignore[no-untyped-def]
+    """replay, verify, checkpoint, compact, at and history answer as the sync cache's do, and
+    the loop keeps serving other coroutines while the fold runs."""
+
+    async def main() -> None:
+        cache, sync_cache = await open_async()
+        async with cache.batch() as batch:
+            for index in range(300):
+                batch.add_node(make_node(f"n{index}", "4", "8Gi"))
+                batch.add_pod(make_pod(f"p{index}", f"n{index}", "100m", "1Mi"))
+        middle = (await cache.last_events(301))[0].id  # just after the 300th event
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        running = asyncio.create_task(ticker())
+        assert await cache.verify() == []
+        assert ticks > 0, "the loop stood still during verify"
+        running.cancel()
+        replayed = await cache.replay()
+        assert replayed == sync_cache.replay() and len(replayed.nodes) == 300
+        then = await cache.at(middle)  # n0..n149 and their pods
+        assert then.num_nodes() == 150 and sum(len(i.pods) for i in then.node_info_list) == 150
+        assert await cache.checkpoint() == (await cache.last_events(1))[0].id
+        await cache.add_pod(make_pod("late", "n0", "1m", "1Mi"))
+        assert await cache.compact() == 599  # all before the checkpoint's own event
+        assert [e.type for e in await cache.history("late")] == ["PodAdded"]
+        assert await cache.verify() == [] and sync_cache.verify() == []
+        assert len(await cache.list_pods()) == 301
+        await close(cache)
+
+    asyncio.run(main())
+
+
+def test_audit_on_a_client_of_unknown_origin_asks_for_a_sync_client() -> None:
+    """A redis.asyncio client made by hand: its URL is unknown, so the audit calls say what to
+    pass instead of guessing; with ``sync_client=`` they work."""
+    name = f"aio-{uuid.uuid4().hex[:8]}"
+    sync_cache = Cache(real_client(), name)
+
+    async def main() -> None:
+        import redis.asyncio
+
+        client = redis.asyncio.Redis.from_url(REAL_REDIS_URL)
+        cache = await AsyncCache.open(client, name)
+        await cache.add_node(make_node("n", "1", "1Gi"))
+        with pytest.raises(ValidationError, match="sync_client.*connect_async"):
+            await cache.verify()
+        given = await AsyncCache.open(client, name, sync_client=real_client())
+        assert await given.verify() == []
+        await given.aclose()
+        await cache.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        sync_cache.clear()
+
+
 def through_proxy(test: Callable[[FaultyProxy, AsyncCache, Cache], Any]) -> None:
     """Run ``await test(proxy, cache, sync_cache)`` with an AsyncCache on the real Redis
     through a :class:`FaultyProxy`, and a sync cache of the same name to check with."""

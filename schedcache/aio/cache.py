@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from schedcache.aio.batch import AsyncCommandBatch
+from schedcache.aio.connection import sync_client_for
 from schedcache.aio.store import AsyncStore
 from schedcache.cache import EXPIRE_BATCH, Cache, cache_settings
-from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
-from schedcache.model.nodeinfo import NodeInfo
+from schedcache.errors import FitConflict, NodeNotFound, PodNotFound, ValidationError
+from schedcache.history.verify import Difference
+from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.commands import Command
@@ -33,6 +35,7 @@ from schedcache.views.nodetree import interleave, parse_tree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class AsyncLease:
@@ -116,8 +119,12 @@ class AsyncCache:
     AsyncCache.open(await connect_async(url), "prod", replica="sched-0")``) and close it with
     :meth:`aclose` (or ``async with``). Options as :class:`~schedcache.cache.Cache`'s."""
 
-    def __init__(self, store: AsyncStore, ttl: float, lease_ttl: float) -> None:
+    def __init__(
+        self, store: AsyncStore, ttl: float, lease_ttl: float, sync_client: Any = None
+    ) -> None:
         self.store = store
+        self.sync_client = sync_client
+        self._twin: Cache | None = None
         self.ttl = ttl
         self.lease = AsyncLease(store, lease_ttl) if store.replica and lease_ttl > 0 else None
         self.name: str = store.name
@@ -137,7 +144,11 @@ class AsyncCache:
         lease_ttl: float = 15.0,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        sync_client: Any = None,
     ) -> AsyncCache:
+        """``sync_client``: a sync client of the same server, for the audit calls that fold the
+        stream in a worker thread (replay, verify, checkpoints); needed only when ``client`` was
+        made neither by :func:`connect_async` nor by fakeredis."""
         ttl, lease_ttl = cache_settings(name, ttl, lease_ttl)
         store = await AsyncStore.open(
             client,
@@ -147,7 +158,7 @@ class AsyncCache:
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
         )
-        return cls(store, ttl, lease_ttl)
+        return cls(store, ttl, lease_ttl, sync_client)
 
     async def __aenter__(self) -> AsyncCache:
         return self
@@ -160,6 +171,9 @@ class AsyncCache:
         drops it at once). The client stays open: it is the caller's."""
         if self.lease is not None:
             await self.lease.stop(release=release_lease)
+        twin, self._twin = self._twin, None
+        if twin is not None and self.sync_client is None:  # the twin's client is ours
+            await asyncio.to_thread(twin.client.close)
 
     # -- running commands ---------------------------------------------------------------
 
@@ -314,3 +328,77 @@ class AsyncCache:
                     event = decode_entry(entry_id, raw)
                     after = event.id
                     yield event
+
+    # -- audit: folded in a worker thread ------------------------------------------------
+
+    def _sync_twin(self) -> Cache:
+        """The sync :class:`Cache` of the same name and server (made once, in a thread)."""
+        if self._twin is None:
+            client = self.sync_client or sync_client_for(self.client)
+            if client is None:
+                raise ValidationError(
+                    f"cache {self.name}",
+                    "sync_client",
+                    "replay, verify and checkpoints fold the stream in a worker thread with a "
+                    "sync client of the same server: open the client with connect_async(url), "
+                    "or pass sync_client= to AsyncCache.open",
+                )
+            self._twin = Cache(
+                client,
+                self.name,
+                ttl=self.ttl,
+                replica=self.replica,
+                retry=self.store.retry,
+                lease_ttl=0,  # the lease is this cache's task's
+            )
+        return self._twin
+
+    async def _in_thread(self, work: Callable[[Cache], T]) -> T:
+        """``work(sync twin)`` in a worker thread: the fold is CPU work and its reads are many;
+        the event loop goes on meanwhile."""
+        return await asyncio.to_thread(lambda: work(self._sync_twin()))
+
+    async def replay(
+        self, until: str | None = None, progress: Callable[[int], None] | None = None
+    ) -> Dump:
+        """The state folded from the checkpoint and the stream (see :meth:`Cache.replay`)."""
+        return await self._in_thread(lambda cache: cache.replay(until, progress))
+
+    async def verify(self) -> list[Difference]:
+        """Differences between the replayed stream and the live keys (see :meth:`Cache.verify`)."""
+        return await self._in_thread(lambda cache: cache.verify())
+
+    async def checkpoint(self) -> str:
+        """Store the folded state at the stream's last event; that event's id."""
+        return await self._in_thread(lambda cache: cache.checkpoint())
+
+    async def compact(self, keep: int = 0) -> int:
+        """Trim the stream before the checkpoint (see :meth:`Cache.compact`)."""
+        return await self._in_thread(lambda cache: cache.compact(keep))
+
+    async def at(self, event_id: str) -> Snapshot:
+        """The cache just after event ``event_id`` as a snapshot (see :meth:`Cache.at`)."""
+        return await self._in_thread(lambda cache: cache.at(event_id))
+
+    async def dump(self) -> Dump:
+        """Every node entry (ghosts included) with its pods, and the assumed set."""
+        return await self._in_thread(lambda cache: cache.dump())
+
+    async def history(self, pod: Pod | str) -> list[Event]:
+        """The events of one pod (by uid), across nodes, in stream order."""
+        return await self._in_thread(lambda cache: cache.history(pod))
+
+    async def history_of_node(self, name: str) -> list[Event]:
+        """The events that changed node ``name`` (its own and its pods'), in stream order."""
+        return await self._in_thread(lambda cache: cache.history_of_node(name))
+
+    async def list_pods(self, selector: str | dict[str, str] | None = None) -> list[Pod]:
+        """Every pod whose labels match a kubectl-style selector (``app=web,tier!=db``)."""
+        return await self._in_thread(lambda cache: cache.list_pods(selector))
+
+    async def last_events(self, count: int) -> list[Event]:
+        """The newest ``count`` events, oldest first."""
+        entries = stream_entries(await self.client.xrevrange(self.keys.events, count=count))
+        return [decode_entry(entry_id, raw) for entry_id, raw in reversed(entries)]
+
+    pod_ref = staticmethod(Cache.pod_ref)

@@ -7,9 +7,11 @@ Lua), on a fresh in-process server unless one is given.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import fakeredis
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
@@ -22,12 +24,18 @@ from schedcache.store.connection import (
     EMBEDDED_VERSION,
     checked_url,
     cluster_settings,
+    connect,
     connection_failed,
+    embedded_client,
     sentinel_settings,
 )
 from schedcache.store.routing import function_call_slot
 
 AsyncClient = aioredis.Redis | RedisCluster
+
+# How connect_async made each client, so a sync client of the same server can be made for the
+# work that runs in a thread (replay, verify, checkpoints): client -> (url, connect options).
+_OPENED: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
 class AsyncClusterClient(RedisCluster):
@@ -86,7 +94,22 @@ async def connect_async(
             await client.ping()
     except CONNECT_ERRORS as error:
         raise connection_failed(url, options, error) from None
+    plain = {key: value for key, value in options.items() if key != "retry"}
+    _OPENED[client] = (url, {"timeout": timeout, "connect_timeout": connect_timeout, **plain})
     return client
+
+
+def sync_client_for(client: Any) -> redis.Redis | redis.RedisCluster | None:
+    """A sync client of the server ``client`` talks to: the same in-process server for
+    fakeredis, the same URL and options for a client of :func:`connect_async`; None for a
+    client made otherwise (its URL is not known)."""
+    if isinstance(client, fakeredis.FakeAsyncRedis):
+        return embedded_client(client.connection_pool.connection_kwargs["server"])
+    opened = _OPENED.get(client)
+    if opened is None:
+        return None
+    url, options = opened
+    return connect(url, **options)
 
 
 def _sentinel_client(
