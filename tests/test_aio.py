@@ -234,7 +234,7 @@ def test_audit_on_a_client_of_unknown_origin_asks_for_a_sync_client() -> None:
         client = redis.asyncio.Redis.from_url(REAL_REDIS_URL)
         cache = await AsyncCache.open(client, name)
         await cache.add_node(make_node("n", "1", "1Gi"))
-        with pytest.raises(ValidationError, match="sync_client.*connect_async"):
+        with pytest.raises(ValidationError, match=r"sync_client.*connect_async"):
             await cache.verify()
         given = await AsyncCache.open(client, name, sync_client=real_client())
         assert await given.verify() == []
