@@ -59,7 +59,8 @@ from schedcache import (
     objects_from_k8s,
     parse_selector,
 )
-from schedcache.aio import AsyncCache, AsyncNodeTree
+from schedcache.aio import AsyncCache, AsyncCommandBatch, AsyncExpiryWorker, AsyncNodeTree
+from schedcache.store.batch import BatchBuilder
 from schedcache.cli import serve as cli_serve
 from schedcache.cli.app import main
 from schedcache.errors import (
@@ -101,8 +102,11 @@ CLASSES: tuple[type, ...] = (
     Snapshot,
     NodeInfo,
     ExpiryWorker,
+    BatchBuilder,
     AsyncCache,
     AsyncNodeTree,
+    AsyncCommandBatch,
+    AsyncExpiryWorker,
 )
 
 
@@ -727,7 +731,7 @@ def _batched(ctx: Ctx, build: Callable[[CommandBatch], Any], **options: Any) -> 
     return batch.execute()
 
 
-@case("CommandBatch.add")
+@case("CommandBatch.add", "BatchBuilder.add")
 def _batch_add(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: b.add(commands.add_node(make_node("n1"))))
     assert results[0].ok and results[0].reply == 1 and ctx.cache.node_count() == 1
@@ -744,7 +748,7 @@ def _batch_add(ctx: Ctx) -> None:
     assert ctx.cache.node_count() == 3
 
 
-@case("CommandBatch.assume_pod")
+@case("BatchBuilder.assume_pod", "BatchBuilder.claimed")
 def _batch_assume_pod(ctx: Ctx) -> None:
     ctx.cache.add_node(make_node("n1", "1", "8Gi"))
     results = _batched(
@@ -755,7 +759,7 @@ def _batch_assume_pod(ctx: Ctx) -> None:
     assert ctx.cache.lease is not None and ctx.cache.lease.thread is not None
 
 
-@case("CommandBatch.finish_binding")
+@case("BatchBuilder.finish_binding")
 def _batch_finish_binding(ctx: Ctx) -> None:
     batch = ctx.make_cache(ttl=5.0).batch()
     results = batch.assume_pod(web(0)).finish_binding(web(0), now=100.0).execute()
@@ -763,42 +767,42 @@ def _batch_finish_binding(ctx: Ctx) -> None:
     assert batch.cache.get_pod_record("web-0").deadline_ms == 105_000
 
 
-@case("CommandBatch.forget_pod")
+@case("BatchBuilder.forget_pod")
 def _batch_forget_pod(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: b.assume_pod(web(0)).forget_pod(web(0)).forget_pod(web(0)))
     assert [r.ok for r in results] == [True, True, False]
     assert isinstance(results[2].error, PodNotAssumed) and ctx.cache.pod_count() == 0
 
 
-@case("CommandBatch.add_pod")
+@case("BatchBuilder.add_pod")
 def _batch_add_pod(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: b.add_pod(web(0)).add_pod(web(0)))
     assert results[0].ok and isinstance(results[1].error, PodAlreadyExists)
     assert ctx.cache.pod_state("web-0") == "added"
 
 
-@case("CommandBatch.update_pod")
+@case("BatchBuilder.update_pod")
 def _batch_update_pod(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: b.add_pod(web(0)).update_pod(web(0), web(0, cpu="2")))
     assert all(r.ok for r in results)
     assert ctx.cache.get_node_info("n1").requested.milli_cpu == 2000
 
 
-@case("CommandBatch.remove_pod")
+@case("BatchBuilder.remove_pod")
 def _batch_remove_pod(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: b.add_pod(web(0)).remove_pod(web(0)).remove_pod(web(0)))
     assert [r.ok for r in results] == [True, True, False]
     assert ctx.cache.pod_count() == 0 and ctx.cache.node_count() == 0
 
 
-@case("CommandBatch.add_node")
+@case("BatchBuilder.add_node")
 def _batch_add_node(ctx: Ctx) -> None:
     results = _batched(ctx, lambda b: [b.add_node(make_node(f"n{i}")) for i in range(450)])
     assert len(results) == 450 and all(r.ok for r in results)  # three sc_batch calls
     assert ctx.cache.node_count() == 450 and ctx.cache.generation() == 450
 
 
-@case("CommandBatch.update_node")
+@case("BatchBuilder.update_node")
 def _batch_update_node(ctx: Ctx) -> None:
     old = make_node("n1", "1", "1Gi")
     results = _batched(ctx, lambda b: b.add_node(old).update_node(old, make_node("n1", "3", "1Gi")))
@@ -806,7 +810,7 @@ def _batch_update_node(ctx: Ctx) -> None:
     assert ctx.cache.get_node_info("n1").allocatable.milli_cpu == 3000
 
 
-@case("CommandBatch.remove_node")
+@case("BatchBuilder.remove_node")
 def _batch_remove_node(ctx: Ctx) -> None:
     results = _batched(
         ctx, lambda b: b.add_node(make_node("n1")).remove_node("n1").remove_node("n1")
@@ -1453,6 +1457,106 @@ def _async_node_tree(ctx: Ctx) -> None:
         assert sorted(turns[:3]) == ["n1", "n2", "n3"] and turns[3] == turns[0]  # one cursor
 
     on_async(ctx, body)
+
+
+@case(
+    "AsyncCache.batch",
+    "AsyncCache.lease_to_take",
+    "AsyncCache.hold_lease",
+    "AsyncCommandBatch.add",
+    "AsyncCommandBatch.claimed",
+    "AsyncCommandBatch.execute",
+    "AsyncCommandBatch.settle",
+)
+def _async_batch(ctx: Ctx) -> None:
+    """Every shortcut of the shared BatchBuilder through the async batch: the events and
+    aggregates of the same commands sent one by one; a settle answers from the ids."""
+
+    async def body(cache: AsyncCache) -> None:
+        assert cache.lease_to_take > 0  # no heartbeat yet: the first claim takes the lease
+        async with cache.batch(chunk_size=3) as batch:
+            batch.add(commands.add_node(make_node("n1", "4", "8Gi", labels={ZONE: "a"})))
+            batch.add_node(make_node("n2", "2", "4Gi", labels={ZONE: "b"}))
+            batch.update_node(None, make_node("n2", "3", "4Gi", labels={ZONE: "b"}))
+            batch.add_pod(web(0)).assume_pod(web(1)).assume_pod(web(2, cpu="9"), check_fit=True)
+            batch.finish_binding(web(1)).update_pod(web(0), web(0, cpu="1"))
+            batch.add_pod(web(3)).remove_pod(web(3)).assume_pod(web(4)).forget_pod(web(4))
+            batch.add_node(make_node("n3")).remove_node("n3")
+        assert cache.lease is not None and cache.lease.task is not None  # claims were sent
+        assert cache.lease_to_take == 0.0
+        cache.hold_lease()  # already held: the same task
+        settled = await cache.batch().settle(batch.sent)
+        assert [r.ok for r in settled] == [True] * 5 + [False] + [True] * 8
+        assert isinstance(settled[5].error, FitConflict)
+
+    on_async(ctx, body)
+    types = [e.type for e in ctx.cache.events()]
+    assert types.count("PodAssumed") == 2 and types.count("NodeAdded") == 3  # once each
+    assert ctx.cache.get_node_info("n1").requested.milli_cpu == 1500  # web-0 at 1, web-1
+    assert ctx.cache.get_node_info("n2").allocatable.milli_cpu == 3000
+    assert ctx.cache.verify() == []
+
+
+@case(
+    "AsyncCache.replay",
+    "AsyncCache.verify",
+    "AsyncCache.checkpoint",
+    "AsyncCache.compact",
+    "AsyncCache.at",
+    "AsyncCache.dump",
+    "AsyncCache.history",
+    "AsyncCache.history_of_node",
+    "AsyncCache.list_pods",
+    "AsyncCache.last_events",
+    "AsyncCache.pod_ref",
+)
+def _async_audit(ctx: Ctx) -> None:
+    """The audit calls fold in a thread on a sync client of the same server: the sync
+    cache's answers."""
+    populate(ctx.cache)
+
+    async def body(cache: AsyncCache) -> None:
+        assert await cache.replay() == ctx.cache.replay() and await cache.verify() == []
+        assert await cache.dump() == ctx.cache.dump()
+        first = (await cache.last_events(5))[0]
+        assert first == ctx.cache.last_events(5)[0] and first.type == "NodeAdded"
+        assert (await cache.at(first.id)).num_nodes() == 1
+        assert await cache.history("web-1") == ctx.cache.history("web-1")
+        assert await cache.history_of_node("n2") == ctx.cache.history_of_node("n2")
+        assert [p.name for p in await cache.list_pods("app=web")] == ["web-0", "web-1"]
+        assert cache.pod_ref(web(1)) == ("web-1", f"pod {NS}/web-1 (uid web-1)")
+        assert await cache.checkpoint() == ctx.cache.last_events(1)[0].id
+        assert await cache.compact() == 4
+
+    on_async(ctx, body)
+    assert ctx.cache.stream_length() == 1 and ctx.cache.verify() == []
+
+
+@case(
+    "AsyncExpiryWorker.run_once",
+    "AsyncExpiryWorker.run",
+    "AsyncExpiryWorker.stop",
+    "AsyncExpiryWorker.seconds_until_next_deadline",
+)
+def _async_worker(ctx: Ctx) -> None:
+    cache = _due_and_lapsed(ctx)
+
+    async def body(acache: AsyncCache) -> None:
+        worker = AsyncExpiryWorker(acache, interval=0.05, batch=1)
+        assert await worker.seconds_until_next_deadline() == 0.0  # web-0 is due now
+        rounds: list[list[str]] = []
+
+        def on_round(expired: list[str]) -> None:
+            rounds.append(expired)
+            if len(rounds) == 2:
+                worker.stop()
+
+        await asyncio.wait_for(worker.run(on_round), 10)
+        assert rounds == [["web-0"], []] and worker.forgotten_total == 1
+        assert await worker.run_once() == []  # stopped: no call is made
+
+    on_async(ctx, body)
+    assert cache.pod_count() == 0
 
 
 @case("AsyncCache.follow")
