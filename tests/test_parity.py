@@ -59,8 +59,13 @@ from schedcache import (
     objects_from_k8s,
     parse_selector,
 )
-from schedcache.aio import AsyncCache, AsyncCommandBatch, AsyncExpiryWorker, AsyncNodeTree
-from schedcache.store.batch import BatchBuilder
+from schedcache.aio import (
+    AsyncCache,
+    AsyncCommandBatch,
+    AsyncExpiryWorker,
+    AsyncNodeTree,
+    connect_async,
+)
 from schedcache.cli import serve as cli_serve
 from schedcache.cli.app import main
 from schedcache.errors import (
@@ -78,6 +83,7 @@ from schedcache.history.checkpoints import HistoryCompacted
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
 from schedcache.store import connection as connection_module
+from schedcache.store.batch import BatchBuilder
 from schedcache.store.commands import Command
 from schedcache.store.connection import EMBEDDED, ENV_URL
 from schedcache.store.library import command_names
@@ -85,7 +91,7 @@ from schedcache.store.routing import ClusterClient
 from schedcache.views.nodetree import NodeTree
 from tests.apis import async_client_for
 from tests.apiserver import FakeApiServer
-from tests.conftest import backend_url, real_client
+from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 
 ZONE = "topology.kubernetes.io/zone"
@@ -1908,6 +1914,41 @@ def test_wait_replicas_on_the_cluster(redis_cluster, recorder):
     finally:
         cache.clear()
         client.close()
+
+
+@pytest.mark.parametrize("where", ["redis", "cluster"])
+def test_wait_replicas_through_the_async_api(where, request, recorder):
+    """AsyncCache with ``wait_replicas=1``: WAIT on the write's own connection after every
+    single command and every batch group; on the Cluster (one replica per primary) confirmed,
+    on the real Redis without replicas applied and then ``NotReplicated``."""
+    url = request.getfixturevalue("redis_cluster").url if where == "cluster" else REAL_REDIS_URL
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    sync_client = connect(url)
+    plain = Cache(sync_client, name)
+
+    async def main() -> None:
+        client = await connect_async(url)
+        cache = await AsyncCache.open(client, name, wait_replicas=1, wait_timeout=0.5)
+        recorder.clear()
+        if where == "cluster":
+            await cache.add_node(make_node("n1"))
+            async with cache.batch() as batch:
+                batch.add_node(make_node("n2"))
+        else:
+            with pytest.raises(NotReplicated, match="only 0 of 1 replicas") as error:
+                await cache.add_node(make_node("n1"))
+            assert error.value.reply == 1
+            with pytest.raises(BatchFailed, match="only 0 of 1"):
+                await cache.batch().add_node(make_node("n2")).execute()
+        assert recorder.packed.count("WAIT") == 2 and plain.node_count() == 2
+        await cache.aclose()
+        await client.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        plain.clear()
+        sync_client.close()
 
 
 def test_wait_replicas_on_fakeredis_is_refused_when_the_cache_is_made(recorder):

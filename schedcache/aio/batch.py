@@ -142,13 +142,12 @@ class AsyncCommandBatch(BatchBuilder):
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:
         """One round trip: each group's ``FCALL sc_batch`` (and ``WAIT``), replies in place."""
         store = self.store
-        pipe = store.client.pipeline(transaction=False)
+        calls: list[tuple[Any, ...]] = []
         for group_id, group in window:
-            args = store.function_args("batch", group_id, group_args(group))
-            pipe.execute_command("FCALL", *args)
+            calls.append(("FCALL", *store.function_args("batch", group_id, group_args(group))))
             if store.wait_replicas:
-                pipe.execute_command("WAIT", store.wait_replicas, store.wait_timeout_ms)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
+                calls.append(("WAIT", store.wait_replicas, store.wait_timeout_ms))
+        replies = await store.on_one_connection(calls)
         step = 2 if store.wait_replicas else 1
         return [
             (group_id, group, replies[i * step], replies[i * step + 1] if step == 2 else None)

@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.exceptions import ClusterDownError
 
-from schedcache.errors import ValidationError
 from schedcache.store.commands import Command
 from schedcache.store.fetch import Reads
 from schedcache.store.library import (
@@ -109,13 +109,6 @@ class AsyncStore(StoreCore):
             wait_timeout=wait_timeout,
         )
         self._coalescer = Coalescer(self._send_many)
-        if wait_replicas and isinstance(client, RedisCluster):
-            raise ValidationError(
-                f"cache {name}",
-                "wait_replicas",
-                "WAIT after a command needs the command's own connection, which the asyncio "
-                "Cluster client does not lend: use the sync Cache for WAIT on a Cluster",
-            )
 
     @property
     def store(self) -> AsyncStore:
@@ -194,6 +187,27 @@ class AsyncStore(StoreCore):
             with contextlib.suppress(redis.RedisError, OSError):
                 await self.client.initialize()
 
+    async def on_one_connection(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+        """``calls`` pipelined on one connection to the server holding the cache, each reply
+        or error reply in its place: ``WAIT`` counts the replicas that have the writes sent
+        before it on its own connection. In a Cluster, on the slot primary's own connection
+        (the asyncio cluster pipeline does not promise one)."""
+        if isinstance(self.client, RedisCluster):
+            node = self.client.get_node_from_key(self.keys.prefix)
+            if node is None:  # the slot has no primary now: resent after a refresh
+                raise ClusterDownError(f"no primary holds the slot of cache {self.name}")
+            queued = [PipelineCommand(index, *call) for index, call in enumerate(calls)]
+            await node.execute_pipeline(queued)
+            for command in queued:  # a broken connection: the caller's retry resends all
+                if isinstance(command.result, RETRYABLE):
+                    raise command.result
+            return [command.result for command in queued]
+        pipe = self.client.pipeline(transaction=False)
+        for call in calls:
+            pipe.execute_command(*call)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
+
     async def _send_many(self, calls: list[list[Any]]) -> list[Any]:
         """The ``FCALL`` calls of several coroutines in one round trip; each reply or error
         reply in its place."""
@@ -221,10 +235,9 @@ class AsyncStore(StoreCore):
         args = self.function_args(command.name, command.id, command.args)
         if not self.wait_replicas:
             return await self._coalescer.call(args)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.execute_command("FCALL", *args)
-        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        reply, replicas = await pipe.execute(raise_on_error=False)
+        reply, replicas = await self.on_one_connection(
+            [("FCALL", *args), ("WAIT", self.wait_replicas, self.wait_timeout_ms)]
+        )
         if isinstance(reply, Exception):
             raise reply
         self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
