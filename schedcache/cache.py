@@ -365,23 +365,33 @@ class Cache:
     def _replay(
         self, until: str | None = None, progress: Callable[[int], None] | None = None
     ) -> ReplayState:
-        """The fold itself (checkpoints and verify work on it)."""
+        """The fold itself (checkpoints and verify work on it). The audit calls read the
+        cache's primary directly: under the retry policy, and re-routed after a failover or
+        a resharding moved the slot (a MOVED reply), as commands are."""
         with gc_paused():  # folding creates many objects and no cycles
-            return checkpoints.replay(self.store, until, progress)
+            return self.store.retrying(
+                lambda: checkpoints.replay(self.store, until, progress), "replay"
+            )
 
     def checkpoint(self) -> str:
         """Store the folded state at the stream's last event; returns that event's id."""
-        return checkpoints.write_checkpoint(self.store, self._replay())
+        state = self._replay()
+        return self.store.retrying(
+            lambda: checkpoints.write_checkpoint(self.store, state), "checkpoint"
+        )
 
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
         replay = checkpoint + tail. Returns how many events were removed."""
-        return checkpoints.compact(self.store, keep)
+        return self.store.retrying(lambda: checkpoints.compact(self.store, keep), "compact")
 
     def verify(self) -> list[Difference]:
         """Differences between the replayed stream and the live keys, and broken invariants;
         empty when the cache is consistent."""
-        return compare(self._replay(), self.store) + invariants(self.store)
+        state = self._replay()
+        return self.store.retrying(
+            lambda: compare(state, self.store) + invariants(self.store), "verify"
+        )
 
     def stream_length(self) -> int:
         return read_stream_length(self.store)

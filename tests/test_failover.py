@@ -24,6 +24,7 @@ from schedcache.errors import NotReplicated
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.batch import BatchFailed
 from schedcache.store.retry import RetryPolicy
+from tests.apis import Blocking
 from tests.factories import make_pod
 from tests.load import Load, add_nodes, applied_twice
 from tests.servers import Cluster, SentinelGroup, Server, wait_until
@@ -138,3 +139,72 @@ def test_without_a_live_replica_wait_reports_the_command_as_not_replicated(
         assert cache.pod_state("lonely-2") == "added"
     finally:
         group.stop()
+
+
+@pytest.mark.parametrize("kind", ["sentinel", "cluster"])
+def test_the_async_cache_rides_a_failover_under_load(kind: str, tmp_path: Path) -> None:
+    """The same load through ``AsyncCache`` (redis.asyncio's Sentinel and Cluster clients):
+    the primary is killed, the retry policy carries the commands over, nothing acknowledged
+    is lost and nothing is applied twice."""
+    group: Cluster | SentinelGroup
+    if kind == "cluster":
+        group = Cluster(tmp_path, node_timeout=1000).start()
+    else:
+        group = SentinelGroup(tmp_path, replicas=1, sentinels=1, down_after=1000).start()
+    blocking = None
+    try:
+        check = Cache(connect(group.url), "failover", replica="check", retry=FAILOVER_RETRY)
+        add_nodes(check)
+        options = {"replica": "r1", "retry": FAILOVER_RETRY, "wait_replicas": 1}
+        blocking = Blocking(check, group.url, options)
+
+        def primary() -> Server:
+            if isinstance(group, Cluster):
+                return group.primary_of(check.keys.prefix)
+            return group.primary()
+
+        killed = primary()
+        with Load(blocking) as load:  # type: ignore[arg-type]
+            load.wait_for(200)
+            killed_at = time.monotonic()
+            killed.kill()
+            wait_until(
+                lambda: primary().port != killed.port, timeout=30, what="a replica takes over"
+            )
+            killed.start()
+            load.wait_for(200)
+        assert_nothing_lost_or_doubled(check, load)
+        assert load.recovery_after(killed_at) < FAILOVER_RETRY.within
+    finally:
+        if blocking is not None:
+            blocking.close_async()
+        group.stop()
+
+
+def test_audit_after_a_manual_failover_follows_the_slot(tmp_path: Path) -> None:
+    """A cache that sent nothing since its primary became a replica (``CLUSTER FAILOVER``):
+    replay, verify, checkpoint and compact read the slot's primary directly, meet MOVED, ask
+    the cluster again and answer, as commands do."""
+    cluster = Cluster(tmp_path, node_timeout=1000).start()
+    try:
+        cache = Cache(connect(cluster.url), "audit", replica="r1", retry=FAILOVER_RETRY)
+        add_nodes(cache)
+        cache.add_pod(make_pod("p", "n0", "1m", "1Ki"))
+        assert cache.verify() == []  # the route to the primary is cached now
+        primary = cluster.primary_of(cache.keys.prefix)
+        replica = next(
+            server
+            for server in cluster.servers
+            if server.client().info("replication").get("master_port") == primary.port
+        )
+        replica.client().execute_command("CLUSTER FAILOVER")
+        wait_until(
+            lambda: cluster.primary_of(cache.keys.prefix).port == replica.port,
+            timeout=30,
+            what="the replica takes over by a manual failover",
+        )
+        assert cache.verify() == []
+        assert cache.checkpoint() == cache.last_events(1)[0].id
+        assert cache.compact() == 3 and len(cache.replay().nodes["n0"].pods) == 1
+    finally:
+        cluster.stop()

@@ -109,6 +109,7 @@ class AsyncStore(StoreCore):
             wait_timeout=wait_timeout,
         )
         self._coalescer = Coalescer(self._send_many)
+        self._refreshing: asyncio.Lock | None = None
 
     @property
     def store(self) -> AsyncStore:
@@ -183,9 +184,20 @@ class AsyncStore(StoreCore):
     async def before_resend(self, what: str, error: Exception) -> None:
         """Before sending again: log, and in a Cluster ask where the slot's primary is now."""
         if self.resending(what, error) and isinstance(self.client, RedisCluster):
-            # The slot's primary may have changed; still electing: the next attempt asks again.
+            await self.refresh_slots()
+
+    async def refresh_slots(self) -> None:
+        """Ask the cluster again where the slots are (a failover may have moved the cache's
+        primary); one refresh at a time, still electing: the next attempt asks again.
+        (``RedisCluster.initialize`` does nothing once the client is initialised.)"""
+        if self._refreshing is None:
+            self._refreshing = asyncio.Lock()
+        if self._refreshing.locked():  # another coroutine is asking: wait for its answer
+            async with self._refreshing:
+                return
+        async with self._refreshing:
             with contextlib.suppress(redis.RedisError, OSError):
-                await self.client.initialize()
+                await self.client.nodes_manager.initialize()
 
     async def on_one_connection(self, calls: list[tuple[Any, ...]]) -> list[Any]:
         """``calls`` pipelined on one connection to the server holding the cache, each reply
