@@ -33,6 +33,7 @@ from schedcache.store.batch import (
     group_args,
     judge,
     library_missing,
+    refuse_stale,
     too_old_to_resend,
 )
 from schedcache.store.commands import Command
@@ -116,7 +117,7 @@ class AsyncCommandBatch(BatchBuilder):
         answered: list[Answer] = []
         while pending:
             window = pending[:WINDOW]
-            self._refuse_stale([group for _, group in window])
+            refuse_stale([group for _, group in window], self.sent)
             try:
                 got = await self._send(window)
             except RETRYABLE as error:  # some groups may have run: the ids settle them
@@ -153,16 +154,6 @@ class AsyncCommandBatch(BatchBuilder):
             (group_id, group, replies[i * step], replies[i * step + 1] if step == 2 else None)
             for i, (group_id, group) in enumerate(window)
         ]
-
-    def _refuse_stale(self, groups: list[SentGroup]) -> None:
-        for group in groups:
-            reason = too_old_to_resend(group)
-            if reason is not None:
-                raise RetriesExhausted(
-                    f"sc_batch: a group of {len(group)} commands was not answered and is not "
-                    f"sent again: {reason}",
-                    unsettled=self.sent,
-                )
 
     async def _back_off(self, delays: Iterator[float], reason: object) -> None:
         delay = next(delays, None)

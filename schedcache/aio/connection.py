@@ -27,7 +27,7 @@ from schedcache.store.connection import (
     connect,
     connection_failed,
     embedded_client,
-    sentinel_settings,
+    sentinel_primary,
 )
 from schedcache.store.routing import function_call_slot
 
@@ -115,20 +115,7 @@ def sync_client_for(client: Any) -> redis.Redis | redis.RedisCluster | None:
 def _sentinel_client(
     url: str, timeouts: dict[str, float], options: dict[str, Any]
 ) -> aioredis.Redis:
-    settings = sentinel_settings(url)
-    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
-    if settings.sentinel_password is not None:
-        sentinel_kwargs["password"] = settings.sentinel_password
-    sentinel = Sentinel(
-        settings.hosts,
-        sentinel_kwargs=sentinel_kwargs,
-        username=settings.username,
-        password=settings.password,
-        db=settings.db,
-        **timeouts,
-        **options,
-    )
-    primary: aioredis.Redis = sentinel.master_for(settings.master)
+    primary: aioredis.Redis = sentinel_primary(Sentinel, inner_retry(), url, timeouts, options)
     return primary
 
 

@@ -30,7 +30,7 @@ from schedcache.store.library import (
     needs_loading,
 )
 from schedcache.store.replies import translate
-from schedcache.store.retry import DEFAULT_RETRY, RETRYABLE, RetryPolicy, call_with_retries_async
+from schedcache.store.retry import RETRYABLE, call_with_retries_async
 from schedcache.store.store import StoreCore
 
 T = TypeVar("T")
@@ -90,24 +90,9 @@ class AsyncStore(StoreCore):
     """One named cache on a Redis server, Sentinel-managed primary or Cluster, for asyncio.
     Make it with :meth:`open` (it checks the library on the server)."""
 
-    def __init__(
-        self,
-        client: Any,
-        name: str = "default",
-        *,
-        replica: str = "",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        wait_replicas: int = 0,
-        wait_timeout: float = 1.0,
-    ) -> None:
-        super().__init__(
-            client,
-            name,
-            replica=replica,
-            retry=retry,
-            wait_replicas=wait_replicas,
-            wait_timeout=wait_timeout,
-        )
+    def __init__(self, client: Any, name: str = "default", **options: Any) -> None:
+        """``options``: ``replica``, ``retry``, ``wait_replicas``, ``wait_timeout``."""
+        super().__init__(client, name, **options)
         self._coalescer = Coalescer(self._send_many)
         self._refreshing: asyncio.Lock | None = None
 

@@ -330,15 +330,7 @@ class CommandBatch(BatchBuilder):
                 continue
 
     def _refuse_stale(self, groups: list[SentGroup]) -> None:
-        """:class:`RetriesExhausted` instead of resending a group Redis may have forgotten."""
-        for group in groups:
-            reason = too_old_to_resend(group)
-            if reason is not None:
-                raise RetriesExhausted(
-                    f"sc_batch: a group of {len(group)} commands was not answered and is not "
-                    f"sent again: {reason}",
-                    unsettled=self.sent,
-                )
+        refuse_stale(groups, self.sent)
 
     def _back_off(
         self,
@@ -360,6 +352,19 @@ class CommandBatch(BatchBuilder):
         self._release_connection(disconnect=True)
         self.store.route.refresh()
         time.sleep(delay)
+
+
+def refuse_stale(groups: list[SentGroup], sent: list[SentGroup]) -> None:
+    """:class:`RetriesExhausted` (every group ``sent``, to settle) instead of resending a
+    group Redis may have forgotten."""
+    for group in groups:
+        reason = too_old_to_resend(group)
+        if reason is not None:
+            raise RetriesExhausted(
+                f"sc_batch: a group of {len(group)} commands was not answered and is not sent "
+                f"again: {reason}",
+                unsettled=sent,
+            )
 
 
 def check_chunk_size(chunk_size: object) -> None:

@@ -209,11 +209,20 @@ def sentinel_settings(url: str) -> SentinelSettings:
 
 
 def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, Any]) -> redis.Redis:
+    primary: redis.Redis = sentinel_primary(Sentinel, inner_retry(), url, timeouts, options)
+    return primary
+
+
+def sentinel_primary(
+    sentinel_class: Any, retry: Any, url: str, timeouts: dict[str, float], options: dict[str, Any]
+) -> Any:
+    """The client of the primary Sentinel names for ``url``, with ``sentinel_class`` (redis-py's
+    sync or asyncio ``Sentinel``) and its ``retry``: one reading of the URL for both."""
     settings = sentinel_settings(url)
-    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": inner_retry()}
+    sentinel_kwargs: dict[str, Any] = {**timeouts, "retry": retry}
     if settings.sentinel_password is not None:
         sentinel_kwargs["password"] = settings.sentinel_password
-    sentinel = Sentinel(
+    sentinel = sentinel_class(
         settings.hosts,
         sentinel_kwargs=sentinel_kwargs,
         username=settings.username,
@@ -222,8 +231,7 @@ def _sentinel_client(url: str, timeouts: dict[str, float], options: dict[str, An
         **timeouts,
         **options,
     )
-    primary: redis.Redis = sentinel.master_for(settings.master)
-    return primary
+    return sentinel.master_for(settings.master)
 
 
 def cluster_settings(url: str) -> tuple[UrlParts, dict[str, Any]]:

@@ -182,24 +182,9 @@ class Store(StoreCore):
     by ``WAIT`` and raises :class:`NotReplicated` when fewer replicas confirmed it in time.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        name: str = "default",
-        *,
-        replica: str = "",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        wait_replicas: int = 0,
-        wait_timeout: float = 1.0,
-    ) -> None:
-        super().__init__(
-            client,
-            name,
-            replica=replica,
-            retry=retry,
-            wait_replicas=wait_replicas,
-            wait_timeout=wait_timeout,
-        )
+    def __init__(self, client: Client, name: str = "default", **options: Any) -> None:
+        """``options``: ``replica``, ``retry``, ``wait_replicas``, ``wait_timeout``."""
+        super().__init__(client, name, **options)
         self.client: Client = client
         self.route = SlotRoute(client, self.keys.prefix)
         ensure_loaded(self.route.get())
