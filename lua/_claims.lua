@@ -23,9 +23,23 @@ end
 local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' }
 
 -- "" when the claim may go ahead, else comma-separated reasons; nil for an unknown check.
-local function claim_conflicts(p, node, contribution, check, expected)
+-- A fit check reads the node in one HMGET: exists, gen, a:pods, then each resource's
+-- requested and allocatable.
+local function claim_conflicts(p, node, parsed, check, expected)
   local nk = p .. 'node:' .. node
-  local state = redis.call('HMGET', nk, 'exists', 'gen')
+  local wanted = { 'exists', 'gen' }
+  local fields, amounts = parsed.fields, parsed.amounts
+  if check == 'fit' then
+    wanted[3] = 'a:pods'
+    for j = 1, #fields do
+      local field = fields[j]
+      if string.sub(field, 1, 2) == 'r:' then
+        wanted[#wanted + 1] = field
+        wanted[#wanted + 1] = 'a:' .. string.sub(field, 3)
+      end
+    end
+  end
+  local state = redis.call('HMGET', nk, unpack(wanted))
   if state[1] ~= '1' then return 'node-missing' end
   local node_gen = stored_int(nk, state[2], 0)
   if check == 'generation' then
@@ -40,22 +54,24 @@ local function claim_conflicts(p, node, contribution, check, expected)
   end
   if check ~= 'fit' then return nil end
   local short = {}
-  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
+  local k = 4  -- the next requested/allocatable pair in `state`
+  for j = 1, #fields do
+    local field, amount = fields[j], amounts[j]
     local prefix = string.sub(field, 1, 2)
     if prefix == 'r:' then
       local resource = string.sub(field, 3)
-      local have = redis.call('HMGET', nk, field, 'a:' .. resource)
-      if stored_int(nk, have[1], 0) + tonumber(amount) > stored_int(nk, have[2], 0) then
+      if stored_int(nk, state[k], 0) + tonumber(amount) > stored_int(nk, state[k + 1], 0) then
         local name = RESOURCE_NAMES[resource] or string.sub(resource, 3)
         short[#short + 1] = name
       end
+      k = k + 2
     elseif prefix == 'p:' and port_conflict(p, nk, field) then
       local _, protocol, port = string.match(field, '^p:(.*)|([^|]*)|([^|]*)$')
       short[#short + 1] = 'port:' .. protocol .. '/' .. port
     end
   end
   local pods = redis.call('SCARD', p .. 'nodepods:' .. node)
-  if pods + 1 > stored_int(nk, redis.call('HGET', nk, 'a:pods'), 0) then
+  if pods + 1 > stored_int(nk, state[3], 0) then
     short[#short + 1] = 'pods'
   end
   return table.concat(short, ',')

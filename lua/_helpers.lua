@@ -91,11 +91,23 @@ end
 -- begin_call(): another call may find them changed.
 local checked = {}
 
-local function expect_type(key, want)
-  if checked[key] then return end
+-- The type of a key, for the message of a corruption (TYPE answers a status reply).
+local function key_type(key)
   local kind = redis.call('TYPE', key)
   if type(kind) == 'table' then kind = kind['ok'] end
-  if kind ~= 'none' and kind ~= want then corrupt(key, 'is a ' .. kind .. ', not a ' .. want) end
+  return kind
+end
+
+-- A command that answers at once for a missing key or one of the type, and fails with
+-- WRONGTYPE for any other: cheaper than TYPE, whose status reply Lua gets as a table.
+local PROBES = { set = 'SCARD', zset = 'ZCARD', hash = 'HLEN', stream = 'XLEN', string = 'STRLEN' }
+
+local function expect_type(key, want)
+  if checked[key] then return end
+  local reply = redis.pcall(PROBES[want], key)
+  if type(reply) == 'table' and reply.err then
+    corrupt(key, 'is a ' .. key_type(key) .. ', not a ' .. want)
+  end
   checked[key] = true
 end
 
@@ -111,13 +123,14 @@ local function stored_int(key, value, default)
   return tonumber(value)
 end
 
--- GET that refuses a key of another type (as corruption, before any write).
+-- GET that refuses a key of another type (as corruption, before any write); false when the
+-- key is missing.
 local function get_string(key)
-  local value = redis.call('TYPE', key)
-  if type(value) == 'table' then value = value['ok'] end
-  if value == 'none' then return false end
-  if value ~= 'string' then corrupt(key, 'is a ' .. value .. ', not a string') end
-  return redis.call('GET', key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' and value.err then
+    corrupt(key, 'is a ' .. key_type(key) .. ', not a string')
+  end
+  return value
 end
 
 -- The keys every pod or node command may write, checked once per call: the generation
@@ -248,10 +261,27 @@ local function drop_if_empty(p, node)
 end
 
 -- A contribution is the string "<field> <amount> <field> <amount> ..." (see
--- schedcache/aggregates.py). Adds it to a node hash, or subtracts it when `negate` is true;
--- a field that drops to 0 is deleted. Amounts stay strings: no Lua number round trip.
-local function apply_contribution(nk, contribution, negate)
-  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
+-- schedcache/model/aggregates.py), parsed once per call by parse_contribution into
+-- { fields = {...}, amounts = {...}, text = <the string> }: exactly pairs of a field and an
+-- integer, single-spaced (the matches must cover the whole string but for one separator
+-- between neighbours), else nil. Amounts stay strings: no Lua number round trip.
+local function parse_contribution(contribution)
+  local fields, amounts, covered = {}, {}, 0
+  for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
+    covered = covered + #field + #amount + 2
+    fields[#fields + 1] = field
+    amounts[#amounts + 1] = amount
+  end
+  if covered ~= #contribution + 1 and contribution ~= '' then return nil end
+  return { fields = fields, amounts = amounts, text = contribution }
+end
+
+-- Adds a parsed contribution to a node hash, or subtracts it when `negate` is true; a field
+-- that drops to 0 is deleted.
+local function apply_contribution(nk, parsed, negate)
+  local fields, amounts = parsed.fields, parsed.amounts
+  for j = 1, #fields do
+    local field, amount = fields[j], amounts[j]
     if negate then
       if string.sub(amount, 1, 1) == '-' then
         amount = string.sub(amount, 2)
@@ -263,25 +293,15 @@ local function apply_contribution(nk, contribution, negate)
   end
 end
 
--- True when `contribution` is exactly pairs of a field and an integer, single-spaced: the
--- matches must cover the whole string but for one separator between neighbours.
-local function valid_contribution(contribution)
-  local covered = 0
-  for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
-    covered = covered + #field + #amount + 2
-  end
-  return covered == #contribution + 1 or contribution == ''
-end
-
-local function place_pod(p, uid, node, contribution)
+local function place_pod(p, uid, node, parsed)
   ensure_node(p, node)
-  apply_contribution(p .. 'node:' .. node, contribution, false)
+  apply_contribution(p .. 'node:' .. node, parsed, false)
   redis.call('SADD', p .. 'nodepods:' .. node, uid)
   return touch(p, node)
 end
 
-local function unplace_pod(p, uid, node, contribution)
-  apply_contribution(p .. 'node:' .. node, contribution, true)
+local function unplace_pod(p, uid, node, parsed)
+  apply_contribution(p .. 'node:' .. node, parsed, true)
   redis.call('SREM', p .. 'nodepods:' .. node, uid)
   local gen = touch(p, node)
   drop_if_empty(p, node)
@@ -293,13 +313,9 @@ end
 -- too). One HMGET checks both, before the first write. Returns the field that would overflow.
 local TOTAL_LIMIT = 9.0e18
 
-local function check_fields(p, node, contribution, removing)
+local function check_fields(p, node, parsed, removing)
   local nk = p .. 'node:' .. node
-  local fields, amounts = {}, {}
-  for field, amount in string.gmatch(contribution, '(%S+) (%S+)') do
-    fields[#fields + 1] = field
-    amounts[#amounts + 1] = amount
-  end
+  local fields, amounts = parsed.fields, parsed.amounts
   if #fields == 0 then return nil end
   local current = redis.call('HMGET', nk, unpack(fields))
   for j = 1, #fields do
@@ -325,18 +341,19 @@ local function load_pod(p, uid)
   if newline == nil then corrupt(key, 'is not a pod record (no header)') end
   local state, node, finished, deadline, gen, claimer, contribution = string.match(
     string.sub(raw, 1, newline - 1), '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?(.*)$')
+  local parsed = contribution and parse_contribution(contribution)
   if state == nil or not STATES[state] or (deadline ~= '-' and not is_int(deadline))
-      or not valid_contribution(contribution) then
+      or not parsed then
     corrupt(key, 'has a malformed header')
   end
   if deadline == '-' then deadline = '' end
   if claimer == '-' then claimer = '' end
   -- Everything removing this pod writes must be writable: checked now, before any write.
   guard_node(p, node)
-  check_fields(p, node, contribution, true)
+  check_fields(p, node, parsed, true)
   if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
-           claimer = claimer, contribution = contribution, blob = string.sub(raw, newline + 1) }
+           claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }
 end
 
 local function save_pod(p, uid, rec)
@@ -344,7 +361,7 @@ local function save_pod(p, uid, rec)
   if deadline == '' then deadline = '-' end
   if claimer == '' then claimer = '-' end
   local header = rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' ' .. deadline .. ' '
-    .. rec.gen .. ' ' .. claimer .. ' ' .. rec.contribution
+    .. rec.gen .. ' ' .. claimer .. ' ' .. rec.contribution.text
   redis.call('SET', p .. 'pod:' .. uid, header .. '\n' .. rec.blob)
 end
 
@@ -387,13 +404,12 @@ local function read_pod_args(p, a)
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
   if node == nil or node == '' or string.find(node, '%s') then return nil, 'BADARG node ' .. uid end
   if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
-  if contribution == nil or not valid_contribution(contribution) then
-    return nil, 'BADARG contribution ' .. uid
-  end
+  local parsed = contribution and parse_contribution(contribution)
+  if not parsed then return nil, 'BADARG contribution ' .. uid end
   guard_node(p, node)
-  local overflow = check_fields(p, node, contribution, false)
+  local overflow = check_fields(p, node, parsed, false)
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
-  return { uid = uid, node = node, blob = blob, contribution = contribution }
+  return { uid = uid, node = node, blob = blob, contribution = parsed }
 end
 
 -- Image index: a node's images in nodeimgs:<node>, each image's live nodes in imgnodes:<image>,

@@ -76,16 +76,20 @@ class Resource:
     scalar_resources: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (msgpack/JSON friendly); zero amounts are left out."""
-        return _compact(
-            {
-                "milli_cpu": self.milli_cpu,
-                "memory": self.memory,
-                "ephemeral_storage": self.ephemeral_storage,
-                "allowed_pod_number": self.allowed_pod_number,
-                "scalar_resources": dict(sorted(self.scalar_resources.items())),
-            }
-        )
+        """Plain dict (msgpack/JSON friendly); zero amounts are left out. (Hot: every pod
+        command encodes two, so each field is tested rather than built and then dropped.)"""
+        d: dict[str, Any] = {}
+        if self.milli_cpu:
+            d["milli_cpu"] = self.milli_cpu
+        if self.memory:
+            d["memory"] = self.memory
+        if self.ephemeral_storage:
+            d["ephemeral_storage"] = self.ephemeral_storage
+        if self.allowed_pod_number:
+            d["allowed_pod_number"] = self.allowed_pod_number
+        if self.scalar_resources:
+            d["scalar_resources"] = dict(sorted(self.scalar_resources.items()))
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Resource:
@@ -212,35 +216,47 @@ class Pod:
         return read_pod(obj)
 
     def to_dict(self) -> dict[str, Any]:
-        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out,
-        which keeps the copy stored per pod and per event small."""
-        return {
-            "uid": self.uid,
-            "name": self.name,
-            "namespace": self.namespace,
-            **_compact(
-                {
-                    "node_name": self.node_name,
-                    "labels": dict(self.labels),
-                    "requests": self.requests.to_dict(),
-                    "non_zero_requests": self.non_zero_requests.to_dict(),
-                    "host_ports": [list(p) for p in self.host_ports],
-                    "has_affinity": self.has_affinity,
-                    "has_required_anti_affinity": self.has_required_anti_affinity,
-                    "pvc_claims": list(self.pvc_claims),
-                    "priority": self.priority,
-                    "phase": self.phase,
-                    "resource_version": self.resource_version,
-                    "conditions": [list(c) for c in self.conditions],
-                    "tolerations": [list(t) for t in self.tolerations],
-                    "node_selector": dict(self.node_selector),
-                    "node_affinity": [
-                        [[[k, op, list(v)] for k, op, v in part] for part in term]
-                        for term in self.required_node_affinity
-                    ],
-                }
-            ),
-        }
+        """msgpack-friendly dict (str/int/bool/list/dict only); empty fields (0, "", False,
+        empty containers) are left out, which keeps the copy stored per pod and per event
+        small; :meth:`from_dict` restores them as the defaults they are. (Hot: once per pod
+        command, so each field is tested rather than built and then dropped.)"""
+        d: dict[str, Any] = {"uid": self.uid, "name": self.name, "namespace": self.namespace}
+        if self.node_name:
+            d["node_name"] = self.node_name
+        if self.labels:
+            d["labels"] = dict(self.labels)
+        requests = self.requests.to_dict()
+        if requests:
+            d["requests"] = requests
+        non_zero = self.non_zero_requests.to_dict()
+        if non_zero:
+            d["non_zero_requests"] = non_zero
+        if self.host_ports:
+            d["host_ports"] = [list(p) for p in self.host_ports]
+        if self.has_affinity:
+            d["has_affinity"] = self.has_affinity
+        if self.has_required_anti_affinity:
+            d["has_required_anti_affinity"] = self.has_required_anti_affinity
+        if self.pvc_claims:
+            d["pvc_claims"] = list(self.pvc_claims)
+        if self.priority:
+            d["priority"] = self.priority
+        if self.phase:
+            d["phase"] = self.phase
+        if self.resource_version:
+            d["resource_version"] = self.resource_version
+        if self.conditions:
+            d["conditions"] = [list(c) for c in self.conditions]
+        if self.tolerations:
+            d["tolerations"] = [list(t) for t in self.tolerations]
+        if self.node_selector:
+            d["node_selector"] = dict(self.node_selector)
+        if self.required_node_affinity:
+            d["node_affinity"] = [
+                [[[k, op, list(v)] for k, op, v in part] for part in term]
+                for term in self.required_node_affinity
+            ]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Pod:

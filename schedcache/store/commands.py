@@ -8,7 +8,9 @@ Lua would only reject later (a pod without a node, a negative ttl) are refused h
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import re
 import secrets
 import time
@@ -22,9 +24,29 @@ from schedcache.store.records import pack_object
 Arg = str | int | bytes
 
 
+class _CommandIds:
+    """Command ids: 64 random bits drawn once per process, then a counter (the id of a call
+    Redis must recognise when it is sent again; unique as one ``secrets.token_hex(8)`` per
+    call, without a system call each). A forked child draws its own prefix."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self.prefix = secrets.token_hex(8)
+        self.counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self.prefix}{next(self.counter):x}"
+
+
+_IDS = _CommandIds()
+
+
 def new_command_id() -> str:
     """A fresh command id: a retry of the same call reuses it, so Redis applies it once."""
-    return secrets.token_hex(8)
+    return _IDS.next()
 
 
 @dataclass(frozen=True)
@@ -35,7 +57,7 @@ class Command:
     name: str
     subject: str
     args: tuple[Arg, ...]
-    id: str = field(default_factory=lambda: new_command_id())
+    id: str = field(default_factory=new_command_id)
     # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
     # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten).
     created: float = field(default_factory=time.monotonic, compare=False, repr=False)
