@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -112,25 +113,84 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
         pipe.execute()
         return len(pods)
 
+    def ping_loop() -> int:
+        for _ in pods:
+            client.ping()
+        return len(pods)
+
+    def trivial_fcall() -> int:
+        for _ in pods:
+            client.fcall_ro("sc_version", 0)
+        return len(pods)
+
     def reset() -> None:
         cache.clear()
         client.delete(stream)
 
+    server = ServerTime(client)
     figures = {
-        "add_pod, one call per round trip": timed(one_by_one("add_pod"), repeats, reset),
-        **async_figures(cache, pods, repeats, reset),
-        "assume_pod, one call per round trip": timed(one_by_one("assume_pod"), repeats, reset),
-        "add_pod, pipelined single calls": timed(pipelined_calls, repeats, reset),
-        "add_pod, batched (sc_batch)": timed(batched("add_pod"), repeats, reset),
-        "assume_pod, batched (sc_batch)": timed(batched("assume_pod"), repeats, reset),
-        "ceiling: raw pipelined XADD": timed(raw_xadd, repeats, reset),
+        "add_pod, one call per round trip": server.timed(one_by_one("add_pod"), repeats, reset),
+        **async_figures(cache, pods, repeats, reset, server),
+        "assume_pod, one call per round trip": server.timed(
+            one_by_one("assume_pod"), repeats, reset
+        ),
+        "add_pod, pipelined single calls": server.timed(pipelined_calls, repeats, reset),
+        "add_pod, batched (sc_batch)": server.timed(batched("add_pod"), repeats, reset),
+        "assume_pod, batched (sc_batch)": server.timed(batched("assume_pod"), repeats, reset),
+        "ceiling: raw pipelined XADD": server.timed(raw_xadd, repeats, reset, "xadd"),
+        "ceiling: PING, one per round trip": server.timed(ping_loop, repeats, reset, "ping"),
+        "ceiling: trivial FCALL_RO, one per round trip": server.timed(
+            trivial_fcall, repeats, reset, "fcall_ro"
+        ),
     }
     reset()
     return figures
 
 
+class ServerTime:
+    """Redis' own time per operation during each run: ``INFO commandstats`` reset before and
+    read after (the microseconds of every call of ``command``, over the operations done).
+    Real Redis only: fakeredis has no command statistics."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        try:
+            client.config_resetstat()
+            client.info("commandstats")
+            self.enabled = True
+        except (redis.RedisError, NotImplementedError):
+            self.enabled = False
+
+    def timed(
+        self,
+        run: Callable[[], int],
+        repeats: int,
+        reset: Callable[[], None],
+        command: str = "fcall",
+    ) -> dict[str, Any]:
+        samples: list[float] = []
+
+        def setup() -> None:
+            reset()
+            if self.enabled:
+                self.client.config_resetstat()
+
+        def measured() -> int:
+            done = run()
+            if self.enabled:
+                stats = self.client.info("commandstats").get(f"cmdstat_{command}", {})
+                samples.append(float(stats.get("usec", 0)) / done)
+            return done
+
+        figure = timed(measured, repeats, setup)
+        if samples:
+            figure["server_us"] = statistics.median(samples)
+            figure["server_us_runs"] = samples
+        return figure
+
+
 def async_figures(
-    cache: Cache, pods: list[Pod], repeats: int, reset: Callable[[], None]
+    cache: Cache, pods: list[Pod], repeats: int, reset: Callable[[], None], server: ServerTime
 ) -> dict[str, Any]:
     """add_pod through AsyncCache: one coroutine, and 64 sharing one client (one pool)."""
     loop = asyncio.new_event_loop()
@@ -167,8 +227,10 @@ def async_figures(
         return run
 
     figures = {
-        "add_pod, asyncio, 1 coroutine": timed(concurrently(1), repeats, reset),
-        "add_pod, asyncio, 64 coroutines on one pool": timed(concurrently(64), repeats, reset),
+        "add_pod, asyncio, 1 coroutine": server.timed(concurrently(1), repeats, reset),
+        "add_pod, asyncio, 64 coroutines on one pool": server.timed(
+            concurrently(64), repeats, reset
+        ),
     }
     loop.run_until_complete(async_cache.aclose())
     loop.close()
@@ -200,13 +262,21 @@ def main() -> None:
         ceiling = figures["ceiling: raw pipelined XADD"]["median"]
         results["backends"][backend] = figures
         for name, figure in figures.items():
+            server_us = figure.get("server_us")
             rows.append(
-                [backend, name, f"{figure['median']:,.0f}", f"{figure['median'] / ceiling:.2f}"]
+                [
+                    backend,
+                    name,
+                    f"{figure['median']:,.0f}",
+                    f"{figure['median'] / ceiling:.2f}",
+                    "-" if server_us is None else f"{server_us:.1f}",
+                ]
             )
     print_table(
         f"commands/s, median of {args.repeats} runs ({args.pods} pods on Redis, "
-        f"{args.fake_pods} on fakeredis, {args.chunk} per batch)",
-        ["backend", "operation", "per second", "of ceiling"],
+        f"{args.fake_pods} on fakeredis, {args.chunk} per batch); server us: Redis' own time "
+        "per operation (INFO commandstats)",
+        ["backend", "operation", "per second", "of ceiling", "server us"],
         rows,
     )
     print(f"\nwritten to {write_results('commands', results)}")

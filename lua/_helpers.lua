@@ -98,16 +98,10 @@ local function key_type(key)
   return kind
 end
 
--- A command that answers at once for a missing key or one of the type, and fails with
--- WRONGTYPE for any other: cheaper than TYPE, whose status reply Lua gets as a table.
-local PROBES = { set = 'SCARD', zset = 'ZCARD', hash = 'HLEN', stream = 'XLEN', string = 'STRLEN' }
-
 local function expect_type(key, want)
   if checked[key] then return end
-  local reply = redis.pcall(PROBES[want], key)
-  if type(reply) == 'table' and reply.err then
-    corrupt(key, 'is a ' .. key_type(key) .. ', not a ' .. want)
-  end
+  local kind = key_type(key)
+  if kind ~= 'none' and kind ~= want then corrupt(key, 'is a ' .. kind .. ', not a ' .. want) end
   checked[key] = true
 end
 
@@ -128,6 +122,7 @@ end
 local function get_string(key)
   local value = redis.pcall('GET', key)
   if type(value) == 'table' and value.err then
+    if string.find(tostring(value.err), 'WRONGTYPE', 1, true) == nil then error(value) end
     corrupt(key, 'is a ' .. key_type(key) .. ', not a string')
   end
   return value

@@ -66,6 +66,7 @@ from schedcache.aio import (
     AsyncNodeTree,
     connect_async,
 )
+from schedcache.aio import store as aio_store
 from schedcache.cli import serve as cli_serve
 from schedcache.cli.app import main
 from schedcache.errors import (
@@ -130,7 +131,8 @@ def _name(args: Any) -> str:
 
 @dataclass
 class Recorder:
-    """Commands packed by redis-py (any backend) and received by a fakeredis server."""
+    """Commands packed by redis-py or hiredis (any backend) and received by a fakeredis
+    server."""
 
     packed: list[str] = field(default_factory=list)
     received: list[str] = field(default_factory=list)
@@ -142,6 +144,13 @@ class Recorder:
         monkeypatch.setattr(
             async_connection, "pack_command", self._packer(async_connection.pack_command)
         )
+        pack_command = aio_store.pack_command  # hiredis', which AsyncStore packs with
+
+        def recording_pack_command(command: Any) -> Any:
+            self.packed.append(_name(command))
+            return pack_command(command)
+
+        monkeypatch.setattr(aio_store, "pack_command", recording_pack_command)
         receive = BaseFakeSocket._process_command
 
         def process_command(sock: BaseFakeSocket, fields: list[bytes]) -> None:

@@ -17,7 +17,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import fakeredis
 import redis
+from hiredis import pack_command
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ClusterDownError
 
@@ -34,6 +36,12 @@ from schedcache.store.retry import RETRYABLE, call_with_retries_async
 from schedcache.store.store import StoreCore
 
 T = TypeVar("T")
+# Replies handed out before the callers answered may run: how finely the work of the client and
+# of Redis overlap when many coroutines share a pool.
+DELIVER_EVERY = 8
+# (calls, deliver(index, reply) called as each reply is read) -> every reply, in order.
+Deliver = Callable[[int, Any], None]
+SendMany = Callable[[list[list[Any]], Deliver], Awaitable[list[Any]]]
 
 
 class Coalescer:
@@ -45,7 +53,7 @@ class Coalescer:
 
     MAX_PIPELINE = 200
 
-    def __init__(self, send_many: Callable[[list[list[Any]]], Awaitable[list[Any]]]) -> None:
+    def __init__(self, send_many: SendMany) -> None:
         self.send_many = send_many
         self.pending: list[tuple[list[Any], asyncio.Future[Any]]] = []
         self.tasks: set[asyncio.Task[None]] = set()
@@ -72,8 +80,16 @@ class Coalescer:
         live = [(args, future) for args, future in batch if not future.done()]
         if not live:
             return
+
+        def deliver(index: int, reply: Any) -> None:
+            """Each caller resumes as soon as its own reply is read: while Redis still runs
+            the rest of the pipeline, the callers answered build their next commands."""
+            future = live[index][1]
+            if not future.done():
+                future.set_result(reply)
+
         try:
-            replies = await self.send_many([args for args, _ in live])
+            replies = await self.send_many([args for args, _ in live], deliver)
         except BaseException as error:  # the connection broke: every caller decides to resend
             for _, future in live:
                 if not future.done():
@@ -81,9 +97,8 @@ class Coalescer:
             if not isinstance(error, Exception):
                 raise
             return
-        for (_, future), reply in zip(live, replies, strict=True):
-            if not future.done():
-                future.set_result(reply)
+        for index, reply in enumerate(replies):
+            deliver(index, reply)
 
 
 class AsyncStore(StoreCore):
@@ -95,6 +110,8 @@ class AsyncStore(StoreCore):
         super().__init__(client, name, **options)
         self._coalescer = Coalescer(self._send_many)
         self._refreshing: asyncio.Lock | None = None
+        # A redis.asyncio client of a server (or Sentinel primary): commands packed here.
+        self._packs_itself = not isinstance(client, RedisCluster | fakeredis.FakeAsyncRedis)
 
     @property
     def store(self) -> AsyncStore:
@@ -184,7 +201,9 @@ class AsyncStore(StoreCore):
             with contextlib.suppress(redis.RedisError, OSError):
                 await self.client.nodes_manager.initialize()
 
-    async def on_one_connection(self, calls: list[tuple[Any, ...]]) -> list[Any]:
+    async def on_one_connection(
+        self, calls: list[tuple[Any, ...]], deliver: Deliver | None = None
+    ) -> list[Any]:
         """``calls`` pipelined on one connection to the server holding the cache, each reply
         or error reply in its place: ``WAIT`` counts the replicas that have the writes sent
         before it on its own connection. In a Cluster, on the slot primary's own connection
@@ -199,25 +218,52 @@ class AsyncStore(StoreCore):
                 if isinstance(command.result, RETRYABLE):
                     raise command.result
             return [command.result for command in queued]
-        pipe = self.client.pipeline(transaction=False)
+        if self._packs_itself:
+            return await self._pipelined(calls, deliver)
+        pipe = self.client.pipeline(transaction=False)  # the embedded fakeredis
         for call in calls:
             pipe.execute_command(*call)
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         return replies
 
-    async def _send_many(self, calls: list[list[Any]]) -> list[Any]:
-        """The ``FCALL`` calls of several coroutines in one round trip; each reply or error
-        reply in its place."""
-        if len(calls) == 1:
-            try:
-                return [await self._server("FCALL", *calls[0])]
-            except redis.ResponseError as error:
-                return [error]
-        pipe = self.client.pipeline(transaction=False)
-        for args in calls:
-            pipe.execute_command("FCALL", *args)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    async def _pipelined(
+        self, calls: list[tuple[Any, ...]], deliver: Deliver | None = None
+    ) -> list[Any]:
+        """``calls`` packed by hiredis (C) and written at once on one pooled connection, the
+        replies read in order: redis-py's asyncio pipeline packs in Python and wraps every
+        reply, which cost more than the round trip it saves. A broken connection is closed
+        and raised (the caller's retry resends, the command ids settle it)."""
+        pool = self.client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(
+                b"".join([pack_command(call) for call in calls]), check_health=False
+            )
+            replies: list[Any] = []
+            for index in range(len(calls)):
+                try:
+                    reply = await connection.read_response()
+                except redis.ResponseError as error:  # read whole: the connection is fine
+                    reply = error
+                replies.append(reply)
+                if deliver is not None:
+                    deliver(index, reply)
+                    if index % DELIVER_EVERY == DELIVER_EVERY - 1:
+                        # Let the callers answered so far run (and send their next commands,
+                        # which Redis then runs while the rest are being answered here).
+                        await asyncio.sleep(0)
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
         return replies
+
+    async def _send_many(self, calls: list[list[Any]], deliver: Deliver) -> list[Any]:
+        """The ``FCALL`` calls of several coroutines in one round trip; each reply or error
+        reply in its place (and to ``deliver`` as it is read, where this transport reads them
+        one by one)."""
+        return await self.on_one_connection([("FCALL", *args) for args in calls], deliver)
 
     async def _call_reloading(self, command: Command) -> Any:
         try:
