@@ -308,11 +308,20 @@ end
 -- too). One HMGET checks both, before the first write. Returns the field that would overflow.
 local TOTAL_LIMIT = 9.0e18
 
+-- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
+-- there is known to exist, and placing the pod skips ensure_node's HSETNX.
 local function check_fields(p, node, parsed, removing)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
-  if #fields == 0 then return nil end
-  local current = redis.call('HMGET', nk, unpack(fields))
+  if removing and #fields == 0 then return nil end
+  local current
+  if removing then
+    current = redis.call('HMGET', nk, unpack(fields))
+  else
+    current = redis.call('HMGET', nk, 'exists', unpack(fields))
+    if current[1] then known_nodes[node] = true end
+    table.remove(current, 1)
+  end
   for j = 1, #fields do
     local have = stored_int(nk, current[j], 0)
     if not removing and #amounts[j] >= 13 and have + tonumber(amounts[j]) > TOTAL_LIMIT then
