@@ -484,6 +484,28 @@ def test_restricted_user_runs_the_whole_workload(
     assert PASSWORD not in caplog.text
 
 
+def test_restricted_user_runs_the_async_workload(acl_server: Server) -> None:
+    """The same workload through ``AsyncCache`` (its hiredis-packed pipelines, the lease task,
+    the expiry coroutine, the audit in a thread): the recipe's commands suffice."""
+    from schedcache.aio import AsyncExpiryWorker
+    from tests.apis import Blocking
+
+    Cache(acl_server.client(), CACHE).clear()  # the admin: the sync workload ran there first
+    acl_server.client().acl_log_reset()
+    url = restricted_url(acl_server)
+    sync_cache = Cache(connect(url), CACHE, replica="r2")
+    blocking = Blocking(sync_cache, url, {"replica": "r2", "lease_ttl": 5})
+    try:
+        run_workload(blocking)  # type: ignore[arg-type]
+        worker = AsyncExpiryWorker(blocking.async_cache)
+        assert blocking.loop.run(worker.run_once()) == []  # the workload's due pod went already
+        assert blocking.verify() == []
+    finally:
+        blocking.close_async()
+    assert denials(acl_server) == []
+    Cache(acl_server.client(), CACHE).clear()
+
+
 def test_restricted_user_runs_a_sync_and_a_relist(acl_server: Server, tmp_path: Path) -> None:
     """`schedcache sync` with the recipe's user: lists (MGET of versions), reconciles, and
     removals turning versions into tombstones (PEXPIRE inside the functions)."""
