@@ -23,7 +23,7 @@ from schedcache.ops.leases import Lease
 from schedcache.store import commands, metrics
 from schedcache.store.batch import CommandBatch
 from schedcache.store.commands import Command, pod_subject
-from schedcache.store.events import Event, decode_entry
+from schedcache.store.events import Event, checked_stream_id, decode_entry
 from schedcache.store.fetch import (
     fetch_node_infos,
     fetch_pods,
@@ -353,6 +353,8 @@ class Cache:
         :meth:`dump` (``last_id`` names the last event folded in): from the latest checkpoint
         when ``until`` is at or after it, else from the stream's start
         (:class:`HistoryCompacted` if that part was trimmed away)."""
+        if until is not None:
+            until = checked_stream_id(until, f"cache {self.name}", "until")
         return self._replay(until, progress).as_dump()
 
     def at(self, event_id: str) -> Snapshot:
@@ -360,6 +362,7 @@ class Cache:
         order) to run the same filter and score code a replica runs on: what a scheduler saw
         then. Folded from the checkpoint and the stream like :meth:`replay`; any stream id is a
         moment (``<ms>-<seq>``: one between events, or from a clock, is the state as of then)."""
+        event_id = checked_stream_id(event_id, f"cache {self.name}", "event_id")
         return snapshot_of(self.replay(until=event_id))
 
     def _replay(
@@ -383,6 +386,8 @@ class Cache:
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
         replay = checkpoint + tail. Returns how many events were removed."""
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ValidationError(f"cache {self.name}", "keep", f"{keep!r} must be an integer >= 0")
         return self.store.retrying(lambda: checkpoints.compact(self.store, keep), "compact")
 
     def verify(self) -> list[Difference]:

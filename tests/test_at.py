@@ -3,9 +3,12 @@ filter and score code runs on (the base of explain and what-if), on every backen
 
 from __future__ import annotations
 
+import pytest
+
 from schedcache import Cache, Snapshot
+from schedcache.errors import ValidationError
 from schedcache.model.filters import filter_pod
-from tests.factories import make_node, make_pod
+from tests.factories import keyspace, make_node, make_pod
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -41,3 +44,29 @@ def test_at_takes_any_stream_id_as_a_moment(cache: Cache) -> None:
     cache.add_node(make_node("a1", "1", "8Gi"))
     assert cache.at("1-0").node_info_list == []  # before anything happened
     assert list(cache.at("99999999999999-0").node_infos) == ["a1"]  # everything so far
+
+
+@pytest.mark.parametrize("bad", ["garbage", "", "-", "+", "1-2-3", "١٢٣", 123, None, "12\n"])
+def test_a_moment_that_is_no_event_id_is_refused_naming_the_field(cache: Cache, bad) -> None:
+    """``at``, ``replay(until=...)`` and ``compact(keep=...)`` check their argument first: a
+    ValidationError naming it, never a parser's ValueError or Redis' reply, and nothing
+    changed."""
+    cache.add_node(make_node("n1"))
+    cache.checkpoint()
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=r"event_id: .* is not an event id"):
+        cache.at(bad)
+    if bad is not None:
+        with pytest.raises(ValidationError, match=r"until: .* is not an event id"):
+            cache.replay(until=bad)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+@pytest.mark.parametrize("keep", [-1, "x", 1.5, True])
+def test_compact_refuses_a_keep_that_is_no_count(cache: Cache, keep) -> None:
+    cache.add_node(make_node("n1"))
+    cache.checkpoint()
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=r"keep: .* must be an integer >= 0"):
+        cache.compact(keep)
+    assert keyspace(cache.client, cache.keys.pattern) == before

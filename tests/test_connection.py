@@ -67,3 +67,16 @@ def test_embedded_default_without_settings(monkeypatch):
 )
 def test_describe_masks_passwords_only(url, shown):
     assert describe(url) == shown
+
+
+@pytest.mark.parametrize("url", [123, b"redis://127.0.0.1:6379/0", ["redis://x"]])
+def test_a_url_that_is_no_string_is_refused_by_both_connects(url):
+    import asyncio
+
+    from schedcache.aio import connect_async
+    from schedcache.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"url: .* is not a URL"):
+        connect(url)
+    with pytest.raises(ValidationError, match=r"url: .* is not a URL"):
+        asyncio.run(connect_async(url))

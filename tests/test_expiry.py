@@ -14,6 +14,7 @@ import time
 import uuid
 from collections import Counter
 
+import pytest
 import redis
 
 from schedcache import Cache
@@ -197,3 +198,33 @@ def test_worker_reconnects_after_redis_restarts(tmp_path):
         thread.join(timeout=10)
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"interval": 0}, "interval"),
+        ({"interval": -1}, "interval"),
+        ({"interval": float("nan")}, "interval"),
+        ({"interval": "1"}, "interval"),
+        ({"interval": 7200}, "interval"),
+        ({"max_backoff": -1}, "max_backoff"),
+        ({"batch": 0}, "batch"),
+        ({"batch": 2.5}, "batch"),
+        ({"batch": "10"}, "batch"),
+        ({"batch": True}, "batch"),
+        ({"batch": 10_001}, "batch"),
+    ],
+)
+@pytest.mark.parametrize("worker_class", ["sync", "async"])
+def test_a_worker_with_settings_that_would_busy_loop_or_fail_later_is_refused(
+    make_cache, options, field, worker_class
+):
+    """A zero interval would hammer Redis, a bad batch fail at the first call blaming the
+    library: both workers refuse them when made, naming the setting."""
+    from schedcache.aio import AsyncExpiryWorker
+    from schedcache.errors import ValidationError
+
+    cls = ExpiryWorker if worker_class == "sync" else AsyncExpiryWorker
+    with pytest.raises(ValidationError, match=rf"expiry worker: {field}: "):
+        cls(make_cache(), **options)

@@ -207,7 +207,22 @@ class AsyncStore(StoreCore):
         """``calls`` pipelined on one connection to the server holding the cache, each reply
         or error reply in its place: ``WAIT`` counts the replicas that have the writes sent
         before it on its own connection. In a Cluster, on the slot primary's own connection
-        (the asyncio cluster pipeline does not promise one)."""
+        (the asyncio cluster pipeline does not promise one).
+
+        A cancellation of the calling task while this runs is raised at the end even when
+        redis-py swallowed it (its send waits in ``asyncio.wait_for``, which on Python 3.11 may
+        return normally although the task was cancelled meanwhile; the request stays counted
+        by ``Task.cancelling()``). The calls ran all the same: their ids settle a resend."""
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
+        replies = await self._on_one_connection(calls, deliver)
+        if task is not None and task.cancelling() > cancelling:
+            raise asyncio.CancelledError
+        return replies
+
+    async def _on_one_connection(
+        self, calls: list[tuple[Any, ...]], deliver: Deliver | None
+    ) -> list[Any]:
         if isinstance(self.client, RedisCluster):
             node = self.client.get_node_from_key(self.keys.prefix)
             if node is None:  # the slot has no primary now: resent after a refresh

@@ -4,13 +4,13 @@ naming the option, before anything connects to Redis."""
 from __future__ import annotations
 
 import math
-import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
 from schedcache.cli.render import printable
 from schedcache.store.commands import MAX_TIMEOUT
+from schedcache.store.events import normal_stream_id
 
 # Newer click types ParamType by what convert() returns; older releases cannot subscript it.
 if TYPE_CHECKING:
@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 else:
     TextParam = NumberParam = click.ParamType
 
-_STREAM_ID = re.compile(r"^([0-9]{1,20})(?:-([0-9]{1,20}))?$")  # ASCII digits only
-
 
 class StreamId(TextParam):
     """An event id as ``schedcache events`` prints it (``<ms>-<seq>``; ``<ms>`` = ``<ms>-0``)."""
@@ -28,11 +26,9 @@ class StreamId(TextParam):
     name = "id"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        match = _STREAM_ID.match(str(value))
-        if match:
-            milliseconds, sequence = int(match[1]), int(match[2] or 0)
-            if milliseconds < 2**64 and sequence < 2**64:
-                return f"{milliseconds}-{sequence}"
+        normal = normal_stream_id(str(value))
+        if normal is not None:
+            return normal
         self.fail(
             f"'{printable(value)}' is not an event id (<milliseconds>-<sequence>, as "
             "`schedcache events` prints them)",

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from schedcache.errors import NotReplicated
+from schedcache.errors import NotReplicated, ValidationError
 from schedcache.store import commands, metrics
+from schedcache.store.commands import seconds
 from schedcache.store.retry import RETRYABLE, backoff, call_with_retries
 from schedcache.store.store import Store, StoreCore, log_skipped, store_of
 
@@ -32,6 +33,8 @@ T = TypeVar("T")
 
 
 ACTIONS = ("expire", "forget")
+MAX_INTERVAL = 3600.0  # seconds: a worker asleep longer is not expiring anything
+MAX_BATCH = 10_000  # pods per Lua call: one call holds Redis for its whole run
 
 
 @dataclass
@@ -46,6 +49,15 @@ class ExpiryRounds:
     max_backoff: float = 30.0  # longest wait between reconnection attempts, seconds
 
     def __post_init__(self) -> None:
+        for name, maximum in (("interval", MAX_INTERVAL), ("max_backoff", MAX_INTERVAL)):
+            value = getattr(self, name)
+            if seconds(value, subject="expiry worker", field=name, maximum=maximum) == 0:
+                raise ValidationError("expiry worker", name, "must be more than 0 seconds")
+        batch = self.batch
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise ValidationError(
+                "expiry worker", "batch", f"{batch!r} must be an integer in 1..{MAX_BATCH}"
+            )
         self.store: StoreCore = store_of(self.cache)
         self.expired_total = 0
         self.skipped_total = 0  # pods skipped because their stored record is corrupt

@@ -98,6 +98,8 @@ def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tupl
         # 0 would make the socket non-blocking, nan/inf block or fail at random.
         if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
             raise ValidationError("connect", name, "must be more than 0 seconds")
+    if url is not None and not isinstance(url, str):
+        raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if url == EMBEDDED:
         return url, ""
@@ -266,6 +268,8 @@ def _cluster_client(
 def describe(url: str | None) -> str:
     """The URL for messages and logs, with any password masked (``user:***@``, and the
     ``password``/``sentinel_password``/``ssl_password`` query options)."""
+    if url is not None and not isinstance(url, str):
+        raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if "@" in url and "://" in url:
         scheme, rest = url.split("://", 1)

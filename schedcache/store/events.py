@@ -9,6 +9,7 @@ object), so a fold never needs to look anything up.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,3 +181,30 @@ def decode_entry(entry_id: bytes | str, raw: Mapping[bytes, bytes]) -> Event:
         blob=blob,
         fields=text,
     )
+
+
+_STREAM_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")  # ASCII digits only
+
+
+def normal_stream_id(value: object) -> str | None:
+    """``<ms>-<seq>`` for an event id as ``schedcache events`` prints it (``<ms>`` alone is
+    ``<ms>-0``); None for anything else."""
+    match = _STREAM_ID.fullmatch(value) if isinstance(value, str) else None
+    if match:
+        milliseconds, sequence = int(match[1]), int(match[2] or 0)
+        if milliseconds < 2**64 and sequence < 2**64:
+            return f"{milliseconds}-{sequence}"
+    return None
+
+
+def checked_stream_id(value: object, subject: str, field: str) -> str:
+    """``value`` as a normal event id, or :class:`ValidationError` naming ``field``."""
+    normal = normal_stream_id(value)
+    if normal is None:
+        raise ValidationError(
+            subject,
+            field,
+            f"{value!r} is not an event id (<milliseconds>-<sequence>, as `schedcache events` "
+            "prints them)",
+        )
+    return normal
