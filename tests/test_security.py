@@ -230,6 +230,26 @@ def test_tls_with_client_certificate_runs_the_workload(mtls_server: TlsServer, p
     run_workload(Cache(client, "tls", replica="r1"))
 
 
+def test_tls_with_client_certificate_runs_the_async_workload(mtls_server: TlsServer, pki: Pki):
+    """``AsyncCache`` on ``rediss://`` with a client certificate: its hiredis-packed pipelines
+    on TLS connections, and the audit's sync twin made from the same URL."""
+    from tests.apis import Blocking
+
+    url = (
+        f"{mtls_server.url}?ssl_ca_certs={pki.ca_crt}"
+        f"&ssl_certfile={pki.client_crt}&ssl_keyfile={pki.client_key}"
+    )
+    sync_cache = Cache(connect(url), "tls-async", replica="r1")
+    blocking = Blocking(sync_cache, url, {"replica": "r1"})
+    try:
+        assert "SSL" in blocking.async_cache.client.connection_pool.connection_class.__name__
+        run_workload(blocking)  # type: ignore[arg-type]
+        assert blocking.verify() == []  # folded in a thread on a sync TLS client of the URL
+    finally:
+        blocking.close_async()
+        sync_cache.clear()
+
+
 def test_tls_options_as_keyword_arguments(mtls_server: TlsServer, pki: Pki):
     client = connect(
         mtls_server.url,
