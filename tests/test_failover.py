@@ -21,6 +21,7 @@ import pytest
 
 from schedcache import Cache, connect
 from schedcache.errors import NotReplicated
+from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.batch import BatchFailed
 from schedcache.store.retry import RetryPolicy
@@ -191,6 +192,8 @@ def test_audit_after_a_manual_failover_follows_the_slot(tmp_path: Path) -> None:
         add_nodes(cache)
         cache.add_pod(make_pod("p", "n0", "1m", "1Ki"))
         assert cache.verify() == []  # the route to the primary is cached now
+        worker = Cache(connect(cluster.url), "audit", replica="retention")
+        assert retain(worker.store, 3600).ran  # its route is cached too
         primary = cluster.primary_of(cache.keys.prefix)
         replica = next(
             server
@@ -206,5 +209,20 @@ def test_audit_after_a_manual_failover_follows_the_slot(tmp_path: Path) -> None:
         assert cache.verify() == []
         assert cache.checkpoint() == cache.last_events(1)[0].id
         assert cache.compact() == 3 and len(cache.replay().nodes["n0"].pods) == 1
+        # The retention worker's loop asks again after a MOVED round, and goes on.
+        cache.add_pod(make_pod("q", "n0", "1m", "1Ki"))
+        stop = threading.Event()
+        rounds: list[int] = []
+        thread = threading.Thread(
+            target=lambda: rounds.append(run_retention(worker, 0, 0.1, stop, lease_seconds=0)),
+            daemon=True,
+        )
+        thread.start()
+        try:
+            wait_until(lambda: cache.stream_length() == 1, timeout=10, what="the worker trims")
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+        assert rounds and rounds[0] <= 1  # at most the round that met MOVED failed
     finally:
         cluster.stop()

@@ -30,6 +30,7 @@ from schedcache.history import checkpoints
 from schedcache.history.checkpoints import stream_id
 from schedcache.store.fetch import gc_paused, read_stream_length
 from schedcache.store.responses import stream_entries
+from schedcache.store.retry import TOPOLOGY_CHANGED
 from schedcache.store.store import HasStore, Store, store_of
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ def run_retention(
             done = retain(store, keep_seconds, keep_events, lease_seconds=lease_seconds)
         except (redis.RedisError, CacheError) as error:
             failures += 1
+            if isinstance(error, TOPOLOGY_CHANGED):  # a failover may have moved the primary
+                store.route.refresh()
             log.warning(
                 "retention round of cache %s failed (%s: %s); next round in %.0f s",
                 store.name,
