@@ -373,15 +373,8 @@ def test_cancelled_after_redis_ran_it_the_resend_is_answered_not_applied() -> No
     """Deterministic: a proxy in front of the real Redis holds the reply of the claim; Redis
     has applied it; the coroutine is cancelled while it waits; the same command run again (a
     new connection) gets the first outcome and nothing is applied twice."""
-    target = urlparse(REAL_REDIS_URL)
-    proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
-    database = int((target.path or "/0").strip("/") or 0)
-    name = f"aio-{uuid.uuid4().hex[:8]}"
-    sync_cache = Cache(real_client(), name, replica="check")
 
-    async def main() -> None:
-        client = await connect_async(f"redis://127.0.0.1:{proxy.port}/{database}")
-        cache = await AsyncCache.open(client, name, replica="aio")
+    async def test(proxy: FaultyProxy, cache: AsyncCache, sync_cache: Cache) -> None:
         await cache.add_node(make_node("n", "4", "8Gi"))
         pod = make_pod("held", "n", "1", "1Gi")
         command = commands.assume_pod(pod, False, None, 0.0)
@@ -398,15 +391,9 @@ def test_cancelled_after_redis_ran_it_the_resend_is_answered_not_applied() -> No
         proxy.release()
         await cache.run(command)  # answered from the remembered id
         assert [e.type for e in sync_cache.events()] == ["NodeAdded", "PodAssumed"]
-        await cache.aclose()
-        await client.aclose()
-
-    try:
-        asyncio.run(main())
         assert proxy.cuts["hold"] == 1
-    finally:
-        proxy.close()
-        sync_cache.clear()
+
+    through_proxy(test)
 
 
 def test_the_readme_aiohttp_example_claims_and_refuses() -> None:

@@ -23,7 +23,7 @@ from schedcache.store.connection import (
     EMBEDDED,
     EMBEDDED_VERSION,
     checked_url,
-    cluster_settings,
+    cluster_client,
     connect,
     connection_failed,
     embedded_client,
@@ -122,13 +122,7 @@ def _sentinel_client(
 def _cluster_client(
     url: str, tls: bool, timeouts: dict[str, Any], options: dict[str, Any]
 ) -> AsyncClusterClient:
-    parts, tls_options = cluster_settings(url)
-    return AsyncClusterClient(
-        startup_nodes=[ClusterNode(host, port) for host, port in parts.hosts],
-        username=parts.username,
-        password=parts.password,
-        ssl=tls,
-        **tls_options,
-        **timeouts,
-        **options,
+    client: AsyncClusterClient = cluster_client(
+        AsyncClusterClient, ClusterNode, url, tls, timeouts, options
     )
+    return client

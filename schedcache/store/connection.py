@@ -253,9 +253,23 @@ def cluster_settings(url: str) -> tuple[UrlParts, dict[str, Any]]:
 def _cluster_client(
     url: str, tls: bool, timeouts: dict[str, Any], options: dict[str, Any]
 ) -> ClusterClient:
+    client: ClusterClient = cluster_client(ClusterClient, ClusterNode, url, tls, timeouts, options)
+    return client
+
+
+def cluster_client(
+    client_class: Any,
+    node_class: Any,
+    url: str,
+    tls: bool,
+    timeouts: dict[str, Any],
+    options: dict[str, Any],
+) -> Any:
+    """A cluster client for ``url`` with ``client_class`` and ``node_class`` (redis-py's sync
+    or asyncio ones): one reading of the URL for both."""
     parts, tls_options = cluster_settings(url)
-    return ClusterClient(
-        startup_nodes=[ClusterNode(host, port) for host, port in parts.hosts],
+    return client_class(
+        startup_nodes=[node_class(host, port) for host, port in parts.hosts],
         username=parts.username,
         password=parts.password,
         ssl=tls,
