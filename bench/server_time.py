@@ -1,106 +1,187 @@
 """Redis server time per command (INFO commandstats), before and after a library change.
 
 For each source tree given (``--tree``; default this one), loads that tree's Lua library into a
-redis-server of its own (started here on a free loopback port), then measures the server's
-microseconds per FCALL for add_pod and assume_pod, one per call and inside ``sc_batch`` (per
-pod), ``--rounds`` times alternating between the trees so both see the same machine noise.
-Prints medians as a table and writes ``bench/results/server_time.json``.
+redis-server of its own (started here on a free loopback port). Then, from this one process and
+with this tree's argument encoding (the FCALL convention is the same in every tree measured),
+it runs each kind of command on each server in turn, ``--rounds`` times, so both libraries see
+the same machine noise: add_pod, assume_pod (plain, with ``check_fit``, with a lease), one
+FCALL per command, and add_pod/assume_pod inside ``sc_batch``. Reports the median and the
+minimum of the rounds' microseconds per command (the minimum is the figure least disturbed by
+other work on a shared machine) and their ratio to the first tree; writes
+``bench/results/server_time.json``.
 
-    python bench/server_time.py --tree /path/to/old/checkout --tree . [--pods 3000]
+    python bench/server_time.py --tree /path/to/old/checkout --tree . [--pods 2000]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import print_table, start_server, write_results
+import redis
 
-# Run inside the tree measured (its own schedcache package and lua/), against one server.
-PROBE = r"""
-import json, sys, redis
-from schedcache import Cache, Pod
-url, pods, chunk = sys.argv[1], int(sys.argv[2]), 200
-client = redis.Redis.from_url(url)
-def pod(i, name):
-    meta = {"name": f"{name}-{i}", "namespace": "bench", "uid": f"{name}-{i}"}
-    requests = {"cpu": "100m", "memory": "64Mi"}
-    containers = [{"name": "c", "resources": {"requests": requests}}]
-    spec = {"nodeName": f"node-{i % 100}", "containers": containers}
-    return Pod.from_k8s({"metadata": meta, "spec": spec})
-def fcall_usec():
+from bench.common import print_table, start_server, write_results
+from schedcache import Pod
+from schedcache.store import commands
+from schedcache.store.batch import derive_group_id, group_args
+from schedcache.store.commands import Command
+
+PREFIX = "{bench}:"
+NODES = 100
+
+
+def library_of(tree: str) -> str:
+    """The library text that ``tree``'s own code loads."""
+    code = "from schedcache.store.library import library_source; print(library_source())"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": tree},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def make_pod(i: int, host_port: bool) -> Pod:
+    container: dict[str, Any] = {
+        "name": "c",
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+    }
+    if host_port:
+        container["ports"] = [{"containerPort": 80, "hostPort": 8000 + i // NODES}]
+    return Pod.from_k8s(
+        {
+            "metadata": {"name": f"p-{i}", "namespace": "bench", "uid": f"uid-{i}"},
+            "spec": {"nodeName": f"node-{i % NODES}", "containers": [container]},
+        }
+    )
+
+
+def fcall(client: redis.Redis, command: Command) -> Any:
+    return client.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+
+
+def batched(client: redis.Redis, made: list[Command], chunk: int = 200) -> None:
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, len(made), chunk):
+        group = made[start : start + chunk]
+        pipe.fcall("sc_batch", 1, PREFIX, "bench", derive_group_id(group), *group_args(group))
+    for reply in pipe.execute():
+        assert all(reply[k] == 1 for k in range(0, len(reply), 2)), reply
+
+
+def scenarios(pods: list[Pod]) -> dict[str, Callable[[redis.Redis], None]]:
+    """Each kind of command, run over ``pods`` on a cache with the nodes already added."""
+
+    def single(make: Callable[[Pod], Command]) -> Callable[[redis.Redis], None]:
+        def run(client: redis.Redis) -> None:
+            pipe = client.pipeline(transaction=False)
+            for pod in pods:
+                command = make(pod)
+                pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+            pipe.execute()
+
+        return run
+
+    return {
+        "add_pod": single(commands.add_pod),
+        "assume_pod": single(commands.assume_pod),
+        "assume_pod, check_fit": single(lambda p: commands.assume_pod(p, check_fit=True)),
+        "assume_pod, lease": single(lambda p: commands.assume_pod(p, lease_ttl=15.0)),
+        "add_pod in sc_batch": lambda c: batched(c, [commands.add_pod(p) for p in pods]),
+        "assume_pod in sc_batch": lambda c: batched(c, [commands.assume_pod(p) for p in pods]),
+    }
+
+
+def prepare(client: redis.Redis) -> None:
+    """An empty cache with its nodes (big enough for every pod)."""
+    client.flushall()
+    from schedcache.sim.demo import demo_node
+
+    for i in range(NODES):
+        fcall(client, commands.add_node(demo_node(i, "640", "4096Gi")))
+
+
+def measure(client: redis.Redis, run: Callable[[redis.Redis], None], count: int) -> float:
+    prepare(client)
+    client.config_resetstat()
+    run(client)
     stats = client.info("commandstats")
-    return stats.get("cmdstat_fcall", {"usec": 0, "calls": 0})
-out = {}
-for method in ("add_pod", "assume_pod"):
-    for mode in ("single", "batched"):
-        cache = Cache(client, f"bench-{method}-{mode}", ttl=30.0, replica="bench")
-        cache.clear()
-        items = [pod(i, method) for i in range(pods)]
-        client.config_resetstat()
-        if mode == "single":
-            for p in items:
-                getattr(cache, method)(p)
-        else:
-            batch = cache.batch(chunk_size=chunk)
-            for p in items:
-                getattr(batch, method)(p)
-            assert all(r.ok for r in batch.execute())
-        stat = fcall_usec()
-        out[f"{method}, {mode}"] = stat["usec"] / pods
-        cache.clear()
-print(json.dumps(out))
-"""
+    return float(stats["cmdstat_fcall"]["usec"]) / count
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", help="a source tree (repeatable)")
-    parser.add_argument("--pods", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--port", type=int, default=6470)
     args = parser.parse_args()
     trees = [str(Path(t).resolve()) for t in (args.tree or ["."])]
-    samples: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    pods = [make_pod(i, host_port=True) for i in range(args.pods)]
+    kinds = scenarios(pods)
+    samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in kinds} for t in trees}
     with tempfile.TemporaryDirectory() as directory:
-        for _ in range(args.rounds):
+        servers, clients = [], {}
+        try:
             for offset, tree in enumerate(trees):
-                port = args.port + offset
-                server = start_server(directory, port)
-                try:
-                    env = {**os.environ, "PYTHONPATH": tree}
-                    reply = subprocess.run(
-                        [
-                            sys.executable,
-                            "-c",
-                            PROBE,
-                            f"redis://127.0.0.1:{port}/0",
-                            str(args.pods),
-                        ],
-                        cwd=tree,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    )
-                finally:
-                    server.terminate()
-                    server.wait()
-                for name, usec in json.loads(reply.stdout).items():
-                    samples[tree].setdefault(name, []).append(usec)
-    names = list(samples[trees[0]])
-    medians = {t: {n: statistics.median(v) for n, v in samples[t].items()} for t in trees}
-    rows = [[n, *(f"{medians[t][n]:.1f}" for t in trees)] for n in names]
-    print_table("server us per pod (median of rounds)", ["command", *trees], rows)
-    path = write_results("server_time", {"trees": trees, "medians": medians, "runs": samples})
+                servers.append(start_server(directory, args.port + offset))
+                client = redis.Redis(port=args.port + offset)
+                client.function_load(library_of(tree), replace=True)
+                clients[tree] = client
+            for round_ in range(args.rounds):
+                order = trees if round_ % 2 == 0 else trees[::-1]
+                for name, run in kinds.items():
+                    for tree in order:
+                        samples[tree][name].append(measure(clients[tree], run, len(pods)))
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait()
+    first = trees[0]
+    rows = []
+    for name in kinds:
+        row: list[Any] = [name]
+        for tree in trees:
+            median = statistics.median(samples[tree][name])
+            low = min(samples[tree][name])
+            row.append(f"{median:.1f} / {low:.1f}")
+            if tree != first:
+                base = statistics.median(samples[first][name])
+                row.append(f"{median / base:.2f}")
+        rows.append(row)
+    columns = ["command"]
+    for tree in trees:
+        columns.append(f"{Path(tree).name}: median / min us")
+        if tree != first:
+            columns.append("median ratio")
+    print_table(
+        f"Redis server us per command, {args.rounds} rounds of {args.pods} pods, interleaved",
+        columns,
+        rows,
+    )
+    path = write_results(
+        "server_time",
+        {
+            "trees": trees,
+            "settings": vars(args),
+            "medians": {
+                t: {k: statistics.median(v) for k, v in s.items()} for t, s in samples.items()
+            },
+            "minimums": {t: {k: min(v) for k, v in s.items()} for t, s in samples.items()},
+            "runs": samples,
+        },
+    )
     print(f"\nwritten to {path}")
 
 
