@@ -135,6 +135,22 @@ local function get_string(key)
   return value
 end
 
+-- HMGET that refuses a key of another type the same way: the read is the hash's type check.
+local function hmget_checked(key, fields, first)
+  local values
+  if first then
+    values = redis.pcall('HMGET', key, first, unpack(fields))
+  else
+    values = redis.pcall('HMGET', key, unpack(fields))
+  end
+  if values.err then
+    if string.find(tostring(values.err), 'WRONGTYPE', 1, true) == nil then error(values) end
+    corrupt(key, 'is a ' .. key_type(key) .. ', not a hash')
+  end
+  checked[key] = true
+  return values
+end
+
 -- The keys every pod or node command may write, checked once per call: the generation
 -- counter (an integer), the indexes and the stream.
 local function guard_cache(p)
@@ -321,16 +337,15 @@ local function check_fields(p, node, parsed, removing)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
   if removing and #fields == 0 then return nil end
-  local current
+  local current, offset
   if removing then
-    current = redis.call('HMGET', nk, unpack(fields))
+    current, offset = hmget_checked(nk, fields, nil), 0
   else
-    current = redis.call('HMGET', nk, 'exists', unpack(fields))
+    current, offset = hmget_checked(nk, fields, 'exists'), 1
     if current[1] then known_nodes[node] = true end
-    table.remove(current, 1)
   end
   for j = 1, #fields do
-    local have = stored_int(nk, current[j], 0)
+    local have = stored_int(nk, current[j + offset], 0)
     if not removing and #amounts[j] >= 13 and have + tonumber(amounts[j]) > TOTAL_LIMIT then
       return fields[j]
     end
@@ -360,8 +375,8 @@ local function load_pod(p, uid)
   if deadline == '-' then deadline = '' end
   if claimer == '-' then claimer = '' end
   -- Everything removing this pod writes must be writable: checked now, before any write.
-  guard_node(p, node)
   check_fields(p, node, parsed, true)
+  guard_node(p, node)
   if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
            claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }
@@ -417,8 +432,8 @@ local function read_pod_args(p, a)
   if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
-  guard_node(p, node)
   local overflow = check_fields(p, node, parsed, false)
+  guard_node(p, node)
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
   return { uid = uid, node = node, blob = blob, contribution = parsed }
 end
