@@ -204,10 +204,11 @@ local function read_pairs(a, i, what)
   return out, i + 1 + 2 * count
 end
 
-local function emit(p, etype, replica, fields)
-  local args = { p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION, 'replica', replica }
-  for j = 1, #fields do args[#args + 1] = fields[j] end
-  return redis.call('XADD', unpack(args))
+-- Appends an event: its type, the schema version, the replica, then the field/value pairs
+-- given (passed straight through: no table is built per event).
+local function emit(p, etype, replica, ...)
+  return redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
+                    'replica', replica, ...)
 end
 
 -- Nodes changed by the running call, with the generation of their last change. A call (one
@@ -252,7 +253,6 @@ local function end_call(p)
     redis.call('ZADD', p .. 'nodegen', gen, node)
     if not dropped_nodes[node] then redis.call('HSET', p .. 'node:' .. node, 'gen', gen) end
   end
-  begin_call()
 end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.

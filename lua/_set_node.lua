@@ -50,6 +50,6 @@ local function set_node(p, replica, a, etype)
     event[#event + 1] = 'revived'
     event[#event + 1] = 1
   end
-  emit(p, etype, replica, event)
+  emit(p, etype, replica, unpack(event))
   return gen
 end

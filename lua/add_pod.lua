@@ -18,16 +18,17 @@ local function add_pod(p, replica, a)
   if rec ~= nil and rec.state == 'added' then
     return nil, 'PODEXISTS ' .. args.uid .. ' added ' .. rec.node
   end
-  local extra = {}
-  if rec ~= nil then
-    -- Assumed: the stored contribution leaves the node it was assumed on (a placeholder
-    -- left empty disappears), and the confirmed pod is added where it really landed.
-    local from_gen = delete_pod(p, args.uid, rec)
-    extra = { 'confirmed', 1, 'from', rec.node, 'fromgen', from_gen }
+  if rec == nil then
+    local gen = put_pod(p, args, 'added', '')
+    emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', gen,
+         'data', args.blob)
+    return gen
   end
+  -- Assumed: the stored contribution leaves the node it was assumed on (a placeholder left
+  -- empty disappears), and the confirmed pod is added where it really landed.
+  local from_gen = delete_pod(p, args.uid, rec)
   local gen = put_pod(p, args, 'added', '')
-  local fields = { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob }
-  for j = 1, #extra do fields[#fields + 1] = extra[j] end
-  emit(p, 'PodAdded', replica, fields)
+  emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', gen,
+       'data', args.blob, 'confirmed', 1, 'from', rec.node, 'fromgen', from_gen)
   return gen
 end

@@ -41,6 +41,6 @@ local function assume_pod(p, replica, a)
   local gen = put_pod(p, args, 'assumed', replica)
   redis.call('SADD', p .. 'assumed', args.uid)
   emit(p, 'PodAssumed', replica,
-       { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })
+       'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob)
   return gen
 end

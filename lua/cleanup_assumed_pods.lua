@@ -31,8 +31,8 @@ local function cleanup_assumed_pods(p, replica, a)
     elseif rec ~= nil and rec.state == 'assumed' and rec.finished == '1' and rec.deadline ~= ''
         and tonumber(rec.deadline) < now then
       local gen = delete_pod(p, uid, rec)
-      emit(p, 'PodExpired', replica, { 'uid', uid, 'node', rec.node, 'gen', gen,
-                                       'deadline', rec.deadline, 'data', rec.blob })
+      emit(p, 'PodExpired', replica, 'uid', uid, 'node', rec.node, 'gen', gen,
+                                       'deadline', rec.deadline, 'data', rec.blob)
       expired[#expired + 1] = uid
     else
       redis.call('ZREM', p .. 'deadlines', uid)  -- an index entry nothing should have left

@@ -27,7 +27,7 @@ local function finish_binding(p, replica, a)
   rec.deadline = deadline
   save_pod(p, uid, rec)
   emit(p, 'BindingFinished', replica,
-       { 'uid', uid, 'node', rec.node, 'deadline', deadline })
+       'uid', uid, 'node', rec.node, 'deadline', deadline)
   if ttl > 0 then return now + ttl end
   return 0
 end

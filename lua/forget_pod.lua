@@ -21,6 +21,6 @@ local function forget_pod(p, replica, a)
   end
   local gen = delete_pod(p, uid, rec)
   emit(p, 'PodForgotten', replica,
-       { 'uid', uid, 'node', rec.node, 'gen', gen, 'data', rec.blob })
+       'uid', uid, 'node', rec.node, 'gen', gen, 'data', rec.blob)
   return gen
 end

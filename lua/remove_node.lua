@@ -32,6 +32,6 @@ local function remove_node(p, replica, a)
   retire_version(p .. 'version:node:' .. name)
   local ghost = 0
   if pods > 0 then ghost = 1 end
-  emit(p, 'NodeRemoved', replica, { 'node', name, 'gen', gen, 'ghost', ghost })
+  emit(p, 'NodeRemoved', replica, 'node', name, 'gen', gen, 'ghost', ghost)
   return gen
 end

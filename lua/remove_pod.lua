@@ -20,6 +20,6 @@ local function remove_pod(p, replica, a)
   local gen = delete_pod(p, uid, rec)
   retire_version(p .. 'version:pod:' .. uid)
   emit(p, 'PodRemoved', replica,
-       { 'uid', uid, 'node', rec.node, 'gen', gen, 'state', rec.state, 'data', rec.blob })
+       'uid', uid, 'node', rec.node, 'gen', gen, 'state', rec.state, 'data', rec.blob)
   return gen
 end

@@ -23,6 +23,6 @@ local function update_pod(p, replica, a)
   delete_pod(p, args.uid, rec)
   local gen = put_pod(p, args, 'added', '')
   emit(p, 'PodUpdated', replica,
-       { 'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob })
+       'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob)
   return gen
 end
