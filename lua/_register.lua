@@ -17,6 +17,16 @@ local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod,
 -- The function Redis calls: checks the prefix, answers a repeated command id, runs the
 -- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
 -- are recorded once per call).
+-- The part of a call that runs under pcall (a function of its own: no closure per call).
+local function run_command(fn, writes, p, replica, id, a)
+  if writes then
+    local earlier = remembered_reply(p, id)
+    if earlier ~= nil then return earlier, nil, true end
+    guard_cache(p)
+  end
+  return fn(p, replica, a)
+end
+
 local function wrap(fn, writes)
   return function(keys, args)
     local p = keys[1]
@@ -32,14 +42,7 @@ local function wrap(fn, writes)
     local a = {}
     for i = 3, #args do a[i - 2] = args[i] end
     begin_call()
-    local ok, result, err, applied = pcall(function()
-      if writes then
-        local earlier = remembered_reply(p, id)
-        if earlier ~= nil then return earlier, nil, true end
-        guard_cache(p)
-      end
-      return fn(p, replica, a)
-    end)
+    local ok, result, err, applied = pcall(run_command, fn, writes, p, replica, id, a)
     if not ok then
       local text = corruption_of(result)
       -- Corruption is found before the first write: nothing to record. Anything else is
