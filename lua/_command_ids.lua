@@ -4,16 +4,25 @@
 -- commands are remembered: a rejected one wrote nothing, so running it again is harmless.
 -- An sc_batch call has one id for the whole call (it is atomic as a whole).
 
-local COMMAND_ID_TTL_MS = 120000
+local COMMAND_ID_TTL_MS = '120000'
 
 -- Replies are integers, strings and arrays of them; encoded with lengths, so any bytes survive:
 -- i<digits>;  s<length>:<bytes>  a<count>;<items>
+-- (One string.format per number: a batch reply is hundreds of them.)
 local function encode_reply(value)
   local kind = type(value)
-  if kind == 'number' then return 'i' .. int_string(value) .. ';' end
-  if kind == 'string' then return 's' .. #value .. ':' .. value end
-  local parts = { 'a' .. #value .. ';' }
-  for j = 1, #value do parts[#parts + 1] = encode_reply(value[j]) end
+  if kind == 'number' then return string.format('i%d;', value) end
+  if kind == 'string' then return string.format('s%d:', #value) .. value end
+  local count = #value
+  local parts = { string.format('a%d;', count) }
+  for j = 1, count do
+    local item = value[j]
+    if type(item) == 'number' then
+      parts[j + 1] = string.format('i%d;', item)
+    else
+      parts[j + 1] = encode_reply(item)
+    end
+  end
   return table.concat(parts)
 end
 

@@ -386,9 +386,10 @@ local function save_pod(p, uid, rec)
   local deadline, claimer = rec.deadline, rec.claimer
   if deadline == '' then deadline = '-' end
   if claimer == '' then claimer = '-' end
-  local header = rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' ' .. deadline .. ' '
-    .. rec.gen .. ' ' .. claimer .. ' ' .. rec.contribution.text
-  redis.call('SET', p .. 'pod:' .. uid, header .. '\n' .. rec.blob)
+  local gen = rec.gen
+  if type(gen) == 'number' then gen = int_string(gen) end
+  redis.call('SET', p .. 'pod:' .. uid, rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' '
+    .. deadline .. ' ' .. gen .. ' ' .. claimer .. ' ' .. rec.contribution.text .. '\n' .. rec.blob)
 end
 
 -- The replica's claim on an assumed pod ends (binding finished, or the pod left the cache).
