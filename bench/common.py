@@ -43,10 +43,12 @@ def write_results(name: str, payload: dict) -> Path:
     return path
 
 
-def start_server(directory: str, port: int) -> subprocess.Popen:
-    """A throwaway redis-server on a loopback port (no persistence), answering PING."""
+def start_server(directory: str, port: int, wrapper: list[str] | None = None) -> subprocess.Popen:
+    """A throwaway redis-server on a loopback port (no persistence), answering PING; run under
+    ``wrapper`` (e.g. valgrind's command line) when given."""
     server = subprocess.Popen(
         [
+            *(wrapper or []),
             "redis-server",
             "--port",
             str(port),
@@ -61,7 +63,7 @@ def start_server(directory: str, port: int) -> subprocess.Popen:
         ],
         stdout=subprocess.DEVNULL,
     )
-    for _ in range(100):
+    for _ in range(600 if wrapper else 100):
         if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
             return server
         subprocess.run(["sleep", "0.05"])

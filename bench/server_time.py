@@ -10,7 +10,15 @@ minimum of the rounds' microseconds per command (the minimum is the figure least
 other work on a shared machine) and their ratio to the first tree; writes
 ``bench/results/server_time.json``.
 
+``--instructions`` counts instead of timing: each tree's server runs under valgrind's callgrind
+(counters zeroed after the setup, dumped after the run) and the table gives the CPU
+instructions Redis executed per command. Counts repeat exactly from run to run, whatever else
+the machine is doing, so a change of a few per cent shows where timings on a shared machine
+cannot (one round is enough; use fewer pods, callgrind runs ~50x slower). Writes
+``bench/results/server_instructions.json``.
+
     python bench/server_time.py --tree /path/to/old/checkout --tree . [--pods 2000]
+    python bench/server_time.py --tree /path/to/old/checkout --tree . --instructions --pods 300
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,7 @@ from schedcache.store.batch import derive_group_id, group_args
 from schedcache.store.commands import Command
 
 PREFIX = "{bench}:"
-NODES = 100
+NODES = int(os.environ.get("SERVER_TIME_NODES", "100"))
 
 
 def library_of(tree: str) -> str:
@@ -120,26 +129,73 @@ def measure(client: redis.Redis, run: Callable[[redis.Redis], None], count: int)
     return float(stats["cmdstat_fcall"]["usec"]) / count
 
 
+def count_instructions(
+    tree: str, run: Callable[[redis.Redis], None], count: int, port: int, directory: str
+) -> float:
+    """CPU instructions per command of ``tree``'s library, counted by callgrind in a server of
+    its own (started and stopped here)."""
+    out = Path(directory) / f"callgrind-{port}.out"
+    wrapper = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    server = start_server(directory, port, wrapper)
+    try:
+        client = redis.Redis(port=port)
+        client.function_load(library_of(tree), replace=True)
+        prepare(client)
+        subprocess.run(
+            ["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True
+        )
+        run(client)
+        subprocess.run(
+            ["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True
+        )
+        dump = Path(f"{out}.1")
+        for _ in range(600):
+            if dump.exists() and "totals:" in dump.read_text():
+                break
+            time.sleep(0.05)
+        totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
+        client.shutdown(nosave=True)
+    finally:
+        server.terminate()
+        server.wait()
+        for leftover in Path(directory).glob(f"callgrind-{port}.out*"):
+            leftover.unlink()
+    return int(totals.split()[1]) / count
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", help="a source tree (repeatable)")
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--port", type=int, default=6470)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions under callgrind"
+    )
     args = parser.parse_args()
+    if args.instructions:
+        args.rounds = 1
     trees = [str(Path(t).resolve()) for t in (args.tree or ["."])]
     pods = [make_pod(i, host_port=True) for i in range(args.pods)]
     kinds = scenarios(pods)
     samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in kinds} for t in trees}
+    unit = "instructions" if args.instructions else "us"
     with tempfile.TemporaryDirectory() as directory:
+        if args.instructions:
+            for offset, tree in enumerate(trees):
+                for name, run in kinds.items():
+                    port = args.port + offset
+                    per = count_instructions(tree, run, len(pods), port, directory)
+                    samples[tree][name].append(per)
+                    print(f"{Path(tree).name}: {name}: {per:,.0f} instructions", flush=True)
         servers, clients = [], {}
         try:
-            for offset, tree in enumerate(trees):
+            for offset, tree in enumerate(trees if not args.instructions else []):
                 servers.append(start_server(directory, args.port + offset))
                 client = redis.Redis(port=args.port + offset)
                 client.function_load(library_of(tree), replace=True)
                 clients[tree] = client
-            for round_ in range(args.rounds):
+            for round_ in range(0 if args.instructions else args.rounds):
                 order = trees if round_ % 2 == 0 else trees[::-1]
                 for name, run in kinds.items():
                     for tree in order:
@@ -155,26 +211,28 @@ def main() -> None:
         for tree in trees:
             median = statistics.median(samples[tree][name])
             low = min(samples[tree][name])
-            row.append(f"{median:.1f} / {low:.1f}")
+            row.append(f"{median:,.0f}" if args.instructions else f"{median:.1f} / {low:.1f}")
             if tree != first:
                 base = statistics.median(samples[first][name])
                 row.append(f"{median / base:.2f}")
         rows.append(row)
     columns = ["command"]
     for tree in trees:
-        columns.append(f"{Path(tree).name}: median / min us")
+        columns.append(f"{Path(tree).name}: " + (unit if args.instructions else "median / min us"))
         if tree != first:
             columns.append("median ratio")
     print_table(
-        f"Redis server us per command, {args.rounds} rounds of {args.pods} pods, interleaved",
+        f"Redis server {unit} per command, {args.rounds} rounds of {args.pods} pods"
+        + ("" if args.instructions else ", interleaved"),
         columns,
         rows,
     )
     path = write_results(
-        "server_time",
+        "server_instructions" if args.instructions else "server_time",
         {
             "trees": trees,
             "settings": vars(args),
+            "unit": unit,
             "medians": {
                 t: {k: statistics.median(v) for k, v in s.items()} for t, s in samples.items()
             },
