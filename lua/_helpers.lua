@@ -157,18 +157,28 @@ local function hmget_checked(key, fields, first)
   return values
 end
 
--- The keys every pod or node command may write, checked once per call: the generation
--- counter (an integer), the indexes and the stream.
-local function guard_cache(p)
-  if checked[p .. 'gen'] then return end
-  stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
-  expect_type(p .. 'nodegen', 'zset')
-  expect_type(p .. 'nodes', 'set')
-  expect_type(p .. 'pods', 'set')
-  expect_type(p .. 'assumed', 'set')
-  expect_type(p .. 'deadlines', 'zset')
-  expect_type(p .. 'events', 'stream')
-  checked[p .. 'gen'] = true
+-- The cache-wide keys and their types (`gen`, the generation counter, holds an integer).
+-- Each command checks those it may write (_register.lua names them; a pod placed on a node
+-- entry that does not exist yet, and a pod taken off its node, add theirs): a wrong-typed one
+-- refuses it whole, before its first write. Each key is checked once per call.
+local CACHE_KEY_TYPES = { nodegen = 'zset', nodes = 'set', pods = 'set', assumed = 'set',
+                          deadlines = 'zset', events = 'stream' }
+local EVERY_CACHE_KEY = { 'gen', 'nodegen', 'nodes', 'pods', 'assumed', 'deadlines', 'events' }
+local NEW_NODE_KEYS = { 'nodes' }
+
+local function guard_cache(p, names)
+  for j = 1, #names do
+    local name = names[j]
+    local key = p .. name
+    if not checked[key] then
+      if name == 'gen' then
+        stored_int(key, get_string(key), 0)
+        checked[key] = true
+      else
+        expect_type(key, CACHE_KEY_TYPES[name])
+      end
+    end
+  end
 end
 
 -- A node's hash and pod set, before a command places or removes pods on it.
@@ -441,6 +451,8 @@ local function read_pod_args(p, a)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
   local overflow = check_fields(p, node, parsed, false)
   guard_node(p, node)
+  -- A node entry check_fields did not find is created (and listed in `nodes`).
+  if not known_nodes[node] then guard_cache(p, NEW_NODE_KEYS) end
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
   return { uid = uid, node = node, blob = blob, contribution = parsed }
 end

@@ -22,11 +22,12 @@ local function run_command(fn, writes, p, replica, id, a)
   if writes then
     local earlier = remembered_reply(p, id)
     if earlier ~= nil then return earlier, nil, true end
-    guard_cache(p)
+    guard_cache(p, writes)
   end
   return fn(p, replica, a)
 end
 
+-- `writes`: the cache-wide keys the command may write (guard_cache), or false for a read.
 local function wrap(fn, writes)
   return function(keys, args)
     local p = keys[1]
@@ -60,10 +61,21 @@ local function wrap(fn, writes)
   end
 end
 
+-- The cache-wide keys a command writes, when not all of them (_helpers.lua, guard_cache): a
+-- corrupt key refuses exactly the commands that would write it. sc_batch checks them all.
+local PLACING = { 'gen', 'nodegen', 'pods', 'events' }
+local WRITES = {
+  add_pod = PLACING,  -- and all of them when it confirms an assumed pod (add_pod.lua)
+  assume_pod = { 'gen', 'nodegen', 'pods', 'assumed', 'events' },
+  finish_binding = { 'deadlines', 'events' },
+  tree_next = {},
+}
+
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
 for j = 1, #NAMES do
   COMMANDS[NAMES[j]] = FUNCTIONS[j]
-  redis.register_function('sc_' .. NAMES[j], wrap(FUNCTIONS[j], true))
+  redis.register_function('sc_' .. NAMES[j],
+                          wrap(FUNCTIONS[j], WRITES[NAMES[j]] or EVERY_CACHE_KEY))
 end
 
 redis.register_function {

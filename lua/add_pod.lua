@@ -25,7 +25,9 @@ local function add_pod(p, replica, a)
     return gen
   end
   -- Assumed: the stored contribution leaves the node it was assumed on (a placeholder left
-  -- empty disappears), and the confirmed pod is added where it really landed.
+  -- empty disappears), and the confirmed pod is added where it really landed. Taking it off
+  -- may write every cache-wide key.
+  guard_cache(p, EVERY_CACHE_KEY)
   local from_gen = delete_pod(p, args.uid, rec)
   local gen = put_pod(p, args, 'added', '')
   emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', gen,
