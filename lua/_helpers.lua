@@ -398,14 +398,19 @@ local function load_pod(p, uid)
            claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }
 end
 
-local function save_pod(p, uid, rec)
-  local deadline, claimer = rec.deadline, rec.claimer
+-- Writes a pod record from its parts (no table per write: every placement writes one).
+local function write_record(p, uid, state, node, finished, deadline, gen, claimer, contribution,
+                            blob)
   if deadline == '' then deadline = '-' end
   if claimer == '' then claimer = '-' end
-  local gen = rec.gen
   if type(gen) == 'number' then gen = int_string(gen) end
-  redis.call('SET', p .. 'pod:' .. uid, rec.state .. ' ' .. rec.node .. ' ' .. rec.finished .. ' '
-    .. deadline .. ' ' .. gen .. ' ' .. claimer .. ' ' .. rec.contribution.text .. '\n' .. rec.blob)
+  redis.call('SET', p .. 'pod:' .. uid, state .. ' ' .. node .. ' ' .. finished .. ' '
+    .. deadline .. ' ' .. gen .. ' ' .. claimer .. ' ' .. contribution .. '\n' .. blob)
+end
+
+local function save_pod(p, uid, rec)
+  write_record(p, uid, rec.state, rec.node, rec.finished, rec.deadline, rec.gen, rec.claimer,
+               rec.contribution.text, rec.blob)
 end
 
 -- The replica's claim on an assumed pod ends (binding finished, or the pod left the cache).
@@ -424,9 +429,8 @@ end
 local function put_pod(p, args, state, claimer)
   local gen = place_pod(p, args.uid, args.node, args.contribution)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
-  save_pod(p, args.uid, { state = state, node = args.node, finished = '0', deadline = '',
-                          gen = gen, claimer = claimer, contribution = args.contribution,
-                          blob = args.blob })
+  write_record(p, args.uid, state, args.node, '0', '', gen, claimer, args.contribution.text,
+               args.blob)
   redis.call('SADD', p .. 'pods', args.uid)
   return gen
 end
