@@ -11,14 +11,26 @@ local function read_tree(p)
   return out
 end
 
+-- Pod records read per MGET (a bound on the arguments unpacked at once).
+local RECORDS_PER_MGET = 200
+
 -- { name, { hash field, value, ... }, { pod record, ... }, { image, ... } } for one node.
 local function read_node(p, name)
   guard_node(p, name)
   expect_type(p .. 'nodeimgs:' .. name, 'set')
+  local uids = redis.call('SMEMBERS', p .. 'nodepods:' .. name)
   local pods = {}
-  for _, uid in ipairs(redis.call('SMEMBERS', p .. 'nodepods:' .. name)) do
-    local record = get_string(p .. 'pod:' .. uid)
-    if record then pods[#pods + 1] = record end
+  for first = 1, #uids, RECORDS_PER_MGET do
+    local keys = {}
+    for j = first, math.min(first + RECORDS_PER_MGET - 1, #uids) do
+      keys[#keys + 1] = p .. 'pod:' .. uids[j]
+    end
+    local records = redis.call('MGET', unpack(keys))
+    for j = 1, #keys do
+      -- MGET answers nil for a key of another type too: GET tells that apart (corruption).
+      local record = records[j] or get_string(keys[j])
+      if record then pods[#pods + 1] = record end
+    end
   end
   return { name, redis.call('HGETALL', p .. 'node:' .. name), pods,
            redis.call('SMEMBERS', p .. 'nodeimgs:' .. name) }
