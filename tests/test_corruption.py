@@ -247,6 +247,17 @@ def test_reads_refuse_corruption_with_a_cache_error(cache):
         cache.update_snapshot(Snapshot())
 
 
+def test_a_snapshot_refuses_a_wrong_typed_pod_record_of_a_node(cache):
+    """Records are read by MGET, which answers a key of another type as if it were missing:
+    the read must still tell it apart and refuse, not build a node without the pod."""
+    populated(cache)
+    key = cache.keys.prefix + "pod:added"
+    cache.client.delete(key)
+    cache.client.rpush(key, "x")
+    with pytest.raises(CorruptRecord, match="pod:added"):
+        cache.update_snapshot(Snapshot())
+
+
 def test_a_corrupt_remembered_reply_is_corruption_not_a_crash(cache):
     command = commands.add_node(make_node("n1"))
     cache.client.set(cache.keys.prefix + f"cmd:{command.id}", "a9;zz")
