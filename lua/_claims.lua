@@ -11,13 +11,10 @@ local function port_conflict(p, nk, field)
     return true
   end
   if ip ~= '0.0.0.0' then return false end
-  local suffix = '|' .. protocol .. '|' .. port
-  for _, used in ipairs(redis.call('HKEYS', nk)) do
-    if string.sub(used, 1, 2) == 'p:' and string.sub(used, -#suffix) == suffix then
-      return true
-    end
-  end
-  return false
+  -- The wildcard conflicts with the port on any IP: one search of all the field names, joined
+  -- (only port fields hold '|': names of other fields are resource and claim names).
+  local names = table.concat(redis.call('HKEYS', nk), '\n') .. '\n'
+  return string.find(names, '|' .. protocol .. '|' .. port .. '\n', 1, true) ~= nil
 end
 
 local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' }

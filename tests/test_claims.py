@@ -81,8 +81,20 @@ def test_ephemeral_storage_and_scalar_resources(cache):
         (port(80, "10.0.0.1"), port(80, "10.0.0.2"), False),
         (port(80), port(80, protocol="UDP"), False),
         (port(80), port(81), False),
+        (port(8080, "10.0.0.1"), port(80), False),
+        (port(180, "10.0.0.1"), port(80), False),
     ],
-    ids=["same", "any vs ip", "ip vs any", "same ip", "other ip", "other protocol", "other port"],
+    ids=[
+        "same",
+        "any vs ip",
+        "ip vs any",
+        "same ip",
+        "other ip",
+        "other protocol",
+        "other port",
+        "any vs a port ending alike",
+        "any vs a port ending alike 2",
+    ],
 )
 def test_host_ports(cache, used, wanted, conflict):
     cache.add_node(small_node())
