@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table, write_results
-from schedcache.sim.simulation import MODES, run_replicas
+from schedcache.sim.simulation import MODES, REFRESH_EVERY, run_replicas
 
 
 def main() -> None:
@@ -32,10 +32,17 @@ def main() -> None:
     parser.add_argument("--replicas", default="1,2,4,8")
     parser.add_argument("--node-cpu", default="10", help="sized so the pods fill ~90%% of CPU")
     parser.add_argument("--node-memory", default="24Gi")
+    parser.add_argument(
+        "--refresh-every",
+        type=int,
+        default=REFRESH_EVERY,
+        help="pods a replica schedules from one snapshot (1: update before every pod)",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"settings": vars(args), "runs": []}
     rows = []
-    for count in (int(n) for n in args.replicas.split(",")):
+    counts = [int(n) for n in args.replicas.split(",")]
+    for count in counts:
         for mode in MODES:
             report = run_replicas(
                 args.redis,
@@ -46,6 +53,7 @@ def main() -> None:
                 mode=mode,
                 node_cpu=args.node_cpu,
                 node_memory=args.node_memory,
+                refresh_every=args.refresh_every,
             )
             results["runs"].append(
                 {
@@ -58,6 +66,11 @@ def main() -> None:
                     "pods_per_second": report.pods_per_second,
                     "conflict_fraction": report.conflict_fraction,
                     "overcommitted_nodes": report.overcommitted_nodes,
+                    "nodes_read_per_claim": report.nodes_read_per_claim,
+                    "redis_cpu_seconds": report.redis_cpu_seconds,
+                    "redis_cores": report.redis_cores,
+                    "client_cores": report.client_cores,
+                    "wall_seconds": report.wall_seconds,
                     "per_replica": [asdict(r) for r in report.replicas],
                 }
             )
@@ -70,12 +83,16 @@ def main() -> None:
                     f"{report.conflicts:,}",
                     f"{report.conflict_fraction:.4f}",
                     f"{report.unschedulable:,}",
+                    f"{report.nodes_read_per_claim:.2f}",
+                    cores(report.redis_cores),
+                    cores(report.client_cores),
                     "none" if not report.overcommitted_nodes else len(report.overcommitted_nodes),
                 ]
             )
             print(rows[-1], flush=True)
     print_table(
-        f"{args.pods:,} pods on {args.nodes:,} nodes, replica processes on one cache",
+        f"{args.pods:,} pods on {args.nodes:,} nodes, replica processes on one cache "
+        f"(snapshot updated every {args.refresh_every} pods and after a conflict)",
         [
             "replicas",
             "claims",
@@ -84,13 +101,32 @@ def main() -> None:
             "conflicts",
             "per claim",
             "unschedulable",
+            "nodes read/claim",
+            "redis cores",
+            "client cores",
             "overcommitted",
         ],
         rows,
     )
+    if len(counts) > 1:
+        results["scaling"] = scaling(results["runs"], counts[-2], counts[-1])
+        for mode, ratio in results["scaling"].items():
+            print(f"{mode}: {counts[-1]} replicas / {counts[-2]} replicas = {ratio:.2f}x pods/s")
     print(f"\nwritten to {write_results('replicas', results)}")
     if any(run["overcommitted_nodes"] for run in results["runs"]):
         sys.exit("a node was overcommitted")
+
+
+def cores(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def scaling(runs: list[dict[str, Any]], fewer: int, more: int) -> dict[str, float]:
+    """Per mode, pods/s with ``more`` replicas over pods/s with ``fewer`` (>= 1: it scales)."""
+    rate = {(run["replicas"], run["mode"]): run["pods_per_second"] for run in runs}
+    return {
+        mode: rate[more, mode] / rate[fewer, mode] if rate[fewer, mode] else 0.0 for mode in MODES
+    }
 
 
 if __name__ == "__main__":
