@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
 from schedcache.sim.simulation import MODES, run_replicas
-from schedcache.views.snapshot import refresh_nodes
+from schedcache.views.snapshot import changed_since, refresh_nodes
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import make_node, make_pod
 
@@ -39,8 +39,10 @@ def test_concurrent_replicas_fill_the_cluster_without_overcommit(mode, refresh_e
         updates = sum(r.snapshot_updates for r in report.replicas)
         if refresh_every == 1:  # before every pod, as kube-scheduler
             assert updates >= report.claimed + report.unschedulable - len(report.replicas)
-        else:  # every 64 pods, and to be sure before calling a pod unschedulable
+        elif mode == "fit":  # every 64 pods, and to be sure before calling a pod unschedulable
             assert updates <= 500 // 64 + len(report.replicas) + report.unschedulable
+        else:  # also when every node was changed since (12 nodes: often)
+            assert updates < report.claimed + report.unschedulable
         cache = Cache(redis.Redis.from_url(REAL_REDIS_URL), name)
         assert cache.pod_count() == report.claimed
         replicas = {e.replica for e in cache.events() if e.type == "PodAssumed"}
@@ -68,6 +70,8 @@ def test_refresh_nodes_reads_just_those_nodes_into_the_snapshot():
         cache.add_pod(make_pod("p2", "n2", "1", "1Gi"))
         cache.remove_node("n3")
 
+        assert sorted(changed_since(cache.store, snap)) == ["n1", "n2", "n3"]  # names only
+        assert snap.generation == generation and snap.get("n1").pods == []
         update = refresh_nodes(cache.store, snap, ["n1", "n3"])
 
         assert update.changed_nodes == 2

@@ -29,15 +29,18 @@ from schedcache.model.values import Pod
 from schedcache.sim.demo import demo_node, demo_pod
 from schedcache.store.connection import connect
 from schedcache.store.routing import ClusterClient
-from schedcache.views.snapshot import Snapshot, refresh_nodes
+from schedcache.views.snapshot import Snapshot, changed_since, refresh_nodes
 
 MODES = ("fit", "generation")
 WINDOW = 50  # feasible nodes ranked per pod
-# Pods a replica schedules from one snapshot before catching it up. 1 is kube-scheduler's
-# "update before every cycle": every replica then reads every other replica's every claim, so
-# the cluster's read work grows as replicas squared. More reads a node changed many times in
-# between once, and a conflict re-reads just its node (the claim is checked server-side anyway).
-REFRESH_EVERY = 16
+# Pods a replica schedules from one snapshot before catching it up, per mode. 1 is
+# kube-scheduler's "update before every cycle": every replica then reads every other replica's
+# every claim, so the cluster's read work grows as replicas squared. More reads a node changed
+# many times in between once, and a conflict re-reads just its node (the claim is checked
+# server-side anyway). Fine-grained claims tolerate a stale view (the server checks room);
+# strict ones skip the nodes changed since, so a long interval leaves them few nodes (measured
+# with bench/replicas.py on 1,000 nodes: these were the fastest of 1, 16, 64 and 256).
+REFRESH_EVERY = {"fit": 256, "generation": 64}
 
 STARTUP_SECONDS = 300.0  # for every replica to build its pods and first snapshot
 
@@ -61,7 +64,7 @@ class SimulationReport:
     replicas: list[ReplicaReport] = field(default_factory=list)
     seconds: float = 0.0
     overcommitted_nodes: list[str] = field(default_factory=list)
-    refresh_every: int = REFRESH_EVERY
+    refresh_every: int = 1
     redis_cpu_seconds: float | None = None  # the Redis server's CPU (INFO cpu) while they ran
     wall_seconds: float = 0.0  # from the start barrier until the last replica finished
 
@@ -157,11 +160,16 @@ class _Replica:
         self.report.unschedulable += 1
 
     def place(self, pod: Pod, mode: str, start: int) -> bool:
-        """Claim a node for ``pod``, best of its decision first. A conflict means another
-        replica changed that node since the snapshot: re-read that node alone and, if the pod
-        still fits it, claim it again once; else (or on a second conflict) try the next best.
-        False when no node of the decision took it."""
-        for info in ranked_candidates(self.snap.node_info_list, pod, start, self.claimed_on):
+        """Claim a node for ``pod``, best of its decision first, passing over the nodes this
+        replica claimed on since its snapshot (and, claiming strictly, every node changed
+        since: asked by name, not read). A conflict means another replica changed that node
+        since the snapshot: re-read that node alone and, if the pod still fits it, claim it
+        again once; else (or on a second conflict) try the next best. False when no node of
+        the decision took it."""
+        skip: Set[str] = self.claimed_on
+        if mode == "generation" and self.since_update > 1:
+            skip = self.claimed_on.union(changed_since(self.cache.store, self.snap))
+        for info in ranked_candidates(self.snap.node_info_list, pod, start, skip):
             if self.claim(pod, mode, info):
                 return True
             refresh_nodes(self.cache.store, self.snap, [info.name])  # ``info`` in place
@@ -199,7 +207,7 @@ def replica_loop(
     seed: int,
     start: Barrier,
     ttl: float = 0.0,
-    refresh_every: int = REFRESH_EVERY,
+    refresh_every: int = 1,
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
     nowhere. Its pods and first snapshot are built before the ``start`` barrier (shared with
@@ -252,14 +260,17 @@ def run_replicas(
     node_cpu: str = "4",
     node_memory: str = "8Gi",
     ttl: float = 0.0,
-    refresh_every: int = REFRESH_EVERY,
+    refresh_every: int | None = None,
 ) -> SimulationReport:
     """A fresh cluster of ``nodes`` nodes (the cache is cleared first: callers make sure it
     may be), then ``pods`` pods scheduled by ``replicas`` processes (pods dealt round robin),
     assumed with ``ttl``, each replica catching its snapshot up every ``refresh_every`` pods
+    (None: the mode's ``REFRESH_EVERY``)
     and after a conflict. Measures the Redis server's CPU (``INFO cpu``) over the timed part."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
+    if refresh_every is None:
+        refresh_every = REFRESH_EVERY[mode]
     if refresh_every < 1:
         raise ValueError("refresh_every must be at least 1")
     client = connect(url)

@@ -125,6 +125,15 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
     return report
 
 
+def changed_since(store: Store, snap: Snapshot) -> list[str]:
+    """Names of the nodes changed since ``snap.generation``, without reading them: the same
+    ``sc_snapshot_delta`` call with no node inline, so its cost is the names alone. A replica
+    claiming strictly (``expect_generation``) skips them between updates: a claim on one would
+    surely conflict."""
+    reply = store.read_function("snapshot_delta", snap.generation, snap.tree_generation, 0)
+    return [name.decode() for name in reply[2]]
+
+
 def refresh_nodes(store: Store, snap: Snapshot, names: Sequence[str]) -> SnapshotUpdate:
     """Re-read just ``names`` into ``snap``, in place: a replica whose claim on a node
     conflicted learns that node's state without catching up on the whole cluster (its cost
