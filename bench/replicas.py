@@ -7,9 +7,10 @@ snapshot). Each replica builds its pods before a start barrier, so only scheduli
 and catches its snapshot up every ``--refresh-every`` pods (default per mode), re-reading just
 the node of a conflict in between. Reports pods/s, the conflict fraction (conflicts per
 successful claim, Omega's measure), the nodes the replicas read again per claim, the cores the
-Redis server (``INFO cpu``) and the replica processes used while scheduling (on a small
-machine they share the cores: the ceiling), whether any node ended over its allocatable in any
-resource (it must never), and the largest replica count's pods/s over the one before it.
+Redis server (``INFO cpu``), the replica processes and the whole machine (other processes
+included) used while scheduling (on a small machine they share the cores: the ceiling),
+whether any node ended over its allocatable in any resource (it must never), and the largest
+replica count's pods/s over the one before it.
 Prints a table and writes ``bench/results/replicas.json``.
 
     python bench/replicas.py [--redis URL] [--nodes 1000] [--pods 20000] [--replicas 1,2,4,8]
@@ -77,6 +78,7 @@ def main() -> None:
                     "redis_cpu_seconds": report.redis_cpu_seconds,
                     "redis_cores": report.redis_cores,
                     "client_cores": report.client_cores,
+                    "machine_cores": report.machine_cores,
                     "wall_seconds": report.wall_seconds,
                     "per_replica": [asdict(r) for r in report.replicas],
                 }
@@ -93,6 +95,7 @@ def main() -> None:
                     f"{report.nodes_read_per_claim:.2f}",
                     cores(report.redis_cores),
                     cores(report.client_cores),
+                    cores(report.machine_cores),
                     "none" if not report.overcommitted_nodes else len(report.overcommitted_nodes),
                 ]
             )
@@ -111,6 +114,7 @@ def main() -> None:
             "nodes read/claim",
             "redis cores",
             "client cores",
+            "machine cores",
             "overcommitted",
         ],
         rows,

@@ -36,6 +36,7 @@ def test_concurrent_replicas_fill_the_cluster_without_overcommit(mode, refresh_e
         assert report.refresh_every == refresh_every
         assert report.redis_cores is not None and report.redis_cores > 0
         assert report.client_cores > 0 and report.nodes_read_per_claim > 0
+        assert report.machine_cores is not None and report.machine_cores >= report.client_cores
         updates = sum(r.snapshot_updates for r in report.replicas)
         if refresh_every == 1:  # before every pod, as kube-scheduler
             assert updates >= report.claimed + report.unschedulable - len(report.replicas)

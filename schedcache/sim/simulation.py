@@ -14,6 +14,7 @@ replica's every claim. Used by ``schedcache demo --replicas N --redis URL`` and
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 import time
 from collections.abc import Set
@@ -67,6 +68,7 @@ class SimulationReport:
     refresh_every: int = 1
     redis_cpu_seconds: float | None = None  # the Redis server's CPU (INFO cpu) while they ran
     wall_seconds: float = 0.0  # from the start barrier until the last replica finished
+    machine_busy_seconds: float | None = None  # every process's CPU (/proc/stat; Linux only)
 
     @property
     def claimed(self) -> int:
@@ -102,6 +104,14 @@ class SimulationReport:
         """Cores the replica processes used together while they ran."""
         cpu = sum(r.cpu_seconds for r in self.replicas)
         return cpu / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def machine_cores(self) -> float | None:
+        """Cores busy on the whole machine while the replicas ran: beyond Redis and the
+        replicas, what other processes took (a shared machine's ceiling is lower)."""
+        if self.machine_busy_seconds is None or not self.wall_seconds:
+            return None
+        return self.machine_busy_seconds / self.wall_seconds
 
     @property
     def nodes_read_per_claim(self) -> float:
@@ -304,11 +314,13 @@ def run_replicas(
         except BrokenBarrierError:
             pending.get(timeout=STARTUP_SECONDS)  # a replica that failed to start: its error
             raise
-        cpu_before, started = _redis_cpu_seconds(client), time.perf_counter()
+        cpu_before, busy_before = _redis_cpu_seconds(client), _machine_busy_seconds()
+        started = time.perf_counter()
         reports = pending.get()
         wall = time.perf_counter() - started
-        cpu_after = _redis_cpu_seconds(client)
+        cpu_after, busy_after = _redis_cpu_seconds(client), _machine_busy_seconds()
     redis_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    busy = None if busy_before is None or busy_after is None else busy_after - busy_before
     report = SimulationReport(
         mode,
         reports,
@@ -316,6 +328,7 @@ def run_replicas(
         refresh_every=refresh_every,
         redis_cpu_seconds=redis_cpu,
         wall_seconds=wall,
+        machine_busy_seconds=busy,
     )
     report.overcommitted_nodes = overcommitted(cache)
     return report
@@ -328,3 +341,15 @@ def _redis_cpu_seconds(client: Redis | ClusterClient) -> float | None:
         return None
     cpu = client.info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds every process of the machine has used so far (``/proc/stat``: all but
+    idle and iowait); None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
