@@ -3,11 +3,18 @@
 1, 2, 4 and 8 replica processes schedule 20,000 pods on a 1,000-node cluster (real Redis),
 each from its own snapshot, claiming either fine-grained (``check_fit``: the live node must
 still have room) or strictly (``expect_generation``: the node must not have changed since the
-snapshot). Reports pods/s, the conflict fraction (conflicts per successful claim, Omega's
-measure) and whether any node ended over its allocatable in any resource (it must never).
+snapshot). Each replica builds its pods before a start barrier, so only scheduling is timed,
+and catches its snapshot up every ``--refresh-every`` pods (default per mode), re-reading just
+the node of a conflict in between. Reports pods/s, the conflict fraction (conflicts per
+successful claim, Omega's measure), the nodes the replicas read again per claim, the cores the
+Redis server (``INFO cpu``), the replica processes and the whole machine (other processes
+included) used while scheduling (on a small machine they share the cores: the ceiling),
+whether any node ended over its allocatable in any resource (it must never), and the largest
+replica count's pods/s over the one before it.
 Prints a table and writes ``bench/results/replicas.json``.
 
     python bench/replicas.py [--redis URL] [--nodes 1000] [--pods 20000] [--replicas 1,2,4,8]
+                             [--refresh-every N]
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import print_table, write_results
-from schedcache.sim.simulation import MODES, run_replicas
+from schedcache.sim.simulation import MODES, REFRESH_EVERY, run_replicas
 
 
 def main() -> None:
@@ -32,10 +39,17 @@ def main() -> None:
     parser.add_argument("--replicas", default="1,2,4,8")
     parser.add_argument("--node-cpu", default="10", help="sized so the pods fill ~90%% of CPU")
     parser.add_argument("--node-memory", default="24Gi")
+    parser.add_argument(
+        "--refresh-every",
+        type=int,
+        help="pods a replica schedules from one snapshot (1: update before every pod); "
+        f"default per mode: {REFRESH_EVERY}",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {"settings": vars(args), "runs": []}
     rows = []
-    for count in (int(n) for n in args.replicas.split(",")):
+    counts = [int(n) for n in args.replicas.split(",")]
+    for count in counts:
         for mode in MODES:
             report = run_replicas(
                 args.redis,
@@ -46,11 +60,13 @@ def main() -> None:
                 mode=mode,
                 node_cpu=args.node_cpu,
                 node_memory=args.node_memory,
+                refresh_every=args.refresh_every,
             )
             results["runs"].append(
                 {
                     "replicas": count,
                     "mode": mode,
+                    "refresh_every": report.refresh_every,
                     "claimed": report.claimed,
                     "conflicts": report.conflicts,
                     "unschedulable": report.unschedulable,
@@ -58,6 +74,12 @@ def main() -> None:
                     "pods_per_second": report.pods_per_second,
                     "conflict_fraction": report.conflict_fraction,
                     "overcommitted_nodes": report.overcommitted_nodes,
+                    "nodes_read_per_claim": report.nodes_read_per_claim,
+                    "redis_cpu_seconds": report.redis_cpu_seconds,
+                    "redis_cores": report.redis_cores,
+                    "client_cores": report.client_cores,
+                    "machine_cores": report.machine_cores,
+                    "wall_seconds": report.wall_seconds,
                     "per_replica": [asdict(r) for r in report.replicas],
                 }
             )
@@ -70,12 +92,17 @@ def main() -> None:
                     f"{report.conflicts:,}",
                     f"{report.conflict_fraction:.4f}",
                     f"{report.unschedulable:,}",
+                    f"{report.nodes_read_per_claim:.2f}",
+                    cores(report.redis_cores),
+                    cores(report.client_cores),
+                    cores(report.machine_cores),
                     "none" if not report.overcommitted_nodes else len(report.overcommitted_nodes),
                 ]
             )
             print(rows[-1], flush=True)
     print_table(
-        f"{args.pods:,} pods on {args.nodes:,} nodes, replica processes on one cache",
+        f"{args.pods:,} pods on {args.nodes:,} nodes, replica processes on one cache "
+        f"(snapshot caught up every {args.refresh_every or REFRESH_EVERY} pods)",
         [
             "replicas",
             "claims",
@@ -84,13 +111,33 @@ def main() -> None:
             "conflicts",
             "per claim",
             "unschedulable",
+            "nodes read/claim",
+            "redis cores",
+            "client cores",
+            "machine cores",
             "overcommitted",
         ],
         rows,
     )
+    if len(counts) > 1:
+        results["scaling"] = scaling(results["runs"], counts[-2], counts[-1])
+        for mode, ratio in results["scaling"].items():
+            print(f"{mode}: {counts[-1]} replicas / {counts[-2]} replicas = {ratio:.2f}x pods/s")
     print(f"\nwritten to {write_results('replicas', results)}")
     if any(run["overcommitted_nodes"] for run in results["runs"]):
         sys.exit("a node was overcommitted")
+
+
+def cores(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def scaling(runs: list[dict[str, Any]], fewer: int, more: int) -> dict[str, float]:
+    """Per mode, pods/s with ``more`` replicas over pods/s with ``fewer`` (>= 1: it scales)."""
+    rate = {(run["replicas"], run["mode"]): run["pods_per_second"] for run in runs}
+    return {
+        mode: rate[more, mode] / rate[fewer, mode] if rate[fewer, mode] else 0.0 for mode in MODES
+    }
 
 
 if __name__ == "__main__":

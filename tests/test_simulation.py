@@ -8,26 +8,89 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from schedcache import Cache
+from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
 from schedcache.sim.simulation import MODES, run_replicas
+from schedcache.views.snapshot import changed_since, refresh_nodes
 from tests.conftest import REAL_REDIS_URL
+from tests.factories import make_node, make_pod
 
 
+@pytest.mark.parametrize("refresh_every", [1, 64])
 @pytest.mark.parametrize("mode", MODES)
-def test_concurrent_replicas_fill_the_cluster_without_overcommit(mode):
+def test_concurrent_replicas_fill_the_cluster_without_overcommit(mode, refresh_every):
     name = f"sim-{uuid.uuid4().hex[:8]}"
     try:
-        report = run_replicas(REAL_REDIS_URL, name, replicas=3, nodes=12, pods=500, mode=mode)
+        report = run_replicas(
+            REAL_REDIS_URL,
+            name,
+            replicas=3,
+            nodes=12,
+            pods=500,
+            mode=mode,
+            refresh_every=refresh_every,
+        )
         assert report.overcommitted_nodes == []
         assert report.claimed + report.unschedulable == 500
         assert report.unschedulable > 0  # the cluster really filled up
+        assert report.refresh_every == refresh_every
+        assert report.redis_cores is not None and report.redis_cores > 0
+        assert report.client_cores > 0 and report.nodes_read_per_claim > 0
+        assert report.machine_cores is not None and report.machine_cores >= report.client_cores
+        updates = sum(r.snapshot_updates for r in report.replicas)
+        if refresh_every == 1:  # before every pod, as kube-scheduler
+            assert updates >= report.claimed + report.unschedulable - len(report.replicas)
+        elif mode == "fit":  # every 64 pods, and to be sure before calling a pod unschedulable
+            assert updates <= 500 // 64 + len(report.replicas) + report.unschedulable
+        else:  # also when every node was changed since (12 nodes: often)
+            assert updates < report.claimed + report.unschedulable
         cache = Cache(redis.Redis.from_url(REAL_REDIS_URL), name)
         assert cache.pod_count() == report.claimed
         replicas = {e.replica for e in cache.events() if e.type == "PodAssumed"}
         assert replicas == {"sched-0", "sched-1", "sched-2"}
     finally:
         Cache(redis.Redis.from_url(REAL_REDIS_URL), name).clear()
+
+
+def test_run_replicas_refuses_a_refresh_interval_below_one():
+    with pytest.raises(ValueError, match="refresh_every"):
+        run_replicas(
+            REAL_REDIS_URL, "unused", replicas=1, nodes=1, pods=1, mode="fit", refresh_every=0
+        )
+
+
+def test_refresh_nodes_reads_just_those_nodes_into_the_snapshot():
+    cache = Cache(redis.Redis.from_url(REAL_REDIS_URL), f"sim-{uuid.uuid4().hex[:8]}")
+    try:
+        for i in range(4):
+            cache.add_node(make_node(f"n{i}", "4", "8Gi"))
+        snap = Snapshot()
+        cache.update_snapshot(snap)
+        generation, n1, n2 = snap.generation, snap.get("n1"), snap.get("n2")
+        cache.add_pod(make_pod("p1", "n1", "1", "1Gi"))
+        cache.add_pod(make_pod("p2", "n2", "1", "1Gi"))
+        cache.remove_node("n3")
+
+        assert sorted(changed_since(cache.store, snap)) == ["n1", "n2", "n3"]  # names only
+        assert snap.generation == generation and snap.get("n1").pods == []
+        update = refresh_nodes(cache.store, snap, ["n1", "n3"])
+
+        assert update.changed_nodes == 2
+        assert snap.get("n1") is n1  # in place: the list holds the same objects
+        assert [p.name for p in n1.pods] == ["p1"] and n1.requested.milli_cpu == 1000
+        assert n2.pods == [] and n2.generation < n1.generation  # not asked for: as it was
+        assert "n3" not in snap.node_infos
+        assert [i.name for i in snap.node_info_list] == ["n0", "n1", "n2"]
+        assert snap.generation == generation  # the rest is still at the old generation
+        cache.update_snapshot(snap)  # catches up the rest (and n1 again)
+        fresh = Snapshot()
+        cache.update_snapshot(fresh)
+        assert snap.generation == fresh.generation
+        assert {name: (i.generation, i.requested) for name, i in snap.node_infos.items()} == {
+            name: (i.generation, i.requested) for name, i in fresh.node_infos.items()
+        }
+    finally:
+        cache.clear()
 
 
 def test_demo_with_redis_runs_replica_processes():

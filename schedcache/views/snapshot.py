@@ -125,6 +125,38 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
     return report
 
 
+def changed_since(store: Store, snap: Snapshot) -> list[str]:
+    """Names of the nodes changed since ``snap.generation``, without reading them: the same
+    ``sc_snapshot_delta`` call with no node inline, so its cost is the names alone. A replica
+    claiming strictly (``expect_generation``) skips them between updates: a claim on one would
+    surely conflict."""
+    reply = store.read_function("snapshot_delta", snap.generation, snap.tree_generation, 0)
+    return [name.decode() for name in reply[2]]
+
+
+def refresh_nodes(store: Store, snap: Snapshot, names: Sequence[str]) -> SnapshotUpdate:
+    """Re-read just ``names`` into ``snap``, in place: a replica whose claim on a node
+    conflicted learns that node's state without catching up on the whole cluster (its cost
+    follows the nodes asked for). The snapshot is then no longer exact at one generation: these
+    nodes are newer than ``snap.generation`` (their image spreads are the snapshot's), until
+    the next :func:`update_snapshot`, which reads them again. A node gone since leaves it."""
+    with gc_paused():
+        return run_reads(store, refresh_reads(snap, names))
+
+
+def refresh_reads(snap: Snapshot, names: Sequence[str]) -> Reads[SnapshotUpdate]:
+    """:func:`refresh_nodes` without I/O: the reads it needs, for either transport."""
+    started = time.perf_counter()
+    report = SnapshotUpdate(rounds=1)
+    entries, _ = yield from node_entries_reads(names)
+    flags = _Flags()
+    _apply_nodes(snap, entries, flags)
+    _rebuild_lists(snap, flags, report)
+    report.changed_nodes = len(entries)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 def _reset(snap: Snapshot) -> None:
     fresh = Snapshot()
     for name in vars(fresh):
