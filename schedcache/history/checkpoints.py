@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import redis
 
 from schedcache.errors import CacheError, CorruptRecord, HistoryCompacted, ValidationError
-from schedcache.history.replay import NodeState, PodState, ReplayState, fold, stored
+from schedcache.history.replay import NodeState, PodState, ReplayState, fold_pages, stored
 from schedcache.model.values import Node, Resource
 from schedcache.store.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.store.keys import Keys
@@ -399,11 +399,22 @@ def read_events(
     store: Store, after: str | None = None, until: str | None = None, page: int | None = None
 ) -> Iterator[Event]:
     """The events after ``after`` (None: from the beginning) up to ``until`` (included), in
-    order; :class:`HistoryCompacted` when a page finds the stream compacted past the last event
-    read (the ``compacted`` marker is read right after each page, on the same connection: a
-    trim before the page shows in it; one just after may raise needlessly, never the reverse):
-    paging on through XRANGE would silently skip the trimmed events. No MULTI, so a Redis at
-    its maxmemory (which refuses every command inside MULTI) can still be replayed."""
+    order, decoded (see :func:`read_pages`)."""
+    for entries in read_pages(store, after, until, page):
+        for entry_id, raw in entries:
+            yield decode_entry(entry_id, raw)
+
+
+def read_pages(
+    store: Store, after: str | None = None, until: str | None = None, page: int | None = None
+) -> Iterator[list[tuple[bytes, dict[bytes, bytes]]]]:
+    """The stream entries after ``after`` (None: from the beginning) up to ``until`` (included),
+    a page at a time, as XRANGE returns them; :class:`HistoryCompacted` when a page finds the
+    stream compacted past the last event read (the ``compacted`` marker is read right after
+    each page, on the same connection: a trim before the page shows in it; one just after may
+    raise needlessly, never the reverse): paging on through XRANGE would silently skip the
+    trimmed events. No MULTI, so a Redis at its maxmemory (which refuses every command inside
+    MULTI) can still be replayed."""
     server, marker = store.route.get(), store.keys.compacted
     if after is not None and stream_id(after) == LAST_ID:
         return  # nothing can come after the largest id (and XRANGE refuses "(" before it)
@@ -415,8 +426,9 @@ def read_events(
         pipe.get(marker)
         entries, compacted = pipe.execute()
         check_history(store, position, optional_text(compacted))
-        for entry_id, raw in entries:
-            yield decode_entry(entry_id, raw)
+        if entries:
+            as_bytes(entries[0][0])  # a decoding client fails here, loudly
+            yield entries
         if len(entries) < count:
             return
         position = as_text(entries[-1][0])
@@ -444,7 +456,7 @@ def replay(
         and checkpoint.last_id is not None
         and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
     ):
-        return fold(read_events(store, checkpoint.last_id, until), checkpoint, progress)
+        return fold_pages(read_pages(store, checkpoint.last_id, until), checkpoint, progress)
     start = history_start(store)
     if start is not None:  # the stream no longer begins at the beginning
         raise HistoryCompacted(
@@ -452,4 +464,4 @@ def replay(
             f"{checkpoint.last_id if checkpoint else start} was compacted away; "
             "replay at or after it"
         )
-    return fold(read_events(store, None, until), progress=progress)
+    return fold_pages(read_pages(store, None, until), progress=progress)
