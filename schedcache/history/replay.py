@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import pod_contribution, resource_pairs
@@ -20,6 +21,7 @@ from schedcache.store.events import Event, decode_entry
 from schedcache.store.records import decode_object
 
 POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
+_GENERATION = attrgetter("generation")  # a node's pods in placement order
 
 
 @dataclass(slots=True)  # one per live pod: slots make them smaller and quicker to build
@@ -203,10 +205,13 @@ class ReplayState:
         return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
 
     def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
-        records = sorted((self.pods[uid] for uid in entry.pods), key=lambda r: r.generation)
+        records = sorted(map(self.pods.__getitem__, entry.pods), key=_GENERATION)
+        pods = [record.pod for record in records]
         totals: Counter[str] = Counter()
-        for record in records:
-            totals.update(dict(pod_contribution(record.pod)))
+        add = totals.get
+        for pod in pods:  # (Counter.update loops in Python: this is a third of the cost)
+            for name, amount in pod_contribution(pod):
+                totals[name] = add(name, 0) + amount
         scalars = {f[4:]: v for f, v in totals.items() if f.startswith("r:s:") and v}
         images = {}
         if entry.node is not None:
@@ -216,7 +221,7 @@ class ReplayState:
         return NodeInfo(
             name=entry.name,
             node=entry.node,
-            pods=[record.pod for record in records],
+            pods=pods,
             requested=Resource(totals["r:cpu"], totals["r:mem"], totals["r:eph"], 0, scalars),
             non_zero_requested=Resource(
                 totals["r:cpu"] + totals["z:cpu"], totals["r:mem"] + totals["z:mem"]
