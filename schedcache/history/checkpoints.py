@@ -36,7 +36,14 @@ from schedcache.history.replay import NodeState, PodState, ReplayState, fold_pag
 from schedcache.model.values import Node, Resource
 from schedcache.store.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.store.keys import Keys
-from schedcache.store.responses import as_bytes, as_hash, as_text, optional_text, stream_entries
+from schedcache.store.responses import (
+    as_bytes,
+    as_hash,
+    as_text,
+    optional_text,
+    stream_entries,
+    stream_page,
+)
 from schedcache.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -414,25 +421,86 @@ def read_pages(
     each page, on the same connection: a trim before the page shows in it; one just after may
     raise needlessly, never the reverse): paging on through XRANGE would silently skip the
     trimmed events. No MULTI, so a Redis at its maxmemory (which refuses every command inside
-    MULTI) can still be replayed."""
-    server, marker = store.route.get(), store.keys.compacted
+    MULTI) can still be replayed.
+
+    The next page is asked for as soon as a page arrives, before it is folded, so Redis reads
+    it meanwhile (waiting for each page took a seventh of a replay); hence a connection of its
+    own, held until the last page."""
     if after is not None and stream_id(after) == LAST_ID:
         return  # nothing can come after the largest id (and XRANGE refuses "(" before it)
     position, low, high = after, f"({after}" if after else "-", until or "+"
-    count = page or PAGE
-    while True:
-        pipe = server.pipeline(transaction=False)
-        pipe.xrange(store.keys.events, low, high, count=count)
-        pipe.get(marker)
-        entries, compacted = pipe.execute()
-        check_history(store, position, optional_text(compacted))
-        if entries:
-            as_bytes(entries[0][0])  # a decoding client fails here, loudly
-            yield entries
-        if len(entries) < count:
-            return
-        position = as_text(entries[-1][0])
-        low = f"({position}"
+    pages = _PageReader(store.route.get(), store.keys.events, store.keys.compacted, high, page)
+    try:
+        while True:
+            entries, compacted = pages.receive(low)
+            if len(entries) == pages.count:
+                low = f"({as_text(entries[-1][0])}"
+                pages.ask_ahead(low)
+            check_history(store, position, optional_text(compacted))
+            if entries:
+                yield entries
+            if len(entries) < pages.count:
+                return
+            position = as_text(entries[-1][0])
+    finally:
+        pages.close()
+
+
+class _PageReader:
+    """XRANGE pages (with the ``compacted`` marker) on one connection, one asked for ahead.
+    A connection error while a page is read resends it once on a new connection (the client's
+    ``retry``, as a pipeline would); a reader closed with a reply unread drops its connection,
+    which would otherwise hand that reply to the next command."""
+
+    def __init__(
+        self, server: redis.Redis, key: str, marker: str, high: str, count: int | None
+    ) -> None:
+        self.pool = server.connection_pool
+        self.connection = self.pool.get_connection()
+        self.key, self.marker, self.high, self.count = key, marker, high, count or PAGE
+        self.sent: str | None = None  # the ``low`` of the page asked for and not yet read
+
+    def send(self, low: str) -> None:
+        commands = [("XRANGE", self.key, low, self.high, "COUNT", self.count), ("GET", self.marker)]
+        self.connection.send_packed_command(self.connection.pack_commands(commands))
+        self.sent = low
+
+    def ask_ahead(self, low: str) -> None:
+        """Send the page from ``low`` now; if the connection fails, :meth:`receive` resends."""
+        try:
+            self.send(low)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.connection.disconnect()
+            self.sent = None
+
+    def receive(self, low: str) -> tuple[list[tuple[bytes, dict[bytes, bytes]]], object]:
+        """The page from ``low`` (sent now unless it already was) and the marker after it."""
+
+        def exchange() -> tuple[list[tuple[bytes, dict[bytes, bytes]]], object]:
+            if self.sent != low:
+                self.send(low)
+            try:
+                entries = self.connection.read_response()
+            except redis.ResponseError:
+                self.connection.read_response()  # the marker's reply: the connection stays usable
+                self.sent = None
+                raise
+            compacted = self.connection.read_response()
+            self.sent = None
+            return stream_page(entries), compacted
+
+        def failed(error: Exception) -> None:
+            self.connection.disconnect()
+            self.sent = None
+
+        result: tuple[list[tuple[bytes, dict[bytes, bytes]]], object]
+        result = self.connection.retry.call_with_retry(exchange, failed)
+        return result
+
+    def close(self) -> None:
+        if self.sent is not None:
+            self.connection.disconnect()
+        self.pool.release(self.connection)
 
 
 def read_events_from(store: Store, first: str, until: str | None = None) -> Iterator[Event]:
