@@ -40,9 +40,11 @@ class PodState:
     @property
     def pod(self) -> Pod:
         if self.decoded is None:
-            what = f"replayed pod placed on node {self.node} at generation {self.generation}"
-            self.decoded = decode_object(self.blob or b"", what, Pod.from_dict)
+            self.decoded = decode_object(self.blob or b"", self._subject, Pod.from_dict)
         return self.decoded
+
+    def _subject(self) -> str:
+        return f"replayed pod placed on node {self.node} at generation {self.generation}"
 
 
 @dataclass(slots=True)
@@ -81,23 +83,24 @@ class ReplayState:
         :class:`CorruptRecord` naming the event that is not one schedcache writes."""
         if not entries:
             return
+        handlers, top = _HANDLERS, self.generation
         try:
             for entry_id, fields in entries:
-                handler = _HANDLERS.get(fields.get(b"type", b""))
+                handler = handlers.get(fields.get(b"type", b""))
                 if handler is None:
                     kind = fields.get(b"type", b"").decode(errors="replace")
                     raise ValueError(f"unknown type {kind!r}")
                 gen = fields.get(b"gen")
                 generation = int(gen) if gen else 0
                 handler(self, entry_id, fields, generation)
-                if generation > self.generation:
-                    self.generation = generation
+                if generation > top:
+                    top = generation
         except CorruptRecord:
             raise
         except (KeyError, ValueError, TypeError) as error:
             reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
             raise CorruptRecord(decode_entry(entry_id, fields).subject, reason) from None
-        self.last_id = entries[-1][0].decode()
+        self.generation, self.last_id = top, entries[-1][0].decode()
         self.events += len(entries)
 
     def _node_set(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
