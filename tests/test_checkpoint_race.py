@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,23 +122,24 @@ def test_a_checkpoint_or_compaction_during_the_chunk_writes_is_caught_at_the_swi
 
 
 class Pause:
-    """Stops folds running in one thread after ``after`` events until released."""
+    """Stops folds running in one thread before the page holding event ``after`` until
+    released (folds go a page at a time: ``ReplayState.fold_entries``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, after: int) -> None:
         self.paused, self.release = threading.Event(), threading.Event()
         self.thread: threading.Thread | None = None
         self.after, self.seen = after, 0
-        apply = ReplayState.apply
+        fold_entries = ReplayState.fold_entries
 
-        def paused_apply(state: ReplayState, event: object) -> None:
+        def paused_fold(state: ReplayState, entries: Sequence[Any]) -> None:
             if threading.current_thread() is self.thread:
-                self.seen += 1
-                if self.seen == self.after:
+                before, self.seen = self.seen, self.seen + len(entries)
+                if before < self.after <= self.seen:
                     self.paused.set()
                     assert self.release.wait(60), "never released"
-            apply(state, event)  # type: ignore[arg-type]
+            fold_entries(state, entries)
 
-        monkeypatch.setattr(ReplayState, "apply", paused_apply)
+        monkeypatch.setattr(ReplayState, "fold_entries", paused_fold)
 
     def run(self, work: Callable[[], object]) -> Iterator[BaseException | object]:
         """Run ``work`` in the paused thread; yields once paused, then its outcome."""
@@ -297,13 +299,13 @@ def test_two_processes_sigstop_during_checkpoint(cache_name):
             "import os, signal, sys, redis\n"
             "from schedcache import Cache\n"
             "from schedcache.history.replay import ReplayState\n"
-            "apply, seen = ReplayState.apply, [0]\n"
-            "def slow(state, event):\n"
+            "fold, seen = ReplayState.fold_entries, [0]\n"
+            "def slow(state, entries):\n"
             "    seen[0] += 1\n"
-            "    if seen[0] == 600:\n"
+            "    if seen[0] == 1:  # inside the first page (1,000 events) of 1,500\n"
             "        print('paused', flush=True); os.kill(os.getpid(), signal.SIGSTOP)\n"
-            "    apply(state, event)\n"
-            "ReplayState.apply = slow\n"
+            "    fold(state, entries)\n"
+            "ReplayState.fold_entries = slow\n"
             "cache = Cache(redis.Redis.from_url(sys.argv[1]), sys.argv[2], replica='slow')\n"
             "try:\n"
             "    print('stored', cache.checkpoint(), flush=True)\n"

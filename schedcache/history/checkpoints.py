@@ -32,11 +32,18 @@ from typing import Any, TypeVar
 import redis
 
 from schedcache.errors import CacheError, CorruptRecord, HistoryCompacted, ValidationError
-from schedcache.history.replay import NodeState, PodState, ReplayState, fold, stored
+from schedcache.history.replay import NodeState, PodState, ReplayState, fold_pages, stored
 from schedcache.model.values import Node, Resource
 from schedcache.store.events import CHUNK_LIMITS, Event, decode_entry, pack, unpack
 from schedcache.store.keys import Keys
-from schedcache.store.responses import as_bytes, as_hash, as_text, optional_text, stream_entries
+from schedcache.store.responses import (
+    as_bytes,
+    as_hash,
+    as_text,
+    optional_text,
+    stream_entries,
+    stream_page,
+)
 from schedcache.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -399,28 +406,101 @@ def read_events(
     store: Store, after: str | None = None, until: str | None = None, page: int | None = None
 ) -> Iterator[Event]:
     """The events after ``after`` (None: from the beginning) up to ``until`` (included), in
-    order; :class:`HistoryCompacted` when a page finds the stream compacted past the last event
-    read (the ``compacted`` marker is read right after each page, on the same connection: a
-    trim before the page shows in it; one just after may raise needlessly, never the reverse):
-    paging on through XRANGE would silently skip the trimmed events. No MULTI, so a Redis at
-    its maxmemory (which refuses every command inside MULTI) can still be replayed."""
-    server, marker = store.route.get(), store.keys.compacted
+    order, decoded (see :func:`read_pages`)."""
+    for entries in read_pages(store, after, until, page):
+        for entry_id, raw in entries:
+            yield decode_entry(entry_id, raw)
+
+
+def read_pages(
+    store: Store, after: str | None = None, until: str | None = None, page: int | None = None
+) -> Iterator[list[tuple[bytes, dict[bytes, bytes]]]]:
+    """The stream entries after ``after`` (None: from the beginning) up to ``until`` (included),
+    a page at a time, as XRANGE returns them; :class:`HistoryCompacted` when a page finds the
+    stream compacted past the last event read (the ``compacted`` marker is read right after
+    each page, on the same connection: a trim before the page shows in it; one just after may
+    raise needlessly, never the reverse): paging on through XRANGE would silently skip the
+    trimmed events. No MULTI, so a Redis at its maxmemory (which refuses every command inside
+    MULTI) can still be replayed.
+
+    The next page is asked for as soon as a page arrives, before it is folded, so Redis reads
+    it meanwhile (waiting for each page took a seventh of a replay); hence a connection of its
+    own, held until the last page."""
     if after is not None and stream_id(after) == LAST_ID:
         return  # nothing can come after the largest id (and XRANGE refuses "(" before it)
     position, low, high = after, f"({after}" if after else "-", until or "+"
-    count = page or PAGE
-    while True:
-        pipe = server.pipeline(transaction=False)
-        pipe.xrange(store.keys.events, low, high, count=count)
-        pipe.get(marker)
-        entries, compacted = pipe.execute()
-        check_history(store, position, optional_text(compacted))
-        for entry_id, raw in entries:
-            yield decode_entry(entry_id, raw)
-        if len(entries) < count:
-            return
-        position = as_text(entries[-1][0])
-        low = f"({position}"
+    pages = _PageReader(store.route.get(), store.keys.events, store.keys.compacted, high, page)
+    try:
+        while True:
+            entries, compacted = pages.receive(low)
+            if len(entries) == pages.count:
+                low = f"({as_text(entries[-1][0])}"
+                pages.ask_ahead(low)
+            check_history(store, position, optional_text(compacted))
+            if entries:
+                yield entries
+            if len(entries) < pages.count:
+                return
+            position = as_text(entries[-1][0])
+    finally:
+        pages.close()
+
+
+class _PageReader:
+    """XRANGE pages (with the ``compacted`` marker) on one connection, one asked for ahead.
+    A connection error while a page is read resends it once on a new connection (the client's
+    ``retry``, as a pipeline would); a reader closed with a reply unread drops its connection,
+    which would otherwise hand that reply to the next command."""
+
+    def __init__(
+        self, server: redis.Redis, key: str, marker: str, high: str, count: int | None
+    ) -> None:
+        self.pool = server.connection_pool
+        self.connection = self.pool.get_connection()
+        self.key, self.marker, self.high, self.count = key, marker, high, count or PAGE
+        self.sent: str | None = None  # the ``low`` of the page asked for and not yet read
+
+    def send(self, low: str) -> None:
+        commands = [("XRANGE", self.key, low, self.high, "COUNT", self.count), ("GET", self.marker)]
+        self.connection.send_packed_command(self.connection.pack_commands(commands))
+        self.sent = low
+
+    def ask_ahead(self, low: str) -> None:
+        """Send the page from ``low`` now; if the connection fails, :meth:`receive` resends."""
+        try:
+            self.send(low)
+        except (redis.ConnectionError, redis.TimeoutError):
+            self.connection.disconnect()
+            self.sent = None
+
+    def receive(self, low: str) -> tuple[list[tuple[bytes, dict[bytes, bytes]]], object]:
+        """The page from ``low`` (sent now unless it already was) and the marker after it."""
+
+        def exchange() -> tuple[list[tuple[bytes, dict[bytes, bytes]]], object]:
+            if self.sent != low:
+                self.send(low)
+            try:
+                entries = self.connection.read_response()
+            except redis.ResponseError:
+                self.connection.read_response()  # the marker's reply: the connection stays usable
+                self.sent = None
+                raise
+            compacted = self.connection.read_response()
+            self.sent = None
+            return stream_page(entries), compacted
+
+        def failed(error: Exception) -> None:
+            self.connection.disconnect()
+            self.sent = None
+
+        result: tuple[list[tuple[bytes, dict[bytes, bytes]]], object]
+        result = self.connection.retry.call_with_retry(exchange, failed)
+        return result
+
+    def close(self) -> None:
+        if self.sent is not None:
+            self.connection.disconnect()
+        self.pool.release(self.connection)
 
 
 def read_events_from(store: Store, first: str, until: str | None = None) -> Iterator[Event]:
@@ -444,7 +524,7 @@ def replay(
         and checkpoint.last_id is not None
         and (until is None or stream_id(until) >= stream_id(checkpoint.last_id))
     ):
-        return fold(read_events(store, checkpoint.last_id, until), checkpoint, progress)
+        return fold_pages(read_pages(store, checkpoint.last_id, until), checkpoint, progress)
     start = history_start(store)
     if start is not None:  # the stream no longer begins at the beginning
         raise HistoryCompacted(
@@ -452,4 +532,4 @@ def replay(
             f"{checkpoint.last_id if checkpoint else start} was compacted away; "
             "replay at or after it"
         )
-    return fold(read_events(store, None, until), progress=progress)
+    return fold_pages(read_pages(store, None, until), progress=progress)

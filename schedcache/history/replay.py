@@ -9,20 +9,22 @@ the shape of ``Cache.dump()``: every node entry (ghosts and placeholders too) as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import pod_contribution, resource_pairs
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
 from schedcache.model.values import Node, Pod, Resource
-from schedcache.store.events import Event
+from schedcache.store.events import Event, decode_entry
 from schedcache.store.records import decode_object
 
 POD_REMOVALS = frozenset({"PodRemoved", "PodForgotten", "PodExpired"})
+_GENERATION = attrgetter("generation")  # a node's pods in placement order
 
 
-@dataclass
+@dataclass(slots=True)  # one per live pod: slots make them smaller and quicker to build
 class PodState:
     blob: bytes | None  # the pod's msgpack, decoded only when asked (most pods come and go)
     state: str  # "assumed" | "added"
@@ -38,12 +40,14 @@ class PodState:
     @property
     def pod(self) -> Pod:
         if self.decoded is None:
-            what = f"replayed pod placed on node {self.node} at generation {self.generation}"
-            self.decoded = decode_object(self.blob or b"", what, Pod.from_dict)
+            self.decoded = decode_object(self.blob or b"", self._subject, Pod.from_dict)
         return self.decoded
 
+    def _subject(self) -> str:
+        return f"replayed pod placed on node {self.node} at generation {self.generation}"
 
-@dataclass
+
+@dataclass(slots=True)
 class NodeState:
     name: str
     node: Node | None = None
@@ -70,34 +74,69 @@ class ReplayState:
     # -- folding ----------------------------------------------------------------------
 
     def apply(self, event: Event) -> None:
-        fields, generation = event.fields, event.generation
-        kind = event.type
-        if kind in ("NodeAdded", "NodeUpdated"):
-            self._set_node(Node.from_dict(event.data), generation or 0)
-        elif kind == "NodeRemoved":
-            self._remove_node(fields["node"], generation or 0)
-        elif kind == "PodAssumed":
-            self._place(event.blob, fields["uid"], fields["node"], "assumed", event, event.id)
-        elif kind == "BindingFinished":
-            record = self.pods[fields["uid"]]
-            record.binding_finished = True
-            record.deadline_ms = int(fields["deadline"]) if fields.get("deadline") else None
-        elif kind == "PodAdded":
-            since: str | None = event.id
-            if fields["uid"] in self.pods:  # confirming an assumed pod, maybe elsewhere
-                since = self._unplace(fields["uid"], int(fields.get("fromgen") or generation or 0))
-            self._place(event.blob, fields["uid"], fields["node"], "added", event, since)
-        elif kind == "PodUpdated":
-            since = self._unplace(fields["uid"], generation or 0)
-            self._place(event.blob, fields["uid"], fields["node"], "added", event, since)
-        elif kind in POD_REMOVALS:
-            self._unplace(fields["uid"], generation or 0)
-        else:
-            raise ValueError(f"event {event.id}: unknown type {kind!r}")
-        if generation:
-            self.generation = max(self.generation, generation)
-        self.last_id = event.id
-        self.events += 1
+        """Fold one decoded event (as :func:`fold` does)."""
+        self.fold_entries([(event.id.encode(), event.entry_fields())])
+
+    def fold_entries(self, entries: Sequence[tuple[bytes, Mapping[bytes, bytes]]]) -> None:
+        """Fold a page of stream entries as XRANGE returns them, reading only the fields each
+        event type needs (decoding every field of every entry first took most of a replay);
+        :class:`CorruptRecord` naming the event that is not one schedcache writes."""
+        if not entries:
+            return
+        handlers, top = _HANDLERS, self.generation
+        try:
+            for entry_id, fields in entries:
+                handler = handlers.get(fields.get(b"type", b""))
+                if handler is None:
+                    kind = fields.get(b"type", b"").decode(errors="replace")
+                    raise ValueError(f"unknown type {kind!r}")
+                gen = fields.get(b"gen")
+                generation = int(gen) if gen else 0
+                handler(self, entry_id, fields, generation)
+                if generation > top:
+                    top = generation
+        except CorruptRecord:
+            raise
+        except (KeyError, ValueError, TypeError) as error:
+            reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
+            raise CorruptRecord(decode_entry(entry_id, fields).subject, reason) from None
+        self.generation, self.last_id = top, entries[-1][0].decode()
+        self.events += len(entries)
+
+    def _node_set(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
+        self._set_node(Node.from_dict(decode_entry(entry_id, fields).data), generation)
+
+    def _node_removed(
+        self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int
+    ) -> None:
+        self._remove_node(fields[b"node"].decode(), generation)
+
+    def _pod_assumed(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
+        uid, node = fields[b"uid"].decode(), fields[b"node"].decode()
+        self._place(fields.get(b"data"), uid, node, "assumed", generation, entry_id.decode())
+
+    def _binding_finished(
+        self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int
+    ) -> None:
+        record = self.pods[fields[b"uid"].decode()]
+        record.binding_finished = True
+        deadline = fields.get(b"deadline")
+        record.deadline_ms = int(deadline) if deadline else None
+
+    def _pod_added(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
+        uid = fields[b"uid"].decode()
+        since: str | None = entry_id.decode()
+        if uid in self.pods:  # confirming an assumed pod, maybe elsewhere
+            since = self._unplace(uid, int(fields.get(b"fromgen") or generation))
+        self._place(fields.get(b"data"), uid, fields[b"node"].decode(), "added", generation, since)
+
+    def _pod_updated(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
+        uid = fields[b"uid"].decode()
+        since = self._unplace(uid, generation)
+        self._place(fields.get(b"data"), uid, fields[b"node"].decode(), "added", generation, since)
+
+    def _pod_removed(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
+        self._unplace(fields[b"uid"].decode(), generation)
 
     def _set_node(self, node: Node, generation: int) -> None:
         entry = self.nodes.setdefault(node.name, NodeState(node.name))
@@ -134,14 +173,15 @@ class ReplayState:
         uid: str,
         node: str,
         state: str,
-        event: Event,
+        generation: int,
         since: str | None,
     ) -> None:
-        generation = event.generation or 0
-        entry = self.nodes.setdefault(node, NodeState(node))
+        entry = self.nodes.get(node)
+        if entry is None:  # (not setdefault: it would build a NodeState per event)
+            entry = self.nodes[node] = NodeState(node)
         entry.pods[uid] = None
         entry.generation = generation
-        self.pods[uid] = PodState(blob, state, node, generation, since=since)
+        self.pods[uid] = PodState(blob, state, node, generation, False, None, since)
 
     def _unplace(self, uid: str, generation: int) -> str | None:
         """Take the pod off its node; returns when it first came (its ``since``)."""
@@ -168,10 +208,13 @@ class ReplayState:
         return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
 
     def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
-        records = sorted((self.pods[uid] for uid in entry.pods), key=lambda r: r.generation)
+        records = sorted(map(self.pods.__getitem__, entry.pods), key=_GENERATION)
+        pods = [record.pod for record in records]
         totals: Counter[str] = Counter()
-        for record in records:
-            totals.update(dict(pod_contribution(record.pod)))
+        add = totals.get
+        for pod in pods:  # (Counter.update loops in Python: this is a third of the cost)
+            for name, amount in pod_contribution(pod):
+                totals[name] = add(name, 0) + amount
         scalars = {f[4:]: v for f, v in totals.items() if f.startswith("r:s:") and v}
         images = {}
         if entry.node is not None:
@@ -181,7 +224,7 @@ class ReplayState:
         return NodeInfo(
             name=entry.name,
             node=entry.node,
-            pods=[record.pod for record in records],
+            pods=pods,
             requested=Resource(totals["r:cpu"], totals["r:mem"], totals["r:eph"], 0, scalars),
             non_zero_requested=Resource(
                 totals["r:cpu"] + totals["z:cpu"], totals["r:mem"] + totals["z:mem"]
@@ -192,6 +235,20 @@ class ReplayState:
             pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
             generation=entry.generation,
         )
+
+
+Handler = Callable[[ReplayState, bytes, Mapping[bytes, bytes], int], None]
+# What each event type does to the state, by its ``type`` field as stored.
+_HANDLERS: dict[bytes, Handler] = {
+    b"NodeAdded": ReplayState._node_set,
+    b"NodeUpdated": ReplayState._node_set,
+    b"NodeRemoved": ReplayState._node_removed,
+    b"PodAssumed": ReplayState._pod_assumed,
+    b"BindingFinished": ReplayState._binding_finished,
+    b"PodAdded": ReplayState._pod_added,
+    b"PodUpdated": ReplayState._pod_updated,
+}
+_HANDLERS.update((kind.encode(), ReplayState._pod_removed) for kind in POD_REMOVALS)
 
 
 def stored(allocatable: Resource) -> Resource:
@@ -224,18 +281,23 @@ def fold(
 ) -> ReplayState:
     """Fold ``events`` into ``state`` (a fresh one by default); ``progress(n)`` is called
     every 10,000 events."""
+    pages = ([(event.id.encode(), event.entry_fields())] for event in events)
+    return fold_pages(pages, state, progress)
+
+
+def fold_pages(
+    pages: Iterable[Sequence[tuple[bytes, Mapping[bytes, bytes]]]],
+    state: ReplayState | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayState:
+    """Fold pages of stream entries (as XRANGE returns them) into ``state`` (a fresh one by
+    default); ``progress(n)`` is called every 10,000 events or more."""
     state = state or ReplayState()
     done = 0
-    for event in events:
-        try:
-            state.apply(event)
-        except CorruptRecord:
-            raise
-        except (KeyError, ValueError, TypeError) as error:
-            reason = f"not an event schedcache writes ({type(error).__name__}: {error})"
-            raise CorruptRecord(event.subject, reason) from None
-        done += 1
-        if progress and done == 10_000:
+    for page in pages:
+        state.fold_entries(page)
+        done += len(page)
+        if progress and done >= 10_000:
             progress(done)
             done = 0
     if progress and done:

@@ -124,6 +124,20 @@ class Event:
     blob: bytes | None = field(default=None, repr=False)  # the msgpack payload, as stored
     fields: dict[str, str] = field(default_factory=dict)
     version: int = SCHEMA_VERSION
+    # The entry's fields as read (kept by decode_entry, so a fold of decoded events reads
+    # them without encoding them again).
+    raw: Mapping[bytes, bytes] | None = field(default=None, repr=False, compare=False)
+
+    def entry_fields(self) -> Mapping[bytes, bytes]:
+        """The stream entry's fields as XRANGE returns them: what a fold reads."""
+        if self.raw is not None:
+            return self.raw
+        raw = {key.encode(): value.encode() for key, value in self.fields.items()}
+        raw |= {b"type": self.type.encode(), b"replica": self.replica.encode()}
+        raw[b"v"] = str(self.version).encode()
+        if self.blob is not None:
+            raw[b"data"] = self.blob
+        return raw
 
     @functools.cached_property
     def data(self) -> Any:
@@ -180,6 +194,7 @@ def decode_entry(entry_id: bytes | str, raw: Mapping[bytes, bytes]) -> Event:
         version=version,
         blob=blob,
         fields=text,
+        raw=raw,
     )
 
 

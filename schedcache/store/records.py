@@ -76,23 +76,24 @@ def record_pod(raw: bytes) -> Pod:
 
 
 def _decode(blob: bytes, raw: bytes, key: str | None) -> Pod:
-    return decode_object(blob, _subject(raw, key), Pod.from_dict)
+    return decode_object(blob, lambda: _subject(raw, key), Pod.from_dict)
 
 
 def decode_node(blob: bytes, name: str) -> Node:
     """The node object stored in node ``name``'s entry; :class:`CorruptRecord` if it is not one."""
-    return decode_object(blob, f"node {name} (its stored object)", Node.from_dict)
+    return decode_object(blob, lambda: f"node {name} (its stored object)", Node.from_dict)
 
 
-def decode_object(blob: bytes, what: str, build: Callable[[Any], T]) -> T:
-    """``build(unpack(blob))``, any failure reported as :class:`CorruptRecord` naming ``what``."""
+def decode_object(blob: bytes, what: Callable[[], str], build: Callable[[Any], T]) -> T:
+    """``build(unpack(blob))``, any failure reported as :class:`CorruptRecord` naming
+    ``what()`` (called only then: dumps and replays decode every live pod)."""
     try:
         return build(unpack(blob))
     except CorruptRecord as error:
-        raise CorruptRecord(what, error.reason) from None
+        raise CorruptRecord(what(), error.reason) from None
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         reason = f"its msgpack is not what schedcache stores ({type(error).__name__}: {error})"
-        raise CorruptRecord(what, reason) from None
+        raise CorruptRecord(what(), reason) from None
 
 
 def _subject(raw: bytes, key: str | None) -> str:

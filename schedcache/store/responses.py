@@ -42,3 +42,17 @@ def stream_entries(value: object) -> list[tuple[bytes, dict[bytes, bytes]]]:
     if not isinstance(value, list):
         return []
     return [(as_bytes(entry_id), as_hash(fields or {})) for entry_id, fields in value]
+
+
+def stream_page(value: object) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """A raw ``XRANGE`` reply (read without redis-py's response callback): ``[[id, [field,
+    value, ...]], ...]`` as ``[(id, fields), ...]``. Only the first id is type-checked (a client
+    that decodes fails there): a replay reads a million entries."""
+    if not isinstance(value, list) or not value:
+        return []
+    as_bytes(value[0][0])
+    page = []
+    for entry_id, flat in value:
+        pairs = iter(flat or ())
+        page.append((entry_id, dict(zip(pairs, pairs))))  # noqa: B905 (as redis-py pairs them)
+    return page
