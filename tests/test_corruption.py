@@ -89,7 +89,6 @@ def _batched_add(cache: Cache) -> None:
             raise result.error
 
 
-
 # The cache-wide keys each write may change, where not all of them (lua/_register.lua): a
 # corrupt one refuses it, and any other corrupt key neither stops it nor is touched by it.
 PLACING = {"gen", "events", "nodegen", "pods"}
@@ -140,7 +139,9 @@ def test_add_pod_confirming_an_assumed_pod_checks_every_cache_wide_key(cache):
     """Confirming takes the assumed pod off its node too (assumed, deadlines, nodes)."""
     populated(cache)
     _wrong_type("deadlines")(cache)
-    refused_unchanged(cache, lambda c: c.add_pod(make_pod("held", "n1", "100m", "1Mi")), "deadlines")
+    refused_unchanged(
+        cache, lambda c: c.add_pod(make_pod("held", "n1", "100m", "1Mi")), "deadlines"
+    )
 
 
 def test_a_pod_on_a_node_not_in_the_cache_checks_the_node_index(cache):
