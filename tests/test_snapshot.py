@@ -370,3 +370,58 @@ def test_an_image_that_leaves_every_node_and_returns_elsewhere(cache):
     cache.add_node(make_node("n0", images=image))
     cache.update_snapshot(snap)
     assert_matches_fresh(cache, snap)
+
+
+def test_a_full_build_decodes_pods_only_when_they_are_used(cache, monkeypatch):
+    """Aggregates come from the node hashes; a node's pods are decoded when read, once, and
+    then equal what dump() decodes. Affinity lists stay right without decoding (the node
+    hash counts such pods)."""
+    import schedcache.store.fetch as fetch
+
+    decoded: list[bytes] = []
+    real = fetch.record_pod
+
+    def counting(raw: bytes):
+        decoded.append(raw)
+        return real(raw)
+
+    for i in range(3):
+        cache.add_node(node(i))
+    for i in range(6):
+        cache.add_pod(make_pod(f"p{i}", f"test-node{i % 3}", "10m", "1Mi"))
+    cache.add_pod(make_pod("aff", "test-node2", "10m", "1Mi", affinity=AFFINITY))
+    dump = cache.dump()
+    assert sum(len(info.pods) for info in dump.nodes.values()) == 7  # (dump is lazy too)
+    monkeypatch.setattr(fetch, "record_pod", counting)
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    # Only test-node2's pods: the affinity lists need the one with affinity.
+    assert sorted(raw.split(b" ")[1] for raw in decoded) == [b"test-node2"] * 3
+    assert [i.name for i in snap.have_pods_with_affinity_list] == ["test-node2"]
+    assert snap.have_pods_with_required_anti_affinity_list == []
+    first = snap.node_infos["test-node0"]
+    assert first.pod_count == 2 and len(decoded) == 3
+    assert first.requested == dump.nodes["test-node0"].requested
+    assert first.pods == dump.nodes["test-node0"].pods
+    assert len(decoded) == 5
+    assert first.pods is first.pods and len(decoded) == 5  # decoded once
+    for name, info in snap.node_infos.items():
+        assert info == dump.nodes[name]
+
+
+def test_a_corrupt_pod_blob_is_refused_when_the_pods_are_read(cache):
+    """A pod record whose header is sound but whose object is not: the node's aggregates are
+    still read (they are stored as such); its pods raise CorruptRecord naming the record."""
+    from schedcache.errors import CorruptRecord
+
+    cache.add_node(node(1))
+    cache.add_pod(make_pod("p1", "test-node1", "10m", "1Mi"))
+    key = cache.keys.prefix + "pod:p1"
+    raw = cache.client.get(key)
+    cache.client.set(key, raw[: raw.index(b"\n") + 1] + b"\xc1not msgpack")
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    info = snap.node_infos["test-node1"]
+    assert info.requested.milli_cpu == 10
+    with pytest.raises(CorruptRecord, match="pod record"):
+        _ = info.pods

@@ -8,7 +8,8 @@ caller may mutate one freely (upstream crashed when snapshots shared maps, #1186
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 
 from schedcache.model.values import HostPort, Node, Pod, Resource
 
@@ -35,6 +36,11 @@ class NodeInfo:
     image_states: dict[str, ImageStateSummary] = field(default_factory=dict)
     pvc_ref_counts: dict[str, int] = field(default_factory=dict)
     generation: int = 0
+
+    @property
+    def pod_count(self) -> int:
+        """How many pods the node holds (without decoding a lazily read node's pods)."""
+        return len(self.pods)
 
     @property
     def pods_with_affinity(self) -> list[Pod]:
@@ -80,7 +86,7 @@ class NodeInfo:
             short.append("memory")
         if used.ephemeral_storage + want.ephemeral_storage > free.ephemeral_storage:
             short.append("ephemeral-storage")
-        if len(self.pods) + 1 > free.allowed_pod_number:
+        if self.pod_count + 1 > free.allowed_pod_number:
             short.append("pods")
         for name, amount in want.scalar_resources.items():
             if used.scalar_resources.get(name, 0) + amount > free.scalar_resources.get(name, 0):
@@ -88,6 +94,65 @@ class NodeInfo:
         if any(port_conflicts(port, self.used_ports) for port in pod.host_ports):
             short.append("host-ports")
         return short
+
+
+class StoredNodeInfo(NodeInfo):
+    """A ``NodeInfo`` read from the cache whose pods are decoded on first use of ``pods``.
+
+    A snapshot needs every node's aggregates (stored as such) but the pods of only the nodes a
+    filter looks into, and decoding pods is most of the cost of a full build. The node hash's
+    counts of pods with (anti-)affinity answer whether those lists are empty without decoding.
+    A pod record the decoding finds corrupt raises :class:`CorruptRecord` then, naming it.
+    Equal to a ``NodeInfo`` with the same content, and used the same way.
+    """
+
+    def defer(
+        self, decode: Callable[[], list[Pod]], count: int, affinity: int, anti_affinity: int
+    ) -> None:
+        """Leave the pods to ``decode()`` (``count`` of them; ``affinity``/``anti_affinity``
+        of them with affinity / required anti-affinity), called at most once."""
+        self.__dict__.update(
+            _pods=None, _decode=decode, _count=count, _affinity=affinity, _anti=anti_affinity
+        )
+
+    @property
+    def pods(self) -> list[Pod]:
+        pods: list[Pod] | None = self.__dict__.get("_pods")
+        if pods is None:
+            pods = self.__dict__.pop("_decode")()
+            self.__dict__["_pods"] = pods
+        return pods
+
+    @pods.setter
+    def pods(self, value: list[Pod]) -> None:
+        self.__dict__["_pods"] = value
+        self.__dict__.pop("_decode", None)
+
+    def _pending(self) -> bool:
+        return self.__dict__.get("_pods") is None
+
+    @property
+    def pod_count(self) -> int:
+        return self.__dict__["_count"] if self._pending() else len(self.pods)
+
+    @property
+    def pods_with_affinity(self) -> list[Pod]:
+        if self._pending() and not self.__dict__["_affinity"]:
+            return []
+        return super().pods_with_affinity
+
+    @property
+    def pods_with_required_anti_affinity(self) -> list[Pod]:
+        if self._pending() and not self.__dict__["_anti"]:
+            return []
+        return super().pods_with_required_anti_affinity
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NodeInfo):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(NodeInfo))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def port_conflicts(port: HostPort, used: set[HostPort]) -> bool:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import NodeFields
-from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
+from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo, StoredNodeInfo
 from schedcache.model.values import Pod
 from schedcache.store.records import (
     PodRecord,
@@ -96,18 +96,23 @@ def _node_info(
     name_raw, flat, pod_records, _ = entry
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
-    placed = []
-    for raw in pod_records:
-        generation = record_generation(raw)
-        pod = known.get(generation) if known else None
-        placed.append((generation, pod if pod is not None else record_pod(raw)))
-    placed.sort(key=lambda item: item[0])
-    if seen is not None:
-        seen.update(placed)
-    return NodeInfo(
+    # Headers now (a malformed one is refused with the node), blobs when the pods are used.
+    records = sorted(((record_generation(raw), raw) for raw in pod_records), key=_first)
+
+    def decode() -> list[Pod]:
+        pods = []
+        for generation, raw in records:
+            pod = known.get(generation) if known else None
+            if pod is None:
+                pod = record_pod(raw)
+            if seen is not None:
+                seen[generation] = pod
+            pods.append(pod)
+        return pods
+
+    info = StoredNodeInfo(
         name=name_raw.decode(),
         node=decode_node(blob, name_raw.decode()) if fields.exists and blob else None,
-        pods=[pod for _, pod in placed],
         requested=fields.requested,
         non_zero_requested=fields.non_zero_requested,
         allocatable=fields.allocatable,
@@ -118,6 +123,12 @@ def _node_info(
         pvc_ref_counts=fields.pvc_ref_counts,
         generation=fields.generation,
     )
+    info.defer(decode, len(records), fields.integer("aff"), fields.integer("anti"))
+    return info
+
+
+def _first(item: tuple[int, bytes]) -> int:
+    return item[0]
 
 
 # -- reads without I/O: generators of read-function calls, driven by either transport --------

@@ -256,7 +256,10 @@ def _apply_nodes(snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags
                 info.pods_with_required_anti_affinity
             )
             flags.pvc |= existing.pvc_ref_counts.keys() != info.pvc_ref_counts.keys()
-            # In place, as upstream: the list entries stay the same objects.
+            # In place, as upstream: the list entries stay the same objects. (Cleared first:
+            # a node read lazily keeps its pods' state in private fields.)
+            existing.__class__ = info.__class__
+            vars(existing).clear()
             vars(existing).update(vars(info))
             info = existing
         for image in info.image_states:
