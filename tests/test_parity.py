@@ -992,6 +992,19 @@ def _info_anti_affinity(ctx: Ctx) -> None:
     assert [i.name for i in snap.have_pods_with_required_anti_affinity_list] == ["n2"]
 
 
+@case("NodeInfo.pod_count")
+def _info_pod_count(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    ctx.cache.add_pod(web(7, "n2"))
+    snap = Snapshot()
+    ctx.cache.update_snapshot(snap)
+    for name, info in snap.node_infos.items():
+        # Counted before the pods are decoded, and the same after.
+        before = info.pod_count
+        assert before == len(info.pods) == info.pod_count
+        assert before == len(ctx.cache.get_node_info(name).pods)
+
+
 @case("NodeInfo.is_ghost")
 def _info_is_ghost(ctx: Ctx) -> None:
     populate(ctx.cache)

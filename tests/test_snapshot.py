@@ -425,3 +425,18 @@ def test_a_corrupt_pod_blob_is_refused_when_the_pods_are_read(cache):
     assert info.requested.milli_cpu == 10
     with pytest.raises(CorruptRecord, match="pod record"):
         _ = info.pods
+
+
+def test_threads_sharing_a_snapshot_decode_each_node_once(cache):
+    """Lazily decoded pods: threads reading the same node at once get one list, not a race."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache.add_node(node(1))
+    for i in range(50):
+        cache.add_pod(make_pod(f"p{i}", "test-node1", "1m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    info = snap.node_infos["test-node1"]
+    with ThreadPoolExecutor(8) as pool:
+        lists = list(pool.map(lambda _: info.pods, range(64)))
+    assert all(found is lists[0] for found in lists) and len(lists[0]) == 50

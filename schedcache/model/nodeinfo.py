@@ -7,6 +7,7 @@ caller may mutate one freely (upstream crashed when snapshots shared maps, #1186
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -96,6 +97,9 @@ class NodeInfo:
         return short
 
 
+_DECODING = threading.Lock()
+
+
 class StoredNodeInfo(NodeInfo):
     """A ``NodeInfo`` read from the cache whose pods are decoded on first use of ``pods``.
 
@@ -119,8 +123,12 @@ class StoredNodeInfo(NodeInfo):
     def pods(self) -> list[Pod]:
         pods: list[Pod] | None = self.__dict__.get("_pods")
         if pods is None:
-            pods = self.__dict__.pop("_decode")()
-            self.__dict__["_pods"] = pods
+            with _DECODING:  # threads sharing a snapshot decode a node once, into one list
+                pods = self.__dict__.get("_pods")
+                if pods is None:
+                    pods = self.__dict__["_decode"]()
+                    self.__dict__["_pods"] = pods
+                    del self.__dict__["_decode"]
         return pods
 
     @pods.setter
