@@ -440,3 +440,17 @@ def test_threads_sharing_a_snapshot_decode_each_node_once(cache):
     with ThreadPoolExecutor(8) as pool:
         lists = list(pool.map(lambda _: info.pods, range(64)))
     assert all(found is lists[0] for found in lists) and len(lists[0]) == 50
+
+
+def test_a_snapshot_node_pickles_and_copies_before_its_pods_are_read(cache):
+    """Lazily decoded pods travel like any NodeInfo (multiprocessing, caches): decoded first."""
+    import copy
+    import pickle
+
+    cache.add_node(node(1))
+    cache.add_pod(make_pod("p1", "test-node1", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    info = snap.node_infos["test-node1"]
+    for twin in (pickle.loads(pickle.dumps(info)), copy.copy(info), copy.deepcopy(info)):
+        assert twin == info and [p.name for p in twin.pods] == ["p1"]

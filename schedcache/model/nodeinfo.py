@@ -136,6 +136,11 @@ class StoredNodeInfo(NodeInfo):
         self.__dict__["_pods"] = value
         self.__dict__.pop("_decode", None)
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled and copied with its pods decoded (the decoder is a closure)."""
+        _ = self.pods
+        return {key: value for key, value in self.__dict__.items() if key != "_decode"}
+
     def _pending(self) -> bool:
         return self.__dict__.get("_pods") is None
 
