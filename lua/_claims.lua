@@ -12,9 +12,11 @@ local function port_conflict(p, nk, field)
   end
   if ip ~= '0.0.0.0' then return false end
   -- The wildcard conflicts with the port on any IP: one search of all the field names, joined
-  -- (only port fields hold '|': names of other fields are resource and claim names).
-  local names = table.concat(redis.call('HKEYS', nk), '\n') .. '\n'
-  return string.find(names, '|' .. protocol .. '|' .. port .. '\n', 1, true) ~= nil
+  -- one per line, for a port field ("p:<ip>|<protocol>|<port>") of that protocol and port.
+  -- (Other fields may hold '|' too: a volume claim's name is the pod author's.)
+  local names = '\n' .. table.concat(redis.call('HKEYS', nk), '\n') .. '\n'
+  local wanted = '\np:[^\n]*|' .. string.gsub(protocol .. '|' .. port, '%p', '%%%0') .. '\n'
+  return string.find(names, wanted) ~= nil
 end
 
 local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' }

@@ -108,6 +108,14 @@ def test_host_ports(cache, used, wanted, conflict):
         cache.assume_pod(claim, check_fit=True)
 
 
+def test_a_volume_claim_named_like_a_port_is_no_port(cache):
+    """The wildcard host-port check searches the node's field names: only port fields count,
+    whatever a claim's name holds."""
+    cache.add_node(small_node())
+    cache.add_pod(make_pod("a", "n1", "1m", "1Mi", pvcs=["data|TCP|80"]))
+    cache.assume_pod(make_pod("b", "n1", "1m", "1Mi", ports=[port(80)]), check_fit=True)
+
+
 def test_claim_on_a_missing_node_is_refused(cache):
     cache.add_pod(make_pod("a", "placeholder", "1m", "1Mi"))
     for node in ("nowhere", "placeholder"):

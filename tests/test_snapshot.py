@@ -454,3 +454,40 @@ def test_a_snapshot_node_pickles_and_copies_before_its_pods_are_read(cache):
     info = snap.node_infos["test-node1"]
     for twin in (pickle.loads(pickle.dumps(info)), copy.copy(info), copy.deepcopy(info)):
         assert twin == info and [p.name for p in twin.pods] == ["p1"]
+
+
+def test_refresh_nodes_after_a_reset_reads_the_new_pods(cache):
+    """A refresh checks no incarnation, so it must not reuse a pod decoded before a reset by
+    its placement generation (generations are handed out again after one)."""
+    from schedcache.views.snapshot import refresh_nodes
+
+    cache.add_node(make_node("n1"))
+    cache.add_pod(make_pod("old-pod", "n1", "100m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    assert [p.name for p in snap.get("n1").pods] == ["old-pod"]
+    cache.clear()
+    cache.add_node(make_node("n1"))
+    cache.add_pod(make_pod("new-pod", "n1", "100m", "1Mi"))
+    refresh_nodes(cache.store, snap, ["n1"])
+    assert [p.name for p in snap.get("n1").pods] == ["new-pod"]
+
+
+def test_a_corrupt_affinity_pod_on_a_new_node_refuses_every_update(cache):
+    """The pods the affinity lists need are decoded before the snapshot moves to the new
+    generation: a corrupt one is refused by every update, none half-applies it."""
+    from schedcache.errors import CorruptRecord
+
+    cache.add_node(node(1))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    cache.add_node(node(2))
+    cache.add_pod(make_pod("a", "test-node2", "10m", "1Mi", affinity=AFFINITY))
+    key = cache.keys.prefix + "pod:a"
+    raw = cache.client.get(key)
+    cache.client.set(key, raw[: raw.index(b"\n") + 1] + b"\xc1junk")
+    generation = snap.generation
+    for _ in range(2):
+        with pytest.raises(CorruptRecord, match="pod record"):
+            cache.update_snapshot(snap)
+        assert snap.generation == generation

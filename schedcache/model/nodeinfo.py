@@ -128,13 +128,14 @@ class StoredNodeInfo(NodeInfo):
                 if pods is None:
                     pods = self.__dict__["_decode"]()
                     self.__dict__["_pods"] = pods
-                    del self.__dict__["_decode"]
+                    self.__dict__.pop("_decode", None)
         return pods
 
     @pods.setter
     def pods(self, value: list[Pod]) -> None:
-        self.__dict__["_pods"] = value
-        self.__dict__.pop("_decode", None)
+        with _DECODING:
+            self.__dict__["_pods"] = value
+            self.__dict__.pop("_decode", None)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickled and copied with its pods decoded (the decoder is a closure)."""

@@ -150,7 +150,9 @@ def refresh_reads(snap: Snapshot, names: Sequence[str]) -> Reads[SnapshotUpdate]
     report = SnapshotUpdate(rounds=1)
     entries, _ = yield from node_entries_reads(names)
     flags = _Flags()
-    _apply_nodes(snap, entries, flags)
+    # No reuse of decoded pods by generation: unlike an update, a refresh does not check the
+    # cache's incarnation, and after a reset another pod may hold the same generation.
+    _apply_nodes(snap, entries, flags, reuse=False)
     _rebuild_lists(snap, flags, report)
     report.changed_nodes = len(entries)
     report.seconds = time.perf_counter() - started
@@ -231,13 +233,18 @@ def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
                 snap.node_infos[name].image_states.pop(image, None)
 
 
-def _apply_nodes(snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags) -> None:
+def _apply_nodes(
+    snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags, reuse: bool = True
+) -> None:
     for entry in entries:
         name = entry[0].decode()
         versions: dict[int, Pod] = {}
-        info = node_info_from_entry(
-            entry, snap.image_states, snap.pod_versions.pop(name, None), versions
-        )
+        known = snap.pod_versions.pop(name, None)
+        info = node_info_from_entry(entry, snap.image_states, known if reuse else None, versions)
+        if info is not None:
+            # The pods the affinity lists need are decoded now, so a corrupt one is refused
+            # before the snapshot takes the new generation (the rest wait until read).
+            _ = info.pods_with_affinity, info.pods_with_required_anti_affinity
         existing = snap.node_infos.get(name)
         if existing is not None:
             _unindex_images(snap, existing)
