@@ -98,22 +98,28 @@ local function key_type(key)
   return kind
 end
 
--- A cheap command of each type: it answers an integer for a key of that type (or none) and
--- WRONGTYPE for any other, so the check costs no status-reply table (TYPE's). All of them are
--- in the least-privilege ACL of docs/security.md already.
+-- A read of `key` that fails with WRONGTYPE on a key of another type than `want`: that failure
+-- becomes corruption (raised before any write); any other error is raised as it came.
+local function typed_read(key, want, command, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(tostring(reply.err), 'WRONGTYPE', 1, true) == nil then error(reply) end
+    corrupt(key, 'is a ' .. key_type(key) .. ', not a ' .. want)
+  end
+  return reply
+end
+
+-- A cheap read of each type: it answers an integer for a key of that type (or none), so the
+-- check costs no status-reply table (TYPE's). All of them are in the least-privilege ACL of
+-- docs/security.md already.
 local PROBES = { set = 'SCARD', zset = 'ZCARD', stream = 'XLEN' }
 
 local function expect_type(key, want)
   if checked[key] then return end
-  local answer
   if want == 'hash' then
-    answer = redis.pcall('HEXISTS', key, 'exists')
+    typed_read(key, want, 'HEXISTS', 'exists')
   else
-    answer = redis.pcall(PROBES[want], key)
-  end
-  if type(answer) == 'table' then
-    if string.find(tostring(answer.err), 'WRONGTYPE', 1, true) == nil then error(answer) end
-    corrupt(key, 'is a ' .. key_type(key) .. ', not a ' .. want)
+    typed_read(key, want, PROBES[want])
   end
   checked[key] = true
 end
@@ -133,25 +139,17 @@ end
 -- GET that refuses a key of another type (as corruption, before any write); false when the
 -- key is missing.
 local function get_string(key)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' and value.err then
-    if string.find(tostring(value.err), 'WRONGTYPE', 1, true) == nil then error(value) end
-    corrupt(key, 'is a ' .. key_type(key) .. ', not a string')
-  end
-  return value
+  return typed_read(key, 'string', 'GET')
 end
 
--- HMGET that refuses a key of another type the same way: the read is the hash's type check.
+-- HMGET of `fields` (after `first`, when given) that refuses a key of another type: the read
+-- is the hash's type check.
 local function hmget_checked(key, fields, first)
   local values
   if first then
-    values = redis.pcall('HMGET', key, first, unpack(fields))
+    values = typed_read(key, 'hash', 'HMGET', first, unpack(fields))
   else
-    values = redis.pcall('HMGET', key, unpack(fields))
-  end
-  if values.err then
-    if string.find(tostring(values.err), 'WRONGTYPE', 1, true) == nil then error(values) end
-    corrupt(key, 'is a ' .. key_type(key) .. ', not a hash')
+    values = typed_read(key, 'hash', 'HMGET', unpack(fields))
   end
   checked[key] = true
   return values

@@ -14,9 +14,6 @@ local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node }
 
--- The function Redis calls: checks the prefix, answers a repeated command id, runs the
--- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
--- are recorded once per call).
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
   if writes then
@@ -27,7 +24,10 @@ local function run_command(fn, writes, p, replica, id, a)
   return fn(p, replica, a)
 end
 
--- `writes`: the cache-wide keys the command may write (guard_cache), or false for a read.
+-- The function Redis calls: checks the prefix, answers a repeated command id, runs the
+-- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
+-- are recorded once per call). `writes`: the cache-wide keys the command may write
+-- (guard_cache), or false for a read.
 local function wrap(fn, writes)
   return function(keys, args)
     local p = keys[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from schedcache.errors import CorruptRecord
@@ -97,7 +98,7 @@ def _node_info(
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
     # Headers now (a malformed one is refused with the node), blobs when the pods are used.
-    records = sorted(((record_generation(raw), raw) for raw in pod_records), key=_first)
+    records = sorted(((record_generation(raw), raw) for raw in pod_records), key=itemgetter(0))
 
     def decode() -> list[Pod]:
         pods = []
@@ -125,10 +126,6 @@ def _node_info(
     )
     info.defer(decode, len(records), fields.integer("aff"), fields.integer("anti"))
     return info
-
-
-def _first(item: tuple[int, bytes]) -> int:
-    return item[0]
 
 
 # -- reads without I/O: generators of read-function calls, driven by either transport --------
