@@ -43,6 +43,14 @@ def write_results(name: str, payload: dict) -> Path:
     return path
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1 (argparse reports anything else in one line)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def start_server(directory: str, port: int, wrapper: list[str] | None = None) -> subprocess.Popen:
     """A throwaway redis-server on a loopback port (no persistence), answering PING; run under
     ``wrapper`` (e.g. valgrind's command line) when given."""

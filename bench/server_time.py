@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import print_table, start_server, write_results
+from bench.common import positive, print_table, start_server, write_results
 from schedcache import Pod
 from schedcache.store import commands
 from schedcache.store.batch import derive_group_id, group_args
@@ -169,10 +169,10 @@ def count_instructions(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tree", action="append", help="a source tree (repeatable)")
-    parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--pods", type=positive, default=2000)
+    parser.add_argument("--rounds", type=positive, default=7)
     parser.add_argument("--port", type=int, default=6470)
-    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--nodes", type=positive, default=100)
     parser.add_argument(
         "--instructions", action="store_true", help="count instructions under callgrind"
     )
