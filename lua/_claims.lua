@@ -69,7 +69,7 @@ local function claim_conflicts(p, node, parsed, check, expected)
       short[#short + 1] = 'port:' .. protocol .. '/' .. port
     end
   end
-  local pods = redis.call('SCARD', p .. 'nodepods:' .. node)
+  local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
   if pods + 1 > stored_int(nk, state[3], 0) then
     short[#short + 1] = 'pods'
   end

@@ -20,7 +20,9 @@
 --                                 non-zero requested minus requested, aff, anti,
 --                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts.
 --                                 A field that drops to 0 is deleted.
---   nodepods:<name>        set    uids of the pods on the node (its size is the pod count)
+--   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
+--                                 placed each (its size is the pod count; snapshots read only
+--                                 the pods placed since they last looked)
 --   nodeimgs:<name>        set    image names the live node reports
 --   imgnodes:<image>       set    live nodes that report the image
 --   images                 hash   image name -> size in bytes (the first size reported wins)
@@ -104,7 +106,12 @@ local function typed_read(key, want, command, ...)
   local reply = redis.pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
     if string.find(tostring(reply.err), 'WRONGTYPE', 1, true) == nil then error(reply) end
-    corrupt(key, 'is a ' .. key_type(key) .. ', not a ' .. want)
+    local kind = key_type(key)
+    local why = 'is a ' .. kind .. ', not a ' .. want
+    if kind == 'set' and string.find(key, ':nodepods:', 1, true) then
+      why = why .. ' (a cache of schema 1: run `schedcache migrate`)'
+    end
+    corrupt(key, why)
   end
   return reply
 end
@@ -182,7 +189,7 @@ end
 -- A node's hash and pod set, before a command places or removes pods on it.
 local function guard_node(p, node)
   expect_type(p .. 'node:' .. node, 'hash')
-  expect_type(p .. 'nodepods:' .. node, 'set')
+  expect_type(p .. 'nodepods:' .. node, 'zset')
 end
 
 
@@ -284,7 +291,7 @@ end
 local function drop_if_empty(p, node)
   local nk = p .. 'node:' .. node
   if redis.call('HGET', nk, 'exists') == '0'
-      and redis.call('SCARD', p .. 'nodepods:' .. node) == 0 then
+      and redis.call('ZCARD', p .. 'nodepods:' .. node) == 0 then
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
     redis.call('SREM', p .. 'nodes', node)
     known_nodes[node] = nil
@@ -328,13 +335,14 @@ end
 local function place_pod(p, uid, node, parsed)
   ensure_node(p, node)
   apply_contribution(p .. 'node:' .. node, parsed, false)
-  redis.call('SADD', p .. 'nodepods:' .. node, uid)
-  return touch(p, node)
+  local gen = touch(p, node)
+  redis.call('ZADD', p .. 'nodepods:' .. node, gen, uid)
+  return gen
 end
 
 local function unplace_pod(p, uid, node, parsed)
   apply_contribution(p .. 'node:' .. node, parsed, true)
-  redis.call('SREM', p .. 'nodepods:' .. node, uid)
+  redis.call('ZREM', p .. 'nodepods:' .. node, uid)
   local gen = touch(p, node)
   drop_if_empty(p, node)
   return gen

@@ -14,11 +14,21 @@ end
 -- Pod records read per MGET (a bound on the arguments unpacked at once).
 local RECORDS_PER_MGET = 200
 
--- { name, { hash field, value, ... }, { pod record, ... }, { image, ... } } for one node.
-local function read_node(p, name)
+-- { name, { hash field, value, ... }, { pod record, ... }, { image, ... }, placed } for one
+-- node. Without `since`, the records are all the node's pods and `placed` is empty. With it (a
+-- generation), only the pods placed after it come as records, and `placed` lists every pod as
+-- { uid, generation, ... }: the reader holds the others from an earlier read.
+local function read_node(p, name, since)
   guard_node(p, name)
   expect_type(p .. 'nodeimgs:' .. name, 'set')
-  local uids = redis.call('SMEMBERS', p .. 'nodepods:' .. name)
+  local index = p .. 'nodepods:' .. name
+  local uids, placed
+  if since == nil then
+    uids, placed = redis.call('ZRANGE', index, 0, -1), {}
+  else
+    placed = redis.call('ZRANGE', index, 0, -1, 'WITHSCORES')
+    uids = redis.call('ZRANGEBYSCORE', index, '(' .. since, '+inf')
+  end
   local pods = {}
   for first = 1, #uids, RECORDS_PER_MGET do
     local keys = {}
@@ -33,7 +43,7 @@ local function read_node(p, name)
     end
   end
   return { name, redis.call('HGETALL', p .. 'node:' .. name), pods,
-           redis.call('SMEMBERS', p .. 'nodeimgs:' .. name) }
+           redis.call('SMEMBERS', p .. 'nodeimgs:' .. name), placed }
 end
 
 -- { image, size, live node count, ... } for the images given.

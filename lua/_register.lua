@@ -9,10 +9,10 @@
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
-                'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node' }
+                'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
-                    forget_lapsed, sync_pod, sync_node }
+                    forget_lapsed, sync_pod, sync_node, migrate }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -69,6 +69,7 @@ local WRITES = {
   assume_pod = { 'gen', 'nodegen', 'pods', 'assumed', 'events' },
   finish_binding = { 'deadlines', 'events' },
   tree_next = {},
+  migrate = {},  -- it checks `nodes` itself, and writes node pod sets only
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

@@ -27,7 +27,7 @@ local function remove_node(p, replica, a)
   tree_remove(p, name, zone, gen)
   redis.call('HSET', nk, 'exists', 0)
   redis.call('HDEL', nk, 'blob', 'zone')
-  local pods = redis.call('SCARD', p .. 'nodepods:' .. name)
+  local pods = redis.call('ZCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
   retire_version(p .. 'version:node:' .. name)
   local ghost = 0

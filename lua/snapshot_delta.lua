@@ -7,14 +7,17 @@
 --          treezone:<zone>, and those of sc_read_nodes for the changed nodes
 -- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
 --            tree (as sc_tree_read, or {} when the tree generation is the one given),
---            nodes (as sc_read_nodes without its last entry, or {} when more than L changed),
+--            nodes (as sc_read_nodes without its last entry, but each with only the pods placed
+--            after G as records and every pod's generation in `placed`; or {} when more than L
+--            changed),
 --            the incarnation ("" before the first change) }
 -- Errors   BADARG <what>
 -- Cost grows with the number of nodes and images changed since G, not with the cluster.
 local function snapshot_delta(p, replica, a)
   local since, known_tree, limit = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
   if since == nil or known_tree == nil or limit == nil then return nil, 'BADARG generation' end
-  local bound = '(' .. int_string(since)
+  local since_text = int_string(since)
+  local bound = '(' .. since_text
   expect_type(p .. 'nodegen', 'zset')
   expect_type(p .. 'imagegen', 'zset')
   local gen = stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
@@ -31,7 +34,7 @@ local function snapshot_delta(p, replica, a)
   end
   local nodes = {}
   if #changed <= limit then
-    for j = 1, #changed do nodes[j] = read_node(p, changed[j]) end
+    for j = 1, #changed do nodes[j] = read_node(p, changed[j], since_text) end
   end
   return { gen, live, changed, images, tree, nodes,
            get_string(p .. 'incarnation') or '' }

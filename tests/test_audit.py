@@ -53,9 +53,21 @@ def test_a_pod_moved_between_nodes_by_hand_is_reported(cache):
     cache.add_node(make_node("n1"))
     cache.add_node(make_node("n2"))
     cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
-    cache.client.smove(cache.keys.node_pods("n1"), cache.keys.node_pods("n2"), "a")
+    placed = cache.client.zscore(cache.keys.node_pods("n1"), "a")
+    cache.client.zrem(cache.keys.node_pods("n1"), "a")
+    cache.client.zadd(cache.keys.node_pods("n2"), {"a": placed})
     differences = [str(d) for d in cache.verify()]
     assert "pod a: node: expected 'n1', found 'n2'" in differences
+
+
+def test_a_pod_indexed_under_another_generation_is_reported(cache):
+    """Snapshots trust the index's scores to tell which pods they hold: a wrong one is found."""
+    cache.add_node(make_node("n1"))
+    cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
+    placed = int(cache.client.zscore(cache.keys.node_pods("n1"), "a"))
+    cache.client.zadd(cache.keys.node_pods("n1"), {"a": placed + 7})
+    differences = [str(d) for d in cache.verify()]
+    assert f"pod a: placement generation: expected {placed}, found {placed + 7}" in differences
 
 
 def test_history_of_a_pod_and_of_a_node(cache):

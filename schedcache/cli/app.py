@@ -44,6 +44,7 @@ from schedcache.store.commands import MAX_TTL
 from schedcache.store.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.store.keys import Keys
 from schedcache.store.library import SCHEMA_VERSION, command_names, ensure_loaded
+from schedcache.store.migrate import migrate as migrate_cache
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
 from schedcache.store.routing import primaries
 from schedcache.store.store import Client
@@ -524,6 +525,21 @@ def scripts(settings: Settings) -> None:
     for name in sorted(registered):
         click.echo(name)
     click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
+
+
+@main.command()
+@click.pass_obj
+def migrate(settings: Settings) -> None:
+    """Bring a cache written by an older schedcache (schema 1) to this schema, in place.
+
+    Converts each node's pod set into the sorted set schema 2 keeps, a slice of nodes per call;
+    safe to run again and while replicas run (docs/storage.md, "Upgrading")."""
+    cache = settings.cache()
+    converted = migrate_cache(cache.store)
+    click.echo(
+        f"cache {cache.name}: {converted} node pod set{'' if converted == 1 else 's'} converted; "
+        f"the cache is at schema {SCHEMA_VERSION}"
+    )
 
 
 @main.command()

@@ -91,7 +91,7 @@ def invariants(store: Store) -> list[Difference]:
     pipe = client.pipeline(transaction=False)
     for name in nodes:
         pipe.hgetall(keys.node(name))
-        pipe.smembers(keys.node_pods(name))
+        pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
         pipe.zscore(keys.node_generations, name)
     replies = pipe.execute()
     records = fetch_pods(store, sorted(pods | assumed))
@@ -103,9 +103,15 @@ def invariants(store: Store) -> list[Difference]:
         if not raw:
             out.append(Difference(subject, "entry", "a hash for every member of nodes", None))
             continue
-        uids = {member.decode() for member in members}
-        for uid in uids:
+        uids = {member.decode() for member, _ in members}
+        for member, score in members:
+            uid = member.decode()
             placements[uid].append(name)
+            record = records.get(uid)
+            if record is not None and record.generation != int(score):
+                out.append(
+                    Difference(f"pod {uid}", "placement generation", record.generation, int(score))
+                )
         if indexed is None or int(indexed) != fields.get("gen"):
             out.append(Difference(subject, "generation index", fields.get("gen"), indexed))
         if fields.get("exists") == 0 and not uids:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from operator import itemgetter
 from typing import Any, TypeVar
 
 from schedcache.errors import CorruptRecord
@@ -64,24 +63,41 @@ def image_names(entry: Sequence[Any]) -> list[str]:
     return sorted(image.decode() for image in entry[3])
 
 
+PodVersions = dict[int, Pod | bytes]
+"""A node's pods by placement generation: decoded, or still the stored record."""
+
+
+class PodsNotHeld(Exception):
+    """A delta entry names pods placed before the snapshot's generation that the snapshot does
+    not hold (it never held the node, e.g. a placeholder that became a live node): the node is
+    read whole instead."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def node_info_from_entry(
     entry: Sequence[Any],
     summaries: Mapping[str, ImageStateSummary],
-    known: Mapping[int, Pod] | None = None,
-    seen: dict[int, Pod] | None = None,
+    known: Mapping[int, Pod | bytes] | None = None,
+    held: PodVersions | None = None,
 ) -> NodeInfo | None:
-    """A ``NodeInfo`` from one ``sc_read_nodes`` entry; None when the node has no entry.
+    """A ``NodeInfo`` from one ``sc_read_nodes`` or ``sc_snapshot_delta`` entry; None when the
+    node has no entry.
 
-    ``known`` maps placement generations to pods already decoded (a snapshot's own previous
-    copy of this node): those are reused instead of decoded again. ``seen`` collects the pods of
-    this entry by generation, for the next time.
+    ``known`` maps placement generations to the pods a snapshot already holds of this node
+    (decoded or not): a full entry's pods are reused from it rather than decoded again, and a
+    delta entry, which sends only the pods placed since, takes the others from it
+    (:class:`PodsNotHeld` when one is missing). ``held`` is filled with this entry's pods by
+    generation, for the next time; decoding replaces their records with the pods.
     """
     name_raw, flat = entry[0], entry[1]
     if not flat:
         return None
     try:
-        return _node_info(entry, summaries, known, seen)
-    except CorruptRecord:
+        return _node_info(entry, summaries, known, {} if held is None else held)
+    except (CorruptRecord, PodsNotHeld):
         raise
     except (ValueError, UnicodeDecodeError) as error:  # a field another client wrote
         name = name_raw.decode(errors="replace")
@@ -91,29 +107,41 @@ def node_info_from_entry(
 def _node_info(
     entry: Sequence[Any],
     summaries: Mapping[str, ImageStateSummary],
-    known: Mapping[int, Pod] | None,
-    seen: dict[int, Pod] | None,
+    known: Mapping[int, Pod | bytes] | None,
+    held: PodVersions,
 ) -> NodeInfo:
-    name_raw, flat, pod_records, _ = entry
+    name_raw, flat, pod_records, _, placed = entry
+    name = name_raw.decode()
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
+    node = decode_node(blob, name) if fields.exists and blob else None
     # Headers now (a malformed one is refused with the node), blobs when the pods are used.
-    records = sorted(((record_generation(raw), raw) for raw in pod_records), key=itemgetter(0))
+    for raw in pod_records:
+        generation = record_generation(raw)
+        reused = known.get(generation) if known else None
+        held[generation] = reused if isinstance(reused, Pod) else raw
+    if placed and node is not None:  # a delta: the pods not sent are the snapshot's own
+        for score in placed[1::2]:
+            generation = int(score)
+            if generation not in held:
+                pod = known.get(generation) if known else None
+                if pod is None:
+                    raise PodsNotHeld(name)
+                held[generation] = pod
+    order = sorted(held)
 
     def decode() -> list[Pod]:
         pods = []
-        for generation, raw in records:
-            pod = known.get(generation) if known else None
-            if pod is None:
-                pod = record_pod(raw)
-            if seen is not None:
-                seen[generation] = pod
-            pods.append(pod)
+        for generation in order:
+            item = held[generation]
+            if not isinstance(item, Pod):
+                item = held[generation] = record_pod(item)
+            pods.append(item)
         return pods
 
     info = StoredNodeInfo(
-        name=name_raw.decode(),
-        node=decode_node(blob, name_raw.decode()) if fields.exists and blob else None,
+        name=name,
+        node=node,
         requested=fields.requested,
         non_zero_requested=fields.non_zero_requested,
         allocatable=fields.allocatable,
@@ -124,7 +152,7 @@ def _node_info(
         pvc_ref_counts=fields.pvc_ref_counts,
         generation=fields.generation,
     )
-    info.defer(decode, len(records), fields.integer("aff"), fields.integer("anti"))
+    info.defer(decode, len(order), fields.integer("aff"), fields.integer("anti"))
     return info
 
 

@@ -19,8 +19,10 @@ from typing import Final, Literal
 
 from schedcache.errors import ValidationError
 
-SCHEMA_VERSION: Final = 1
-"""The version of the stored layout and of the event fields (the events' ``v``). The Lua
+SCHEMA_VERSION: Final = 2
+"""The version of the stored layout and of the event fields (the events' ``v``): 2 keeps a
+node's pods in a zset scored by placement generation (1 used a set; ``schedcache migrate``
+converts a cache of schema 1, see docs/storage.md). The Lua
 library gets it from ``schedcache/store/library.py``, which prepends
 ``local SCHEMA_VERSION = '<n>'`` to the library text, so Python and Lua cannot disagree."""
 
@@ -45,7 +47,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
         '"<state> <node> <finished> <deadline> <gen> <claimer> <contribution>\\n<msgpack Pod>"',
     ),
     KeySpec("node:<name>", "hash", "the node entry: exists, gen, zone, blob and its counters"),
-    KeySpec("nodepods:<name>", "set", "uids of the pods on the node (its pod count)"),
+    KeySpec("nodepods:<name>", "zset", "uids of the node's pods, scored by placement generation"),
     KeySpec("nodeimgs:<name>", "set", "image names the live node reports"),
     KeySpec("imgnodes:<image>", "set", "live nodes that report the image"),
     KeySpec("images", "hash", "image name -> size in bytes (the first size reported wins)"),

@@ -23,9 +23,10 @@ from typing import Any
 
 from schedcache.errors import NodeNotFound
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
-from schedcache.model.values import Pod
 from schedcache.store import metrics
 from schedcache.store.fetch import (
+    PodsNotHeld,
+    PodVersions,
     Reads,
     gc_paused,
     node_entries_reads,
@@ -58,9 +59,10 @@ class Snapshot:
     incarnation: str = ""  # the cache's incarnation the generations belong to
     zones: dict[str, list[str]] = field(default_factory=dict)
     image_nodes: dict[str, set[str]] = field(default_factory=dict, repr=False)
-    # Per node, its pods by placement generation: unchanged pods of a changed node are reused,
-    # not decoded again (they belong to this snapshot alone).
-    pod_versions: dict[str, dict[int, Pod]] = field(default_factory=dict, repr=False)
+    # Per node, its pods by placement generation (decoded, or their records until first used):
+    # a changed node's delta sends only the pods placed since, the rest are taken from here
+    # (they belong to this snapshot alone).
+    pod_versions: dict[str, PodVersions] = field(default_factory=dict, repr=False)
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -206,7 +208,13 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
         report.changed_nodes += len(changed)
         report.changed_images += len(images) // 3
         _apply_images(snap, images)
-        _apply_nodes(snap, entries, flags)
+        unheld = _apply_nodes(snap, entries, flags)
+        if unheld:
+            # Nodes new to this snapshot whose older pods the delta did not send: read whole,
+            # which is newer than this delta, so one more round ends exact.
+            full, _ = yield from node_entries_reads(unheld)
+            _apply_nodes(snap, full, flags)
+            inline = False
         if tree:
             snap.tree_generation, snap.zones = parse_tree(tree)
             flags.membership = True
@@ -235,12 +243,21 @@ def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
 
 def _apply_nodes(
     snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags, reuse: bool = True
-) -> None:
+) -> list[str]:
+    """Apply node entries; returns the names of those to read whole (:class:`PodsNotHeld`)."""
+    unheld = []
     for entry in entries:
         name = entry[0].decode()
-        versions: dict[int, Pod] = {}
-        known = snap.pod_versions.pop(name, None)
-        info = node_info_from_entry(entry, snap.image_states, known if reuse else None, versions)
+        versions: PodVersions = {}
+        known = snap.pod_versions.get(name)
+        try:
+            info = node_info_from_entry(
+                entry, snap.image_states, known if reuse else None, versions
+            )
+        except PodsNotHeld:
+            unheld.append(name)
+            continue
+        snap.pod_versions.pop(name, None)
         if info is not None:
             # The pods the affinity lists need are decoded now, so a corrupt one is refused
             # before the snapshot takes the new generation (the rest wait until read).
@@ -271,6 +288,7 @@ def _apply_nodes(
             info = existing
         for image in info.image_states:
             snap.image_nodes.setdefault(image, set()).add(name)
+    return unheld
 
 
 def _unindex_images(snap: Snapshot, info: NodeInfo) -> None:

@@ -1,0 +1,105 @@
+"""Snapshot deltas carry only the pods placed since the snapshot's generation (schema 2's
+pod index scored by placement generation); the rest come from the snapshot's own copy.
+
+Each test checks the outcome a scheduler sees (the snapshot equals a fresh one) and, where the
+point is cost, what crossed the wire.
+"""
+
+from __future__ import annotations
+
+from schedcache import Cache, Snapshot
+from schedcache.views.snapshot import INLINE_NODES
+from tests.factories import make_node, make_pod
+from tests.test_snapshot import assert_matches_fresh
+
+
+def delta_entries(cache: Cache, snap: Snapshot) -> dict[str, list[bytes]]:
+    """The pod records ``sc_snapshot_delta`` sends for each changed node."""
+    reply = cache.store.read_function(
+        "snapshot_delta", snap.generation, snap.tree_generation, INLINE_NODES
+    )
+    return {entry[0].decode(): entry[2] for entry in reply[5]}
+
+
+def test_a_changed_node_sends_only_its_new_pods(cache):
+    cache.add_node(make_node("n0", cpu="64", mem="64Gi"))
+    cache.add_node(make_node("n1", cpu="64", mem="64Gi"))
+    with cache.batch() as batch:
+        for j in range(20):
+            batch.add_pod(make_pod(f"p{j}", "n0", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    cache.add_pod(make_pod("new", "n0", "10m", "1Mi"))
+    cache.remove_pod(make_pod("p3", "n0", "10m", "1Mi"))
+    sent = delta_entries(cache, snap)
+    assert list(sent) == ["n0"]
+    assert [raw.split(b"\n")[0].split(b" ")[1] for raw in sent["n0"]] == [b"n0"]  # one record
+    assert b"new" in sent["n0"][0]
+    cache.update_snapshot(snap)
+    uids = [p.uid for p in snap.get("n0").pods]
+    assert "p3" not in uids and uids[-1] == "new" and len(uids) == 20
+    assert_matches_fresh(cache, snap)
+
+
+def test_pods_never_read_are_kept_undecoded_across_deltas(cache, monkeypatch):
+    import schedcache.store.fetch as fetch
+
+    decoded: list[bytes] = []
+    real = fetch.record_pod
+    monkeypatch.setattr(fetch, "record_pod", lambda raw: decoded.append(raw) or real(raw))
+    cache.add_node(make_node("n0", cpu="64", mem="64Gi"))
+    for j in range(5):
+        cache.add_pod(make_pod(f"p{j}", "n0", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    cache.add_pod(make_pod("p5", "n0", "10m", "1Mi"))
+    cache.update_snapshot(snap)  # the five older records come from the snapshot, undecoded
+    cache.add_pod(make_pod("p6", "n0", "10m", "1Mi"))
+    cache.update_snapshot(snap)
+    assert decoded == []
+    assert [p.uid for p in snap.get("n0").pods] == [f"p{j}" for j in range(7)]
+    assert len(decoded) == 7
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_placeholder_that_becomes_a_node_shows_its_earlier_pods(cache):
+    """The snapshot never held the placeholder's pods: the node is read whole."""
+    cache.add_node(make_node("n0"))
+    cache.add_pod(make_pod("early", "late", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    assert "late" not in snap.node_infos
+    cache.add_pod(make_pod("second", "late", "10m", "1Mi"))
+    cache.add_node(make_node("late"))
+    report = cache.update_snapshot(snap)
+    assert [p.uid for p in snap.get("late").pods] == ["early", "second"]
+    assert report.rounds == 2  # the whole read is newer than the delta: one more round
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_removed_node_that_returns_shows_the_pods_it_kept(cache):
+    cache.add_node(make_node("n0"))
+    cache.add_pod(make_pod("stays", "n0", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    cache.remove_node("n0")  # a ghost: its pod stays in the cache
+    cache.update_snapshot(snap)
+    assert "n0" not in snap.node_infos
+    cache.add_node(make_node("n0"))
+    cache.update_snapshot(snap)
+    assert [p.uid for p in snap.get("n0").pods] == ["stays"]
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_pod_updated_in_place_is_sent_again(cache):
+    cache.add_node(make_node("n0"))
+    cache.add_pod(make_pod("a", "n0", "10m", "1Mi"))
+    cache.add_pod(make_pod("b", "n0", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    old = make_pod("a", "n0", "10m", "1Mi")
+    cache.update_pod(old, make_pod("a", "n0", "20m", "1Mi", labels={"v": "2"}))
+    assert len(delta_entries(cache, snap)["n0"]) == 1
+    cache.update_snapshot(snap)
+    assert {p.uid: p.labels for p in snap.get("n0").pods} == {"a": {"v": "2"}, "b": {}}
+    assert_matches_fresh(cache, snap)
