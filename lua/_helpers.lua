@@ -46,7 +46,8 @@
 --                                 moved aside by sc_cleanup_assumed_pods
 --   nodegen                zset   node name -> generation of its last change (removed names
 --                                 stay as tombstones, so snapshot consumers learn about
---                                 removals)
+--                                 removals); one member scored -inf is no node
+--                                 (NODEGEN_SKIPLIST)
 --   events                 stream the history: type, v, replica, uid/node, gen, data, extras
 --   cmd:<id>               string the reply of an applied command, for answering a retry
 --                                 (expires)
@@ -251,7 +252,18 @@ local function begin_call()
   dropped_nodes = {}
 end
 
--- Bumps the cache generation for a change of `node`; returns the new generation.
+-- `nodegen` takes a ZADD in every call that changes a node. While a sorted set holds at most
+-- zset-max-listpack-entries (128) short members, Redis keeps it as a listpack and each update
+-- scans and moves it whole: at 100 nodes that ZADD was ~9 % of an add_pod. This member, longer
+-- than zset-max-listpack-value (64 bytes) and no node name (it has spaces), makes Redis keep
+-- the index a skiplist from the start, as it is anyway past 128 nodes. Scored -inf, it is
+-- below every generation a reader asks for (ZRANGEBYSCORE (G +inf).
+local NODEGEN_SKIPLIST = 'not a node: keeps this index a skiplist (a member over 64 bytes),'
+  .. ' so updating it never scans a listpack'
+
+-- Bumps the cache generation for a change of `node`; returns the new generation as a number
+-- and as text. Pass the text to redis.call: Redis prints a Lua number argument with "%.17g",
+-- several times the cost of formatting it once here.
 local function touch(p, node)
   local gen = redis.call('INCR', p .. 'gen')
   if gen == 1 then
@@ -259,10 +271,12 @@ local function touch(p, node)
     -- lost its data). Snapshots from another incarnation are rebuilt, not caught up.
     local t = redis.call('TIME')
     redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
+    redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST)
   end
+  local text = int_string(gen)
   if changed_gen[node] == nil then changed_nodes[#changed_nodes + 1] = node end
-  changed_gen[node] = gen
-  return gen
+  changed_gen[node] = text
+  return gen, text
 end
 
 -- Records each changed node's generation on the node and in the generation index (where a
@@ -335,17 +349,17 @@ end
 local function place_pod(p, uid, node, parsed)
   ensure_node(p, node)
   apply_contribution(p .. 'node:' .. node, parsed, false)
-  local gen = touch(p, node)
-  redis.call('ZADD', p .. 'nodepods:' .. node, gen, uid)
-  return gen
+  local gen, text = touch(p, node)
+  redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
+  return gen, text
 end
 
 local function unplace_pod(p, uid, node, parsed)
   apply_contribution(p .. 'node:' .. node, parsed, true)
   redis.call('ZREM', p .. 'nodepods:' .. node, uid)
-  local gen = touch(p, node)
+  local gen, text = touch(p, node)
   drop_if_empty(p, node)
-  return gen
+  return gen, text
 end
 
 -- The node fields a contribution changes must hold integers (HINCRBY fails on anything else,
@@ -367,8 +381,12 @@ local function check_fields(p, node, parsed, removing)
     if current[1] then known_nodes[node] = true end
   end
   for j = 1, #fields do
-    local have = stored_int(nk, current[j + offset], 0)
-    if not removing and #amounts[j] >= 13 and have + tonumber(amounts[j]) > TOTAL_LIMIT then
+    local have = current[j + offset]
+    -- Checked as an integer (stored_int raises on anything else); converted only when the
+    -- sum could pass the limit (a number conversion per field is a strtod).
+    if have and not is_int(have) then stored_int(nk, have, 0) end
+    if not removing and #amounts[j] >= 13
+        and stored_int(nk, have, 0) + tonumber(amounts[j]) > TOTAL_LIMIT then
       return fields[j]
     end
   end
@@ -433,12 +451,12 @@ end
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
 -- `claimer`: the replica assuming it ('' for added pods).
 local function put_pod(p, args, state, claimer)
-  local gen = place_pod(p, args.uid, args.node, args.contribution)
+  local gen, text = place_pod(p, args.uid, args.node, args.contribution)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
-  write_record(p, args.uid, state, args.node, '0', '', gen, claimer, args.contribution.text,
+  write_record(p, args.uid, state, args.node, '0', '', text, claimer, args.contribution.text,
                args.blob)
   redis.call('SADD', p .. 'pods', args.uid)
-  return gen
+  return gen, text
 end
 
 -- Removes a pod record and every index entry that points at it.

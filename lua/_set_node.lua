@@ -35,7 +35,7 @@ local function set_node(p, replica, a, etype)
   redis.call('SADD', p .. 'nodes', name)
   dropped_nodes[name] = nil
 
-  local gen = touch(p, name)
+  local gen, text = touch(p, name)
   set_node_images(p, name, images, gen)
   if previous[1] == '1' then
     if previous[2] ~= zone then
@@ -45,10 +45,10 @@ local function set_node(p, replica, a, etype)
   else
     tree_add(p, name, zone, gen)
   end
-  local event = { 'node', name, 'gen', gen, 'zone', zone, 'data', blob }
+  local event = { 'node', name, 'gen', text, 'zone', zone, 'data', blob }
   if previous[1] == '0' then
     event[#event + 1] = 'revived'
-    event[#event + 1] = 1
+    event[#event + 1] = '1'
   end
   emit(p, etype, replica, unpack(event))
   return gen

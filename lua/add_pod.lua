@@ -19,8 +19,8 @@ local function add_pod(p, replica, a)
     return nil, 'PODEXISTS ' .. args.uid .. ' added ' .. rec.node
   end
   if rec == nil then
-    local gen = put_pod(p, args, 'added', '')
-    emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', gen,
+    local gen, text = put_pod(p, args, 'added', '')
+    emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
          'data', args.blob)
     return gen
   end
@@ -28,9 +28,9 @@ local function add_pod(p, replica, a)
   -- empty disappears), and the confirmed pod is added where it really landed. Taking it off
   -- may write every cache-wide key.
   guard_cache(p, EVERY_CACHE_KEY)
-  local from_gen = delete_pod(p, args.uid, rec)
-  local gen = put_pod(p, args, 'added', '')
-  emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', gen,
-       'data', args.blob, 'confirmed', 1, 'from', rec.node, 'fromgen', from_gen)
+  local _, from_gen = delete_pod(p, args.uid, rec)
+  local gen, text = put_pod(p, args, 'added', '')
+  emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
+       'data', args.blob, 'confirmed', '1', 'from', rec.node, 'fromgen', from_gen)
   return gen
 end

@@ -38,9 +38,9 @@ local function assume_pod(p, replica, a)
     redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
     redis.call('SADD', p .. 'replicas', replica)
   end
-  local gen = put_pod(p, args, 'assumed', replica)
+  local gen, text = put_pod(p, args, 'assumed', replica)
   redis.call('SADD', p .. 'assumed', args.uid)
   emit(p, 'PodAssumed', replica,
-       'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob)
+       'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
   return gen
 end

@@ -30,8 +30,8 @@ local function cleanup_assumed_pods(p, replica, a)
       skipped[#skipped + 1] = uid
     elseif rec ~= nil and rec.state == 'assumed' and rec.finished == '1' and rec.deadline ~= ''
         and tonumber(rec.deadline) < now then
-      local gen = delete_pod(p, uid, rec)
-      emit(p, 'PodExpired', replica, 'uid', uid, 'node', rec.node, 'gen', gen,
+      local gen, text = delete_pod(p, uid, rec)
+      emit(p, 'PodExpired', replica, 'uid', uid, 'node', rec.node, 'gen', text,
                                        'deadline', rec.deadline, 'data', rec.blob)
       expired[#expired + 1] = uid
     else

@@ -34,8 +34,8 @@ local function forget_lapsed(p, replica, a)
         redis.call('SREM', claims, uid)
         if rec ~= nil and rec.state == 'assumed' and rec.finished == '0'
             and rec.claimer == owner then
-          local gen = delete_pod(p, uid, rec)
-          emit(p, 'PodForgotten', replica, 'uid', uid, 'node', rec.node, 'gen', gen,
+          local gen, text = delete_pod(p, uid, rec)
+          emit(p, 'PodForgotten', replica, 'uid', uid, 'node', rec.node, 'gen', text,
                'reason', 'lease-expired', 'owner', owner, 'data', rec.blob)
           forgotten[#forgotten + 1] = uid
         end

@@ -19,8 +19,8 @@ local function forget_pod(p, replica, a)
   if rec == nil or rec.state ~= 'assumed' then
     return nil, 'NOTASSUMED ' .. uid .. ' ' .. pod_state(rec)
   end
-  local gen = delete_pod(p, uid, rec)
+  local gen, text = delete_pod(p, uid, rec)
   emit(p, 'PodForgotten', replica,
-       'uid', uid, 'node', rec.node, 'gen', gen, 'data', rec.blob)
+       'uid', uid, 'node', rec.node, 'gen', text, 'data', rec.blob)
   return gen
 end

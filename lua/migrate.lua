@@ -3,7 +3,7 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id, SSCAN cursor over `nodes` ("0" to start), node entries to
 --          look at per call (1..1000, a hint to SSCAN)
--- Keys     nodes, nodepods:<name>, pod:<uid>
+-- Keys     nodes, nodepods:<name>, pod:<uid>, nodegen
 -- Reply    { next cursor ("0" when every node entry has been looked at), node pod sets
 --          converted }
 -- Errors   BADARG <what>; CORRUPT <key> <why> (a listed pod without a readable record: nothing
@@ -23,6 +23,7 @@ local function migrate(p, replica, a)
     return nil, 'BADARG count'
   end
   expect_type(p .. 'nodes', 'set')
+  expect_type(p .. 'nodegen', 'zset')
   local scan = redis.call('SSCAN', p .. 'nodes', cursor, 'COUNT', count)
   -- Every record is read and checked before the first write.
   local conversions = {}
@@ -42,6 +43,8 @@ local function migrate(p, replica, a)
       conversions[#conversions + 1] = { index, scored }
     end
   end
+  -- Schema 2 keeps nodegen a skiplist from the start (NODEGEN_SKIPLIST in _helpers.lua).
+  if #conversions > 0 then redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST) end
   for _, conversion in ipairs(conversions) do
     local index, scored = conversion[1], conversion[2]
     redis.call('DEL', index)

@@ -20,7 +20,7 @@ local function remove_node(p, replica, a)
   if exists ~= '1' then return nil, 'NODENOTFOUND ' .. name .. ' ghost' end
   local zone = redis.call('HGET', nk, 'zone') or ''
   guard_node_change(p, name, {}, { zone })
-  local gen = touch(p, name)
+  local gen, text = touch(p, name)
   for _, image in ipairs(redis.call('SMEMBERS', p .. 'nodeimgs:' .. name)) do
     image_lost(p, name, image, gen)
   end
@@ -30,8 +30,8 @@ local function remove_node(p, replica, a)
   local pods = redis.call('ZCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
   retire_version(p .. 'version:node:' .. name)
-  local ghost = 0
-  if pods > 0 then ghost = 1 end
-  emit(p, 'NodeRemoved', replica, 'node', name, 'gen', gen, 'ghost', ghost)
+  local ghost = '0'
+  if pods > 0 then ghost = '1' end
+  emit(p, 'NodeRemoved', replica, 'node', name, 'gen', text, 'ghost', ghost)
   return gen
 end

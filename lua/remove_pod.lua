@@ -17,9 +17,9 @@ local function remove_pod(p, replica, a)
   if node ~= nil and node ~= '' and node ~= rec.node then
     return nil, 'WRONGNODE ' .. uid .. ' ' .. rec.state .. ' ' .. rec.node .. ' ' .. node
   end
-  local gen = delete_pod(p, uid, rec)
+  local gen, text = delete_pod(p, uid, rec)
   retire_version(p .. 'version:pod:' .. uid)
   emit(p, 'PodRemoved', replica,
-       'uid', uid, 'node', rec.node, 'gen', gen, 'state', rec.state, 'data', rec.blob)
+       'uid', uid, 'node', rec.node, 'gen', text, 'state', rec.state, 'data', rec.blob)
   return gen
 end

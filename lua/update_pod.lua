@@ -21,8 +21,8 @@ local function update_pod(p, replica, a)
     return nil, 'WRONGNODE ' .. args.uid .. ' added ' .. rec.node .. ' ' .. args.node
   end
   delete_pod(p, args.uid, rec)
-  local gen = put_pod(p, args, 'added', '')
+  local gen, text = put_pod(p, args, 'added', '')
   emit(p, 'PodUpdated', replica,
-       'uid', args.uid, 'node', args.node, 'gen', gen, 'data', args.blob)
+       'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
   return gen
 end

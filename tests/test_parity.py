@@ -1614,6 +1614,22 @@ def _cli_scripts(ctx: Ctx) -> None:
     assert lines[-1].endswith(f"{len(lines) - 1} functions loaded")
 
 
+@case("cli migrate")
+def _cli_migrate(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    expected = ctx.cache.dump()
+    client, keys = ctx.cache.client, ctx.cache.keys
+    for name in ("n1", "n2"):  # back to schema 1's plain sets
+        uids = client.zrange(keys.node_pods(name), 0, -1)
+        client.delete(keys.node_pods(name))
+        client.sadd(keys.node_pods(name), *uids)
+    assert ok(ctx.cli("migrate")) == (
+        f"cache {ctx.cache.name}: 2 node pod sets converted; the cache is at schema 2\n"
+    )
+    assert ctx.cache.dump() == expected and ctx.cache.verify() == []
+    assert ok(ctx.cli("migrate")).startswith(f"cache {ctx.cache.name}: 0 node pod sets converted")
+
+
 @case("cli stats")
 def _cli_stats(ctx: Ctx) -> None:
     populate(ctx.cache)

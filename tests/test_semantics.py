@@ -13,6 +13,7 @@ from schedcache.errors import (
     PodNotAssumed,
     ValidationError,
 )
+from schedcache.store.keys import SCHEMA_VERSION
 from tests.factories import make_node, make_pod, port
 
 # The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
@@ -54,7 +55,7 @@ def test_events_name_type_replica_and_payload(make_cache):
         "NodeRemoved",
     ]
     assert {e.replica for e in events} == {"sched-7"}
-    assert {e.version for e in events} == {1}
+    assert {e.version for e in events} == {SCHEMA_VERSION} == {2}
     assert events[0].data == node.to_dict()
     assert events[1].data == pod.to_dict() and events[1].uid == "web-0"
     assert events[2].fields["deadline"] == str(int((NOW + 10) * 1000))

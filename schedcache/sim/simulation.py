@@ -208,6 +208,16 @@ class _Replica:
         return True
 
 
+# The start barrier of the replicas of this worker process's pool (_join_start sets it): a
+# multiprocessing Barrier reaches a pool's workers only as they are spawned, not with each job.
+_START: Barrier | None = None
+
+
+def _join_start(barrier: Barrier) -> None:
+    global _START
+    _START = barrier
+
+
 def replica_loop(
     url: str,
     cache_name: str,
@@ -215,9 +225,9 @@ def replica_loop(
     pod_indexes: list[int],
     mode: str,
     seed: int,
-    start: Barrier,
     ttl: float = 0.0,
     refresh_every: int = 1,
+    start: Barrier | None = None,
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
     nowhere. Its pods and first snapshot are built before the ``start`` barrier (shared with
@@ -231,7 +241,9 @@ def replica_loop(
     state = _Replica(cache, ReplicaReport(replica))
     state.update()
     state.report.snapshot_updates = state.report.nodes_read = 0  # the untimed first one
-    start.wait(timeout=STARTUP_SECONDS)
+    barrier = start or _START
+    if barrier is not None:
+        barrier.wait(timeout=STARTUP_SECONDS)
     started, cpu = time.perf_counter(), time.process_time()
     for pod in pods:
         offset += WINDOW
@@ -290,10 +302,12 @@ def run_replicas(
         for index in range(nodes):
             batch.add_node(demo_node(index, node_cpu, node_memory))
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, context.Pool(replicas) as pool:
-        # Every replica starts scheduling at the same moment, once all have built their pods
-        # and first snapshot; this process passes the barrier too, to time the same part.
-        start = manager.Barrier(replicas + 1)
+    # Every replica starts scheduling at the same moment, once all have built their pods and
+    # first snapshot; this process passes the barrier too, to time the same part. A plain
+    # Barrier handed to the workers as they spawn (no manager process whose connection a
+    # proxy could lose).
+    start = context.Barrier(replicas + 1)
+    with context.Pool(replicas, initializer=_join_start, initargs=(start,)) as pool:
         jobs = [
             (
                 url,
@@ -302,7 +316,6 @@ def run_replicas(
                 list(range(k, pods, replicas)),
                 mode,
                 seed + k,
-                start,
                 ttl,
                 refresh_every,
             )
