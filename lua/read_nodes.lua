@@ -3,7 +3,8 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica (unused), node name, ...
 -- Keys     node:<name>, nodepods:<name> (zset), pod:<uid>, nodeimgs:<name>, images, imgnodes:<image>
--- Reply    { { name, { hash field, value, ... }, { pod record, ... }, { image, ... }, {} }, ...,
+-- Reply    { { name, { hash field, value, ... }, { pod record, ... }, { image, ... },
+--              { uid of each record, ... }, {} }, ...,
 --            { image, size, live node count, ... } }  -- the last entry: every image named
 --          A name without an entry comes back with an empty hash.
 -- Errors   none

@@ -7,8 +7,8 @@
 --          treezone:<zone>, and those of sc_read_nodes for the changed nodes
 -- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
 --            tree (as sc_tree_read, or {} when the tree generation is the one given),
---            nodes (as sc_read_nodes without its last entry, but each with only the pods placed
---            after G as records and every pod's generation in `placed`; or {} when more than L
+--            nodes (as sc_read_nodes without its last entry, but each with the records of
+--            only the pods placed after G, and every pod's uid last; or {} when more than L
 --            changed),
 --            the incarnation ("" before the first change) }
 -- Errors   BADARG <what>

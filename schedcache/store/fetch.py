@@ -63,8 +63,9 @@ def image_names(entry: Sequence[Any]) -> list[str]:
     return sorted(image.decode() for image in entry[3])
 
 
-PodVersions = dict[int, Pod | bytes]
-"""A node's pods by placement generation: decoded, or still the stored record."""
+PodVersions = dict[bytes, tuple[int, Pod | bytes]]
+"""A node's pods by uid: the generation that placed each, and the pod decoded or still its
+stored record."""
 
 
 class PodsNotHeld(Exception):
@@ -80,17 +81,17 @@ class PodsNotHeld(Exception):
 def node_info_from_entry(
     entry: Sequence[Any],
     summaries: Mapping[str, ImageStateSummary],
-    known: Mapping[int, Pod | bytes] | None = None,
+    known: PodVersions | None = None,
     held: PodVersions | None = None,
 ) -> NodeInfo | None:
     """A ``NodeInfo`` from one ``sc_read_nodes`` or ``sc_snapshot_delta`` entry; None when the
     node has no entry.
 
-    ``known`` maps placement generations to the pods a snapshot already holds of this node
-    (decoded or not): a full entry's pods are reused from it rather than decoded again, and a
-    delta entry, which sends only the pods placed since, takes the others from it
-    (:class:`PodsNotHeld` when one is missing). ``held`` is filled with this entry's pods by
-    generation, for the next time; decoding replaces their records with the pods.
+    ``known`` holds the pods a snapshot already has of this node: a full entry's pods are
+    reused from it where their placement generation matches, and a delta entry, which sends
+    only the pods placed since, takes the others from it (:class:`PodsNotHeld` when one is
+    missing). ``held`` is filled with this entry's pods, for the next time; decoding replaces
+    their records with the pods.
     """
     name_raw, flat = entry[0], entry[1]
     if not flat:
@@ -107,35 +108,37 @@ def node_info_from_entry(
 def _node_info(
     entry: Sequence[Any],
     summaries: Mapping[str, ImageStateSummary],
-    known: Mapping[int, Pod | bytes] | None,
+    known: PodVersions | None,
     held: PodVersions,
 ) -> NodeInfo:
-    name_raw, flat, pod_records, _, placed = entry
+    name_raw, flat, pod_records, _, uids, every = entry
     name = name_raw.decode()
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
     node = decode_node(blob, name) if fields.exists and blob else None
     # Headers now (a malformed one is refused with the node), blobs when the pods are used.
-    for raw in pod_records:
+    for uid, raw in zip(uids, pod_records, strict=True):
+        if not raw:  # listed without a record: what verify() reports; nothing to show
+            continue
         generation = record_generation(raw)
-        reused = known.get(generation) if known else None
-        held[generation] = reused if isinstance(reused, Pod) else raw
-    if placed and node is not None:  # a delta: the pods not sent are the snapshot's own
-        for score in placed[1::2]:
-            generation = int(score)
-            if generation not in held:
-                pod = known.get(generation) if known else None
+        reused = known.get(uid) if known else None
+        held[uid] = reused if reused is not None and reused[0] == generation else (generation, raw)
+    if every and node is not None:  # a delta: the pods not sent are the snapshot's own
+        for uid in every:
+            if uid not in held:
+                pod = known.get(uid) if known else None
                 if pod is None:
                     raise PodsNotHeld(name)
-                held[generation] = pod
-    order = sorted(held)
+                held[uid] = pod
+    order = sorted(held, key=lambda uid: held[uid][0])
 
     def decode() -> list[Pod]:
         pods = []
-        for generation in order:
-            item = held[generation]
+        for uid in order:
+            generation, item = held[uid]
             if not isinstance(item, Pod):
-                item = held[generation] = record_pod(item)
+                item = record_pod(item)
+                held[uid] = (generation, item)
             pods.append(item)
         return pods
 
