@@ -22,14 +22,14 @@ end
 local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' }
 
 -- "" when the claim may go ahead, else comma-separated reasons; nil for an unknown check.
--- A fit check reads the node in one HMGET: exists, gen, a:pods, then each resource's
--- requested and allocatable.
+-- A fit check reads the node in one HMGET: exists, a:pods, then each resource's requested and
+-- allocatable. A generation check reads the node's generation from `nodegen`.
 local function claim_conflicts(p, node, parsed, check, expected)
   local nk = p .. 'node:' .. node
-  local wanted = { 'exists', 'gen' }
+  local wanted = { 'exists' }
   local fields, amounts = parsed.fields, parsed.amounts
   if check == 'fit' then
-    wanted[3] = 'a:pods'
+    wanted[2] = 'a:pods'
     for j = 1, #fields do
       local field = fields[j]
       if string.sub(field, 1, 2) == 'r:' then
@@ -40,20 +40,21 @@ local function claim_conflicts(p, node, parsed, check, expected)
   end
   local state = redis.call('HMGET', nk, unpack(wanted))
   if state[1] ~= '1' then return 'node-missing' end
-  local node_gen = stored_int(nk, state[2], 0)
   if check == 'generation' then
     local want = tonumber(expected)
     if want == nil then return nil end
+    local index = p .. 'nodegen'
+    local node_gen = tonumber(typed_read(index, 'zset', 'ZSCORE', node) or '0')
     -- A change earlier in the same sc_batch is recorded on the node only when the call ends.
     -- Any difference is stale: a generation ahead of the node's means the cache lost writes
     -- (a restart without persistence, a failover) since the snapshot was taken.
-    local current = changed_gen[node] or node_gen
+    local current = tonumber(changed_gen[node]) or node_gen
     if current ~= want then return 'stale' end
     return ''
   end
   if check ~= 'fit' then return nil end
   local short = {}
-  local k = 4  -- the next requested/allocatable pair in `state`
+  local k = 3  -- the next requested/allocatable pair in `state`
   for j = 1, #fields do
     local field, amount = fields[j], amounts[j]
     local prefix = string.sub(field, 1, 2)
@@ -70,7 +71,7 @@ local function claim_conflicts(p, node, parsed, check, expected)
     end
   end
   local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
-  if pods + 1 > stored_int(nk, state[3], 0) then
+  if pods + 1 > stored_int(nk, state[2], 0) then
     short[#short + 1] = 'pods'
   end
   return table.concat(short, ',')

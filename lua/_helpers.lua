@@ -15,7 +15,7 @@
 --                                 contribution = "<field> <amount> ..." exactly as added to
 --                                 the node (removal subtracts it), blob = the msgpack Pod,
 --                                 never decoded here
---   node:<name>            hash   exists (1 live node, 0 ghost or placeholder), gen, zone,
+--   node:<name>            hash   exists (1 live node, 0 ghost or placeholder), zone,
 --                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
 --                                 non-zero requested minus requested, aff, anti,
 --                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts.
@@ -239,17 +239,36 @@ end
 local changed_nodes = {}
 local changed_gen = {}
 
--- Node entries known to exist during the running call (saves a write per pod in a batch),
--- and those deleted by it (their generation goes to the index only).
+-- Node entries known to exist during the running call (saves a write per pod in a batch).
 local known_nodes = {}
-local dropped_nodes = {}
+
+-- The generation of the running call's last change. Its first change INCRs `gen`; later ones
+-- count on from it, and end_call writes the last one (a batch of 200 placements writes `gen`
+-- once, not 200 times). `incr_gen`: what that INCR answered.
+local call_gen = nil
+local incr_gen = nil
+
+-- Pods an sc_batch call added to the `pods` set, added by one SADD at its end: uid -> true
+-- (false when the call removed it again), and the uids in order. (A single command adds its
+-- pod at once: the bookkeeping would cost it more than the call it saves.)
+local batching = false
+local pods_added = {}
+local pods_order = {}
+-- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
+local PODS_PER_SADD = 500
 
 local function begin_call()
+  call_gen = nil
+  incr_gen = nil
+  batching = false
+  if #pods_order > 0 then
+    pods_added = {}
+    pods_order = {}
+  end
   checked = {}
   changed_nodes = {}
   changed_gen = {}
   known_nodes = {}
-  dropped_nodes = {}
 end
 
 -- `nodegen` takes a ZADD in every call that changes a node. While a sorted set holds at most
@@ -265,28 +284,62 @@ local NODEGEN_SKIPLIST = 'not a node: keeps this index a skiplist (a member over
 -- and as text. Pass the text to redis.call: Redis prints a Lua number argument with "%.17g",
 -- several times the cost of formatting it once here.
 local function touch(p, node)
-  local gen = redis.call('INCR', p .. 'gen')
-  if gen == 1 then
-    -- A new generation counter: a new incarnation of the cache (first use, or a Redis that
-    -- lost its data). Snapshots from another incarnation are rebuilt, not caught up.
-    local t = redis.call('TIME')
-    redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
-    redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST)
+  local gen
+  if call_gen == nil then
+    gen = redis.call('INCR', p .. 'gen')
+    incr_gen = gen
+    if gen == 1 then
+      -- A new generation counter: a new incarnation of the cache (first use, or a Redis that
+      -- lost its data). Snapshots from another incarnation are rebuilt, not caught up.
+      local t = redis.call('TIME')
+      redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
+      redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST)
+    end
+  else
+    gen = call_gen + 1
   end
+  call_gen = gen
   local text = int_string(gen)
   if changed_gen[node] == nil then changed_nodes[#changed_nodes + 1] = node end
   changed_gen[node] = text
   return gen, text
 end
 
--- Records each changed node's generation on the node and in the generation index (where a
--- node that is gone stays as a tombstone).
+-- Changed nodes per ZADD at the end of a call (a bound on the arguments unpacked at once).
+local NODES_PER_ZADD = 200
+
+-- Writes the call's last generation, adds the pods a batch added to `pods`, and records each
+-- changed node's generation in the generation index (the only place it is kept; a node that
+-- is gone stays there as a tombstone).
 local function end_call(p)
-  for j = 1, #changed_nodes do
-    local node = changed_nodes[j]
-    local gen = changed_gen[node]
-    redis.call('ZADD', p .. 'nodegen', gen, node)
-    if not dropped_nodes[node] then redis.call('HSET', p .. 'node:' .. node, 'gen', gen) end
+  if call_gen ~= nil and call_gen ~= incr_gen then
+    redis.call('SET', p .. 'gen', int_string(call_gen))
+  end
+  local added = pods_order
+  if #pods_order > 1 then
+    added = {}
+    for j = 1, #pods_order do
+      if pods_added[pods_order[j]] then added[#added + 1] = pods_order[j] end
+    end
+  elseif #pods_order == 1 and not pods_added[pods_order[1]] then
+    added = {}
+  end
+  for first = 1, #added, PODS_PER_SADD do
+    redis.call('SADD', p .. 'pods', unpack(added, first, math.min(first + PODS_PER_SADD - 1,
+                                                                   #added)))
+  end
+  if #changed_nodes == 1 then  -- one command's usual case: no table to build
+    local node = changed_nodes[1]
+    redis.call('ZADD', p .. 'nodegen', changed_gen[node], node)
+    return
+  end
+  for first = 1, #changed_nodes, NODES_PER_ZADD do
+    local scored = {}
+    for j = first, math.min(first + NODES_PER_ZADD - 1, #changed_nodes) do
+      scored[#scored + 1] = changed_gen[changed_nodes[j]]
+      scored[#scored + 1] = changed_nodes[j]
+    end
+    redis.call('ZADD', p .. 'nodegen', unpack(scored))
   end
 end
 
@@ -297,7 +350,6 @@ local function ensure_node(p, node)
     redis.call('SADD', p .. 'nodes', node)
   end
   known_nodes[node] = true
-  dropped_nodes[node] = nil
 end
 
 -- Drops a ghost or placeholder entry once its last pod has gone. Its nodegen member stays,
@@ -309,7 +361,6 @@ local function drop_if_empty(p, node)
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
     redis.call('SREM', p .. 'nodes', node)
     known_nodes[node] = nil
-    dropped_nodes[node] = true
   end
 end
 
@@ -455,7 +506,12 @@ local function put_pod(p, args, state, claimer)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
   write_record(p, args.uid, state, args.node, '0', '', text, claimer, args.contribution.text,
                args.blob)
-  redis.call('SADD', p .. 'pods', args.uid)
+  if not batching then
+    redis.call('SADD', p .. 'pods', args.uid)
+  else
+    if pods_added[args.uid] == nil then pods_order[#pods_order + 1] = args.uid end
+    pods_added[args.uid] = true  -- into `pods` when the call ends
+  end
   return gen, text
 end
 
@@ -463,7 +519,11 @@ end
 local function delete_pod(p, uid, rec)
   release_claim(p, uid, rec)
   redis.call('DEL', p .. 'pod:' .. uid)
-  redis.call('SREM', p .. 'pods', uid)
+  if pods_added[uid] then
+    pods_added[uid] = false  -- added by this call: never written
+  else
+    redis.call('SREM', p .. 'pods', uid)
+  end
   redis.call('SREM', p .. 'assumed', uid)
   redis.call('ZREM', p .. 'deadlines', uid)
   return unplace_pod(p, uid, rec.node, rec.contribution)

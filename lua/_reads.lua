@@ -14,7 +14,7 @@ end
 -- Pod records read per MGET (a bound on the arguments unpacked at once).
 local RECORDS_PER_MGET = 200
 
--- { name, { hash field, value, ... }, { pod record, ... }, { image, ... }, { uid, ... },
+-- { name, { hash field, value, ..., 'gen', generation from nodegen }, { pod record, ... }, { image, ... }, { uid, ... },
 --   { uid, ... } } for one node: the records are those of the first uid list, in its order
 -- ("" for a uid without a record). Without `since`, that list is every pod of the node and the
 -- second is empty. With it (a generation), the first lists only the pods placed after it and
@@ -43,8 +43,13 @@ local function read_node(p, name, since)
       pods[#pods + 1] = records[j] or get_string(keys[j]) or ''
     end
   end
-  return { name, typed_read(p .. 'node:' .. name, 'hash', 'HGETALL'), pods,
-           typed_read(p .. 'nodeimgs:' .. name, 'set', 'SMEMBERS'), uids, every }
+  local hash = typed_read(p .. 'node:' .. name, 'hash', 'HGETALL')
+  if #hash > 0 then  -- the node's generation is kept in the index only
+    hash[#hash + 1] = 'gen'
+    hash[#hash + 1] = typed_read(p .. 'nodegen', 'zset', 'ZSCORE', name) or '0'
+  end
+  return { name, hash, pods, typed_read(p .. 'nodeimgs:' .. name, 'set', 'SMEMBERS'), uids,
+           every }
 end
 
 -- { image, size, live node count, ... } for the images given.

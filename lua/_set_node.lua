@@ -33,7 +33,6 @@ local function set_node(p, replica, a, etype)
   end
   redis.call('HSET', unpack(fields))
   redis.call('SADD', p .. 'nodes', name)
-  dropped_nodes[name] = nil
 
   local gen, text = touch(p, name)
   set_node_images(p, name, images, gen)

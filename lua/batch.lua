@@ -23,6 +23,7 @@ local function batch(p, replica, a)
     i = i + 2 + argc
   end
   local out, applied = {}, 0
+  batching = true  -- pods join `pods` at the end of the call (_helpers.lua)
   for _, call in ipairs(calls) do
     local ok, result, err = pcall(call[1], p, replica, call[2])
     if not ok then

@@ -3,13 +3,14 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id, SSCAN cursor over `nodes` ("0" to start), node entries to
 --          look at per call (1..1000, a hint to SSCAN)
--- Keys     nodes, nodepods:<name>, pod:<uid>, nodegen
+-- Keys     nodes, nodepods:<name>, pod:<uid>, nodegen, node:<name> (its schema-1 `gen`)
 -- Reply    { next cursor ("0" when every node entry has been looked at), node pod sets
 --          converted }
 -- Errors   BADARG <what>; CORRUPT <key> <why> (a listed pod without a readable record: nothing
 --          of this slice is converted)
 -- Schema 1 kept a node's pods in a set; schema 2 scores them in a zset by the generation that
--- placed each (the `gen` of its record), so snapshots read only the pods placed since. A
+-- placed each (the `gen` of its record), so snapshots read only the pods placed since, and
+-- keeps a node's generation in `nodegen` only (schema 1 copied it into the node hash). A
 -- converted set changes no content, so running it again, or alongside the cache's own commands
 -- (which refuse a node still unconverted), is harmless.
 local MIGRATE_MAX_COUNT = 1000
@@ -27,7 +28,10 @@ local function migrate(p, replica, a)
   local scan = redis.call('SSCAN', p .. 'nodes', cursor, 'COUNT', count)
   -- Every record is read and checked before the first write.
   local conversions = {}
+  local stale = {}
   for _, node in ipairs(scan[2]) do
+    -- Schema 1 kept each node's generation in its hash too; the index holds it now.
+    if redis.call('HEXISTS', p .. 'node:' .. node, 'gen') == 1 then stale[#stale + 1] = node end
     local index = p .. 'nodepods:' .. node
     if key_type(index) == 'set' then
       local scored = {}
@@ -45,6 +49,7 @@ local function migrate(p, replica, a)
   end
   -- Schema 2 keeps nodegen a skiplist from the start (NODEGEN_SKIPLIST in _helpers.lua).
   if #conversions > 0 then redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST) end
+  for _, node in ipairs(stale) do redis.call('HDEL', p .. 'node:' .. node, 'gen') end
   for _, conversion in ipairs(conversions) do
     local index, scored = conversion[1], conversion[2]
     redis.call('DEL', index)
@@ -54,5 +59,5 @@ local function migrate(p, replica, a)
     end
   end
   -- A slice that converted nothing wrote nothing: its reply is not remembered either.
-  return { scan[1], #conversions }, nil, #conversions
+  return { scan[1], #conversions }, nil, #conversions + #stale
 end

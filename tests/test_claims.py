@@ -202,3 +202,11 @@ def test_strict_claim_in_a_batch_sees_changes_earlier_in_the_batch(cache):
     batch.assume_pod(make_pod("y", "n1", "1m", "1Mi"), expect_generation=seen)
     results = batch.execute()
     assert results[0].ok and isinstance(results[1].error, FitConflict)
+    # The generation the earlier change gave the node is the current one: that claim holds.
+    now = cache.get_node_info("n1").generation
+    batch = cache.batch()
+    batch.add_pod(make_pod("z", "n1", "100m", "1Mi"))
+    batch.assume_pod(make_pod("y", "n1", "1m", "1Mi"), expect_generation=now + 1)
+    results = batch.execute()
+    assert results[0].ok and results[1].ok, results
+    assert cache.get_node_info("n1").generation == now + 2

@@ -21,6 +21,10 @@ def as_schema_1(cache: Cache) -> int:
     client, keys = cache.client, cache.keys
     turned = 0
     for name in client.smembers(keys.nodes):
+        # Schema 1 also kept the node's generation in its hash.
+        client.hset(
+            keys.node(name.decode()), "gen", int(client.zscore(keys.node_generations, name))
+        )
         index = keys.node_pods(name.decode())
         uids = client.zrange(index, 0, -1)
         if uids:
