@@ -14,8 +14,8 @@ end
 -- Pod records read per MGET (a bound on the arguments unpacked at once).
 local RECORDS_PER_MGET = 200
 
--- { name, { hash field, value, ..., 'gen', generation from nodegen }, { pod record, ... }, { image, ... }, { uid, ... },
---   { uid, ... } } for one node: the records are those of the first uid list, in its order
+-- { name, { hash field, value, ..., 'gen', generation from nodegen }, { pod record, ... },
+--   { image, ... }, { uid, ... }, { uid, ... } } for one node: the records are those of the first uid list, in its order
 -- ("" for a uid without a record). Without `since`, that list is every pod of the node and the
 -- second is empty. With it (a generation), the first lists only the pods placed after it and
 -- the second every pod of the node: the reader holds the others from an earlier read. (Uids,
@@ -66,3 +66,21 @@ local function image_summaries(p, images)
   return out
 end
 
+-- The entries of the nodes named by a[first], a[first + 1], ... (read_node with `since`), then
+-- the spread of every image they name.
+local function read_entries(p, a, first, since)
+  local out = {}
+  local seen, images = {}, {}
+  for j = first, #a do
+    local entry = read_node(p, a[j], since)
+    out[#out + 1] = entry
+    for _, image in ipairs(entry[4]) do
+      if not seen[image] then
+        seen[image] = true
+        images[#images + 1] = image
+      end
+    end
+  end
+  out[#out + 1] = image_summaries(p, images)
+  return out
+end

@@ -46,10 +46,11 @@ local function wrap(fn, writes)
     local ok, result, err, applied = pcall(run_command, fn, writes, p, replica, id, a)
     if not ok then
       local text = corruption_of(result)
-      -- Corruption is found before the first write: nothing to record. Anything else is
-      -- raised again as it came (a schedcache bug or a server error).
-      if text == nil then end_call(p) error(result) end
-      begin_call()
+      -- Corruption is found before the first write, so end_call has nothing to record; it
+      -- runs anyway, so a check that came late could never leave `gen` or `nodegen` behind
+      -- the events. Anything else is raised again as it came (a bug or a server error).
+      end_call(p)
+      if text == nil then error(result) end
       return redis.error_reply(text)
     end
     end_call(p)
@@ -86,8 +87,8 @@ redis.register_function {
 }
 
 -- Reads, callable with FCALL_RO (and on replicas). Not part of sc_batch.
-local READ_NAMES = { 'tree_read', 'read_nodes', 'snapshot_delta' }
-local READ_FUNCTIONS = { tree_read, read_nodes, snapshot_delta }
+local READ_NAMES = { 'tree_read', 'read_nodes', 'read_node_deltas', 'snapshot_delta' }
+local READ_FUNCTIONS = { tree_read, read_nodes, read_node_deltas, snapshot_delta }
 for j = 1, #READ_NAMES do
   redis.register_function {
     function_name = 'sc_' .. READ_NAMES[j],

@@ -18,13 +18,13 @@ local function cleanup_assumed_pods(p, replica, a)
   local due = redis.call('ZRANGEBYSCORE', p .. 'deadlines', '-inf', '(' .. int_string(now),
                          'LIMIT', 0, limit)
   local expired, skipped = {}, {}
+  expect_type(p .. 'quarantine', 'zset')  -- before the first write, though rarely written
   for _, uid in ipairs(due) do
     -- A corrupt record is skipped, and its entry moved from deadlines to `quarantine` (so the
     -- rest keeps expiring); load_pod checks everything before this pod's first write.
     local ok, rec = pcall(load_pod, p, uid)
     if not ok then
       if corruption_of(rec) == nil then error(rec) end
-      expect_type(p .. 'quarantine', 'zset')
       redis.call('ZADD', p .. 'quarantine', now, uid)
       redis.call('ZREM', p .. 'deadlines', uid)
       skipped[#skipped + 1] = uid

@@ -31,9 +31,15 @@ local function migrate(p, replica, a)
   local stale = {}
   for _, node in ipairs(scan[2]) do
     -- Schema 1 kept each node's generation in its hash too; the index holds it now.
-    if redis.call('HEXISTS', p .. 'node:' .. node, 'gen') == 1 then stale[#stale + 1] = node end
+    if typed_read(p .. 'node:' .. node, 'hash', 'HEXISTS', 'gen') == 1 then
+      stale[#stale + 1] = node
+    end
     local index = p .. 'nodepods:' .. node
-    if key_type(index) == 'set' then
+    local kind = key_type(index)
+    if kind ~= 'set' and kind ~= 'zset' and kind ~= 'none' then
+      corrupt(index, 'is a ' .. kind .. ', not a set (schema 1) or zset')
+    end
+    if kind == 'set' then
       local scored = {}
       for _, uid in ipairs(redis.call('SMEMBERS', index)) do
         local key = p .. 'pod:' .. uid

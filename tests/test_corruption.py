@@ -280,3 +280,30 @@ def test_a_replica_named_like_the_no_claimer_marker_is_refused_by_the_functions(
                 "sc_assume_pod", 1, cache.keys.prefix, replica, "", *pod.args
             )
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_forget_lapsed_checks_every_lapsed_claim_set_before_forgetting_any(make_cache):
+    """Found in review: the claim set of a later lapsed replica was checked after earlier
+    replicas' pods were forgotten (and, with generations counted per call, `gen` then went
+    back behind the events)."""
+    cache = make_cache(replica="expiry", lease_ttl=0)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    for owner in ("r1", "r2", "r3"):
+        replica = make_cache(ttl=600, replica=owner)
+        for j in range(2):
+            replica.assume_pod(make_pod(f"{owner}-{j}", "n1", "10m", "1Mi"))
+        replica.close()  # no more heartbeats; the lease key is deleted below
+        cache.client.delete(f"{cache.keys.prefix}lease:{owner}")
+    # The last replica in the order the function meets them: the others come first.
+    members = "return redis.call('SMEMBERS', KEYS[1])"  # (redis-py would make it a set)
+    order = cache.client.eval(members, 1, cache.keys.prefix + "replicas")
+    last = order[-1].decode()
+    cache.client.delete(f"{cache.keys.prefix}replicapods:{last}")
+    cache.client.rpush(f"{cache.keys.prefix}replicapods:{last}", "x")
+    refused_unchanged(cache, lambda c: c.run(commands.forget_lapsed(100)), f"replicapods:{last}")
+
+
+def test_expiry_checks_quarantine_before_expiring_anything(cache):
+    populated(cache)
+    cache.client.rpush(cache.keys.prefix + "quarantine", "x")
+    refused_unchanged(cache, lambda c: c.cleanup_assumed_pods(now=10**6), "quarantine")

@@ -103,3 +103,35 @@ def test_a_pod_updated_in_place_is_sent_again(cache):
     cache.update_snapshot(snap)
     assert {p.uid: p.labels for p in snap.get("n0").pods} == {"a": {"v": "2"}, "b": {}}
     assert_matches_fresh(cache, snap)
+
+
+def test_a_snapshot_far_behind_reads_node_deltas_in_chunks(cache, monkeypatch):
+    """More changed nodes than fit inline are read in chunks, and still only their new pods."""
+    import schedcache.views.snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "INLINE_NODES", 2)
+    for n in range(5):
+        cache.add_node(make_node(f"n{n}", cpu="64", mem="64Gi"))
+        for j in range(4):
+            cache.add_pod(make_pod(f"p{n}-{j}", f"n{n}", "10m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    for n in range(5):
+        cache.add_pod(make_pod(f"new{n}", f"n{n}", "10m", "1Mi"))
+    cache.remove_pod(make_pod("p2-0", "n2", "10m", "1Mi"))
+    calls = []
+    real = cache.store.read_function
+
+    def spy(name, *args):
+        reply = real(name, *args)
+        calls.append((name, reply))
+        return reply
+
+    monkeypatch.setattr(cache.store, "read_function", spy)
+    cache.update_snapshot(snap)
+    chunked = [reply for name, reply in calls if name == "read_node_deltas"]
+    assert chunked, [name for name, _ in calls]
+    records = [len(entry[2]) for reply in chunked for entry in reply[:-1]]
+    assert records == [1] * 5
+    assert [p.uid for p in snap.get("n2").pods] == ["p2-1", "p2-2", "p2-3", "new2"]
+    assert_matches_fresh(cache, snap)

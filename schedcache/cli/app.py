@@ -533,7 +533,8 @@ def migrate(settings: Settings) -> None:
     """Bring a cache written by an older schedcache (schema 1) to this schema, in place.
 
     Converts each node's pod set into the sorted set schema 2 keeps, a slice of nodes per call;
-    safe to run again and while replicas run (docs/storage.md, "Upgrading")."""
+    safe to run again. Run it before replicas and feeders start (docs/storage.md,
+    "Upgrading from schema 1")."""
     cache = settings.cache()
     converted = migrate_cache(cache.store)
     click.echo(

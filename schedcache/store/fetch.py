@@ -117,15 +117,17 @@ def _node_info(
     blob = fields.strings.get("blob")
     node = decode_node(blob, name) if fields.exists and blob else None
     # Headers now (a malformed one is refused with the node), blobs when the pods are used.
+    gone = set()
     for uid, raw in zip(uids, pod_records, strict=True):
         if not raw:  # listed without a record: what verify() reports; nothing to show
+            gone.add(uid)
             continue
         generation = record_generation(raw)
         reused = known.get(uid) if known else None
         held[uid] = reused if reused is not None and reused[0] == generation else (generation, raw)
     if every and node is not None:  # a delta: the pods not sent are the snapshot's own
         for uid in every:
-            if uid not in held:
+            if uid not in held and uid not in gone:
                 pod = known.get(uid) if known else None
                 if pod is None:
                     raise PodsNotHeld(name)
@@ -177,14 +179,17 @@ def run_reads(store: Store, reads: Reads[T]) -> T:
 
 
 def node_entries_reads(
-    names: Sequence[str],
+    names: Sequence[str], since: int | None = None
 ) -> Reads[tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]]:
-    """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name."""
+    """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name;
+    with ``since`` (a snapshot's generation), ``sc_read_node_deltas`` entries: only the pods
+    placed after it come as records."""
     entries: list[Sequence[Any]] = []
     summaries: dict[str, ImageStateSummary] = {}
     for start in range(0, len(names), NODES_PER_CALL):
-        chunk = names[start : start + NODES_PER_CALL]
-        *chunk_entries, images = yield ("read_nodes", tuple(chunk))
+        chunk = tuple(names[start : start + NODES_PER_CALL])
+        read = ("read_nodes", chunk) if since is None else ("read_node_deltas", (since, *chunk))
+        *chunk_entries, images = yield read
         entries += chunk_entries
         summaries.update(parse_image_summaries(images))
     return entries, summaries

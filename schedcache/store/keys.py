@@ -46,7 +46,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
         "string",
         '"<state> <node> <finished> <deadline> <gen> <claimer> <contribution>\\n<msgpack Pod>"',
     ),
-    KeySpec("node:<name>", "hash", "the node entry: exists, gen, zone, blob and its counters"),
+    KeySpec("node:<name>", "hash", "the node entry: exists, zone, blob and its counters"),
     KeySpec("nodepods:<name>", "zset", "uids of the node's pods, scored by placement generation"),
     KeySpec("nodeimgs:<name>", "set", "image names the live node reports"),
     KeySpec("imgnodes:<image>", "set", "live nodes that report the image"),

@@ -4,8 +4,9 @@ Schema 2 keeps a node's pods in a sorted set scored by the generation that place
 snapshot reads only the pods placed since it last looked; schema 1 kept them in a plain set.
 ``sc_migrate`` converts the sets a slice of node entries at a time (one short call each, so
 Redis is never held long), checking every record of a slice before writing any of it. A set
-once converted is left alone: running this again, or while replicas run, is harmless (their
-commands refuse a node still unconverted with a ``CorruptRecord`` that names this command).
+once converted is left alone, so running this again is harmless. Run it before replicas and
+feeders start: beside them, their commands on a node still unconverted are refused with a
+``CorruptRecord`` that names this command.
 """
 
 from __future__ import annotations

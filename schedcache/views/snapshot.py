@@ -204,7 +204,9 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
         inline = len(changed) <= INLINE_NODES
         if not inline:
             names = [name.decode() for name in changed]
-            entries, _ = yield from node_entries_reads(names)
+            # Deltas too (a new snapshot reads whole): what the snapshot holds of a node is
+            # still right for the pods placed before its generation.
+            entries, _ = yield from node_entries_reads(names, snap.generation or None)
         report.changed_nodes += len(changed)
         report.changed_images += len(images) // 3
         _apply_images(snap, images)
