@@ -305,7 +305,15 @@ local function touch(p, node)
   return gen, text
 end
 
--- Changed nodes per ZADD at the end of a call (a bound on the arguments unpacked at once).
+-- redis.call(command, key, item, ...) over `items` in slices of at most `per_call` (a bound on
+-- the arguments unpacked at once; even, for pairs).
+local function call_in_slices(command, key, items, per_call)
+  for first = 1, #items, per_call do
+    redis.call(command, key, unpack(items, first, math.min(first + per_call - 1, #items)))
+  end
+end
+
+-- Changed nodes per ZADD at the end of a call.
 local NODES_PER_ZADD = 200
 
 -- Writes the call's last generation, adds the pods a batch added to `pods`, and records each
@@ -315,32 +323,24 @@ local function end_call(p)
   if call_gen ~= nil and call_gen ~= incr_gen then
     redis.call('SET', p .. 'gen', int_string(call_gen))
   end
-  local added = pods_order
-  if #pods_order > 1 then
-    added = {}
+  if #pods_order > 0 then  -- only an sc_batch defers them
+    local added = {}
     for j = 1, #pods_order do
       if pods_added[pods_order[j]] then added[#added + 1] = pods_order[j] end
     end
-  elseif #pods_order == 1 and not pods_added[pods_order[1]] then
-    added = {}
-  end
-  for first = 1, #added, PODS_PER_SADD do
-    redis.call('SADD', p .. 'pods', unpack(added, first, math.min(first + PODS_PER_SADD - 1,
-                                                                   #added)))
+    call_in_slices('SADD', p .. 'pods', added, PODS_PER_SADD)
   end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]
     redis.call('ZADD', p .. 'nodegen', changed_gen[node], node)
     return
   end
-  for first = 1, #changed_nodes, NODES_PER_ZADD do
-    local scored = {}
-    for j = first, math.min(first + NODES_PER_ZADD - 1, #changed_nodes) do
-      scored[#scored + 1] = changed_gen[changed_nodes[j]]
-      scored[#scored + 1] = changed_nodes[j]
-    end
-    redis.call('ZADD', p .. 'nodegen', unpack(scored))
+  local scored = {}
+  for j = 1, #changed_nodes do
+    scored[#scored + 1] = changed_gen[changed_nodes[j]]
+    scored[#scored + 1] = changed_nodes[j]
   end
+  call_in_slices('ZADD', p .. 'nodegen', scored, 2 * NODES_PER_ZADD)
 end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.

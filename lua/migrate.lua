@@ -59,10 +59,7 @@ local function migrate(p, replica, a)
   for _, conversion in ipairs(conversions) do
     local index, scored = conversion[1], conversion[2]
     redis.call('DEL', index)
-    for first = 1, #scored, 2 * MIGRATE_PER_ZADD do
-      redis.call('ZADD', index,
-                 unpack(scored, first, math.min(first + 2 * MIGRATE_PER_ZADD - 1, #scored)))
-    end
+    call_in_slices('ZADD', index, scored, 2 * MIGRATE_PER_ZADD)
   end
   -- A slice that converted nothing wrote nothing: its reply is not remembered either.
   return { scan[1], #conversions }, nil, #conversions + #stale

@@ -103,9 +103,10 @@ def invariants(store: Store) -> list[Difference]:
         if not raw:
             out.append(Difference(subject, "entry", "a hash for every member of nodes", None))
             continue
-        uids = {member.decode() for member, _ in members}
+        uids = set()
         for member, score in members:
             uid = member.decode()
+            uids.add(uid)
             placements[uid].append(name)
             record = records.get(uid)
             if record is not None and record.generation != int(score):

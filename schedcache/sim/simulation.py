@@ -227,7 +227,6 @@ def replica_loop(
     seed: int,
     ttl: float = 0.0,
     refresh_every: int = 1,
-    start: Barrier | None = None,
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
     nowhere. Its pods and first snapshot are built before the ``start`` barrier (shared with
@@ -241,9 +240,8 @@ def replica_loop(
     state = _Replica(cache, ReplicaReport(replica))
     state.update()
     state.report.snapshot_updates = state.report.nodes_read = 0  # the untimed first one
-    barrier = start or _START
-    if barrier is not None:
-        barrier.wait(timeout=STARTUP_SECONDS)
+    if _START is not None:  # None outside run_replicas' pool: nothing to wait for
+        _START.wait(timeout=STARTUP_SECONDS)
     started, cpu = time.perf_counter(), time.process_time()
     for pod in pods:
         offset += WINDOW

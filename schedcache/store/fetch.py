@@ -73,10 +73,6 @@ class PodsNotHeld(Exception):
     not hold (it never held the node, e.g. a placeholder that became a live node): the node is
     read whole instead."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
 
 def node_info_from_entry(
     entry: Sequence[Any],

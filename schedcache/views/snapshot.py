@@ -59,9 +59,9 @@ class Snapshot:
     incarnation: str = ""  # the cache's incarnation the generations belong to
     zones: dict[str, list[str]] = field(default_factory=dict)
     image_nodes: dict[str, set[str]] = field(default_factory=dict, repr=False)
-    # Per node, its pods by placement generation (decoded, or their records until first used):
-    # a changed node's delta sends only the pods placed since, the rest are taken from here
-    # (they belong to this snapshot alone).
+    # Per node, its pods by uid with their placement generation (decoded, or their records
+    # until first used): a changed node's delta sends only the pods placed since, the rest are
+    # taken from here (they belong to this snapshot alone).
     pod_versions: dict[str, PodVersions] = field(default_factory=dict, repr=False)
 
     def num_nodes(self) -> int:
