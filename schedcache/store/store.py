@@ -23,7 +23,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
-from schedcache.store import commands, metrics
+from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command
 from schedcache.store.keys import Keys
 from schedcache.store.library import ensure_loaded, is_missing_function
@@ -252,17 +252,20 @@ class Store(StoreCore):
         return self._call(command)
 
     def _call(self, command: Command) -> Any:
-        server = self.route.get()
-        args = self.function_args(command.name, command.id, command.args)
+        """One ``FCALL`` (and its ``WAIT``) on this thread's connection to the server
+        (:mod:`schedcache.store.pinned`: redis-py's per-call pool round costs more CPU than
+        Redis spends on the command)."""
+        fcall = ("FCALL", *self.function_args(command.name, command.id, command.args))
         if not self.wait_replicas:
-            return server.fcall(*args)
-        pipe = server.pipeline(transaction=False)
-        pipe.fcall(*args)
-        pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        reply, replicas = pipe.execute(raise_on_error=False)
+            (reply,) = pinned.call(self.route.get(), fcall)
+            replicas = None
+        else:
+            wait = ("WAIT", self.wait_replicas, self.wait_timeout_ms)
+            reply, replicas = pinned.call(self.route.get(), fcall, wait)
         if isinstance(reply, Exception):
             raise reply
-        self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
+        if replicas is not None:
+            self.check_replicated(replicas, f"sc_{command.name} {command.subject}", reply)
         return reply
 
     def reload_library(self) -> None:
