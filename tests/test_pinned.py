@@ -126,3 +126,27 @@ def test_a_call_broken_off_leaves_no_reply_for_the_next(bounded: Cache):
     assert bounded.pod_state("b") == "added"
     with pytest.raises(Exception, match="already added"):
         bounded.add_pod(make_pod("b", "n1", "10m", "1Mi"))
+
+
+def test_a_connection_closed_under_a_call_is_replaced_at_once(
+    bounded: Cache, caplog: pytest.LogCaptureFixture
+):
+    server = bounded.store.server()
+    connection = pinned._pin(server.connection_pool).connection
+    real_read = connection.read_response
+    broken: list[bool] = []
+
+    def closed_once(*args: object, **kwargs: object) -> object:
+        if not broken:  # the command ran; its reply is lost with the connection
+            broken.append(True)
+            raise redis.ConnectionError("Connection closed by server.")
+        return real_read(*args, **kwargs)
+
+    connection.read_response = closed_once  # type: ignore[method-assign]
+    try:
+        bounded.add_pod(make_pod("a", "n1", "10m", "1Mi"))  # no "already added": once only
+    finally:
+        connection.read_response = real_read  # type: ignore[method-assign]
+    assert broken == [True]
+    assert "sending again" not in caplog.text  # sent again at once, not by the retry policy
+    assert [e.type for e in bounded.history("a")] == ["PodAdded"]

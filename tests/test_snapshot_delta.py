@@ -135,3 +135,26 @@ def test_a_snapshot_far_behind_reads_node_deltas_in_chunks(cache, monkeypatch):
     assert records == [1] * 5
     assert [p.uid for p in snap.get("n2").pods] == ["p2-1", "p2-2", "p2-3", "new2"]
     assert_matches_fresh(cache, snap)
+
+
+def test_a_node_changed_by_its_pods_alone_keeps_its_node_object(cache):
+    cache.add_node(make_node("n0", cpu="64", mem="64Gi", labels={"tier": "a"}))
+    cache.add_node(make_node("n1", cpu="64", mem="64Gi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    node = snap.get("n0").node
+    cache.add_pod(make_pod("p", "n0", "10m", "1Mi"))
+    cache.update_snapshot(snap)
+    assert snap.get("n0").node is node  # not decoded again: its stored object is the same
+    assert_matches_fresh(cache, snap)
+    cache.update_node(node, make_node("n0", cpu="64", mem="64Gi", labels={"tier": "b"}))
+    cache.update_snapshot(snap)
+    assert snap.get("n0").node.labels == {"tier": "b"}
+    assert_matches_fresh(cache, snap)
+    cache.remove_node("n0")  # a ghost (its pod stays): gone from the snapshot, and so its object
+    cache.update_snapshot(snap)
+    assert "n0" not in snap.node_infos and "n0" not in snap.node_objects
+    cache.add_node(make_node("n0", cpu="64", mem="64Gi", labels={"tier": "c"}))
+    cache.update_snapshot(snap)
+    assert snap.get("n0").node.labels == {"tier": "c"}
+    assert_matches_fresh(cache, snap)

@@ -20,7 +20,7 @@ from tests.factories import make_node, make_pod
 
 def test_read_reloads_a_lost_library_once(cache, backend):
     store = cache.store
-    version = store.read(lambda: store.client.fcall_ro("sc_version", 0))
+    version = store.read(lambda: store.server().fcall_ro("sc_version", 0))
     assert version == library_version().encode()
     if backend == "redis":
         return  # the shared server: deleting its library would disturb concurrent tests

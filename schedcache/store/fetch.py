@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import NodeFields
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo, StoredNodeInfo
-from schedcache.model.values import Pod
+from schedcache.model.values import Node, Pod
 from schedcache.store.records import (
     PodRecord,
     decode_node,
@@ -74,11 +74,16 @@ class PodsNotHeld(Exception):
     read whole instead."""
 
 
+NodeObject = tuple[bytes, Node]
+"""A node's stored object and the ``Node`` decoded from it."""
+
+
 def node_info_from_entry(
     entry: Sequence[Any],
     summaries: Mapping[str, ImageStateSummary],
     known: PodVersions | None = None,
     held: PodVersions | None = None,
+    objects: dict[str, NodeObject] | None = None,
 ) -> NodeInfo | None:
     """A ``NodeInfo`` from one ``sc_read_nodes`` or ``sc_snapshot_delta`` entry; None when the
     node has no entry.
@@ -87,13 +92,15 @@ def node_info_from_entry(
     reused from it where their placement generation matches, and a delta entry, which sends
     only the pods placed since, takes the others from it (:class:`PodsNotHeld` when one is
     missing). ``held`` is filled with this entry's pods, for the next time; decoding replaces
-    their records with the pods.
+    their records with the pods. ``objects`` holds the node objects a snapshot has decoded,
+    by name: a node whose stored object is unchanged (its pods changed) keeps its ``Node``,
+    and a node decoded here is put there.
     """
     name_raw, flat = entry[0], entry[1]
     if not flat:
         return None
     try:
-        return _node_info(entry, summaries, known, {} if held is None else held)
+        return _node_info(entry, summaries, known, {} if held is None else held, objects)
     except (CorruptRecord, PodsNotHeld):
         raise
     except (ValueError, UnicodeDecodeError) as error:  # a field another client wrote
@@ -106,12 +113,21 @@ def _node_info(
     summaries: Mapping[str, ImageStateSummary],
     known: PodVersions | None,
     held: PodVersions,
+    objects: dict[str, NodeObject] | None,
 ) -> NodeInfo:
     name_raw, flat, pod_records, _, uids, every = entry
     name = name_raw.decode()
     fields = NodeFields(dict(zip(flat[::2], flat[1::2], strict=True)))
     blob = fields.strings.get("blob")
-    node = decode_node(blob, name) if fields.exists and blob else None
+    node = None
+    if fields.exists and blob:
+        kept = objects.get(name) if objects is not None else None
+        if kept is not None and kept[0] == blob:
+            node = kept[1]
+        else:
+            node = decode_node(blob, name)
+            if objects is not None:
+                objects[name] = (blob, node)
     # Headers now (a malformed one is refused with the node), blobs when the pods are used.
     gone = set()
     for uid, raw in zip(uids, pod_records, strict=True):

@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 from redis.connection import Connection, ConnectionPool
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 
 
 class _Pin:
@@ -64,8 +64,25 @@ def _pin(pool: ConnectionPool) -> _Pin:
 def call(server: redis.Redis, *commands: Sequence[Any]) -> list[Any]:
     """Send ``commands`` (each the words of one Redis command) to ``server`` in one write and
     read their replies in order; an error reply comes back as its :class:`ResponseError`, in
-    its place. Any other failure disconnects the connection and is raised."""
-    connection = _pin(server.connection_pool).connection
+    its place. A broken connection is sent on once more, on a new connection, as redis-py's own
+    retry does (a kept connection the server closed while idle); callers' commands carry ids,
+    so a resend is never applied twice. Any failure disconnects the connection and is raised.
+    """
+    try:
+        return _exchange(_pin(server.connection_pool).connection, commands)
+    except ConnectionError:
+        return _exchange(_pin(server.connection_pool).connection, commands)
+
+
+def reply(server: redis.Redis, *words: Any) -> Any:
+    """The reply to one command (:func:`call`); an error reply is raised."""
+    (answer,) = call(server, words)
+    if isinstance(answer, ResponseError):
+        raise answer
+    return answer
+
+
+def _exchange(connection: Connection, commands: Sequence[Sequence[Any]]) -> list[Any]:
     try:
         # connect() here, not the send's own reconnect: a Sentinel-managed connection asks
         # the Sentinels for the primary's address only in connect().

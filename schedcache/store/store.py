@@ -36,7 +36,7 @@ from schedcache.store.retry import (
     call_with_retries,
     too_late_to_resend,
 )
-from schedcache.store.routing import SlotRoute
+from schedcache.store.routing import SlotRoute, is_cluster
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -202,8 +202,13 @@ class Store(StoreCore):
     # -- reads through the library ----------------------------------------------------------
 
     def read_function(self, name: str, *args: Any) -> Any:
-        """``FCALL_RO sc_<name>`` (a read: no replica, no command id), through :meth:`read`."""
-        return self.read(lambda: self.client.fcall_ro(*self.read_args(name, *args)))
+        """``FCALL_RO sc_<name>`` (a read: no replica, no command id), through :meth:`read`.
+        On one server, on this thread's connection (:mod:`schedcache.store.pinned`); a
+        Cluster client routes it by its key (and follows a moved slot by itself)."""
+        words = self.read_args(name, *args)
+        if is_cluster(self.client):
+            return self.read(lambda: self.client.fcall_ro(*words))
+        return self.read(lambda: pinned.reply(self.route.get(), "FCALL_RO", *words))
 
     # -- commands ---------------------------------------------------------------------------
 
