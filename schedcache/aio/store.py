@@ -24,13 +24,13 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ClusterDownError
 
 from schedcache.store.commands import Command
-from schedcache.store.fetch import Reads
 from schedcache.store.library import (
     is_missing_function,
     library_source,
     load_refused,
     needs_loading,
 )
+from schedcache.store.reads import Ahead, Reads
 from schedcache.store.replies import translate
 from schedcache.store.retry import RETRYABLE, call_with_retries_async
 from schedcache.store.store import StoreCore
@@ -307,9 +307,12 @@ class AsyncStore(StoreCore):
         """Drive a read without I/O (``schedcache.store.fetch.Reads``: snapshots, node infos)
         on this transport: the same code the sync store drives."""
         try:
-            name, args = next(reads)
+            step = next(reads)
             while True:
-                name, args = reads.send(await self.read_function(name, *args))
+                if isinstance(step, Ahead):  # no read-ahead here: read as asked
+                    step = reads.send(None)
+                else:
+                    step = reads.send(await self.read_function(step[0], *step[1]))
         except StopIteration as done:
             result: T = done.value
             return result

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import NodeFields
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo, StoredNodeInfo
 from schedcache.model.values import Node, Pod
+from schedcache.store.reads import Ahead, Read, Reads, run_reads
 from schedcache.store.records import (
     PodRecord,
     decode_node,
@@ -175,35 +176,32 @@ def _node_info(
 
 # -- reads without I/O: generators of read-function calls, driven by either transport --------
 
-Read = tuple[str, tuple[Any, ...]]  # FCALL_RO sc_<name> with these arguments
-Reads = Generator[Read, Any, T]  # yields the calls, is sent their replies, returns the result
-
-
-def run_reads(store: Store, reads: Reads[T]) -> T:
-    """Drive ``reads`` on the sync store (``AsyncStore.run_reads`` drives them on asyncio)."""
-    try:
-        name, args = next(reads)
-        while True:
-            name, args = reads.send(store.read_function(name, *args))
-    except StopIteration as done:
-        result: T = done.value
-        return result
-
 
 def node_entries_reads(
-    names: Sequence[str], since: int | None = None
+    names: Sequence[str],
+    since: int | None = None,
+    each_chunk: Callable[[list[Sequence[Any]]], None] | None = None,
 ) -> Reads[tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]]:
     """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name;
     with ``since`` (a snapshot's generation), ``sc_read_node_deltas`` entries: only the pods
-    placed after it come as records."""
+    placed after it come as records. With ``each_chunk``, each chunk's entries go there as
+    they come (none are returned): the sync driver reads the next chunk meanwhile."""
     entries: list[Sequence[Any]] = []
     summaries: dict[str, ImageStateSummary] = {}
+    reads: list[Read] = []
     for start in range(0, len(names), NODES_PER_CALL):
         chunk = tuple(names[start : start + NODES_PER_CALL])
-        read = ("read_nodes", chunk) if since is None else ("read_node_deltas", (since, *chunk))
+        reads.append(
+            ("read_nodes", chunk) if since is None else ("read_node_deltas", (since, *chunk))
+        )
+    yield Ahead(tuple(reads))
+    for read in reads:
         *chunk_entries, images = yield read
-        entries += chunk_entries
         summaries.update(parse_image_summaries(images))
+        if each_chunk is None:
+            entries += chunk_entries
+        else:
+            each_chunk(chunk_entries)
     return entries, summaries
 
 

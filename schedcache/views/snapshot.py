@@ -15,6 +15,7 @@ Nothing in a snapshot is shared with another snapshot or with the cache's caller
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -28,12 +29,11 @@ from schedcache.store.fetch import (
     NodeObject,
     PodsNotHeld,
     PodVersions,
-    Reads,
     gc_paused,
     node_entries_reads,
     node_info_from_entry,
-    run_reads,
 )
+from schedcache.store.reads import Reads, run_reads
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
 
@@ -206,15 +206,19 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
             continue
         snap.incarnation = incarnation
         inline = len(changed) <= INLINE_NODES
-        if not inline:
-            names = [name.decode() for name in changed]
-            # Deltas too (a new snapshot reads whole): what the snapshot holds of a node is
-            # still right for the pods placed before its generation.
-            entries, _ = yield from node_entries_reads(names, snap.generation or None)
         report.changed_nodes += len(changed)
         report.changed_images += len(images) // 3
         _apply_images(snap, images)
-        unheld = _apply_nodes(snap, entries, flags)
+        if inline:
+            unheld = _apply_nodes(snap, entries, flags)
+        else:
+            unheld = []
+            # Deltas too (a new snapshot reads whole): what the snapshot holds of a node is
+            # still right for the pods placed before its generation. Each chunk is applied as
+            # it comes, while the next one is read.
+            names = [name.decode() for name in changed]
+            apply_chunk = functools.partial(_apply_chunk, snap, flags, unheld)
+            yield from node_entries_reads(names, snap.generation or None, apply_chunk)
         if unheld:
             # Nodes new to this snapshot whose older pods the delta did not send: read whole,
             # which is newer than this delta, so one more round ends exact.
@@ -229,6 +233,12 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
             break
     _rebuild_lists(snap, flags, report)
     return int(live)
+
+
+def _apply_chunk(
+    snap: Snapshot, flags: _Flags, unheld: list[str], entries: Sequence[Sequence[Any]]
+) -> None:
+    unheld.extend(_apply_nodes(snap, entries, flags))
 
 
 def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:

@@ -1,0 +1,110 @@
+"""Reads without I/O, and their sync driver with read-ahead.
+
+A read (a snapshot update, node infos) is a generator of read-function calls: it yields
+``("<function>", args)``, is sent the reply, and returns its result, so the sync Store and the
+asyncio one drive the same code. A read that knows its next calls (a snapshot reading changed
+nodes in chunks) first yields :class:`Ahead` with them: the sync driver then fetches them on a
+thread of its own, at most ``READ_AHEAD`` replies ahead, while the generator decodes the chunk
+before (Redis computing one chunk overlaps Python decoding the other; the replies and the
+order are the same). The asyncio driver answers ``Ahead`` with ``None`` and reads as asked.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from schedcache.store.store import Store
+
+T = TypeVar("T")
+
+Read = tuple[str, tuple[Any, ...]]  # FCALL_RO sc_<name> with these arguments
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The reads a generator yields next, in this order (a driver may send them early)."""
+
+    reads: tuple[Read, ...]
+
+
+Reads = Generator[Read | Ahead, Any, T]  # yields the calls, is sent their replies, returns
+
+# Replies fetched ahead of the one being decoded: bounds the memory held and how long one
+# reader keeps Redis busy back to back (each call is one chunk of nodes).
+READ_AHEAD = 2
+
+
+def run_reads(store: Store, reads: Reads[T]) -> T:
+    """Drive ``reads`` on the sync store, fetching announced reads ahead
+    (``AsyncStore.run_reads`` drives them on asyncio)."""
+    ahead: _ReadAhead | None = None
+    try:
+        step = next(reads)
+        while True:
+            if isinstance(step, Ahead):
+                if ahead is not None:
+                    ahead.close()
+                ahead = _ReadAhead(store, step.reads) if len(step.reads) > 1 else None
+                step = reads.send(None)
+            elif ahead is not None and ahead.serves(step):
+                step = reads.send(ahead.take())
+            else:
+                step = reads.send(store.read_function(step[0], *step[1]))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+class _ReadAhead:
+    """Announced reads, made in order on a thread of their own (with the Store's own retries
+    and library reload); their replies, or the error that ended them, wait in a short queue."""
+
+    def __init__(self, store: Store, reads: Sequence[Read]) -> None:
+        self.expected: deque[Read] = deque(reads)
+        self.replies: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=READ_AHEAD)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(
+            target=self._fetch, args=(store, list(reads)), name="schedcache-read-ahead", daemon=True
+        )
+        self.thread.start()
+
+    def serves(self, read: Read) -> bool:
+        return bool(self.expected) and self.expected[0] == read
+
+    def take(self) -> Any:
+        self.expected.popleft()
+        ok, value = self.replies.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop fetching (replies not taken are dropped) and wait for the thread."""
+        self.stopped.set()
+        self.thread.join()
+
+    def _fetch(self, store: Store, reads: list[Read]) -> None:
+        for name, args in reads:
+            if self.stopped.is_set():
+                return
+            try:
+                item: tuple[bool, Any] = (True, store.read_function(name, *args))
+            except BaseException as error:  # raised in the reading thread, by take()
+                item = (False, error)
+            while not self.stopped.is_set():
+                try:
+                    self.replies.put(item, timeout=0.05)
+                    break
+                except queue.Full:
+                    continue
+            if not item[0]:
+                return
