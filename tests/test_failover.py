@@ -38,8 +38,9 @@ def assert_nothing_lost_or_doubled(cache: Cache, load: Load) -> None:
     assert load.failed == [], "no caller may see another error while a failover completes"
     stored = {pod.uid for pod in cache.list_pods()}
     assert set(load.acknowledged) <= stored, f"lost: {set(load.acknowledged) - stored}"
-    # Not promised, but nothing failed after them: they are on the new primary too.
-    assert set(load.unconfirmed) <= stored, f"lost: {set(load.unconfirmed) - stored}"
+    # Writes answered NotReplicated are not promised: one the old primary applied while its
+    # replica lagged past wait_timeout (a loaded CI machine) dies with it. Whatever became of
+    # them, none is applied twice (below) and the cache is consistent.
     assert applied_twice(cache) == []
     assert cache.verify() == []
 

@@ -4,87 +4,148 @@ leaves a reply behind for the next one."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
 
-from schedcache import Cache
+from schedcache import Cache, Snapshot
 from schedcache.store import pinned
 from schedcache.store.connection import connect
 from schedcache.store.retry import RetryPolicy
+from schedcache.views.snapshot import INLINE_NODES
 from tests.conftest import backend_url
 from tests.factories import make_node, make_pod
 
-LIMIT = 3
+POOL = 8  # connections per server: room for POOL // 4 = 2 pinned ones
+
+
+def bounded_client(client: redis.Redis, backend: str, request: pytest.FixtureRequest, size: int):
+    """A client of this test's backend whose pools hold at most ``size`` connections."""
+    if backend == "cluster":
+        return connect(backend_url(backend, request), max_connections=size)
+    pool = client.connection_pool
+    small_pool = type(pool)(
+        connection_class=pool.connection_class, max_connections=size, **pool.connection_kwargs
+    )
+    return type(client)(connection_pool=small_pool)
 
 
 @pytest.fixture
-def bounded(client: redis.Redis, backend: str, request: pytest.FixtureRequest) -> Iterator[Cache]:
-    """A cache whose client may open at most LIMIT connections (per server)."""
-    if backend == "cluster":
-        small = connect(backend_url(backend, request), max_connections=LIMIT)
-    else:
-        pool = client.connection_pool
-        bounded_pool = type(pool)(
-            connection_class=pool.connection_class,
-            max_connections=LIMIT,
-            **pool.connection_kwargs,
+def make_bounded(
+    client: redis.Redis, backend: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[[int], Cache]]:
+    """``make_bounded(size)``: a cache (with one node, n1) on a client of ``size`` connections
+    per server."""
+    made: list[tuple[Cache, Any]] = []
+
+    def factory(size: int) -> Cache:
+        small = bounded_client(client, backend, request, size)
+        cache = Cache(
+            small,
+            f"pinned-{os.getpid()}-{backend}-{len(made)}",
+            ttl=30.0,
+            replica="pin",
+            retry=RetryPolicy(attempts=2, within=1.0),
         )
-        small = type(client)(connection_pool=bounded_pool)
-    cache = Cache(
-        small,
-        f"pinned-{os.getpid()}-{backend}",
-        ttl=30.0,
-        replica="pin",
-        retry=RetryPolicy(attempts=2, within=1.0),
-    )
-    cache.clear()
-    cache.add_node(make_node("n1", "64", "64Gi"))
-    yield cache
-    cache.clear()
-    small.close()
+        cache.clear()
+        cache.add_node(make_node("n1", "64", "64Gi"))
+        made.append((cache, small))
+        return cache
+
+    yield factory
+    for cache, small in made:
+        cache.clear()
+        small.close()
 
 
-def test_threads_that_end_give_their_connection_back(bounded: Cache):
-    failures: list[BaseException] = []
+@pytest.fixture
+def bounded(make_bounded: Callable[[int], Cache]) -> Cache:
+    return make_bounded(POOL)
 
-    def one_command(i: int) -> None:
+
+def run_in_threads(count: int, at_once: bool, work: Callable[[int], object]) -> list[object]:
+    """``work(i)`` on ``count`` threads, all at once or one after the other; their results
+    (an exception stands for its thread's)."""
+    results: list[object] = [None] * count
+
+    def one(i: int) -> None:
         try:
-            bounded.add_pod(make_pod(f"p{i}", "n1", "10m", "1Mi"))
+            results[i] = work(i)
         except BaseException as error:
-            failures.append(error)
+            results[i] = error
 
-    for i in range(4 * LIMIT):  # a thread per request, as an HTTP server runs them
-        thread = threading.Thread(target=one_command, args=(i,))
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
         thread.start()
+        if not at_once:
+            thread.join()
+    for thread in threads:
         thread.join()
-    assert failures == []
-    assert bounded.pod_count() == 4 * LIMIT
+    return results
+
+
+def test_threads_that_end_give_their_pinned_connection_back(bounded: Cache):
+    pool = bounded.store.server().connection_pool
+
+    def one_command(i: int) -> bool:  # a thread per request, as an HTTP server runs them
+        bounded.add_pod(make_pod(f"p{i}", "n1", "10m", "1Mi"))
+        return pinned._pin(pool) is not None  # it held one of the POOL // 4 pins
+
+    assert run_in_threads(4 * POOL, False, one_command) == [True] * (4 * POOL)
+    assert bounded.pod_count() == 4 * POOL
 
 
 def test_threads_at_once_each_use_their_own_connection(bounded: Cache):
-    barrier = threading.Barrier(LIMIT - 1)
-    failures: list[BaseException] = []
-
     def commands(t: int) -> None:
-        try:
-            barrier.wait()
-            for i in range(20):
-                bounded.add_pod(make_pod(f"t{t}-{i}", "n1", "10m", "1Mi"))
-        except BaseException as error:
-            failures.append(error)
+        for i in range(20):
+            bounded.add_pod(make_pod(f"t{t}-{i}", "n1", "10m", "1Mi"))
 
-    threads = [threading.Thread(target=commands, args=(t,)) for t in range(LIMIT - 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
-    assert bounded.pod_count() == 20 * (LIMIT - 1)
+    assert run_in_threads(POOL, True, commands) == [None] * POOL
+    assert bounded.pod_count() == 20 * POOL
     assert bounded.verify() == []
+
+
+def test_pins_leave_a_small_pool_room_for_everything_else(make_bounded: Callable[[int], Cache]):
+    lone = make_bounded(1)  # one connection: nothing may keep it
+    lone.add_pod(make_pod("a", "n1", "10m", "1Mi"))
+    with lone.batch() as batch:
+        batch.add_pod(make_pod("b", "n1", "10m", "1Mi"))
+    assert [e.type for e in lone.events()][-2:] == ["PodAdded", "PodAdded"]
+    with lone.batch(chunk_size=500) as batch:
+        for i in range(INLINE_NODES + 50):  # a snapshot read in chunks, ahead of decoding
+            batch.add_node(make_node(f"m{i}", "1", "1Gi"))
+    assert lone.update_snapshot(Snapshot()).changed_nodes == INLINE_NODES + 51
+    assert lone.verify() == []
+    few = make_bounded(4)  # more threads than connections: each call takes one and gives it back
+
+    def two_commands(t: int) -> None:
+        for i in range(2):
+            few.add_pod(make_pod(f"w{t}-{i}", "n1", "10m", "1Mi"))
+
+    assert run_in_threads(8, True, two_commands) == [None] * 8
+    assert few.pod_count() == 16
+
+
+def test_a_dropped_client_frees_its_pool(
+    client: redis.Redis, backend: str, request: pytest.FixtureRequest
+):
+    small = bounded_client(client, backend, request, POOL)
+    cache = Cache(small, f"dropped-{os.getpid()}", ttl=30.0, replica="pin")
+    cache.add_node(make_node("n1", "64", "64Gi"))
+    cache.add_pod(make_pod("a", "n1", "10m", "1Mi"))
+    pool = weakref.ref(cache.store.server().connection_pool)
+    assert pinned._pin(pool()) is not None  # type: ignore[arg-type]
+    cache.clear()
+    small.close()
+    del cache, small
+    gc.collect()
+    assert pool() is None
 
 
 def test_a_forked_child_takes_a_connection_of_its_own(bounded: Cache):

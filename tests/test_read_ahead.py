@@ -5,8 +5,10 @@ raised where the reads were asked for, and no reading thread left behind."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+import redis
 
 from schedcache import Cache, Snapshot
 from schedcache.errors import CorruptRecord
@@ -14,13 +16,20 @@ from schedcache.store import fetch
 from schedcache.store.reads import Ahead, run_reads
 from schedcache.views.snapshot import INLINE_NODES
 from tests.factories import make_node, make_pod
-from tests.test_snapshot import assert_matches_fresh
+from tests.test_snapshot import AFFINITY, assert_matches_fresh
 
 NODES = INLINE_NODES + 2 * fetch.NODES_PER_CALL + 7  # more than inline: chunks and a part
 
 
 def readers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "schedcache-read-ahead"]
+    """The reading threads still running, after they had a few seconds to end (one stopped
+    early finishes the read it is in, then ends)."""
+    deadline = time.monotonic() + 5
+    while True:
+        running = [t for t in threading.enumerate() if t.name == "schedcache-read-ahead"]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -89,4 +98,41 @@ def test_a_read_not_announced_next_is_read_as_asked(many_nodes: Cache):
         return late[0][0], early[0][0]
 
     assert run_reads(many_nodes.store, reads()) == (b"n001", b"n000")
+    assert readers() == []
+
+
+def test_an_update_broken_off_midway_leaves_the_snapshot_as_it_was(many_nodes: Cache, monkeypatch):
+    snap = Snapshot()
+    many_nodes.update_snapshot(snap)
+    generation = snap.generation
+    held = {name: sorted(p.uid for p in info.pods) for name, info in snap.node_infos.items()}
+    with many_nodes.batch(chunk_size=500) as batch:  # more changed nodes than fit inline
+        for i in range(NODES):
+            node = f"n{i:03d}"
+            if i % 2:
+                batch.add_pod(make_pod(f"aff{i}", node, "10m", "1Mi", affinity=AFFINITY))
+            else:
+                batch.add_pod(make_pod(f"pvc{i}", node, "10m", "1Mi", pvcs=[f"claim{i}"]))
+    store = many_nodes.store
+    read = store.read_function
+    chunks: list[str] = []
+
+    def breaks_on_the_third_chunk(name: str, *args: object) -> object:
+        if name == "read_node_deltas":
+            chunks.append(name)
+            if len(chunks) == 3:
+                raise redis.TimeoutError("the server stopped answering")
+        return read(name, *args)
+
+    monkeypatch.setattr(store, "read_function", breaks_on_the_third_chunk)
+    with pytest.raises(redis.TimeoutError):
+        many_nodes.update_snapshot(snap)
+    assert snap.generation == generation  # as it was: no node of the first chunks in it
+    assert {n: sorted(p.uid for p in i.pods) for n, i in snap.node_infos.items()} == held
+    assert snap.used_pvc_set == set() and snap.have_pods_with_affinity_list == []
+    monkeypatch.undo()
+    many_nodes.update_snapshot(snap)  # the caller tries again: it catches up whole
+    assert_matches_fresh(many_nodes, snap)
+    assert len(snap.used_pvc_set) == len(range(0, NODES, 2))
+    assert len(snap.have_pods_with_affinity_list) == len(range(1, NODES, 2))
     assert readers() == []

@@ -38,6 +38,9 @@ Reads = Generator[Read | Ahead, Any, T]  # yields the calls, is sent their repli
 # Replies fetched ahead of the one being decoded: bounds the memory held and how long one
 # reader keeps Redis busy back to back (each call is one chunk of nodes).
 READ_AHEAD = 2
+# How long a read stopped early waits for its reading thread (seconds): an interrupt is not
+# held up by a slow reply.
+EARLY_STOP_WAIT = 0.2
 
 
 def run_reads(store: Store, reads: Reads[T]) -> T:
@@ -88,9 +91,12 @@ class _ReadAhead:
         return value
 
     def close(self) -> None:
-        """Stop fetching (replies not taken are dropped) and wait for the thread."""
+        """Stop fetching (replies not taken are dropped). When every reply was taken the thread
+        is done: wait for it. When the caller stopped early (an error, an interrupt), wait only
+        briefly: the thread may be in a read Redis is slow to answer, and it ends by itself
+        after that read (a daemon, its connection back to the pool)."""
         self.stopped.set()
-        self.thread.join()
+        self.thread.join(None if not self.expected else EARLY_STOP_WAIT)
 
     def _fetch(self, store: Store, reads: list[Read]) -> None:
         for name, args in reads:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,7 +158,9 @@ def refresh_reads(snap: Snapshot, names: Sequence[str]) -> Reads[SnapshotUpdate]
     flags = _Flags()
     # No reuse of decoded pods by generation: unlike an update, a refresh does not check the
     # cache's incarnation, and after a reset another pod may hold the same generation.
-    _apply_nodes(snap, entries, flags, reuse=False)
+    decoded: list[Decoded] = []
+    _decode_nodes(snap, snap.image_states, decoded, [], entries, reuse=False)
+    _commit_nodes(snap, decoded, flags)
     _rebuild_lists(snap, flags, report)
     report.changed_nodes = len(entries)
     report.seconds = time.perf_counter() - started
@@ -206,48 +208,78 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
             continue
         snap.incarnation = incarnation
         inline = len(changed) <= INLINE_NODES
-        report.changed_nodes += len(changed)
-        report.changed_images += len(images) // 3
-        _apply_images(snap, images)
+        # Everything this round reads is decoded first, the snapshot untouched: a read or a
+        # record that fails leaves it exact at its generation, and the next update catches
+        # up from there. Then it changes at once.
+        image_changes = _image_changes(images)
+        summaries = _with_changes(snap.image_states, image_changes)
+        decoded: list[Decoded] = []
+        unheld: list[str] = []
         if inline:
-            unheld = _apply_nodes(snap, entries, flags)
+            _decode_nodes(snap, summaries, decoded, unheld, entries)
         else:
-            unheld = []
             # Deltas too (a new snapshot reads whole): what the snapshot holds of a node is
-            # still right for the pods placed before its generation. Each chunk is applied as
+            # still right for the pods placed before its generation. Each chunk is decoded as
             # it comes, while the next one is read.
             names = [name.decode() for name in changed]
-            apply_chunk = functools.partial(_apply_chunk, snap, flags, unheld)
-            yield from node_entries_reads(names, snap.generation or None, apply_chunk)
+            decode_chunk = functools.partial(_decode_nodes, snap, summaries, decoded, unheld)
+            yield from node_entries_reads(names, snap.generation or None, decode_chunk)
         if unheld:
             # Nodes new to this snapshot whose older pods the delta did not send: read whole,
             # which is newer than this delta, so one more round ends exact.
             full, _ = yield from node_entries_reads(unheld)
-            _apply_nodes(snap, full, flags)
+            _decode_nodes(snap, summaries, decoded, [], full)
             inline = False
+        report.changed_nodes += len(changed)
+        report.changed_images += len(images) // 3
+        _apply_images(snap, image_changes)
+        _commit_nodes(snap, decoded, flags)
         if tree:
             snap.tree_generation, snap.zones = parse_tree(tree)
             flags.membership = True
         snap.generation = int(generation)
+        _rebuild_lists(snap, flags, report)
+        flags = _Flags()
         if inline:
             break
-    _rebuild_lists(snap, flags, report)
     return int(live)
 
 
-def _apply_chunk(
-    snap: Snapshot, flags: _Flags, unheld: list[str], entries: Sequence[Sequence[Any]]
-) -> None:
-    unheld.extend(_apply_nodes(snap, entries, flags))
+# A node entry decoded: its name, its NodeInfo (None: no entry), its pods by uid.
+Decoded = tuple[str, NodeInfo | None, PodVersions]
 
 
-def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
-    """New image spreads, pushed into every snapshot node that has the image."""
+def _image_changes(flat: Sequence[Any]) -> dict[str, ImageStateSummary | None]:
+    """A delta's image spreads: the new summary of each image, None for one no live node has
+    any more."""
+    changes: dict[str, ImageStateSummary | None] = {}
     for index in range(0, len(flat), 3):
         image_raw, size, count = flat[index : index + 3]
-        image = image_raw.decode()
-        if size:
-            summary = ImageStateSummary(size=int(size), num_nodes=int(count))
+        changes[image_raw.decode()] = (
+            ImageStateSummary(size=int(size), num_nodes=int(count)) if size else None
+        )
+    return changes
+
+
+def _with_changes(
+    states: dict[str, ImageStateSummary], changes: dict[str, ImageStateSummary | None]
+) -> dict[str, ImageStateSummary]:
+    """``states`` with ``changes`` made, as a copy (``states`` itself when there are none)."""
+    if not changes:
+        return states
+    changed = dict(states)
+    for image, summary in changes.items():
+        if summary is None:
+            changed.pop(image, None)
+        else:
+            changed[image] = summary
+    return changed
+
+
+def _apply_images(snap: Snapshot, changes: dict[str, ImageStateSummary | None]) -> None:
+    """New image spreads, pushed into every snapshot node that has the image."""
+    for image, summary in changes.items():
+        if summary is not None:
             snap.image_states[image] = summary
             for name in snap.image_nodes.get(image, ()):
                 snap.node_infos[name].image_states[image] = summary
@@ -257,11 +289,17 @@ def _apply_images(snap: Snapshot, flat: Sequence[Any]) -> None:
                 snap.node_infos[name].image_states.pop(image, None)
 
 
-def _apply_nodes(
-    snap: Snapshot, entries: Sequence[Sequence[Any]], flags: _Flags, reuse: bool = True
-) -> list[str]:
-    """Apply node entries; returns the names of those to read whole (:class:`PodsNotHeld`)."""
-    unheld = []
+def _decode_nodes(
+    snap: Snapshot,
+    summaries: Mapping[str, ImageStateSummary],
+    decoded: list[Decoded],
+    unheld: list[str],
+    entries: Sequence[Sequence[Any]],
+    reuse: bool = True,
+) -> None:
+    """Decode node entries into ``decoded``, the snapshot untouched (but its memo of node
+    objects, which holds only what a stored object decodes to); the names of those to read
+    whole (:class:`PodsNotHeld`) go to ``unheld``."""
     for entry in entries:
         name = entry[0].decode()
         versions: PodVersions = {}
@@ -269,7 +307,7 @@ def _apply_nodes(
         try:
             info = node_info_from_entry(
                 entry,
-                snap.image_states,
+                summaries,
                 known if reuse else None,
                 versions,
                 snap.node_objects if reuse else None,
@@ -277,11 +315,17 @@ def _apply_nodes(
         except PodsNotHeld:
             unheld.append(name)
             continue
-        snap.pod_versions.pop(name, None)
         if info is not None:
             # The pods the affinity lists need are decoded now, so a corrupt one is refused
-            # before the snapshot takes the new generation (the rest wait until read).
+            # before the snapshot changes (the rest wait until read).
             _ = info.pods_with_affinity, info.pods_with_required_anti_affinity
+        decoded.append((name, info, versions))
+
+
+def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags) -> None:
+    """Put decoded nodes into the snapshot (in place of what it held of them)."""
+    for name, info, versions in decoded:
+        snap.pod_versions.pop(name, None)
         existing = snap.node_infos.get(name)
         if existing is not None:
             _unindex_images(snap, existing)
@@ -309,7 +353,6 @@ def _apply_nodes(
             info = existing
         for image in info.image_states:
             snap.image_nodes.setdefault(image, set()).add(name)
-    return unheld
 
 
 def _unindex_images(snap: Snapshot, info: NodeInfo) -> None:
