@@ -15,8 +15,8 @@ end
 local RECORDS_PER_MGET = 200
 
 -- { name, { hash field, value, ..., 'gen', generation from nodegen }, { pod record, ... },
---   { image, ... }, { uid, ... }, { uid, ... } } for one node: the records are those of the first uid list, in its order
--- ("" for a uid without a record). Without `since`, that list is every pod of the node and the
+--   { image, ... }, { uid, ... }, { uid, ... } } for one node: the records are those of the
+-- first uid list, in its order ("" for a uid without a record). Without `since`, that list is every pod of the node and the
 -- second is empty. With it (a generation), the first lists only the pods placed after it and
 -- the second every pod of the node: the reader holds the others from an earlier read. (Uids,
 -- not scores: Redis prints every score with "%.17g", which cost more than the records.)

@@ -304,7 +304,7 @@ class AsyncStore(StoreCore):
     # -- reads ------------------------------------------------------------------------------
 
     async def run_reads(self, reads: Reads[T]) -> T:
-        """Drive a read without I/O (``schedcache.store.fetch.Reads``: snapshots, node infos)
+        """Drive a read without I/O (``schedcache.store.reads.Reads``: snapshots, node infos)
         on this transport: the same code the sync store drives."""
         try:
             step = next(reads)
