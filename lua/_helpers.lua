@@ -51,6 +51,8 @@
 --   events                 stream the history: type, v, replica, uid/node, gen, data, extras
 --   cmd:<id>               string the reply of an applied command, for answering a retry
 --                                 (expires)
+--   absent                 set    never written: the type checks of several sets intersect
+--                                 with it (SINTER), so they answer at once (expect_sets)
 --   replicas               set    replicas that hold (or held) a lease
 --   lease:<replica>        string the replica's lease, kept alive by its heartbeat (expires)
 --   replicapods:<replica>  set    pods the replica assumed whose binding has not finished
@@ -132,6 +134,45 @@ local function expect_type(key, want)
   checked[key] = true
 end
 
+-- A key of the cache that no command writes (`absent`): intersected with it, several sets are
+-- type-checked by one SINTER, which checks every key's type (WRONGTYPE) and then answers the
+-- empty set at once. A call per key would cost a redis.call each (~3,000 instructions).
+-- (SINTERCARD would do the same on Redis, but fakeredis refuses it a missing first key.)
+local ABSENT = 'absent'
+-- Keys per SINTER of a list (a bound on the arguments unpacked at once).
+local SETS_PER_CHECK = 200
+
+-- Checks that each key given (of the cache `p`) is a set or missing, as expect_type does, with
+-- one call for all of them. Varargs, not a table: a table and its growth would cost more than
+-- the calls saved.
+local function expect_sets(p, ...)
+  local count = select('#', ...)
+  local fresh = false
+  for j = 1, count do
+    if not checked[(select(j, ...))] then
+      fresh = true
+      break
+    end
+  end
+  if not fresh then return end
+  if count == 1 then return expect_type((...), 'set') end
+  local reply = redis.pcall('SINTER', p .. ABSENT, ...)
+  if reply.err then
+    -- Name the key: each in turn (the first of another type raises the corruption).
+    for j = 1, count do expect_type((select(j, ...)), 'set') end
+    expect_type(p .. ABSENT, 'set')
+    error(reply)
+  end
+  for j = 1, count do checked[(select(j, ...))] = true end
+end
+
+-- The same for a list of keys, in slices of SETS_PER_CHECK (a node's images).
+local function expect_set_list(p, keys)
+  for first = 1, #keys, SETS_PER_CHECK do
+    expect_sets(p, unpack(keys, first, math.min(first + SETS_PER_CHECK - 1, #keys)))
+  end
+end
+
 local function is_int(value)
   return type(value) == 'string' and string.match(value, '^%-?%d+$') ~= nil and #value <= 20
 end
@@ -168,22 +209,50 @@ end
 -- entry that does not exist yet, and a pod taken off its node, add theirs): a wrong-typed one
 -- refuses it whole, before its first write. Each key is checked once per call.
 local CACHE_KEY_TYPES = { nodegen = 'zset', nodes = 'set', pods = 'set', assumed = 'set',
-                          deadlines = 'zset', events = 'stream' }
+                          deadlines = 'zset', events = 'stream', replicas = 'set' }
 local EVERY_CACHE_KEY = { 'gen', 'nodegen', 'nodes', 'pods', 'assumed', 'deadlines', 'events' }
 local NEW_NODE_KEYS = { 'nodes' }
 
-local function guard_cache(p, names)
+-- The cache-wide sets among `names` (at most four: nodes, pods, assumed, replicas) are checked
+-- with one call (expect_sets); `a_set`, when given, is one more set key for that call
+-- (assume_pod's replica claims). Locals, not a table: see expect_sets.
+local function guard_cache(p, names, a_set)
+  local set1, set2, set3, set4, set5 = a_set, nil, nil, nil, nil
   for j = 1, #names do
     local name = names[j]
     local key = p .. name
     if not checked[key] then
+      local want = CACHE_KEY_TYPES[name]
       if name == 'gen' then
         stored_int(key, get_string(key), 0)
         checked[key] = true
+      elseif want ~= 'set' then
+        expect_type(key, want)
+      elseif set1 == nil then
+        set1 = key
+      elseif set2 == nil then
+        set2 = key
+      elseif set3 == nil then
+        set3 = key
+      elseif set4 == nil then
+        set4 = key
+      elseif set5 == nil then
+        set5 = key
       else
-        expect_type(key, CACHE_KEY_TYPES[name])
+        expect_type(key, want)
       end
     end
+  end
+  if set5 ~= nil then
+    expect_sets(p, set1, set2, set3, set4, set5)
+  elseif set4 ~= nil then
+    expect_sets(p, set1, set2, set3, set4)
+  elseif set3 ~= nil then
+    expect_sets(p, set1, set2, set3)
+  elseif set2 ~= nil then
+    expect_sets(p, set1, set2)
+  elseif set1 ~= nil then
+    expect_type(set1, 'set')
   end
 end
 
@@ -266,9 +335,21 @@ local function begin_call()
     pods_order = {}
   end
   checked = {}
-  changed_nodes = {}
-  changed_gen = {}
-  known_nodes = {}
+  -- A call that changed one node (a single command's case) leaves these tables one entry
+  -- each: emptied in place, they keep their room, and the next call fills them without the
+  -- allocation and the rehash of a new table (~1,700 instructions each). Larger ones go.
+  local changed = #changed_nodes
+  if changed == 1 then
+    changed_gen[changed_nodes[1]] = nil
+    changed_nodes[1] = nil
+  elseif changed > 1 then
+    changed_nodes = {}
+    changed_gen = {}
+  end
+  local known = next(known_nodes)
+  if known ~= nil then
+    if next(known_nodes, known) == nil then known_nodes[known] = nil else known_nodes = {} end
+  end
 end
 
 -- `nodegen` takes a ZADD in every call that changes a node. While a sorted set holds at most
@@ -283,10 +364,19 @@ local NODEGEN_SKIPLIST = 'not a node: keeps this index a skiplist (a member over
 -- Bumps the cache generation for a change of `node`; returns the new generation as a number
 -- and as text. Pass the text to redis.call: Redis prints a Lua number argument with "%.17g",
 -- several times the cost of formatting it once here.
+--
+-- Its INCR is the first write of add_pod and assume_pod (place_pod touches first), which
+-- therefore leave `gen` unchecked: INCR refuses a key of another type or a value that is no
+-- integer without writing, and that refusal is turned into the corruption here. Every other
+-- command has checked `gen` before.
 local function touch(p, node)
   local gen
   if call_gen == nil then
-    gen = redis.call('INCR', p .. 'gen')
+    gen = redis.pcall('INCR', p .. 'gen')
+    if type(gen) == 'table' then
+      stored_int(p .. 'gen', get_string(p .. 'gen'), 0)  -- raises the corruption, if it is one
+      error(gen)
+    end
     incr_gen = gen
     if gen == 1 then
       -- A new generation counter: a new incarnation of the cache (first use, or a Redis that
@@ -365,11 +455,11 @@ local function drop_if_empty(p, node)
 end
 
 -- A contribution is the string "<field> <amount> <field> <amount> ..." (see
--- schedcache/model/aggregates.py), parsed once per call by parse_contribution into
+-- schedcache/model/aggregates.py), parsed by parse_contribution into
 -- { fields = {...}, amounts = {...}, text = <the string> }: exactly pairs of a field and an
 -- integer, single-spaced (the matches must cover the whole string but for one separator
 -- between neighbours), else nil. Amounts stay strings: no Lua number round trip.
-local function parse_contribution(contribution)
+local function parse_contribution_text(contribution)
   local fields, amounts, covered = {}, {}, 0
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
     covered = covered + #field + #amount + 2
@@ -378,6 +468,32 @@ local function parse_contribution(contribution)
   end
   if covered ~= #contribution + 1 and contribution ~= '' then return nil end
   return { fields = fields, amounts = amounts, text = contribution }
+end
+
+-- Parsed contributions by their text, kept across calls. The pods of a cluster share a few
+-- request shapes, and a parse costs ~20,000 instructions (the gmatch, its captures, three
+-- tables) where this lookup costs a few hundred. Parsing is a pure function of the text, so
+-- keeping its results changes no outcome. Bounded: texts up to CONTRIBUTION_KEPT_BYTES long,
+-- and the whole memo dropped when it holds CONTRIBUTIONS_KEPT of them. The tables it hands out
+-- are shared by every call: read them, never change them.
+local CONTRIBUTIONS_KEPT = 1000
+local CONTRIBUTION_KEPT_BYTES = 512
+local parsed_contributions = {}
+local contributions_kept = 0
+
+local function parse_contribution(contribution)
+  local parsed = parsed_contributions[contribution]
+  if parsed ~= nil then return parsed end
+  parsed = parse_contribution_text(contribution)
+  if parsed ~= nil and #contribution <= CONTRIBUTION_KEPT_BYTES then
+    if contributions_kept >= CONTRIBUTIONS_KEPT then
+      parsed_contributions = {}
+      contributions_kept = 0
+    end
+    parsed_contributions[contribution] = parsed
+    contributions_kept = contributions_kept + 1
+  end
+  return parsed
 end
 
 -- Adds a parsed contribution to a node hash, or subtracts it when `negate` is true; a field
@@ -398,9 +514,9 @@ local function apply_contribution(nk, parsed, negate)
 end
 
 local function place_pod(p, uid, node, parsed)
+  local gen, text = touch(p, node)  -- first: it may be the command's first write (touch)
   ensure_node(p, node)
   apply_contribution(p .. 'node:' .. node, parsed, false)
-  local gen, text = touch(p, node)
   redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
   return gen, text
 end
@@ -591,12 +707,14 @@ end
 local function guard_node_change(p, name, images, zones)
   guard_node(p, name)
   local imgs = p .. 'nodeimgs:' .. name
-  expect_type(imgs, 'set')
+  local had = typed_read(imgs, 'set', 'SMEMBERS')  -- the read is its type check
+  checked[imgs] = true
   expect_type(p .. 'images', 'hash')
   expect_type(p .. 'imagegen', 'zset')
-  local had = redis.call('SMEMBERS', imgs)
-  for _, image in ipairs(had) do expect_type(p .. 'imgnodes:' .. image, 'set') end
-  for j = 1, #images, 2 do expect_type(p .. 'imgnodes:' .. images[j], 'set') end
+  local image_sets = {}
+  for _, image in ipairs(had) do image_sets[#image_sets + 1] = p .. 'imgnodes:' .. image end
+  for j = 1, #images, 2 do image_sets[#image_sets + 1] = p .. 'imgnodes:' .. images[j] end
+  expect_set_list(p, image_sets)
   expect_type(p .. 'treezones', 'zset')
   expect_type(p .. 'treecursor', 'hash')
   for _, zone in ipairs(zones) do expect_type(p .. 'treezone:' .. zone, 'zset') end

@@ -15,6 +15,10 @@
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
+-- The cache-wide sets assume_pod writes (checked with its replica's, in one call).
+local ASSUMED_SETS = { 'pods', 'assumed' }
+local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
+
 local function assume_pod(p, replica, a)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
@@ -32,13 +36,18 @@ local function assume_pod(p, replica, a)
   end
   local lease_ms = tonumber(a[7] or '0')
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
-  if replica ~= '' then expect_type(p .. 'replicapods:' .. replica, 'set') end
-  if lease_ms > 0 and replica ~= '' then
-    expect_type(p .. 'replicas', 'set')
+  local leasing = lease_ms > 0 and replica ~= ''
+  -- The sets it writes, in one call: `pods`, `assumed`, its replica's claims and, leasing, the
+  -- replica set.
+  local claims = nil
+  if replica ~= '' then claims = p .. 'replicapods:' .. replica end
+  guard_cache(p, leasing and LEASED_SETS or ASSUMED_SETS, claims)
+  -- put_pod first: its INCR of `gen` is the first write (the wrapper left `gen` unchecked).
+  local gen, text = put_pod(p, args, 'assumed', replica)
+  if leasing then
     redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
     redis.call('SADD', p .. 'replicas', replica)
   end
-  local gen, text = put_pod(p, args, 'assumed', replica)
   redis.call('SADD', p .. 'assumed', args.uid)
   emit(p, 'PodAssumed', replica,
        'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)

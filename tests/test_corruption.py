@@ -307,3 +307,48 @@ def test_expiry_checks_quarantine_before_expiring_anything(cache):
     populated(cache)
     cache.client.rpush(cache.keys.prefix + "quarantine", "x")
     refused_unchanged(cache, lambda c: c.cleanup_assumed_pods(now=10**6), "quarantine")
+
+
+CLAIM_SETS = ["pods", "assumed", "replicapods:r1", "replicas"]
+
+
+@pytest.mark.parametrize("key", CLAIM_SETS)
+def test_the_sets_a_leased_claim_writes_are_checked_before_it_writes(make_cache, key):
+    """assume_pod checks the sets it writes with one call (lua/_helpers.lua, expect_sets): a
+    wrong-typed one among them is named, and nothing is written."""
+    cache = make_cache(replica="r1", lease_ttl=0)
+    populated(cache)
+    _wrong_type(key)(cache)
+    claim = commands.assume_pod(make_pod("new", "n1", "10m", "1Mi"), lease_ttl=15.0)
+    refused_unchanged(cache, lambda c: c.run(claim), key)
+
+
+def test_the_absent_key_is_named_when_another_client_wrote_it(make_cache):
+    """`absent` is never written; the multi-set check intersects with it. Wrong-typed, it is
+    named; a set someone filled does not stop a claim (the check only looks at types)."""
+    cache = make_cache(replica="r1", lease_ttl=0)
+    populated(cache)
+    _wrong_type("absent")(cache)
+    refused_unchanged(cache, lambda c: c.assume_pod(make_pod("new", "n1", "10m", "1Mi")), "absent")
+    cache.client.delete(cache.keys.absent)
+    cache.client.sadd(cache.keys.absent, "held", "x")
+    cache.assume_pod(make_pod("new", "n1", "10m", "1Mi"))
+    assert cache.is_assumed_pod(make_pod("new", "n1"))
+    assert cache.verify() == []
+
+
+def test_a_corrupt_image_index_entry_refuses_the_node_change(cache):
+    """The image sets a node command writes are checked together; the wrong one is named."""
+    images = [(["img/a:1"], 10), (["img/b:1"], 20), (["img/c:1"], 30)]
+    cache.add_node(make_node("n1", "4", "8Gi", images=images[:1]))
+    _wrong_type("imgnodes:img/b:1")(cache)
+    refused_unchanged(
+        cache, lambda c: c.add_node(make_node("n2", "4", "8Gi", images=images)), "imgnodes:img/b:1"
+    )
+    refused_unchanged(
+        cache,
+        lambda c: c.update_node(
+            make_node("n1", "4", "8Gi"), make_node("n1", "4", "8Gi", images=images)
+        ),
+        "imgnodes:img/b:1",
+    )

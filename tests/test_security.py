@@ -412,7 +412,7 @@ ACL_COMMANDS = (
     "set del hset sadd xtrim multi exec watch unwatch wait",
     # only inside the Lua functions
     "exists incr hget hmget hkeys hexists hsetnx hincrby hdel srem srandmember zadd zrem zcard"
-    " zrangebyscore xadd type pexpire",
+    " zrangebyscore xadd type pexpire sinter",
 )
 
 # What redis-py's cluster client asks as well: the slot map, and the command table it routes by.

@@ -66,6 +66,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("nodegen", "zset", "node name -> generation of its last change (with tombstones)"),
     KeySpec("events", "stream", "the history: one entry per applied command"),
     KeySpec("cmd:<id>", "string", "the reply of an applied command, for a retry (expires)"),
+    KeySpec("absent", "set", "never written: set type checks intersect with it (SINTER)"),
     KeySpec("replicas", "set", "replicas that hold (or held) a lease"),
     KeySpec("lease:<replica>", "string", "the replica's lease, kept alive by its heartbeat"),
     KeySpec("replicapods:<replica>", "set", "pods the replica assumed, binding not finished"),
@@ -233,6 +234,12 @@ class Keys:
 
     def command_reply(self, command_id: str) -> str:
         return self._key("cmd:<id>", id=command_id)
+
+    @property
+    def absent(self) -> str:
+        """Never written: the functions type-check several sets at once by intersecting them
+        with it (``expect_sets`` in ``lua/_helpers.lua``)."""
+        return self._key("absent")
 
     # -- replicas -------------------------------------------------------------------------
 
