@@ -56,6 +56,12 @@ end
 
 local function remember_reply(p, id, result)
   if id ~= '' then
-    redis.call('SET', p .. 'cmd:' .. id, encode_reply(result), 'PX', COMMAND_ID_TTL_MS)
+    local encoded
+    if result == call_gen then  -- the generation a change answers: formatted once already
+      encoded = 'i' .. call_gen_text .. ';'
+    else
+      encoded = encode_reply(result)
+    end
+    redis.call('SET', p .. 'cmd:' .. id, encoded, 'PX', COMMAND_ID_TTL_MS)
   end
 end

@@ -92,6 +92,10 @@ local function corruption_of(err)
   return nil
 end
 
+-- Arguments copied into a command's table by one unpack (a bound on the values unpacked at
+-- once; _register.lua's wrap and sc_batch).
+local ARGS_UNPACKED = 64
+
 -- Keys whose type this call has checked already (a batch checks each key once). Reset by
 -- begin_call(): another call may find them changed.
 local checked = {}
@@ -142,19 +146,11 @@ local ABSENT = 'absent'
 -- Keys per SINTER of a list (a bound on the arguments unpacked at once).
 local SETS_PER_CHECK = 200
 
--- Checks that each key given (of the cache `p`) is a set or missing, as expect_type does, with
--- one call for all of them. Varargs, not a table: a table and its growth would cost more than
--- the calls saved.
+-- Checks that each key given (of the cache `p`; callers leave out those checked already) is a
+-- set or missing, as expect_type does, with one call for all of them. Varargs, not a table: a
+-- table and its growth would cost more than the calls saved.
 local function expect_sets(p, ...)
   local count = select('#', ...)
-  local fresh = false
-  for j = 1, count do
-    if not checked[(select(j, ...))] then
-      fresh = true
-      break
-    end
-  end
-  if not fresh then return end
   if count == 1 then return expect_type((...), 'set') end
   local reply = redis.pcall('SINTER', p .. ABSENT, ...)
   if reply.err then
@@ -168,6 +164,11 @@ end
 
 -- The same for a list of keys, in slices of SETS_PER_CHECK (a node's images).
 local function expect_set_list(p, keys)
+  local unchecked = {}
+  for j = 1, #keys do
+    if not checked[keys[j]] then unchecked[#unchecked + 1] = keys[j] end
+  end
+  keys = unchecked
   for first = 1, #keys, SETS_PER_CHECK do
     expect_sets(p, unpack(keys, first, math.min(first + SETS_PER_CHECK - 1, #keys)))
   end
@@ -217,7 +218,8 @@ local NEW_NODE_KEYS = { 'nodes' }
 -- with one call (expect_sets); `a_set`, when given, is one more set key for that call
 -- (assume_pod's replica claims). Locals, not a table: see expect_sets.
 local function guard_cache(p, names, a_set)
-  local set1, set2, set3, set4, set5 = a_set, nil, nil, nil, nil
+  local set1, set2, set3, set4, set5 = nil, nil, nil, nil, nil
+  if a_set ~= nil and not checked[a_set] then set1 = a_set end
   for j = 1, #names do
     local name = names[j]
     local key = p .. name
@@ -316,6 +318,8 @@ local known_nodes = {}
 -- once, not 200 times). `incr_gen`: what that INCR answered.
 local call_gen = nil
 local incr_gen = nil
+-- call_gen as text (remember_reply answers it without formatting it again).
+local call_gen_text = nil
 
 -- Pods an sc_batch call added to the `pods` set, added by one SADD at its end: uid -> true
 -- (false when the call removed it again), and the uids in order. (A single command adds its
@@ -390,6 +394,7 @@ local function touch(p, node)
   end
   call_gen = gen
   local text = int_string(gen)
+  call_gen_text = text
   if changed_gen[node] == nil then changed_nodes[#changed_nodes + 1] = node end
   changed_gen[node] = text
   return gen, text

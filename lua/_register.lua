@@ -24,9 +24,6 @@ local function run_command(fn, writes, p, replica, id, a)
   return fn(p, replica, a)
 end
 
--- Arguments copied by one unpack (a bound on the values unpacked at once).
-local ARGS_UNPACKED = 64
-
 -- The function Redis calls: checks the prefix, answers a repeated command id, runs the
 -- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
 -- are recorded once per call). `writes`: the cache-wide keys the command may write

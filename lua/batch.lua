@@ -17,8 +17,13 @@ local function batch(p, replica, a)
     if argc == nil or argc < 0 or i + 1 + argc > #a then
       return nil, 'BADARG argc ' .. a[i]
     end
-    local args = {}
-    for j = 1, argc do args[j] = a[i + 1 + j] end
+    local args
+    if argc <= ARGS_UNPACKED then  -- one constructor sizes it once (see wrap)
+      args = { unpack(a, i + 2, i + 1 + argc) }
+    else
+      args = {}
+      for j = 1, argc do args[j] = a[i + 1 + j] end
+    end
     calls[#calls + 1] = { fn, args }
     i = i + 2 + argc
   end

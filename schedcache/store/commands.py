@@ -136,17 +136,19 @@ def assume_pod(
         raise ValidationError(
             pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
         )
+    lease = milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl")
     if expect_generation is not None:
         if isinstance(expect_generation, bool) or not isinstance(expect_generation, int):
             raise ValidationError(
                 pod_subject(pod), "expect_generation", f"{expect_generation!r} is not an integer"
             )
-        args += ("generation", expect_generation)
+        args += ("generation", expect_generation, lease)
     elif check_fit:
-        args += ("fit", "")
-    else:
-        args += ("", "")
-    args += (milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl"),)
+        args += ("fit", "", lease)
+    elif lease != "0":
+        args += ("", "", lease)
+    # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
+    # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
 
 
