@@ -100,6 +100,9 @@ local ARGS_UNPACKED = 64
 -- begin_call(): another call may find them changed.
 local checked = {}
 
+-- Whether the running call is an sc_batch (set by it; reset by begin_call()).
+local batching = false
+
 -- The type of a key, for the message of a corruption (TYPE answers a status reply).
 local function key_type(key)
   local kind = redis.call('TYPE', key)
@@ -159,7 +162,11 @@ local function expect_sets(p, ...)
     expect_type(p .. ABSENT, 'set')
     error(reply)
   end
-  for j = 1, count do checked[(select(j, ...))] = true end
+  -- Marked for the commands after this one in an sc_batch (a single command checks each of
+  -- its sets once: an unmarked key only costs a check again, and the marks ~1,000 each).
+  if batching then
+    for j = 1, count do checked[(select(j, ...))] = true end
+  end
 end
 
 -- The same for a list of keys, in slices of SETS_PER_CHECK (a node's images).
@@ -321,10 +328,9 @@ local incr_gen = nil
 -- call_gen as text (remember_reply answers it without formatting it again).
 local call_gen_text = nil
 
--- Pods an sc_batch call added to the `pods` set, added by one SADD at its end: uid -> true
--- (false when the call removed it again), and the uids in order. (A single command adds its
--- pod at once: the bookkeeping would cost it more than the call it saves.)
-local batching = false
+-- Pods an sc_batch call added to the `pods` set (`batching`), added by one SADD at its end:
+-- uid -> true (false when the call removed it again), and the uids in order. (A single command
+-- adds its pod at once: the bookkeeping would cost it more than the call it saves.)
 local pods_added = {}
 local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).

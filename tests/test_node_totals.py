@@ -101,3 +101,23 @@ def test_an_assumed_pod_confirmed_on_the_same_node(with_node: Cache):
     assert all(result.ok for result in batch.execute())
     assert held(cache) == {GPU: 2 * (10**15 - 1) + 3}
     assert cache.verify() == []
+
+
+def test_totals_stay_exact_past_the_kept_contributions(with_node: Cache):
+    """The functions keep parsed contributions across calls, at most 1,000 (lua/_helpers.lua,
+    CONTRIBUTIONS_KEPT), then start again: 2,500 pods of distinct requests, added, removed in
+    part and added again, leave the exact sums and a cache that folds to the same state."""
+    pods = {f"p{j}": pod(f"p{j}", 10**15 + j) for j in range(2_500)}
+    with with_node.batch() as batch:
+        for each in pods.values():
+            batch.add_pod(each)
+    assert held(with_node) == expected(pods)
+    gone = [name for j, name in enumerate(pods) if j % 3 == 0]
+    with with_node.batch() as batch:
+        for name in gone:
+            batch.remove_pod(pods[name])
+    for name in gone[:50]:  # one command at a time too, each a contribution seen before
+        with_node.add_pod(pods[name])
+    kept = {name: each for name, each in pods.items() if name not in gone[50:]}
+    assert held(with_node) == expected(kept)
+    assert with_node.verify() == []
