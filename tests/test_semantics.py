@@ -389,3 +389,46 @@ def test_node_info_fits_pod_reads_right_and_shortages_lists_what_is_short(make_c
     assert info.shortages(clash) == ["host-ports"]
     with pytest.deprecated_call(match=r"use info\.fits_pod\(pod\) for a bool"):
         assert info.fits(big) == ["cpu", "memory"]  # the old meaning, unchanged
+
+
+def test_a_pod_confirmed_where_it_was_assumed_keeps_the_node_totals_and_is_seen_anew(make_cache):
+    """The usual confirmation (same node, same requests) changes the record, the indexes of an
+    assumed pod and the node's generation, not the node's totals; a snapshot reads the confirmed
+    pod, and the stream folds to the live state."""
+    from schedcache import Snapshot
+
+    cache = make_cache(ttl=10.0, replica="sched-0")
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    assumed = make_pod("web-0", "n1", "250m", "64Mi", ports=[port(8080)])
+    cache.assume_pod(assumed)
+    cache.finish_binding(assumed, now=NOW)
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    before = cache.get_node_info("n1")
+    confirmed = make_pod("web-0", "n1", "250m", "64Mi", ports=[port(8080)], labels={"seen": "1"})
+    cache.add_pod(confirmed)
+    after = cache.get_node_info("n1")
+    assert (after.requested, after.non_zero_requested, after.used_ports) == (
+        before.requested,
+        before.non_zero_requested,
+        before.used_ports,
+    )
+    assert after.generation > before.generation
+    assert not cache.is_assumed_pod(confirmed)
+    # No index of an assumed pod keeps it (verify() does not look at these two).
+    assert cache.client.zscore(cache.keys.deadlines, "web-0") is None
+    assert not cache.client.sismember(cache.keys.replica_pods("sched-0"), "web-0")
+    assert cache.cleanup_assumed_pods(now=NOW + 60) == []
+    # Confirmed before its binding finished: the replica's claim ends too.
+    early = make_pod("web-1", "n1", "100m", "1Mi")
+    cache.assume_pod(early)
+    cache.add_pod(early)
+    assert not cache.client.sismember(cache.keys.replica_pods("sched-0"), "web-1")
+    cache.remove_pod(early)
+    report = cache.update_snapshot(snap)
+    assert report.changed_nodes == 1
+    assert [pod.labels for pod in snap.node_infos["n1"].pods] == [{"seen": "1"}]
+    event = next(e for e in cache.events() if e.type == "PodAdded" and e.fields["uid"] == "web-0")
+    assert (event.fields["from"], event.fields["fromgen"]) == ("n1", event.fields["gen"])
+    assert cache.verify() == []
+    assert cache.replay().nodes == cache.dump().nodes
