@@ -5,9 +5,11 @@ redis-server of its own (started here on a free loopback port). Then, from this 
 with this tree's argument encoding (the FCALL convention is the same in every tree measured),
 it runs each kind of command on each server in turn, ``--rounds`` times, so both libraries see
 the same machine noise: add_pod, assume_pod (plain, with ``check_fit``, with a lease), one
-FCALL per command, and add_pod/assume_pod inside ``sc_batch``. Reports the median and the
-minimum of the rounds' microseconds per command (the minimum is the figure least disturbed by
-other work on a shared machine) and their ratio to the first tree; writes
+FCALL per command, the rest of a pod's life (finish_binding, add_pod confirming it in place,
+remove_pod; the commands before them run untimed) and add_pod/assume_pod inside ``sc_batch``.
+Reports the median and the minimum of the rounds' microseconds per command (the minimum is the
+figure least disturbed by other work on a shared machine) and their ratio to the first tree;
+writes
 ``bench/results/server_time.json``.
 
 ``--instructions`` counts instead of timing: each tree's server runs under valgrind's callgrind
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +95,19 @@ def batched(client: redis.Redis, made: list[Command], chunk: int = 200) -> None:
         assert all(reply[k] == 1 for k in range(0, len(reply), 2)), reply
 
 
-def scenarios(pods: list[Pod]) -> dict[str, Callable[[redis.Redis], None]]:
-    """Each kind of command, run over ``pods`` on a cache with the nodes already added."""
+@dataclass
+class Scenario:
+    """A kind of command: ``run`` is measured; ``setup`` (untimed, uncounted) brings the cache
+    the pods it needs (assumed ones to confirm, finished ones to remove)."""
+
+    run: Callable[[redis.Redis], None]
+    setup: Callable[[redis.Redis], None] | None = None
+
+
+def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
+    """Each kind of command, run over ``pods`` on a cache with the nodes already added: a
+    claim, and the rest of a pod's life (its binding finished, the informer's confirmation in
+    place, its removal)."""
 
     def single(make: Callable[[Pod], Command]) -> Callable[[redis.Redis], None]:
         def run(client: redis.Redis) -> None:
@@ -105,13 +119,30 @@ def scenarios(pods: list[Pod]) -> dict[str, Callable[[redis.Redis], None]]:
 
         return run
 
+    assume = single(commands.assume_pod)
+    finish = single(lambda p: commands.finish_binding(p, None, 30.0))
+    confirm = single(commands.add_pod)
+
+    def assumed_and_finished(client: redis.Redis) -> None:
+        assume(client)
+        finish(client)
+
+    def confirmed(client: redis.Redis) -> None:
+        assumed_and_finished(client)
+        confirm(client)
+
     return {
-        "add_pod": single(commands.add_pod),
-        "assume_pod": single(commands.assume_pod),
-        "assume_pod, check_fit": single(lambda p: commands.assume_pod(p, check_fit=True)),
-        "assume_pod, lease": single(lambda p: commands.assume_pod(p, lease_ttl=15.0)),
-        "add_pod in sc_batch": lambda c: batched(c, [commands.add_pod(p) for p in pods]),
-        "assume_pod in sc_batch": lambda c: batched(c, [commands.assume_pod(p) for p in pods]),
+        "add_pod": Scenario(single(commands.add_pod)),
+        "assume_pod": Scenario(assume),
+        "assume_pod, check_fit": Scenario(single(lambda p: commands.assume_pod(p, check_fit=True))),
+        "assume_pod, lease": Scenario(single(lambda p: commands.assume_pod(p, lease_ttl=15.0))),
+        "finish_binding": Scenario(finish, setup=assume),
+        "add_pod confirming an assumed pod": Scenario(confirm, setup=assumed_and_finished),
+        "remove_pod": Scenario(single(commands.remove_pod), setup=confirmed),
+        "add_pod in sc_batch": Scenario(lambda c: batched(c, [commands.add_pod(p) for p in pods])),
+        "assume_pod in sc_batch": Scenario(
+            lambda c: batched(c, [commands.assume_pod(p) for p in pods])
+        ),
     }
 
 
@@ -124,16 +155,18 @@ def prepare(client: redis.Redis) -> None:
         fcall(client, commands.add_node(demo_node(i, "640", "4096Gi")))
 
 
-def measure(client: redis.Redis, run: Callable[[redis.Redis], None], count: int) -> float:
+def measure(client: redis.Redis, scenario: Scenario, count: int) -> float:
     prepare(client)
+    if scenario.setup is not None:
+        scenario.setup(client)
     client.config_resetstat()
-    run(client)
+    scenario.run(client)
     stats = client.info("commandstats")
     return float(stats["cmdstat_fcall"]["usec"]) / count
 
 
 def count_instructions(
-    tree: str, run: Callable[[redis.Redis], None], count: int, port: int, directory: str
+    tree: str, scenario: Scenario, count: int, port: int, directory: str
 ) -> float:
     """CPU instructions per command of ``tree``'s library, counted by callgrind in a server of
     its own (started and stopped here)."""
@@ -144,10 +177,12 @@ def count_instructions(
         client = redis.Redis(port=port)
         client.function_load(library_of(tree), replace=True)
         prepare(client)
+        if scenario.setup is not None:
+            scenario.setup(client)
         subprocess.run(
             ["callgrind_control", "-z", str(server.pid)], check=True, capture_output=True
         )
-        run(client)
+        scenario.run(client)
         subprocess.run(
             ["callgrind_control", "-d", str(server.pid)], check=True, capture_output=True
         )
@@ -189,9 +224,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         if args.instructions:
             for offset, tree in enumerate(trees):
-                for name, run in kinds.items():
+                for name, scenario in kinds.items():
                     port = args.port + offset
-                    per = count_instructions(tree, run, len(pods), port, directory)
+                    per = count_instructions(tree, scenario, len(pods), port, directory)
                     samples[tree][name].append(per)
                     print(f"{Path(tree).name}: {name}: {per:,.0f} instructions", flush=True)
         servers, clients = [], {}
@@ -203,9 +238,9 @@ def main() -> None:
                 clients[tree] = client
             for round_ in range(0 if args.instructions else args.rounds):
                 order = trees if round_ % 2 == 0 else trees[::-1]
-                for name, run in kinds.items():
+                for name, scenario in kinds.items():
                     for tree in order:
-                        samples[tree][name].append(measure(clients[tree], run, len(pods)))
+                        samples[tree][name].append(measure(clients[tree], scenario, len(pods)))
         finally:
             for server in servers:
                 server.terminate()
