@@ -571,13 +571,23 @@ local function check_fields(p, node, parsed, removing)
   return nil
 end
 
+-- Everything taking a pod off `node` writes must be writable (its totals' fields, the node's pod
+-- set): checked before any write.
+local function guard_removal(p, node, parsed)
+  check_fields(p, node, parsed, true)
+  guard_node(p, node)
+end
+
 -- The pod record is one string (one GET or SET, where a hash costs a field each):
 --   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <claimer|-> <contribution>\n<blob>"
 -- claimer: the replica that assumed the pod, while its binding is unfinished (leases).
 -- Returns it as a table, or nil when the pod is not in the cache.
 local STATES = { assumed = true, added = true }
 
-local function load_pod(p, uid)
+-- `stays`: the caller leaves the pod on its node (it changes the record and the indexes of an
+-- assumed pod only, and checks what it writes itself); else everything taking the pod off its
+-- node writes is checked here (guard_removal).
+local function load_pod(p, uid, stays)
   local key = p .. 'pod:' .. uid
   local raw = get_string(key)
   if not raw then return nil end
@@ -592,9 +602,7 @@ local function load_pod(p, uid)
   end
   if deadline == '-' then deadline = '' end
   if claimer == '-' then claimer = '' end
-  -- Everything removing this pod writes must be writable: checked now, before any write.
-  check_fields(p, node, parsed, true)
-  guard_node(p, node)
+  if not stays then guard_removal(p, node, parsed) end
   if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
            claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }

@@ -37,7 +37,7 @@ end
 local function add_pod(p, replica, a)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
-  local rec = load_pod(p, args.uid)
+  local rec = load_pod(p, args.uid, true)  -- the move below checks the removal itself
   if rec ~= nil and rec.state == 'added' then
     return nil, 'PODEXISTS ' .. args.uid .. ' added ' .. rec.node
   end
@@ -53,6 +53,7 @@ local function add_pod(p, replica, a)
   -- Assumed elsewhere (or resized): the stored contribution leaves the node it was assumed on
   -- (a placeholder left empty disappears), and the confirmed pod is added where it really
   -- landed. Taking it off may write every cache-wide key.
+  guard_removal(p, rec.node, rec.contribution)
   guard_cache(p, EVERY_CACHE_KEY)
   local _, from_gen = delete_pod(p, args.uid, rec)
   local gen, text = put_pod(p, args, 'added', '')

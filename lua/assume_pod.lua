@@ -22,7 +22,7 @@ local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
 local function assume_pod(p, replica, a)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
-  local rec = load_pod(p, args.uid)
+  local rec = load_pod(p, args.uid, true)  -- only to refuse it
   if rec ~= nil then
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
   end

@@ -13,7 +13,7 @@ local function finish_binding(p, replica, a)
   if ttl == nil or ttl < 0 or ttl ~= math.floor(ttl) then return nil, 'BADARG ttl ' .. uid end
   local now = now_ms(a[2])
   if now == nil then return nil, 'BADARG now ' .. uid end
-  local rec = load_pod(p, uid)
+  local rec = load_pod(p, uid, true)  -- it stays on its node
   if rec == nil or rec.state ~= 'assumed' then return -1, nil, 0 end  -- nothing written
   local deadline = ''
   if ttl > 0 then

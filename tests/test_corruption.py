@@ -352,3 +352,20 @@ def test_a_corrupt_image_index_entry_refuses_the_node_change(cache):
         ),
         "imgnodes:img/b:1",
     )
+
+
+def test_a_pod_confirmed_elsewhere_checks_the_node_it_leaves(cache):
+    """Confirmed on another node than assumed: its old node's totals are written, so a corrupt
+    field there refuses the confirmation, naming that node, with nothing written."""
+    populated(cache)
+    _hset("node:n1", "r:cpu", "lots")(cache)
+    refused_unchanged(cache, lambda c: c.add_pod(make_pod("held", "n3", "100m", "1Mi")), "node:n1")
+
+
+def test_finishing_a_binding_does_not_need_the_node(cache):
+    """finish_binding writes the pod's record and deadline, not its node: a corrupt node hash
+    is no reason to refuse it (nor is it touched)."""
+    populated(cache)
+    _hset("node:n1", "r:cpu", "lots")(cache)
+    applied_around(cache, WRITES["finish_binding"], "node:n1")
+    assert not cache.is_assumed_pod(make_pod("held", "n1")) or cache.get_pod(make_pod("held", "n1"))
