@@ -181,8 +181,16 @@ local function expect_set_list(p, keys)
   end
 end
 
+-- An integer as Redis reads one (string2ll, for INCR and HINCRBY): '-' the only sign, no
+-- leading zero, within int64. Anything looser passes here and fails the write later.
+local INT64_LIMITS = { ['-'] = '9223372036854775808', [''] = '9223372036854775807' }
+
 local function is_int(value)
-  return type(value) == 'string' and string.match(value, '^%-?%d+$') ~= nil and #value <= 20
+  if type(value) ~= 'string' then return false end
+  if value == '0' then return true end
+  local sign, digits = string.match(value, '^(%-?)([1-9]%d*)$')
+  if digits == nil or #digits > 19 then return false end
+  return #digits < 19 or digits <= INT64_LIMITS[sign]  -- same length: text order is numeric
 end
 
 -- A stored integer (a string, or false/nil when absent -> `default`), as a number.
@@ -197,6 +205,14 @@ end
 -- key is missing.
 local function get_string(key)
   return typed_read(key, 'string', 'GET')
+end
+
+-- `gen` (the key given) holds an integer INCR can count on from, or is missing; else the
+-- corruption is raised (before any write).
+local function check_gen(key)
+  local value = get_string(key)
+  stored_int(key, value, 0)
+  if value == INT64_LIMITS[''] then corrupt(key, 'is at the int64 limit: INCR would fail') end
 end
 
 -- HMGET of `fields` (after `first`, when given) that refuses a key of another type: the read
@@ -233,7 +249,7 @@ local function guard_cache(p, names, a_set)
     if not checked[key] then
       local want = CACHE_KEY_TYPES[name]
       if name == 'gen' then
-        stored_int(key, get_string(key), 0)
+        check_gen(key)
         checked[key] = true
       elseif want ~= 'set' then
         expect_type(key, want)
@@ -384,8 +400,8 @@ local function touch(p, node)
   if call_gen == nil then
     gen = redis.pcall('INCR', p .. 'gen')
     if type(gen) == 'table' then
-      stored_int(p .. 'gen', get_string(p .. 'gen'), 0)  -- raises the corruption, if it is one
-      error(gen)
+      check_gen(p .. 'gen')  -- raises the corruption, if it is one
+      redis.call('INCR', p .. 'gen')  -- else the same refusal again, raised as Redis words it
     end
     incr_gen = gen
     if gen == 1 then
@@ -473,6 +489,7 @@ end
 local function parse_contribution_text(contribution)
   local fields, amounts, covered = {}, {}, 0
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
+    if not is_int(amount) then return nil end  -- HINCRBY would refuse it after earlier writes
     covered = covered + #field + #amount + 2
     fields[#fields + 1] = field
     amounts[#amounts + 1] = amount
@@ -546,7 +563,8 @@ end
 local TOTAL_LIMIT = 9.0e18
 
 -- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
--- there is known to exist, and placing the pod skips ensure_node's HSETNX.
+-- there is known to exist, and placing the pod skips ensure_node's HSETNX; the second value
+-- answers whether it is a live node (not a ghost or a placeholder).
 local function check_fields(p, node, parsed, removing)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
@@ -561,14 +579,25 @@ local function check_fields(p, node, parsed, removing)
   for j = 1, #fields do
     local have = current[j + offset]
     -- Checked as an integer (stored_int raises on anything else); converted only when the
-    -- sum could pass the limit (a number conversion per field is a strtod).
+    -- result could pass the limit (a number conversion per field is a strtod): a long amount,
+    -- or a total already near it (either way, removing included).
     if have and not is_int(have) then stored_int(nk, have, 0) end
-    if not removing and #amounts[j] >= 13
-        and stored_int(nk, have, 0) + tonumber(amounts[j]) > TOTAL_LIMIT then
-      return fields[j]
+    local amount = amounts[j]
+    if #amount >= 13 or (have and #have >= 18) then
+      local change = tonumber(amount)
+      if removing then change = -change end
+      local total = stored_int(nk, have, 0) + change
+      if total > TOTAL_LIMIT or total < -TOTAL_LIMIT then
+        -- Adding, the pod is refused (OVERFLOW); a stored total that taking a pod off would
+        -- push past int64 is no total schedcache wrote.
+        if removing then
+          corrupt(nk, 'holds ' .. fields[j] .. ' ' .. have .. ': past int64 less ' .. amount)
+        end
+        return fields[j]
+      end
     end
   end
-  return nil
+  return nil, not removing and current[1] == '1'
 end
 
 -- Everything taking a pod off `node` writes must be writable (its totals' fields, the node's pod
@@ -672,12 +701,12 @@ local function read_pod_args(p, a)
   if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
-  local overflow = check_fields(p, node, parsed, false)
+  local overflow, live = check_fields(p, node, parsed, false)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).
   if not known_nodes[node] then guard_cache(p, NEW_NODE_KEYS) end
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
-  return { uid = uid, node = node, blob = blob, contribution = parsed }
+  return { uid = uid, node = node, blob = blob, contribution = parsed, live = live }
 end
 
 -- Image index: a node's images in nodeimgs:<node>, each image's live nodes in imgnodes:<image>,

@@ -12,13 +12,15 @@
 --          confirmed=1, from=<node it was assumed on> (may differ from node) and fromgen=<the
 --          generation that change gave that node> (= gen when confirmed in place)
 
--- The usual confirmation: the pod landed where it was assumed, with the same requests. The
+-- The usual confirmation: the pod landed where it was assumed, on a live node (a ghost or a
+-- placeholder it was the last pod of goes and comes back new, as upstream and the fold have it),
+-- with the same requests. The
 -- node's totals and the pod's place in `pods` stay as they are (taking the pod off and putting
 -- it back, as a move does, cost six HINCRBYs and five more calls for the same sums); the
 -- record, its generation and the indexes of an assumed pod change. One change of the node:
 -- the event's fromgen is its gen. Checked here: `assumed`, `deadlines`; by the wrapper: `nodegen`,
--- `events` (and `pods`, left as it is); by load_pod: the node and the claim set; `gen` needs no
--- check (touch: the first write).
+-- `events` (and `pods`, left as it is); by read_pod_args: the node's pod set; by load_pod: the
+-- claim set; `gen` needs no check (touch: the first write).
 local function confirm_in_place(p, replica, args, rec)
   expect_type(p .. 'assumed', 'set')
   expect_type(p .. 'deadlines', 'zset')
@@ -47,7 +49,7 @@ local function add_pod(p, replica, a)
          'data', args.blob)
     return gen
   end
-  if rec.node == args.node and rec.contribution == args.contribution then
+  if args.live and rec.node == args.node and rec.contribution == args.contribution then
     return confirm_in_place(p, replica, args, rec)
   end
   -- Assumed elsewhere (or resized): the stored contribution leaves the node it was assumed on

@@ -49,6 +49,8 @@ def _hset(suffix: str, field: str, value: str) -> Callable[[Cache], None]:
 CACHE_WIDE = [
     ("gen not an integer", _set("gen", b"x"), "gen"),
     ("gen a list", _wrong_type("gen"), "gen"),
+    ("gen with a leading zero", _set("gen", b"012"), "gen"),
+    ("gen at the int64 limit", _set("gen", b"9223372036854775807"), "gen"),
     ("events a list", _wrong_type("events"), "events"),
     ("nodegen a list", _wrong_type("nodegen"), "nodegen"),
     ("pods a list", _wrong_type("pods"), "pods"),
@@ -153,6 +155,9 @@ def test_a_pod_on_a_node_not_in_the_cache_checks_the_node_index(cache):
 NODE_KEYS = [
     ("node hash a list", _wrong_type("node:n1"), "node:n1"),
     ("requested cpu not an integer", _hset("node:n1", "r:cpu", "lots"), "node:n1"),
+    # Integers to Lua's eye, not to HINCRBY's: refused before the first write, not after it.
+    ("requested cpu with a leading zero", _hset("node:n1", "r:cpu", "0100"), "node:n1"),
+    ("requested cpu past int64", _hset("node:n1", "r:cpu", "9223372036854775808"), "node:n1"),
     ("node pods a list", _wrong_type("nodepods:n1"), "nodepods:n1"),
 ]
 
@@ -369,3 +374,29 @@ def test_finishing_a_binding_does_not_need_the_node(cache):
     _hset("node:n1", "r:cpu", "lots")(cache)
     applied_around(cache, WRITES["finish_binding"], "node:n1")
     assert not cache.is_assumed_pod(make_pod("held", "n1")) or cache.get_pod(make_pod("held", "n1"))
+
+
+def test_a_total_at_the_int64_edge_refuses_a_pod_before_any_write(cache):
+    """A stored total near int64 (another client's) and a small pod: HINCRBY would refuse the
+    sum after the claim's first writes; the check refuses the pod first, with nothing written."""
+    populated(cache)
+    _hset("node:n1", "r:cpu", "9223372036854775800")(cache)
+    for write in ("add_pod", "assume_pod", "batch add_pod"):
+        before = keyspace(cache.client, cache.keys.pattern)
+        with pytest.raises(CacheError, match="past 64 bits"):
+            WRITES[write](cache)
+        assert keyspace(cache.client, cache.keys.pattern) == before, write
+
+
+def test_a_pod_confirmed_on_the_ghost_it_was_assumed_on_folds_as_the_live_state(cache):
+    """Found in review: confirming in place kept a ghost's stale allocatable where upstream (and
+    the fold) drop the ghost with its last pod and make a placeholder anew."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    pod = make_pod("p", "n1", "100m", "1Mi")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod, now=0)
+    cache.remove_node(make_node("n1"))
+    cache.add_pod(make_pod("p", "n1", "100m", "1Mi"))
+    assert cache.get_node_info("n1").allocatable.milli_cpu == 0
+    assert cache.verify() == []
+    assert cache.replay().nodes == cache.dump().nodes
