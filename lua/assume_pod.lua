@@ -15,6 +15,7 @@
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
+
 -- The cache-wide sets assume_pod writes (checked with its replica's, in one call).
 local ASSUMED_SETS = { 'pods', 'assumed' }
 local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
