@@ -1,0 +1,485 @@
+"""deploy/ renders with ``kubectl kustomize`` and is what an operator can install.
+
+No cluster runs here: every overlay is rendered with the real ``kubectl kustomize``, every
+object is validated offline against Kubernetes' own schemas (``kubernetes-validate``,
+strict: an unknown field fails), and the rest is read off the rendered objects — least
+privilege RBAC, hardened pods with probes and resources, the KubeSchedulerConfiguration
+pointing at the extender sidecar, and every schedcache command parsed by the CLI's own parser.
+A missing ``kubectl`` fails these tests (``.ci/run`` installs one); it never skips them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from schedcache.cli.app import main
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+# Every directory an operator applies: the overlays, and the upgrade's migrate Job.
+TARGETS = sorted(
+    str(path.parent.relative_to(ROOT))
+    for pattern in ("overlays/*/kustomization.yaml", "jobs/*/kustomization.yaml")
+    for path in DEPLOY.glob(pattern)
+)
+OVERLAYS = [target for target in TARGETS if target.startswith("deploy/overlays/")]
+# Oldest and newest Kubernetes whose schemas the validator ships, from 1.30 on.
+K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version() + ".0"]
+# Kinds of operators' CRDs, which kubernetes-validate has no schema for.
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+POD_NAME = "schedcache-scheduler-7c9d8b6f4-x8k2p"  # what the kubelet puts in $(POD_NAME)
+
+Obj = dict[str, Any]
+
+
+@functools.cache
+def render(target: str) -> list[Obj]:
+    """The objects ``kubectl kustomize <target>`` prints."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not installed: .ci/run installs it (docs/kubernetes.md)")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / target)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"kubectl kustomize {target}: {done.stderr}"
+    return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
+
+
+def rendered() -> Iterator[tuple[str, Obj]]:
+    for target in TARGETS:
+        for obj in render(target):
+            yield target, obj
+
+
+def name(obj: Obj) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def pod_specs(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
+    """(workload, pod spec) of every Deployment, StatefulSet and Job."""
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
+            yield obj, obj["spec"]["template"]["spec"]
+
+
+def schedcache_containers(objects: list[Obj]) -> Iterator[tuple[Obj, Obj]]:
+    """(workload, container) of every container that runs the schedcache image."""
+    for workload, spec in pod_specs(objects):
+        for container in spec["containers"]:
+            if re.match(r"(.*/)?schedcache(:|@|$)", container["image"]):
+                yield workload, container
+
+
+def container(objects: list[Obj], workload: str, container_name: str) -> Obj:
+    for obj, spec in pod_specs(objects):
+        if obj["metadata"]["name"] == workload:
+            for c in spec["containers"]:
+                if c["name"] == container_name:
+                    return dict(c)
+    raise AssertionError(f"no container {container_name} in {workload}")
+
+
+def expand(argv: list[str], env: list[Obj]) -> list[str]:
+    """``argv`` as the kubelet expands ``$(VAR)`` from the container's env (fieldRef
+    metadata.name gives the pod's name); a variable the container lacks fails."""
+    values = {
+        item["name"]: item.get("value", POD_NAME if "fieldRef" in item.get("valueFrom", {}) else "")
+        for item in env
+    }
+
+    def one(match: re.Match[str]) -> str:
+        assert match[1] in values, f"$({match[1]}) is not in the container's env"
+        return values[match[1]]
+
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", one, arg) for arg in argv]
+
+
+def parse_with_the_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, Obj]:
+    """(command path, converted parameters) of ``schedcache <argv>``: the CLI parses and
+    converts every option (global ones in any place, as it does), and the command's body is
+    replaced by a recorder, so nothing runs and nothing connects."""
+    calls: list[tuple[str, Obj]] = []
+
+    def patch(command: click.Command, path: str) -> None:
+        if isinstance(command, click.Group):
+            for sub_name, sub in command.commands.items():
+                patch(sub, f"{path} {sub_name}")
+            return
+
+        def record(**params: Any) -> None:
+            calls.append((path, params))
+
+        monkeypatch.setattr(command, "callback", record)
+
+    for sub_name, sub in main.commands.items():
+        patch(sub, sub_name)
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0 and len(calls) == 1, f"schedcache {argv}: {result.output}"
+    return calls[0]
+
+
+# -- rendering and schemas -----------------------------------------------------------------------
+
+
+def test_every_overlay_renders_and_the_docs_install_what_is_rendered() -> None:
+    assert {"deploy/overlays/redis-single", "deploy/overlays/redis-external"} <= set(TARGETS)
+    assert "deploy/overlays/prometheus" in TARGETS and "deploy/jobs/migrate" in TARGETS
+    for target in TARGETS:
+        assert render(target), target
+    docs = (ROOT / "docs/kubernetes.md").read_text()
+    applied = set(re.findall(r"kubectl (?:apply|create|delete|kustomize) -k (\S+)", docs))
+    applied |= set(re.findall(r"kubectl kustomize (deploy/\S+)", docs))
+    assert "deploy/overlays/redis-single" in applied
+    assert applied <= set(TARGETS), f"docs name what no test renders: {applied - set(TARGETS)}"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_every_object_is_valid_against_the_kubernetes_schemas(version: str) -> None:
+    checked = 0
+    for target, obj in rendered():
+        if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            raise AssertionError(f"{target}: {name(obj)}: {error.message}") from None
+        checked += 1
+    assert checked > 40
+
+
+def test_the_service_monitors_select_services_that_exist_and_name_their_ports() -> None:
+    objects = render("deploy/overlays/prometheus")
+    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    services = [o for o in objects if o["kind"] == "Service"]
+    assert {m["metadata"]["name"] for m in monitors} == {
+        "schedcache-scheduler",
+        "schedcache-sync",
+        "schedcache-worker",
+    }
+    for monitor in monitors:
+        wanted = monitor["spec"]["selector"]["matchLabels"]
+        matching = [
+            s for s in services if wanted.items() <= s["metadata"].get("labels", {}).items()
+        ]
+        assert len(matching) == 1, name(monitor)
+        ports = {p["name"] for p in matching[0]["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports, name(monitor)
+
+
+# -- least privilege -----------------------------------------------------------------------------
+
+RBAC_KINDS = ("Role", "ClusterRole")
+
+
+def test_no_rbac_rule_uses_a_wildcard() -> None:
+    for target, obj in rendered():
+        if obj["kind"] not in RBAC_KINDS:
+            continue
+        for rule in obj.get("rules", []):
+            for field in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                assert not any("*" in value for value in rule.get(field, [])), (
+                    f"{target}: {name(obj)}: {field} {rule[field]}"
+                )
+
+
+def granted(objects: list[Obj], account: str) -> set[str]:
+    """The roles bound to the ServiceAccount ``account`` of the namespace schedcache."""
+    roles = set()
+    for obj in objects:
+        if obj["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        for subject in obj.get("subjects", []):
+            if subject == {"kind": "ServiceAccount", "name": account, "namespace": "schedcache"}:
+                scope = obj["metadata"].get("namespace", "cluster")
+                roles.add(f"{obj['roleRef']['kind']}/{obj['roleRef']['name']}@{scope}")
+    return roles
+
+
+def rules_of(objects: list[Obj], role: str) -> list[Obj]:
+    (found,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == role]
+    return list(found["rules"])
+
+
+def test_each_component_gets_only_the_api_access_the_docs_give_it() -> None:
+    objects = render("deploy/overlays/redis-single")
+    # The scheduler pods: upstream's roles for a second kube-scheduler, and the extender's.
+    assert granted(objects, "schedcache-scheduler") == {
+        "ClusterRole/system:kube-scheduler@cluster",
+        "ClusterRole/system:volume-scheduler@cluster",
+        "Role/extension-apiserver-authentication-reader@kube-system",
+        "ClusterRole/schedcache-extender@cluster",
+    }
+    assert rules_of(objects, "schedcache-extender") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+    ]
+    # The feeders: read nodes and pods.
+    assert granted(objects, "schedcache-sync") == {"ClusterRole/schedcache-sync@cluster"}
+    assert rules_of(objects, "schedcache-sync") == [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    # The workers (and the migrate Job, which runs as they do): nothing, and no token.
+    assert granted(objects, "schedcache-worker") == set()
+    migrate = render("deploy/jobs/migrate")
+    for workload, spec in [*pod_specs(objects), *pod_specs(migrate)]:
+        if spec.get("serviceAccountName") in (None, "schedcache-worker"):
+            assert spec.get("automountServiceAccountToken") is False, name(workload)
+    # Nothing else is granted to anyone in the namespace.
+    bound = {
+        s["name"]
+        for o in objects
+        if o["kind"].endswith("Binding")
+        for s in o["subjects"]
+        if s.get("namespace") == "schedcache"
+    }
+    assert bound == {"schedcache-scheduler", "schedcache-sync"}
+
+
+def test_every_pod_runs_under_its_own_service_account() -> None:
+    objects = render("deploy/overlays/redis-single")
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    used = {
+        workload["metadata"]["name"]: spec.get("serviceAccountName")
+        for workload, spec in pod_specs(objects)
+    }
+    assert used["schedcache-scheduler"] == "schedcache-scheduler"
+    assert used["schedcache-sync"] == "schedcache-sync"
+    assert used["schedcache-worker"] == "schedcache-worker"
+    assert {a for a in used.values() if a} <= accounts
+
+
+# -- hardened pods -------------------------------------------------------------------------------
+
+
+def test_every_container_is_non_root_read_only_and_bounded_with_probes() -> None:
+    seen = 0
+    for target, obj in rendered():
+        if obj["kind"] not in ("Deployment", "StatefulSet", "Job"):
+            continue
+        spec = obj["spec"]["template"]["spec"]
+        pod = spec.get("securityContext", {})
+        where = f"{target}: {name(obj)}"
+        assert pod.get("runAsNonRoot") is True and pod.get("runAsUser", 0) > 0, where
+        assert pod.get("seccompProfile") == {"type": "RuntimeDefault"}, where
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), where
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            here = f"{where} container {c['name']}"
+            security = c.get("securityContext", {})
+            assert security.get("allowPrivilegeEscalation") is False, here
+            assert security.get("readOnlyRootFilesystem") is True, here
+            assert security.get("capabilities") == {"drop": ["ALL"]}, here
+            assert security.get("runAsUser", pod["runAsUser"]) > 0, here
+            assert not security.get("privileged"), here
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c.get("resources", {}).get(kind, {})), here
+            if obj["kind"] != "Job":  # a Job's pod runs to completion: nothing to probe
+                assert "livenessProbe" in c and "readinessProbe" in c, here
+            seen += 1
+    assert seen >= 15
+
+
+def test_the_probes_ask_the_ports_the_components_serve(monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = render("deploy/overlays/prometheus")
+    for workload, c in schedcache_containers(objects):
+        argv = expand(c.get("args", []), c.get("env", []))
+        path, params = parse_with_the_cli(argv, monkeypatch)
+        for probe in (c["livenessProbe"], c["readinessProbe"]):
+            here = f"{name(workload)} {c['name']}"
+            port = (probe.get("httpGet") or probe.get("tcpSocket") or {}).get("port")
+            if path == "extender":
+                # Loopback only: the probe runs inside the container, at --listen.
+                (code,) = probe["exec"]["command"][2:]
+                ast.parse(code)
+                host, listen_port = params["listen"]
+                assert f"http://{host}:{listen_port}/healthz" in code, here
+            elif port is not None:
+                assert port == params["metrics_port"], here
+            else:  # worker compact: it serves nothing; the probe connects to Redis as it does
+                assert path == "worker compact", here
+                (code,) = probe["exec"]["command"][2:]
+                assert "schedcache.connect(os.environ['SCHEDCACHE_REDIS_URL'])" in code
+    scheduler = container(objects, "schedcache-scheduler", "kube-scheduler")
+    assert scheduler["livenessProbe"]["httpGet"] == {
+        "path": "/livez",
+        "port": 10259,
+        "scheme": "HTTPS",
+    }
+    assert scheduler["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_only_schedcaches_pods_may_reach_redis() -> None:
+    objects = render("deploy/overlays/redis-single")
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (redis,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    redis_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= redis_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert set(source) == {"podSelector"}  # this namespace only
+    allowed = source["podSelector"]["matchLabels"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+    for workload, _ in schedcache_containers(objects):
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert allowed.items() <= labels.items(), name(workload)
+
+
+# -- the scheduler and its extender --------------------------------------------------------------
+
+
+def scheduler_configuration(objects: list[Obj]) -> Obj:
+    (spec,) = [s for o, s in pod_specs(objects) if o["metadata"]["name"] == "schedcache-scheduler"]
+    kube_scheduler = container(objects, "schedcache-scheduler", "kube-scheduler")
+    (flag,) = [a for a in kube_scheduler["command"] if a.startswith("--config=")]
+    config_path = Path(flag.removeprefix("--config="))
+    (mount,) = [
+        m for m in kube_scheduler["volumeMounts"] if Path(m["mountPath"]) == config_path.parent
+    ]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    (config_map,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    return dict(yaml.safe_load(config_map["data"][config_path.name]))
+
+
+def test_the_scheduler_profile_leaves_the_default_scheduler_alone() -> None:
+    for target in OVERLAYS:
+        config = scheduler_configuration(render(target))
+        assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1", target
+        assert config["kind"] == "KubeSchedulerConfiguration"
+        names = [profile["schedulerName"] for profile in config["profiles"]]
+        assert names == ["schedcache"], target
+        assert config["leaderElection"]["leaderElect"] is False
+
+
+def test_the_scheduler_calls_the_extender_sidecar_on_loopback_and_hands_it_the_bind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render("deploy/overlays/redis-single")
+    (extender_config,) = scheduler_configuration(objects)["extenders"]
+    sidecar = container(objects, "schedcache-scheduler", "extender")
+    path, params = parse_with_the_cli(expand(sidecar["args"], sidecar["env"]), monkeypatch)
+    assert path == "extender"
+    url = urlsplit(extender_config["urlPrefix"])
+    assert (url.scheme, url.hostname, url.port) == ("http", "127.0.0.1", params["listen"][1])
+    assert params["listen"][0] == "127.0.0.1"  # nothing outside the pod reaches it
+    assert url.path == params["url_prefix"]
+    assert extender_config["bindVerb"] == "bind"
+    assert extender_config["filterVerb"] == "filter"
+    assert extender_config["prioritizeVerb"] == "prioritize"
+    assert extender_config["nodeCacheCapable"] is True
+    assert extender_config["ignorable"] is False  # never bind around the shared cache
+    assert params["in_cluster"] and not params["no_api"]
+    assert params["replica"] == POD_NAME  # each replica's claims carry its pod's name
+
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+def test_every_schedcache_command_in_the_manifests_parses_with_the_cli(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commands = set()
+    for target, obj in rendered():
+        for workload, c in schedcache_containers([obj]):
+            argv = expand(c.get("args", []), c.get("env", []))
+            path, params = parse_with_the_cli(argv, monkeypatch)
+            commands.add(path)
+            names = {e["name"] for e in c.get("env", [])}
+            names |= {"SCHEDCACHE_CACHE"} if c.get("envFrom") else set()
+            assert {"SCHEDCACHE_REDIS_URL", "SCHEDCACHE_CACHE"} <= names, (
+                f"{target}: {name(workload)} {c['name']}"
+            )
+            if "replica" in params and path != "worker compact":
+                assert params["replica"] == POD_NAME, f"{target}: {name(workload)}"
+    assert commands == {"extender", "sync", "worker expiry", "worker compact", "migrate"}
+
+
+def test_every_container_finds_redis_in_the_secret_the_overlay_provides() -> None:
+    for target in ("deploy/overlays/redis-single", "deploy/overlays/redis-external"):
+        objects = render(target)
+        for workload, c in schedcache_containers(objects):
+            (url,) = [e for e in c["env"] if e["name"] == "SCHEDCACHE_REDIS_URL"]
+            assert url["valueFrom"]["secretKeyRef"] == {"name": "schedcache-redis", "key": "url"}
+            if target.endswith("external"):  # TLS material, if given, in every client
+                mounts = {m["mountPath"] for m in c["volumeMounts"]}
+                assert "/etc/schedcache/redis-tls" in mounts, f"{name(workload)} {c['name']}"
+    single = render("deploy/overlays/redis-single")
+    (secret,) = [o for o in single if o["kind"] == "Secret"]
+    (redis,) = [o for o in single if o["kind"] == "StatefulSet"]
+    url = urlsplit(secret["stringData"]["url"])
+    service = redis["spec"]["serviceName"]
+    namespace = redis["metadata"]["namespace"]
+    assert url.hostname == f"{redis['metadata']['name']}-0.{service}.{namespace}.svc"
+    assert url.port == 6379
+    command = redis["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert " --appendonly yes --appendfsync everysec " in f" {' '.join(command)} "
+    assert any(o["kind"] == "PodDisruptionBudget" and "redis" in name(o) for o in single)
+    external = render("deploy/overlays/redis-external")
+    assert not [o for o in external if o["kind"] in ("Secret", "StatefulSet")]
+
+
+def test_one_image_reference_sets_every_schedcache_container(tmp_path: Path) -> None:
+    overlay = tmp_path / "mine"
+    overlay.mkdir()
+    base = Path(os.path.relpath(DEPLOY, overlay))
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [str(base / "overlays/redis-single")],
+                "images": [
+                    {"name": "schedcache", "newName": "registry.example/sc", "newTag": "9.9"}
+                ],
+            }
+        )
+    )
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    images = [
+        c["image"]
+        for obj in yaml.safe_load_all(done.stdout)
+        if obj
+        for _, spec in pod_specs([obj])
+        for c in spec["containers"]
+    ]
+    mine = [image for image in images if "registry.example" in image]
+    assert mine == ["registry.example/sc:9.9"] * 4  # extender, sync, expiry, compact
+    assert not [image for image in images if "schedcache" in image]
+    # The migrate Job (a kustomization of its own) names the same image as the base.
+    base_images = {
+        c["image"] for _, c in schedcache_containers(render("deploy/overlays/redis-single"))
+    }
+    job_images = {c["image"] for _, c in schedcache_containers(render("deploy/jobs/migrate"))}
+    assert len(base_images) == 1 and job_images == base_images
+
+
+def test_the_image_is_non_root_with_the_extras_the_manifests_run() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (user,) = re.findall(r"^USER (\d+)(?::\d+)?$", dockerfile, flags=re.M)
+    uids = {
+        spec["securityContext"]["runAsUser"]
+        for _, spec in pod_specs(render("deploy/overlays/redis-external"))
+    }
+    assert int(user) > 0 and uids == {int(user)}
+    installed = re.findall(r"'schedcache\[([a-z,]+)\]'", dockerfile)
+    assert installed and {"kube", "extender"} <= set(installed[-1].split(","))
+    assert re.search(r'^ENTRYPOINT \["schedcache"\]$', dockerfile, flags=re.M)
