@@ -374,6 +374,43 @@ def test_the_scheduler_profile_leaves_the_default_scheduler_alone() -> None:
         assert config["leaderElection"]["leaderElect"] is False
 
 
+# The JSON names of kubescheduler.config.k8s.io/v1 that this check knows, from upstream's
+# staging/src/k8s.io/kube-scheduler/config/v1/types.go and component-base's
+# LeaderElectionConfiguration: kube-scheduler decodes its configuration strictly, so a
+# misspelt field stops it at start.
+SCHEDULER_CONFIG_FIELDS = {
+    "": {
+        "apiVersion", "kind", "parallelism", "leaderElection", "clientConnection",
+        "enableProfiling", "enableContentionProfiling", "percentageOfNodesToScore",
+        "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders",
+        "delayCacheUntilActive",
+    },
+    "leaderElection": {
+        "leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock",
+        "resourceName", "resourceNamespace",
+    },
+    "profiles": {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"},
+    "extenders": {
+        "urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb",
+        "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
+        "ignorable",
+    },
+}  # fmt: skip
+
+
+def test_the_scheduler_configuration_names_only_fields_kube_scheduler_knows() -> None:
+    config = scheduler_configuration(render("deploy/overlays/redis-single"))
+    assert set(config) <= SCHEDULER_CONFIG_FIELDS[""]
+    assert set(config["leaderElection"]) <= SCHEDULER_CONFIG_FIELDS["leaderElection"]
+    for section in ("profiles", "extenders"):
+        for item in config[section]:
+            assert set(item) <= SCHEDULER_CONFIG_FIELDS[section], section
+    for extender in config["extenders"]:
+        assert isinstance(extender["weight"], int) and extender["weight"] > 0
+        assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
+    assert sum(1 for e in config["extenders"] if e.get("bindVerb")) == 1  # upstream's rule
+
+
 def test_the_scheduler_calls_the_extender_sidecar_on_loopback_and_hands_it_the_bind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

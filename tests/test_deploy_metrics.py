@@ -21,17 +21,24 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
+from schedcache import Cache
 from tests.apiserver import FakeApiServer
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, real_client
 from tests.test_deploy import container, expand, render
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = json.loads((ROOT / "deploy/grafana/schedcache.json").read_text())
 # Series that Prometheus makes itself, not the code.
 PROMETHEUS_OWN = {"up"}
+ENVIRONMENT = {
+    **os.environ,
+    "SCHEDCACHE_REDIS_URL": REAL_REDIS_URL,
+    "SCHEDCACHE_CACHE": f"deploy-{uuid.uuid4().hex[:8]}",
+}
 PROMQL_WORDS = {
     "by",
     "without",
@@ -122,11 +129,22 @@ def swap(args: list[str], flag: str, value: str | None) -> list[str]:
     return out if value is None else [*out, value]
 
 
-def test_every_metric_the_dashboard_queries_is_exported_by_a_component(tmp_path: Path) -> None:
+class Component(NamedTuple):
+    container: dict[str, Any]  # as deploy/ runs it
+    port: int  # where this test serves what the manifest serves on its own port
+    process: subprocess.Popen[str]
+
+
+@pytest.fixture(scope="module")
+def components(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Component]]:
+    """The extender, a feeder and the expiry worker, each started as its container in
+    redis-single runs it (the manifest's args after the kubelet's expansion), with only what
+    needs a cluster swapped for the test's: a fake API server's kubeconfig for --in-cluster,
+    --no-api for the extender, free loopback ports."""
     objects = render("deploy/overlays/redis-single")
     ports = {part: free_port() for part in ("extender", "sync", "expiry")}
     with FakeApiServer() as server:
-        kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+        kubeconfig = str(server.kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig"))
         runs = {
             "extender": (
                 container(objects, "schedcache-scheduler", "extender"),
@@ -151,38 +169,43 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_component(tmp_path:
                 ],
             ),
         }
-        environment = {
-            **os.environ,
-            "SCHEDCACHE_REDIS_URL": REAL_REDIS_URL,
-            "SCHEDCACHE_CACHE": f"deploy-{uuid.uuid4().hex[:8]}",
-        }
-        processes: dict[str, subprocess.Popen[str]] = {}
+        started: dict[str, Component] = {}
         try:
             for part, (spec, swaps) in runs.items():
                 args = expand(spec["args"], spec["env"])
                 for flag, value in swaps:
                     present = any(a == flag or a.startswith(f"{flag}=") for a in args)
                     args = swap(args, flag, value) if present else [*args, value]
-                processes[part] = subprocess.Popen(
+                process = subprocess.Popen(
                     [sys.executable, "-m", "schedcache.cli", *args],
-                    env=environment,
+                    env=ENVIRONMENT,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                     text=True,
                 )
-            pages = {
-                part: scrape(f"http://127.0.0.1:{ports[part]}/metrics", processes[part])
-                for part in runs
-            }
-            for process in processes.values():
-                process.send_signal(signal.SIGTERM)
-            for part, process in processes.items():
-                _, err = process.communicate(timeout=30)
-                assert process.returncode == 0 and "Traceback" not in err, f"{part}: {err}"
+                started[part] = Component(spec, ports[part], process)
+            yield started
+            for component in started.values():
+                component.process.send_signal(signal.SIGTERM)
+            for part, component in started.items():
+                _, err = component.process.communicate(timeout=30)
+                assert component.process.returncode == 0, f"{part}: {err}"
+                assert "Traceback" not in err, f"{part}: {err}"
         finally:
-            for process in processes.values():
-                process.kill()
-    names = set().union(*(exported(page) for page in pages.values()))
+            for component in started.values():
+                component.process.kill()
+            Cache(real_client(), ENVIRONMENT["SCHEDCACHE_CACHE"]).clear()
+
+
+def page(component: Component) -> str:
+    return scrape(f"http://127.0.0.1:{component.port}/metrics", component.process)
+
+
+def test_every_metric_the_dashboard_queries_is_exported_by_a_component(
+    components: dict[str, Component],
+) -> None:
+    pages = {part: page(component) for part, component in components.items()}
+    names = set().union(*(exported(text) for text in pages.values()))
     # What each component is charted for is on its own page.
     assert "schedcache_extender_request_seconds_bucket" in exported(pages["extender"])
     assert "schedcache_sync_apply_seconds_bucket" in exported(pages["sync"])
@@ -193,6 +216,40 @@ def test_every_metric_the_dashboard_queries_is_exported_by_a_component(tmp_path:
     assert queried - PROMETHEUS_OWN <= names, f"not exported: {queried - PROMETHEUS_OWN - names}"
 
 
+def run_probe(command: list[str], environment: dict[str, str]) -> int:
+    """An exec probe's exit status, run as the kubelet runs it in the container (the image's
+    ``python`` is this test's interpreter)."""
+    argv = [sys.executable if arg == "python" else arg for arg in command]
+    return subprocess.run(argv, env=environment, capture_output=True, timeout=30).returncode
+
+
+def test_the_probes_pass_on_running_components_and_fail_on_absent_ones(
+    components: dict[str, Component],
+) -> None:
+    extender = components["extender"]
+    page(extender)  # up
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = extender.container[probe]["exec"]["command"]
+        listen = f"127.0.0.1:{extender.port}"
+        here = [arg.replace("127.0.0.1:8888", listen) for arg in command]
+        assert run_probe(here, ENVIRONMENT) == 0
+        nothing = [arg.replace("127.0.0.1:8888", f"127.0.0.1:{free_port()}") for arg in command]
+        assert run_probe(nothing, ENVIRONMENT) != 0
+    for part in ("sync", "expiry"):
+        component = components[part]
+        page(component)
+        spec = component.container
+        assert spec["readinessProbe"]["httpGet"]["path"] == "/metrics"  # scraped above
+        assert set(spec["livenessProbe"]) >= {"tcpSocket"}
+        socket.create_connection(("127.0.0.1", component.port), timeout=5).close()
+    compact = container(render("deploy/overlays/redis-single"), "schedcache-worker", "compact")
+    command = compact["livenessProbe"]["exec"]["command"]
+    assert compact["readinessProbe"]["exec"]["command"] == command
+    assert run_probe(command, ENVIRONMENT) == 0
+    away = {**ENVIRONMENT, "SCHEDCACHE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    assert run_probe(command, away) != 0
+
+
 @pytest.mark.parametrize("panel", [p for p in DASHBOARD["panels"] if p["type"] != "row"])
 def test_every_panel_has_queries_on_the_chosen_namespace(panel: dict[str, object]) -> None:
     targets = panel["targets"]
@@ -200,3 +257,19 @@ def test_every_panel_has_queries_on_the_chosen_namespace(panel: dict[str, object
     for target in targets:
         assert 'namespace="$namespace"' in target["expr"], panel["title"]
         assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_the_dashboards_panels_have_unique_ids_and_do_not_overlap() -> None:
+    ids = [panel["id"] for panel in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids))
+    cells: set[tuple[int, int]] = set()
+    for panel in DASHBOARD["panels"]:
+        box = panel["gridPos"]
+        assert box["x"] + box["w"] <= 24, panel["title"]
+        mine = {
+            (x, y)
+            for x in range(box["x"], box["x"] + box["w"])
+            for y in range(box["y"], box["y"] + box["h"])
+        }
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
