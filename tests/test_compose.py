@@ -63,6 +63,14 @@ def test_every_schedcache_service_finds_redis_and_the_cache_in_its_environment()
         assert environment.get("SCHEDCACHE_CACHE") == STACK_CACHE, name
 
 
+def test_every_schedcache_service_runs_as_deploy_runs_it():
+    # The image's non-root user (no `user:` override) and a read-only root filesystem with a
+    # writable /tmp, as deploy/'s pods (tests/test_deploy.py): what works here works there.
+    for name, service in SERVICES.items():
+        assert "user" not in service, name
+        assert service.get("read_only") is True and "/tmp" in service.get("tmpfs", []), name
+
+
 @pytest.fixture
 def stack() -> Iterator[Any]:
     """``run(service, args=None)``: the service as ``docker compose run --rm`` would run it,
