@@ -307,11 +307,14 @@ def test_the_probes_ask_the_ports_the_components_serve(monkeypatch: pytest.Monke
             here = f"{name(workload)} {c['name']}"
             port = (probe.get("httpGet") or probe.get("tcpSocket") or {}).get("port")
             if path == "extender":
-                # Loopback only: the probe runs inside the container, at --listen.
+                # Loopback only: the probes run inside the container, at --listen.
                 (code,) = probe["exec"]["command"][2:]
                 ast.parse(code)
                 host, listen_port = params["listen"]
-                assert f"http://{host}:{listen_port}/healthz" in code, here
+                if probe is c["livenessProbe"]:  # alive: accepts connections
+                    assert f"create_connection(('{host}', {listen_port})" in code, here
+                else:  # ready: /healthz, which asks Redis
+                    assert f"http://{host}:{listen_port}/healthz" in code, here
             elif port is not None:
                 assert port == params["metrics_port"], here
             else:  # worker compact: it serves nothing; the probe connects to Redis as it does

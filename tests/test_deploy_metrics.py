@@ -230,11 +230,11 @@ def test_the_probes_pass_on_running_components_and_fail_on_absent_ones(
     page(extender)  # up
     for probe in ("livenessProbe", "readinessProbe"):
         command = extender.container[probe]["exec"]["command"]
-        listen = f"127.0.0.1:{extender.port}"
-        here = [arg.replace("127.0.0.1:8888", listen) for arg in command]
-        assert run_probe(here, ENVIRONMENT) == 0
-        nothing = [arg.replace("127.0.0.1:8888", f"127.0.0.1:{free_port()}") for arg in command]
-        assert run_probe(nothing, ENVIRONMENT) != 0
+        assert any("8888" in arg for arg in command)
+        here = [arg.replace("8888", str(extender.port)) for arg in command]
+        assert run_probe(here, ENVIRONMENT) == 0, probe
+        nothing = [arg.replace("8888", str(free_port())) for arg in command]
+        assert run_probe(nothing, ENVIRONMENT) != 0, probe
     for part in ("sync", "expiry"):
         component = components[part]
         page(component)
