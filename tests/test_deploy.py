@@ -144,6 +144,7 @@ def parse_with_the_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tupl
 def test_every_overlay_renders_and_the_docs_install_what_is_rendered() -> None:
     assert {"deploy/overlays/redis-single", "deploy/overlays/redis-external"} <= set(TARGETS)
     assert "deploy/overlays/prometheus" in TARGETS and "deploy/jobs/migrate" in TARGETS
+    assert "deploy/overlays/redis-sentinel" in TARGETS
     for target in TARGETS:
         assert render(target), target
     docs = (ROOT / "docs/kubernetes.md").read_text()
@@ -330,8 +331,11 @@ def test_the_probes_ask_the_ports_the_components_serve(monkeypatch: pytest.Monke
     assert scheduler["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
-def test_only_schedcaches_pods_may_reach_redis() -> None:
-    objects = render("deploy/overlays/redis-single")
+@pytest.mark.parametrize(
+    "target", ["deploy/overlays/redis-single", "deploy/overlays/redis-sentinel"]
+)
+def test_only_schedcaches_pods_may_reach_redis(target: str) -> None:
+    objects = render(target)
     (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
     (redis,) = [o for o in objects if o["kind"] == "StatefulSet"]
     redis_labels = redis["spec"]["template"]["metadata"]["labels"]
@@ -341,10 +345,45 @@ def test_only_schedcaches_pods_may_reach_redis() -> None:
     (source,) = rule["from"]
     assert set(source) == {"podSelector"}  # this namespace only
     allowed = source["podSelector"]["matchLabels"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+    served = {
+        port["containerPort"]
+        for c in redis["spec"]["template"]["spec"]["containers"]
+        for port in c["ports"]
+    }
+    assert {(p["protocol"], p["port"]) for p in rule["ports"]} == {("TCP", p) for p in served}
     for workload, _ in schedcache_containers(objects):
         labels = workload["spec"]["template"]["metadata"]["labels"]
         assert allowed.items() <= labels.items(), name(workload)
+
+
+def test_the_sentinel_overlay_sends_clients_to_its_sentinels_and_waits_for_a_replica() -> None:
+    objects = render("deploy/overlays/redis-sentinel")
+    (redis,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    (settings,) = [
+        o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "schedcache-env"
+    ]
+    env = {
+        e["name"]: e.get("value") for e in redis["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    namespace = redis["metadata"]["namespace"]
+    peers = env["PEERS"].replace("$(POD_NAMESPACE)", namespace).split()
+    replicas = redis["spec"]["replicas"]
+    assert peers == [
+        f"{redis['metadata']['name']}-{i}.{redis['spec']['serviceName']}.{namespace}.svc"
+        for i in range(replicas)
+    ]
+    url = urlsplit(secret["stringData"]["url"])
+    assert url.scheme == "redis+sentinel" and url.path == f"/{env['MASTER_NAME']}"
+    assert url.netloc.split(",") == [f"{peer}:{env['SENTINEL_PORT']}" for peer in peers]
+    assert int(env["QUORUM"]) == replicas // 2 + 1  # a majority of the Sentinels
+    # Acknowledged writes survive a failover (docs/deployment.md, "Sentinel").
+    assert settings["data"]["SCHEDCACHE_WAIT_REPLICAS"] == "1"
+    scripts = next(
+        o for o in objects if o["metadata"]["name"].startswith("schedcache-redis-scripts")
+    )
+    for file, text in scripts["data"].items():
+        assert text == (DEPLOY / "overlays/redis-sentinel" / file).read_text(), file
 
 
 # -- the scheduler and its extender --------------------------------------------------------------
@@ -458,7 +497,7 @@ def test_every_schedcache_command_in_the_manifests_parses_with_the_cli(
 
 
 def test_every_container_finds_redis_in_the_secret_the_overlay_provides() -> None:
-    for target in ("deploy/overlays/redis-single", "deploy/overlays/redis-external"):
+    for target in OVERLAYS:
         objects = render(target)
         for workload, c in schedcache_containers(objects):
             (url,) = [e for e in c["env"] if e["name"] == "SCHEDCACHE_REDIS_URL"]
