@@ -129,6 +129,24 @@ def swap(args: list[str], flag: str, value: str | None) -> list[str]:
     return out if value is None else [*out, value]
 
 
+def launch(
+    spec: dict[str, Any], swaps: list[tuple[str, str]], environment: dict[str, str]
+) -> subprocess.Popen[str]:
+    """The container ``spec``'s command, its args expanded as the kubelet does and each
+    ``(flag, value)`` of ``swaps`` put in place of ``flag`` (or added)."""
+    args = expand(spec["args"], spec["env"])
+    for flag, value in swaps:
+        present = any(a == flag or a.startswith(f"{flag}=") for a in args)
+        args = swap(args, flag, value) if present else [*args, value]
+    return subprocess.Popen(
+        [sys.executable, "-m", "schedcache.cli", *args],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 class Component(NamedTuple):
     container: dict[str, Any]  # as deploy/ runs it
     port: int  # where this test serves what the manifest serves on its own port
@@ -172,18 +190,7 @@ def components(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, C
         started: dict[str, Component] = {}
         try:
             for part, (spec, swaps) in runs.items():
-                args = expand(spec["args"], spec["env"])
-                for flag, value in swaps:
-                    present = any(a == flag or a.startswith(f"{flag}=") for a in args)
-                    args = swap(args, flag, value) if present else [*args, value]
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "schedcache.cli", *args],
-                    env=ENVIRONMENT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                started[part] = Component(spec, ports[part], process)
+                started[part] = Component(spec, ports[part], launch(spec, swaps, ENVIRONMENT))
             yield started
             for component in started.values():
                 component.process.send_signal(signal.SIGTERM)
@@ -248,6 +255,43 @@ def test_the_probes_pass_on_running_components_and_fail_on_absent_ones(
     assert run_probe(command, ENVIRONMENT) == 0
     away = {**ENVIRONMENT, "SCHEDCACHE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
     assert run_probe(command, away) != 0
+
+
+def test_the_extenders_readiness_follows_redis_and_its_liveness_does_not() -> None:
+    """A Redis outage makes the extender unready (kube-scheduler's pod is then not ready
+    either) but must not make the kubelet restart it."""
+    redis_port, port = free_port(), free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
+        stdout=subprocess.DEVNULL,
+    )
+    spec = container(render("deploy/overlays/redis-single"), "schedcache-scheduler", "extender")
+    environment = {**ENVIRONMENT, "SCHEDCACHE_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+    swaps = [("--in-cluster", "--no-api"), ("--listen", f"--listen=127.0.0.1:{port}")]
+    process = None
+    try:
+        eventually_up = time.monotonic() + 10
+        while (
+            subprocess.run(["redis-cli", "-p", str(redis_port), "ping"], capture_output=True).stdout
+            != b"PONG\n"
+        ):
+            assert time.monotonic() < eventually_up, "the test's redis-server did not start"
+            time.sleep(0.05)
+        process = launch(spec, swaps, environment)
+        scrape(f"http://127.0.0.1:{port}/metrics", process)
+        live, ready = (
+            [arg.replace("8888", str(port)) for arg in spec[probe]["exec"]["command"]]
+            for probe in ("livenessProbe", "readinessProbe")
+        )
+        assert run_probe(live, environment) == 0 and run_probe(ready, environment) == 0
+        server.kill()
+        server.wait(10)
+        assert run_probe(ready, environment) != 0
+        assert run_probe(live, environment) == 0
+    finally:
+        server.kill()
+        if process is not None:
+            process.kill()
 
 
 @pytest.mark.parametrize("panel", [p for p in DASHBOARD["panels"] if p["type"] != "row"])
