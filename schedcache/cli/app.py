@@ -72,6 +72,17 @@ class Settings:
     def client(self) -> Client:
         return connect(self.url, timeout=self.timeout)
 
+    def existing_cache(self, **options: Any) -> Cache:
+        """The named cache for a read command: one that holds nothing does not exist (a
+        misspelled --cache must not read as an empty cluster)."""
+        cache = self.cache(**options)
+        if cache.is_empty():
+            raise click.ClickException(
+                f"cache {cache.name!r} does not exist on {describe(self.url)} (nothing was ever "
+                "written to it: is --cache right?)"
+            )
+        return cache
+
     def cache(self, client: Client | None = None, **options: Any) -> Cache:
         """The named cache with these settings (``options``: ttl, replica, ...)."""
         retry = replace(DEFAULT_RETRY, within=self.retry_for) if self.retry_for else NO_RETRY
@@ -547,7 +558,7 @@ def migrate(settings: Settings) -> None:
 @click.pass_obj
 def stats(settings: Settings) -> None:
     """Counts of the cache: nodes, pods, assumed pods, stream length, generation."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     dump = cache.dump()
     ghosts = sum(1 for info in dump.nodes.values() if info.node is None)
     click.echo(f"nodes\t{len(dump.nodes) - ghosts}")
@@ -562,7 +573,10 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli.completion import completion
+    from schedcache.cli.describe import describe
     from schedcache.cli.extender import extender, scheduler
+    from schedcache.cli.get import get
     from schedcache.cli.inspection import (
         checkpoint,
         compact,
@@ -570,7 +584,6 @@ def _register() -> None:
         dump,
         events,
         explain,
-        get,
         history,
         replay,
         verify,
@@ -581,7 +594,9 @@ def _register() -> None:
 
     for command in (dump, get, events, history, explain, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
-    for command in (worker, metrics_command, sync, extender, scheduler, whatif):
+    for command in (worker, metrics_command, sync, extender, scheduler, whatif, describe):
+        main.add_command(command)
+    for command in (completion,):
         main.add_command(command)
 
 

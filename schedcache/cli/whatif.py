@@ -81,9 +81,7 @@ def whatif(
         raise click.BadParameter("must name a file", param_hint="--html")
     chosen = {spec: load_policy(spec) for spec in policies} if policies else dict(BUILT_IN)
     pods = _pods(pods_file) if pods_file else None
-    cache = settings.cache()
-    if cache.is_empty():
-        raise click.ClickException(f"cache {cache.name} is empty (is --cache right?)")
+    cache = settings.existing_cache()
     if until is not None and stream_id(until) <= stream_id(at):
         raise click.ClickException(f"--until {until} is not after --at {at}")
     with contextlib.redirect_stdout(sys.stderr):  # what a policy prints stays out of -o json
