@@ -80,8 +80,9 @@ MANIFESTS: dict[str, Any] = {
 
 
 @pytest.fixture
-def kube(client, cache_name, monkeypatch, tmp_path):
-    """``kube(*args)``: schedcache on this test's backend, with MANIFESTS loaded."""
+def kube(client, cache, cache_name, monkeypatch, tmp_path):
+    """``kube(*args)``: schedcache on this test's backend, with MANIFESTS loaded (``cache``
+    deletes its keys afterwards)."""
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(MANIFESTS))
@@ -350,3 +351,61 @@ def test_units_and_ages_are_kubectls():
         800 * 86400: "2y70d",
     }
     assert {s: human_duration(s) for s in cases} == cases
+
+
+# -- no silent traps ----------------------------------------------------------------------------
+
+
+def embedded(*args: str) -> Result:
+    """The command as a user types it without --redis (and no $SCHEDCACHE_REDIS_URL)."""
+    return CliRunner(env={"SCHEDCACHE_REDIS_URL": None}).invoke(main, list(args))
+
+
+def test_writes_to_the_embedded_backend_say_they_are_gone(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(MANIFESTS))
+    for args in (["load", str(path)], ["scripts"], ["migrate"]):
+        result = embedded(*args)
+        assert result.exit_code == 0, result.output
+        assert "nothing was kept" in result.stderr and "embedded" in result.stderr, args
+    assert "nothing was kept" not in embedded("completion", "bash").stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["worker", "expiry", "--once"], ["worker", "compact", "--once"], ["metrics", "--port", "0"]],
+)
+def test_long_running_commands_refuse_the_embedded_backend_unless_asked(command):
+    refused = embedded(*command)
+    assert refused.exit_code == 2
+    assert "give --redis URL, or --embedded" in refused.stderr
+    if command[0] == "worker":
+        assert embedded("--embedded", *command).exit_code == 0
+
+
+def test_extender_refuses_the_embedded_backend_before_anything_else():
+    refused = embedded("extender", "--no-api", "--listen", "127.0.0.1:1")
+    assert refused.exit_code == 2 and "--embedded" in refused.stderr
+    assert "extender for cache" not in refused.output  # no banner
+
+
+def test_every_subcommands_help_names_the_global_options():
+    top = CliRunner().invoke(main, ["--help"]).output
+    assert "The options listed below are global" in top
+    for args in (["get"], ["worker", "expiry"], ["load"], ["history", "pod"]):
+        shown = " ".join(CliRunner().invoke(main, [*args, "--help"]).output.split())
+        assert "Global options, before or after the subcommand: --redis, --cache" in shown, args
+
+
+def test_explain_prints_free_cpu_and_memory_in_kubectls_units(
+    backend, client, cache, cache_name, monkeypatch
+):
+    from tests.factories import make_node, make_pod
+
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.assume_pod(make_pod("web-0", "n1", "250m", "256Mi", namespace="default"))
+    output = ok(
+        CliRunner().invoke(main, ["--cache", cache_name, "explain", "pod", "default/web-0"])
+    )
+    assert "free on n1: cpu 4 -> 3750m, memory 8Gi -> 7936Mi" in output

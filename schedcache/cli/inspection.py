@@ -19,7 +19,7 @@ from rich.console import Console
 from schedcache.cache import Cache, Dump
 from schedcache.cli.params import Duration, Name, StreamId, TextParam
 from schedcache.cli.printing import table_text
-from schedcache.cli.render import node_table, print_table, printable, progress
+from schedcache.cli.render import node_table, print_table, printable, progress, zone_text
 from schedcache.cli.units import age, bytes_text, cpu_text
 from schedcache.errors import CacheError
 from schedcache.history.checkpoints import history_start
@@ -107,12 +107,6 @@ def _print_state(output: str | None, cache: Cache, state: Dump, footer: str, **e
         return
     print_table(node_table(state.nodes))
     click.echo(footer)
-
-
-def zone_text(value: str) -> str:
-    """A zone key (``region:\\x00:zone``, upstream's ``GetZoneKey``) as a person writes it:
-    ``region/zone``."""
-    return value.replace(":\x00:", "/")
 
 
 class PodNames:
@@ -401,6 +395,7 @@ def checkpoint(settings: Settings) -> None:
     """Store the replayed state at the stream's last event (written in chunks)."""
     cache = settings.cache()
     click.echo(f"checkpoint at {cache.checkpoint()}")
+    settings.note_if_embedded("the checkpoint")
 
 
 @click.command()
@@ -417,6 +412,7 @@ def compact(settings: Settings, keep: int) -> None:
     cache = settings.cache()
     removed = cache.compact(keep=keep)
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
+    settings.note_if_embedded("the compaction")
 
 
 @click.command()

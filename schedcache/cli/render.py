@@ -57,6 +57,12 @@ def one_line(value: object) -> str:
     return printable("; ".join(line for line in lines if line))
 
 
+def zone_text(value: str) -> str:
+    """A zone key (``region:\\x00:zone``, upstream's ``GetZoneKey``) as a person writes it:
+    ``region/zone``."""
+    return value.replace(":\x00:", "/")
+
+
 def cell(value: object) -> Text:
     """A table cell that rich shows literally (no markup, no emoji codes)."""
     return Text(printable(value))
