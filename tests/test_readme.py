@@ -73,3 +73,12 @@ def test_readme_says_how_to_get_redis_next_to_the_test_command():
     around = text[text.index("python -m pytest -q") :][:800]
     for hint in ("apt-get install redis-server", "brew install redis", "SCHEDCACHE_TEST_REDIS_URL"):
         assert hint in around
+
+
+def test_the_suite_starts_its_own_redis_unless_one_is_named():
+    """A Redis answering on 6379 is someone's (on this machine one often does): the suite
+    uses a server only when SCHEDCACHE_TEST_REDIS_URL names it, and otherwise starts its own."""
+    from tests.conftest import redis_choice
+
+    assert redis_choice(None).start and redis_choice(None).url is None
+    assert redis_choice("redis://127.0.0.1:7777/0").url == "redis://127.0.0.1:7777/0"
