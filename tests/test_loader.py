@@ -21,7 +21,7 @@ from tests.factories import keyspace, node_manifest, pod_manifest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CLUSTER = (EXAMPLES / "kubectl-cluster.json").read_text()
-WATCH = (EXAMPLES / "kubectl-watch.json").read_text()
+WATCH = (EXAMPLES / "kubectl-watch-with-an-invalid-object.json").read_text()
 
 
 def cluster_items() -> list[dict]:
@@ -308,3 +308,20 @@ def test_a_cached_pod_listed_as_finished_leaves_the_cache(cache, prune):
     assert cache.verify() == []
     # Listed again, finished pods that the cache does not hold are skipped as before.
     assert load(cache, json.dumps(again)).skipped_by_reason()["terminated"] == 3
+
+
+def test_the_examples_load_as_their_names_say(run_cli, cache):
+    """The README's samples: the cluster loads cleanly with every node Ready (kubectl's
+    STATUS, not Unknown); the watch stream named for its invalid object loads the rest and
+    exits 1 naming that object."""
+    cluster = run_cli("load", str(EXAMPLES / "kubectl-cluster.json"))
+    assert cluster.exit_code == 0 and "invalid: 0" in cluster.stdout, cluster.output
+    nodes = run_cli("get", "nodes", "--no-headers").stdout.splitlines()
+    assert len(nodes) == 20 and {line.split()[1] for line in nodes} == {"Ready"}
+    watch = run_cli("load", str(EXAMPLES / "kubectl-watch-with-an-invalid-object.json"))
+    assert watch.exit_code == 1 and "invalid: 1" in watch.stdout
+    assert "lots" in watch.stdout and watch.stderr.startswith("Error: 1 objects invalid")
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == [
+        "kubectl-cluster.json",
+        "kubectl-watch-with-an-invalid-object.json",
+    ]
