@@ -426,3 +426,26 @@ def test_explain_prints_free_cpu_and_memory_in_kubectls_units(
         CliRunner().invoke(main, ["--cache", cache_name, "explain", "pod", "default/web-0"])
     )
     assert "free on n1: cpu 4 -> 3750m, memory 8Gi -> 7936Mi" in output
+
+
+def test_events_name_the_pod_of_uid_only_events(backend, client, cache, cache_name, monkeypatch):
+    """BindingFinished (and expiry) events carry only the uid: the line names the pod by
+    namespace/name as the other events do."""
+    from tests.factories import make_node, make_pod
+
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    pod = make_pod("web-0", "n1", "250m", "256Mi", namespace="shop", uid="u-web-0")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod)
+    args = ["--cache", cache_name, "events", "--no-headers"]
+    lines = [line.split() for line in ok(CliRunner().invoke(main, args)).splitlines()]
+    finished = next(line for line in lines if line[1] == "BindingFinished")
+    assert finished[4] == "shop/web-0" and "uid=u-web-0" in finished
+    last = ok(CliRunner().invoke(main, [*args, "--count", "1"])).split()  # no earlier event
+    assert last[1] == "BindingFinished" and last[4] == "shop/web-0"
+
+
+def test_explain_says_it_is_not_kubectl_explain():
+    help_text = " ".join(CliRunner().invoke(main, ["explain", "--help"]).output.split())
+    assert "not `kubectl explain`" in help_text

@@ -311,7 +311,8 @@ def pod_uid(cache: Cache, ref: str) -> str | None:
 
 @click.group()
 def explain() -> None:
-    """Why an object is where it is."""
+    """Why an object is where it is (not `kubectl explain`, which documents API fields: this
+    replays the claims of a pod against the state each ran on)."""
 
 
 @explain.command("pod")
