@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -171,14 +172,29 @@ def get(
     --sort-by. Pods the cache only assumed show STATUS Assumed; -o json|yaml carry the cache's
     own state under status.schedcache."""
     cache = settings.existing_cache()
-    labels = label_filter(selector)
-    fields = field_filter(field_selector, kind)
+    listing = Listing(
+        label_filter(selector), field_filter(field_selector, kind), output, no_headers, sort_by
+    )
     if kind == "pod":
-        _get_pods(
-            cache, names, namespace, all_namespaces, labels, fields, output, no_headers, sort_by
-        )
+        _get_pods(cache, names, namespace, all_namespaces, listing)
     else:
-        _get_nodes(cache, names, labels, fields, output, no_headers, sort_by)
+        _get_nodes(cache, names, listing)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `get` keeps of what it found, in which order, and how it prints it."""
+
+    labels: Callable[[dict[str, str]], bool]
+    fields: Callable[[dict[str, Any]], bool]
+    output: Output
+    no_headers: bool
+    order: str | None
+
+    def pick(self, documents: list[dict[str, Any]]) -> list[int]:
+        """The indexes of the documents --field-selector keeps, in --sort-by's order."""
+        keep = [i for i, d in enumerate(documents) if self.fields(d)]
+        return [keep[i] for i in sort_by([documents[i] for i in keep], self.order)]
 
 
 def _get_pods(
@@ -186,12 +202,9 @@ def _get_pods(
     names: tuple[str, ...],
     namespace: str | None,
     all_namespaces: bool,
-    labels: Callable[[dict[str, str]], bool],
-    fields: Callable[[dict[str, Any]], bool],
-    output: Output,
-    no_headers: bool,
-    order: str | None,
+    listing: Listing,
 ) -> None:
+    output, no_headers = listing.output, listing.no_headers
     state = cache.dump()
     entries = cached_pods(state.nodes, state.assumed_pods)
     missing: list[str] = []
@@ -204,14 +217,13 @@ def _get_pods(
             return
     elif not all_namespaces:
         entries = [e for e in entries if e.pod.namespace == (namespace or "default")]
-    entries = [e for e in entries if labels(e.pod.labels)]
+    entries = [e for e in entries if listing.labels(e.pod.labels)]
     documents = [pod_object(e) for e in entries]
-    keep = [i for i, d in enumerate(documents) if fields(d)]
-    order_ = [keep[i] for i in sort_by([documents[i] for i in keep], order)]
-    if not names and not order:
-        order_.sort(key=lambda i: (entries[i].pod.namespace, entries[i].pod.name))
-    entries = [entries[i] for i in order_]
-    documents = [documents[i] for i in order_]
+    picked = listing.pick(documents)
+    if not names and not listing.order:
+        picked.sort(key=lambda i: (entries[i].pod.namespace, entries[i].pod.name))
+    entries = [entries[i] for i in picked]
+    documents = [documents[i] for i in picked]
     if not entries and not names and output.is_table:
         where = "" if all_namespaces else f" in {printable(namespace or 'default')} namespace"
         click.echo(f"No resources found{where}.", err=True)
@@ -254,22 +266,14 @@ def _labels(info: NodeInfo) -> dict[str, str]:
     return info.node.labels if info.node is not None else {}
 
 
-def _get_nodes(
-    cache: Cache,
-    names: tuple[str, ...],
-    labels: Callable[[dict[str, str]], bool],
-    fields: Callable[[dict[str, Any]], bool],
-    output: Output,
-    no_headers: bool,
-    order: str | None,
-) -> None:
+def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
+    output, no_headers = listing.output, listing.no_headers
     nodes = cache.dump().nodes
     missing = [name for name in names if name not in nodes]
     chosen = [n for n in names if n in nodes] if names else sorted(nodes)
-    chosen = [n for n in chosen if labels(_labels(nodes[n]))]
+    chosen = [n for n in chosen if listing.labels(_labels(nodes[n]))]
     documents = [node_object(n, nodes[n]) for n in chosen]
-    keep = [i for i, d in enumerate(documents) if fields(d)]
-    picked = [keep[i] for i in sort_by([documents[i] for i in keep], order)]
+    picked = listing.pick(documents)
     chosen = [chosen[i] for i in picked]
     documents = [documents[i] for i in picked]
     if not chosen and not names and output.is_table:
