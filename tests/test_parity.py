@@ -214,10 +214,14 @@ class Ctx:
         name = (cache or self.cache).name
         with pytest.MonkeyPatch.context() as patch:
             patch.delenv(ENV_URL, raising=False)
+            embedded = []
             if self.backend == "fakeredis":
                 patch.setattr(connection_module, "embedded_client", lambda server=None: self.client)
+                embedded = ["--embedded"]  # long-running commands refuse it otherwise
             return CliRunner().invoke(
-                main, ["--redis", self.url, "--cache", name, *args], catch_exceptions=False
+                main,
+                ["--redis", self.url, "--cache", name, *embedded, *args],
+                catch_exceptions=False,
             )
 
     def cleanup(self) -> None:
