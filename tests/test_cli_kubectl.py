@@ -449,3 +449,11 @@ def test_events_name_the_pod_of_uid_only_events(backend, client, cache, cache_na
 def test_explain_says_it_is_not_kubectl_explain():
     help_text = " ".join(CliRunner().invoke(main, ["explain", "--help"]).output.split())
     assert "not `kubectl explain`" in help_text
+
+
+def test_age_is_unknown_rather_than_slow_on_a_long_stream(backend, kube, monkeypatch):
+    from schedcache.cli import objects
+
+    assert ok(kube("get", "nodes")).splitlines()[1].split()[3] != "<unknown>"
+    monkeypatch.setattr(objects, "AGE_EVENTS", 2)
+    assert ok(kube("get", "nodes")).splitlines()[1].split()[3] == "<unknown>"
