@@ -11,18 +11,18 @@ import click
 
 from schedcache.cli.get import find_pods, kind_of, not_found
 from schedcache.cli.inspection import event_text
-from schedcache.cli.objects import Seen, cached_pods, pod_status, roles
+from schedcache.cli.objects import CachedPod, Seen, cached_pods, pod_status, roles
 from schedcache.cli.params import Name
 from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_status, printable
 from schedcache.cli.units import age, bytes_text, cpu_text, percent, resource_list
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.store.events import Event
+from schedcache.store.records import PodRecord
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
 
-EVENTS_SHOWN = 20  # the newest events of the object, as kubectl lists recent ones
 NOT_KEPT = "n/a"
 
 
@@ -47,7 +47,7 @@ def indent(text: str) -> list[str]:
 
 
 def events_section(events: list[Event], now_ms: int) -> list[str]:
-    shown = events[-EVENTS_SHOWN:]
+    shown = events
     if not shown:
         return ["Events:  <none>"]
     rows = [
@@ -128,6 +128,30 @@ def describe_node(name: str, info: NodeInfo, seen: Seen, events: list[Event]) ->
     return lines + events_section(events, seen.now_ms)
 
 
+def describe_pod(entry: CachedPod, record: PodRecord, seen: Seen) -> list[str]:
+    pod = entry.pod
+    finished = ", binding finished" if record.binding_finished else ""
+    lines = fields_text(
+        [
+            ("Name", [pod.name]),
+            ("Namespace", [pod.namespace]),
+            ("Priority", [str(pod.priority)]),
+            ("Node", [pod.node_name or "<none>"]),
+            ("Labels", labels_text(pod.labels)),
+            ("Status", [pod_status(entry)]),
+            ("UID", [pod.uid]),
+            ("Cache State", [record.state + finished]),
+            ("Requests", [f"{k}: {v}" for k, v in resource_list(pod.requests, pods=False).items()]),
+            ("Node-Selectors", labels_text(pod.node_selector)),
+            ("Tolerations", [":".join(p for p in t if p) for t in pod.tolerations]),
+        ]
+    )
+    if pod.conditions:
+        rows = [["----", "------"], *(list(c) for c in pod.conditions)]
+        lines += ["Conditions:", *indent(table_text(("Type", "Status"), rows, False))]
+    return lines + events_section(list(seen.pod_events.get(pod.uid, ())), seen.now_ms)
+
+
 @click.command("describe")
 @click.argument("kind", metavar="pod|node", callback=kind_of)
 @click.argument("names", metavar="[NAME]...", nargs=-1, type=Name())
@@ -146,50 +170,19 @@ def describe(settings: Settings, kind: str, names: tuple[str, ...], namespace: s
         missing = [n for n in wanted if n not in state.nodes]
         for name in wanted:
             if name in state.nodes:
-                blocks.append(
-                    describe_node(name, state.nodes[name], seen, cache.history_of_node(name))
-                )
+                events = list(seen.node_events.get(name, ()))
+                blocks.append(describe_node(name, state.nodes[name], seen, events))
     else:
         entries = cached_pods(state.nodes, state.assumed_pods)
+        missing = []
         if names:
             entries, missing = find_pods(entries, names, namespace)
         else:
             entries = [e for e in entries if e.pod.namespace == (namespace or "default")]
-            missing = []
         for entry in entries:
-            pod = entry.pod
-            record = cache.get_pod_record(pod.uid)
-            requests = resource_list(pod.requests, pods=False)
-            lines = fields_text(
-                [
-                    ("Name", [pod.name]),
-                    ("Namespace", [pod.namespace]),
-                    ("Priority", [str(pod.priority)]),
-                    ("Node", [pod.node_name or "<none>"]),
-                    ("Labels", labels_text(pod.labels)),
-                    ("Status", [pod_status(entry)]),
-                    ("UID", [pod.uid]),
-                    (
-                        "Cache State",
-                        [record.state + (", binding finished" if record.binding_finished else "")],
-                    ),
-                    ("Requests", [f"{k}: {v}" for k, v in requests.items()]),
-                    ("Node-Selectors", labels_text(pod.node_selector)),
-                    ("Tolerations", [":".join(p for p in t if p) for t in pod.tolerations]),
-                ]
-            )
-            if pod.conditions:
-                lines += [
-                    "Conditions:",
-                    *indent(
-                        table_text(
-                            ("Type", "Status"),
-                            [["----", "------"]] + [list(c) for c in pod.conditions],
-                            False,
-                        )
-                    ),
-                ]
-            blocks.append(lines + events_section(cache.history(pod.uid), seen.now_ms))
-    click.echo("\n\n".join("\n".join(block) for block in blocks))
+            record = cache.get_pod_record(entry.pod.uid)
+            blocks.append(describe_pod(entry, record, seen))
+    if blocks:
+        click.echo("\n\n".join("\n".join(block) for block in blocks))
     if missing:
         not_found(kind, missing)

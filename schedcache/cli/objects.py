@@ -11,6 +11,7 @@ event still in the stream (the cache never sees creationTimestamp). What only th
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,10 @@ from schedcache.cache import Cache
 from schedcache.cli.units import age, resource_list
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Node, Pod
+from schedcache.store.events import Event
 
 ROLE_PREFIX = "node-role.kubernetes.io/"
+EVENTS_KEPT = 20  # describe lists an object's newest events, as kubectl lists recent ones
 AGE_EVENTS = 200_000  # longest stream read for AGE (about 4 s); `worker compact` keeps it short
 POD_COLUMNS = ("NAME", "READY", "STATUS", "RESTARTS", "AGE")
 POD_WIDE = ("IP", "NODE", "NOMINATED NODE", "READINESS GATES")
@@ -43,11 +46,14 @@ class Seen:
     pods: dict[str, int] = field(default_factory=dict)
     nodes: dict[str, int] = field(default_factory=dict)
     now_ms: int = 0
+    # The newest events of each pod (by uid) and node, for describe's Events.
+    pod_events: dict[str, deque[Event]] = field(default_factory=dict)
+    node_events: dict[str, deque[Event]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, cache: Cache) -> Seen:
         """One pass over the stream; none over a stream longer than AGE_EVENTS (every AGE
-        then ``<unknown>``): reading it costs about 20 µs an event."""
+        then ``<unknown>``, describe without Events): reading costs about 20 µs an event."""
         seen = cls(now_ms=int(time.time() * 1000))
         if cache.stream_length() > AGE_EVENTS:
             return seen
@@ -55,8 +61,11 @@ class Seen:
             ms = int(event.id.split("-", 1)[0])
             if event.uid:
                 seen.pods.setdefault(event.uid, ms)
+                seen.pod_events.setdefault(event.uid, deque(maxlen=EVENTS_KEPT)).append(event)
             elif event.node and event.type.startswith("Node"):
                 seen.nodes.setdefault(event.node, ms)
+            for node in {event.node, event.fields.get("from")} - {None}:
+                seen.node_events.setdefault(str(node), deque(maxlen=EVENTS_KEPT)).append(event)
         return seen
 
 
