@@ -4,8 +4,9 @@
   cluster: 20 nodes over 3 zones (one GPU node, one tainted) and 320 pods of many shapes
   (requests and limits, init containers, a sidecar, host ports, PVCs, affinity, overhead,
   pending and finished pods).
-* ``examples/kubectl-watch.json``: a ``kubectl get pods --watch -o json`` stream touching some
-  of those pods, with one invalid object.
+* ``examples/kubectl-watch-with-an-invalid-object.json``: a ``kubectl get pods --watch -o
+  json`` stream touching some of those pods, with one deliberately invalid object (a cpu request
+  of ``lots``): ``schedcache load`` applies the rest, lists that one and exits with status 1.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def node(i: int) -> dict[str, Any]:
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            ],
             "images": [
                 {"names": ["registry.k8s.io/pause:3.9"], "sizeBytes": 321520},
                 {
@@ -183,7 +192,7 @@ def main() -> None:
     events.append({"type": "MODIFIED", "object": broken})
     for k in range(10, 24):
         events.append({"type": "MODIFIED", "object": pods[k]})
-    (HERE / "kubectl-watch.json").write_text(
+    (HERE / "kubectl-watch-with-an-invalid-object.json").write_text(
         "".join(json.dumps(e, indent=4) + "\n" for e in events)
     )
 

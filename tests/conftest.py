@@ -1,9 +1,11 @@
 """The one backend fixture: every behavioural test runs on fakeredis, a real Redis and a Redis
 Cluster.
 
-The real server is ``SCHEDCACHE_TEST_REDIS_URL`` when set; else the one answering on
-``127.0.0.1:6379``; else a ``redis-server`` this session starts on a free loopback port (and
-stops at the end; its URL is put in ``SCHEDCACHE_TEST_REDIS_URL`` for subprocesses). The
+The real server is ``SCHEDCACHE_TEST_REDIS_URL`` when set; else a ``redis-server`` this
+session starts on a free loopback port (and stops at the end; its URL is put in
+``SCHEDCACHE_TEST_REDIS_URL`` for subprocesses). A Redis the user runs, on 6379 or anywhere, is
+never touched unless that variable names it: the tests load the function library and write
+keys. The
 cluster (3 primaries, 3 replicas) is started by the session with ``redis-server`` and
 ``redis-cli --cluster create`` (``tests/servers.py``). When there is no server and no
 ``redis-server`` to start, or the given one does not answer, the real-Redis part of every test
@@ -33,9 +35,9 @@ from tests.servers import (
     DEFAULT_TEST_REDIS_URL,
     INSTALL_HINT,
     Cluster,
+    RedisChoice,
     Server,
     choose_test_redis,
-    redis_answers,
     server_url,
     start_test_redis,
 )
@@ -44,15 +46,17 @@ ENV_TEST_URL = "SCHEDCACHE_TEST_REDIS_URL"
 _STARTED: list[Server] = []
 
 
+def redis_choice(env_url: str | None) -> RedisChoice:
+    """The named server, else one to start: never a server nobody named (the one answering on
+    6379 may be someone's, and the tests load the function library into it)."""
+    return choose_test_redis(env_url, lambda: False, shutil.which("redis-server") is not None)
+
+
 def _test_redis() -> tuple[str, str]:
     """(URL, problem) of the real-Redis tests' server, starting one when needed. This module is
     imported twice (as pytest's conftest and as tests.conftest): the first import publishes
     the URL in the environment, so the second one and subprocesses use the same server."""
-    choice = choose_test_redis(
-        os.environ.get(ENV_TEST_URL),
-        lambda: redis_answers(DEFAULT_TEST_REDIS_URL),
-        shutil.which("redis-server") is not None,
-    )
+    choice = redis_choice(os.environ.get(ENV_TEST_URL))
     if not choice.start:
         return choice.url or DEFAULT_TEST_REDIS_URL, choice.problem
     server = start_test_redis(Path(tempfile.mkdtemp(prefix="schedcache-test-redis-")))

@@ -109,7 +109,7 @@ def test_cli_verify_replay_and_history(client, cache_name, monkeypatch):
 
         assert run("verify").exit_code == 0
         first = next(iter(cache.events())).id
-        replayed = json.loads(run("replay", "--until", first).output)
+        replayed = json.loads(run("replay", "--until", first, "-o", "json").output)
         assert list(replayed["nodes"]) == ["node-0"] and replayed["until"] == first
         assert run("replay", "--until", "1-1").exit_code == 1
         assert "PodAssumed" in run("history", "pod", "demo/web-1").output
@@ -140,7 +140,7 @@ def test_cli_diff_between_two_events(client, cache_name, monkeypatch):
             "node n1",
             "  + pod node_info_cache_test/b",
             "  - pod node_info_cache_test/a",
-            "  cpu requested: 100 -> 200",
+            "  cpu requested: 100m -> 200m",  # kubectl's units
         ]
     finally:
         cache.clear()

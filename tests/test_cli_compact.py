@@ -22,7 +22,10 @@ def test_compact_once_trims_old_events_and_keeps_the_audit_clean(request, backen
         cache.add_pod(make_pod(f"p{i}", "n1"))
     result = run(request, backend, cache, "worker", "compact", "--keep", "0.001s", "--once")
     if result is None:  # embedded: each CLI run has a cache of its own, empty
-        result = CliRunner().invoke(main, ["worker", "compact", "--keep", "1m", "--once"])
+        refused = CliRunner().invoke(main, ["worker", "compact", "--keep", "1m", "--once"])
+        assert refused.exit_code == 2 and "--embedded to run on it anyway" in refused.output
+        args = ["--embedded", "worker", "compact", "--keep", "1m", "--once"]
+        result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
         assert "removed 0 events; stream 0 events" in result.output
         return

@@ -43,7 +43,7 @@ def populate(cache: Cache) -> None:
 
 def test_dump_json_matches_the_cache(cache, run_cli):
     populate(cache)
-    result = run_cli("dump")
+    result = run_cli("dump", "-o", "json")
     assert result.exit_code == 0
     document = json.loads(result.output)
     assert document["generation"] == cache.generation()
@@ -107,26 +107,29 @@ def test_replay_wide_prints_the_same_table_as_dump(cache, run_cli):
 
 def test_get_pod_by_name_and_uid(cache, run_cli):
     populate(cache)
-    by_name = json.loads(run_cli("get", "pod", "prod/web-1").output)
-    assert by_name["state"] == "assumed" and by_name["node"] == "n1"
-    assert by_name["pod"]["name"] == "web-1"
-    assert json.loads(run_cli("get", "pod", "web-1").output) == by_name
-    missing = run_cli("get", "pod", "prod/nope")
-    assert missing.exit_code == 1 and "pod prod/nope is not in cache" in missing.output
+    by_name = json.loads(run_cli("get", "pod", "web-1", "-n", "prod", "-o", "json").output)
+    assert by_name["status"]["schedcache"]["state"] == "assumed"
+    assert by_name["spec"]["nodeName"] == "n1" and by_name["metadata"]["name"] == "web-1"
+    assert json.loads(run_cli("get", "pod", "prod/web-1", "-o", "json").output) == by_name
+    assert json.loads(run_cli("get", "pod", "web-1", "-o", "json").output) == by_name  # uid
+    missing = run_cli("get", "pod", "nope", "-n", "prod")
+    assert missing.exit_code == 1
+    assert missing.output == 'Error from server (NotFound): pods "nope" not found\n'
 
 
 def test_events_lists_the_stream_and_the_last_n(cache, run_cli):
     populate(cache)
-    everything = run_cli("events").output.splitlines()
+    everything = run_cli("events", "--no-headers").output.splitlines()
     assert len(everything) == cache.stream_length()
     assert [line.split()[1] for line in everything[:3]] == ["NodeAdded", "NodeAdded", "PodAdded"]
     # Pods by namespace/name, their uid as a field; nodes by name.
-    assert everything[0].split()[3] == "n1"
-    assert everything[2].split()[3] == "prod/web-0" and "uid=web-0" in everything[2].split()
-    last_two = run_cli("events", "--count", "2").output.splitlines()
-    assert last_two == everything[-2:]
+    assert everything[0].split()[4] == "n1"
+    assert everything[2].split()[4] == "prod/web-0" and "uid=web-0" in everything[2].split()
+    last_two = run_cli("events", "--count", "2", "--no-headers").output.splitlines()
+    assert [line.split() for line in last_two] == [line.split() for line in everything[-2:]]
     since = everything[-3].split()[0]
-    assert run_cli("events", "--since", since).output.splitlines() == everything[-2:]
+    after = run_cli("events", "--since", since, "--no-headers").output.splitlines()
+    assert [line.split() for line in after] == [line.split() for line in everything[-2:]]
 
 
 def test_worker_expiry_once(make_cache, run_cli):
@@ -135,7 +138,7 @@ def test_worker_expiry_once(make_cache, run_cli):
     cache.assume_pod(pod)
     seconds, _ = cache.client.time()
     cache.finish_binding(pod, now=seconds - 60)
-    result = run_cli("worker", "expiry", "--once")
+    result = run_cli("--embedded", "worker", "expiry", "--once")  # the URL is the default
     assert result.exit_code == 0 and "expired 1 pods" in result.output
     assert cache.pod_count() == 0
 
@@ -184,7 +187,7 @@ def test_history_names_pods_and_refuses_unknown_objects(cache, run_cli):
     pod = run_cli("history", "pod", "prod/web-1")
     assert pod.exit_code == 0, pod.output
     assert [line.split()[1] for line in pod.output.splitlines()] == ["PodAssumed"]
-    assert pod.output.split()[3] == "prod/web-1"
+    assert pod.output.split()[4] == "prod/web-1"
     node = run_cli("history", "node", "n1")
     assert node.exit_code == 0 and "prod/web-0" in node.output
     for args, message in (

@@ -92,7 +92,7 @@ def test_entries_without_a_node_are_ghosts_or_placeholders():
     assert node_status(SimpleNamespace(node=None, allocatable=Resource())) == "Placeholder"
 
 
-def test_events_output_is_text_with_the_zone_key_escaped(cache, cli):
+def test_events_output_is_text_with_the_zone_key_as_region_slash_zone(cache, cli):
     populate(cache)
     result = cli("events")
     assert result.exit_code == 0, result.output
@@ -100,12 +100,12 @@ def test_events_output_is_text_with_the_zone_key_escaped(cache, cli):
     assert b"\x00" not in data and raw_control_characters(data) == set()
     added = [line for line in result.stdout.splitlines() if " NodeAdded " in line]
     assert len(added) == 1 + len(NASTY_NODES)
-    assert "zone=eu:\\x00:eu-1" in added[0].split()
-    assert any(line.split()[3] == "c\\x1b[2Jd" for line in added)
+    assert "zone=eu/eu-1" in added[0].split()  # region/zone, not the raw key
+    assert any(line.split()[4] == "c\\x1b[2Jd" for line in added)
     pod = next(
         line for line in result.stdout.splitlines() if "PodAdded" in line and "\\x1b]" in line
     )
-    assert pod.split()[3] == "prod/x\\x1b]0;pwned\\x07"
+    assert pod.split()[4] == "prod/x\\x1b]0;pwned\\x07"
 
 
 @pytest.mark.parametrize("args", [["dump", "-o", "wide"], ["replay", "-o", "wide"], ["verify"]])

@@ -21,7 +21,7 @@ from tests.factories import keyspace, node_manifest, pod_manifest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CLUSTER = (EXAMPLES / "kubectl-cluster.json").read_text()
-WATCH = (EXAMPLES / "kubectl-watch.json").read_text()
+WATCH = (EXAMPLES / "kubectl-watch-with-an-invalid-object.json").read_text()
 
 
 def cluster_items() -> list[dict]:
@@ -40,8 +40,10 @@ def cached_pods(items: list[dict]) -> list[dict]:
 
 @pytest.fixture
 def run_cli(client, cache, cache_name, monkeypatch):
-    """The CLI on this test's cache (``cache`` deletes its keys afterwards)."""
+    """The CLI on this test's cache (``cache`` deletes its keys afterwards), which outlives
+    the command as a --redis server would (no note that it is gone)."""
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    monkeypatch.setattr(cli_module.Settings, "is_shared", lambda self: True)
 
     def run(*args: str, stdin: str | None = None):
         return CliRunner().invoke(main, ["--cache", cache_name, *args], input=stdin)
@@ -286,3 +288,40 @@ def test_malformed_documents_are_invalid_entries(cache, document, message):
 def test_batch_size_must_be_positive(cache):
     with pytest.raises(ValidationError, match="batch_size"):
         load(cache, "{}", batch_size=0)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_a_cached_pod_listed_as_finished_leaves_the_cache(cache, prune):
+    """A List states each pod as the informer reads it: one that is now Succeeded or Failed
+    leaves the cache (assumed or added), with or without --prune."""
+    node = node_manifest("n1", "4", "8Gi")
+    done, failed, running = (pod_manifest(n, "n1", "100m", "1Mi") for n in ("done", "bad", "up"))
+    load(cache, json.dumps({"kind": "List", "apiVersion": "v1", "items": [node, done, failed]}))
+    cache.assume_pod(Pod.from_k8s(running))
+    done["status"] = {"phase": "Succeeded"}
+    failed["status"] = {"phase": "Failed"}
+    running["status"] = {"phase": "Failed"}
+    again = {"kind": "List", "apiVersion": "v1", "items": [node, done, failed, running]}
+    report = load(cache, json.dumps(again), prune=prune)
+    assert report.ok and report.applied["remove_pod"] == 3
+    assert cache.pod_count() == 0 and cache.get_node_info("n1").requested.milli_cpu == 0
+    assert cache.verify() == []
+    # Listed again, finished pods that the cache does not hold are skipped as before.
+    assert load(cache, json.dumps(again)).skipped_by_reason()["terminated"] == 3
+
+
+def test_the_examples_load_as_their_names_say(run_cli, cache):
+    """The README's samples: the cluster loads cleanly with every node Ready (kubectl's
+    STATUS, not Unknown); the watch stream named for its invalid object loads the rest and
+    exits 1 naming that object."""
+    cluster = run_cli("load", str(EXAMPLES / "kubectl-cluster.json"))
+    assert cluster.exit_code == 0 and "invalid: 0" in cluster.stdout, cluster.output
+    nodes = run_cli("get", "nodes", "--no-headers").stdout.splitlines()
+    assert len(nodes) == 20 and {line.split()[1] for line in nodes} == {"Ready"}
+    watch = run_cli("load", str(EXAMPLES / "kubectl-watch-with-an-invalid-object.json"))
+    assert watch.exit_code == 1 and "invalid: 1" in watch.stdout
+    assert "lots" in watch.stdout and watch.stderr.startswith("Error: 1 objects invalid")
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == [
+        "kubectl-cluster.json",
+        "kubectl-watch-with-an-invalid-object.json",
+    ]

@@ -214,10 +214,14 @@ class Ctx:
         name = (cache or self.cache).name
         with pytest.MonkeyPatch.context() as patch:
             patch.delenv(ENV_URL, raising=False)
+            embedded = []
             if self.backend == "fakeredis":
                 patch.setattr(connection_module, "embedded_client", lambda server=None: self.client)
+                embedded = ["--embedded"]  # long-running commands refuse it otherwise
             return CliRunner().invoke(
-                main, ["--redis", self.url, "--cache", name, *args], catch_exceptions=False
+                main,
+                ["--redis", self.url, "--cache", name, *embedded, *args],
+                catch_exceptions=False,
             )
 
     def cleanup(self) -> None:
@@ -1648,7 +1652,7 @@ def _cli_stats(ctx: Ctx) -> None:
 @case("cli dump")
 def _cli_dump(ctx: Ctx) -> None:
     populate(ctx.cache)
-    document = json.loads(ok(ctx.cli("dump")))
+    document = json.loads(ok(ctx.cli("dump", "-o", "json")))
     assert document["cache"] == ctx.cache.name and document["generation"] == 5
     assert document["nodes"]["n1"]["pods"] == ["prod/web-0", "prod/web-1"]
     assert document["assumed_pods"] == ["web-1"]
@@ -1664,21 +1668,24 @@ def _cli_dump(ctx: Ctx) -> None:
 @case("cli get pod")
 def _cli_get_pod(ctx: Ctx) -> None:
     populate(ctx.cache)
-    record = json.loads(ok(ctx.cli("get", "pod", "prod/web-1")))
-    assert (record["state"], record["node"], record["pod"]["uid"]) == ("assumed", "n1", "web-1")
-    assert json.loads(ok(ctx.cli("get", "pod", "web-1"))) == record
+    record = json.loads(ok(ctx.cli("get", "pod", "web-1", "-n", "prod", "-o", "json")))
+    state = record["status"]["schedcache"]
+    assert (state["state"], state["node"], record["metadata"]["uid"]) == ("assumed", "n1", "web-1")
+    assert json.loads(ok(ctx.cli("get", "pod", "web-1", "-o", "json"))) == record  # by uid
     missing = ctx.cli("get", "pod", "nope")
-    assert missing.exit_code == 1 and "does not exist" in missing.output
+    assert missing.exit_code == 1 and 'pods "nope" not found' in missing.output
 
 
 @case("cli events")
 def _cli_events(ctx: Ctx) -> None:
     populate(ctx.cache)
-    lines = ok(ctx.cli("events")).splitlines()
-    assert [line.split()[1] for line in lines] == POPULATED_TYPES
-    assert ok(ctx.cli("events", "--count", "2")).splitlines() == lines[-2:]
-    since = lines[1].split()[0]
-    assert ok(ctx.cli("events", "--since", since)).splitlines() == lines[2:]
+    lines = [line.split() for line in ok(ctx.cli("events", "--no-headers")).splitlines()]
+    assert [line[1] for line in lines] == POPULATED_TYPES
+    last = ok(ctx.cli("events", "--count", "2", "--no-headers")).splitlines()
+    assert [line.split() for line in last] == lines[-2:]
+    since = lines[1][0]
+    after = ok(ctx.cli("events", "--since", since, "--no-headers")).splitlines()
+    assert [line.split() for line in after] == lines[2:]
 
 
 @case("cli history pod")
@@ -1710,7 +1717,7 @@ def _cli_verify(ctx: Ctx) -> None:
 def _cli_replay(ctx: Ctx) -> None:
     populate(ctx.cache)
     first_two = list(ctx.cache.events())[1].id
-    document = json.loads(ok(ctx.cli("replay", "--until", first_two)))
+    document = json.loads(ok(ctx.cli("replay", "--until", first_two, "-o", "json")))
     assert document["until"] == first_two and set(document["nodes"]) == {"n1", "n2"}
     assert document["assumed_pods"] == [] and document["generation"] == 2
     wide = ok(ctx.cli("replay", "-o", "wide")).splitlines()
@@ -1745,12 +1752,12 @@ def _cli_diff(ctx: Ctx) -> None:
         "node n1",
         "  + pod prod/web-0",
         "  + pod prod/web-1",
-        "  cpu requested: 0 -> 1000",
-        "  memory requested: 0 -> 2147483648",
+        "  cpu requested: 0 -> 1",
+        "  memory requested: 0 -> 2Gi",
         "node n2",
         "  + pod prod/db-0",
-        "  cpu requested: 0 -> 1000",
-        "  memory requested: 0 -> 1073741824",
+        "  cpu requested: 0 -> 1",
+        "  memory requested: 0 -> 1Gi",
     ]
 
 

@@ -391,7 +391,8 @@ def test_the_command_compares_and_writes_nothing(cache: Cache, run_cli, tmp_path
     [
         (["--at", "nonsense"], "is not an event id"),
         (["--at", "1-0", "--policy", "spread"], "not a built-in"),
-        (["--at", "1-0", "--policy", "os:getcwd"], "failed on pod"),
+        (["--policy", "os:getcwd"], "failed on pod"),
+        (["--at", "1-0"], "is before the first event of cache"),
         (["--pods", "{nodes}"], "--pods takes pods only"),
         (["--pods", "{empty}"], "no pods in the file"),
         (["--pods", "{bad}"], "spec.containers"),

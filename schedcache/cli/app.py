@@ -64,13 +64,45 @@ class Settings:
     wait_replicas: int = 0
     wait_timeout: float = 1.0
     cache_given: bool = False  # --cache on the command line (not the env var or the default)
+    embedded: bool = False  # --embedded: the embedded backend on purpose
 
     def is_shared(self) -> bool:
         """A real Redis that other processes can reach (not the embedded default)."""
         return bool(self.url) and self.url != EMBEDDED
 
+    def note_if_embedded(self, effect: str) -> None:
+        """Say on stderr that ``effect`` is gone with this process (the embedded backend), so
+        a command that wrote something never reads as kept when it was not."""
+        if not self.is_shared():
+            click.echo(
+                f"note: {effect} went to the embedded in-process Redis (no --redis, no "
+                f"${ENV_URL}), which is gone now that the command exits: nothing was kept",
+                err=True,
+            )
+
+    def refuse_embedded(self, command: str) -> None:
+        """A long-running server on the embedded backend serves a Redis nobody else can
+        reach: a usage error unless --embedded asks for exactly that."""
+        if not self.is_shared() and not self.embedded:
+            raise click.UsageError(
+                f"{command} runs until stopped, and without --redis (or ${ENV_URL}) it would "
+                "serve an embedded in-process Redis that no other process can reach: give "
+                "--redis URL, or --embedded to run on it anyway"
+            )
+
     def client(self) -> Client:
         return connect(self.url, timeout=self.timeout)
+
+    def existing_cache(self, **options: Any) -> Cache:
+        """The named cache for a read command: one that holds nothing does not exist (a
+        misspelled --cache must not read as an empty cluster)."""
+        cache = self.cache(**options)
+        if cache.is_empty():
+            raise click.ClickException(
+                f"cache {cache.name!r} does not exist on {describe(self.url)} (nothing was ever "
+                "written to it: is --cache right?)"
+            )
+        return cache
 
     def cache(self, client: Client | None = None, **options: Any) -> Cache:
         """The named cache with these settings (``options``: ttl, replica, ...)."""
@@ -242,6 +274,12 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
     type=click.Choice(sorted(logs.FORMATTERS)),
     help="Log lines on stderr as key=value pairs or JSON.",
 )
+@click.option(
+    "--embedded",
+    is_flag=True,
+    help="Run a long-running command (worker, metrics, extender) on the embedded in-process "
+    "Redis anyway; without --redis they refuse.",
+)
 @click.version_option(package_name="schedcache")
 @click.pass_context
 def main(
@@ -254,15 +292,18 @@ def main(
     wait_timeout: float,
     log_level: str,
     log_format: str,
+    embedded: bool,
 ) -> None:
     """kube-scheduler's cache on Redis, shared by scheduler replicas.
 
-    The options above are global: they may also follow the subcommand
-    (`schedcache dump -o wide --cache prod`).
+    The options listed below are global: they may come before or after the subcommand
+    (`schedcache dump -o wide --cache prod`). Without --redis (or $SCHEDCACHE_REDIS_URL) every
+    command runs on an embedded in-process Redis that is gone when it exits.
     """
     logs.configure(log_level, log_format)
     given = ctx.get_parameter_source("cache_name") == ParameterSource.COMMANDLINE
     ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout, given)
+    ctx.obj.embedded = embedded
 
 
 # -- demo ---------------------------------------------------------------------------------------
@@ -465,10 +506,12 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
         )
     print_load_report(report, verbose)
     if not report.ok:
+        where = "" if settings.is_shared() else " into the embedded Redis, gone at exit"
         raise click.ClickException(
             f"{len(report.invalid)} objects invalid, {len(report.rejected)} rejected (listed "
-            "above); the rest was loaded"
+            f"above); the rest was loaded{where}"
         )
+    settings.note_if_embedded("what was loaded")
 
 
 def print_load_report(report: LoadReport, verbose: bool) -> None:
@@ -525,6 +568,7 @@ def scripts(settings: Settings) -> None:
     for name in sorted(registered):
         click.echo(name)
     click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
+    settings.note_if_embedded("the library")
 
 
 @main.command()
@@ -541,13 +585,14 @@ def migrate(settings: Settings) -> None:
         f"cache {cache.name}: {converted} node pod set{'' if converted == 1 else 's'} converted; "
         f"the cache is at schema {SCHEMA_VERSION}"
     )
+    settings.note_if_embedded("the migration")
 
 
 @main.command()
 @click.pass_obj
 def stats(settings: Settings) -> None:
     """Counts of the cache: nodes, pods, assumed pods, stream length, generation."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     dump = cache.dump()
     ghosts = sum(1 for info in dump.nodes.values() if info.node is None)
     click.echo(f"nodes\t{len(dump.nodes) - ghosts}")
@@ -562,7 +607,10 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli.completion import completion
+    from schedcache.cli.describe import describe
     from schedcache.cli.extender import extender, scheduler
+    from schedcache.cli.get import get
     from schedcache.cli.inspection import (
         checkpoint,
         compact,
@@ -570,7 +618,6 @@ def _register() -> None:
         dump,
         events,
         explain,
-        get,
         history,
         replay,
         verify,
@@ -581,11 +628,32 @@ def _register() -> None:
 
     for command in (dump, get, events, history, explain, replay, verify, checkpoint, compact, diff):
         main.add_command(command)
-    for command in (worker, metrics_command, sync, extender, scheduler, whatif):
+    for command in (worker, metrics_command, sync, extender, scheduler, whatif, describe):
+        main.add_command(command)
+    for command in (completion,):
         main.add_command(command)
 
 
+def global_options_epilog(group: click.Group) -> str:
+    """The line each subcommand's help ends with: which global options it also takes."""
+    names = [
+        p.opts[0] for p in group.params if isinstance(p, click.Option) and p.opts[0] != "--help"
+    ]
+    return (
+        f"Global options, before or after the subcommand: {', '.join(names)} (schedcache --help)."
+    )
+
+
+def _add_epilogs(command: click.Command, epilog: str) -> None:
+    command.epilog = command.epilog or epilog
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_epilogs(sub, epilog)
+
+
 _register()
+for _command in main.commands.values():
+    _add_epilogs(_command, global_options_epilog(main))
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -84,6 +84,7 @@ def extender(
     """Serve kube-scheduler's extender protocol (filter, prioritize, bind) on the cache, so
     several active kube-scheduler replicas share it: a bind is a fit-checked claim, never an
     overfilled node. Configuration: docs/extender.md."""
+    settings.refuse_embedded("schedcache extender")
     try:
         from schedcache.extender.server import serve
         from schedcache.extender.service import Binder, Extender

@@ -1,4 +1,4 @@
-"""``schedcache dump``, ``get pod``, ``events``, ``history``, ``replay``, ``diff``, ``verify``,
+"""``schedcache dump``, ``events``, ``history``, ``replay``, ``diff``, ``verify``,
 ``checkpoint`` and ``compact``: looking at a cache.
 
 Names in the output pass through ``cli_render.printable`` (the zone key holds a NUL byte by
@@ -9,19 +9,26 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 import click
+import yaml
 from rich.console import Console
 
 from schedcache.cache import Cache, Dump
-from schedcache.cli.params import Name, StreamId
-from schedcache.cli.render import node_table, print_table, printable, progress
+from schedcache.cli.params import Duration, Name, StreamId, TextParam
+from schedcache.cli.printing import table_text
+from schedcache.cli.render import node_table, print_table, printable, progress, zone_text
+from schedcache.cli.units import age, bytes_text, cpu_text
+from schedcache.errors import CacheError
 from schedcache.history.checkpoints import history_start
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.sim.explain import explain_events, pod_history, pod_name
-from schedcache.store.events import Event
+from schedcache.store.events import Event, normal_stream_id
+
+EVENT_COLUMNS = ("ID", "TYPE", "AGE", "REPLICA", "OBJECT AND FIELDS")
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
@@ -49,121 +56,182 @@ def node_info_json(info: NodeInfo) -> dict[str, Any]:
     }
 
 
-def state_json(
+def state_document(
     cache: Cache, nodes: dict[str, NodeInfo], assumed: set[str], generation: int, **extra: Any
-) -> str:
-    """``dump`` and ``replay`` as JSON (non-ASCII and control characters escaped)."""
-    document = {
+) -> dict[str, Any]:
+    """``dump`` and ``replay`` as a document for -o json and -o yaml."""
+    return {
         "cache": cache.name,
         **extra,
         "generation": generation,
         "nodes": {name: node_info_json(info) for name, info in sorted(nodes.items())},
         "assumed_pods": sorted(assumed),
     }
-    return json.dumps(document, indent=2)
 
 
 OUTPUT = click.option(
     "-o",
     "--output",
-    type=click.Choice(["json", "wide"]),
-    default="json",
-    show_default=True,
-    help="JSON, or a kubectl-like table.",
+    type=click.Choice(["wide", "json", "yaml"]),
+    default=None,
+    help="A kubectl-like table (the default, as -o wide), or the whole state as JSON or YAML.",
 )
 
 
 @click.command()
 @OUTPUT
 @click.pass_obj
-def dump(settings: Settings, output: str) -> None:
+def dump(settings: Settings, output: str | None) -> None:
     """Every node entry (ghosts and placeholders too) with its pods, and the assumed pods.
 
     The table's STATUS is kubectl's: Ready/NotReady/Unknown from the node's Ready condition,
     ",SchedulingDisabled" when cordoned; Ghost (node removed, pods remain) or Placeholder (pods
     before their node) for entries without a node object."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     state = cache.dump()
-    if output == "json":
-        click.echo(state_json(cache, state.nodes, state.assumed_pods, state.generation))
-        return
-    print_table(node_table(state.nodes))
-    click.echo(f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}")
-
-
-@click.group()
-def get() -> None:
-    """Show one object."""
-
-
-@get.command("pod")
-@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
-@click.pass_obj
-def get_pod(settings: Settings, ref: str) -> None:
-    """A pod's cache record as JSON: state, node, binding, deadline and the pod."""
-    cache = settings.cache()
-    if "/" in ref:
-        namespace, name = ref.split("/", 1)
-        matches = cache.filtered_list(lambda p: (p.namespace, p.name) == (namespace, name))
-        if not matches:
-            raise click.ClickException(f"pod {ref} is not in cache {cache.name}")
-        uid = matches[0].uid
-    else:
-        uid = ref
-    record = cache.get_pod_record(uid)  # PodNotFound: one Error: line
-    click.echo(
-        json.dumps(
-            {
-                "state": record.state,
-                "node": record.node,
-                "binding_finished": record.binding_finished,
-                "deadline_ms": record.deadline_ms,
-                "generation": record.generation,
-                "contribution": record.contribution,
-                "pod": record.pod.to_dict(),
-            },
-            indent=2,
-        )
+    _print_state(
+        output,
+        cache,
+        state,
+        f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}",
     )
 
 
-def event_line(event: Event) -> str:
-    """``id  type  replica  subject  key=value...``: the subject is a pod's namespace/name (its
-    uid is a field) or the node's name; every part printable."""
-    subject = (pod_name(event) or event.uid) if event.uid else event.node
-    extra = " ".join(f"{key}={value}" for key, value in sorted(event.fields.items()))
-    line = f"{event.id}  {event.type:<15} {event.replica or '-':<14} {subject or '-'}  {extra}"
-    return printable(line.rstrip())
+def _print_state(output: str | None, cache: Cache, state: Dump, footer: str, **extra: Any) -> None:
+    if output in ("json", "yaml"):
+        document = state_document(cache, state.nodes, state.assumed_pods, state.generation, **extra)
+        text = json.dumps(document, indent=2)
+        if output == "yaml":
+            text = yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n")
+        click.echo(text)
+        return
+    print_table(node_table(state.nodes))
+    click.echo(footer)
+
+
+class PodNames:
+    """Names pods by namespace/name in event lines: from the payloads seen so far, else from
+    the cache (a BindingFinished or expiry event carries only the uid), else the uid."""
+
+    def __init__(self, cache: Cache | None = None) -> None:
+        self.cache = cache
+        self.known: dict[str, str] = {}
+
+    def __call__(self, event: Event) -> str | None:
+        uid = event.uid
+        if not uid:
+            return None
+        name = pod_name(event)
+        if name:
+            self.known[uid] = name
+            return name
+        if uid not in self.known and self.cache is not None:
+            try:
+                self.known[uid] = self.cache.get_pod(uid).full_name
+            except CacheError:
+                self.known[uid] = uid
+        return self.known.get(uid, uid)
+
+
+def event_text(event: Event, names: PodNames | None = None) -> str:
+    """The subject (a pod's namespace/name, or the node) and the event's fields."""
+    subject = (names or PodNames())(event) if event.uid else event.node
+    extra = " ".join(
+        f"{key}={zone_text(value) if key == 'zone' else value}"
+        for key, value in sorted(event.fields.items())
+    )
+    return printable(f"{subject or '-'}  {extra}".rstrip())
+
+
+def event_row(event: Event, now_ms: int, names: PodNames) -> list[str]:
+    """``id, type, age, replica, subject and fields`` of one event, every part printable."""
+    ms = int(event.id.split("-", 1)[0])
+    return [
+        event.id,
+        event.type,
+        age(ms, now_ms),
+        printable(event.replica or "-"),
+        event_text(event, names),
+    ]
+
+
+def event_line(event: Event, names: PodNames | None = None) -> str:
+    """One event as ``history`` and ``events --follow`` print it (no alignment across lines)."""
+    return "   ".join(event_row(event, int(time.time() * 1000), names or PodNames()))
+
+
+def since_start(cache: Cache, since: str | None) -> str | None:
+    """``--since``: an event id, or an age (``90s``, ``5m``, ``1h``, ``2d``): the XRANGE start
+    (exclusive of an id, inclusive of a time)."""
+    if since is None:
+        return None
+    normal = normal_stream_id(since)
+    if normal is not None:
+        return f"({normal}"
+    seconds = Duration(maximum=10 * 365 * 86400.0).convert(since, None, None)
+    return f"{int(time.time() * 1000 - seconds * 1000)}-0"
+
+
+class Since(TextParam):
+    """An event id or a duration, checked before anything connects."""
+
+    name = "id|duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if normal_stream_id(text) is not None:
+            return text
+        try:
+            Duration(maximum=10 * 365 * 86400.0).convert(text, param, ctx)
+        except click.BadParameter:
+            self.fail(
+                f"'{printable(value)}' is neither an event id (<milliseconds>-<sequence>, as "
+                "`schedcache events` prints them) nor a duration (90s, 5m, 1h, 2d)",
+                param,
+                ctx,
+            )
+        return text
 
 
 @click.command()
-@click.option("--since", type=StreamId(), default=None, help="Start after this event id.")
+@click.option(
+    "--since",
+    type=Since(),
+    default=None,
+    help="Start after this event id, or this long ago (5m, 1h, 2d, 90s).",
+)
 @click.option(
     "--count", type=click.IntRange(min=1), default=None, help="Show only the last N events."
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
+@click.option("--no-headers", is_flag=True, help="Leave out the header line.")
 @click.pass_obj
-def events(settings: Settings, since: str | None, count: int | None, follow: bool) -> None:
-    """The event stream, one line per event: id, type, replica, pod (namespace/name) or node,
-    then the event's fields (uid, node, gen, zone, ...)."""
-    cache = settings.cache()
+def events(
+    settings: Settings, since: str | None, count: int | None, follow: bool, no_headers: bool
+) -> None:
+    """The event stream, one aligned line per event: ID, TYPE, AGE, REPLICA, then the pod
+    (namespace/name) or node and the event's fields (uid, node, gen, zone, ...)."""
+    cache = settings.existing_cache()
     if count is not None:
         shown = cache.last_events(count)
     else:
-        shown = list(cache.events(start=f"({since}" if since else None))
-    last = since or "0-0"
-    for event in shown:
-        click.echo(event_line(event))
-        last = event.id
-    if count is not None and not shown:
-        last = "$"
+        shown = list(cache.events(start=since_start(cache, since)))
+    names = PodNames(cache)
+    now_ms = int(time.time() * 1000)
+    rows = [event_row(event, now_ms, names) for event in shown]
+    text = table_text(EVENT_COLUMNS, rows, no_headers or not rows)
+    if text:
+        click.echo(text)
+    last = shown[-1].id if shown else ("$" if count is not None or since else "0-0")
+    if since and not shown and normal_stream_id(since) is not None:
+        last = normal_stream_id(since) or last
     while follow:
         try:
             arrived = cache.wait_for_events(last, timeout=1.0)
         except KeyboardInterrupt:
             return
         for event in arrived:
-            click.echo(event_line(event))
+            click.echo(event_line(event, names))
             last = event.id
 
 
@@ -171,7 +239,7 @@ def events(settings: Settings, since: str | None, count: int | None, follow: boo
 @click.pass_obj
 def verify(settings: Settings) -> None:
     """Replay the stream and compare with the live keys; exit status 1 on any difference."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     differences = cache.verify()
     for difference in differences:
         click.echo(printable(difference))
@@ -197,21 +265,15 @@ def replay_until(cache: Cache, until: str | None) -> Dump:
 )
 @OUTPUT
 @click.pass_obj
-def replay(settings: Settings, until: str | None, output: str) -> None:
+def replay(settings: Settings, until: str | None, output: str | None) -> None:
     """The state the stream describes (at --until), shaped like `dump` (and the same table)."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     state = replay_until(cache, until)
-    nodes = state.nodes
-    if output == "json":
-        click.echo(
-            state_json(cache, nodes, state.assumed_pods, state.generation, until=state.last_id)
-        )
-        return
-    print_table(node_table(nodes))
-    click.echo(
+    footer = (
         f"assumed pods: {len(state.assumed_pods)}  generation: {state.generation}  "
         f"until: {state.last_id or '-'}"
     )
+    _print_state(output, cache, state, footer, until=state.last_id)
 
 
 @click.group()
@@ -227,7 +289,7 @@ def history_pod(settings: Settings, ref: str) -> None:
 
     A pod neither in the stream nor in the cache is an error; one whose events were compacted
     away prints what is left, with a note on stderr."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     uid = pod_uid(cache, ref)
     shown = cache.history(uid) if uid else []
     if not shown and (uid is None or cache.pod_state(uid) is None):
@@ -249,7 +311,8 @@ def pod_uid(cache: Cache, ref: str) -> str | None:
 
 @click.group()
 def explain() -> None:
-    """Why an object is where it is."""
+    """Why an object is where it is (not `kubectl explain`, which documents API fields: this
+    replays the claims of a pod against the state each ran on)."""
 
 
 @explain.command("pod")
@@ -268,9 +331,7 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     A pod never assumed (only added by an informer) has nothing to explain: an error. With a
     checkpoint, the search starts where the pod's latest stay began (or at the checkpoint for a
     pod it does not hold); --full searches the whole stream."""
-    cache = settings.cache()
-    if cache.is_empty():
-        raise click.ClickException(f"cache {cache.name} is empty (is --cache right?)")
+    cache = settings.existing_cache()
     found = pod_history(cache, ref, full=full)
     claims = explain_events(cache, found.events, found.checkpoint)
     compacted = found.compacted_before
@@ -296,8 +357,9 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
         )
         before, later = claim.free_before, claim.free_after
         click.echo(
-            f"  free on {printable(claim.node)}: cpu {before['milli_cpu']}m -> "
-            f"{later['milli_cpu']}m, memory {before['memory']} -> {later['memory']}"
+            f"  free on {printable(claim.node)}: cpu {cpu_text(before['milli_cpu'])} -> "
+            f"{cpu_text(later['milli_cpu'])}, memory {bytes_text(before['memory'])} -> "
+            f"{bytes_text(later['memory'])}"
         )
         fitting = [v.node for v in claim.verdicts if v.fits]
         click.echo(f"  {len(fitting)} of {len(claim.verdicts)} nodes fitted")
@@ -312,7 +374,7 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
 def history_node(settings: Settings, name: str) -> None:
     """Every event that changed a node (its own and its pods'). A node neither in the stream
     nor in the cache is an error."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     shown = cache.history_of_node(name)
     if not shown and not cache.has_node(name):
         raise click.ClickException(f"node {name} has no events in cache {cache.name}")
@@ -334,6 +396,7 @@ def checkpoint(settings: Settings) -> None:
     """Store the replayed state at the stream's last event (written in chunks)."""
     cache = settings.cache()
     click.echo(f"checkpoint at {cache.checkpoint()}")
+    settings.note_if_embedded("the checkpoint")
 
 
 @click.command()
@@ -350,6 +413,7 @@ def compact(settings: Settings, keep: int) -> None:
     cache = settings.cache()
     removed = cache.compact(keep=keep)
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
+    settings.note_if_embedded("the compaction")
 
 
 @click.command()
@@ -358,7 +422,7 @@ def compact(settings: Settings, keep: int) -> None:
 @click.pass_obj
 def diff(settings: Settings, start: str, end: str) -> None:
     """What changed on which node between two points of the stream (events ID_A and ID_B)."""
-    cache = settings.cache()
+    cache = settings.existing_cache()
     old = replay_until(cache, start).nodes
     new = replay_until(cache, end).nodes
     changed = False
@@ -385,11 +449,12 @@ def node_changes(old: NodeInfo | None, new: NodeInfo | None) -> list[str]:
     new_pods = {f"{p.namespace}/{p.name}" for p in new.pods}
     lines += [f"+ pod {name}" for name in sorted(new_pods - old_pods)]
     lines += [f"- pod {name}" for name in sorted(old_pods - new_pods)]
-    for label, a, b in (
-        ("cpu requested", old.requested.milli_cpu, new.requested.milli_cpu),
-        ("memory requested", old.requested.memory, new.requested.memory),
-        ("cpu allocatable", old.allocatable.milli_cpu, new.allocatable.milli_cpu),
+    for label, a, b, unit in (
+        ("cpu requested", old.requested.milli_cpu, new.requested.milli_cpu, cpu_text),
+        ("memory requested", old.requested.memory, new.requested.memory, bytes_text),
+        ("cpu allocatable", old.allocatable.milli_cpu, new.allocatable.milli_cpu, cpu_text),
+        ("memory allocatable", old.allocatable.memory, new.allocatable.memory, bytes_text),
     ):
         if a != b:
-            lines.append(f"{label}: {a} -> {b}")
+            lines.append(f"{label}: {unit(a)} -> {unit(b)}")
     return lines

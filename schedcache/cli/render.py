@@ -21,6 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from schedcache.cli.units import bytes_text, cpu_text
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import ZONE_LABEL, Node
 from schedcache.sim.simulation import SimulationReport
@@ -54,6 +55,12 @@ def one_line(value: object) -> str:
     several lines), everything else as :func:`printable`."""
     lines = [line.strip() for line in str(value).splitlines()]
     return printable("; ".join(line for line in lines if line))
+
+
+def zone_text(value: str) -> str:
+    """A zone key (``region:\\x00:zone``, upstream's ``GetZoneKey``) as a person writes it:
+    ``region/zone``."""
+    return value.replace(":\x00:", "/")
 
 
 def cell(value: object) -> Text:
@@ -98,10 +105,10 @@ def node_table(nodes: Mapping[str, NodeInfo], title: str | None = None) -> Table
         table.add_row(
             cell(name),
             cell(node_status(info)),
-            cell(zone_of(info) or "<none>"),
+            cell(zone_of(info) or "<none>"),  # the zone label, not the zone key
             f"{len(info.pods)}/{alloc.allowed_pod_number}",
-            f"{used.milli_cpu}m/{alloc.milli_cpu}m",
-            f"{used.memory >> 20}Mi/{alloc.memory >> 20}Mi",
+            f"{cpu_text(used.milli_cpu)}/{cpu_text(alloc.milli_cpu)}",
+            f"{bytes_text(used.memory)}/{bytes_text(alloc.memory)}",
             str(len(info.used_ports)),
             str(info.generation),
         )

@@ -64,6 +64,7 @@ def worker_expiry(
     metrics_address: str,
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
+    settings.refuse_embedded("schedcache worker expiry")
     cache = settings.cache(replica=replica)
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
@@ -105,6 +106,7 @@ def worker_compact(
     """Keep the stream bounded: checkpoint and trim the events older than --keep, every
     --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
     round at a time do the work)."""
+    settings.refuse_embedded("schedcache worker compact")
     cache = settings.cache()
     if once:
         done = retain(cache, keep, keep_events)
@@ -130,6 +132,7 @@ def worker_compact(
 @click.pass_obj
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
+    settings.refuse_embedded("schedcache metrics")
     cache = settings.cache()
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)

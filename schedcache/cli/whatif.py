@@ -12,13 +12,14 @@ import click
 from rich.table import Table
 
 from schedcache.cli.params import StreamId
-from schedcache.cli.render import cell, print_table, printable
+from schedcache.cli.render import cell, print_table, printable, zone_text
 from schedcache.errors import ValidationError
 from schedcache.history.checkpoints import stream_id
 from schedcache.model.manifests import load_k8s_file
 from schedcache.model.values import Pod
 
 if TYPE_CHECKING:
+    from schedcache.cache import Cache
     from schedcache.cli.app import Settings
     from schedcache.sim.whatif import WhatIf
 
@@ -81,9 +82,8 @@ def whatif(
         raise click.BadParameter("must name a file", param_hint="--html")
     chosen = {spec: load_policy(spec) for spec in policies} if policies else dict(BUILT_IN)
     pods = _pods(pods_file) if pods_file else None
-    cache = settings.cache()
-    if cache.is_empty():
-        raise click.ClickException(f"cache {cache.name} is empty (is --cache right?)")
+    cache = settings.existing_cache()
+    _check_in_stream(cache, "--at", at)
     if until is not None and stream_id(until) <= stream_id(at):
         raise click.ClickException(f"--until {until} is not after --at {at}")
     with contextlib.redirect_stdout(sys.stderr):  # what a policy prints stays out of -o json
@@ -104,6 +104,22 @@ def whatif(
         _print(result)
     if html_path:
         click.echo(f"report written to {printable(html_path)}", err=output == "json")
+
+
+def _check_in_stream(cache: Cache, option: str, event_id: str) -> None:
+    """A moment before the stream's first event or after its last is an error naming both:
+    before the start the replay would be an empty cluster, after the end nothing to place."""
+    first = next(iter(cache.events(count=1)), None)
+    last = cache.last_events(1)
+    if first is None or not last:
+        raise click.ClickException(f"cache {cache.name} has no events: nothing to replay")
+    start, end = first.id, last[0].id
+    if not stream_id(start) <= stream_id(event_id) <= stream_id(end):
+        side = "before the first" if stream_id(event_id) < stream_id(start) else "after the last"
+        raise click.ClickException(
+            f"{option} {event_id} is {side} event of cache {cache.name}: its stream runs from "
+            f"{start} to {end}"
+        )
 
 
 def _pods(path: str) -> list[Pod]:
@@ -158,8 +174,15 @@ def _print(result: WhatIf) -> None:
         zones.add_column(printable(name).upper())
     for zone in before.zones:
         cells = [f"{u.zones[zone].cpu:.0%} / {u.zones[zone].memory:.0%}" for _, u in columns]
-        zones.add_row(cell(zone), *cells)
+        zones.add_row(cell(zone_text(zone)), *cells)
     print_table(zones)
+    for outcome in result.outcomes:
+        unschedulable = outcome.unschedulable
+        if unschedulable:
+            click.echo(f"{outcome.policy}: {len(unschedulable)} pods unschedulable, first:")
+            for uid in unschedulable[:SHOWN]:
+                why = outcome.reasons.get(uid) or "no reason recorded"
+                click.echo(f"  {printable(result.pods[uid])}\t{printable(why)}")
     for outcome in result.outcomes[1:]:
         differing = result.differing(outcome.policy)
         if differing:

@@ -6,7 +6,8 @@ json`` (concatenated JSON watch events ``{"type": ADDED|MODIFIED|DELETED, "objec
 JSON or YAML, in UTF-8 (UTF-16/32 with a byte order mark, as PowerShell writes, too). Objects
 become the informer handlers' commands: bound pods ``add_pod`` / ``update_pod`` / ``remove_pod``
 (unbound and terminated pods are not the cache's business, as kube-scheduler's informer
-filters them), nodes ``add_node`` / ``update_node`` / ``remove_node``.
+filters them: a cached pod read as Succeeded or Failed, in a List or an event, is removed),
+nodes ``add_node`` / ``update_node`` / ``remove_node``.
 
 Every object is checked and turned into its command before any command is sent, so an invalid
 one is reported (position, kind, namespace/name, field, reason) and skipped, never
@@ -95,7 +96,9 @@ class Planner:
         """The command for a pod event, or (reason, detail) for skipping it. Raises
         ValidationError (and remembers nothing) when the command cannot be built."""
         state = self.pod_states.get(pod.uid)
-        if event == "DELETED" or (event == "MODIFIED" and pod.phase in TERMINATED):
+        # A terminated pod leaves the cache however it is read (a MODIFIED event or a List),
+        # as kube-scheduler's informer drops a pod once it no longer passes its filter.
+        if event == "DELETED" or (pod.phase in TERMINATED and state is not None):
             if state is None:
                 return ("not in the cache", "")
             command = commands.remove_pod(pod.with_node(""))  # the stored copy wins
@@ -175,7 +178,8 @@ def load_documents(
     With ``prune`` the input must be full lists (no watch events): afterwards the cache's
     objects of each kind the input lists (a ``NodeList``/``PodList`` names its kind even when
     empty) that the lists no longer hold are removed, as a relist does. Pending and terminated
-    pods are not held (a cached pod listed as terminated goes); assumed pods are the
+    pods are not held (a cached pod listed as terminated goes, with or without ``prune``);
+    assumed pods are the
     scheduler's and stay; an invalid object whose name or uid can be read is kept."""
     if type(batch_size) is not int or batch_size < 1:
         raise ValidationError("load", "batch_size", f"{batch_size!r} must be an integer >= 1")

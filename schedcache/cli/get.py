@@ -1,0 +1,291 @@
+"""``schedcache get pods|nodes`` and ``schedcache describe pod|node``: the cache's objects in
+kubectl's shapes (flags, columns, units, NotFound lines), so a kubectl user reads them without
+a manual.
+
+What does not exist is one ``Error from server (NotFound): pods "x" not found`` line on stderr
+and exit status 1, after whatever was found is printed (kubectl's behaviour for several names).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from schedcache.cache import Cache
+from schedcache.cli.objects import (
+    NODE_COLUMNS,
+    NODE_WIDE,
+    POD_COLUMNS,
+    POD_WIDE,
+    CachedPod,
+    Seen,
+    cached_pods,
+    node_object,
+    node_row,
+    pod_object,
+    pod_row,
+)
+from schedcache.cli.params import Name
+from schedcache.cli.printing import Output, output_option, print_objects, sort_by
+from schedcache.cli.render import node_status, printable
+from schedcache.errors import ValidationError
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.selectors import parse_selector
+
+if TYPE_CHECKING:
+    from schedcache.cli.app import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+KINDS = {"pods": "pod", "pod": "pod", "po": "pod", "nodes": "node", "node": "node", "no": "node"}
+PLURAL = {"pod": "pods", "node": "nodes"}
+FIELDS = {
+    "pod": ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"),
+    "node": ("metadata.name", "spec.unschedulable"),
+}
+
+
+def kind_of(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    kind = KINDS.get(value.lower())
+    if kind is None:
+        raise click.BadParameter(
+            f"the server doesn't have a resource type {printable(value)!r} (schedcache knows "
+            "pods and nodes)",
+            ctx,
+            param,
+        )
+    return kind
+
+
+def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool]:
+    """``--field-selector`` (``key=value``, ``key==value``, ``key!=value``, comma-separated)
+    as a test on a v1-shaped object; a field kubectl's server would refuse is a usage error."""
+    tests: list[tuple[str, str, bool]] = []
+    for term in (text or "").split(","):
+        if not term.strip():
+            continue
+        negate = "!=" in term
+        key, _, value = term.partition("!=" if negate else "=")
+        key, value = key.strip(), value.lstrip("=").strip()
+        if key not in FIELDS[kind]:
+            raise click.BadParameter(
+                f'"{printable(key)}" is not a known field selector for {PLURAL[kind]}: only '
+                + ", ".join(f'"{f}"' for f in FIELDS[kind]),
+                param_hint="--field-selector",
+            )
+        tests.append((key, value, negate))
+
+    def matches(document: dict[str, Any]) -> bool:
+        for key, value, negate in tests:
+            found: Any = document
+            for part in key.split("."):
+                found = found.get(part, "") if isinstance(found, dict) else ""
+            shown = str(found).lower() if isinstance(found, bool) else str(found)
+            if (shown == value) == negate:
+                return False
+        return True
+
+    return matches
+
+
+def label_filter(text: str | None) -> Callable[[dict[str, str]], bool]:
+    try:
+        selector = parse_selector(text)
+    except ValidationError as error:
+        raise click.BadParameter(printable(error.reason), param_hint="-l/--selector") from None
+    return selector.matches
+
+
+def not_found(kind: str, names: list[str]) -> None:
+    """kubectl's NotFound lines on stderr, then exit status 1."""
+    for name in names:
+        click.echo(
+            f'Error from server (NotFound): {PLURAL[kind]} "{printable(name)}" not found', err=True
+        )
+    sys.exit(1)
+
+
+def find_pods(
+    entries: list[CachedPod], names: tuple[str, ...], namespace: str | None
+) -> tuple[list[CachedPod], list[str]]:
+    """The pods ``names`` mean in ``namespace`` (``NS/NAME`` and a uid are accepted too, as
+    the older ``get pod`` took them), and the names that matched nothing."""
+    found, missing = [], []
+    for name in names:
+        ns, _, short = name.rpartition("/") if "/" in name else (namespace or "default", "", name)
+        match = [e for e in entries if (e.pod.namespace, e.pod.name) == (ns, short)]
+        match = match or [e for e in entries if e.pod.uid == name]
+        if match:
+            found.append(match[0])
+        else:
+            missing.append(name)
+    return found, missing
+
+
+def selection_options(command: F) -> F:
+    for option in reversed(
+        [
+            click.option(
+                "-n", "--namespace", type=Name(), default=None, help="Namespace [default: default]."
+            ),
+            click.option("-A", "--all-namespaces", is_flag=True, help="Pods of every namespace."),
+            click.option(
+                "-l", "--selector", default=None, help="Label selector (k=v, k!=v, k in (a,b), k)."
+            ),
+            click.option(
+                "--field-selector",
+                default=None,
+                help="spec.nodeName=NODE, metadata.name=, metadata.namespace=, status.phase= "
+                "(pods); metadata.name=, spec.unschedulable= (nodes); != negates.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@click.command("get")
+@click.argument("kind", metavar="pods|nodes", callback=kind_of)
+@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name())
+@selection_options
+@output_option
+@click.option("--no-headers", is_flag=True, help="Tables without the header line.")
+@click.option("--sort-by", default=None, metavar="JSONPATH", help="Sort by this field.")
+@click.pass_obj
+def get(
+    settings: Settings,
+    kind: str,
+    names: tuple[str, ...],
+    namespace: str | None,
+    all_namespaces: bool,
+    selector: str | None,
+    field_selector: str | None,
+    output: Output,
+    no_headers: bool,
+    sort_by: str | None,
+) -> None:
+    """Pods or nodes of the cache as `kubectl get` shows them: `get pods` (namespace default,
+    -n NS, -A), `get pod NAME`, `get nodes`, with -l, --field-selector, -o, --no-headers and
+    --sort-by. Pods the cache only assumed show STATUS Assumed; -o json|yaml carry the cache's
+    own state under status.schedcache."""
+    cache = settings.existing_cache()
+    listing = Listing(
+        label_filter(selector), field_filter(field_selector, kind), output, no_headers, sort_by
+    )
+    if kind == "pod":
+        _get_pods(cache, names, namespace, all_namespaces, listing)
+    else:
+        _get_nodes(cache, names, listing)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What `get` keeps of what it found, in which order, and how it prints it."""
+
+    labels: Callable[[dict[str, str]], bool]
+    fields: Callable[[dict[str, Any]], bool]
+    output: Output
+    no_headers: bool
+    order: str | None
+
+    def pick(self, documents: list[dict[str, Any]]) -> list[int]:
+        """The indexes of the documents --field-selector keeps, in --sort-by's order."""
+        keep = [i for i, d in enumerate(documents) if self.fields(d)]
+        return [keep[i] for i in sort_by([documents[i] for i in keep], self.order)]
+
+
+def _get_pods(
+    cache: Cache,
+    names: tuple[str, ...],
+    namespace: str | None,
+    all_namespaces: bool,
+    listing: Listing,
+) -> None:
+    output, no_headers = listing.output, listing.no_headers
+    state = cache.dump()
+    entries = cached_pods(state.nodes, state.assumed_pods)
+    missing: list[str] = []
+    if names:
+        entries, missing = find_pods(entries, names, namespace)
+        if len(names) == 1 and entries:
+            record = cache.get_pod_record(entries[0].pod.uid)
+            documents = [pod_object(entries[0], _record_state(record))]
+            _show_pods(cache, entries, documents, output, no_headers, single=True, namespaces=False)
+            return
+    elif not all_namespaces:
+        entries = [e for e in entries if e.pod.namespace == (namespace or "default")]
+    entries = [e for e in entries if listing.labels(e.pod.labels)]
+    documents = [pod_object(e) for e in entries]
+    picked = listing.pick(documents)
+    if not names and not listing.order:
+        picked.sort(key=lambda i: (entries[i].pod.namespace, entries[i].pod.name))
+    entries = [entries[i] for i in picked]
+    documents = [documents[i] for i in picked]
+    if not entries and not names and output.is_table:
+        where = "" if all_namespaces else f" in {printable(namespace or 'default')} namespace"
+        click.echo(f"No resources found{where}.", err=True)
+    elif entries:
+        _show_pods(cache, entries, documents, output, no_headers, False, all_namespaces)
+    if missing:
+        not_found("pod", missing)
+
+
+def _record_state(record: Any) -> dict[str, Any]:
+    return {
+        "state": record.state,
+        "node": record.node,
+        "bindingFinished": record.binding_finished,
+        "deadlineMs": record.deadline_ms,
+        "generation": record.generation,
+    }
+
+
+def _show_pods(
+    cache: Cache,
+    entries: list[CachedPod],
+    documents: list[dict[str, Any]],
+    output: Output,
+    no_headers: bool,
+    single: bool,
+    namespaces: bool,
+) -> None:
+    headers: tuple[str, ...] = ()
+    rows: list[list[str]] = []
+    if output.is_table:
+        seen = Seen.read(cache)
+        wide = output.kind == "wide"
+        headers = ("NAMESPACE",) * namespaces + POD_COLUMNS + POD_WIDE * wide
+        rows = [[e.pod.namespace] * namespaces + pod_row(e, seen, wide) for e in entries]
+    print_objects(output, documents, single, "pod", no_headers, headers, rows)
+
+
+def _labels(info: NodeInfo) -> dict[str, str]:
+    return info.node.labels if info.node is not None else {}
+
+
+def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
+    output, no_headers = listing.output, listing.no_headers
+    nodes = cache.dump().nodes
+    missing = [name for name in names if name not in nodes]
+    chosen = [n for n in names if n in nodes] if names else sorted(nodes)
+    chosen = [n for n in chosen if listing.labels(_labels(nodes[n]))]
+    documents = [node_object(n, nodes[n]) for n in chosen]
+    picked = listing.pick(documents)
+    chosen = [chosen[i] for i in picked]
+    documents = [documents[i] for i in picked]
+    if not chosen and not names and output.is_table:
+        click.echo("No resources found", err=True)
+    elif chosen:
+        headers: tuple[str, ...] = ()
+        rows: list[list[str]] = []
+        if output.is_table:
+            seen = Seen.read(cache)
+            wide = output.kind == "wide"
+            headers = NODE_COLUMNS + NODE_WIDE * wide
+            rows = [node_row(n, nodes[n], node_status(nodes[n]), seen, wide) for n in chosen]
+        print_objects(output, documents, len(names) == 1, "node", no_headers, headers, rows)
+    if missing:
+        not_found("node", missing)

@@ -1,0 +1,169 @@
+"""The part of kubectl's JSONPath templates people type: ``-o jsonpath=...``,
+``-o custom-columns=...`` and ``--sort-by``.
+
+Supported: text around ``{...}`` blocks; paths of ``.field``, ``['field.with.dots']``,
+``[N]`` (negative counts from the end), ``[*]`` and ``.*``; ``{range PATH}...{end}``; string
+literals (``{"\\n"}``, ``{'\\t'}``). Several results of one path are joined by a space, as
+kubectl does. Anything else is a :class:`JsonPathError` naming the template, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_SEGMENT = re.compile(r"\.\*|\.([^.\[\]]+)|\[\*\]|\[(-?\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+
+
+class JsonPathError(ValueError):
+    """A template kubectl's JSONPath would refuse (or one this subset does not cover)."""
+
+
+@dataclass(frozen=True)
+class _Block:
+    kind: str  # "text", "path", "range", "end"
+    value: str
+
+
+def _blocks(template: str) -> list[_Block]:
+    blocks: list[_Block] = []
+    rest = template
+    while rest:
+        start = rest.find("{")
+        if start < 0:
+            blocks.append(_Block("text", rest))
+            break
+        if start:
+            blocks.append(_Block("text", rest[:start]))
+        end = rest.find("}", start)
+        if end < 0:
+            raise JsonPathError(f"unclosed {{ in {template!r}")
+        inner = rest[start + 1 : end].strip()
+        rest = rest[end + 1 :]
+        if inner == "end":
+            blocks.append(_Block("end", ""))
+        elif inner.startswith("range "):
+            blocks.append(_Block("range", inner[6:].strip()))
+        elif len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "\"'":
+            blocks.append(_Block("text", _literal(inner, template)))
+        else:
+            blocks.append(_Block("path", inner))
+    return blocks
+
+
+def _literal(quoted: str, template: str) -> str:
+    try:
+        value = json.loads('"' + quoted[1:-1].replace('"', '\\"') + '"')
+    except json.JSONDecodeError:
+        raise JsonPathError(f"bad string literal {quoted} in {template!r}") from None
+    return str(value)
+
+
+def evaluate(path: str, document: Any) -> list[Any]:
+    """Every value ``path`` (``.a.b[*].c``, with or without braces) selects in ``document``."""
+    text = path.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    if text.startswith("$"):
+        text = text[1:]
+    if text in ("", "@"):
+        return [document]
+    if text.startswith("@"):
+        text = text[1:]
+    if not text.startswith((".", "[")):
+        text = "." + text
+    values = [document]
+    position = 0
+    while position < len(text):
+        match = _SEGMENT.match(text, position)
+        if match is None:
+            raise JsonPathError(f"cannot parse {path!r} at {text[position:]!r}")
+        position = match.end()
+        values = [found for value in values for found in _step(value, match)]
+    return values
+
+
+def _step(value: Any, match: re.Match[str]) -> list[Any]:
+    field = match[1] or match[3] or match[4]
+    if field is not None:
+        return [value[field]] if isinstance(value, dict) and field in value else []
+    if match[2] is not None:
+        index = int(match[2])
+        if isinstance(value, list) and -len(value) <= index < len(value):
+            return [value[index]]
+        return []
+    if isinstance(value, dict):  # [*] and .* of an object: its values
+        return list(value.values())
+    return list(value) if isinstance(value, list) else []
+
+
+def text_of(value: Any) -> str:
+    """A selected value as kubectl prints it: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def render(template: str, document: Any) -> str:
+    """kubectl ``-o jsonpath=TEMPLATE`` of ``document``."""
+    blocks = _blocks(template)
+    out, position = _render(blocks, 0, document, template)
+    if position != len(blocks):
+        raise JsonPathError(f"{{end}} without {{range}} in {template!r}")
+    return out
+
+
+def _render(blocks: list[_Block], start: int, document: Any, template: str) -> tuple[str, int]:
+    parts: list[str] = []
+    index = start
+    while index < len(blocks):
+        block = blocks[index]
+        if block.kind == "end":
+            return "".join(parts), index
+        if block.kind == "text":
+            parts.append(block.value)
+        elif block.kind == "path":
+            parts.append(" ".join(text_of(v) for v in evaluate(block.value, document)))
+        else:
+            items = evaluate(block.value, document)
+            body_end = _matching_end(blocks, index + 1, template)
+            for item in items:
+                parts.append(_render(blocks, index + 1, item, template)[0])
+            index = body_end
+        index += 1
+    if start:
+        raise JsonPathError(f"{{range}} without {{end}} in {template!r}")
+    return "".join(parts), index
+
+
+def _matching_end(blocks: list[_Block], start: int, template: str) -> int:
+    depth = 0
+    for index in range(start, len(blocks)):
+        if blocks[index].kind == "range":
+            depth += 1
+        elif blocks[index].kind == "end":
+            if depth == 0:
+                return index
+            depth -= 1
+    raise JsonPathError(f"{{range}} without {{end}} in {template!r}")
+
+
+def custom_columns(spec: str) -> list[tuple[str, str]]:
+    """``NAME:.metadata.name,NODE:.spec.nodeName`` as (header, path) pairs."""
+    columns = []
+    for part in spec.split(","):
+        header, sep, path = part.partition(":")
+        if not sep or not header or not path:
+            raise JsonPathError(
+                f"custom-columns {spec!r}: each column is HEADER:JSONPATH "
+                "(e.g. NAME:.metadata.name)"
+            )
+        evaluate(path, {})  # refuse a bad path before anything prints
+        columns.append((header, path))
+    return columns
+
+
+def column_value(path: str, document: Any) -> str:
+    """A custom column's cell: ``<none>`` when the path selects nothing, as kubectl."""
+    values = evaluate(path, document)
+    return ",".join(text_of(v) for v in values) if values else "<none>"
