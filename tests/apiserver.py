@@ -803,7 +803,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, status(500, "InternalError", f"{type(e).__name__}: {e}"))
             raise
         if body is not None:
-            self._send_json(201 if route == "bind" else 200, body)
+            # A client that gave up (a list it timed out on while lists were stalled) is gone.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._send_json(201 if route == "bind" else 200, body)
 
     def _authenticate(self) -> None:
         token = self.server_api.token

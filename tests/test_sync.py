@@ -436,6 +436,9 @@ def test_a_list_page_that_sends_nothing_times_out_backs_off_and_recovers(
         eventually(lambda: all(feed.counters.list_timeouts >= 2 for feed in syncer.feeds))
         assert not syncer.wait_synced(0)
         assert all(feed.counters.api_errors >= 2 for feed in syncer.feeds)
+        # One request per timeout (urllib3 would resend a GET three times: 4 timeouts each).
+        lists = [r for r in server.requests if r.path == "/api/v1/nodes"]
+        assert len(lists) <= syncer.feeds[0].counters.list_timeouts + 1
         server.release_lists()
         assert syncer.wait_synced(15)
         in_step(cache, server)

@@ -126,8 +126,14 @@ def api_client(
     kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
 ) -> kube_client.CoreV1Api:
     """A CoreV1Api from the in-cluster service account, or a kubeconfig (``kubeconfig``, else
-    ``KUBECONFIG``, else ``~/.kube/config``) and its ``context``."""
+    ``KUBECONFIG``, else ``~/.kube/config``) and its ``context``.
+
+    A request whose answer stops coming (read timeout) is not sent again by urllib3 (its
+    default resends a GET three times, so a stalled list page took four read timeouts to
+    fail): the callers back off and retry themselves. Refused connections are retried as
+    before."""
     configuration = kube_client.Configuration()
+    configuration.retries = urllib3.Retry(total=3, read=0, redirect=0, status=0, other=0)
     if in_cluster:
         kube_config.load_incluster_config(client_configuration=configuration)
     else:
@@ -688,7 +694,7 @@ class Syncer:
                 return False
         return True
 
-    def stop(self, timeout: float = 1.5) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
         """Stop every feed (open watches are closed at once) and wait for them, ``timeout``
         seconds in all: a feed still blocked then (a list page the API server is silent on)
         is a daemon thread and holds nothing that a stop must wait for (a partial list
