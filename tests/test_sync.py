@@ -390,6 +390,18 @@ def test_an_unorderable_resource_version_is_refused_before_redis(
     assert keyspace(cache.client, cache.keys.pattern) == {}
 
 
+def sync_command(server: FakeApiServer, tmp_path: Path, name: str) -> list[str]:
+    """``schedcache sync`` of cache ``name`` on the real Redis, as an operator runs it."""
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
+    return [*cli, "sync", "--kubeconfig", kubeconfig]
+
+
+def start_sync(server: FakeApiServer, tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    command = sync_command(server, tmp_path, name)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
     server: FakeApiServer, tmp_path: Path, stop_signal: int
@@ -398,14 +410,7 @@ def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
     populate(server, nodes=3, pods=12)
     name = f"t-{uuid.uuid4().hex[:12]}"
     cache = Cache(real_client(), name)
-    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "sync", "--kubeconfig", kubeconfig],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_sync(server, tmp_path, name)
     try:
         in_step(cache, server, timeout=30)
         server.create(pod_obj("late", "n1"))
@@ -453,14 +458,7 @@ def test_sigterm_mid_list_exits_within_2_seconds(server: FakeApiServer, tmp_path
     populate(server, nodes=2, pods=4)
     server.stall_lists()
     name = f"t-{uuid.uuid4().hex[:12]}"
-    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "sync", "--kubeconfig", kubeconfig],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_sync(server, tmp_path, name)
     try:
         eventually(lambda: sum(r.path.endswith(("/nodes", "/pods")) for r in server.requests) >= 2)
         time.sleep(0.3)  # both lists are now waiting on the server
@@ -570,25 +568,14 @@ def test_sync_once_exits_1_when_it_skipped_invalid_objects_and_applies_the_rest(
     server.create(pod_obj("good", "n0"))
     server.create(pod_obj("bad", "n0", cpu="lots"))
     name = f"t-{uuid.uuid4().hex[:12]}"
-    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
+    command = [*sync_command(server, tmp_path, name), "--once"]
     try:
-        once = subprocess.run(
-            [*cli, "sync", "--once", "--kubeconfig", kubeconfig],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        once = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert once.returncode == 1, once.stderr
         assert "1 objects invalid or rejected" in once.stderr and "Traceback" not in once.stderr
         assert [pod.name for pod in Cache(real_client(), name).list_pods()] == ["good"]
         server.delete("Pod", "bad", "default")
-        clean = subprocess.run(
-            [*cli, "sync", "--once", "--kubeconfig", kubeconfig],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        clean = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert clean.returncode == 0, clean.stderr
     finally:
         Cache(real_client(), name).clear()
