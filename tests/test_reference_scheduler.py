@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 
 from schedcache import Cache
 from schedcache.extender.reference import ReferenceScheduler, fit_error
@@ -145,7 +146,8 @@ def test_a_node_added_retries_a_backing_off_pod_at_once(
     time.sleep(0.3)
     cache.add_node(make_node("roomy", "4", "8Gi"))
     eventually(lambda: (server.get("Pod", "big") or {})["spec"].get("nodeName") == "roomy", 5)
-    assert scheduler.bound == 1 and scheduler.unschedulable == 1
+    eventually(lambda: scheduler.bound == 1)  # counted once finish_binding returned
+    assert scheduler.unschedulable == 1
 
 
 def test_with_the_api_server_down_the_pending_watch_backs_off(
@@ -162,3 +164,23 @@ def test_with_the_api_server_down_the_pending_watch_backs_off(
     warnings = [r for r in caplog.records if "watching pending pods" in r.getMessage()]
     assert 2 <= len(warnings) <= 3 and scheduler.api_errors == len(warnings)  # at 0, 1, 3 s
     server.up()
+
+
+def test_a_binding_the_api_server_never_answers_forgets_the_claim_and_backs_off(
+    cache: Cache, server: FakeApiServer, start_scheduler: Callable[..., ReferenceScheduler]
+) -> None:
+    """Before: a connection error from the Binding (not an ApiException) left the claim
+    assumed and ended the scheduling loop."""
+    cache.add_node(make_node("roomy", "4", "8Gi"))
+    calls: list[str] = []
+
+    def unreachable(namespace: str, name: str, uid: str, node: str) -> None:
+        calls.append(node)
+        raise urllib3.exceptions.MaxRetryError(None, "/binding", OSError("connection refused"))  # type: ignore[arg-type]
+
+    scheduler = start_scheduler(cache, retry_delay=0.2, max_backoff=0.4)
+    scheduler.binder.bind = unreachable  # type: ignore[method-assign]
+    server.create(pending("p", "1"))  # offered once the binder is the unreachable one
+    eventually(lambda: len(calls) >= 2)  # tried again: the loop lives on
+    assert cache.pod_state("uid-p") is None  # the claim was forgotten each time
+    assert cache.get_node_info("roomy").requested.milli_cpu == 0

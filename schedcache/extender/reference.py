@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+import urllib3
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
@@ -170,6 +171,10 @@ class ReferenceScheduler:
             except ApiException as error:
                 self.cache.forget_pod(placed)
                 outcome.reason = f"binding failed: {error.status} {error.reason}"
+                return outcome
+            except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
+                self.cache.forget_pod(placed)
+                outcome.reason = f"binding failed: {type(error).__name__}: {_short(error)}"
                 return outcome
             self.cache.finish_binding(placed)
             self.bound += 1
