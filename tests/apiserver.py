@@ -39,10 +39,14 @@ Covered (JSON only, ``Content-Type: application/json``):
   ``POST /api/v1/namespaces/{ns}/bindings`` (``create_namespaced_binding``, pod named by the
   Binding's ``metadata.name``): sets ``spec.nodeName``, emits MODIFIED, answers 201 with a
   success ``Status``; 404 without the pod, 409 ``Conflict`` when it is already bound.
+* ``PATCH /api/v1/namespaces/{ns}/pods/{name}/status`` (``patch_namespaced_pod_status``) with
+  a strategic-merge patch of ``status.conditions``: conditions merge by ``type`` (the list's
+  patch merge key), other status fields are replaced; emits MODIFIED. Any other patch content
+  type, or a patch outside ``status``, answers 415/422.
 * Authentication: a bearer token (the one ``kubeconfig()`` writes) unless ``token=None``;
   a missing or wrong one answers 401.
 
-Not covered: any other resource or verb (create/update/delete over HTTP, PATCH, DELETE,
+Not covered: any other resource or verb (create/update/delete over HTTP, other PATCHes, DELETE,
 ``/apis``, discovery, ``/version``), protobuf, tables, YAML, ``pretty``,
 ``resourceVersionMatch``, ``sendInitialEvents``, list at an old ``resourceVersion``, label
 selectors, set-based field selectors, admission, validation or defaulting (objects are stored
@@ -51,7 +55,10 @@ as given, plus ``metadata.resourceVersion``, a ``uid``, a ``creationTimestamp`` 
 
 Test control (thread-safe): ``create``, ``update``, ``delete``, ``get``, ``compact``,
 ``bookmark``, ``end_watches`` (clean end, as when the real server's request timeout expires),
-``drop_watches`` (shuts every open watch socket down mid-stream, no last chunk), ``down`` /
+``drop_watches`` (shuts every open watch socket down mid-stream, no last chunk),
+``stall_lists`` / ``release_lists`` (list requests, not watches, send nothing until released:
+a stalled API server), ``emit_raw`` (a watch event with any object, malformed included, sent
+to every watch of its kind whatever its selector), ``down`` /
 ``up``, ``requests`` (log of ``Request(method, path, query)``), ``open_watches``,
 ``watches_started``, ``wait_for_watches``, ``wait_for_watches_started``, ``kubeconfig(path)``
 and ``url``.
@@ -103,6 +110,7 @@ class Event:
     obj: Obj
     rv: int
     prev: Obj | None
+    raw: bool = False  # emit_raw(): sent as is to every watch of the kind
 
 
 @dataclass
@@ -241,6 +249,8 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self._bookmark_gen = 0
         self._closing = False
+        self._lists_flowing = threading.Event()
+        self._lists_flowing.set()
         self.watches_started = 0
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
@@ -406,6 +416,53 @@ class FakeApiServer:
         self._history[kind].append(Event(type_, stored, self._rv, prev))
         self._cond.notify_all()
         return copy.deepcopy(stored)
+
+    def stall_lists(self) -> None:
+        """List requests (not watches) send nothing, not even headers, until release_lists()."""
+        self._lists_flowing.clear()
+
+    def release_lists(self) -> None:
+        self._lists_flowing.set()
+
+    def wait_while_stalled(self) -> None:
+        """Called by a list request's handler: hold it while lists are stalled (or closing)."""
+        while not self._lists_flowing.wait(0.05):
+            if self._closing:
+                return
+
+    def emit_raw(self, kind: str, type_: str, obj: Any) -> int:
+        """Send a watch event ``{"type": type_, "object": obj}`` as given (a malformed one
+        included) to every watch of ``kind``; it takes an rv of its own (returned), as if the
+        server had stored something, so later events come after it."""
+        with self._cond:
+            self._rv += 1
+            self._history[kind].append(Event(type_, obj, self._rv, None, raw=True))
+            self._cond.notify_all()
+            return self._rv
+
+    def patch_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """A strategic-merge patch of a pod's status: conditions merge by type."""
+        status_patch = patch.get("status")
+        if set(patch) - {"status", "metadata"} or not isinstance(status_patch, dict):
+            raise ApiError(422, "Invalid", "only status may be patched here (fake api server)")
+        with self._cond:
+            old = self._objects["Pod"].get((namespace, name))
+            if old is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            new = copy.deepcopy(old)
+            current = new.setdefault("status", {})
+            for key, value in status_patch.items():
+                if key != "conditions":
+                    current[key] = value
+                    continue
+                merged = {c.get("type"): c for c in current.get("conditions") or []}
+                for condition in value or []:
+                    merged[condition.get("type")] = {
+                        **merged.get(condition.get("type"), {}),
+                        **condition,
+                    }
+                current["conditions"] = list(merged.values())
+            return self._write("Pod", (namespace, name), new, "MODIFIED")
 
     def compact(self) -> int:
         """Forget the history up to the current rv: older watches and continue tokens get 410."""
@@ -658,7 +715,7 @@ def _first_after(history: list[Event], rv: int) -> int:
 
 def convert_event(event: Event, selector: Selector) -> Obj | None:
     """The watch cache's rule: an object entering the selection is ADDED, leaving it DELETED."""
-    if not selector.terms:
+    if not selector.terms or event.raw:
         return {"type": event.type, "object": event.obj}
     cur = event.type != "DELETED" and selector.matches(event.obj)
     old = event.prev is not None and selector.matches(event.prev)
@@ -694,6 +751,10 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("get_pod", re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)")),
     ("bind", re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/binding")),
     ("bind", re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/bindings")),
+    (
+        "pod_status",
+        re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/status"),
+    ),
 ]
 
 
@@ -723,6 +784,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve("POST")
 
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -739,7 +803,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(500, status(500, "InternalError", f"{type(e).__name__}: {e}"))
             raise
         if body is not None:
-            self._send_json(201 if route == "bind" else 200, body)
+            # A client that gave up (a list it timed out on while lists were stalled) is gone.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._send_json(201 if route == "bind" else 200, body)
 
     def _authenticate(self) -> None:
         token = self.server_api.token
@@ -758,6 +824,13 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> Obj | None:
         """The body to answer with, or None when the handler streamed the answer itself."""
         api = self.server_api
+        if route == "pod_status":
+            if method != "PATCH":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
+            content_type = self.headers.get("Content-Type", "")
+            if content_type != "application/strategic-merge-patch+json":
+                raise ApiError(415, "UnsupportedMediaType", f"{content_type} (fake api server)")
+            return api.patch_status(params["namespace"], params["name"], self._read_json())
         if (method == "POST") != (route == "bind"):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
         if route == "bind":
@@ -773,6 +846,7 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("watch") in ("1", "true"):
             self._watch(kind, params.get("namespace"), selector, query)
             return None
+        api.wait_while_stalled()
         return api.list_page(kind, params.get("namespace"), selector, query)
 
     def _read_json(self) -> Obj:

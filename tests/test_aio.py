@@ -16,6 +16,7 @@ import pytest
 
 from schedcache import Cache
 from schedcache.aio import AsyncCache, AsyncExpiryWorker, connect_async
+from schedcache.aio.connection import embedded_async_client
 from schedcache.errors import FitConflict, PodAlreadyExists, ValidationError
 from schedcache.store import commands
 from tests.apis import async_client_for
@@ -422,3 +423,80 @@ def test_the_readme_aiohttp_example_claims_and_refuses() -> None:
         assert cache.lease is not None and cache.lease.task is None  # cleanup ran aclose
 
     asyncio.run(main())
+
+
+# -- issue 29: concurrency past the pool waits for a connection ------------------------------
+
+
+async def default_client(sync_cache: Cache, url: str) -> Any:
+    """The client a user gets on default settings: ``connect_async(url)``, or for fakeredis the
+    embedded client on the fixture's server (every ``embedded`` connect is a new server)."""
+    pool = getattr(sync_cache.client, "connection_pool", None)
+    server = pool.connection_kwargs.get("server") if pool is not None else None
+    if server is not None:
+        return embedded_async_client(server)
+    return await connect_async(url)
+
+
+def test_5000_concurrent_mixed_coroutines_all_complete_on_default_settings(
+    make_cache: Callable[..., Cache], backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Before: past redis-py's pool of 100 connections, reads failed with MaxConnectionsError
+    (4,701 of 5,000 in a mixed workload)."""
+    sync_cache = make_cache()
+    url = backend_url(backend, request)
+
+    async def main() -> tuple[list[Any], Cache]:
+        client = await default_client(sync_cache, url)
+        cache = await AsyncCache.open(client, sync_cache.name, replica="aio")
+        for n in range(10):
+            await cache.add_node(make_node(f"n{n}", "1000", "1000Gi"))
+        pods = [make_pod(f"p{i}", f"n{i % 10}", "10m", "1Mi") for i in range(1000)]
+
+        async def work(i: int) -> Any:
+            kind = i % 5
+            if kind == 0:
+                return await cache.assume_pod(pods[i // 5], check_fit=True)
+            if kind == 1:
+                return await cache.pod_state(f"uid-{i}")
+            if kind == 2:
+                return await cache.get_node_info(f"n{i % 10}")
+            if kind == 3:
+                return await cache.node_count()
+            return await cache.is_assumed_pod(f"uid-{i}")
+
+        results = await asyncio.gather(*(work(i) for i in range(5000)), return_exceptions=True)
+        await close(cache)
+        return results, sync_cache
+
+    results, cache = asyncio.run(main())
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert not failures, f"{len(failures)} of 5000 failed, first: {failures[0]!r}"
+    assert cache.pod_count() == 1000 and cache.verify() == []
+
+
+def test_a_pool_of_two_serves_200_concurrent_reads_by_waiting_and_bad_sizes_are_refused(
+    make_cache: Callable[..., Cache], backend: str, request: pytest.FixtureRequest
+) -> None:
+    sync_cache = make_cache()
+    sync_cache.add_node(make_node("n0", "4", "8Gi"))
+    url = backend_url(backend, request)
+
+    async def main() -> list[Any]:
+        if backend == "fakeredis":
+            server = sync_cache.client.connection_pool.connection_kwargs["server"]
+            client: Any = embedded_async_client(server, max_connections=2, pool_timeout=30)
+        else:
+            client = await connect_async(url, max_connections=2, pool_timeout=30)
+        cache = await AsyncCache.open(client, sync_cache.name, replica="aio")
+        reads = [cache.get_node_info("n0") for _ in range(100)]
+        reads += [cache.node_count() for _ in range(100)]
+        results = await asyncio.gather(*reads, return_exceptions=True)
+        await close(cache)
+        for size, wait in ((0, 1.0), (2, 0.0), (True, 1.0)):
+            with pytest.raises(ValidationError, match=r"max_connections|pool_timeout"):
+                await connect_async(url, max_connections=size, pool_timeout=wait)
+        return results
+
+    results = asyncio.run(main())
+    assert not [r for r in results if isinstance(r, BaseException)]

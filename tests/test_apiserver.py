@@ -626,3 +626,71 @@ def test_timing_150000_pods_raw_in_pages_of_500(
         f"\n150,000 pods: loaded into the server in {loaded - start:.2f}s; "
         f"raw client fetch, {pages} pages of 500: {fetched - loaded:.2f}s"
     )
+
+
+# -- issue 29: what the feed and the reference scheduler need of the fake ---------------------
+
+
+def test_a_strategic_merge_patch_of_pod_status_merges_conditions_by_type(
+    server: FakeApiServer, v1: client.CoreV1Api
+) -> None:
+    server.create(pod("p"))
+    running = {"type": "Initialized", "status": "True"}
+    v1.patch_namespaced_pod_status(
+        "p",
+        "default",
+        {"status": {"conditions": [running]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    v1.patch_namespaced_pod_status(
+        "p",
+        "default",
+        {"status": {"conditions": [scheduled]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    conditions = (server.get("Pod", "p") or {})["status"]["conditions"]
+    assert conditions == [running, scheduled]
+    with pytest.raises(ApiException) as missing:
+        v1.patch_namespaced_pod_status(
+            "q", "default", {"status": {}}, _content_type="application/strategic-merge-patch+json"
+        )
+    assert missing.value.status == 404
+    with pytest.raises(ApiException) as json_patch:
+        v1.patch_namespaced_pod_status(
+            "p", "default", [{"op": "add"}], _content_type="application/json-patch+json"
+        )
+    assert json_patch.value.status == 415
+
+
+def test_stalled_lists_send_nothing_until_released_and_watches_still_flow(
+    server: FakeApiServer, v1: client.CoreV1Api
+) -> None:
+    server.create(node("n1"))
+    server.stall_lists()
+    with pytest.raises((urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.MaxRetryError)):
+        v1.list_node(_request_timeout=(1, 0.3), _preload_content=False)
+    stream = v1.list_node(
+        watch=True, resource_version="0", timeout_seconds=1, _preload_content=False
+    )
+    assert b'"ADDED"' in stream.read()
+    server.release_lists()
+    assert [n.metadata.name for n in v1.list_node().items] == ["n1"]
+
+
+def test_emit_raw_sends_a_malformed_event_to_selector_watches_in_rv_order(
+    server: FakeApiServer, v1: client.CoreV1Api
+) -> None:
+    version = server.resource_version
+    raw_rv = server.emit_raw("Pod", "MODIFIED", {"metadata": "a-string"})
+    server.create(pod("after", node="n1", phase="Running"))
+    stream = v1.list_pod_for_all_namespaces(
+        watch=True,
+        resource_version=str(version),
+        field_selector="spec.nodeName!=",
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    events = [json.loads(line) for line in stream.read().splitlines() if line.strip()]
+    assert events[0] == {"type": "MODIFIED", "object": {"metadata": "a-string"}}
+    assert events[1]["object"]["metadata"]["resourceVersion"] == str(raw_rv + 1)

@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+import schedcache.cli.app as cli_app
 from schedcache import Cache
-from schedcache.errors import RetriesExhausted, ValidationError
+from schedcache.errors import FitConflict, RetriesExhausted, ValidationError
 from schedcache.feed.progress import read_progress
-from schedcache.feed.sync import ResourceFeed, Syncer, SyncSettings, api_client
+from schedcache.feed.sync import ResourceFeed, Syncer, SyncSettings, api_client, pod_command
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
 from tests.apiserver import FakeApiServer
-from tests.conftest import REAL_REDIS_URL, real_client
+from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod
 
 FAST = SyncSettings(
@@ -388,6 +390,18 @@ def test_an_unorderable_resource_version_is_refused_before_redis(
     assert keyspace(cache.client, cache.keys.pattern) == {}
 
 
+def sync_command(server: FakeApiServer, tmp_path: Path, name: str) -> list[str]:
+    """``schedcache sync`` of cache ``name`` on the real Redis, as an operator runs it."""
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
+    return [*cli, "sync", "--kubeconfig", kubeconfig]
+
+
+def start_sync(server: FakeApiServer, tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    command = sync_command(server, tmp_path, name)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
     server: FakeApiServer, tmp_path: Path, stop_signal: int
@@ -396,14 +410,7 @@ def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
     populate(server, nodes=3, pods=12)
     name = f"t-{uuid.uuid4().hex[:12]}"
     cache = Cache(real_client(), name)
-    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "sync", "--kubeconfig", kubeconfig],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_sync(server, tmp_path, name)
     try:
         in_step(cache, server, timeout=30)
         server.create(pod_obj("late", "n1"))
@@ -415,3 +422,160 @@ def test_the_sync_command_feeds_a_shared_cache_until_a_signal_and_exits_0(
     finally:
         process.kill()
         cache.clear()
+
+
+# -- issue 29: feeds that never stall or go blind --------------------------------------------
+
+
+def test_a_list_page_that_sends_nothing_times_out_backs_off_and_recovers(
+    cache: Cache, make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: no timeout on list requests, so a stalled list hung the feed with no log,
+    back-off or count."""
+    populate(server, nodes=2, pods=4)
+    server.stall_lists()
+    settings = SyncSettings(**{**FAST.__dict__, "list_timeout": 0.3})
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(make_cache(replica="feeder"), api_client(kubeconfig), settings, "f").start()
+    try:
+        eventually(lambda: all(feed.counters.list_timeouts >= 2 for feed in syncer.feeds))
+        assert not syncer.wait_synced(0)
+        assert all(feed.counters.api_errors >= 2 for feed in syncer.feeds)
+        # One request per timeout (urllib3 would resend a GET three times: 4 timeouts each).
+        lists = [r for r in server.requests if r.path == "/api/v1/nodes"]
+        assert len(lists) <= syncer.feeds[0].counters.list_timeouts + 1
+        server.release_lists()
+        assert syncer.wait_synced(15)
+        in_step(cache, server)
+    finally:
+        server.release_lists()
+        syncer.stop()
+
+
+def test_sigterm_mid_list_exits_within_2_seconds(server: FakeApiServer, tmp_path: Path) -> None:
+    """Before: a list the API server is silent on held SIGTERM for 20 s (two joins of 10 s,
+    then a thread pool's worker at exit)."""
+    populate(server, nodes=2, pods=4)
+    server.stall_lists()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    process = start_sync(server, tmp_path, name)
+    try:
+        eventually(lambda: sum(r.path.endswith(("/nodes", "/pods")) for r in server.requests) >= 2)
+        time.sleep(0.3)  # both lists are now waiting on the server
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        took = time.monotonic() - sent
+        assert process.returncode == 0, err
+        assert took < 2.0, f"SIGTERM took {took:.1f} s"
+        assert "Traceback" not in err and "stopped;" in err
+        assert Cache(real_client(), name).node_count() == 0  # nothing reconciled from no list
+    finally:
+        process.kill()
+        server.release_lists()
+        Cache(real_client(), name).clear()
+
+
+def test_a_malformed_watch_event_is_skipped_counted_and_the_watch_goes_past_it(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    """Before: ``"metadata": "a-string"`` raised before the skip logic, so the watch restarted
+    from the same resourceVersion for ever and later events were never applied."""
+    server.create(node_obj("n0"))
+    (syncer,) = start_feeders(server)
+    assert server.wait_for_watches(2)
+    watches = server.watches_started
+    server.emit_raw("Pod", "MODIFIED", {"kind": "Pod", "metadata": "a-string"})
+    server.emit_raw("Pod", "ADDED", {"kind": "Pod", "metadata": {"resourceVersion": [1]}})
+    server.create(pod_obj("after", "n0"))
+    in_step(cache, server)
+    pods = syncer.feeds[1].counters
+    assert pods.invalid == 2 and pods.results["invalid"] == 2
+    assert pods.watch_restarts == 0 and server.watches_started == watches
+    assert pods.last_version == str(server.resource_version)
+
+
+def labelled_pod(name: str, node: str, labels: int, cpu: str) -> Obj:
+    obj = pod_obj(name, node, cpu=cpu)
+    obj["metadata"]["labels"] = {f"example.com/label-{i}": "v" * 6 for i in range(labels)}
+    return obj
+
+
+def test_a_pod_with_more_labels_than_the_cache_stores_still_counts_on_its_node(
+    cache: Cache, server: FakeApiServer, start_feeders: Callable[..., list[Syncer]]
+) -> None:
+    """Before: a valid pod with 70,000 labels (under etcd's 1.5 MiB) was skipped as invalid:
+    invisible to fit, so a fit-checked claim overcommitted its node."""
+    server.create(node_obj("n0", cpu="4"))
+    server.create(labelled_pod("listed", "n0", 70_000, cpu="2"))
+    (syncer,) = start_feeders(server)
+    server.create(labelled_pod("watched", "n0", 70_000, cpu="1500m"))
+    eventually(lambda: cache.pod_count() == 2)
+    pods = {pod.name: pod for pod in cache.list_pods()}
+    assert all(pod.truncated and not pod.labels for pod in pods.values())
+    assert pods["listed"].requests.milli_cpu == 2000
+    assert syncer.feeds[1].counters.truncated == 2 and syncer.feeds[1].counters.invalid == 0
+    with pytest.raises(FitConflict):  # 3500m of 4000m taken: 1 cpu more does not fit
+        cache.assume_pod(make_pod("claim", "n0", "1", "1Mi"), check_fit=True)
+    assert cache.verify() == []
+
+
+def test_stats_and_verify_show_how_many_pods_are_truncated(
+    backend: str,
+    client: Any,
+    cache: Cache,
+    cache_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    url = backend_url(backend, request)
+    if backend == "fakeredis":  # every embedded connect() is a new server: use the fixture's
+        monkeypatch.setattr(cli_app, "connect", lambda url=None, **_: client)
+    cache.run(commands.sync_node(make_node("n0", "4", "8Gi"), "1"))
+    big = labelled_pod("big", "n0", 70_000, cpu="1")
+    big["metadata"].update(uid="uid-big", resourceVersion="2")
+    cache.run(pod_command("ADDED", big))
+    cache.run(
+        pod_command(
+            "ADDED",
+            {
+                **pod_obj("small", "n0", uid="uid-small"),
+                "metadata": {
+                    "name": "small",
+                    "namespace": "default",
+                    "uid": "uid-small",
+                    "resourceVersion": "3",
+                },
+            },
+        )
+    )
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli_app.main, ["--redis", url, "--cache", cache_name, *args])
+
+    stats = run("stats")
+    assert stats.exit_code == 0 and "truncated pods\t1\n" in stats.output, stats.output
+    verify = run("verify")
+    assert verify.exit_code == 0, verify.output
+    assert "truncated pod records (stored without labels): 1" in verify.output
+
+
+def test_sync_once_exits_1_when_it_skipped_invalid_objects_and_applies_the_rest(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: ``sync --once`` exited 0 after skipping invalid objects, unlike ``load``."""
+    server.create(node_obj("n0"))
+    server.create(pod_obj("good", "n0"))
+    server.create(pod_obj("bad", "n0", cpu="lots"))
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    command = [*sync_command(server, tmp_path, name), "--once"]
+    try:
+        once = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert once.returncode == 1, once.stderr
+        assert "1 objects invalid or rejected" in once.stderr and "Traceback" not in once.stderr
+        assert [pod.name for pod in Cache(real_client(), name).list_pods()] == ["good"]
+        server.delete("Pod", "bad", "default")
+        clean = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert clean.returncode == 0, clean.stderr
+    finally:
+        Cache(real_client(), name).clear()

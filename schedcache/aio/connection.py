@@ -3,11 +3,21 @@
 The URL is checked, and Sentinel and Cluster URLs read, by the same functions as the sync
 ``connect``; only the client classes differ. ``embedded`` is fakeredis' asyncio client (with
 Lua), on a fresh in-process server unless one is given.
+
+Concurrency past the pool WAITS for a connection (up to ``pool_timeout`` seconds, then
+redis-py's ``ConnectionError("No connection available.")``, which the retry policy treats like
+any connection failure) instead of failing at once with ``MaxConnectionsError``: a server's or
+embedded client's pool is redis-py's ``BlockingConnectionPool``; a Cluster client holds at most
+``max_connections`` commands in flight (a semaphore: the asyncio cluster's per-node pools
+cannot wait). docs/aio.md explains the sizing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 import fakeredis
@@ -18,6 +28,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 
+from schedcache.errors import ValidationError
 from schedcache.store.connection import (
     CONNECT_ERRORS,
     EMBEDDED,
@@ -33,6 +44,11 @@ from schedcache.store.routing import function_call_slot
 
 AsyncClient = aioredis.Redis | RedisCluster
 
+# redis-py's own pool size: Redis's default maxclients (10,000) leaves room for 100 processes.
+MAX_CONNECTIONS = 100
+# Seconds a call waits for a free connection before it fails (redis-py's blocking default).
+POOL_TIMEOUT = 20.0
+
 # How connect_async made each client, so a sync client of the same server can be made for the
 # work that runs in a thread (replay, verify, checkpoints): client -> (url, connect options).
 _OPENED: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
@@ -40,7 +56,29 @@ _OPENED: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.We
 
 class AsyncClusterClient(RedisCluster):
     """``RedisCluster`` (asyncio) that routes ``FCALL``/``FCALL_RO`` by their declared keys,
-    as the sync ``ClusterClient`` does."""
+    as the sync ``ClusterClient`` does, and makes a call past ``max_connections`` in flight
+    wait (at most ``pool_timeout`` seconds) rather than fail with ``MaxConnectionsError``."""
+
+    def __init__(self, *args: Any, pool_timeout: float = POOL_TIMEOUT, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool_timeout = pool_timeout
+        self.in_flight = asyncio.Semaphore(kwargs.get("max_connections", MAX_CONNECTIONS))
+
+    @contextlib.asynccontextmanager
+    async def connection_slot(self) -> AsyncIterator[None]:
+        """One of ``max_connections`` slots (no node's pool can then run out), waited for."""
+        try:
+            await asyncio.wait_for(self.in_flight.acquire(), self.pool_timeout)
+        except TimeoutError:
+            raise redis.ConnectionError("No connection available.") from None
+        try:
+            yield
+        finally:
+            self.in_flight.release()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with self.connection_slot():
+            return await super().execute_command(*args, **kwargs)
 
     async def _determine_slot(self, command: str, *args: Any) -> int:
         slot = function_call_slot((command, *args))
@@ -50,10 +88,23 @@ class AsyncClusterClient(RedisCluster):
         return found
 
 
-def embedded_async_client(server: fakeredis.FakeServer | None = None) -> fakeredis.FakeAsyncRedis:
+def embedded_async_client(
+    server: fakeredis.FakeServer | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    pool_timeout: float = POOL_TIMEOUT,
+) -> fakeredis.FakeAsyncRedis:
     """An in-process fakeredis asyncio client (with Lua), on a fresh server unless one is
-    given (share one with a sync ``embedded_client(server)`` to see the same data)."""
-    return fakeredis.FakeAsyncRedis(server=server or fakeredis.FakeServer(version=EMBEDDED_VERSION))
+    given (share one with a sync ``embedded_client(server)`` to see the same data); calls past
+    ``max_connections`` wait for one, as :func:`connect_async`'s do."""
+    client = fakeredis.FakeAsyncRedis(
+        server=server or fakeredis.FakeServer(version=EMBEDDED_VERSION),
+        connection_pool_class=aioredis.BlockingConnectionPool,
+        max_connections=max_connections,
+    )
+    pool = client.connection_pool
+    if isinstance(pool, aioredis.BlockingConnectionPool):  # fakeredis keeps the class given
+        pool.timeout = pool_timeout
+    return client
 
 
 def inner_retry() -> Retry:
@@ -68,15 +119,21 @@ async def connect_async(
     timeout: float = 5.0,
     connect_timeout: float = 2.0,
     check: bool = True,
+    max_connections: int = MAX_CONNECTIONS,
+    pool_timeout: float = POOL_TIMEOUT,
     **options: Any,
 ) -> AsyncClient:
     """An asyncio Redis client for ``url`` (``redis://``, ``rediss://``, ``unix://``,
     ``redis+sentinel://``, ``redis+cluster://``, ``rediss+cluster://``; ``None`` reads
     ``SCHEDCACHE_REDIS_URL``, else embedded), with the sync ``connect``'s options and errors
-    (:class:`ConnectionFailed` naming the URL with any password masked)."""
+    (:class:`ConnectionFailed` naming the URL with any password masked).
+
+    ``max_connections``: the pool's size (per node in a Cluster, where it also bounds the
+    commands in flight); a call past it waits up to ``pool_timeout`` seconds for one."""
     url, scheme = checked_url(url, timeout, connect_timeout)
+    _check_pool(max_connections, pool_timeout)
     if url == EMBEDDED:
-        return embedded_async_client()
+        return embedded_async_client(None, max_connections, pool_timeout)
     timeouts: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": connect_timeout,
@@ -85,11 +142,16 @@ async def connect_async(
         options.setdefault("retry", inner_retry())
     try:
         if scheme == "redis+sentinel":
-            client: AsyncClient = _sentinel_client(url, timeouts, options)
+            sized = {**options, "max_connections": max_connections}
+            client: AsyncClient = _sentinel_client(url, timeouts, sized)
         elif scheme.endswith("+cluster"):
-            client = _cluster_client(url, scheme == "rediss+cluster", timeouts, options)
+            sized = {**options, "max_connections": max_connections, "pool_timeout": pool_timeout}
+            client = _cluster_client(url, scheme == "rediss+cluster", timeouts, sized)
         else:
-            client = aioredis.Redis.from_url(url, **timeouts, **options)
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url, max_connections=max_connections, timeout=pool_timeout, **timeouts, **options
+            )
+            client = aioredis.Redis.from_pool(pool)
         if check:
             await client.ping()
     except CONNECT_ERRORS as error:
@@ -97,6 +159,17 @@ async def connect_async(
     plain = {key: value for key, value in options.items() if key != "retry"}
     _OPENED[client] = (url, {"timeout": timeout, "connect_timeout": connect_timeout, **plain})
     return client
+
+
+def _check_pool(max_connections: int, pool_timeout: float) -> None:
+    if type(max_connections) is not int or not 1 <= max_connections <= 100_000:
+        raise ValidationError(
+            "connect_async", "max_connections", f"{max_connections!r} must be in [1, 100000]"
+        )
+    if not isinstance(pool_timeout, int | float) or not 0 < pool_timeout <= 3600:
+        raise ValidationError(
+            "connect_async", "pool_timeout", f"{pool_timeout!r} must be in (0, 3600] seconds"
+        )
 
 
 def sync_client_for(client: Any) -> redis.Redis | redis.RedisCluster | None:

@@ -228,7 +228,9 @@ class AsyncStore(StoreCore):
             if node is None:  # the slot has no primary now: resent after a refresh
                 raise ClusterDownError(f"no primary holds the slot of cache {self.name}")
             queued = [PipelineCommand(index, *call) for index, call in enumerate(calls)]
-            await node.execute_pipeline(queued)
+            slot = getattr(self.client, "connection_slot", None)  # connect_async's client
+            async with slot() if slot is not None else contextlib.nullcontext():
+                await node.execute_pipeline(queued)
             for command in queued:  # a broken connection: the caller's retry resends all
                 if isinstance(command.result, RETRYABLE):
                     raise command.result

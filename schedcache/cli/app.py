@@ -35,7 +35,7 @@ from schedcache.cli.render import (
 )
 from schedcache.errors import CacheError, ValidationError
 from schedcache.feed.loader import LoadReport, load_documents
-from schedcache.feed.progress import read_progress
+from schedcache.feed.progress import read_progress, truncated_pods
 from schedcache.model.manifests import decode_input, entries, parse_documents
 from schedcache.ops import logs
 from schedcache.sim.demo import DEMO_CACHE, DemoReport, run_demo
@@ -599,6 +599,7 @@ def stats(settings: Settings) -> None:
     click.echo(f"ghost/placeholder nodes\t{ghosts}")
     click.echo(f"pods\t{cache.pod_count()}")
     click.echo(f"assumed pods\t{len(dump.assumed_pods)}")
+    click.echo(f"truncated pods\t{truncated_pods(dump)}")
     click.echo(f"stream length\t{cache.stream_length()}")
     click.echo(f"generation\t{dump.generation}")
     for fed in read_progress(cache):

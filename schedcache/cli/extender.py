@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from schedcache.cli.kube import kube_api, kube_options, ttl_option
-from schedcache.cli.params import Name
+from schedcache.cli.params import Name, Seconds
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
@@ -116,6 +116,22 @@ def extender(
     help="Name in events and the claims' lease [default: the scheduler name].",
 )
 @ttl_option
+@click.option(
+    "--pod-initial-backoff",
+    type=Seconds(open_min=True, maximum=3600.0),
+    default=1.0,
+    show_default=True,
+    help="First wait before an unschedulable pod is tried again (upstream's "
+    "podInitialBackoffSeconds), s; doubles per failure.",
+)
+@click.option(
+    "--pod-max-backoff",
+    type=Seconds(open_min=True, maximum=3600.0),
+    default=10.0,
+    show_default=True,
+    help="Longest wait before an unschedulable pod is tried again (upstream's "
+    "podMaxBackoffSeconds), s. A cluster change that could help retries it at once.",
+)
 @click.pass_obj
 def scheduler(
     settings: Settings,
@@ -125,23 +141,40 @@ def scheduler(
     in_cluster: bool,
     replica: str | None,
     ttl: float,
+    pod_initial_backoff: float,
+    pod_max_backoff: float,
 ) -> None:
     """A reference scheduler replica in Python on the cache: watches pending pods with
     --scheduler-name, filters and scores on its snapshot, claims with check_fit, binds through
     the API server. Run N side by side (and `schedcache sync` to confirm the bindings). Runs
     until SIGTERM or Ctrl-C."""
+    if pod_max_backoff < pod_initial_backoff:
+        raise click.BadParameter(
+            f"{pod_max_backoff:g} is below --pod-initial-backoff {pod_initial_backoff:g}",
+            param_hint="--pod-max-backoff",
+        )
     api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
         from schedcache.extender.reference import ReferenceScheduler
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
     cache = settings.cache(replica=replica or _name(scheduler_name), ttl=ttl)
-    loop = ReferenceScheduler(cache, api, scheduler_name)
+    loop = ReferenceScheduler(
+        cache,
+        api,
+        scheduler_name,
+        retry_delay=pod_initial_backoff,
+        max_backoff=pod_max_backoff,
+    )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     signal.signal(signal.SIGINT, lambda *_: loop.stop.set())
     click.echo(f"scheduling pods of {scheduler_name!r} on cache {cache.name}", err=True)
     loop.run()
-    click.echo(f"stopped; {loop.bound} bound, {loop.conflicts} conflicts", err=True)
+    click.echo(
+        f"stopped; {loop.bound} bound, {loop.conflicts} conflicts, "
+        f"{loop.unschedulable} unschedulable attempts",
+        err=True,
+    )
 
 
 def _name(scheduler_name: str) -> str:

@@ -22,6 +22,7 @@ from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, printable, progress, zone_text
 from schedcache.cli.units import age, bytes_text, cpu_text
 from schedcache.errors import CacheError
+from schedcache.feed.progress import truncated_pods
 from schedcache.history.checkpoints import history_start
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
@@ -247,6 +248,7 @@ def verify(settings: Settings) -> None:
         click.echo(f"{len(differences)} differences", err=True)
         sys.exit(1)
     click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
+    click.echo(f"truncated pod records (stored without labels): {truncated_pods(cache.dump())}")
 
 
 def replay_until(cache: Cache, until: str | None) -> Dump:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -46,6 +48,14 @@ KUBE_MISSING = (
     help="Longest wait between attempts while the API server or Redis is away, s.",
 )
 @click.option(
+    "--list-timeout",
+    type=Seconds(open_min=True, maximum=3600.0),
+    default=30.0,
+    show_default=True,
+    help="A list page that sends nothing for this long is a failed request (logged, counted, "
+    "retried after a back-off), s.",
+)
+@click.option(
     "--replica", type=Name(), default="sync", show_default=True, help="Feeder name in events."
 )
 @click.option("--once", is_flag=True, help="List, reconcile the cache with the lists, and exit.")
@@ -62,6 +72,7 @@ def sync(
     page_size: int,
     watch_timeout: int,
     max_backoff: float,
+    list_timeout: float,
     replica: str,
     once: bool,
     metrics_port: int | None,
@@ -70,13 +81,17 @@ def sync(
     """Keep the cache in step with a cluster, as kube-scheduler's informers: list Nodes and
     assigned, non-terminated Pods, then watch them (bookmarks; 410 Gone relists and removes
     what vanished). Any number of feeders may sync one cache: each object's changes apply in
-    resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit 0)."""
+    resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit 0). With --once: exit 1
+    when any object was invalid (the valid ones are applied), as `load` does."""
     try:
         from schedcache.feed import sync as feed
     except ImportError:
         raise click.ClickException(KUBE_MISSING) from None
     settings_ = feed.SyncSettings(
-        page_size=page_size, watch_timeout=watch_timeout, max_backoff=max_backoff
+        page_size=page_size,
+        watch_timeout=watch_timeout,
+        max_backoff=max_backoff,
+        list_timeout=list_timeout,
     )
     api = kube_api(kubeconfig, context, in_cluster, KUBE_MISSING)
     if not settings.is_shared():
@@ -97,6 +112,13 @@ def sync(
     click.echo(f"syncing cache {cache.name} from {api.api_client.configuration.host}", err=True)
     syncer.run()
     click.echo(f"stopped; {_summary(syncer)}", err=True)
+    if any(thread.is_alive() for thread in syncer.threads):
+        # A list page still waits on a silent API server (a daemon thread that holds nothing:
+        # a stopped list reconciles nothing). Tearing the interpreter down (the kubernetes
+        # package's modules) would take another second under load: SIGTERM must end in 2 s.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _list_once(syncer: Syncer, feed: Any) -> None:
@@ -105,6 +127,11 @@ def _list_once(syncer: Syncer, feed: Any) -> None:
     except feed.API_ERRORS as error:
         raise click.ClickException(f"the API server failed: {one_line(error)}") from None
     click.echo(_summary(syncer))
+    skipped = sum(feed.counters.invalid + feed.counters.rejected for feed in syncer.feeds)
+    if skipped:  # one exit-status rule with `load`: the valid objects applied, exit 1
+        raise click.ClickException(
+            f"{skipped} objects invalid or rejected (logged above); the rest was applied"
+        )
 
 
 def _summary(syncer: Syncer) -> str:
@@ -113,6 +140,7 @@ def _summary(syncer: Syncer) -> str:
         c = resource.counters
         parts.append(
             f"{resource.resource}: {c.applied} applied, {c.dropped} dropped, {c.invalid} invalid, "
-            f"{c.rejected} rejected, {c.relists} lists, rv {c.last_version or '-'}"
+            f"{c.rejected} rejected, {c.truncated} truncated, {c.relists} lists, "
+            f"{c.list_timeouts} list timeouts, rv {c.last_version or '-'}"
         )
     return "; ".join(parts)

@@ -7,7 +7,16 @@ overfill it), bind through the API server, ``finish_binding``. A fit conflict (a
 was first) tries the next best node on a refreshed snapshot; a failed binding forgets the claim.
 The cache learns the binding from ``schedcache sync`` (confirming the claim); until then the
 claim holds the room, and expires after the cache's ttl if the pod never shows up bound.
-A pod that could not be placed is tried again after ``retry_delay`` seconds.
+
+A pod that could not be placed is handled as kube-scheduler's queue does: its reasons per node
+are logged once per attempt in upstream's summary form (``0/12 nodes are available: 3
+Insufficient cpu, 9 node(s) had untolerated taint {k: v}.``), the pod gets a
+``PodScheduled=False`` condition with reason ``Unschedulable`` and that message (a patch of
+``pods/status``), and it backs off, 1 s doubling to 10 s (upstream's podInitialBackoffSeconds
+and podMaxBackoffSeconds), unless a cluster change that could help (a node added or updated, a
+pod removed, a claim forgotten or expired: the cache's event stream) wakes it first. With the
+API server away, the pending-pod watch backs off (1 s doubling to 30 s) rather than warning
+every second.
 """
 
 from __future__ import annotations
@@ -15,9 +24,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
+import redis
+import urllib3
 from kubernetes import client as kube_client
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
@@ -33,19 +47,68 @@ from schedcache.views.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 PENDING = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"
+# upstream's podInitialBackoffSeconds / podMaxBackoffSeconds
+POD_INITIAL_BACKOFF = 1.0
+POD_MAX_BACKOFF = 10.0
+# The pending-pod watch while the API server is away.
+API_MAX_BACKOFF = 30.0
+# Cache events after which a pod no node could take may fit (upstream's queueing hints for
+# NodeResourcesFit, TaintToleration, NodeAffinity, NodePorts: node added or updated, an
+# assigned pod deleted or scaled down).
+HELPFUL_EVENTS = frozenset(
+    {"NodeAdded", "NodeUpdated", "PodRemoved", "PodForgotten", "PodExpired", "PodUpdated"}
+)
+NO_NODES = "no nodes available to schedule pods"  # upstream's ErrNoNodesAvailable
+
+
+def fit_error(nodes: int, reasons: list[str]) -> str:
+    """Upstream's ``FitError.Error()``: ``0/<nodes> nodes are available: <count> <reason>, ...``
+    with the ``"<count> <reason>"`` strings sorted as Go's ``sort.Strings`` does (byte order),
+    and a final period. (No PostFilter message: this scheduler does not preempt.)"""
+    if not nodes:
+        return NO_NODES
+    histogram = sorted(f"{count} {reason}" for reason, count in Counter(reasons).items())
+    message = f"0/{nodes} nodes are available:"
+    if histogram:
+        message += f" {', '.join(histogram)}."
+    return message
+
+
+def unschedulable_condition(message: str, now: datetime | None = None) -> dict[str, Any]:
+    """The ``pods/status`` patch upstream writes for a pod it could not place."""
+    moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": moment,
+    }
+    return {"status": {"conditions": [condition]}}
 
 
 @dataclass
 class Outcome:
-    """What one scheduling attempt did: ``node`` bound, else ``reason``."""
+    """What one scheduling attempt did: ``node`` bound, else ``reason`` (``unschedulable``:
+    no node could take the pod, ``reason`` then upstream's FitError message)."""
 
     node: str = ""
     reason: str = ""
     conflicts: int = 0
+    unschedulable: bool = False
+
+
+@dataclass
+class _Waiting:
+    pod: Pod
+    due: float  # monotonic time of the next attempt
+    attempts: int
 
 
 class ReferenceScheduler:
-    """One replica; ``run()`` until ``stop`` is set."""
+    """One replica; ``run()`` until ``stop`` is set. ``retry_delay``: the first back-off of a
+    pod that could not be placed, doubling to ``max_backoff``."""
 
     def __init__(
         self,
@@ -54,7 +117,9 @@ class ReferenceScheduler:
         scheduler_name: str,
         attempts: int = 3,
         watch_timeout: int = 60,
-        retry_delay: float = 1.0,
+        retry_delay: float = POD_INITIAL_BACKOFF,
+        max_backoff: float = POD_MAX_BACKOFF,
+        api_max_backoff: float = API_MAX_BACKOFF,
     ) -> None:
         self.cache = cache
         self.api = api
@@ -63,11 +128,20 @@ class ReferenceScheduler:
         self.attempts = attempts
         self.watch_timeout = watch_timeout
         self.retry_delay = retry_delay
+        self.max_backoff = max_backoff
+        self.api_max_backoff = api_max_backoff
         self.snapshot = Snapshot()
         self.pending: queue.Queue[Pod] = queue.Queue()
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
+        self.unschedulable = 0  # attempts that found no node
+        self.api_errors = 0  # failed lists or watches of pending pods
+        self._lock = threading.Lock()
+        self._queued: set[str] = set()  # uids in ``pending``
+        self._waiting: dict[str, _Waiting] = {}  # backing off, by uid
+        self._failures: dict[str, int] = {}  # attempts in a row that failed, by uid
+        self._reported: dict[str, str] = {}  # the Unschedulable message last patched, by uid
 
     # -- scheduling one pod ----------------------------------------------------------------
 
@@ -76,13 +150,12 @@ class ReferenceScheduler:
         outcome = Outcome()
         for _ in range(self.attempts):
             self.cache.update_snapshot(self.snapshot)
-            feasible = [
-                (info.name, info)
-                for info in self.snapshot.node_info_list
-                if not filter_pod(pod, info).reasons
-            ]
+            infos = [info for info in self.snapshot.node_info_list if info.node is not None]
+            verdicts = [(info, filter_pod(pod, info).reasons) for info in infos]
+            feasible = [(info.name, info) for info, reasons in verdicts if not reasons]
             if not feasible:
-                outcome.reason = "no node fits"
+                outcome.unschedulable = True
+                outcome.reason = fit_error(len(infos), [r for _, rs in verdicts for r in rs])
                 return outcome
             ranked = scores(pod, feasible)  # type: ignore[arg-type]
             best = max(ranked, key=lambda name: (ranked[name], name))
@@ -99,6 +172,10 @@ class ReferenceScheduler:
                 self.cache.forget_pod(placed)
                 outcome.reason = f"binding failed: {error.status} {error.reason}"
                 return outcome
+            except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
+                self.cache.forget_pod(placed)
+                outcome.reason = f"binding failed: {type(error).__name__}: {_short(error)}"
+                return outcome
             self.cache.finish_binding(placed)
             self.bound += 1
             outcome.node = best
@@ -109,39 +186,147 @@ class ReferenceScheduler:
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Watch pending pods in one thread, schedule them in this one."""
-        watcher = threading.Thread(target=self._watch, name="schedcache-pending", daemon=True)
-        watcher.start()
+        """Watch pending pods and the cache's events in two threads, schedule in this one."""
+        helpers = [
+            threading.Thread(target=target, name=f"schedcache-{name}", daemon=True)
+            for target, name in ((self._watch, "pending"), (self._follow, "events"))
+        ]
+        for helper in helpers:
+            helper.start()
+        try:
+            self._schedule_until_stopped()
+        finally:
+            self.stop.set()
+            helpers[1].join(2.0)  # the event follower blocks a second at most
+
+    def _schedule_until_stopped(self) -> None:
         while not self.stop.is_set():
+            self._release_due()
             try:
-                pod = self.pending.get(timeout=0.2)
+                pod = self.pending.get(timeout=0.1)
             except queue.Empty:
                 continue
+            with self._lock:
+                self._queued.discard(pod.uid)
             try:
                 if self.cache.pod_state(pod) is not None:
                     continue  # offered twice (list, then an update): already claimed
                 outcome = self.schedule_one(pod)
             except CacheError as error:
                 log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
+                self._back_off(pod)
                 continue
-            if not outcome.node:
-                log.info("pod %s/%s not scheduled: %s", pod.namespace, pod.name, outcome.reason)
-                self._retry_later(pod)
+            if outcome.node:
+                with self._lock:
+                    self._failures.pop(pod.uid, None)
+                    self._reported.pop(pod.uid, None)
+                continue
+            delay = self._back_off(pod)
+            if outcome.unschedulable:
+                self.unschedulable += 1
+                log.info(
+                    "pod %s/%s unschedulable: %s (retry in %.1f s or on a cluster change)",
+                    pod.namespace,
+                    pod.name,
+                    outcome.reason,
+                    delay,
+                )
+                self._report(pod, outcome.reason)
+            else:
+                log.info(
+                    "pod %s/%s not scheduled: %s (retry in %.1f s)",
+                    pod.namespace,
+                    pod.name,
+                    outcome.reason,
+                    delay,
+                )
 
-    def _retry_later(self, pod: Pod) -> None:
-        """Back in the queue after ``retry_delay`` (kube-scheduler's backoff queue, simplified:
-        the pod is tried again whatever changed)."""
-        timer = threading.Timer(self.retry_delay, self.pending.put, [pod])
-        timer.daemon = True
-        timer.start()
+    def _back_off(self, pod: Pod) -> float:
+        """Hold ``pod`` back: ``retry_delay`` doubling per failure in a row, to
+        ``max_backoff`` (upstream's backoff queue). Returns the delay."""
+        with self._lock:
+            failures = self._failures.get(pod.uid, 0) + 1
+            self._failures[pod.uid] = failures
+            delay = float(min(self.max_backoff, self.retry_delay * 2 ** (failures - 1)))
+            self._waiting[pod.uid] = _Waiting(pod, time.monotonic() + delay, failures)
+        return delay
+
+    def _release_due(self) -> None:
+        """Queue the pods whose back-off is over."""
+        now = time.monotonic()
+        with self._lock:
+            due = [uid for uid, waiting in self._waiting.items() if waiting.due <= now]
+            for uid in due:
+                self._enqueue(self._waiting.pop(uid).pod)
+
+    def wake(self) -> int:
+        """A cluster change that could help: every backing-off pod is tried at once (returns
+        how many)."""
+        with self._lock:
+            for waiting in self._waiting.values():
+                waiting.due = 0.0
+            return len(self._waiting)
+
+    def _enqueue(self, pod: Pod) -> None:
+        """Queue ``pod`` unless it is queued already (lock held)."""
+        if pod.uid not in self._queued:
+            self._queued.add(pod.uid)
+            self.pending.put(pod)
+
+    def _report(self, pod: Pod, message: str) -> None:
+        """Tell the pod, as upstream does: ``PodScheduled=False``, reason ``Unschedulable``;
+        not again while the message is the same (upstream skips a patch that changes nothing)."""
+        with self._lock:
+            if self._reported.get(pod.uid) == message:
+                return
+        try:
+            self.api.patch_namespaced_pod_status(
+                pod.name,
+                pod.namespace,
+                unschedulable_condition(message),
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=(5, 10),
+            )
+        except Exception as error:  # the API server away, or the pod gone: it is retried anyway
+            log.info("pod %s/%s: condition not written: %s", pod.namespace, pod.name, error)
+            return
+        with self._lock:
+            self._reported[pod.uid] = message
+
+    def _follow(self) -> None:
+        """Wake the backing-off pods on a cache event that could help them."""
+        after = ""
+        delay = self.retry_delay
+        while not self.stop.is_set():
+            try:
+                if not after:  # from the newest event: what came before helped no waiting pod
+                    last = self.cache.last_events(1)
+                    after = last[0].id if last else "0-0"
+                events = self.cache.wait_for_events(after, timeout=1.0)
+            except (CacheError, redis.RedisError, OSError) as error:  # Redis away: back off
+                if self.stop.is_set():
+                    return
+                log.info("following the cache's events: %s; again in %.1f s", error, delay)
+                self.stop.wait(delay)
+                delay = min(self.api_max_backoff, delay * 2)
+                continue
+            delay = self.retry_delay
+            if events:
+                after = events[-1].id
+                if any(event.type in HELPFUL_EVENTS for event in events):
+                    self.wake()
 
     def _watch(self) -> None:
         sanitize = self.api.api_client.sanitize_for_serialization
+        delay = 1.0
         while not self.stop.is_set():
             try:
-                listed = self.api.list_pod_for_all_namespaces(field_selector=PENDING)
+                listed = self.api.list_pod_for_all_namespaces(
+                    field_selector=PENDING, _request_timeout=(10, 60)
+                )
                 for item in listed.items:
                     self._offer(sanitize(item))
+                delay = 1.0
                 stream = kube_watch.Watch().stream(
                     self.api.list_pod_for_all_namespaces,
                     field_selector=PENDING,
@@ -153,15 +338,41 @@ class ReferenceScheduler:
                         return
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._offer(sanitize(event["object"]))
-            except Exception as error:  # the API server away or 410: list again shortly
-                log.warning("watching pending pods: %s", error)
-                self.stop.wait(1.0)
+                    elif event["type"] == "DELETED":
+                        self._forget(sanitize(event["object"]))
+            except Exception as error:  # the API server away or 410: list again, backing off
+                self.api_errors += 1
+                log.warning("watching pending pods: %s; again in %.0f s", _short(error), delay)
+                self.stop.wait(delay)
+                delay = min(self.api_max_backoff, delay * 2)
 
     def _offer(self, obj: Any) -> None:
         spec = obj.get("spec") or {}
-        if spec.get("schedulerName") != self.scheduler_name or spec.get("nodeName"):
+        if spec.get("schedulerName") != self.scheduler_name:
+            return
+        if spec.get("nodeName"):  # bound (by this replica or another): not ours to retry
+            self._forget(obj)
             return
         try:
-            self.pending.put(Pod.from_k8s(obj))
+            pod = Pod.from_k8s(obj)
         except ValidationError as error:
             log.warning("skipped a pending pod: %s", error)
+            return
+        with self._lock:
+            waiting = self._waiting.get(pod.uid)
+            if waiting is not None:  # backing off: an update (our own condition) waits too
+                waiting.pod = pod
+                return
+            self._enqueue(pod)
+
+    def _forget(self, obj: Any) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            self._waiting.pop(uid, None)
+            self._failures.pop(uid, None)
+            self._reported.pop(uid, None)
+
+
+def _short(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from schedcache.cache import Cache
+from schedcache.cache import Cache, Dump
 from schedcache.feed.reconcile import RESOURCES
 from schedcache.store.responses import as_text
 
@@ -50,3 +50,9 @@ def read_progress(cache: Cache) -> list[Progress]:
             continue
         found.append(Progress(resource, version, int(at) / 1000, fields.get(f"{resource}:by", "")))
     return found
+
+
+def truncated_pods(dump: Dump) -> int:
+    """How many pods the cache holds without their labels (``sync`` stored them truncated:
+    more labels than the cache reads back); ``stats`` and ``verify`` show it."""
+    return sum(pod.truncated for info in dump.nodes.values() for pod in info.pods)

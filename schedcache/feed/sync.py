@@ -14,8 +14,14 @@ the list's resourceVersion with bookmarks:
   or bookmark; ``410 Gone`` (an HTTP status or an ``ERROR`` event) relists and **reconciles**:
   listed objects are applied, and cached ones the list no longer holds are removed at the
   list's resourceVersion (so a newer change another feeder applied meanwhile wins);
-* an unreachable API server means back-off, the cache left as it is; a malformed object is
-  logged by name, counted and skipped.
+* an unreachable API server means back-off, the cache left as it is; so does a list page that
+  sends nothing for ``list_timeout`` seconds (a stalled list is a timeout, logged and counted
+  like a failed watch); a malformed object or watch event is logged by name, counted and
+  skipped, and the watch goes on past it (it never restarts from the same resourceVersion);
+* a pod the API server accepted is never invisible to fit: one the cache cannot store in full
+  (labels past what it reads back) is stored without its labels, still counting its requests
+  and ports on its node, and marked ``truncated``;
+* a stop (SIGTERM) ends a list between pages without reconciling a partial list.
 
 Lists and watches go through the official ``kubernetes`` client (configuration, auth, TLS,
 kubeconfig contexts, in-cluster service accounts) with ``_preload_content=False``: the JSON is
@@ -25,6 +31,7 @@ read here, because building the client's typed models costs more than the sync i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import random
@@ -32,9 +39,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Self, TypeVar
 
 import urllib3
 from kubernetes import client as kube_client
@@ -52,6 +60,7 @@ from schedcache.store.commands import Command
 from schedcache.store.responses import as_text
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # kube-scheduler's informer for the pods its cache holds.
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -66,25 +75,32 @@ class Gone(Exception):
     """410: the resourceVersion is older than the API server's history: relist."""
 
 
+class Stopped(Exception):
+    """The feed was stopped mid-list: the partial list must not reconcile anything."""
+
+
 @dataclass(frozen=True)
 class SyncSettings:
     """``page_size``: objects per list page and per batch of commands; ``watch_timeout``:
     seconds a watch runs before it is renewed (jittered by up to a fifth, so feeders do not
     renew together); ``backoff``/``max_backoff``: first and longest wait after an API error;
-    ``progress_every``: seconds between writes of the feed's progress to the cache."""
+    ``progress_every``: seconds between writes of the feed's progress to the cache;
+    ``list_timeout``: seconds a list page may send nothing before it counts as failed (the
+    socket read timeout of each list request; also its connect timeout)."""
 
     page_size: int = 500
     watch_timeout: int = 300
     backoff: float = 0.5
     max_backoff: float = 30.0
     progress_every: float = 1.0
+    list_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("page_size", "watch_timeout"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValidationError("sync", name, f"{value!r} must be an integer >= 1")
-        for name in ("backoff", "max_backoff", "progress_every"):
+        for name in ("backoff", "max_backoff", "progress_every", "list_timeout"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 < value <= 3600:
                 raise ValidationError("sync", name, f"{value!r} must be in (0, 3600] seconds")
@@ -101,6 +117,8 @@ class FeedCounters:
     relists: int = 0
     watch_restarts: int = 0
     api_errors: int = 0
+    list_timeouts: int = 0
+    truncated: int = 0
     last_version: str = ""
     results: dict[str, int] = field(default_factory=dict)
 
@@ -109,8 +127,13 @@ def api_client(
     kubeconfig: str | None = None, context: str | None = None, in_cluster: bool = False
 ) -> kube_client.CoreV1Api:
     """A CoreV1Api from the in-cluster service account, or a kubeconfig (``kubeconfig``, else
-    ``KUBECONFIG``, else ``~/.kube/config``) and its ``context``."""
+    ``KUBECONFIG``, else ``~/.kube/config``) and its ``context``.
+
+    A request whose answer stops coming (read timeout) is not sent again by urllib3 (its
+    default resends a GET three times, so a stalled list page took four read timeouts to
+    fail): the callers back off and retry themselves (:class:`NoResendAfterTimeout`)."""
     configuration = kube_client.Configuration()
+    configuration.retries = NoResendAfterTimeout(3)
     if in_cluster:
         kube_config.load_incluster_config(client_configuration=configuration)
     else:
@@ -120,13 +143,52 @@ def api_client(
     return kube_client.CoreV1Api(kube_client.ApiClient(configuration))
 
 
+class NoResendAfterTimeout(urllib3.Retry):
+    """urllib3's default retries, except that a request whose answer stopped coming (a read
+    timeout) fails at once: a list page that sends nothing for ``list_timeout`` is one
+    timeout, not four. A connection cut before the answer is still resent."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: Any = None,
+        error: Exception | None = None,
+        _pool: Any = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+            raise urllib3.exceptions.MaxRetryError(_pool, url or "", error) from error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
 def pod_command(event: str, obj: Mapping[str, Any]) -> Command:
     """The command for a pod seen in a list (``LISTED``) or a watch event: present while it is
     assigned and not terminated, else gone. Raises ValidationError for a malformed pod."""
+    return planned_pod(event, obj)[0]
+
+
+def planned_pod(event: str, obj: Mapping[str, Any]) -> tuple[Command, bool]:
+    """:func:`pod_command` and whether the pod had to be truncated.
+
+    A valid pod the cache cannot store in full (more labels than it reads back; the API server
+    accepts up to etcd's 1.5 MiB) is stored without its labels and marked ``truncated``: left
+    out, it would be invisible to fit and a claim could overcommit its node."""
     pod = Pod.from_k8s(obj)
     version = _version(obj, commands.pod_subject(pod))
     present = event != "DELETED" and bool(pod.node_name) and pod.phase not in TERMINATED
-    return commands.sync_pod(pod, version, present)
+    try:
+        return commands.sync_pod(pod, version, present), False
+    except ValidationError as error:
+        if not pod.labels or not (error.field == "" or error.field.startswith("metadata.labels")):
+            raise
+    return commands.sync_pod(truncated(pod), version, present), True
+
+
+def truncated(pod: Pod) -> Pod:
+    """``pod`` without its labels, marked truncated: what fit needs (requests, ports, node)
+    is kept; a selector cannot match it by label (documented in docs/sync.md)."""
+    return dataclasses.replace(pod, labels={}, truncated=True)
 
 
 def node_command(event: str, obj: Mapping[str, Any]) -> Command:
@@ -187,7 +249,19 @@ class ResourceFeed:
         )
 
     def _command(self, event: str, obj: Mapping[str, Any]) -> Command:
-        return (pod_command if self.resource == "pods" else node_command)(event, obj)
+        if self.resource == "nodes":
+            return node_command(event, obj)
+        command, cut = planned_pod(event, obj)
+        if cut:
+            self._count("truncated")
+            self._result("truncated")
+            log.warning(
+                "pods of cache %s: %s stored without its labels (more than the cache stores); "
+                "its requests and ports still count on its node",
+                self.cache.name,
+                subject(obj),
+            )
+        return command
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -205,16 +279,23 @@ class ResourceFeed:
             except Gone as gone:
                 log.info("%s of cache %s: %s; relisting", self.resource, self.cache.name, gone)
                 version = None
+            except Stopped:
+                break
             except API_ERRORS as error:
                 if self.stop.is_set():
                     break
                 self._count("api_errors")
                 metrics.SYNC_API_ERRORS.labels(**self._labels).inc()
+                stalled = _timed_out(error)
+                if stalled:
+                    self._count("list_timeouts")
                 log.warning(
                     "%s of cache %s: API server unavailable (%s: %s); retrying in %.1f s",
                     self.resource,
                     self.cache.name,
-                    type(error).__name__,
+                    f"a list page sent nothing for {self.settings.list_timeout:g} s"
+                    if stalled
+                    else type(error).__name__,
                     _short(error),
                     delay,
                 )
@@ -267,25 +348,28 @@ class ResourceFeed:
         listed: set[str] = set()
         count, version = 0, ""
         # Redis applies one page while the next is read and turned into commands.
-        with ThreadPoolExecutor(1, thread_name_prefix=f"schedcache-apply-{self.resource}") as pool:
-            applying: Future[None] | None = None
-            for items, version in self._pages():
-                if items is None:  # the snapshot expired between pages: the list starts over
-                    listed, count = set(), 0
-                    continue
-                planned = []
-                for obj in items:
-                    # An object that cannot be read is still listed: a relist never removes it.
-                    listed.add(_identity(self.resource, obj))
-                    command = self._plan("LISTED", obj)
-                    if command is not None:
-                        planned.append(command)
-                count += len(items)
-                if applying is not None:
-                    applying.result()
-                applying = pool.submit(self._apply_listed, planned, version)
+        applying: Future[None] | None = None
+        for items, version in self._pages():
+            if self.stop.is_set():  # a partial list must not remove what it did not reach
+                raise Stopped(f"{self.resource} list stopped")
+            if items is None:  # the snapshot expired between pages: the list starts over
+                listed, count = set(), 0
+                continue
+            planned = []
+            for obj in items:
+                # An object that cannot be read is still listed: a relist never removes it.
+                listed.add(_identity(self.resource, obj))
+                command = self._plan("LISTED", obj)
+                if command is not None:
+                    planned.append(command)
+            count += len(items)
             if applying is not None:
                 applying.result()
+            applying = _background(
+                f"schedcache-apply-{self.resource}", self._apply_listed, planned, version
+            )
+        if applying is not None:
+            applying.result()
         stale = sorted(held(self.cache, self.resource) - listed)
         self._apply_batch([removal(self.resource, key, version) for key in stale])
         self._advance(version, force=True)
@@ -306,30 +390,36 @@ class ResourceFeed:
         """The list's pages with its resourceVersion, the next page fetched while the caller
         applies this one; ``(None, "")`` when the list had to start over (410 on a continue
         token)."""
-        with ThreadPoolExecutor(1, thread_name_prefix=f"schedcache-list-{self.resource}") as pool:
-            pending = pool.submit(self._page, None)
-            while True:
-                try:
-                    page = pending.result()
-                except ApiException as error:
-                    if error.status != 410:
-                        raise
-                    yield None, ""
-                    pending = pool.submit(self._page, None)
-                    continue
-                metadata = page.get("metadata") or {}
-                token = metadata.get("continue") or None
-                if token:
-                    pending = pool.submit(self._page, token)
-                version = commands.resource_version(
-                    metadata.get("resourceVersion"), f"{self.resource} list"
-                )
-                yield [item for item in page.get("items") or [] if isinstance(item, dict)], version
-                if not token:
-                    return
+        name = f"schedcache-list-{self.resource}"
+        pending = _background(name, self._page, None)
+        while True:
+            try:
+                page = pending.result()
+            except ApiException as error:
+                if error.status != 410:
+                    raise
+                yield None, ""
+                pending = _background(name, self._page, None)
+                continue
+            metadata = page.get("metadata")
+            metadata = metadata if isinstance(metadata, Mapping) else {}
+            token = metadata.get("continue") or None
+            if token:
+                pending = _background(name, self._page, token)
+            version = commands.resource_version(
+                metadata.get("resourceVersion"), f"{self.resource} list"
+            )
+            items = page.get("items")
+            yield [item for item in items or [] if isinstance(item, dict)], version
+            if not token:
+                return
 
     def _page(self, token: str | None) -> dict[str, Any]:
-        options: dict[str, Any] = {"limit": self.settings.page_size}
+        wait = self.settings.list_timeout
+        options: dict[str, Any] = {
+            "limit": self.settings.page_size,
+            "_request_timeout": (wait, wait),
+        }
         if token:
             options["_continue"] = token
         return _json(self._call(**options))
@@ -425,7 +515,9 @@ class ResourceFeed:
         if not isinstance(obj, Mapping):
             self._invalid("watch event", "object is not a mapping")
             return version
-        seen = (obj.get("metadata") or {}).get("resourceVersion") or version
+        metadata = obj.get("metadata")
+        seen = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+        seen = seen if isinstance(seen, str) and seen.isdigit() else version
         if kind == "BOOKMARK":
             self._advance(seen)
             return seen
@@ -621,13 +713,17 @@ class Syncer:
                 return False
         return True
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop every feed (open watches are closed at once) and wait for them."""
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop every feed (open watches are closed at once) and wait for them, ``timeout``
+        seconds in all: a feed still blocked then (a list page the API server is silent on)
+        is a daemon thread and holds nothing that a stop must wait for (a partial list
+        reconciles nothing)."""
         self.stopping.set()
         for feed in self.feeds:
             feed.close()
+        deadline = time.monotonic() + timeout
         for thread in self.threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def run(self, stop: Callable[[], bool] | None = None) -> None:
         """:meth:`start`, then wait until :meth:`stop` (or a signal handler calling it)."""
@@ -645,9 +741,35 @@ class Syncer:
 
 
 def _identity(resource: str, obj: Mapping[str, Any]) -> str:
-    """The cache's key for a listed object: a node's name, a pod's uid."""
-    metadata = obj.get("metadata") or {}
+    """The cache's key for a listed object: a node's name, a pod's uid ("" when malformed)."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return ""
     return str(metadata.get("name" if resource == "nodes" else "uid", ""))
+
+
+def _background(name: str, fn: Callable[..., T], *args: Any) -> Future[T]:
+    """``fn(*args)`` in a daemon thread: unlike a ThreadPoolExecutor's worker, a page read
+    stalled on a silent API server does not hold the process at exit (SIGTERM exits at once)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:  # handed to the caller's result()
+            future.set_exception(error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether an API error is a request that timed out (urllib3 may wrap it in its retries)."""
+    reason = getattr(error, "reason", None)
+    timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
+    return isinstance(error, timeouts) or isinstance(reason, timeouts)
 
 
 def _json(response: Any) -> dict[str, Any]:

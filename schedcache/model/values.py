@@ -189,6 +189,8 @@ class Pod:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: dict[str, str] = field(default_factory=dict)
     required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
+    # Stored without its labels (more than the cache reads back): still counted on its node.
+    truncated: bool = False
 
     @property
     def key(self) -> str:
@@ -256,6 +258,8 @@ class Pod:
                 [[[k, op, list(v)] for k, op, v in part] for part in term]
                 for term in self.required_node_affinity
             ]
+        if self.truncated:
+            d["truncated"] = True
         return d
 
     @classmethod
@@ -286,6 +290,7 @@ class Pod:
             tuple((k, op, v, e) for k, op, v, e in tolerations) if tolerations else (),
             dict(get("node_selector") or ()),
             _terms(affinity) if affinity else (),
+            bool(get("truncated", False)),
         )
 
 
