@@ -76,3 +76,49 @@ local function claim_conflicts(p, node, parsed, check, expected)
   end
   return table.concat(short, ',')
 end
+
+-- Inter-pod rules (docs/constraints.md): optimistic, on node generations. The replica decided
+-- on a snapshot caught up to cache generation `since`; `reads` names, per rule, the nodes
+-- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ...". The live cache
+-- still gives the same verdict when none of those nodes changed since `since` (any pod placed,
+-- removed or relabelled on a node bumps its generation), and when no other node changed
+-- since then gained a pod with required anti-affinity (the one rule that a pod on a node the
+-- decision did not read can break: an existing pod's anti-affinity toward the incoming pod).
+-- Bounded: the reads by the argument's length; the nodes changed since `since` by
+-- MAX_CHANGED_NODES (more is 'stale': decide again on a fresher snapshot).
+local MAX_CHANGED_NODES = 256
+local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
+                ['existing-anti-affinity'] = true, ['topology-spread'] = true }
+
+-- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
+local function rule_conflicts(p, since, reads)
+  local gen = tonumber(since)
+  if gen == nil or not is_int(since) then return nil end
+  local read_by = {}  -- node -> the first rule that read it
+  local rule = nil
+  for word in string.gmatch(reads or '', '%S+') do
+    if string.sub(word, 1, 1) == '@' then
+      rule = string.sub(word, 2)
+      if not RULES[rule] then return nil end
+    elseif rule == nil then
+      return nil
+    elseif read_by[word] == nil then
+      read_by[word] = rule
+    end
+  end
+  local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',
+                             'LIMIT', 0, MAX_CHANGED_NODES + 1)
+  if #changed > MAX_CHANGED_NODES then return 'stale' end
+  -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
+  for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
+  for j = 1, #changed do
+    local node = changed[j]
+    local by = read_by[node]
+    if by ~= nil then return by end
+    local nk = p .. 'node:' .. node
+    if stored_int(nk, typed_read(nk, 'hash', 'HMGET', 'anti')[1], 0) > 0 then
+      return 'existing-anti-affinity'
+    end
+  end
+  return ''
+end

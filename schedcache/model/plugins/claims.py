@@ -1,0 +1,87 @@
+"""What a claim carries so that Redis can re-check the pod's inter-pod rules atomically.
+
+A replica judged InterPodAffinity and PodTopologySpread on a snapshot at cache generation G.
+Each rule's verdict on the chosen node depends on the pods of a known set of nodes (the
+*reads*): the nodes sharing the node's domain for each anti-affinity or affinity term (every
+live node when the affinity held by upstream's first-pod-of-a-group rule: a matching pod
+anywhere would change it), every node that holds pods with required anti-affinity (existing
+pods' terms toward the pod), and every live node for DoNotSchedule spread (each domain's count
+and the global minimum). ``lua/_claims.lua`` refuses the claim when any of those nodes changed
+after G, or when a node changed after G now holds a pod with required anti-affinity. See
+docs/constraints.md for why this is sound and what it costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins import interpodaffinity, podtopologyspread
+from schedcache.model.plugins.cycle import Cycle
+
+#: Rule names as the claim and its FitConflict name them.
+POD_AFFINITY = "pod-affinity"
+POD_ANTI_AFFINITY = "pod-anti-affinity"
+EXISTING_ANTI_AFFINITY = "existing-anti-affinity"
+TOPOLOGY_SPREAD = "topology-spread"
+
+_RULE_OF_REASON = {
+    interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
+    interpodaffinity.ANTI_AFFINITY_RULES: POD_ANTI_AFFINITY,
+    interpodaffinity.EXISTING_ANTI_AFFINITY: EXISTING_ANTI_AFFINITY,
+    podtopologyspread.CONSTRAINTS_NOT_MATCH: TOPOLOGY_SPREAD,
+    podtopologyspread.LABEL_NOT_MATCH: TOPOLOGY_SPREAD,
+}
+
+
+def broken_rule(cycle: Cycle, info: NodeInfo) -> str | None:
+    """The inter-pod rule the placement breaks on this snapshot, or None."""
+    for plugin in (interpodaffinity.filter, podtopologyspread.filter):
+        result = plugin(cycle, info)
+        if result is not None:
+            return _RULE_OF_REASON[result.reasons[0]]
+    return None
+
+
+def claim_reads(cycle: Cycle, info: NodeInfo) -> str:
+    """``"@<rule> <node> ..."``: the nodes whose pods the verdict on ``info`` read, per rule."""
+    pod, node = cycle.pod, info.node
+    if node is None:
+        return ""
+    live = [(i.name, n) for i, n in cycle.nodes()]
+    parts: list[str] = []
+
+    def domain(key: str) -> list[str]:
+        value = node.labels.get(key)
+        return [] if value is None else [name for name, n in live if n.labels.get(key) == value]
+
+    if pod.pod_affinity:
+        s = interpodaffinity.state(cycle)
+        if any(
+            s.affinity[(t.topology_key, node.labels.get(t.topology_key, ""))] <= 0
+            for t in pod.pod_affinity
+        ):
+            names = [name for name, _ in live]  # held by the first-pod rule
+        else:
+            names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
+        parts.append(_rule(POD_AFFINITY, names))
+    if pod.pod_anti_affinity:
+        parts.append(
+            _rule(
+                POD_ANTI_AFFINITY,
+                [n for t in pod.pod_anti_affinity for n in domain(t.topology_key)],
+            )
+        )
+    uid = pod.uid
+    holders = [
+        i.name for i in cycle.infos if any(p.uid != uid for p in i.pods_with_required_anti_affinity)
+    ]
+    if holders:
+        parts.append(_rule(EXISTING_ANTI_AFFINITY, holders))
+    if podtopologyspread.hard_constraints(pod):
+        parts.append(_rule(TOPOLOGY_SPREAD, [name for name, _ in live]))
+    return " ".join(parts)
+
+
+def _rule(name: str, nodes: Sequence[str]) -> str:
+    return " ".join(["@" + name, *dict.fromkeys(nodes)])

@@ -1,0 +1,112 @@
+"""InterPodAffinity (pkg/scheduler/framework/plugins/interpodaffinity): the filter.
+
+PreFilter counts, per topology pair (key, value), (1) existing pods' required anti-affinity
+terms that match the incoming pod, (2) existing pods that match *all* of the incoming pod's
+required affinity terms, (3) existing pods matching each of its anti-affinity terms. Filter
+then reads the node's own pairs. Upstream's self-match rule: when no pod anywhere matches the
+affinity terms and the pod matches all of them itself, it may go anywhere that has the keys
+(the first pod of a group). Reasons and codes are upstream's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.result import FilterResult
+from schedcache.model.podterms import PodAffinityTerm
+from schedcache.model.values import Pod
+
+NAME = "InterPodAffinity"
+AFFINITY_RULES = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+Pair = tuple[str, str]
+
+
+def matches_all(terms: Sequence[PodAffinityTerm], owner: Pod, other: Pod) -> bool:
+    return all(t.matches_pod(owner.namespace, other.namespace, other.labels) for t in terms)
+
+
+class State:
+    """PreFilter's counts (upstream's preFilterState)."""
+
+    def __init__(self, cycle: Cycle) -> None:
+        pod = cycle.pod
+        self.existing_anti: Counter[Pair] = Counter()
+        self.affinity: Counter[Pair] = Counter()
+        self.anti: Counter[Pair] = Counter()
+        affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
+        for info, node in cycle.nodes():
+            labels = node.labels
+            for other in cycle.others(info):
+                for term in other.pod_anti_affinity:
+                    if term.topology_key in labels and term.matches_pod(
+                        other.namespace, pod.namespace, pod.labels
+                    ):
+                        self.existing_anti[(term.topology_key, labels[term.topology_key])] += 1
+                if affinity and matches_all(affinity, pod, other):
+                    for term in affinity:
+                        if term.topology_key in labels:
+                            self.affinity[(term.topology_key, labels[term.topology_key])] += 1
+                for term in anti:
+                    if term.topology_key in labels and term.matches_pod(
+                        pod.namespace, other.namespace, other.labels
+                    ):
+                        self.anti[(term.topology_key, labels[term.topology_key])] += 1
+
+
+def state(cycle: Cycle) -> State:
+    found = cycle.state.get(NAME)
+    if found is None:
+        found = cycle.state[NAME] = State(cycle)
+    assert isinstance(found, State)
+    return found
+
+
+def satisfies_affinity(pod: Pod, s: State, labels: Mapping[str, str]) -> bool:
+    exist = True
+    for term in pod.pod_affinity:
+        value = labels.get(term.topology_key)
+        if value is None:
+            return False  # all topology labels must exist on the node
+        if s.affinity[(term.topology_key, value)] <= 0:
+            exist = False
+    if not exist:
+        return not s.affinity and matches_all(pod.pod_affinity, pod, pod)
+    return True
+
+
+def filter(cycle: Cycle, info: NodeInfo) -> FilterResult | None:
+    """None when the node passes; else upstream's reason."""
+    pod, node = cycle.pod, info.node
+    if node is None:
+        return None
+    if not (pod.pod_affinity or pod.pod_anti_affinity) and not _any_existing_anti(cycle):
+        return None
+    s = state(cycle)
+    labels = node.labels
+    if pod.pod_affinity and not satisfies_affinity(pod, s, labels):
+        return FilterResult((AFFINITY_RULES,), True)
+    for term in pod.pod_anti_affinity:
+        value = labels.get(term.topology_key)
+        if value is not None and s.anti[(term.topology_key, value)] > 0:
+            return FilterResult((ANTI_AFFINITY_RULES,))
+    for key, value in labels.items():
+        if s.existing_anti[(key, value)] > 0:
+            return FilterResult((EXISTING_ANTI_AFFINITY,))
+    return None
+
+
+def _any_existing_anti(cycle: Cycle) -> bool:
+    """Whether any pod in the cluster has required anti-affinity (the snapshot's list)."""
+    cached = cycle.state.get(NAME + ".any")
+    if cached is None:
+        uid = cycle.pod.uid
+        cached = cycle.state[NAME + ".any"] = any(
+            p.uid != uid for info in cycle.infos for p in info.pods_with_required_anti_affinity
+        )
+    return bool(cached)

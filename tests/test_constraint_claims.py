@@ -1,0 +1,159 @@
+"""Claims that keep inter-pod rules: ``assume_pod(check_fit=True)`` refuses, atomically in
+Redis, a placement the live cache shows would break the pod's required pod affinity,
+anti-affinity (its own terms, and existing pods' terms toward it) or DoNotSchedule topology
+spread, even when the replica decided on a snapshot where it was fine (docs/constraints.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedcache import Cache, Snapshot
+from schedcache.errors import FitConflict
+from schedcache.model.values import Pod
+from tests.factories import keyspace, make_node, make_pod, pod_manifest
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def node(name: str, zone: str = "z1"):
+    return make_node(name, "8", "8Gi", labels={HOST: name, ZONE: zone})
+
+
+def term(key: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+
+
+def anti(key: str, **labels: str) -> dict[str, Any]:
+    return {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term(key, labels)]}
+    }
+
+
+def affinity(key: str, **labels: str) -> dict[str, Any]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term(key, labels)]}}
+
+
+def spread_pod(name: str, node_name: str, skew: int = 1) -> Pod:
+    m = pod_manifest(name, node_name, labels={"app": "s"})
+    m["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": skew,
+            "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "s"}},
+        }
+    ]
+    return Pod.from_k8s(m)
+
+
+def decided(cache: Cache) -> Snapshot:
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    return snap
+
+
+def test_bare_claim_next_to_a_pod_its_hostname_anti_affinity_repels_is_refused(cache):
+    cache.add_node(node("n1"))
+    cache.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(FitConflict, match="pod-anti-affinity") as info:
+        cache.assume_pod(
+            make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+            check_fit=True,
+        )
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_two_replicas_deciding_on_one_snapshot_cannot_both_place_anti_affine_pods_on_a_node(
+    make_cache,
+):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1"))
+    a.add_node(node("n2"))
+    snap_a, snap_b = decided(a), decided(b)
+    first = make_pod("web-0", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    second = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    a.assume_pod(first, check_fit=True, snapshot=snap_a)
+    before = keyspace(b.client, b.keys.pattern)
+    with pytest.raises(FitConflict) as info:
+        b.assume_pod(second, check_fit=True, snapshot=snap_b)
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert keyspace(b.client, b.keys.pattern) == before
+    b.assume_pod(second.with_node("n2"), check_fit=True, snapshot=decided(b))
+    assert b.verify() == []
+
+
+def test_an_existing_pods_anti_affinity_placed_meanwhile_in_the_zone_refuses_a_plain_pod(
+    make_cache,
+):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    for name, zone in (("n1", "z1"), ("n2", "z1"), ("n3", "z2")):
+        a.add_node(node(name, zone))
+    snap_a = decided(a)
+    b.assume_pod(make_pod("guard", "n2", affinity=anti(ZONE, app="db")), check_fit=True)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=snap_a)
+    assert info.value.reasons == ("existing-anti-affinity",)
+    # Decided again, the zone is out: the other zone takes it.
+    with pytest.raises(FitConflict, match="existing-anti-affinity"):
+        a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True)
+    a.assume_pod(make_pod("db", "n3", labels={"app": "db"}), check_fit=True)
+
+
+def test_spread_claims_decided_on_one_snapshot_keep_max_skew(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap_a, snap_b = decided(a), decided(b)
+    a.assume_pod(spread_pod("s0", "n1"), check_fit=True, snapshot=snap_a)
+    with pytest.raises(FitConflict) as info:
+        b.assume_pod(spread_pod("s1", "n1"), check_fit=True, snapshot=snap_b)
+    assert info.value.reasons == ("topology-spread",)
+    with pytest.raises(FitConflict, match="topology-spread"):
+        b.assume_pod(spread_pod("s1", "n1"), check_fit=True)
+    b.assume_pod(spread_pod("s1", "n2"), check_fit=True)
+
+
+def test_affinity_claim_is_refused_once_the_pod_it_needs_is_gone(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    target = make_pod("db", "n1", labels={"app": "db"})
+    a.add_pod(target)
+    snap = decided(a)
+    b.remove_pod(target)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(
+            make_pod("web", "n1", affinity=affinity(ZONE, app="db")), check_fit=True, snapshot=snap
+        )
+    assert info.value.reasons == ("pod-affinity",)
+
+
+def test_first_pod_of_a_self_affine_group_goes_anywhere_but_not_twice_apart(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap_a, snap_b = decided(a), decided(b)
+    group = {"labels": {"app": "g"}, "affinity": affinity(ZONE, app="g")}
+    a.assume_pod(make_pod("g0", "n1", **group), check_fit=True, snapshot=snap_a)
+    with pytest.raises(FitConflict, match="pod-affinity"):
+        b.assume_pod(make_pod("g1", "n2", **group), check_fit=True, snapshot=snap_b)
+    b.assume_pod(make_pod("g1", "n1", **group), check_fit=True)
+
+
+def test_unconstrained_claims_elsewhere_do_not_conflict(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap = decided(a)
+    b.assume_pod(make_pod("x", "n2"), check_fit=True)
+    a.assume_pod(
+        make_pod("web", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+        check_fit=True,
+        snapshot=snap,
+    )
+    assert a.verify() == []
