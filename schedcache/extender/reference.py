@@ -26,7 +26,8 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, ValidationError
 from schedcache.extender.binder import ApiBinder
 from schedcache.extender.service import scores
-from schedcache.model.filters import filter_pod
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -76,10 +77,11 @@ class ReferenceScheduler:
         outcome = Outcome()
         for _ in range(self.attempts):
             self.cache.update_snapshot(self.snapshot)
+            cycle = Cycle(pod, list(self.snapshot.node_infos.values()))
             feasible = [
                 (info.name, info)
                 for info in self.snapshot.node_info_list
-                if not filter_pod(pod, info).reasons
+                if not filter_pod(pod, info, cycle).reasons
             ]
             if not feasible:
                 outcome.reason = "no node fits"
@@ -88,7 +90,7 @@ class ReferenceScheduler:
             best = max(ranked, key=lambda name: (ranked[name], name))
             placed = pod.with_node(best)
             try:
-                self.cache.assume_pod(placed, check_fit=True)
+                self.cache.assume_pod(placed, check_fit=True, snapshot=self.snapshot)
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1

@@ -28,8 +28,10 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict
 from schedcache.extender import protocol
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
-from schedcache.model.filters import filter_pod, intolerable_prefer_no_schedule
 from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.nodelocal import intolerable_prefer_no_schedule
+from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -65,12 +67,13 @@ class Extender:
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
+            cycle = Cycle(args.pod, list(self.snapshot.node_infos.values()))
             for name in args.node_names:
                 info = self.snapshot.node_infos.get(name)
                 if info is None or info.node is None:
                     unresolvable[name] = UNKNOWN_NODE
                     continue
-                result = filter_pod(args.pod, info)
+                result = filter_pod(args.pod, info, cycle)
                 if not result.reasons:
                     passed.append(name)
                 elif result.unresolvable:

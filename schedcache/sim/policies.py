@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedcache.errors import PolicyError
-from schedcache.model.filters import filter_pod, node_refuses
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.nodelocal import node_refuses
+from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Pod
 from schedcache.sim.scratch import ResourceIndex, ScratchSnapshot
 from schedcache.views.snapshot import Snapshot
@@ -62,12 +64,13 @@ def best_node(snapshot: Snapshot, pod: Pod, scorer: Scorer) -> str | None:
 
     index = _index_of(snapshot)
     scores = np.where(_feasible(index, snapshot, pod), scorer(index, pod), INFEASIBLE)
+    cycle = Cycle(pod, list(snapshot.node_infos.values()))
     while True:
         best = int(np.argmax(scores)) if len(scores) else 0
         if not len(scores) or scores[best] == INFEASIBLE:
             return None
         name = index.names[best]
-        if filter_pod(pod, snapshot.node_infos[name]).fits:
+        if filter_pod(pod, snapshot.node_infos[name], cycle).fits:
             return name
         scores[best] = INFEASIBLE
 
