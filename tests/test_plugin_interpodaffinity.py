@@ -336,7 +336,7 @@ INDIA = {"region": "India"}
 
 
 def nodes3(*labels: dict[str, str], names: str = "ABC") -> list[Any]:
-    return [make_node(f"node{names[i]}", l) for i, l in enumerate(labels)]
+    return [make_node(f"node{names[i]}", lab) for i, lab in enumerate(labels)]
 
 
 def rzh(region: str, zone: str, host: str) -> dict[str, str]:
