@@ -91,19 +91,15 @@ local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
                 ['existing-anti-affinity'] = true, ['topology-spread'] = true }
 
 -- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
+-- `reads` is not split into a table: most claims find no node changed since `since`, and for
+-- the few that did, one plain search each finds whether (and under which rule) it was read.
 local function rule_conflicts(p, since, reads)
-  local gen = tonumber(since)
-  if gen == nil or not is_int(since) then return nil end
-  local read_by = {}  -- node -> the first rule that read it
-  local rule = nil
-  for word in string.gmatch(reads or '', '%S+') do
-    if string.sub(word, 1, 1) == '@' then
-      rule = string.sub(word, 2)
+  if not is_int(since) then return nil end
+  reads = reads or ''
+  if reads ~= '' then
+    if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end
+    for rule in string.gmatch(reads, '@(%S*)') do
       if not RULES[rule] then return nil end
-    elseif rule == nil then
-      return nil
-    elseif read_by[word] == nil then
-      read_by[word] = rule
     end
   end
   local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',
@@ -111,10 +107,17 @@ local function rule_conflicts(p, since, reads)
   if #changed > MAX_CHANGED_NODES then return 'stale' end
   -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
+  if #changed == 0 then return '' end
+  local padded = ' ' .. reads .. ' '
   for j = 1, #changed do
     local node = changed[j]
-    local by = read_by[node]
-    if by ~= nil then return by end
+    local at = string.find(padded, ' ' .. node .. ' ', 1, true)
+    if at ~= nil then
+      -- The rule is the last "@<rule>" before the node's place.
+      local rule = nil
+      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+      return rule
+    end
     local nk = p .. 'node:' .. node
     if stored_int(nk, typed_read(nk, 'hash', 'HMGET', 'anti')[1], 0) > 0 then
       return 'existing-anti-affinity'
