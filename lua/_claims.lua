@@ -90,10 +90,37 @@ local MAX_CHANGED_NODES = 256
 local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
                 ['existing-anti-affinity'] = true, ['topology-spread'] = true }
 
+-- Whether a changed node (not among the reads) may now hold a pod whose required anti-affinity
+-- repels the incoming one: only if it has such terms (xt) under a topology key for which it
+-- shares the target's domain. `domains`: "<key> <node> ...\n<key> <node> ...", per topology key
+-- of the anti-affinity terms the decision saw, the nodes sharing the target's value. A term
+-- under any other key (xt more than those counted) is taken as repelling (decide again).
+local function may_repel(nk, node, domains)
+  local keys, lists = {}, {}
+  for line in string.gmatch(domains, '[^\n]+') do
+    local key, rest = string.match(line, '^(%S+)(.*)$')
+    if key ~= nil then
+      keys[#keys + 1] = key
+      lists[#lists + 1] = rest .. ' '
+    end
+  end
+  local wanted = { 'anti', 'xt' }
+  for j = 1, #keys do wanted[#wanted + 1] = 'x:' .. keys[j] end
+  local have = typed_read(nk, 'hash', 'HMGET', unpack(wanted))
+  if stored_int(nk, have[1], 0) <= 0 then return false end
+  local terms, counted = stored_int(nk, have[2], 0), 0
+  for j = 1, #keys do
+    local n = stored_int(nk, have[j + 2], 0)
+    counted = counted + n
+    if n > 0 and string.find(lists[j], ' ' .. node .. ' ', 1, true) then return true end
+  end
+  return terms == 0 or terms > counted
+end
+
 -- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
 -- `reads` is not split into a table: most claims find no node changed since `since`, and for
 -- the few that did, one plain search each finds whether (and under which rule) it was read.
-local function rule_conflicts(p, since, reads)
+local function rule_conflicts(p, since, reads, domains)
   if not is_int(since) then return nil end
   reads = reads or ''
   if reads ~= '' then
@@ -118,8 +145,7 @@ local function rule_conflicts(p, since, reads)
       for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
       return rule
     end
-    local nk = p .. 'node:' .. node
-    if stored_int(nk, typed_read(nk, 'hash', 'HMGET', 'anti')[1], 0) > 0 then
+    if may_repel(p .. 'node:' .. node, node, domains or '') then
       return 'existing-anti-affinity'
     end
   end

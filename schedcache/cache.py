@@ -145,13 +145,13 @@ class Cache:
         snap.get(node).generation`` refuses if the node changed at all since that snapshot.
         Either raises :class:`FitConflict` and writes nothing.
         """
-        since, reads = None, ""
+        since, reads, domains = None, "", ""
         if check_fit and expect_generation is None:
-            since, reads = self._claim_context(pod, snapshot)
+            since, reads, domains = self._claim_context(pod, snapshot)
         try:
             self.run(
                 commands.assume_pod(
-                    pod, check_fit, expect_generation, self.lease_to_take, since, reads
+                    pod, check_fit, expect_generation, self.lease_to_take, since, reads, domains
                 )
             )
         except FitConflict as conflict:
@@ -160,7 +160,7 @@ class Cache:
             raise
         self.hold_lease()
 
-    def _claim_context(self, pod: Pod, snapshot: Snapshot | None) -> tuple[int, str]:
+    def _claim_context(self, pod: Pod, snapshot: Snapshot | None) -> tuple[int, str, str]:
         """The inter-pod rules judged on ``snapshot`` or this cache's own (claims.py)."""
         if snapshot is not None:
             return claim_context(snapshot, pod)

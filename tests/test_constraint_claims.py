@@ -157,3 +157,26 @@ def test_unconstrained_claims_elsewhere_do_not_conflict(make_cache):
         snapshot=snap,
     )
     assert a.verify() == []
+
+
+def test_anti_affine_pods_placed_meanwhile_on_other_hosts_do_not_refuse_a_claim(make_cache):
+    """The existing-anti-affinity check reads, of a node changed since the snapshot, its terms
+    by topology key: hostname terms on another node cannot repel the pod; a zone term (a key
+    the decision did not see) on a node of the same zone does."""
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    for name in ("n1", "n2", "n3"):
+        a.add_node(node(name, "z1"))
+    a.add_pod(make_pod("old", "n3", labels={"app": "web"}, affinity=anti(HOST, app="web")))
+    snap = decided(a)
+    b.assume_pod(
+        make_pod("web-1", "n2", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+        check_fit=True,
+    )
+    a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=snap)
+    b.assume_pod(make_pod("guard", "n2", affinity=anti(ZONE, app="cache")), check_fit=True)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(
+            make_pod("cache", "n1", labels={"app": "cache"}), check_fit=True, snapshot=snap
+        )
+    assert info.value.reasons == ("existing-anti-affinity",)
+    assert a.verify() == []

@@ -129,12 +129,13 @@ def assume_pod(
     lease_ttl: float = 0.0,
     since: int | None = None,
     reads: str = "",
+    domains: str = "",
 ) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
     ``expect_generation``: the node must not have changed since that generation (strict);
     ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim;
-    ``since``/``reads``: with ``check_fit``, the inter-pod rules judged on a snapshot at
-    generation ``since`` still hold (``schedcache.views.claims``)."""
+    ``since``/``reads``/``domains``: with ``check_fit``, the inter-pod rules judged on a
+    snapshot at generation ``since`` still hold (``schedcache.views.claims``)."""
     args = _placed_pod_args(pod, "assume")
     if check_fit and expect_generation is not None:
         raise ValidationError(
@@ -150,7 +151,7 @@ def assume_pod(
     elif check_fit:
         args += ("fit", "", lease)
         if since is not None:
-            args += (since, reads)
+            args += (since, reads, domains)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500

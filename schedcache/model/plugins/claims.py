@@ -43,11 +43,14 @@ def broken_rule(cycle: Cycle, info: NodeInfo) -> str | None:
     return None
 
 
-def claim_reads(cycle: Cycle, info: NodeInfo) -> str:
-    """``"@<rule> <node> ..."``: the nodes whose pods the verdict on ``info`` read, per rule."""
+def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
+    """``("@<rule> <node> ...", "<key> <node> ...\n...")``: the nodes whose pods the verdict
+    on ``info`` read, per rule; and per topology key of the required anti-affinity terms in
+    the cluster, the nodes sharing ``info``'s domain (what the existing-anti-affinity check
+    reads of a node changed since, lua/_claims.lua)."""
     pod, node = cycle.pod, info.node
     if node is None:
-        return ""
+        return "", ""
     live = [(i.name, n) for i, n in cycle.nodes()]
     parts: list[str] = []
 
@@ -73,14 +76,27 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> str:
             )
         )
     uid = pod.uid
-    holders = [
-        i.name for i in cycle.infos if any(p.uid != uid for p in i.pods_with_required_anti_affinity)
-    ]
+    holders: list[str] = []
+    keys: set[str] = set()
+    for i in cycle.infos:
+        repelling = [p for p in i.pods_with_required_anti_affinity if p.uid != uid]
+        if repelling:
+            holders.append(i.name)
+            keys.update(t.topology_key for p in repelling for t in p.pod_anti_affinity)
     if holders:
         parts.append(_rule(EXISTING_ANTI_AFFINITY, holders))
-    if podtopologyspread.hard_constraints(pod):
-        parts.append(_rule(TOPOLOGY_SPREAD, [name for name, _ in live]))
-    return " ".join(parts)
+    constraints = podtopologyspread.hard_constraints(pod)
+    if constraints:
+        # A count grows only in the node's own domain; the minimum falls only where matching
+        # pods leave: those two sets, not the whole cluster.
+        names = [n for c in constraints for n in domain(c.topology_key)]
+        for i in cycle.infos:
+            others = list(cycle.others(i))
+            if any(podtopologyspread.matching(pod, c, others) for c in constraints):
+                names.append(i.name)
+        parts.append(_rule(TOPOLOGY_SPREAD, names))
+    domains = "\n".join(" ".join([key, *domain(key)]) for key in sorted(keys) if key)
+    return " ".join(parts), domains
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:
