@@ -75,25 +75,21 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
                 [n for t in pod.pod_anti_affinity for n in domain(t.topology_key)],
             )
         )
+    # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
+    # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
+    # here only the keys those terms use, with the node's domain under each.
     uid = pod.uid
-    holders: list[str] = []
     keys: set[str] = set()
     for i in cycle.infos:
-        repelling = [p for p in i.pods_with_required_anti_affinity if p.uid != uid]
-        if repelling:
-            holders.append(i.name)
-            keys.update(t.topology_key for p in repelling for t in p.pod_anti_affinity)
-    if holders:
-        parts.append(_rule(EXISTING_ANTI_AFFINITY, holders))
+        for p in i.pods_with_required_anti_affinity:
+            if p.uid != uid:
+                keys.update(t.topology_key for t in p.pod_anti_affinity)
     constraints = podtopologyspread.hard_constraints(pod)
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
         # pods leave: those two sets, not the whole cluster.
         names = [n for c in constraints for n in domain(c.topology_key)]
-        for i in cycle.infos:
-            others = list(cycle.others(i))
-            if any(podtopologyspread.matching(pod, c, others) for c in constraints):
-                names.append(i.name)
+        names += podtopologyspread.state(cycle).holders
         parts.append(_rule(TOPOLOGY_SPREAD, names))
     domains = "\n".join(" ".join([key, *domain(key)]) for key in sorted(keys) if key)
     return " ".join(parts), domains

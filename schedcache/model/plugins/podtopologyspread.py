@@ -50,17 +50,21 @@ class State:
         pod = cycle.pod
         self.constraints = constraints
         self.counts: list[Counter[str]] = [Counter() for _ in constraints]
+        self.holders: list[str] = []  # nodes holding pods that some constraint counts
         keys = [c.topology_key for c in constraints]
         for info, node in cycle.nodes():
             labels = node.labels
             if any(key not in labels for key in keys):
                 continue
             others = list(cycle.others(info))
+            held = False
             for i, constraint in enumerate(constraints):
                 if counted(pod, constraint, node):
-                    self.counts[i][labels[constraint.topology_key]] += matching(
-                        pod, constraint, others
-                    )
+                    found = matching(pod, constraint, others)
+                    self.counts[i][labels[constraint.topology_key]] += found
+                    held = held or found > 0
+            if held:
+                self.holders.append(info.name)
 
     def min_match(self, i: int) -> int:
         counts = self.counts[i]
