@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.result import FilterResult
 from schedcache.model.values import Node, Pod, Resource
@@ -42,8 +42,17 @@ def make_pod(
     spread: list[dict[str, Any]] | None = None,
     node_selector: dict[str, str] | None = None,
     uid: str = "",
+    requests: list[dict[str, str]] | None = None,
+    images: list[str] | None = None,
 ) -> Pod:
-    spec: dict[str, Any] = {"containers": [{"name": "c"}]}
+    containers: list[dict[str, Any]] = [
+        {"name": f"c{i}", "resources": {"requests": r}} for i, r in enumerate(requests or [])
+    ] or [{"name": "c"}]
+    for i, image in enumerate(images or []):
+        if i >= len(containers):
+            containers.append({"name": f"c{i}"})
+        containers[i]["image"] = image
+    spec: dict[str, Any] = {"containers": containers}
     if node:
         spec["nodeName"] = node
     section: dict[str, Any] = {}
@@ -69,15 +78,44 @@ def make_pod(
     return Pod.from_k8s({"metadata": metadata, "spec": spec})
 
 
-def make_node(name: str, labels: dict[str, str] | None = None, **kwargs: Any) -> Node:
-    return Node(
-        name, labels=dict(labels or {}), allocatable=Resource(64000, 2**40, 0, 110), **kwargs
-    )
+def make_node(
+    name: str,
+    labels: dict[str, str] | None = None,
+    allocatable: Resource | None = None,
+    **kwargs: Any,
+) -> Node:
+    big = Resource(64000, 2**40, 0, 110)
+    return Node(name, labels=dict(labels or {}), allocatable=allocatable or big, **kwargs)
+
+
+def capacity(cpu: str, memory: str) -> Resource:
+    """``st.MakeNode().Capacity({"cpu": ..., "memory": ...})``."""
+    return Resource.from_resource_list({"cpu": cpu, "memory": memory}, obj="node", field="capacity")
 
 
 def snapshot(pods: list[Pod], nodes: list[Node]) -> list[NodeInfo]:
-    """``cache.NewSnapshot``: each node with the pods that name it."""
-    return [NodeInfo(n.name, n, [p for p in pods if p.node_name == n.name]) for n in nodes]
+    """``cache.NewSnapshot``: each node with the pods that name it, their requests summed, and
+    the image states (size, number of nodes holding it)."""
+    spread: dict[str, int] = {}
+    for n in nodes:
+        for names, _ in n.images:
+            for image in names:
+                spread[image] = spread.get(image, 0) + 1
+    infos = []
+    for n in nodes:
+        mine = [p for p in pods if p.node_name == n.name]
+        requested, non_zero = Resource(), Resource()
+        for p in mine:
+            requested, non_zero = requested.add(p.requests), non_zero.add(p.non_zero_requests)
+        images = {
+            image: ImageStateSummary(size, spread[image])
+            for names, size in n.images
+            for image in names
+        }
+        infos.append(
+            NodeInfo(n.name, n, mine, requested, non_zero, n.allocatable, image_states=images)
+        )
+    return infos
 
 
 def statuses(

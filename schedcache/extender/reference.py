@@ -86,7 +86,7 @@ class ReferenceScheduler:
             if not feasible:
                 outcome.reason = "no node fits"
                 return outcome
-            ranked = scores(pod, feasible)  # type: ignore[arg-type]
+            ranked = scores(pod, feasible, cycle)  # type: ignore[arg-type]
             best = max(ranked, key=lambda name: (ranked[name], name))
             placed = pod.with_node(best)
             try:

@@ -30,8 +30,7 @@ from schedcache.extender import protocol
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
-from schedcache.model.plugins.nodelocal import intolerable_prefer_no_schedule
-from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -87,7 +86,8 @@ class Extender:
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             infos = [(name, self.snapshot.node_infos.get(name)) for name in args.node_names]
-            return protocol.host_priorities(scores(args.pod, infos))
+            cycle = Cycle(args.pod, list(self.snapshot.node_infos.values()))
+            return protocol.host_priorities(scores(args.pod, infos, cycle))
 
     # -- bind -----------------------------------------------------------------------------
 
@@ -136,42 +136,18 @@ class Extender:
                 self.pods.popitem(last=False)
 
 
-def scores(pod: Pod, infos: list[tuple[str, NodeInfo | None]]) -> dict[str, int]:
-    """0–10 per node (see the module docstring); unknown nodes score 0."""
-    least = {name: least_allocated(pod, info) for name, info in infos if info is not None}
-    counts = {
-        name: intolerable_prefer_no_schedule(pod, info)
-        for name, info in infos
-        if info is not None and info.node is not None
+def scores(
+    pod: Pod, infos: list[tuple[str, NodeInfo | None]], cycle: Cycle | None = None
+) -> dict[str, int]:
+    """0-10 per node: the default profile's weighted scores (``registry.score_nodes``, judged in
+    ``cycle``: the snapshot's whole cluster) scaled so the best candidate scores 10, as
+    upstream's DefaultNormalizeScore scales; unknown nodes score 0."""
+    known = [info for _, info in infos if info is not None and info.node is not None]
+    if cycle is None:
+        cycle = Cycle(pod, known)
+    totals = score_nodes(pod, known, cycle)
+    best = max(totals.values(), default=0)
+    return {
+        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0)
+        for name, _ in infos
     }
-    most = max(counts.values(), default=0)
-    result = {}
-    for name, info in infos:
-        if info is None or info.node is None:
-            result[name] = 0
-            continue
-        if most == 0:
-            result[name] = round(least[name])
-        else:
-            taint_score = MAX_SCORE * (1 - counts[name] / most)
-            result[name] = round((least[name] + taint_score) / 2)
-    return result
-
-
-def least_allocated(pod: Pod, info: NodeInfo) -> float:
-    """kube-scheduler's LeastAllocated on CPU and memory (equal weights), 0–10."""
-    parts = []
-    for allocatable, requested, wanted in (
-        (
-            info.allocatable.milli_cpu,
-            info.non_zero_requested.milli_cpu,
-            pod.non_zero_requests.milli_cpu,
-        ),
-        (info.allocatable.memory, info.non_zero_requested.memory, pod.non_zero_requests.memory),
-    ):
-        total = requested + wanted
-        if allocatable <= 0 or total > allocatable:
-            parts.append(0.0)
-        else:
-            parts.append((allocatable - total) * MAX_SCORE / allocatable)
-    return sum(parts) / len(parts)

@@ -110,3 +110,66 @@ def _any_existing_anti(cycle: Cycle) -> bool:
             p.uid != uid for info in cycle.infos for p in info.pods_with_required_anti_affinity
         )
     return bool(cached)
+
+
+# -- score ------------------------------------------------------------------------------------
+
+#: Upstream's ``hardPodAffinityWeight`` default: existing pods' *required* affinity toward the
+#: incoming pod counts with this weight in the score.
+HARD_POD_AFFINITY_WEIGHT = 1
+
+
+def score_pairs(cycle: Cycle) -> Counter[Pair]:
+    """PreScore: per topology pair, the summed weights of preferred terms both ways (and
+    existing pods' required affinity at ``HARD_POD_AFFINITY_WEIGHT``)."""
+    found = cycle.state.get(NAME + ".score")
+    if isinstance(found, Counter):
+        return found
+    pod = cycle.pod
+    pairs: Counter[Pair] = Counter()
+    for info, node in cycle.nodes():
+        labels = node.labels
+        for other in cycle.others(info):
+            contributions: list[tuple[PodAffinityTerm, int]] = []
+            for weighted in pod.preferred_pod_affinity:
+                if weighted.term.matches_pod(pod.namespace, other.namespace, other.labels):
+                    contributions.append((weighted.term, weighted.weight))
+            for weighted in pod.preferred_pod_anti_affinity:
+                if weighted.term.matches_pod(pod.namespace, other.namespace, other.labels):
+                    contributions.append((weighted.term, -weighted.weight))
+            for weighted in other.preferred_pod_affinity:
+                if weighted.term.matches_pod(other.namespace, pod.namespace, pod.labels):
+                    contributions.append((weighted.term, weighted.weight))
+            for weighted in other.preferred_pod_anti_affinity:
+                if weighted.term.matches_pod(other.namespace, pod.namespace, pod.labels):
+                    contributions.append((weighted.term, -weighted.weight))
+            for term in other.pod_affinity:
+                if term.matches_pod(other.namespace, pod.namespace, pod.labels):
+                    contributions.append((term, HARD_POD_AFFINITY_WEIGHT))
+            for term, weight in contributions:
+                value = labels.get(term.topology_key)
+                if value is not None:
+                    pairs[(term.topology_key, value)] += weight
+    cycle.state[NAME + ".score"] = pairs
+    return pairs
+
+
+def score(cycle: Cycle, info: NodeInfo) -> int:
+    """The node's raw score: the pairs of its labels."""
+    node = info.node
+    if node is None:
+        return 0
+    pairs = score_pairs(cycle)
+    if not pairs:
+        return 0
+    return sum(pairs.get(item, 0) for item in node.labels.items())
+
+
+def normalize(scores: dict[str, int]) -> dict[str, int]:
+    """Min-max onto 0-100 (all 0 when every node scores the same)."""
+    if not scores:
+        return {}
+    low, high = min(scores.values()), max(scores.values())
+    if high == low:
+        return dict.fromkeys(scores, 0)
+    return {name: 100 * (s - low) // (high - low) for name, s in scores.items()}

@@ -107,10 +107,10 @@ def matches_node_affinity(pod: Pod, node: Node) -> bool:
         return False
     if not pod.required_node_affinity:
         return True
-    return any(_term_matches(term, node) for term in pod.required_node_affinity)
+    return any(term_matches(term, node) for term in pod.required_node_affinity)
 
 
-def _term_matches(term: NodeSelectorTerm, node: Node) -> bool:
+def term_matches(term: NodeSelectorTerm, node: Node) -> bool:
     """A term matches when all its expressions and fields do; an empty term matches nothing."""
     expressions, fields = term
     if not expressions and not fields:

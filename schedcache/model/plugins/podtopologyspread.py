@@ -11,6 +11,7 @@ pass ``maxSkew``, with ``min`` 0 while fewer than ``minDomains`` domains exist.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from schedcache.model.nodeinfo import NodeInfo
@@ -97,3 +98,46 @@ def filter(cycle: Cycle, info: NodeInfo) -> FilterResult | None:
         if skew > constraint.max_skew:
             return FilterResult((CONSTRAINTS_NOT_MATCH,))
     return None
+
+
+# -- score (ScheduleAnyway) -----------------------------------------------------------------
+
+
+def soft_constraints(pod: Pod) -> tuple[SpreadConstraint, ...]:
+    return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable == "ScheduleAnyway")
+
+
+def scores(cycle: Cycle, infos: list[NodeInfo]) -> dict[str, int]:
+    """Normalised 0-100 scores of ``infos`` (upstream's Score + NormalizeScore): fewer matching
+    pods in the node's domains score higher; each constraint weighs log(domains + 2); nodes
+    lacking a key score 0. Empty when the pod has no ScheduleAnyway constraint."""
+    pod = cycle.pod
+    constraints = soft_constraints(pod)
+    if not constraints:
+        return {}
+    keys = [c.topology_key for c in constraints]
+    counts: list[Counter[str]] = [Counter() for _ in constraints]
+    for info, node in cycle.nodes():
+        if any(key not in node.labels for key in keys):
+            continue
+        others = list(cycle.others(info))
+        for i, c in enumerate(constraints):
+            if counted(pod, c, node):
+                counts[i][node.labels[c.topology_key]] += matching(pod, c, others)
+    weights = [math.log(len(counts[i]) + 2) for i in range(len(constraints))]
+    raw: dict[str, int] = {}
+    for info in infos:
+        target = info.node
+        if target is None or any(key not in target.labels for key in keys):
+            continue
+        total = 0.0
+        for i, c in enumerate(constraints):
+            total += counts[i][target.labels[c.topology_key]] * weights[i] + (c.max_skew - 1)
+        raw[info.name] = round(total)
+    out = {info.name: 0 for info in infos}
+    if not raw:
+        return out
+    low, high = min(raw.values()), max(raw.values())
+    for name, s in raw.items():
+        out[name] = 100 if high == 0 else 100 * (high + low - s) // high
+    return out

@@ -1,0 +1,226 @@
+"""The default profile's scores. NodeResourcesFit's LeastAllocated table is upstream's
+(pkg/scheduler/framework/plugins/noderesources/least_allocated_test.go,
+TestLeastAllocatedScoringStrategy, the cases with the default resources, names kept); the
+others check upstream's formulas and normalisation on small cases worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedcache.model.plugins import (
+    imagelocality,
+    interpodaffinity,
+    noderesources,
+    podtopologyspread,
+)
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import WEIGHTS, plugin_scores, score_nodes
+from schedcache.model.podterms import LabelSelector, PodAffinityTerm, WeightedTerm
+from schedcache.model.values import Node, Pod
+from tests.plugin_tables import capacity, make_node, make_pod, snapshot
+
+C1 = {"cpu": "1000", "memory": "2000"}
+C2 = {"cpu": "2000", "memory": "3000"}
+
+LEAST_ALLOCATED = [
+    (
+        "nothing scheduled, nothing requested",
+        [],
+        [("4000", "10000"), ("4000", "10000")],
+        [],
+        [100, 100],
+    ),
+    (
+        "nothing scheduled, resources requested, differently sized nodes",
+        [C1, C2],
+        [("4000", "10000"), ("6000", "10000")],
+        [],
+        [37, 50],
+    ),
+    (
+        "no resources requested, pods scheduled",
+        [],
+        [("4000", "10000"), ("4000", "10000")],
+        [("node1", None), ("node1", None), ("node2", None), ("node2", None)],
+        [100, 100],
+    ),
+    (
+        "no resources requested, pods scheduled with resources",
+        [],
+        [("10000", "20000"), ("10000", "20000")],
+        [
+            ("node1", ("3000", "0")),
+            ("node1", ("3000", "0")),
+            ("node2", ("3000", "0")),
+            ("node2", ("3000", "5000")),
+        ],
+        [70, 57],
+    ),
+    (
+        "resources requested, pods scheduled with resources",
+        [C1, C2],
+        [("10000", "20000"), ("10000", "20000")],
+        [("node1", ("3000", "0")), ("node2", ("3000", "5000"))],
+        [57, 45],
+    ),
+    (
+        "resources requested, pods scheduled with resources, differently sized nodes",
+        [C1, C2],
+        [("10000", "20000"), ("10000", "50000")],
+        [("node1", ("3000", "0")), ("node2", ("3000", "5000"))],
+        [57, 60],
+    ),
+    (
+        "requested resources exceed node capacity",
+        [{"cpu": "3000", "memory": "0"}],
+        [("4000", "10000"), ("4000", "10000")],
+        [("node1", ("3000", "0")), ("node2", ("3000", "5000"))],
+        [50, 25],
+    ),
+    (
+        "zero node resources, pods scheduled with resources",
+        [],
+        [("0", "0"), ("0", "0")],
+        [("node1", ("3000", "0")), ("node2", ("3000", "5000"))],
+        [0, 0],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "requests", "nodes", "existing", "want"),
+    LEAST_ALLOCATED,
+    ids=[c[0] for c in LEAST_ALLOCATED],
+)
+def test_least_allocated_scoring_strategy(name, requests, nodes, existing, want) -> None:
+    pod = make_pod(requests=requests)
+    node_list = [
+        make_node(f"node{i + 1}", allocatable=capacity(cpu, mem))
+        for i, (cpu, mem) in enumerate(nodes)
+    ]
+    pods = [
+        make_pod(node=n, requests=[] if r is None else [{"cpu": r[0], "memory": r[1]}])
+        for n, r in existing
+    ]
+    infos = snapshot(pods, node_list)
+    assert [noderesources.least_allocated(pod, info) for info in infos] == want
+
+
+def test_most_allocated_and_balanced_allocation() -> None:
+    """MostAllocated: requested / allocatable (3000/4000 -> 75, 5000/10000 -> 50: 62);
+    BalancedAllocation: (1 - |0.75 - 0.5| / 2) * 100 = 87."""
+    pod = make_pod(requests=[C1, C2])
+    (info,) = snapshot([], [make_node("node1", allocatable=capacity("4000", "10000"))])
+    assert noderesources.most_allocated(pod, info) == 62
+    assert noderesources.balanced_allocation(pod, info) == 87
+    assert noderesources.requested_to_capacity_ratio(((0, 0), (100, 10)))(pod, info) == 62
+    assert noderesources.STRATEGIES["RequestedToCapacityRatio"](pod, info) == 37
+
+
+def test_image_locality_scales_by_spread_and_clamps() -> None:
+    """A 300 MB image on one of two nodes: 150 MB counted; (150 - 23) * 100 // (1000 - 23) = 12;
+    the node without it, 0; the tag defaults to latest."""
+    mb = imagelocality.MB
+    with_image = make_node("node1", images=(((("nginx:latest",), 300 * mb),)))
+    infos = snapshot([], [with_image, make_node("node2")])
+    pod = make_pod(images=["nginx"])
+    assert [imagelocality.score(pod, info, 2) for info in infos] == [12, 0]
+
+
+def test_taint_toleration_and_preferred_node_affinity_normalise_as_upstream() -> None:
+    """TaintToleration reverse-normalises the intolerable PreferNoSchedule taints (none: 100);
+    NodeAffinity scales the matched weights so the best node scores 100."""
+    tainted = make_node("node1", {"a": "b"}, taints=(("k", "v", "PreferNoSchedule"),))
+    plain = make_node("node2", {"a": "c"})
+    pod = Pod.from_k8s(
+        {
+            "metadata": {"name": "p", "uid": "p"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "weight": 4,
+                                "preference": {
+                                    "matchExpressions": [
+                                        {"key": "a", "operator": "In", "values": ["b"]}
+                                    ]
+                                },
+                            },
+                            {
+                                "weight": 1,
+                                "preference": {
+                                    "matchExpressions": [{"key": "a", "operator": "Exists"}]
+                                },
+                            },
+                        ]
+                    }
+                },
+            },
+        }
+    )
+    infos = snapshot([], [tainted, plain])
+    scores = plugin_scores(pod, infos, Cycle(pod, infos))
+    assert scores["TaintToleration"] == {"node1": 0, "node2": 100}
+    assert scores["NodeAffinity"] == {"node1": 100, "node2": 20}
+
+
+def test_inter_pod_affinity_preferred_both_directions_min_max_normalised() -> None:
+    """The pod prefers (weight 5) zones with app=db; an existing pod in zone z2 prefers away
+    (weight 3) from app=web, which the pod is: z1 = 5, z2 = -3, z3 = 0 -> 100, 0, 37."""
+    zone = "zone"
+    selector = LabelSelector((("app", "db"),))
+    db = make_pod("db", labels={"app": "db"}, node="n1")
+    picky = Pod(
+        "picky",
+        "picky",
+        node_name="n2",
+        preferred_pod_anti_affinity=(
+            WeightedTerm(3, PodAffinityTerm(zone, LabelSelector((("app", "web"),)))),
+        ),
+    )
+    pod = Pod(
+        "web",
+        "web",
+        labels={"app": "web"},
+        preferred_pod_affinity=(WeightedTerm(5, PodAffinityTerm(zone, selector)),),
+    )
+    nodes = [make_node(f"n{i}", {zone: f"z{i}"}) for i in (1, 2, 3)]
+    infos = snapshot([db, picky], nodes)
+    cycle = Cycle(pod, infos)
+    raw = {i.name: interpodaffinity.score(cycle, i) for i in infos}
+    assert raw == {"n1": 5, "n2": -3, "n3": 0}
+    assert interpodaffinity.normalize(raw) == {"n1": 100, "n2": 0, "n3": 37}
+
+
+def test_schedule_anyway_spread_prefers_the_emptier_domain() -> None:
+    """Counts 2 / 0 in two zones, weight log(2 + 2): raw 3 and 0 -> normalised 0 and 100."""
+    constraint = {
+        "maxSkew": 1,
+        "topologyKey": "zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app": "s"}},
+    }
+    pod = make_pod(labels={"app": "s"}, spread=[constraint])
+    nodes: list[Node] = [make_node("a", {"zone": "z1"}), make_node("b", {"zone": "z2"})]
+    pods = [make_pod(labels={"app": "s"}, node="a"), make_pod(labels={"app": "s"}, node="a")]
+    infos = snapshot(pods, nodes)
+    assert podtopologyspread.scores(Cycle(pod, infos), infos) == {"a": 0, "b": 100}
+
+
+def test_weights_are_the_default_profiles() -> None:
+    assert WEIGHTS == {
+        "TaintToleration": 3,
+        "NodeAffinity": 2,
+        "PodTopologySpread": 2,
+        "InterPodAffinity": 2,
+        "NodeResourcesFit": 1,
+        "NodeResourcesBalancedAllocation": 1,
+        "ImageLocality": 1,
+    }
+    pod = make_pod(requests=[C1])
+    infos = snapshot([], [make_node("n1", allocatable=capacity("4000", "10000"))])
+    scores = plugin_scores(pod, infos, Cycle(pod, infos))
+    want = sum(WEIGHTS[name] * by_node["n1"] for name, by_node in scores.items())
+    assert score_nodes(pod, infos, Cycle(pod, infos)) == {"n1": want}
