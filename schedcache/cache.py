@@ -141,7 +141,8 @@ class Cache:
         count, scalar resources, host ports) and that the pod's inter-pod rules still hold
         (required pod affinity, anti-affinity both ways, DoNotSchedule spread), as judged on
         ``snapshot`` (the one the decision read; else a private one brought up to date here)
-        and re-checked atomically (docs/constraints.md); ``expect_generation=
+        and re-checked atomically (docs/constraints.md; without ``snapshot``, existing pods'
+        anti-affinity is checked for pods that have rules of their own); ``expect_generation=
         snap.get(node).generation`` refuses if the node changed at all since that snapshot.
         Either raises :class:`FitConflict` and writes nothing.
         """
@@ -160,10 +161,16 @@ class Cache:
             raise
         self.hold_lease()
 
-    def _claim_context(self, pod: Pod, snapshot: Snapshot | None) -> tuple[int, str, str]:
-        """The inter-pod rules judged on ``snapshot`` or this cache's own (claims.py)."""
+    def _claim_context(self, pod: Pod, snapshot: Snapshot | None) -> tuple[int | None, str, str]:
+        """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
+        on this cache's snapshot brought up to date here. A bare claim of a pod without any
+        (no snapshot given) checks resources and ports only: judging existing pods'
+        anti-affinity toward it would cost every such claim a snapshot update
+        (docs/constraints.md)."""
         if snapshot is not None:
             return claim_context(snapshot, pod)
+        if not pod.has_inter_pod_rules:
+            return None, "", ""
         with self._claim_lock:
             self.update_snapshot(self._claim_snapshot)
             return claim_context(self._claim_snapshot, pod)

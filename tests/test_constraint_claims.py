@@ -100,8 +100,10 @@ def test_an_existing_pods_anti_affinity_placed_meanwhile_in_the_zone_refuses_a_p
     assert info.value.reasons == ("existing-anti-affinity",)
     # Decided again, the zone is out: the other zone takes it.
     with pytest.raises(FitConflict, match="existing-anti-affinity"):
-        a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True)
-    a.assume_pod(make_pod("db", "n3", labels={"app": "db"}), check_fit=True)
+        a.assume_pod(
+            make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=decided(a)
+        )
+    a.assume_pod(make_pod("db", "n3", labels={"app": "db"}), check_fit=True, snapshot=decided(a))
 
 
 def test_spread_claims_decided_on_one_snapshot_keep_max_skew(make_cache):
@@ -180,3 +182,22 @@ def test_anti_affine_pods_placed_meanwhile_on_other_hosts_do_not_refuse_a_claim(
         )
     assert info.value.reasons == ("existing-anti-affinity",)
     assert a.verify() == []
+
+
+def test_the_extenders_bind_refuses_a_node_an_existing_pods_anti_affinity_repels(cache):
+    """kube-scheduler replicas judge on their own informers; the extender's bind claims with
+    the cache's rules, so the second of two racing binds cannot break them (here: the pod's
+    own filter ran before the repelling pod arrived)."""
+    from schedcache.extender.protocol import BindArgs, FilterArgs
+    from schedcache.extender.service import Extender
+
+    cache.add_node(node("n1", "z1"))
+    cache.add_node(node("n2", "z2"))
+    extender = Extender(cache)
+    db = make_pod("db", "", labels={"app": "db"})
+    assert extender.filter(FilterArgs(db, ["n1", "n2"], False, []))["NodeNames"] == ["n1", "n2"]
+    cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
+    refused = extender.bind(BindArgs("db", db.namespace, db.uid, "n1"))
+    assert "existing-anti-affinity" in refused["Error"]
+    assert cache.pod_state(db) is None
+    assert extender.bind(BindArgs("db", db.namespace, db.uid, "n2")) == {"Error": ""}

@@ -19,6 +19,7 @@ is read from the API server.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -98,7 +99,7 @@ class Extender:
             return protocol.bind_result(f"pod {args.pod_namespace}/{args.pod_name}: {error}")
         placed = pod.with_node(args.node)
         try:
-            self.cache.assume_pod(placed, check_fit=True)
+            self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot())
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
         except CacheError as error:
@@ -113,6 +114,13 @@ class Extender:
         with self.pods_lock:
             self.pods.pop(pod.uid, None)
         return protocol.bind_result()
+
+    def _claim_snapshot(self) -> Snapshot:
+        """A private copy of the snapshot, caught up now: the claim judges the pod's inter-pod
+        rules (existing pods' anti-affinity included) on it and Redis re-checks them."""
+        with self.snapshot_lock:
+            self.cache.update_snapshot(self.snapshot)
+            return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))
 
     def _pod(self, args: BindArgs) -> Pod:
         with self.pods_lock:
