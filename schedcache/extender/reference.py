@@ -77,7 +77,11 @@ class ReferenceScheduler:
         outcome = Outcome()
         for _ in range(self.attempts):
             self.cache.update_snapshot(self.snapshot)
-            cycle = Cycle(pod, list(self.snapshot.node_infos.values()))
+            cycle = Cycle(
+                pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
             feasible = [
                 (info.name, info)
                 for info in self.snapshot.node_info_list

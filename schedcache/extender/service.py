@@ -67,7 +67,11 @@ class Extender:
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
-            cycle = Cycle(args.pod, list(self.snapshot.node_infos.values()))
+            cycle = Cycle(
+                args.pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
             for name in args.node_names:
                 info = self.snapshot.node_infos.get(name)
                 if info is None or info.node is None:
@@ -87,7 +91,11 @@ class Extender:
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             infos = [(name, self.snapshot.node_infos.get(name)) for name in args.node_names]
-            cycle = Cycle(args.pod, list(self.snapshot.node_infos.values()))
+            cycle = Cycle(
+                args.pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
             return protocol.host_priorities(scores(args.pod, infos, cycle))
 
     # -- bind -----------------------------------------------------------------------------

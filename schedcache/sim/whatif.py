@@ -21,8 +21,7 @@ from schedcache.cache import Cache
 from schedcache.errors import PolicyError
 from schedcache.history.checkpoints import read_events
 from schedcache.model.nodeinfo import Dump, NodeInfo
-from schedcache.model.plugins.cycle import Cycle
-from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.plugins.registry import cycle_for, filter_pod
 from schedcache.model.values import Pod
 from schedcache.sim.policies import Policy, checked
 from schedcache.sim.scratch import ScratchSnapshot
@@ -211,7 +210,8 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
                 f"policy {name!r} chose {node!r} for pod {pod.full_name}: not a node at "
                 f"{state.last_id}"
             )
-        verdict = filter_pod(pod, info, Cycle(pod, list(scratch.node_infos.values())))
+        holders = scratch.have_pods_with_required_anti_affinity_list
+        verdict = filter_pod(pod, info, cycle_for(pod, scratch.node_infos, holders))
         if not verdict.fits:
             reasons[pod.uid] = f"chose {node}: {'; '.join(verdict.reasons)}"
             continue

@@ -21,7 +21,11 @@ def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str]:
     info = snap.node_infos.get(pod.node_name)
     if info is None or info.node is None:
         return snap.generation, "", ""
-    cycle = Cycle(pod, list(snap.node_infos.values()))
+    cycle = Cycle(
+        pod,
+        list(snap.node_infos.values()),
+        anti_holders=snap.have_pods_with_required_anti_affinity_list,
+    )
     rule = broken_rule(cycle, info)
     if rule is not None:
         raise FitConflict(

@@ -24,12 +24,25 @@ class Cycle:
     pod: Pod
     infos: Sequence[NodeInfo]
     state: dict[str, Any] = field(default_factory=dict)
+    #: The nodes holding pods with required anti-affinity, when the snapshot lists them
+    #: (``have_pods_with_required_anti_affinity_list``); else found by looking at every node.
+    anti_holders: Sequence[NodeInfo] | None = None
+
+    def holders(self) -> Sequence[NodeInfo]:
+        if self.anti_holders is None:
+            self.anti_holders = [i for i in self.infos if i.pods_with_required_anti_affinity]
+        return self.anti_holders
 
     def nodes(self) -> Iterator[tuple[NodeInfo, Node]]:
         """Live nodes (ghosts and placeholders have no labels to judge)."""
         for info in self.infos:
             if info.node is not None:
                 yield info, info.node
+
+    def repelling(self) -> bool:
+        """Whether any other pod has required anti-affinity (existing pods' terms to check)."""
+        uid = self.pod.uid
+        return any(p.uid != uid for i in self.holders() for p in i.pods_with_required_anti_affinity)
 
     def others(self, info: NodeInfo) -> Iterator[Pod]:
         """The node's pods other than the incoming one."""

@@ -40,14 +40,26 @@ class State:
         self.affinity: Counter[Pair] = Counter()
         self.anti: Counter[Pair] = Counter()
         affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
-        for info, node in cycle.nodes():
+        uid = pod.uid
+        # Existing pods' terms: only the nodes holding pods with required anti-affinity.
+        for info in cycle.holders():
+            node = info.node
+            if node is None:
+                continue
             labels = node.labels
-            for other in cycle.others(info):
+            for other in info.pods_with_required_anti_affinity:
+                if other.uid == uid:
+                    continue
                 for term in other.pod_anti_affinity:
                     if term.topology_key in labels and term.matches_pod(
                         other.namespace, pod.namespace, pod.labels
                     ):
                         self.existing_anti[(term.topology_key, labels[term.topology_key])] += 1
+        if not (affinity or anti):
+            return
+        for info, node in cycle.nodes():
+            labels = node.labels
+            for other in cycle.others(info):
                 if affinity and matches_all(affinity, pod, other):
                     for term in affinity:
                         if term.topology_key in labels:
@@ -102,13 +114,10 @@ def filter(cycle: Cycle, info: NodeInfo) -> FilterResult | None:
 
 
 def _any_existing_anti(cycle: Cycle) -> bool:
-    """Whether any pod in the cluster has required anti-affinity (the snapshot's list)."""
+    """Whether any pod in the cluster has required anti-affinity (once per cycle)."""
     cached = cycle.state.get(NAME + ".any")
     if cached is None:
-        uid = cycle.pod.uid
-        cached = cycle.state[NAME + ".any"] = any(
-            p.uid != uid for info in cycle.infos for p in info.pods_with_required_anti_affinity
-        )
+        cached = cycle.state[NAME + ".any"] = cycle.repelling()
     return bool(cached)
 
 

@@ -10,7 +10,7 @@ only the node-local filters run (what a bare ``NodeInfo`` can answer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from schedcache.model.nodeinfo import NodeInfo, port_conflicts
 from schedcache.model.plugins import (
@@ -64,6 +64,20 @@ def filter_pod(pod: Pod, info: NodeInfo, cycle: Cycle | None = None) -> FilterRe
             if result is not None:
                 return result
     return FITS
+
+
+def cycle_for(
+    pod: Pod, node_infos: Mapping[str, NodeInfo], anti_holders: Sequence[NodeInfo]
+) -> Cycle | None:
+    """The cycle to judge ``pod`` in over a snapshot's ``node_infos`` (``anti_holders``: its
+    ``have_pods_with_required_anti_affinity_list``), or None when no inter-pod filter can
+    refuse it (no rules of its own, no other pod with required anti-affinity): the node-local
+    filters then decide alone, with no pass over the cluster per pod (what-if places
+    thousands)."""
+    if not pod.has_inter_pod_rules and not anti_holders:
+        return None
+    cycle = Cycle(pod, list(node_infos.values()), anti_holders=anti_holders)
+    return cycle if pod.has_inter_pod_rules or cycle.repelling() else None
 
 
 def feasible(pod: Pod, infos: Sequence[NodeInfo]) -> list[NodeInfo]:
