@@ -201,3 +201,31 @@ def test_the_extenders_bind_refuses_a_node_an_existing_pods_anti_affinity_repels
     assert "existing-anti-affinity" in refused["Error"]
     assert cache.pod_state(db) is None
     assert extender.bind(BindArgs("db", db.namespace, db.uid, "n2")) == {"Error": ""}
+
+
+@pytest.mark.parametrize(
+    ("since", "reads", "field"),
+    [(-1, "", "since"), (True, "", "since"), (0, "pod-anti-affinity n1", "reads")],
+    ids=["negative generation", "bool generation", "reads without a rule"],
+)
+def test_malformed_rule_arguments_are_refused_naming_the_field(cache, since, reads, field):
+    from schedcache.errors import ValidationError
+    from schedcache.store import commands
+
+    with pytest.raises(ValidationError, match=field):
+        commands.assume_pod(make_pod("web", "n1"), check_fit=True, since=since, reads=reads)
+
+
+def test_a_rule_the_script_does_not_know_is_refused_and_changes_nothing(cache):
+    """What a client of another version might send: BADARG, nothing written."""
+    from schedcache.errors import ValidationError
+    from schedcache.store import commands
+
+    cache.add_node(node("n1"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    command = commands.assume_pod(
+        make_pod("web", "n1"), check_fit=True, since=0, reads="@no-such-rule n1"
+    )
+    with pytest.raises(ValidationError, match="reads"):
+        cache.run(command)
+    assert keyspace(cache.client, cache.keys.pattern) == before

@@ -151,12 +151,25 @@ def assume_pod(
     elif check_fit:
         args += ("fit", "", lease)
         if since is not None:
-            args += (since, reads, domains)
+            args += _rule_args(pod, since, reads, domains)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+def _rule_args(pod: Pod, since: int, reads: str, domains: str) -> tuple[Arg, ...]:
+    """The inter-pod rule arguments, checked as lua/_claims.lua reads them."""
+    subject = pod_subject(pod)
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise ValidationError(subject, "since", f"{since!r} is not a cache generation")
+    for name, text in (("reads", reads), ("domains", domains)):
+        if not isinstance(text, str):
+            raise ValidationError(subject, name, f"expected a string, got {type(text).__name__}")
+    if reads and (not reads.startswith("@") or any(c in reads for c in "\r\n\t")):
+        raise ValidationError(subject, "reads", 'must be "@<rule> <node> ..." on one line')
+    return (since, reads, domains)
 
 
 def add_pod(pod: Pod) -> Command:

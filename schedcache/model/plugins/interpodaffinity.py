@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.result import FilterResult
-from schedcache.model.podterms import PodAffinityTerm
+from schedcache.model.podterms import PodAffinityTerm, WeightedTerm
 from schedcache.model.values import Pod
 
 NAME = "InterPodAffinity"
@@ -139,28 +139,32 @@ def score_pairs(cycle: Cycle) -> Counter[Pair]:
     for info, node in cycle.nodes():
         labels = node.labels
         for other in cycle.others(info):
-            contributions: list[tuple[PodAffinityTerm, int]] = []
-            for weighted in pod.preferred_pod_affinity:
-                if weighted.term.matches_pod(pod.namespace, other.namespace, other.labels):
-                    contributions.append((weighted.term, weighted.weight))
-            for weighted in pod.preferred_pod_anti_affinity:
-                if weighted.term.matches_pod(pod.namespace, other.namespace, other.labels):
-                    contributions.append((weighted.term, -weighted.weight))
-            for weighted in other.preferred_pod_affinity:
-                if weighted.term.matches_pod(other.namespace, pod.namespace, pod.labels):
-                    contributions.append((weighted.term, weighted.weight))
-            for weighted in other.preferred_pod_anti_affinity:
-                if weighted.term.matches_pod(other.namespace, pod.namespace, pod.labels):
-                    contributions.append((weighted.term, -weighted.weight))
-            for term in other.pod_affinity:
-                if term.matches_pod(other.namespace, pod.namespace, pod.labels):
-                    contributions.append((term, HARD_POD_AFFINITY_WEIGHT))
+            contributions = _weighted_matches(pod, other, pod.preferred_pod_affinity, 1)
+            contributions += _weighted_matches(pod, other, pod.preferred_pod_anti_affinity, -1)
+            contributions += _weighted_matches(other, pod, other.preferred_pod_affinity, 1)
+            contributions += _weighted_matches(other, pod, other.preferred_pod_anti_affinity, -1)
+            contributions += [
+                (term, HARD_POD_AFFINITY_WEIGHT)
+                for term in other.pod_affinity
+                if term.matches_pod(other.namespace, pod.namespace, pod.labels)
+            ]
             for term, weight in contributions:
                 value = labels.get(term.topology_key)
                 if value is not None:
                     pairs[(term.topology_key, value)] += weight
     cycle.state[NAME + ".score"] = pairs
     return pairs
+
+
+def _weighted_matches(
+    owner: Pod, target: Pod, terms: tuple[WeightedTerm, ...], sign: int
+) -> list[tuple[PodAffinityTerm, int]]:
+    """``owner``'s weighted terms that match ``target``, with their signed weights."""
+    return [
+        (w.term, sign * w.weight)
+        for w in terms
+        if w.term.matches_pod(owner.namespace, target.namespace, target.labels)
+    ]
 
 
 def score(cycle: Cycle, info: NodeInfo) -> int:
