@@ -109,7 +109,7 @@ HOSTNAME = "kubernetes.io/hostname"
 
 
 def claims_with_rules(
-    pods: list[Pod], reads: Callable[[int, Pod], str]
+    pods: list[Pod], reads: Callable[[int, Pod], tuple[str, str]]
 ) -> Callable[[redis.Redis], None]:
     """check_fit claims that carry inter-pod rules (lua/_claims.lua) as a replica sends them
     from an up-to-date snapshot: claim i was decided at the generation claim i-1 left."""
@@ -118,7 +118,10 @@ def claims_with_rules(
         start = int(client.get(PREFIX + "gen") or 0)
         pipe = client.pipeline(transaction=False)
         for i, pod in enumerate(pods):
-            command = commands.assume_pod(pod, check_fit=True, since=start + i, reads=reads(i, pod))
+            read, domains = reads(i, pod)
+            command = commands.assume_pod(
+                pod, check_fit=True, since=start + i, reads=read, domains=domains
+            )
             pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
         replies = pipe.execute(raise_on_error=False)
         refused = [r for r in replies if isinstance(r, Exception)]
@@ -179,10 +182,9 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
     anti = [constrained_pod(p) for p in pods]
     nodes = [f"node-{i}" for i in range(NODES)]
 
-    def anti_reads(i: int, pod: Pod) -> str:
-        holders = nodes[: min(i, NODES)]  # the nodes that hold an anti-affine pod by then
-        existing = " @existing-anti-affinity " + " ".join(holders) if holders else ""
-        return f"@pod-anti-affinity {pod.node_name}{existing}"
+    def anti_reads(i: int, pod: Pod) -> tuple[str, str]:
+        # The node's hostname domain is the node: what claims.claim_reads sends.
+        return f"@pod-anti-affinity {pod.node_name}", f"{HOSTNAME} {pod.node_name}"
 
     every_node = "@topology-spread " + " ".join(nodes)
     return {
@@ -190,13 +192,13 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         "assume_pod": Scenario(assume),
         "assume_pod, check_fit": Scenario(single(lambda p: commands.assume_pod(p, check_fit=True))),
         "assume_pod, check_fit, rules (none apply)": Scenario(
-            claims_with_rules(pods, lambda i, p: "")
+            claims_with_rules(pods, lambda i, p: ("", ""))
         ),
         "assume_pod, check_fit, hostname anti-affinity": Scenario(
             claims_with_rules(anti, anti_reads)
         ),
         "assume_pod, check_fit, zone spread (reads every node)": Scenario(
-            claims_with_rules(pods, lambda i, p: every_node)
+            claims_with_rules(pods, lambda i, p: (every_node, ""))
         ),
         "assume_pod, lease": Scenario(single(lambda p: commands.assume_pod(p, lease_ttl=15.0))),
         "finish_binding": Scenario(finish, setup=assume),
