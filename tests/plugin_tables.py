@@ -98,9 +98,8 @@ def snapshot(pods: list[Pod], nodes: list[Node]) -> list[NodeInfo]:
     the image states (size, number of nodes holding it)."""
     spread: dict[str, int] = {}
     for n in nodes:
-        for names, _ in n.images:
-            for image in names:
-                spread[image] = spread.get(image, 0) + 1
+        for image in {name for names, _ in n.images for name in names}:
+            spread[image] = spread.get(image, 0) + 1
     infos = []
     for n in nodes:
         mine = [p for p in pods if p.node_name == n.name]

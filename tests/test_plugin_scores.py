@@ -224,3 +224,128 @@ def test_weights_are_the_default_profiles() -> None:
     scores = plugin_scores(pod, infos, Cycle(pod, infos))
     want = sum(WEIGHTS[name] * by_node["n1"] for name, by_node in scores.items())
     assert score_nodes(pod, infos, Cycle(pod, infos)) == {"n1": want}
+
+
+def tolerating(*tolerations: tuple[str, str, str]) -> Pod:
+    """``podWithTolerations``: (key, value, effect), operator Equal."""
+    return Pod("pod1", "pod1", tolerations=tuple((k, "Equal", v, e) for k, v, e in tolerations))
+
+
+def tainted_node(name: str, *taints: tuple[str, str, str]) -> Node:
+    return make_node(name, taints=taints)
+
+
+PREFER = "PreferNoSchedule"
+TAINT_SCORE = [
+    (
+        "node with taints tolerated by the pod, gets a higher score than those node with intolerable taints",
+        tolerating(("foo", "bar", PREFER)),
+        [
+            tainted_node("nodeA", ("foo", "bar", PREFER)),
+            tainted_node("nodeB", ("foo", "blah", PREFER)),
+        ],
+        [100, 0],
+    ),
+    (
+        "the nodes that all of their taints are tolerated by the pod, get the same score, no matter how many tolerable taints a node has",
+        tolerating(("cpu-type", "arm64", PREFER), ("disk-type", "ssd", PREFER)),
+        [
+            tainted_node("nodeA"),
+            tainted_node("nodeB", ("cpu-type", "arm64", PREFER)),
+            tainted_node("nodeC", ("cpu-type", "arm64", PREFER), ("disk-type", "ssd", PREFER)),
+        ],
+        [100, 100, 100],
+    ),
+    (
+        "the more intolerable taints a node has, the lower score it gets.",
+        tolerating(("foo", "bar", PREFER)),
+        [
+            tainted_node("nodeA"),
+            tainted_node("nodeB", ("cpu-type", "arm64", PREFER)),
+            tainted_node("nodeC", ("cpu-type", "arm64", PREFER), ("disk-type", "ssd", PREFER)),
+        ],
+        [100, 50, 0],
+    ),
+    (
+        "only taints and tolerations that have effect PreferNoSchedule are checked by taints-tolerations priority function",
+        tolerating(("cpu-type", "arm64", "NoSchedule"), ("disk-type", "ssd", "NoSchedule")),
+        [
+            tainted_node("nodeA"),
+            tainted_node("nodeB", ("cpu-type", "arm64", "NoSchedule")),
+            tainted_node("nodeC", ("cpu-type", "arm64", PREFER), ("disk-type", "ssd", PREFER)),
+        ],
+        [100, 100, 0],
+    ),
+    (
+        "Default behaviour No taints and tolerations, lands on node with no taints",
+        tolerating(),
+        [tainted_node("nodeA"), tainted_node("nodeB", ("cpu-type", "arm64", PREFER))],
+        [100, 0],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "pod", "nodes", "want"), TAINT_SCORE, ids=[c[0] for c in TAINT_SCORE]
+)
+def test_taint_toleration_score(name, pod, nodes, want) -> None:
+    """Upstream's TestTaintTolerationScore (tainttoleration/taint_toleration_test.go)."""
+    infos = snapshot([], nodes)
+    scores = plugin_scores(pod, infos, Cycle(pod, infos))["TaintToleration"]
+    assert [scores[n.name] for n in nodes] == want
+
+
+MB = imagelocality.MB
+NODE_40_300_2000 = (
+    (("gcr.io/40:latest", "gcr.io/40:v1", "gcr.io/40:v1"), 40 * MB),
+    (("gcr.io/300:latest", "gcr.io/300:v1"), 300 * MB),
+    (("gcr.io/2000:latest",), 2000 * MB),
+)
+NODE_250_10 = ((("gcr.io/250:latest",), 250 * MB), (("gcr.io/10:latest", "gcr.io/10:v1"), 10 * MB))
+IMAGE_LOCALITY = [
+    (
+        "two images spread on two nodes, prefer the larger image one",
+        ["gcr.io/40", "gcr.io/250"],
+        2,
+        [0, 5],
+    ),
+    ("two images on one node, prefer this node", ["gcr.io/40", "gcr.io/300"], 2, [7, 0]),
+    ("if exceed limit, use limit", ["gcr.io/10", "gcr.io/2000"], 2, [49, 0]),
+    (
+        "if exceed limit, use limit (with node which has no images present)",
+        ["gcr.io/10", "gcr.io/2000"],
+        3,
+        [32, 0, 0],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "images", "count", "want"), IMAGE_LOCALITY, ids=[c[0] for c in IMAGE_LOCALITY]
+)
+def test_image_locality_priority(name, images, count, want) -> None:
+    """Upstream's TestImageLocalityPriority (imagelocality/image_locality_test.go), its cases
+    and nodes; the expected scores follow today's formula (the maximum is 1000 MB per
+    container), which the stored copy of the table predates (it divided by 1000 MB)."""
+    nodes = [
+        make_node("machine1", images=NODE_40_300_2000),
+        make_node("machine2", images=NODE_250_10),
+        make_node("machine3"),
+    ][:count]
+    pod = make_pod(images=images)
+    infos = snapshot([], nodes)
+    assert [imagelocality.score(pod, info, count) for info in infos] == want
+
+
+@pytest.mark.parametrize(
+    ("image", "normalized"),
+    [
+        ("root", "root:latest"),
+        ("gcr.io:5000/root", "gcr.io:5000/root:latest"),
+        ("root:tag", "root:tag"),
+        ("root@sha256:" + "0" * 64, "root@sha256:" + "0" * 64),
+    ],
+    ids=["add :latest postfix 1", "add :latest postfix 2", "keep it as is 1", "keep it as is 2"],
+)
+def test_normalized_image_name(image, normalized) -> None:
+    assert imagelocality.normalized_image_name(image) == normalized
