@@ -229,3 +229,24 @@ def test_a_rule_the_script_does_not_know_is_refused_and_changes_nothing(cache):
     with pytest.raises(ValidationError, match="reads"):
         cache.run(command)
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_batch_keeps_the_rules_between_its_own_claims(cache):
+    """Two anti-affine claims in one sc_batch, both judged on one snapshot: the second sees
+    the first (changed earlier in the same call) and is refused; the batch goes on."""
+    from schedcache.views.claims import claim_context
+
+    cache.add_node(node("n1"))
+    cache.add_node(node("n2"))
+    snap = decided(cache)
+    web = {"labels": {"app": "web"}, "affinity": anti(HOST, app="web")}
+    first, second, third = (make_pod(n, "n1", **web) for n in ("web-0", "web-1", "web-2"))
+    third = third.with_node("n2")
+    batch = cache.batch()
+    for pod in (first, second, third):
+        batch.assume_pod(pod, check_fit=True, rules=claim_context(snap, pod))
+    results = batch.execute()
+    assert [r.ok for r in results] == [True, False, True]
+    assert isinstance(results[1].error, FitConflict)
+    assert results[1].error.reasons == ("pod-anti-affinity",)
+    assert cache.verify() == []

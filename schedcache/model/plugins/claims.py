@@ -25,6 +25,8 @@ POD_ANTI_AFFINITY = "pod-anti-affinity"
 EXISTING_ANTI_AFFINITY = "existing-anti-affinity"
 TOPOLOGY_SPREAD = "topology-spread"
 
+HOSTNAME = "kubernetes.io/hostname"
+
 _RULE_OF_REASON = {
     interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
     interpodaffinity.ANTI_AFFINITY_RULES: POD_ANTI_AFFINITY,
@@ -79,7 +81,10 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
     # here only the keys those terms use, with the node's domain under each.
     uid = pod.uid
-    keys: set[str] = set()
+    # The hostname always (its domain is one node: nearly free), and the pod's own keys (its
+    # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
+    # node changed since need not refuse the claim.
+    keys: set[str] = {HOSTNAME, *(t.topology_key for t in pod.pod_anti_affinity)}
     for i in cycle.infos:
         for p in i.pods_with_required_anti_affinity:
             if p.uid != uid:
