@@ -120,8 +120,13 @@ end
 -- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
 -- `reads` is not split into a table: most claims find no node changed since `since`, and for
 -- the few that did, one plain search each finds whether (and under which rule) it was read.
-local function rule_conflicts(p, since, reads, domains)
+local function rule_conflicts(p, since, reads, domains, incarnation)
   if not is_int(since) then return nil end
+  -- Generations of another incarnation (the cache lost its data and began again) say nothing
+  -- about this one's nodes.
+  if incarnation and incarnation ~= '' and get_string(p .. 'incarnation') ~= incarnation then
+    return 'stale'
+  end
   reads = reads or ''
   if reads ~= '' then
     if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end

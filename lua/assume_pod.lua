@@ -3,7 +3,7 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
 --          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms,
---          [since, reads, domains]]]]
+--          [since, reads, domains, incarnation]]]]
 --          A lease ttl > 0 takes (or renews) the replica's lease with the claim, atomically:
 --          the replica is known to sc_forget_lapsed from its first pod on.
 --          `since` (a cache generation), `reads` ("@<rule> <node> ...") and `domains`
@@ -44,7 +44,7 @@ local function assume_pod(p, replica, a)
   end
   local since = a[8] or ''
   if since ~= '' then
-    local rule = rule_conflicts(p, since, a[9], a[10])
+    local rule = rule_conflicts(p, since, a[9], a[10], a[11])
     if rule == nil then return nil, 'BADARG reads ' .. args.uid end
     if rule ~= '' then
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. rule

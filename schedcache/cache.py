@@ -146,14 +146,12 @@ class Cache:
         snap.get(node).generation`` refuses if the node changed at all since that snapshot.
         Either raises :class:`FitConflict` and writes nothing.
         """
-        since, reads, domains = None, "", ""
+        rules: tuple[int | None, str, str, str] = (None, "", "", "")
         if check_fit and expect_generation is None:
-            since, reads, domains = self._claim_context(pod, snapshot)
+            rules = self._claim_context(pod, snapshot)
         try:
             self.run(
-                commands.assume_pod(
-                    pod, check_fit, expect_generation, self.lease_to_take, since, reads, domains
-                )
+                commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
             )
         except FitConflict as conflict:
             for reason in conflict.reasons:
@@ -161,7 +159,9 @@ class Cache:
             raise
         self.hold_lease()
 
-    def _claim_context(self, pod: Pod, snapshot: Snapshot | None) -> tuple[int | None, str, str]:
+    def _claim_context(
+        self, pod: Pod, snapshot: Snapshot | None
+    ) -> tuple[int | None, str, str, str]:
         """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
         on this cache's snapshot brought up to date here. A bare claim of a pod without any
         (no snapshot given) checks resources and ports only: judging existing pods'
@@ -170,7 +170,7 @@ class Cache:
         if snapshot is not None:
             return claim_context(snapshot, pod)
         if not pod.has_inter_pod_rules:
-            return None, "", ""
+            return None, "", "", ""
         with self._claim_lock:
             self.update_snapshot(self._claim_snapshot)
             return claim_context(self._claim_snapshot, pod)

@@ -250,3 +250,19 @@ def test_a_batch_keeps_the_rules_between_its_own_claims(cache):
     assert isinstance(results[1].error, FitConflict)
     assert results[1].error.reasons == ("pod-anti-affinity",)
     assert cache.verify() == []
+
+
+def test_a_snapshot_of_a_cache_that_lost_its_data_is_stale(cache):
+    """Generations restart when the cache begins again (a Redis without persistence restarted):
+    a decision on the old incarnation's snapshot says nothing about the new one's nodes."""
+    cache.add_node(node("n1"))
+    for i in range(5):
+        cache.add_pod(make_pod(f"filler-{i}", "n1"))
+    old = decided(cache)
+    cache.clear()
+    cache.add_node(node("n1"))
+    cache.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    web = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(web, check_fit=True, snapshot=old)
+    assert info.value.reasons == ("stale",)

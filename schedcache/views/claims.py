@@ -15,12 +15,12 @@ from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
 
-def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str]:
-    """``(generation, reads, domains)`` for ``assume_pod``; :class:`FitConflict` naming the
-    rule when ``pod`` on ``pod.node_name`` breaks one on ``snap`` already."""
+def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str, str]:
+    """``(generation, reads, domains, incarnation)`` for ``assume_pod``; :class:`FitConflict`
+    naming the rule when ``pod`` on ``pod.node_name`` breaks one on ``snap`` already."""
     info = snap.node_infos.get(pod.node_name)
     if info is None or info.node is None:
-        return snap.generation, "", ""
+        return snap.generation, "", "", snap.incarnation
     cycle = Cycle(
         pod,
         list(snap.node_infos.values()),
@@ -34,4 +34,4 @@ def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str]:
             node=pod.node_name,
             reasons=(rule,),
         )
-    return (snap.generation, *claim_reads(cycle, info))
+    return (snap.generation, *claim_reads(cycle, info), snap.incarnation)
