@@ -116,11 +116,17 @@ def claims_with_rules(
 
     def run(client: redis.Redis) -> None:
         start = int(client.get(PREFIX + "gen") or 0)
+        incarnation = (client.get(PREFIX + "incarnation") or b"").decode()
         pipe = client.pipeline(transaction=False)
         for i, pod in enumerate(pods):
             read, domains = reads(i, pod)
             command = commands.assume_pod(
-                pod, check_fit=True, since=start + i, reads=read, domains=domains
+                pod,
+                check_fit=True,
+                since=start + i,
+                reads=read,
+                domains=domains,
+                incarnation=incarnation,
             )
             pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
         replies = pipe.execute(raise_on_error=False)
