@@ -31,7 +31,7 @@ HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 ZONES = 3
 GROUP = 10  # pods per anti-affinity or spread group
-ATTEMPTS = 8
+ATTEMPTS = 20  # decisions per pod (a conflict decides again on a fresher snapshot)
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Outcome:
     seconds: float
     violations: list[str]
     verify_clean: bool
+    reasons: dict[str, int]  # conflicts by the reason the claim named
 
     @property
     def pods_per_second(self) -> float:
@@ -94,6 +95,7 @@ def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, 
     mine = [pod(i) for i in range(index, pods, count)]
     snap = Snapshot()
     placed = unschedulable = conflicts = 0
+    reasons: Counter[str] = Counter()
     start.wait()
     for p in mine:
         for _ in range(ATTEMPTS):
@@ -109,14 +111,15 @@ def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, 
             best = max(ranked, key=lambda n: (ranked[n], n))
             try:
                 cache.assume_pod(p.with_node(best), check_fit=True, snapshot=snap)
-            except FitConflict:
+            except FitConflict as conflict:
                 conflicts += 1
+                reasons.update(conflict.reasons)
                 continue
             placed += 1
             break
         else:
             unschedulable += 1
-    out.put((placed, unschedulable, conflicts))
+    out.put((placed, unschedulable, conflicts, dict(reasons)))
 
 
 def violations(cache: Cache) -> list[str]:
@@ -160,6 +163,9 @@ def run(url: str, replicas: int, nodes: int, pods: int, name: str = "bench-const
     seconds = time.perf_counter() - began
     for process in processes:
         process.join()
+    reasons: Counter[str] = Counter()
+    for t in totals:
+        reasons.update(t[3])
     found = violations(cache)
     clean = cache.verify() == []
     cache.clear()
@@ -171,4 +177,5 @@ def run(url: str, replicas: int, nodes: int, pods: int, name: str = "bench-const
         seconds,
         found,
         clean,
+        dict(reasons),
     )

@@ -162,7 +162,7 @@ def constrained_main(args: argparse.Namespace) -> None:
                 "clean" if outcome.verify_clean else "DIFFERS",
             ]
         )
-        print(rows[-1], flush=True)
+        print(rows[-1], outcome.reasons, flush=True)
     print_table(
         f"{pods:,} constrained pods on {nodes:,} nodes (1/3 hostname anti-affine, 1/3 zone "
         "spread, 1/3 plain), replica processes on one cache",
