@@ -266,3 +266,24 @@ def test_a_snapshot_of_a_cache_that_lost_its_data_is_stale(cache):
     with pytest.raises(FitConflict) as info:
         cache.assume_pod(web, check_fit=True, snapshot=old)
     assert info.value.reasons == ("stale",)
+
+
+def test_the_async_cache_claims_with_the_rules_of_the_snapshot_it_is_given(
+    make_cache, backend, request
+):
+    """AsyncCache.assume_pod(..., snapshot=snap) keeps the rules as the sync cache does."""
+    from tests.apis import Blocking
+    from tests.conftest import backend_url
+
+    sync = make_cache(replica="a")
+    sync.add_node(node("n1"))
+    sync.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    snap = decided(sync)
+    web = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    blocking = Blocking(sync, backend_url(backend, request), {"ttl": sync.ttl, "replica": "b"})
+    try:
+        with pytest.raises(FitConflict) as info:
+            blocking.assume_pod(web, check_fit=True, snapshot=snap)
+        assert info.value.reasons == ("pod-anti-affinity",)
+    finally:
+        blocking.close_async()
