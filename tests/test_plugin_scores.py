@@ -349,3 +349,74 @@ def test_image_locality_priority(name, images, count, want) -> None:
 )
 def test_normalized_image_name(image, normalized) -> None:
     assert imagelocality.normalized_image_name(image) == normalized
+
+
+CPU_ONLY = [{"cpu": "1000m", "memory": "0"}, {"cpu": "2000m", "memory": "0"}]
+CPU_AND_MEMORY = [{"cpu": "1000m", "memory": "2000"}, {"cpu": "2000m", "memory": "3000"}]
+BALANCED = [
+    ("nothing scheduled, nothing requested", [], [(4000, 10000), (4000, 10000)], [], [100, 100]),
+    (
+        "nothing scheduled, resources requested, differently sized machines",
+        CPU_AND_MEMORY,
+        [(4000, 10000), (6000, 10000)],
+        [],
+        [87, 100],
+    ),
+    (
+        "no resources requested, pods scheduled",
+        [],
+        [(4000, 10000), (4000, 10000)],
+        [("machine1", []), ("machine1", []), ("machine2", []), ("machine2", [])],
+        [100, 100],
+    ),
+    (
+        "no resources requested, pods scheduled with resources",
+        [],
+        [(10000, 20000), (10000, 20000)],
+        [
+            ("machine1", CPU_ONLY),
+            ("machine1", CPU_ONLY),
+            ("machine2", CPU_ONLY),
+            ("machine2", CPU_AND_MEMORY),
+        ],
+        [70, 82],
+    ),
+    (
+        "resources requested, pods scheduled with resources",
+        CPU_AND_MEMORY,
+        [(10000, 20000), (10000, 20000)],
+        [("machine1", CPU_ONLY), ("machine2", CPU_AND_MEMORY)],
+        [82, 95],
+    ),
+    (
+        "resources requested, pods scheduled with resources, differently sized machines",
+        CPU_AND_MEMORY,
+        [(10000, 20000), (10000, 50000)],
+        [("machine1", CPU_ONLY), ("machine2", CPU_AND_MEMORY)],
+        [82, 80],
+    ),
+    (
+        "requested resources exceed node capacity",
+        CPU_ONLY,
+        [(4000, 10000), (4000, 10000)],
+        [("machine1", CPU_ONLY), ("machine2", CPU_AND_MEMORY)],
+        [50, 75],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "requests", "nodes", "existing", "want"), BALANCED, ids=[c[0] for c in BALANCED]
+)
+def test_node_resources_balanced_allocation(name, requests, nodes, existing, want) -> None:
+    """Upstream's TestNodeResourcesBalancedAllocation (noderesources/
+    balanced_allocation_test.go): its cases, with the scores of today's formula
+    ``(1 - std) * 100``, fractions capped at 1, which the stored copy of the table predates
+    (it scored ``1 - |cpu - memory|``); its volume-count case went with that feature."""
+    node_list = [
+        make_node(f"machine{i + 1}", allocatable=capacity(f"{cpu}m", str(mem)))
+        for i, (cpu, mem) in enumerate(nodes)
+    ]
+    pods = [make_pod(node=n, requests=r) for n, r in existing]
+    pod = make_pod(requests=requests)
+    assert [noderesources.balanced_allocation(pod, i) for i in snapshot(pods, node_list)] == want
