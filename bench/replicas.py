@@ -15,6 +15,12 @@ Prints a table and writes ``bench/results/replicas.json``.
 
     python bench/replicas.py [--redis URL] [--nodes 1000] [--pods 20000] [--replicas 1,2,4,8]
                              [--refresh-every N]
+
+``--constrained``: instead, the inter-pod workload of ``bench/constrained.py`` (a third of the
+pods anti-affine by hostname, a third spread by zone): violations (must be 0), conflicts and
+pods/s per replica count; writes ``bench/results/replicas_constrained.json``.
+
+    python bench/replicas.py --constrained [--nodes 60] [--pods 900] [--replicas 1,2,4]
 """
 
 from __future__ import annotations
@@ -45,7 +51,13 @@ def main() -> None:
         help="pods a replica schedules from one snapshot (1: update before every pod); "
         f"default per mode: {REFRESH_EVERY}",
     )
+    parser.add_argument(
+        "--constrained", action="store_true", help="the inter-pod workload (bench/constrained.py)"
+    )
     args = parser.parse_args()
+    if args.constrained:
+        constrained_main(args)
+        return
     results: dict[str, Any] = {"settings": vars(args), "runs": []}
     rows = []
     counts = [int(n) for n in args.replicas.split(",")]
@@ -126,6 +138,50 @@ def main() -> None:
     print(f"\nwritten to {write_results('replicas', results)}")
     if any(run["overcommitted_nodes"] for run in results["runs"]):
         sys.exit("a node was overcommitted")
+
+
+def constrained_main(args: argparse.Namespace) -> None:
+    """``--constrained``: bench/constrained.py at each replica count."""
+    from bench import constrained
+
+    nodes = args.nodes if args.nodes != 1000 else 60
+    pods = args.pods if args.pods != 20_000 else 900
+    rows, runs = [], []
+    for count in [int(n) for n in args.replicas.split(",")]:
+        outcome = constrained.run(args.redis, count, nodes, pods)
+        runs.append({**asdict(outcome), "pods_per_second": outcome.pods_per_second})
+        rows.append(
+            [
+                count,
+                f"{outcome.placed:,}",
+                f"{outcome.unschedulable:,}",
+                f"{outcome.pods_per_second:,.0f}",
+                f"{outcome.conflicts:,}",
+                f"{outcome.conflict_fraction:.3f}",
+                len(outcome.violations),
+                "clean" if outcome.verify_clean else "DIFFERS",
+            ]
+        )
+        print(rows[-1], outcome.reasons, flush=True)
+    print_table(
+        f"{pods:,} constrained pods on {nodes:,} nodes (1/3 hostname anti-affine, 1/3 zone "
+        "spread, 1/3 plain), replica processes on one cache",
+        [
+            "replicas",
+            "placed",
+            "unschedulable",
+            "pods/s",
+            "conflicts",
+            "per claim",
+            "violations",
+            "verify",
+        ],
+        rows,
+    )
+    path = write_results("replicas_constrained", {"settings": vars(args), "runs": runs})
+    print(f"\nwritten to {path}")
+    if any(run["violations"] or not run["verify_clean"] for run in runs):
+        sys.exit("a rule was broken")
 
 
 def cores(value: float | None) -> str:

@@ -82,6 +82,60 @@ def make_pod(i: int, host_port: bool) -> Pod:
     )
 
 
+def constrained_pod(pod: Pod) -> Pod:
+    """``pod`` with required anti-affinity on the hostname (its contribution counts it)."""
+    term = {"labelSelector": {"matchLabels": {"app": "anti"}}, "topologyKey": HOSTNAME}
+    manifest = {
+        "metadata": {
+            "name": pod.name,
+            "namespace": "bench",
+            "uid": pod.uid,
+            "labels": {"app": "anti"},
+        },
+        "spec": {
+            "nodeName": pod.node_name,
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+            ],
+            "affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+            },
+        },
+    }
+    return Pod.from_k8s(manifest)
+
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def claims_with_rules(
+    pods: list[Pod], reads: Callable[[int, Pod], tuple[str, str]]
+) -> Callable[[redis.Redis], None]:
+    """check_fit claims that carry inter-pod rules (lua/_claims.lua) as a replica sends them
+    from an up-to-date snapshot: claim i was decided at the generation claim i-1 left."""
+
+    def run(client: redis.Redis) -> None:
+        start = int(client.get(PREFIX + "gen") or 0)
+        incarnation = (client.get(PREFIX + "incarnation") or b"").decode()
+        pipe = client.pipeline(transaction=False)
+        for i, pod in enumerate(pods):
+            read, domains = reads(i, pod)
+            command = commands.assume_pod(
+                pod,
+                check_fit=True,
+                since=start + i,
+                reads=read,
+                domains=domains,
+                incarnation=incarnation,
+            )
+            pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+        replies = pipe.execute(raise_on_error=False)
+        refused = [r for r in replies if isinstance(r, Exception)]
+        assert not refused, refused[:3]
+
+    return run
+
+
 def fcall(client: redis.Redis, command: Command) -> Any:
     return client.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
 
@@ -131,10 +185,27 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         assumed_and_finished(client)
         confirm(client)
 
+    anti = [constrained_pod(p) for p in pods]
+    nodes = [f"node-{i}" for i in range(NODES)]
+
+    def anti_reads(i: int, pod: Pod) -> tuple[str, str]:
+        # The node's hostname domain is the node: what claims.claim_reads sends.
+        return f"@pod-anti-affinity {pod.node_name}", f"{HOSTNAME} {pod.node_name}"
+
+    every_node = "@topology-spread " + " ".join(nodes)
     return {
         "add_pod": Scenario(single(commands.add_pod)),
         "assume_pod": Scenario(assume),
         "assume_pod, check_fit": Scenario(single(lambda p: commands.assume_pod(p, check_fit=True))),
+        "assume_pod, check_fit, rules (none apply)": Scenario(
+            claims_with_rules(pods, lambda i, p: ("", ""))
+        ),
+        "assume_pod, check_fit, hostname anti-affinity": Scenario(
+            claims_with_rules(anti, anti_reads)
+        ),
+        "assume_pod, check_fit, zone spread (reads every node)": Scenario(
+            claims_with_rules(pods, lambda i, p: (every_node, ""))
+        ),
         "assume_pod, lease": Scenario(single(lambda p: commands.assume_pod(p, lease_ttl=15.0))),
         "finish_binding": Scenario(finish, setup=assume),
         "add_pod confirming an assumed pod": Scenario(confirm, setup=assumed_and_finished),

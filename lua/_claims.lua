@@ -76,3 +76,83 @@ local function claim_conflicts(p, node, parsed, check, expected)
   end
   return table.concat(short, ',')
 end
+
+-- Inter-pod rules (docs/constraints.md): optimistic, on node generations. The replica decided
+-- on a snapshot caught up to cache generation `since`; `reads` names, per rule, the nodes
+-- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ...". The live cache
+-- still gives the same verdict when none of those nodes changed since `since` (any pod placed,
+-- removed or relabelled on a node bumps its generation), and when no other node changed
+-- since then gained a pod with required anti-affinity (the one rule that a pod on a node the
+-- decision did not read can break: an existing pod's anti-affinity toward the incoming pod).
+-- Bounded: the reads by the argument's length; the nodes changed since `since` by
+-- MAX_CHANGED_NODES (more is 'stale': decide again on a fresher snapshot).
+local MAX_CHANGED_NODES = 256
+local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
+                ['existing-anti-affinity'] = true, ['topology-spread'] = true }
+
+-- Whether a changed node (not among the reads) may now hold a pod whose required anti-affinity
+-- repels the incoming one: only if it has such terms (xt) under a topology key for which it
+-- shares the target's domain. `domains`: "<key> <node> ...\n<key> <node> ...", per topology key
+-- of the anti-affinity terms the decision saw, the nodes sharing the target's value. A term
+-- under any other key (xt more than those counted) is taken as repelling (decide again).
+local function may_repel(nk, node, domains)
+  local keys, lists = {}, {}
+  for line in string.gmatch(domains, '[^\n]+') do
+    local key, rest = string.match(line, '^(%S+)(.*)$')
+    if key ~= nil then
+      keys[#keys + 1] = key
+      lists[#lists + 1] = rest .. ' '
+    end
+  end
+  local wanted = { 'anti', 'xt' }
+  for j = 1, #keys do wanted[#wanted + 1] = 'x:' .. keys[j] end
+  local have = typed_read(nk, 'hash', 'HMGET', unpack(wanted))
+  if stored_int(nk, have[1], 0) <= 0 then return false end
+  local terms, counted = stored_int(nk, have[2], 0), 0
+  for j = 1, #keys do
+    local n = stored_int(nk, have[j + 2], 0)
+    counted = counted + n
+    if n > 0 and string.find(lists[j], ' ' .. node .. ' ', 1, true) then return true end
+  end
+  return terms == 0 or terms > counted
+end
+
+-- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
+-- `reads` is not split into a table: most claims find no node changed since `since`, and for
+-- the few that did, one plain search each finds whether (and under which rule) it was read.
+local function rule_conflicts(p, since, reads, domains, incarnation)
+  if not is_int(since) then return nil end
+  -- Generations of another incarnation (the cache lost its data and began again) say nothing
+  -- about this one's nodes.
+  if incarnation and incarnation ~= '' and get_string(p .. 'incarnation') ~= incarnation then
+    return 'stale'
+  end
+  reads = reads or ''
+  if reads ~= '' then
+    if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end
+    for rule in string.gmatch(reads, '@(%S*)') do
+      if not RULES[rule] then return nil end
+    end
+  end
+  local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',
+                             'LIMIT', 0, MAX_CHANGED_NODES + 1)
+  if #changed > MAX_CHANGED_NODES then return 'stale' end
+  -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
+  for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
+  if #changed == 0 then return '' end
+  local padded = ' ' .. reads .. ' '
+  for j = 1, #changed do
+    local node = changed[j]
+    local at = string.find(padded, ' ' .. node .. ' ', 1, true)
+    if at ~= nil then
+      -- The rule is the last "@<rule>" before the node's place.
+      local rule = nil
+      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+      return rule
+    end
+    if may_repel(p .. 'node:' .. node, node, domains or '') then
+      return 'existing-anti-affinity'
+    end
+  end
+  return ''
+end

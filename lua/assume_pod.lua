@@ -2,16 +2,23 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
---          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms]]]
+--          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms,
+--          [since, reads, domains, incarnation]]]]
 --          A lease ttl > 0 takes (or renews) the replica's lease with the claim, atomically:
 --          the replica is known to sc_forget_lapsed from its first pod on.
+--          `since` (a cache generation), `reads` ("@<rule> <node> ...") and `domains`
+--          ("<topology key> <node> ...\n..."): the inter-pod
+--          rules the decision judged on a snapshot at `since` still hold (_claims.lua,
+--          docs/constraints.md).
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
 --          FITCONFLICT <uid> <node> <reason,...>   with check "fit": the live node lacks room
 --            (reasons: cpu, memory, ephemeral-storage, pods, <scalar>, port:<proto>/<port>) or
 --            is gone (node-missing); with "generation": the node changed since the expected
---            generation (stale) or is gone (node-missing)
+--            generation (stale) or is gone (node-missing); with `since`: a rule the live
+--            cache may break (pod-affinity, pod-anti-affinity, existing-anti-affinity,
+--            topology-spread) or too many nodes changed since (stale)
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
@@ -33,6 +40,14 @@ local function assume_pod(p, replica, a)
     if reasons == nil then return nil, 'BADARG check ' .. args.uid end
     if reasons ~= '' then
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reasons
+    end
+  end
+  local since = a[8] or ''
+  if since ~= '' then
+    local rule = rule_conflicts(p, since, a[9], a[10], a[11])
+    if rule == nil then return nil, 'BADARG reads ' .. args.uid end
+    if rule ~= '' then
+      return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. rule
     end
   end
   local lease_ms = tonumber(a[7] or '0')

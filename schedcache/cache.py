@@ -9,6 +9,7 @@ where they differ on purpose, the README's table says how.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,6 +38,7 @@ from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, log_skipped
+from schedcache.views.claims import claim_context
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
 
@@ -98,6 +100,9 @@ class Cache:
             wait_timeout=wait_timeout,
         )
         self.lease = Lease(self.store, lease_ttl) if replica and lease_ttl > 0 else None
+        # The snapshot a check_fit claim made without one judges its inter-pod rules on.
+        self._claim_snapshot = Snapshot()
+        self._claim_lock = threading.Lock()
         # For callers and inspection (key names: docs/storage.md); commands go through the store.
         self.name: str = self.store.name
         self.keys: Keys = self.store.keys
@@ -123,23 +128,52 @@ class Cache:
     # -- pods -------------------------------------------------------------------------
 
     def assume_pod(
-        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+        self,
+        pod: Pod,
+        check_fit: bool = False,
+        expect_generation: int | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
         """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision).
 
         With replicas sharing the cache, claim optimistically: ``check_fit=True`` checks inside
         the script that the live node still has room (CPU, memory, ephemeral storage, pod
-        count, scalar resources, host ports); ``expect_generation=snap.get(node).generation``
-        refuses if the node changed at all since that snapshot. Either raises
-        :class:`FitConflict` and writes nothing.
+        count, scalar resources, host ports) and that the pod's inter-pod rules still hold
+        (required pod affinity, anti-affinity both ways, DoNotSchedule spread), as judged on
+        ``snapshot`` (the one the decision read; else a private one brought up to date here)
+        and re-checked atomically (docs/constraints.md; without ``snapshot``, existing pods'
+        anti-affinity is checked for pods that have rules of their own); ``expect_generation=
+        snap.get(node).generation`` refuses if the node changed at all since that snapshot.
+        Either raises :class:`FitConflict` and writes nothing.
         """
+        rules: tuple[int | None, str, str, str] = (None, "", "", "")
+        if check_fit and expect_generation is None:
+            rules = self._claim_context(pod, snapshot)
         try:
-            self.run(commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take))
+            self.run(
+                commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
+            )
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
         self.hold_lease()
+
+    def _claim_context(
+        self, pod: Pod, snapshot: Snapshot | None
+    ) -> tuple[int | None, str, str, str]:
+        """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
+        on this cache's snapshot brought up to date here. A bare claim of a pod without any
+        (no snapshot given) checks resources and ports only: judging existing pods'
+        anti-affinity toward it would cost every such claim a snapshot update
+        (docs/constraints.md)."""
+        if snapshot is not None:
+            return claim_context(snapshot, pod)
+        if not pod.has_inter_pod_rules:
+            return None, "", "", ""
+        with self._claim_lock:
+            self.update_snapshot(self._claim_snapshot)
+            return claim_context(self._claim_snapshot, pod)
 
     @property
     def lease_to_take(self) -> float:

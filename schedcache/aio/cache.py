@@ -31,6 +31,7 @@ from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import log_skipped
+from schedcache.views.claims import claim_context
 from schedcache.views.nodetree import interleave, parse_tree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
 
@@ -190,10 +191,19 @@ class AsyncCache:
     # -- pods -------------------------------------------------------------------------
 
     async def assume_pod(
-        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+        self,
+        pod: Pod,
+        check_fit: bool = False,
+        expect_generation: int | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
-        """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`)."""
-        command = commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take)
+        """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`).
+        With ``check_fit`` and the ``snapshot`` the decision read, the pod's inter-pod rules
+        are judged on it and re-checked in Redis, as the sync cache does."""
+        rules: tuple[int | None, str, str, str] = (None, "", "", "")
+        if check_fit and expect_generation is None and snapshot is not None:
+            rules = claim_context(snapshot, pod)
+        command = commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
         try:
             await self.run(command)
         except FitConflict as conflict:

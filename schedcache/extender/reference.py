@@ -40,7 +40,8 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, ValidationError
 from schedcache.extender.binder import ApiBinder
 from schedcache.extender.service import scores
-from schedcache.model.filters import filter_pod
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -150,18 +151,23 @@ class ReferenceScheduler:
         outcome = Outcome()
         for _ in range(self.attempts):
             self.cache.update_snapshot(self.snapshot)
+            cycle = Cycle(
+                pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
             infos = [info for info in self.snapshot.node_info_list if info.node is not None]
-            verdicts = [(info, filter_pod(pod, info).reasons) for info in infos]
+            verdicts = [(info, filter_pod(pod, info, cycle).reasons) for info in infos]
             feasible = [(info.name, info) for info, reasons in verdicts if not reasons]
             if not feasible:
                 outcome.unschedulable = True
                 outcome.reason = fit_error(len(infos), [r for _, rs in verdicts for r in rs])
                 return outcome
-            ranked = scores(pod, feasible)  # type: ignore[arg-type]
+            ranked = scores(pod, feasible, cycle)  # type: ignore[arg-type]
             best = max(ranked, key=lambda name: (ranked[name], name))
             placed = pod.with_node(best)
             try:
-                self.cache.assume_pod(placed, check_fit=True)
+                self.cache.assume_pod(placed, check_fit=True, snapshot=self.snapshot)
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1

@@ -19,6 +19,7 @@ is read from the API server.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -28,8 +29,9 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict
 from schedcache.extender import protocol
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
-from schedcache.model.filters import filter_pod, intolerable_prefer_no_schedule
 from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -65,12 +67,17 @@ class Extender:
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
+            cycle = Cycle(
+                args.pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
             for name in args.node_names:
                 info = self.snapshot.node_infos.get(name)
                 if info is None or info.node is None:
                     unresolvable[name] = UNKNOWN_NODE
                     continue
-                result = filter_pod(args.pod, info)
+                result = filter_pod(args.pod, info, cycle)
                 if not result.reasons:
                     passed.append(name)
                 elif result.unresolvable:
@@ -84,7 +91,12 @@ class Extender:
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             infos = [(name, self.snapshot.node_infos.get(name)) for name in args.node_names]
-            return protocol.host_priorities(scores(args.pod, infos))
+            cycle = Cycle(
+                args.pod,
+                list(self.snapshot.node_infos.values()),
+                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
+            )
+            return protocol.host_priorities(scores(args.pod, infos, cycle))
 
     # -- bind -----------------------------------------------------------------------------
 
@@ -95,7 +107,7 @@ class Extender:
             return protocol.bind_result(f"pod {args.pod_namespace}/{args.pod_name}: {error}")
         placed = pod.with_node(args.node)
         try:
-            self.cache.assume_pod(placed, check_fit=True)
+            self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot())
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
         except CacheError as error:
@@ -110,6 +122,13 @@ class Extender:
         with self.pods_lock:
             self.pods.pop(pod.uid, None)
         return protocol.bind_result()
+
+    def _claim_snapshot(self) -> Snapshot:
+        """A private copy of the snapshot, caught up now: the claim judges the pod's inter-pod
+        rules (existing pods' anti-affinity included) on it and Redis re-checks them."""
+        with self.snapshot_lock:
+            self.cache.update_snapshot(self.snapshot)
+            return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))
 
     def _pod(self, args: BindArgs) -> Pod:
         with self.pods_lock:
@@ -133,42 +152,18 @@ class Extender:
                 self.pods.popitem(last=False)
 
 
-def scores(pod: Pod, infos: list[tuple[str, NodeInfo | None]]) -> dict[str, int]:
-    """0–10 per node (see the module docstring); unknown nodes score 0."""
-    least = {name: least_allocated(pod, info) for name, info in infos if info is not None}
-    counts = {
-        name: intolerable_prefer_no_schedule(pod, info)
-        for name, info in infos
-        if info is not None and info.node is not None
+def scores(
+    pod: Pod, infos: list[tuple[str, NodeInfo | None]], cycle: Cycle | None = None
+) -> dict[str, int]:
+    """0-10 per node: the default profile's weighted scores (``registry.score_nodes``, judged in
+    ``cycle``: the snapshot's whole cluster) scaled so the best candidate scores 10, as
+    upstream's DefaultNormalizeScore scales; unknown nodes score 0."""
+    known = [info for _, info in infos if info is not None and info.node is not None]
+    if cycle is None:
+        cycle = Cycle(pod, known)
+    totals = score_nodes(pod, known, cycle)
+    best = max(totals.values(), default=0)
+    return {
+        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0)
+        for name, _ in infos
     }
-    most = max(counts.values(), default=0)
-    result = {}
-    for name, info in infos:
-        if info is None or info.node is None:
-            result[name] = 0
-            continue
-        if most == 0:
-            result[name] = round(least[name])
-        else:
-            taint_score = MAX_SCORE * (1 - counts[name] / most)
-            result[name] = round((least[name] + taint_score) / 2)
-    return result
-
-
-def least_allocated(pod: Pod, info: NodeInfo) -> float:
-    """kube-scheduler's LeastAllocated on CPU and memory (equal weights), 0–10."""
-    parts = []
-    for allocatable, requested, wanted in (
-        (
-            info.allocatable.milli_cpu,
-            info.non_zero_requested.milli_cpu,
-            pod.non_zero_requests.milli_cpu,
-        ),
-        (info.allocatable.memory, info.non_zero_requested.memory, pod.non_zero_requests.memory),
-    ):
-        total = requested + wanted
-        if allocatable <= 0 or total > allocatable:
-            parts.append(0.0)
-        else:
-            parts.append((allocatable - total) * MAX_SCORE / allocatable)
-    return sum(parts) / len(parts)

@@ -12,6 +12,9 @@ exactly what was added (never the caller's copy). Fields:
 ``z:cpu/z:mem``    non-zero requested (100m / 200 MiB defaults per container) minus
                    requested: zero, so not written, for pods that state their requests
 ``aff``/``anti``   pods with affinity / with required anti-affinity
+``xt``/``x:<key>`` required anti-affinity terms, in all / by topology key (what a claim's
+                   existing-anti-affinity check reads of a node changed since the snapshot:
+                   docs/constraints.md)
 ``p:<ip>|<proto>|<port>``  pods using that host port (a refcount; the port set is its keys)
 ``v:<ns>/<claim>`` pods using that PVC
 =================  =======================================================
@@ -50,6 +53,11 @@ def pod_contribution(pod: Pod) -> Pairs:
         pairs += [(port_field(port), 1) for port in dict.fromkeys(pod.host_ports)]
     if pod.pvc_claims:
         pairs += [(f"v:{claim}", count) for claim, count in Counter(pod.pvc_claims).items()]
+    if pod.pod_anti_affinity:
+        # A term without a key applies nowhere (no node has the label "").
+        keys = Counter(t.topology_key for t in pod.pod_anti_affinity if t.topology_key)
+        pairs += [("xt", sum(keys.values()))]
+        pairs += [(f"x:{key}", count) for key, count in keys.items()]
     return [(field, amount) for field, amount in pairs if amount != 0]
 
 

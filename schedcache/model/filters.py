@@ -1,172 +1,41 @@
-"""kube-scheduler's filters on a NodeInfo: does a pod fit this node, and if not, why.
+"""The names this module used to define now live in :mod:`schedcache.model.plugins` (one
+module per plugin); kept importable for existing callers."""
 
-The plugins run in kube-scheduler's order and the first that fails decides, as the framework
-stops at the first failing filter: NodeUnschedulable, TaintToleration, NodeAffinity (with
-the pod's nodeSelector), NodePorts, NodeResourcesFit. Reasons are upstream's words. Failures
-that preemption cannot cure (unschedulable, taints, affinity) are *unresolvable*
-(``UnschedulableAndUnresolvable`` upstream); ports and resources are not.
+from schedcache.model.plugins.nodelocal import (
+    AFFINITY_MISMATCH,
+    FILTERING_EFFECTS,
+    NODE_NOT_FOUND,
+    PORTS_IN_USE,
+    TOO_MANY_PODS,
+    UNSCHEDULABLE,
+    UNSCHEDULABLE_TAINT,
+    Taint,
+    intolerable_prefer_no_schedule,
+    matches_node_affinity,
+    node_refuses,
+    tolerates,
+    tolerates_any,
+    untolerated_taint,
+)
+from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.plugins.result import FITS, FilterResult
 
-Toleration matching is ``v1.Toleration.ToleratesTaint``: an empty effect matches every effect,
-an empty key (with ``Exists``) every key, ``Exists`` ignores the value, ``Equal`` compares it.
-Only ``NoSchedule`` and ``NoExecute`` taints filter; ``PreferNoSchedule`` counts against the
-node's score (:func:`intolerable_prefer_no_schedule`). An unschedulable node acts as the taint
-``node.kubernetes.io/unschedulable:NoSchedule``: a pod tolerating it passes.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Iterable
-from dataclasses import dataclass
-
-from schedcache.model.nodeinfo import NodeInfo, port_conflicts
-from schedcache.model.values import Node, NodeSelectorTerm, Pod, Requirement, Toleration
-
-Taint = tuple[str, str, str]  # key, value, effect
-
-UNSCHEDULABLE_TAINT: Taint = ("node.kubernetes.io/unschedulable", "", "NoSchedule")
-FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
-
-NODE_NOT_FOUND = "node(s) not found"
-UNSCHEDULABLE = "node(s) were unschedulable"
-AFFINITY_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
-PORTS_IN_USE = "node(s) didn't have free ports for the requested pod ports"
-TOO_MANY_PODS = "Too many pods"
-
-
-@dataclass(frozen=True)
-class FilterResult:
-    """Empty ``reasons``: the pod fits. ``unresolvable``: preemption would not help."""
-
-    reasons: tuple[str, ...] = ()
-    unresolvable: bool = False
-
-    @property
-    def fits(self) -> bool:
-        return not self.reasons
-
-
-FITS = FilterResult()
-
-
-def filter_pod(pod: Pod, info: NodeInfo) -> FilterResult:
-    """Run the filters of kube-scheduler's default profile that the cache can answer."""
-    node = info.node
-    if node is None:  # a ghost (its pods remain) or a placeholder: no node to schedule on
-        return FilterResult((NODE_NOT_FOUND,), True)
-    refused = node_refuses(pod, node)
-    if refused is not None:
-        return refused
-    if any(port_conflicts(port, info.used_ports) for port in pod.host_ports):
-        return FilterResult((PORTS_IN_USE,))
-    short = [name for name in info.shortages(pod) if name != "host-ports"]
-    if short:
-        return FilterResult(
-            tuple(TOO_MANY_PODS if n == "pods" else f"Insufficient {n}" for n in short)
-        )
-    return FITS
-
-
-def node_refuses(pod: Pod, node: Node) -> FilterResult | None:
-    """The filters that read only the node object (unschedulable, taints, affinity): their
-    verdict does not change as pods come and go. None when they let the pod through."""
-    if node.unschedulable and not tolerates_any(pod.tolerations, UNSCHEDULABLE_TAINT):
-        return FilterResult((UNSCHEDULABLE,), True)
-    taint = untolerated_taint(pod, node)
-    if taint is not None:
-        key, value, _ = taint
-        return FilterResult((f"node(s) had untolerated taint {{{key}: {value}}}",), True)
-    if not matches_node_affinity(pod, node):
-        return FilterResult((AFFINITY_MISMATCH,), True)
-    return None
-
-
-def _insufficient(resource: str) -> str:
-    """NodeResourcesFit's reason for one resource."""
-    return TOO_MANY_PODS if resource == "pods" else f"Insufficient {resource}"
-
-
-# -- taints and tolerations ----------------------------------------------------------------
-
-
-def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """``v1.Toleration.ToleratesTaint``."""
-    key, operator, value, effect = toleration
-    taint_key, taint_value, taint_effect = taint
-    if effect and effect != taint_effect:
-        return False
-    if key and key != taint_key:
-        return False
-    if operator == "Exists":
-        return True
-    if operator in ("", "Equal"):
-        return value == taint_value
-    return False
-
-
-def tolerates_any(tolerations: Iterable[Toleration], taint: Taint) -> bool:
-    return any(tolerates(toleration, taint) for toleration in tolerations)
-
-
-def untolerated_taint(pod: Pod, node: Node) -> Taint | None:
-    """The first NoSchedule/NoExecute taint of ``node`` that ``pod`` does not tolerate."""
-    for taint in node.taints:
-        if taint[2] in FILTERING_EFFECTS and not tolerates_any(pod.tolerations, taint):
-            return taint
-    return None
-
-
-def intolerable_prefer_no_schedule(pod: Pod, info: NodeInfo) -> int:
-    """TaintToleration's score input: the node's PreferNoSchedule taints the pod does not
-    tolerate, counting only tolerations with that effect or none (as upstream)."""
-    if info.node is None:
-        return 0
-    relevant = [t for t in pod.tolerations if t[3] in ("", "PreferNoSchedule")]
-    return sum(
-        1
-        for taint in info.node.taints
-        if taint[2] == "PreferNoSchedule" and not tolerates_any(relevant, taint)
-    )
-
-
-# -- node selector and required node affinity ------------------------------------------------
-
-
-def matches_node_affinity(pod: Pod, node: Node) -> bool:
-    """NodeAffinity's filter: the nodeSelector's labels all equal, and one of the required
-    terms (if any) matching."""
-    labels = node.labels
-    if any(labels.get(key) != value for key, value in pod.node_selector.items()):
-        return False
-    if not pod.required_node_affinity:
-        return True
-    return any(_term_matches(term, node) for term in pod.required_node_affinity)
-
-
-def _term_matches(term: NodeSelectorTerm, node: Node) -> bool:
-    """A term matches when all its expressions and fields do; an empty term matches nothing."""
-    expressions, fields = term
-    if not expressions and not fields:
-        return False
-    return all(_requirement_matches(r, node.labels) for r in expressions) and all(
-        _requirement_matches(r, {"metadata.name": node.name}) for r in fields
-    )
-
-
-def _requirement_matches(requirement: Requirement, labels: dict[str, str]) -> bool:
-    key, operator, values = requirement
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present:
-        try:
-            have, bound = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
+__all__ = [
+    "AFFINITY_MISMATCH",
+    "FILTERING_EFFECTS",
+    "FITS",
+    "NODE_NOT_FOUND",
+    "PORTS_IN_USE",
+    "TOO_MANY_PODS",
+    "UNSCHEDULABLE",
+    "UNSCHEDULABLE_TAINT",
+    "FilterResult",
+    "Taint",
+    "filter_pod",
+    "intolerable_prefer_no_schedule",
+    "matches_node_affinity",
+    "node_refuses",
+    "tolerates",
+    "tolerates_any",
+    "untolerated_taint",
+]

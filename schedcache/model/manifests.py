@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from schedcache.errors import ValidationError
+from schedcache.model.podterms import read_inter_pod_rules
 from schedcache.model.quantity import parse_quantity, round_away
 from schedcache.model.values import (
     DEFAULT_MEMORY_REQUEST,
@@ -565,12 +566,14 @@ def read_pod(obj: Any) -> Pod:
     non_zero = _to_resource(_pod_requests(regular, init, overhead, _NON_ZERO_DEFAULTS))
     _check_totals(r, requests, "spec.containers")
     has_affinity, has_required_anti = _read_affinity(r, spec.get("affinity"))
+    labels = r.labels(meta.get("labels"), "metadata.labels")
+    rules = read_inter_pod_rules(r.obj, spec, labels)
     return Pod(
         uid=uid,
         name=name,
         namespace=namespace,
         node_name=r.string(spec.get("nodeName"), "spec.nodeName"),
-        labels=r.labels(meta.get("labels"), "metadata.labels"),
+        labels=labels,
         requests=requests,
         non_zero_requests=Resource(milli_cpu=non_zero.milli_cpu, memory=non_zero.memory),
         host_ports=tuple(port for c in containers for port in c.host_ports),
@@ -584,6 +587,13 @@ def read_pod(obj: Any) -> Pod:
         tolerations=_read_tolerations(r, spec.get("tolerations")),
         node_selector=r.labels(spec.get("nodeSelector"), "spec.nodeSelector"),
         required_node_affinity=_read_node_affinity(r, spec.get("affinity")),
+        images=tuple(c.image for c in inits + containers if c.image),
+        pod_affinity=rules.pod_affinity,
+        pod_anti_affinity=rules.pod_anti_affinity,
+        preferred_pod_affinity=rules.preferred_pod_affinity,
+        preferred_pod_anti_affinity=rules.preferred_pod_anti_affinity,
+        spread_constraints=rules.spread_constraints,
+        preferred_node_affinity=_read_preferred_node_affinity(r, spec.get("affinity")),
     )
 
 
@@ -644,6 +654,33 @@ def _read_node_affinity(r: _Reader, value: Any) -> tuple[NodeSelectorTerm, ...]:
     return tuple(out)
 
 
+_PREFERRED_NODE = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _read_preferred_node_affinity(
+    r: _Reader, value: Any
+) -> tuple[tuple[int, NodeSelectorTerm], ...]:
+    """NodeAffinity's score input: (weight, term) per preferred scheduling term."""
+    affinity = r.mapping(value, "spec.affinity")
+    node_affinity = r.mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    out = []
+    for i, item in enumerate(
+        r.seq(node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"), _PREFERRED_NODE)
+    ):
+        path = f"{_PREFERRED_NODE}[{i}]"
+        weighted = r.mapping(item, path)
+        weight = r.integer(weighted.get("weight"), f"{path}.weight")
+        if not 1 <= weight <= 100:
+            raise r.fail(f"{path}.weight", f"{weight} must be in [1, 100]")
+        term = r.mapping(weighted.get("preference"), f"{path}.preference")
+        expressions = _read_requirements(
+            r, term.get("matchExpressions"), f"{path}.preference.matchExpressions"
+        )
+        fields = _read_requirements(r, term.get("matchFields"), f"{path}.preference.matchFields")
+        out.append((weight, (expressions, fields)))
+    return tuple(out)
+
+
 def _read_requirements(r: _Reader, value: Any, path: str) -> tuple[Requirement, ...]:
     out = []
     for i, item in enumerate(r.seq(value, path)):
@@ -677,6 +714,7 @@ class _Container:
     requests: ResourceList  # after defaulting requests from limits
     host_ports: list[HostPort]
     sidecar: bool  # init container with restartPolicy: Always
+    image: str = ""
 
 
 def _read_container(r: _Reader, value: Any, path: str) -> _Container:
@@ -697,7 +735,8 @@ def _read_container(r: _Reader, value: Any, path: str) -> _Container:
             ports.append((ip, protocol, r.port(p.get("hostPort"), f"{path}.ports[{i}].hostPort")))
     restart = r.string(c.get("restartPolicy"), f"{path}.restartPolicy")
     # API defaulting: a request missing for a key that has a limit defaults to the limit.
-    return _Container({**limits, **requests}, ports, restart == "Always")
+    image = r.string(c.get("image"), f"{path}.image")
+    return _Container({**limits, **requests}, ports, restart == "Always", image)
 
 
 def _check_totals(r: _Reader, total: Resource, path: str) -> None:

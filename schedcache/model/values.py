@@ -12,6 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from schedcache.model.podterms import (
+    PodAffinityTerm,
+    SpreadConstraint,
+    WeightedTerm,
+    terms_from_list,
+    terms_to_list,
+    weighted_from_list,
+    weighted_to_list,
+)
 from schedcache.model.selectors import label_key_error
 
 __all__ = [
@@ -191,6 +200,25 @@ class Pod:
     required_node_affinity: tuple[NodeSelectorTerm, ...] = ()
     # Stored without its labels (more than the cache reads back): still counted on its node.
     truncated: bool = False
+    # What the inter-pod plugins and the scores read (schedcache.model.podterms): containers'
+    # images, required and preferred pod (anti-)affinity, topology spread, preferred node
+    # affinity as (weight, term).
+    images: tuple[str, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_pod_affinity: tuple[WeightedTerm, ...] = ()
+    preferred_pod_anti_affinity: tuple[WeightedTerm, ...] = ()
+    spread_constraints: tuple[SpreadConstraint, ...] = ()
+    preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+
+    @property
+    def has_inter_pod_rules(self) -> bool:
+        """Required rules that depend on other pods' places (a claim must re-check them)."""
+        return bool(
+            self.pod_affinity
+            or self.pod_anti_affinity
+            or any(c.when_unsatisfiable == "DoNotSchedule" for c in self.spread_constraints)
+        )
 
     @property
     def key(self) -> str:
@@ -260,6 +288,23 @@ class Pod:
             ]
         if self.truncated:
             d["truncated"] = True
+        if self.images:
+            d["images"] = list(self.images)
+        if self.pod_affinity:
+            d["pod_affinity"] = terms_to_list(self.pod_affinity)
+        if self.pod_anti_affinity:
+            d["pod_anti_affinity"] = terms_to_list(self.pod_anti_affinity)
+        if self.preferred_pod_affinity:
+            d["preferred_pod_affinity"] = weighted_to_list(self.preferred_pod_affinity)
+        if self.preferred_pod_anti_affinity:
+            d["preferred_pod_anti_affinity"] = weighted_to_list(self.preferred_pod_anti_affinity)
+        if self.spread_constraints:
+            d["spread"] = [c.to_list() for c in self.spread_constraints]
+        if self.preferred_node_affinity:
+            d["preferred_node_affinity"] = [
+                [weight, [[[k, op, list(v)] for k, op, v in part] for part in term]]
+                for weight, term in self.preferred_node_affinity
+            ]
         return d
 
     @classmethod
@@ -271,6 +316,13 @@ class Pod:
         conditions = get("conditions")
         tolerations = get("tolerations")
         affinity = get("node_affinity")
+        images = get("images")
+        required_affinity = get("pod_affinity")
+        required_anti = get("pod_anti_affinity")
+        preferred_affinity = get("preferred_pod_affinity")
+        preferred_anti = get("preferred_pod_anti_affinity")
+        spread = get("spread")
+        preferred_node = get("preferred_node_affinity")
         return cls(
             d["uid"],
             d["name"],
@@ -291,6 +343,13 @@ class Pod:
             dict(get("node_selector") or ()),
             _terms(affinity) if affinity else (),
             bool(get("truncated", False)),
+            tuple(images) if images else (),
+            terms_from_list(required_affinity) if required_affinity else (),
+            terms_from_list(required_anti) if required_anti else (),
+            weighted_from_list(preferred_affinity) if preferred_affinity else (),
+            weighted_from_list(preferred_anti) if preferred_anti else (),
+            tuple(SpreadConstraint.from_list(c) for c in spread) if spread else (),
+            tuple((int(w), _terms([t])[0]) for w, t in preferred_node) if preferred_node else (),
         )
 
 

@@ -27,8 +27,9 @@ from schedcache.history.checkpoints import (
     stream_id,
 )
 from schedcache.history.replay import ReplayState, fold
-from schedcache.model.filters import filter_pod
 from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Pod
 from schedcache.store.events import Event, unpack
 from schedcache.store.fetch import gc_paused
@@ -187,7 +188,7 @@ def explain_events(
             event_id=event.id,
             replica=event.replica,
             node=node,
-            verdicts=[_verdict(pod, info) for info in before.node_info_list],
+            verdicts=_verdicts(pod, before.node_info_list, list(before.node_infos.values())),
             free_before=free,
             # The claim added exactly the pod's requests to the node.
             free_after={
@@ -200,9 +201,15 @@ def explain_events(
     return claims
 
 
-def _verdict(pod: Pod, info: NodeInfo) -> Verdict:
-    result = filter_pod(pod, info)
-    return Verdict(info.name, result.fits, list(result.reasons))
+def _verdicts(pod: Pod, listed: list[NodeInfo], every: list[NodeInfo]) -> list[Verdict]:
+    """Every filter of the default profile on each listed node, judged in one cycle over
+    ``every`` node of the cache at that moment (the inter-pod filters read them all)."""
+    cycle = Cycle(pod, every)
+    verdicts = []
+    for info in listed:
+        result = filter_pod(pod, info, cycle)
+        verdicts.append(Verdict(info.name, result.fits, list(result.reasons)))
+    return verdicts
 
 
 def _free(info: NodeInfo | None) -> dict[str, int]:

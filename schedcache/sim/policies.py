@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedcache.errors import PolicyError
-from schedcache.model.filters import filter_pod, node_refuses
+from schedcache.model.plugins.nodelocal import node_refuses
+from schedcache.model.plugins.registry import cycle_for, filter_pod
 from schedcache.model.values import Pod
 from schedcache.sim.scratch import ResourceIndex, ScratchSnapshot
 from schedcache.views.snapshot import Snapshot
@@ -62,12 +63,13 @@ def best_node(snapshot: Snapshot, pod: Pod, scorer: Scorer) -> str | None:
 
     index = _index_of(snapshot)
     scores = np.where(_feasible(index, snapshot, pod), scorer(index, pod), INFEASIBLE)
+    cycle = cycle_for(pod, snapshot.node_infos, snapshot.have_pods_with_required_anti_affinity_list)
     while True:
         best = int(np.argmax(scores)) if len(scores) else 0
         if not len(scores) or scores[best] == INFEASIBLE:
             return None
         name = index.names[best]
-        if filter_pod(pod, snapshot.node_infos[name]).fits:
+        if filter_pod(pod, snapshot.node_infos[name], cycle).fits:
             return name
         scores[best] = INFEASIBLE
 

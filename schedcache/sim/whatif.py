@@ -20,8 +20,8 @@ from typing import Any
 from schedcache.cache import Cache
 from schedcache.errors import PolicyError
 from schedcache.history.checkpoints import read_events
-from schedcache.model.filters import filter_pod
 from schedcache.model.nodeinfo import Dump, NodeInfo
+from schedcache.model.plugins.registry import cycle_for, filter_pod
 from schedcache.model.values import Pod
 from schedcache.sim.policies import Policy, checked
 from schedcache.sim.scratch import ScratchSnapshot
@@ -210,7 +210,8 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
                 f"policy {name!r} chose {node!r} for pod {pod.full_name}: not a node at "
                 f"{state.last_id}"
             )
-        verdict = filter_pod(pod, info)
+        holders = scratch.have_pods_with_required_anti_affinity_list
+        verdict = filter_pod(pod, info, cycle_for(pod, scratch.node_infos, holders))
         if not verdict.fits:
             reasons[pod.uid] = f"chose {node}: {'; '.join(verdict.reasons)}"
             continue

@@ -109,10 +109,27 @@ class BatchBuilder:
         raise NotImplementedError
 
     def assume_pod(
-        self, pod: Pod, check_fit: bool = False, expect_generation: int | None = None
+        self,
+        pod: Pod,
+        check_fit: bool = False,
+        expect_generation: int | None = None,
+        rules: tuple[int, str, str, str] | None = None,
     ) -> Self:
+        """``rules``: with ``check_fit``, ``schedcache.views.claims.claim_context(snap, pod)``
+        (the inter-pod rules judged on ``snap``, re-checked in the batch's script after the
+        commands before it)."""
         claimant = self._claimant("assume_pod")
-        command = commands.assume_pod(pod, check_fit, expect_generation, claimant.lease_to_take)
+        since, reads, domains, incarnation = rules or (None, "", "", "")
+        command = commands.assume_pod(
+            pod,
+            check_fit,
+            expect_generation,
+            claimant.lease_to_take,
+            since,
+            reads,
+            domains,
+            incarnation,
+        )
         self.claimed(claimant)
         return self.add(command)
 

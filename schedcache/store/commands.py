@@ -127,10 +127,17 @@ def assume_pod(
     check_fit: bool = False,
     expect_generation: int | None = None,
     lease_ttl: float = 0.0,
+    since: int | None = None,
+    reads: str = "",
+    domains: str = "",
+    incarnation: str = "",
 ) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
     ``expect_generation``: the node must not have changed since that generation (strict);
-    ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim."""
+    ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim;
+    ``since``/``reads``/``domains``/``incarnation``: with ``check_fit``, the inter-pod rules
+    judged on a snapshot at generation ``since`` (of that incarnation of the cache) still hold
+    (``schedcache.views.claims``)."""
     args = _placed_pod_args(pod, "assume")
     if check_fit and expect_generation is not None:
         raise ValidationError(
@@ -145,11 +152,26 @@ def assume_pod(
         args += ("generation", expect_generation, lease)
     elif check_fit:
         args += ("fit", "", lease)
+        if since is not None:
+            args += _rule_args(pod, since, reads, domains, incarnation)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+def _rule_args(pod: Pod, since: int, reads: str, domains: str, incarnation: str) -> tuple[Arg, ...]:
+    """The inter-pod rule arguments, checked as lua/_claims.lua reads them."""
+    subject = pod_subject(pod)
+    if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+        raise ValidationError(subject, "since", f"{since!r} is not a cache generation")
+    for name, text in (("reads", reads), ("domains", domains), ("incarnation", incarnation)):
+        if not isinstance(text, str):
+            raise ValidationError(subject, name, f"expected a string, got {type(text).__name__}")
+    if reads and (not reads.startswith("@") or any(c in reads for c in "\r\n\t")):
+        raise ValidationError(subject, "reads", 'must be "@<rule> <node> ..." on one line')
+    return (since, reads, domains, incarnation)
 
 
 def add_pod(pod: Pod) -> Command:

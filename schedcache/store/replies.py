@@ -38,6 +38,9 @@ CODES = frozenset(
     }
 )
 
+# The inter-pod rules a claim re-checks (lua/_claims.lua).
+_RULES = ("pod-affinity", "pod-anti-affinity", "existing-anti-affinity", "topology-spread")
+
 VERBS = {
     "assume_pod": "assumed",
     "add_pod": "added",
@@ -104,6 +107,8 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
             why = f"node {node} changed since the snapshot it was chosen from"
         elif names == ("node-missing",):
             why = f"node {node} is no longer in the cache"
+        elif names[0] in _RULES:
+            why = f"on node {node} it would break its {names[0]} rule (the live cache changed)"
         else:
             why = f"node {node} no longer has room: {', '.join(names)} short"
         return FitConflict(f"{subject} cannot be assumed: {why}", node=node, reasons=names)

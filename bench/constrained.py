@@ -1,0 +1,181 @@
+"""Replicas scheduling a constrained workload on one cache: violations, conflicts, pods/s.
+
+``bench/replicas.py --constrained`` runs this. A third of the pods are anti-affine by hostname
+within groups of ``GROUP`` (no two of a group on one node), a third spread by zone in groups
+(maxSkew 1, DoNotSchedule), a third plain. Each replica process takes every n-th pod and does
+what the reference scheduler does: catch its snapshot up, run the default filters
+(InterPodAffinity and PodTopologySpread included) in one cycle, take the least allocated node,
+claim it with ``check_fit`` and the snapshot (the claim re-checks the rules in Redis), and on a
+conflict decide again on a fresher snapshot. At the end, the cache's own pods are checked for
+any broken rule (there must be none), and verify() must be clean.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from schedcache import Cache, Pod, Snapshot
+from schedcache.errors import FitConflict
+from schedcache.extender.service import scores
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.values import Node
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+ZONES = 3
+GROUP = 10  # pods per anti-affinity or spread group
+ATTEMPTS = 20  # decisions per pod (a conflict decides again on a fresher snapshot)
+
+
+@dataclass
+class Outcome:
+    replicas: int
+    placed: int
+    unschedulable: int
+    conflicts: int
+    seconds: float
+    violations: list[str]
+    verify_clean: bool
+    reasons: dict[str, int]  # conflicts by the reason the claim named
+
+    @property
+    def pods_per_second(self) -> float:
+        return self.placed / self.seconds if self.seconds else 0.0
+
+    @property
+    def conflict_fraction(self) -> float:
+        return self.conflicts / self.placed if self.placed else 0.0
+
+
+def node(i: int) -> Node:
+    name = f"node-{i:04}"
+    labels = {HOST: name, ZONE: f"zone-{i % ZONES}"}
+    return Node.from_k8s(
+        {
+            "metadata": {"name": name, "uid": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+        }
+    )
+
+
+def pod(i: int) -> Pod:
+    kind, group = ("anti", "spread", "plain")[i % 3], (i // 3) // GROUP
+    app = f"{kind}-{group}"
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]
+    }
+    selector = {"matchLabels": {"app": app}}
+    if kind == "anti":
+        term = {"labelSelector": selector, "topologyKey": HOST}
+        spec["affinity"] = {
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+        }
+    elif kind == "spread":
+        spec["topologySpreadConstraints"] = [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": selector,
+            }
+        ]
+    metadata = {"name": f"p-{i}", "namespace": "bench", "uid": f"uid-{i}", "labels": {"app": app}}
+    return Pod.from_k8s({"metadata": metadata, "spec": spec})
+
+
+def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, out: Any) -> None:
+    cache = Cache(redis.Redis.from_url(url), name, replica=f"r{index}")
+    mine = [pod(i) for i in range(index, pods, count)]
+    snap = Snapshot()
+    placed = unschedulable = conflicts = 0
+    reasons: Counter[str] = Counter()
+    start.wait()
+    for p in mine:
+        for _ in range(ATTEMPTS):
+            cache.update_snapshot(snap)
+            cycle = Cycle(p, list(snap.node_infos.values()))
+            feasible = [
+                (info.name, info) for info in snap.node_info_list if filter_pod(p, info, cycle).fits
+            ]
+            if not feasible:
+                unschedulable += 1
+                break
+            ranked = scores(p, feasible)  # type: ignore[arg-type]
+            best = max(ranked, key=lambda n: (ranked[n], n))
+            try:
+                cache.assume_pod(p.with_node(best), check_fit=True, snapshot=snap)
+            except FitConflict as conflict:
+                conflicts += 1
+                reasons.update(conflict.reasons)
+                continue
+            placed += 1
+            break
+        else:
+            unschedulable += 1
+    out.put((placed, unschedulable, conflicts, dict(reasons)))
+
+
+def violations(cache: Cache) -> list[str]:
+    """Every broken rule among the cache's pods."""
+    found: list[str] = []
+    zone_of, placed = {}, defaultdict(list)
+    for info in cache.dump().nodes.values():
+        if info.node is not None:
+            zone_of[info.name] = info.node.labels[ZONE]
+        for p in info.pods:
+            placed[p.labels["app"]].append(info.name)
+    for app, nodes in placed.items():
+        if app.startswith("anti-"):
+            found += [f"{app}: {n} holds {c}" for n, c in Counter(nodes).items() if c > 1]
+        elif app.startswith("spread-"):
+            zones = Counter(zone_of[n] for n in nodes)
+            counts = [zones.get(f"zone-{z}", 0) for z in range(ZONES)]
+            if max(counts) - min(counts) > 1:
+                found.append(f"{app}: zones {counts}")
+    return found
+
+
+def run(url: str, replicas: int, nodes: int, pods: int, name: str = "bench-constrained") -> Outcome:
+    cache = Cache(redis.Redis.from_url(url), name, replica="setup")
+    cache.clear()
+    with cache.batch(chunk_size=500) as batch:
+        for i in range(nodes):
+            batch.add_node(node(i))
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    processes = [
+        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out))
+        for i in range(replicas)
+    ]
+    for process in processes:
+        process.start()
+    time.sleep(1.0)  # the replicas build their pods before the barrier
+    began = time.perf_counter()
+    start.set()
+    totals = [out.get() for _ in processes]
+    seconds = time.perf_counter() - began
+    for process in processes:
+        process.join()
+    reasons: Counter[str] = Counter()
+    for t in totals:
+        reasons.update(t[3])
+    found = violations(cache)
+    clean = cache.verify() == []
+    cache.clear()
+    return Outcome(
+        replicas,
+        sum(t[0] for t in totals),
+        sum(t[1] for t in totals),
+        sum(t[2] for t in totals),
+        seconds,
+        found,
+        clean,
+        dict(reasons),
+    )

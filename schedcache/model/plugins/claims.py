@@ -1,0 +1,104 @@
+"""What a claim carries so that Redis can re-check the pod's inter-pod rules atomically.
+
+A replica judged InterPodAffinity and PodTopologySpread on a snapshot at cache generation G.
+Each rule's verdict on the chosen node depends on the pods of a known set of nodes (the
+*reads*): the nodes sharing the node's domain for each anti-affinity or affinity term (every
+live node when the affinity held by upstream's first-pod-of-a-group rule: a matching pod
+anywhere would change it), every node that holds pods with required anti-affinity (existing
+pods' terms toward the pod), and every live node for DoNotSchedule spread (each domain's count
+and the global minimum). ``lua/_claims.lua`` refuses the claim when any of those nodes changed
+after G, or when a node changed after G now holds a pod with required anti-affinity. See
+docs/constraints.md for why this is sound and what it costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins import interpodaffinity, podtopologyspread
+from schedcache.model.plugins.cycle import Cycle
+
+#: Rule names as the claim and its FitConflict name them.
+POD_AFFINITY = "pod-affinity"
+POD_ANTI_AFFINITY = "pod-anti-affinity"
+EXISTING_ANTI_AFFINITY = "existing-anti-affinity"
+TOPOLOGY_SPREAD = "topology-spread"
+
+HOSTNAME = "kubernetes.io/hostname"
+
+_RULE_OF_REASON = {
+    interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
+    interpodaffinity.ANTI_AFFINITY_RULES: POD_ANTI_AFFINITY,
+    interpodaffinity.EXISTING_ANTI_AFFINITY: EXISTING_ANTI_AFFINITY,
+    podtopologyspread.CONSTRAINTS_NOT_MATCH: TOPOLOGY_SPREAD,
+    podtopologyspread.LABEL_NOT_MATCH: TOPOLOGY_SPREAD,
+}
+
+
+def broken_rule(cycle: Cycle, info: NodeInfo) -> str | None:
+    """The inter-pod rule the placement breaks on this snapshot, or None."""
+    for plugin in (interpodaffinity.filter, podtopologyspread.filter):
+        result = plugin(cycle, info)
+        if result is not None:
+            return _RULE_OF_REASON[result.reasons[0]]
+    return None
+
+
+def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
+    """``("@<rule> <node> ...", "<key> <node> ...\n...")``: the nodes whose pods the verdict
+    on ``info`` read, per rule; and per topology key of the required anti-affinity terms in
+    the cluster, the nodes sharing ``info``'s domain (what the existing-anti-affinity check
+    reads of a node changed since, lua/_claims.lua)."""
+    pod, node = cycle.pod, info.node
+    if node is None:
+        return "", ""
+    live = [(i.name, n) for i, n in cycle.nodes()]
+    parts: list[str] = []
+
+    def domain(key: str) -> list[str]:
+        value = node.labels.get(key)
+        return [] if value is None else [name for name, n in live if n.labels.get(key) == value]
+
+    if pod.pod_affinity:
+        s = interpodaffinity.state(cycle)
+        if any(
+            s.affinity[(t.topology_key, node.labels.get(t.topology_key, ""))] <= 0
+            for t in pod.pod_affinity
+        ):
+            names = [name for name, _ in live]  # held by the first-pod rule
+        else:
+            names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
+        parts.append(_rule(POD_AFFINITY, names))
+    if pod.pod_anti_affinity:
+        parts.append(
+            _rule(
+                POD_ANTI_AFFINITY,
+                [n for t in pod.pod_anti_affinity for n in domain(t.topology_key)],
+            )
+        )
+    # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
+    # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
+    # here only the keys those terms use, with the node's domain under each.
+    uid = pod.uid
+    # The hostname always (its domain is one node: nearly free), and the pod's own keys (its
+    # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
+    # node changed since need not refuse the claim.
+    keys: set[str] = {HOSTNAME, *(t.topology_key for t in pod.pod_anti_affinity)}
+    for i in cycle.infos:
+        for p in i.pods_with_required_anti_affinity:
+            if p.uid != uid:
+                keys.update(t.topology_key for t in p.pod_anti_affinity)
+    constraints = podtopologyspread.hard_constraints(pod)
+    if constraints:
+        # A count grows only in the node's own domain; the minimum falls only where matching
+        # pods leave: those two sets, not the whole cluster.
+        names = [n for c in constraints for n in domain(c.topology_key)]
+        names += podtopologyspread.state(cycle).holders
+        parts.append(_rule(TOPOLOGY_SPREAD, names))
+    domains = "\n".join(" ".join([key, *domain(key)]) for key in sorted(keys) if key)
+    return " ".join(parts), domains
+
+
+def _rule(name: str, nodes: Sequence[str]) -> str:
+    return " ".join(["@" + name, *dict.fromkeys(nodes)])

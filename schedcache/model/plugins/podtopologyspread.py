@@ -1,0 +1,143 @@
+"""PodTopologySpread (pkg/scheduler/framework/plugins/podtopologyspread): the filter.
+
+Only ``DoNotSchedule`` constraints filter. PreFilter counts, per constraint and domain, the
+pods in the incoming pod's namespace that its selector matches, over the nodes that carry every
+constraint's topology key and pass the constraint's node inclusion policies
+(``nodeAffinityPolicy`` Honor: the pod's nodeSelector and required node affinity;
+``nodeTaintsPolicy`` Honor: its tolerations of NoSchedule/NoExecute taints). Filter: the
+node must carry the key (else unresolvable), and ``count(domain) + selfMatch - min`` must not
+pass ``maxSkew``, with ``min`` 0 while fewer than ``minDomains`` domains exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.nodelocal import matches_node_affinity, untolerated_taint
+from schedcache.model.plugins.result import FilterResult
+from schedcache.model.podterms import SpreadConstraint
+from schedcache.model.values import Node, Pod
+
+NAME = "PodTopologySpread"
+CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
+LABEL_NOT_MATCH = "node(s) didn't match pod topology spread constraints (missing required label)"
+
+
+def hard_constraints(pod: Pod) -> tuple[SpreadConstraint, ...]:
+    return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable == "DoNotSchedule")
+
+
+def counted(pod: Pod, constraint: SpreadConstraint, node: Node) -> bool:
+    """The node inclusion policies."""
+    if constraint.node_affinity_policy == "Honor" and not matches_node_affinity(pod, node):
+        return False
+    return constraint.node_taints_policy != "Honor" or untolerated_taint(pod, node) is None
+
+
+def matching(pod: Pod, constraint: SpreadConstraint, others: list[Pod]) -> int:
+    selector = constraint.selector
+    if selector is None:
+        return 0
+    return sum(1 for p in others if p.namespace == pod.namespace and selector.matches(p.labels))
+
+
+class State:
+    """Per constraint: domain -> matching pods (domains with none included)."""
+
+    def __init__(self, cycle: Cycle, constraints: tuple[SpreadConstraint, ...]) -> None:
+        pod = cycle.pod
+        self.constraints = constraints
+        self.counts: list[Counter[str]] = [Counter() for _ in constraints]
+        self.holders: list[str] = []  # nodes holding pods that some constraint counts
+        keys = [c.topology_key for c in constraints]
+        for info, node in cycle.nodes():
+            labels = node.labels
+            if any(key not in labels for key in keys):
+                continue
+            others = list(cycle.others(info))
+            held = False
+            for i, constraint in enumerate(constraints):
+                if counted(pod, constraint, node):
+                    found = matching(pod, constraint, others)
+                    self.counts[i][labels[constraint.topology_key]] += found
+                    held = held or found > 0
+            if held:
+                self.holders.append(info.name)
+
+    def min_match(self, i: int) -> int:
+        counts = self.counts[i]
+        if len(counts) < self.constraints[i].min_domains or not counts:
+            return 0
+        return min(counts.values())
+
+
+def state(cycle: Cycle) -> State:
+    found = cycle.state.get(NAME)
+    if found is None:
+        found = cycle.state[NAME] = State(cycle, hard_constraints(cycle.pod))
+    assert isinstance(found, State)
+    return found
+
+
+def filter(cycle: Cycle, info: NodeInfo) -> FilterResult | None:
+    pod, node = cycle.pod, info.node
+    constraints = hard_constraints(pod)
+    if node is None or not constraints:
+        return None
+    s = state(cycle)
+    for i, constraint in enumerate(constraints):
+        value = node.labels.get(constraint.topology_key)
+        if value is None:
+            return FilterResult((LABEL_NOT_MATCH,), True)
+        selector = constraint.selector
+        self_match = 1 if selector is not None and selector.matches(pod.labels) else 0
+        skew = s.counts[i][value] + self_match - s.min_match(i)
+        if skew > constraint.max_skew:
+            return FilterResult((CONSTRAINTS_NOT_MATCH,))
+    return None
+
+
+# -- score (ScheduleAnyway) -----------------------------------------------------------------
+
+
+def soft_constraints(pod: Pod) -> tuple[SpreadConstraint, ...]:
+    return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable == "ScheduleAnyway")
+
+
+def scores(cycle: Cycle, infos: list[NodeInfo]) -> dict[str, int]:
+    """Normalised 0-100 scores of ``infos`` (upstream's Score + NormalizeScore): fewer matching
+    pods in the node's domains score higher; each constraint weighs log(domains + 2); nodes
+    lacking a key score 0. Empty when the pod has no ScheduleAnyway constraint."""
+    pod = cycle.pod
+    constraints = soft_constraints(pod)
+    if not constraints:
+        return {}
+    keys = [c.topology_key for c in constraints]
+    counts: list[Counter[str]] = [Counter() for _ in constraints]
+    for info, node in cycle.nodes():
+        if any(key not in node.labels for key in keys):
+            continue
+        others = list(cycle.others(info))
+        for i, c in enumerate(constraints):
+            if counted(pod, c, node):
+                counts[i][node.labels[c.topology_key]] += matching(pod, c, others)
+    weights = [math.log(len(counts[i]) + 2) for i in range(len(constraints))]
+    raw: dict[str, int] = {}
+    for info in infos:
+        target = info.node
+        if target is None or any(key not in target.labels for key in keys):
+            continue
+        total = 0.0
+        for i, c in enumerate(constraints):
+            total += counts[i][target.labels[c.topology_key]] * weights[i] + (c.max_skew - 1)
+        raw[info.name] = round(total)
+    out = {info.name: 0 for info in infos}
+    if not raw:
+        return out
+    low, high = min(raw.values()), max(raw.values())
+    for name, s in raw.items():
+        out[name] = 100 if high == 0 else 100 * (high + low - s) // high
+    return out

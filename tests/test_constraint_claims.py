@@ -1,0 +1,289 @@
+"""Claims that keep inter-pod rules: ``assume_pod(check_fit=True)`` refuses, atomically in
+Redis, a placement the live cache shows would break the pod's required pod affinity,
+anti-affinity (its own terms, and existing pods' terms toward it) or DoNotSchedule topology
+spread, even when the replica decided on a snapshot where it was fine (docs/constraints.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedcache import Cache, Snapshot
+from schedcache.errors import FitConflict
+from schedcache.model.values import Pod
+from tests.factories import keyspace, make_node, make_pod, pod_manifest
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def node(name: str, zone: str = "z1"):
+    return make_node(name, "8", "8Gi", labels={HOST: name, ZONE: zone})
+
+
+def term(key: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": labels}, "topologyKey": key}
+
+
+def anti(key: str, **labels: str) -> dict[str, Any]:
+    return {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term(key, labels)]}
+    }
+
+
+def affinity(key: str, **labels: str) -> dict[str, Any]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term(key, labels)]}}
+
+
+def spread_pod(name: str, node_name: str, skew: int = 1) -> Pod:
+    m = pod_manifest(name, node_name, labels={"app": "s"})
+    m["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": skew,
+            "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "s"}},
+        }
+    ]
+    return Pod.from_k8s(m)
+
+
+def decided(cache: Cache) -> Snapshot:
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    return snap
+
+
+def test_bare_claim_next_to_a_pod_its_hostname_anti_affinity_repels_is_refused(cache):
+    cache.add_node(node("n1"))
+    cache.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(FitConflict, match="pod-anti-affinity") as info:
+        cache.assume_pod(
+            make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+            check_fit=True,
+        )
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_two_replicas_deciding_on_one_snapshot_cannot_both_place_anti_affine_pods_on_a_node(
+    make_cache,
+):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1"))
+    a.add_node(node("n2"))
+    snap_a, snap_b = decided(a), decided(b)
+    first = make_pod("web-0", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    second = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    a.assume_pod(first, check_fit=True, snapshot=snap_a)
+    before = keyspace(b.client, b.keys.pattern)
+    with pytest.raises(FitConflict) as info:
+        b.assume_pod(second, check_fit=True, snapshot=snap_b)
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert keyspace(b.client, b.keys.pattern) == before
+    b.assume_pod(second.with_node("n2"), check_fit=True, snapshot=decided(b))
+    assert b.verify() == []
+
+
+def test_an_existing_pods_anti_affinity_placed_meanwhile_in_the_zone_refuses_a_plain_pod(
+    make_cache,
+):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    for name, zone in (("n1", "z1"), ("n2", "z1"), ("n3", "z2")):
+        a.add_node(node(name, zone))
+    snap_a = decided(a)
+    b.assume_pod(make_pod("guard", "n2", affinity=anti(ZONE, app="db")), check_fit=True)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=snap_a)
+    assert info.value.reasons == ("existing-anti-affinity",)
+    # Decided again, the zone is out: the other zone takes it.
+    with pytest.raises(FitConflict, match="existing-anti-affinity"):
+        a.assume_pod(
+            make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=decided(a)
+        )
+    a.assume_pod(make_pod("db", "n3", labels={"app": "db"}), check_fit=True, snapshot=decided(a))
+
+
+def test_spread_claims_decided_on_one_snapshot_keep_max_skew(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap_a, snap_b = decided(a), decided(b)
+    a.assume_pod(spread_pod("s0", "n1"), check_fit=True, snapshot=snap_a)
+    with pytest.raises(FitConflict) as info:
+        b.assume_pod(spread_pod("s1", "n1"), check_fit=True, snapshot=snap_b)
+    assert info.value.reasons == ("topology-spread",)
+    with pytest.raises(FitConflict, match="topology-spread"):
+        b.assume_pod(spread_pod("s1", "n1"), check_fit=True)
+    b.assume_pod(spread_pod("s1", "n2"), check_fit=True)
+
+
+def test_affinity_claim_is_refused_once_the_pod_it_needs_is_gone(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    target = make_pod("db", "n1", labels={"app": "db"})
+    a.add_pod(target)
+    snap = decided(a)
+    b.remove_pod(target)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(
+            make_pod("web", "n1", affinity=affinity(ZONE, app="db")), check_fit=True, snapshot=snap
+        )
+    assert info.value.reasons == ("pod-affinity",)
+
+
+def test_first_pod_of_a_self_affine_group_goes_anywhere_but_not_twice_apart(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap_a, snap_b = decided(a), decided(b)
+    group = {"labels": {"app": "g"}, "affinity": affinity(ZONE, app="g")}
+    a.assume_pod(make_pod("g0", "n1", **group), check_fit=True, snapshot=snap_a)
+    with pytest.raises(FitConflict, match="pod-affinity"):
+        b.assume_pod(make_pod("g1", "n2", **group), check_fit=True, snapshot=snap_b)
+    b.assume_pod(make_pod("g1", "n1", **group), check_fit=True)
+
+
+def test_unconstrained_claims_elsewhere_do_not_conflict(make_cache):
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    a.add_node(node("n1", "z1"))
+    a.add_node(node("n2", "z2"))
+    snap = decided(a)
+    b.assume_pod(make_pod("x", "n2"), check_fit=True)
+    a.assume_pod(
+        make_pod("web", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+        check_fit=True,
+        snapshot=snap,
+    )
+    assert a.verify() == []
+
+
+def test_anti_affine_pods_placed_meanwhile_on_other_hosts_do_not_refuse_a_claim(make_cache):
+    """The existing-anti-affinity check reads, of a node changed since the snapshot, its terms
+    by topology key: hostname terms on another node cannot repel the pod; a zone term (a key
+    the decision did not see) on a node of the same zone does."""
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    for name in ("n1", "n2", "n3"):
+        a.add_node(node(name, "z1"))
+    a.add_pod(make_pod("old", "n3", labels={"app": "web"}, affinity=anti(HOST, app="web")))
+    snap = decided(a)
+    b.assume_pod(
+        make_pod("web-1", "n2", labels={"app": "web"}, affinity=anti(HOST, app="web")),
+        check_fit=True,
+    )
+    a.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True, snapshot=snap)
+    b.assume_pod(make_pod("guard", "n2", affinity=anti(ZONE, app="cache")), check_fit=True)
+    with pytest.raises(FitConflict) as info:
+        a.assume_pod(
+            make_pod("cache", "n1", labels={"app": "cache"}), check_fit=True, snapshot=snap
+        )
+    assert info.value.reasons == ("existing-anti-affinity",)
+    assert a.verify() == []
+
+
+def test_the_extenders_bind_refuses_a_node_an_existing_pods_anti_affinity_repels(cache):
+    """kube-scheduler replicas judge on their own informers; the extender's bind claims with
+    the cache's rules, so the second of two racing binds cannot break them (here: the pod's
+    own filter ran before the repelling pod arrived)."""
+    from schedcache.extender.protocol import BindArgs, FilterArgs
+    from schedcache.extender.service import Extender
+
+    cache.add_node(node("n1", "z1"))
+    cache.add_node(node("n2", "z2"))
+    extender = Extender(cache)
+    db = make_pod("db", "", labels={"app": "db"})
+    assert extender.filter(FilterArgs(db, ["n1", "n2"], False, []))["NodeNames"] == ["n1", "n2"]
+    cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
+    refused = extender.bind(BindArgs("db", db.namespace, db.uid, "n1"))
+    assert "existing-anti-affinity" in refused["Error"]
+    assert cache.pod_state(db) is None
+    assert extender.bind(BindArgs("db", db.namespace, db.uid, "n2")) == {"Error": ""}
+
+
+@pytest.mark.parametrize(
+    ("since", "reads", "field"),
+    [(-1, "", "since"), (True, "", "since"), (0, "pod-anti-affinity n1", "reads")],
+    ids=["negative generation", "bool generation", "reads without a rule"],
+)
+def test_malformed_rule_arguments_are_refused_naming_the_field(cache, since, reads, field):
+    from schedcache.errors import ValidationError
+    from schedcache.store import commands
+
+    with pytest.raises(ValidationError, match=field):
+        commands.assume_pod(make_pod("web", "n1"), check_fit=True, since=since, reads=reads)
+
+
+def test_a_rule_the_script_does_not_know_is_refused_and_changes_nothing(cache):
+    """What a client of another version might send: BADARG, nothing written."""
+    from schedcache.errors import ValidationError
+    from schedcache.store import commands
+
+    cache.add_node(node("n1"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    command = commands.assume_pod(
+        make_pod("web", "n1"), check_fit=True, since=0, reads="@no-such-rule n1"
+    )
+    with pytest.raises(ValidationError, match="reads"):
+        cache.run(command)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_batch_keeps_the_rules_between_its_own_claims(cache):
+    """Two anti-affine claims in one sc_batch, both judged on one snapshot: the second sees
+    the first (changed earlier in the same call) and is refused; the batch goes on."""
+    from schedcache.views.claims import claim_context
+
+    cache.add_node(node("n1"))
+    cache.add_node(node("n2"))
+    snap = decided(cache)
+    web = {"labels": {"app": "web"}, "affinity": anti(HOST, app="web")}
+    first, second, third = (make_pod(n, "n1", **web) for n in ("web-0", "web-1", "web-2"))
+    third = third.with_node("n2")
+    batch = cache.batch()
+    for pod in (first, second, third):
+        batch.assume_pod(pod, check_fit=True, rules=claim_context(snap, pod))
+    results = batch.execute()
+    assert [r.ok for r in results] == [True, False, True]
+    assert isinstance(results[1].error, FitConflict)
+    assert results[1].error.reasons == ("pod-anti-affinity",)
+    assert cache.verify() == []
+
+
+def test_a_snapshot_of_a_cache_that_lost_its_data_is_stale(cache):
+    """Generations restart when the cache begins again (a Redis without persistence restarted):
+    a decision on the old incarnation's snapshot says nothing about the new one's nodes."""
+    cache.add_node(node("n1"))
+    for i in range(5):
+        cache.add_pod(make_pod(f"filler-{i}", "n1"))
+    old = decided(cache)
+    cache.clear()
+    cache.add_node(node("n1"))
+    cache.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    web = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(web, check_fit=True, snapshot=old)
+    assert info.value.reasons == ("stale",)
+
+
+def test_the_async_cache_claims_with_the_rules_of_the_snapshot_it_is_given(
+    make_cache, backend, request
+):
+    """AsyncCache.assume_pod(..., snapshot=snap) keeps the rules as the sync cache does."""
+    from tests.apis import Blocking
+    from tests.conftest import backend_url
+
+    sync = make_cache(replica="a")
+    sync.add_node(node("n1"))
+    sync.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    snap = decided(sync)
+    web = make_pod("web-1", "n1", labels={"app": "web"}, affinity=anti(HOST, app="web"))
+    blocking = Blocking(sync, backend_url(backend, request), {"ttl": sync.ttl, "replica": "b"})
+    try:
+        with pytest.raises(FitConflict) as info:
+            blocking.assume_pod(web, check_fit=True, snapshot=snap)
+        assert info.value.reasons == ("pod-anti-affinity",)
+    finally:
+        blocking.close_async()
