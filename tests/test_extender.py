@@ -162,15 +162,25 @@ def test_bind_claims_in_the_cache_then_binds_through_the_api(
 def test_a_failed_binding_forgets_the_claim(
     cache: Cache, api_server: FakeApiServer, tmp_path: Path
 ) -> None:
+    """Another scheduler binds the pod between the extender's read and its Binding: 409."""
     cache.add_node(make_node("n1", "1", "8Gi"))
     api_server.create(pending("a", "400m"))
-    with RunningExtender(bound_extender(cache, api_server, tmp_path)) as extender:
-        extender.post("filter", {"Pod": pending("a", "400m"), "NodeNames": ["n1"]})
+    served = bound_extender(cache, api_server, tmp_path)
+    binder = served.binder
+    assert isinstance(binder, ApiBinder)
+    real_bind = binder.bind
+
+    def raced(namespace: str, name: str, uid: str, node: str) -> None:
         api_server.update(
             {**pending("a", "400m"), "spec": {**pending("a")["spec"], "nodeName": "n9"}}
         )
+        real_bind(namespace, name, uid, node)
+
+    binder.bind = raced  # type: ignore[method-assign]
+    with RunningExtender(served) as extender:
         status, answer = extender.post("bind", binding("a", "n1"))  # 409: already bound
-        assert status == 200 and "binding team/a" in answer["Error"]
+        assert status == 200 and "binding pod team/a" in answer["Error"]
+        assert "409" in answer["Error"]
     assert cache.pod_state("uid-a") is None and cache.get_node_info("n1").requested.milli_cpu == 0
 
 
