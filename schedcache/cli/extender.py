@@ -15,6 +15,9 @@ from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
 
 F = TypeVar("F", bound=Callable[..., Any])
+API_TIMEOUT = 10.0  # seconds per API request of a bind (the Binding, the reads around it)
+# The Binding and the read that settles an unknown outcome must fit in the bind timeout.
+BIND_TIMEOUT_MIN = 2 * API_TIMEOUT + 1
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
@@ -113,7 +116,7 @@ def _tls_options(command: F) -> F:
     type=click.IntRange(1, 100_000),
     default=Limits.max_connections,
     show_default=True,
-    help="Open connections at most; more are closed at once.",
+    help="Open connections at most; a new one evicts the oldest without a request.",
 )
 @click.option(
     "--read-timeout",
@@ -121,6 +124,13 @@ def _tls_options(command: F) -> F:
     default=Limits.header_timeout,
     show_default=True,
     help="Seconds a request's headers, and then its body, may take to arrive.",
+)
+@click.option(
+    "--bind-timeout",
+    type=click.FloatRange(BIND_TIMEOUT_MIN, 3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds a claim may wait for its Binding; then the expiry worker releases it.",
 )
 @ttl_option
 @click.pass_obj
@@ -141,6 +151,7 @@ def extender(
     max_body_bytes: int,
     max_connections: int,
     read_timeout: float,
+    bind_timeout: float,
     ttl: float,
 ) -> None:
     """Serve kube-scheduler's extender protocol (filter, prioritize, bind) on the cache, so
@@ -178,7 +189,7 @@ def extender(
         from schedcache.extender.binder import ApiBinder
 
         api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING, " (or --no-api)")
-        binder = ApiBinder(api)
+        binder = ApiBinder(api, timeout=API_TIMEOUT)
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
@@ -198,7 +209,9 @@ def extender(
         f"{scheme}://{host}:{bound_port}{url_prefix}",
         err=True,
     )
-    served = Extender(cache, binder, scheduler_names=frozenset(scheduler_names))
+    served = Extender(
+        cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
+    )
     try:
         serve(served, sock, url_prefix, limits, ssl_context)
     finally:

@@ -3,10 +3,12 @@
 aiohttp has neither: a client may open connections until the file descriptors run out, and one
 that sends its headers a byte at a time holds its connection for ever. :class:`GuardedSite`
 listens on a socket bound beforehand (so the port is taken before anything says where the
-extender is) and wraps each connection's protocol: past ``max_connections`` a connection is
-closed at once (counted), and a connection whose request has not arrived ``header_timeout``
-seconds after it opened, or after its previous response, is closed (counted). The body's own
-timeout is the handler's (:mod:`.server`).
+extender is) and wraps each connection's protocol. At ``max_connections`` a new connection
+evicts the oldest one that has no request in progress (a slow or idle client), so clients that
+hold connections open cannot lock out kube-scheduler or the kubelet's probes; only when every
+connection is serving a request is the new one closed at once. A connection whose request has
+not arrived ``header_timeout`` seconds after it opened, or after its previous response, is
+closed. Each is counted. The body's own timeout is the handler's (:mod:`.server`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from prometheus_client import Counter, Gauge
 CONNECTIONS = Gauge("schedcache_extender_connections", "Open connections to the extender.")
 CUT = Counter(
     "schedcache_extender_connections_cut_total",
-    "Connections the extender closed: over_limit (past --max-connections), header_timeout "
-    "(no complete request within --header-timeout).",
+    "Connections the extender closed: evicted (the oldest without a request, for a new one at "
+    "--max-connections), over_limit (every connection busy), header_timeout (no complete "
+    "request within --read-timeout).",
     ["reason"],
 )
 
@@ -39,12 +42,27 @@ class Guard:
     def request_started(self, handler: Any) -> None:
         guarded = self.open.get(handler)
         if guarded is not None:
+            guarded.busy = True
             guarded.disarm()
 
     def request_finished(self, handler: Any) -> None:
         guarded = self.open.get(handler)
         if guarded is not None:
+            guarded.busy = False
             guarded.arm()
+
+    def make_room(self) -> bool:
+        """At the limit, close the oldest connection without a request; False if all are
+        serving one."""
+        if len(self.open) < self.max_connections:
+            return True
+        for handler, guarded in self.open.items():  # oldest first
+            if not guarded.busy:
+                del self.open[handler]
+                CUT.labels("evicted").inc()
+                guarded.cut()
+                return True
+        return False
 
 
 class GuardedProtocol(asyncio.Protocol):
@@ -56,11 +74,12 @@ class GuardedProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.admitted = False
+        self.busy = False  # a request is being served
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        if len(self.guard.open) >= self.guard.max_connections:
+        if not self.guard.make_room():
             CUT.labels("over_limit").inc()
             transport.abort()
             return
@@ -84,6 +103,11 @@ class GuardedProtocol(asyncio.Protocol):
         self.timer = None
         if self.transport is not None and not self.transport.is_closing():
             CUT.labels("header_timeout").inc()
+            self.cut()
+
+    def cut(self) -> None:
+        self.disarm()
+        if self.transport is not None:
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:

@@ -39,6 +39,7 @@ from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.filters import filter_pod, intolerable_prefer_no_schedule
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Pod
+from schedcache.store import commands
 from schedcache.views.snapshot import Snapshot
 
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
@@ -67,6 +68,7 @@ class Extender:
         remember_bytes: int = 32 * 1024 * 1024,
         scheduler_names: frozenset[str] = frozenset(),
         forgetter: Forgetter | None = None,
+        bind_timeout: float = 60.0,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -78,6 +80,7 @@ class Extender:
         self.remember_bytes = remember_bytes
         self.scheduler_names = scheduler_names
         self.forgetter = forgetter or Forgetter(cache)
+        self.bind_timeout = bind_timeout
 
     # -- filter and prioritize ------------------------------------------------------------
 
@@ -127,6 +130,7 @@ class Extender:
         except CacheError as error:
             return protocol.bind_result(f"{who}: {error}")
         if self.binder is not None:
+            self._bound_in_time(placed)
             try:
                 self._binding(args, placed)
             except Refused as refused:
@@ -135,6 +139,17 @@ class Extender:
         with self.pods_lock:
             self._drop(pod.uid)
         return protocol.bind_result()
+
+    def _bound_in_time(self, placed: Pod) -> None:
+        """The claim gets a deadline in Redis before the Binding: ``bind_timeout`` from now
+        the expiry worker releases it unless this bind finished (the deadline then moves to
+        the cache's ttl) or the sync feed confirmed the pod. Durable: it holds whatever becomes
+        of this process, its lease or its forgets."""
+        try:
+            self.cache.run(commands.finish_binding(placed, None, self.bind_timeout))
+        except Exception:
+            self.forgetter.forget(placed)  # the claim must not stay without a bound
+            raise
 
     def _binding(self, args: BindArgs, placed: Pod) -> None:
         """The Binding; its outcome settled. Refused (and the claim forgotten, or left to the
