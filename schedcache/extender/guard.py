@@ -167,8 +167,15 @@ class GuardedSite(web.BaseSite):
             return GuardedProtocol(server(), guard)
 
         loop = asyncio.get_running_loop()
+        # With TLS, the handshake comes before the protocol sees the connection: it gets the
+        # header timeout too (asyncio's default is 60 s).
+        handshake = guard.header_timeout if self._ssl_context is not None else None
         self._server = await loop.create_server(
-            protocol, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
+            protocol,
+            sock=self._sock,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=handshake,
         )
 
 
