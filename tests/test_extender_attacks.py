@@ -481,6 +481,27 @@ def test_a_bind_that_finished_keeps_the_caches_ttl_not_the_bind_timeout(
     assert ExpiryWorker(cache).run_once() == [] and cache.pod_state("uid-a") == "assumed"
 
 
+def test_a_bound_pod_is_answered_bound_even_when_its_deadline_cannot_move(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis goes away between the Binding and finish_binding: the pod is bound, so the bind
+    says so (kube-scheduler would otherwise retry a bound pod); the claim keeps its bind-timeout
+    deadline."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+
+    def unreachable(pod: Any, now: float | None = None) -> None:
+        raise RetriesExhausted("Redis did not answer (test)")
+
+    monkeypatch.setattr(cache, "finish_binding", unreachable)
+    extender = Extender(cache, api_binder(api_server, tmp_path), bind_timeout=30.0)
+    with RunningExtender(extender) as server:
+        assert server.post("bind", binding("a", "n1")) == (200, {"Error": ""})
+    record = cache.get_pod_record("uid-a")
+    assert record.state == "assumed" and record.deadline_ms is not None
+    assert api_server.get("Pod", "a", NS)["spec"]["nodeName"] == "n1"
+
+
 class Lossy:
     """A Binding that the API server applies, then answers ``error`` (500, a timeout); or,
     with ``apply=False``, does not apply."""

@@ -26,10 +26,13 @@ tests, dry runs) the pod is the filter call's, remembered by uid within ``rememb
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+from redis.exceptions import RedisError
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, RetriesExhausted
@@ -41,6 +44,8 @@ from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Pod
 from schedcache.store import commands
 from schedcache.views.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
@@ -129,15 +134,22 @@ class Extender:
             raise
         except CacheError as error:
             return protocol.bind_result(f"{who}: {error}")
-        if self.binder is not None:
-            self._bound_in_time(placed)
-            try:
-                self._binding(args, placed)
-            except Refused as refused:
-                return protocol.bind_result(f"binding {who}: {refused}")
-        self.cache.finish_binding(placed)
-        with self.pods_lock:
-            self._drop(pod.uid)
+        if self.binder is None:
+            self.cache.finish_binding(placed)
+            with self.pods_lock:
+                self._drop(pod.uid)
+            return protocol.bind_result()
+        self._bound_in_time(placed)
+        try:
+            self._binding(args, placed)
+        except Refused as refused:
+            return protocol.bind_result(f"binding {who}: {refused}")
+        try:
+            self.cache.finish_binding(placed)
+        except (RetriesExhausted, RedisError) as error:
+            # The pod is bound: say so. The claim keeps its bind-timeout deadline until the
+            # sync feed confirms the pod (or the deadline releases it, as a ttl would).
+            log.warning("%s bound, but its deadline was not moved to the ttl: %s", who, error)
         return protocol.bind_result()
 
     def _bound_in_time(self, placed: Pod) -> None:
