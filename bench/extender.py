@@ -249,15 +249,25 @@ def measure(
                 break
             except OSError:
                 time.sleep(0.1)
+        started = cpu_seconds(extender.pid)
         lat = latency(port, names, args.requests, tag)
         # Nodes the latency round did not fill (its binds go to the best-scored ones), and
         # not tainted.
         spare = [x for i, x in enumerate(names) if i % 10 and i >= args.nodes // 10]
         rates = {n: throughput(port, spare, n, args.binds, f"{tag}{n}") for n in args.clients}
+        served = 1 + 3 * args.requests + sum(2 * (args.binds // n) * n for n in args.clients)
+        # CPU per request: what a shared machine's noise barely moves.
+        lat["cpu per request"] = {"us": (cpu_seconds(extender.pid) - started) / served * 1e6}
     finally:
         extender.terminate()
         extender.wait(10)
     return lat, rates
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 Measured = tuple[dict[str, dict[str, float]], dict[int, float]]
@@ -325,7 +335,13 @@ def main() -> None:
             [label, verb, f"{v['p50 ms']:.2f}", f"{v['p99 ms']:.2f}"]
             for label, (lat, _) in results.items()
             for verb, v in lat.items()
+            if "p50 ms" in v
         ],
+    )
+    print_table(
+        "extender CPU per request (all verbs, both phases; the least of the rounds)",
+        ["variant", "CPU us"],
+        [[label, f"{lat['cpu per request']['us']:.0f}"] for label, (lat, _) in results.items()],
     )
     first = next(iter(results.values()))[1]
     print_table(

@@ -137,6 +137,39 @@ def test_certificates_are_reloaded_when_their_files_change(
     assert reloading.reloads == 1
 
 
+def test_the_extender_command_serves_mtls_end_to_end(pki: Path) -> None:
+    """``schedcache extender`` with the three flags, as an operator runs it (real Redis)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tls = ["--tls-cert-file", str(pki / "server.crt"), "--tls-private-key-file"]
+    tls += [str(pki / "server.key"), "--client-ca-file", str(pki / "ca.crt")]
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL]
+    process = subprocess.Popen(
+        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", *tls],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status = tls_get(port, pki / "ca.crt", pki / "client.crt", pki / "client.key")
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline, "the extender did not come up"
+                time.sleep(0.1)
+        assert status == 200
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            tls_get(port, pki / "ca.crt", None, None)
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0 and f"https://127.0.0.1:{port}" in err
+        assert "Traceback" not in err
+    finally:
+        process.kill()
+
+
 @pytest.mark.parametrize("listen", ["0.0.0.0:18888", "[::]:18888", "10.0.0.1:18888", ":18888"])
 def test_listening_beyond_loopback_without_mtls_refuses_to_start(listen: str) -> None:
     result = CliRunner().invoke(
