@@ -143,7 +143,8 @@ class Route:
         if length is not None and length > self.limit:
             raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
         try:
-            await asyncio.wait_for(self.slots.acquire(), self.limits.queue_timeout)
+            async with asyncio.timeout(self.limits.queue_timeout):
+                await self.slots.acquire()
         except TimeoutError:
             raise Failure(503, "busy", "too many requests at once; try again") from None
         try:
@@ -156,17 +157,13 @@ class Route:
     async def _body(self, request: web.Request) -> bytes:
         chunks: list[bytes] = []
         size = 0
-
-        async def read() -> None:
-            nonlocal size
-            async for chunk in request.content.iter_any():
-                size += len(chunk)
-                if size > self.limit:
-                    raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
-                chunks.append(chunk)
-
         try:
-            await asyncio.wait_for(read(), self.limits.body_timeout)
+            async with asyncio.timeout(self.limits.body_timeout):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > self.limit:
+                        raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+                    chunks.append(chunk)
         except TimeoutError:
             raise Failure(
                 408, "body_timeout", f"the body did not arrive within {self.limits.body_timeout} s"
