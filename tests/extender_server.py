@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -15,6 +18,7 @@ from schedcache.extender.guard import bind_socket
 from schedcache.extender.limits import Limits
 from schedcache.extender.server import start
 from schedcache.extender.service import Extender
+from tests.conftest import REAL_REDIS_URL
 
 
 class RunningExtender:
@@ -81,3 +85,22 @@ class RunningExtender:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def extender_process(cache: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """``schedcache --redis <real Redis> --cache CACHE extender --listen <free port> ARGS`` in a
+    process of its own, as an operator runs it; stderr piped. Returns it and its port."""
+    port = free_port()
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", cache]
+    process = subprocess.Popen(
+        [*cli, "extender", "--listen", f"127.0.0.1:{port}", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, port

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,8 +24,8 @@ from schedcache.extender.service import UNKNOWN_NODE, Extender
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
-from tests.conftest import REAL_REDIS_URL, real_client
-from tests.extender_server import RunningExtender
+from tests.conftest import real_client
+from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, node_manifest, pod_manifest
 
 NS = "team"
@@ -297,15 +294,7 @@ def test_the_extender_command_serves_until_sigterm_and_exits_0(tmp_path: Path) -
     name = f"t-{uuid.uuid4().hex[:12]}"
     cache = Cache(real_client(), name)
     cache.add_node(make_node("n1", "1", "8Gi"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", "--url-prefix", "/s"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = extender_process(name, "--no-api", "--url-prefix", "/s")
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -40,7 +40,7 @@ from schedcache.ops.leases import default_replica
 from schedcache.store.retry import RetryPolicy
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client
-from tests.extender_server import RunningExtender
+from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, pod_manifest
 from tests.tcp_proxy import FaultyProxy
 from tests.test_security import _ca, _certificate
@@ -139,17 +139,10 @@ def test_certificates_are_reloaded_when_their_files_change(
 
 def test_the_extender_command_serves_mtls_end_to_end(pki: Path) -> None:
     """``schedcache extender`` with the three flags, as an operator runs it (real Redis)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     tls = ["--tls-cert-file", str(pki / "server.crt"), "--tls-private-key-file"]
     tls += [str(pki / "server.key"), "--client-ca-file", str(pki / "ca.crt")]
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL]
-    process = subprocess.Popen(
-        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", *tls],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    process, port = extender_process(name, "--no-api", *tls)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -168,6 +161,7 @@ def test_the_extender_command_serves_mtls_end_to_end(pki: Path) -> None:
         assert "Traceback" not in err
     finally:
         process.kill()
+        Cache(real_client(), name).clear()
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:18888", "[::]:18888", "10.0.0.1:18888", ":18888"])

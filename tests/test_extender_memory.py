@@ -9,7 +9,6 @@ import concurrent.futures
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -22,14 +21,9 @@ import pytest
 
 from schedcache import Cache
 from schedcache.extender.limits import Limits
-from tests.conftest import REAL_REDIS_URL, real_client
+from tests.conftest import real_client
+from tests.extender_server import extender_process
 from tests.factories import make_node, pod_manifest
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def peak_rss(pid: int) -> int:
@@ -45,13 +39,7 @@ def running() -> Iterator[tuple[subprocess.Popen[str], int, Cache]]:
     cache = Cache(real_client(), name)
     for i in range(100):
         cache.add_node(make_node(f"n{i:03}", "8", "32Gi"))
-    port = free_port()
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", "--read-timeout", "2"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = extender_process(name, "--no-api", "--read-timeout", "2")
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -196,12 +196,12 @@ def extender(
         header_timeout=read_timeout,
         body_timeout=read_timeout,
     )
-    cache = settings.cache(replica=replica or default_replica("extender"), ttl=ttl)
-    _hold_lease(cache)
-    try:
+    try:  # before anything is written or printed: a port in use fails here
         sock = bind_socket(host, port)
     except OSError as error:
         raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
+    cache = settings.cache(replica=replica or default_replica("extender"), ttl=ttl)
+    _hold_lease(cache)
     bound_port = sock.getsockname()[1]
     scheme = "https" if ssl_context else "http"
     click.echo(

@@ -18,9 +18,11 @@ The pod a bind claims is the API server's, read at bind time: never one remember
 the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all) and it must not
 be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
 whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
-as the 409 path does; a claim that must go and cannot be forgotten now (Redis away) is retried
-in the background until it lands (:mod:`.forgetter`). Without an API server (``--no-api``:
-tests, dry runs) the pod is the filter call's, remembered by uid within ``remember_bytes``.
+as the 409 path does. Before the Binding the claim gets a deadline ``bind_timeout`` away (moved
+to the cache's ttl once bound), so it never outlives an unfinished bind; a claim that must go
+and cannot be forgotten now (Redis away) is retried in the background until it lands
+(:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
+filter call's, remembered by uid within ``remember_bytes``.
 """
 
 from __future__ import annotations
@@ -182,8 +184,8 @@ class Extender:
         try:
             where = self._bound_to(args)
         except Exception:
-            # Neither bound nor not: the claim stays, unfinished, for the sync feed to
-            # confirm or the expiry worker to release after the bind timeout.
+            # Neither bound nor not: the claim stays, with its bind-timeout deadline, for the
+            # sync feed to confirm or the expiry worker to release.
             raise Refused(f"{failure}; the outcome is unknown, the claim is kept") from None
         if where == node:
             return
