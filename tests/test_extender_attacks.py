@@ -28,7 +28,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from schedcache import Cache, connect
 from schedcache.cli import main
-from schedcache.errors import RetriesExhausted
+from schedcache.errors import CorruptRecord, RetriesExhausted
 from schedcache.extender.binder import ApiBinder
 from schedcache.extender.forgetter import Forgetter
 from schedcache.extender.limits import Limits
@@ -678,6 +678,7 @@ def test_filter_while_redis_is_down_is_503_json_and_readyz_says_so(
             proxy.set_down(True)
             status, answer = server.post("filter", {"Pod": pending("a"), "NodeNames": ["n1"]})
             assert status == 503 and "unreachable" in answer["Error"]
+            assert answer["NodeNames"] is None and answer["FailedNodes"] == {}  # the result
             status, answer = server.post("prioritize", {"Pod": pending("a"), "NodeNames": ["n1"]})
             assert status == 503
             assert server.get("/readyz")[0] == 503
@@ -689,6 +690,22 @@ def test_filter_while_redis_is_down_is_503_json_and_readyz_says_so(
     finally:
         proxy.close()
         Cache(real_client(), name).clear()
+    assert "Traceback" not in caplog.text
+
+
+def test_a_cache_error_in_filter_is_a_filter_result_with_error(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def corrupt(snapshot: Any) -> None:
+        raise CorruptRecord("node n1", "not msgpack (test)")
+
+    monkeypatch.setattr(cache, "update_snapshot", corrupt)
+    with RunningExtender(Extender(cache)) as server:
+        status, answer = server.post("filter", {"Pod": pending("a"), "NodeNames": ["n1"]})
+        assert status == 200 and "not msgpack" in answer["Error"]
+        assert answer["NodeNames"] is None and answer["FailedAndUnresolvableNodes"] == {}
+        status, answer = server.post("prioritize", {"Pod": pending("a"), "NodeNames": ["n1"]})
+        assert status == 500 and "not msgpack" in answer["Error"]
     assert "Traceback" not in caplog.text
 
 

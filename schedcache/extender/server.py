@@ -8,10 +8,11 @@ verb's pool, never on the event loop; so the bodies held at once are bounded by 
 ``/healthz`` answers from the event loop whatever the workers do. Connections are limited and
 cut when their headers do not arrive (:mod:`.guard`).
 
-Every failure is the protocol's answer, JSON with ``Error``: 400 for malformed input (deeply
-nested JSON included), 408 for a body that did not arrive, 413 for one too large, 503 when Redis
-is unreachable or the verb's slots stayed full; a bind refused or failed is an
-ExtenderBindingResult with ``Error`` (HTTP 200). Each is counted by reason in
+Every failure is the protocol's answer, the verb's result (ExtenderFilterResult,
+ExtenderBindingResult) with ``Error`` set: 400 for malformed input (deeply nested JSON
+included), 408 for a body that did not arrive, 413 for one too large, 503 when Redis is
+unreachable or the verb's slots stayed full; HTTP 200 for a bind refused or failed and for
+another cache error (prioritize, whose list has no ``Error``: 500). Each is counted by reason in
 ``schedcache_extender_requests_total``; only an unexpected exception logs a traceback (500).
 """
 
@@ -131,12 +132,26 @@ class Route:
             answer = await self._answer(request)
         except Failure as failure:
             REQUESTS.labels(self.verb, failure.reason).inc()
-            return web.json_response({"Error": f"{self.verb}: {failure}"}, status=failure.status)
+            return web.json_response(self._failed(f"{self.verb}: {failure}"), status=failure.status)
         finally:
             REQUEST_SECONDS.labels(self.verb).observe(time.perf_counter() - started)
         refused = isinstance(answer, dict) and answer.get("Error")
         REQUESTS.labels(self.verb, "refused" if refused else "ok").inc()
         return web.json_response(answer, dumps=_dumps)
+
+    def _failed(self, error: str) -> dict[str, Any]:
+        """The verb's own result with ``Error`` set: an ExtenderFilterResult for filter (no
+        node passed), an ExtenderBindingResult for bind; prioritize's list has no room for an
+        error, so ``{"Error"}`` alone."""
+        if self.verb == "filter":
+            return {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": error,
+            }
+        return {"Error": error}
 
     async def _answer(self, request: web.Request) -> Any:
         length = request.content_length
@@ -183,7 +198,9 @@ class Route:
             raise Failure(503, "redis_unavailable", f"the cache is unreachable: {error}") from None
         except CacheError as error:
             log.warning("extender %s failed: %s", self.verb, error)
-            raise Failure(500, "cache_error", str(error)) from None
+            # filter and bind say it in their result (HTTP 200); prioritize cannot.
+            status = 500 if self.verb == "prioritize" else 200
+            raise Failure(status, "cache_error", str(error)) from None
         except Exception:
             log.exception("extender %s: unexpected error", self.verb)
             raise Failure(500, "internal", "internal error (logged by the extender)") from None
