@@ -4,26 +4,39 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from types import TracebackType
 from typing import Any
 
-from aiohttp import web
-
-from schedcache.extender.server import make_app
+from schedcache.extender.guard import bind_socket
+from schedcache.extender.limits import Limits
+from schedcache.extender.server import start
 from schedcache.extender.service import Extender
+from tests.conftest import REAL_REDIS_URL
 
 
 class RunningExtender:
     """``with RunningExtender(extender, prefix) as server: server.post("filter", {...})``."""
 
-    def __init__(self, extender: Extender, prefix: str = "") -> None:
+    def __init__(
+        self,
+        extender: Extender,
+        prefix: str = "",
+        limits: Limits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.extender = extender
         self.prefix = prefix
+        self.limits = limits
+        self.ssl_context = ssl_context
         self.loop = asyncio.new_event_loop()
-        self.runner: web.AppRunner | None = None
+        self.runner: Any = None
         self.port = 0
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -33,11 +46,9 @@ class RunningExtender:
         return self
 
     async def _start(self) -> None:
-        self.runner = web.AppRunner(make_app(self.extender, self.prefix))
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        sock = bind_socket("127.0.0.1", 0)
+        self.port = sock.getsockname()[1]
+        self.runner = await start(self.extender, sock, self.prefix, self.limits, self.ssl_context)
 
     def __exit__(
         self,
@@ -47,6 +58,7 @@ class RunningExtender:
     ) -> None:
         if self.runner is not None:
             asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.extender.forgetter.stop()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
@@ -73,3 +85,22 @@ class RunningExtender:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def extender_process(cache: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """``schedcache --redis <real Redis> --cache CACHE extender --listen <free port> ARGS`` in a
+    process of its own, as an operator runs it; stderr piped. Returns it and its port."""
+    port = free_port()
+    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", cache]
+    process = subprocess.Popen(
+        [*cli, "extender", "--listen", f"127.0.0.1:{port}", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, port

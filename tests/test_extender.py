@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,8 +24,8 @@ from schedcache.extender.service import UNKNOWN_NODE, Extender
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
-from tests.conftest import REAL_REDIS_URL, real_client
-from tests.extender_server import RunningExtender
+from tests.conftest import real_client
+from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, node_manifest, pod_manifest
 
 NS = "team"
@@ -162,15 +159,25 @@ def test_bind_claims_in_the_cache_then_binds_through_the_api(
 def test_a_failed_binding_forgets_the_claim(
     cache: Cache, api_server: FakeApiServer, tmp_path: Path
 ) -> None:
+    """Another scheduler binds the pod between the extender's read and its Binding: 409."""
     cache.add_node(make_node("n1", "1", "8Gi"))
     api_server.create(pending("a", "400m"))
-    with RunningExtender(bound_extender(cache, api_server, tmp_path)) as extender:
-        extender.post("filter", {"Pod": pending("a", "400m"), "NodeNames": ["n1"]})
+    served = bound_extender(cache, api_server, tmp_path)
+    binder = served.binder
+    assert isinstance(binder, ApiBinder)
+    real_bind = binder.bind
+
+    def raced(namespace: str, name: str, uid: str, node: str) -> None:
         api_server.update(
             {**pending("a", "400m"), "spec": {**pending("a")["spec"], "nodeName": "n9"}}
         )
+        real_bind(namespace, name, uid, node)
+
+    binder.bind = raced  # type: ignore[method-assign]
+    with RunningExtender(served) as extender:
         status, answer = extender.post("bind", binding("a", "n1"))  # 409: already bound
-        assert status == 200 and "binding team/a" in answer["Error"]
+        assert status == 200 and "binding pod team/a" in answer["Error"]
+        assert "409" in answer["Error"]
     assert cache.pod_state("uid-a") is None and cache.get_node_info("n1").requested.milli_cpu == 0
 
 
@@ -287,15 +294,7 @@ def test_the_extender_command_serves_until_sigterm_and_exits_0(tmp_path: Path) -
     name = f"t-{uuid.uuid4().hex[:12]}"
     cache = Cache(real_client(), name)
     cache.add_node(make_node("n1", "1", "8Gi"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", name]
-    process = subprocess.Popen(
-        [*cli, "extender", "--no-api", "--listen", f"127.0.0.1:{port}", "--url-prefix", "/s"],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = extender_process(name, "--no-api", "--url-prefix", "/s")
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import ipaddress
 import signal
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from schedcache.cli.kube import kube_api, kube_options, ttl_option
 from schedcache.cli.params import Name, Seconds
+from schedcache.extender.limits import Limits
+from schedcache.ops.leases import default_replica
+
+F = TypeVar("F", bound=Callable[..., Any])
+API_TIMEOUT = 10.0  # seconds per API request of a bind (the Binding, the reads around it)
+# The Binding and the read that settles an unknown outcome must fit in the bind timeout.
+BIND_TIMEOUT_MIN = 2 * API_TIMEOUT + 1
 
 if TYPE_CHECKING:
+    from schedcache.cache import Cache
     from schedcache.cli.app import Settings
 
 EXTENDER_MISSING = (
@@ -42,6 +52,21 @@ class Listen(AddressParam):
         return (host.strip("[]") or "0.0.0.0", int(port))
 
 
+def _tls_options(command: F) -> F:
+    """kube-apiserver's flag names for serving TLS and checking client certificates."""
+    for name, text in reversed(
+        (
+            ("--tls-cert-file", "Serve HTTPS with this certificate (PEM; reloaded on change)."),
+            ("--tls-private-key-file", "The certificate's private key (PEM)."),
+            ("--client-ca-file", "Require client certificates signed by this CA (PEM)."),
+        )
+    ):
+        command = click.option(name, type=click.Path(dir_okay=False), default=None, help=text)(
+            command
+        )
+    return command
+
+
 @click.command("extender")
 @click.option(
     "--listen",
@@ -55,6 +80,12 @@ class Listen(AddressParam):
     default="",
     help="Path of the urlPrefix in the KubeSchedulerConfiguration (e.g. /scheduler).",
 )
+@_tls_options
+@click.option(
+    "--insecure-allow-unauthenticated",
+    is_flag=True,
+    help="Listen beyond loopback without mutual TLS: anyone who reaches the port may bind pods.",
+)
 @kube_options
 @click.option(
     "--no-api",
@@ -62,11 +93,44 @@ class Listen(AddressParam):
     help="Bind only claims in the cache, without a Binding (tests, dry runs).",
 )
 @click.option(
+    "--scheduler-name",
+    "scheduler_names",
+    multiple=True,
+    help="Bind only pods whose spec.schedulerName is this (repeatable) [default: every pod].",
+)
+@click.option(
     "--replica",
     type=Name(),
-    default="extender",
+    default=None,
+    help="Name in events and the lease of claims [default: extender-<pod or host>-<pid>].",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(1024, 1024 * 1024 * 1024),
+    default=Limits.max_body_bytes,
     show_default=True,
-    help="Name in events and the lease of claims.",
+    help="Largest filter/prioritize body (docs/extender.md says how it is sized).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 100_000),
+    default=Limits.max_connections,
+    show_default=True,
+    help="Open connections at most; a new one evicts the oldest without a request.",
+)
+@click.option(
+    "--read-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=Limits.header_timeout,
+    show_default=True,
+    help="Seconds a request's headers, and then its body, may take to arrive.",
+)
+@click.option(
+    "--bind-timeout",
+    type=click.FloatRange(BIND_TIMEOUT_MIN, 3600),
+    default=60.0,
+    show_default=True,
+    help="Seconds a claim may wait for its Binding; then the expiry worker releases it.",
 )
 @ttl_option
 @click.pass_obj
@@ -74,32 +138,107 @@ def extender(
     settings: Settings,
     listen: tuple[str, int],
     url_prefix: str,
+    tls_cert_file: str | None,
+    tls_private_key_file: str | None,
+    client_ca_file: str | None,
+    insecure_allow_unauthenticated: bool,
     kubeconfig: str | None,
     context: str | None,
     in_cluster: bool,
     no_api: bool,
-    replica: str,
+    scheduler_names: tuple[str, ...],
+    replica: str | None,
+    max_body_bytes: int,
+    max_connections: int,
+    read_timeout: float,
+    bind_timeout: float,
     ttl: float,
 ) -> None:
     """Serve kube-scheduler's extender protocol (filter, prioritize, bind) on the cache, so
     several active kube-scheduler replicas share it: a bind is a fit-checked claim, never an
-    overfilled node. Configuration: docs/extender.md."""
+    overfilled node. Configuration: docs/extender.md; security: docs/security.md."""
     settings.refuse_embedded("schedcache extender")
     try:
+        from schedcache.extender.guard import bind_socket
         from schedcache.extender.server import serve
         from schedcache.extender.service import Binder, Extender
+        from schedcache.extender.tls import ReloadingContext, TlsFiles
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
+    host, port = listen
+    tls = (tls_cert_file, tls_private_key_file, client_ca_file)
+    if any(tls) and not all(tls):
+        raise click.ClickException(
+            "mutual TLS needs all of --tls-cert-file, --tls-private-key-file and --client-ca-file"
+        )
+    if not all(tls) and not _loopback(host) and not insecure_allow_unauthenticated:
+        raise click.ClickException(
+            f"refusing to listen on {host}:{port} without authentication: give "
+            "--tls-cert-file, --tls-private-key-file and --client-ca-file (mutual TLS, as "
+            "kube-scheduler's tlsConfig), or --insecure-allow-unauthenticated"
+        )
+    ssl_context = None
+    if tls_cert_file and tls_private_key_file and client_ca_file:
+        try:
+            ssl_context = ReloadingContext(
+                TlsFiles(tls_cert_file, tls_private_key_file, client_ca_file)
+            ).server
+        except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+            raise click.ClickException(f"the TLS files cannot be used: {error}") from None
     binder: Binder | None = None
     if not no_api:
         from schedcache.extender.binder import ApiBinder
 
         api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING, " (or --no-api)")
-        binder = ApiBinder(api)
-    cache = settings.cache(replica=replica, ttl=ttl)
-    host, port = listen
-    click.echo(f"extender for cache {cache.name} on http://{host}:{port}{url_prefix}", err=True)
-    serve(Extender(cache, binder), host, port, url_prefix)
+        binder = ApiBinder(api, timeout=API_TIMEOUT)
+    limits = Limits(
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
+        header_timeout=read_timeout,
+        body_timeout=read_timeout,
+    )
+    try:  # before anything is written or printed: a port in use fails here
+        sock = bind_socket(host, port)
+    except OSError as error:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
+    cache = settings.cache(replica=replica or default_replica("extender"), ttl=ttl)
+    _hold_lease(cache)
+    bound_port = sock.getsockname()[1]
+    scheme = "https" if ssl_context else "http"
+    click.echo(
+        f"extender for cache {cache.name} (replica {cache.replica}) on "
+        f"{scheme}://{host}:{bound_port}{url_prefix}",
+        err=True,
+    )
+    served = Extender(
+        cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
+    )
+    try:
+        serve(served, sock, url_prefix, limits, ssl_context)
+    finally:
+        served.forgetter.stop()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _hold_lease(cache: Cache) -> None:
+    """Take the replica's lease now: refused while another live process holds the name."""
+    lease = cache.lease
+    if lease is None:
+        return
+    if not lease.take():
+        raise click.ClickException(
+            f"replica {cache.replica!r} is in use: another live process holds its lease in "
+            f"cache {cache.name}; give each process its own --replica (or leave the default)"
+        )
+    cache.hold_lease()
 
 
 @click.command("scheduler")
@@ -113,7 +252,7 @@ def extender(
     "--replica",
     type=Name(),
     default=None,
-    help="Name in events and the claims' lease [default: the scheduler name].",
+    help="Name in events and the claims' lease [default: scheduler-<pod or host>-<pid>].",
 )
 @ttl_option
 @click.option(
@@ -153,12 +292,14 @@ def scheduler(
             f"{pod_max_backoff:g} is below --pod-initial-backoff {pod_initial_backoff:g}",
             param_hint="--pod-max-backoff",
         )
+    settings.refuse_embedded("schedcache scheduler")
     api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
         from schedcache.extender.reference import ReferenceScheduler
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
-    cache = settings.cache(replica=replica or _name(scheduler_name), ttl=ttl)
+    cache = settings.cache(replica=replica or default_replica("scheduler"), ttl=ttl)
+    _hold_lease(cache)
     loop = ReferenceScheduler(
         cache,
         api,
@@ -175,9 +316,3 @@ def scheduler(
         f"{loop.unschedulable} unschedulable attempts",
         err=True,
     )
-
-
-def _name(scheduler_name: str) -> str:
-    """The scheduler name as a replica name (no whitespace or control characters)."""
-    cleaned = "".join(c if c.isprintable() and not c.isspace() else "-" for c in scheduler_name)
-    return cleaned[:253] or "scheduler"

@@ -13,6 +13,7 @@ from schedcache.cache import Cache
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import ExpiryWorker
+from schedcache.ops.leases import default_replica
 from schedcache.store.metrics import CacheCollector
 
 if TYPE_CHECKING:
@@ -46,7 +47,10 @@ def worker() -> None:
     help="Pods expired per Lua call.",
 )
 @click.option(
-    "--replica", type=Name(), default="expiry-worker", show_default=True, help="Name in events."
+    "--replica",
+    type=Name(),
+    default=None,
+    help="Name in events [default: expiry-worker-<pod or host>-<pid>].",
 )
 @click.option("--once", is_flag=True, help="Run one round and exit.")
 @click.option(
@@ -58,14 +62,14 @@ def worker_expiry(
     settings: Settings,
     interval: float,
     batch: int,
-    replica: str,
+    replica: str | None,
     once: bool,
     metrics_port: int | None,
     metrics_address: str,
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     settings.refuse_embedded("schedcache worker expiry")
-    cache = settings.cache(replica=replica)
+    cache = settings.cache(replica=replica or default_replica("expiry-worker"))
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
         click.echo(f"expired {len(expiry.run_once())} pods")

@@ -11,6 +11,7 @@ Everything malformed raises :class:`ProtocolError` (HTTP 400) naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class FilterArgs:
     node_names: list[str]
     full_nodes: bool  # the request carried Nodes rather than NodeNames: answer in kind
     nodes: list[Mapping[str, Any]]
+    raw_pod: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # for --no-api binds
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def decode_json(body: bytes) -> Mapping[str, Any]:
         value = json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
         raise ProtocolError(f"the body is not JSON: {error}") from None
+    except RecursionError:  # json's C decoder recurses per nesting level
+        raise ProtocolError("the body is nested too deeply") from None
     if not isinstance(value, Mapping):
         raise ProtocolError(f"the body must be a JSON object, not {type(value).__name__}")
     return value
@@ -82,7 +86,7 @@ def filter_args(document: Mapping[str, Any]) -> FilterArgs:
     if names is not None:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ProtocolError("NodeNames: must be a list of node names")
-        return FilterArgs(pod, list(names), False, [])
+        return FilterArgs(pod, list(names), False, [], raw_pod)
     node_list = field(document, "Nodes")
     if not isinstance(node_list, Mapping):
         raise ProtocolError("NodeNames or Nodes: one is required")
@@ -96,7 +100,7 @@ def filter_args(document: Mapping[str, Any]) -> FilterArgs:
         if not isinstance(name, str) or not name:
             raise ProtocolError(f"Nodes.items[{index}].metadata.name: required")
         node_names.append(name)
-    return FilterArgs(pod, node_names, True, list(items))
+    return FilterArgs(pod, node_names, True, list(items), raw_pod)
 
 
 def bind_args(document: Mapping[str, Any]) -> BindArgs:

@@ -1,10 +1,19 @@
 """The extender's HTTP server (aiohttp): ``POST {prefix}/filter``, ``/prioritize``, ``/bind``,
-``GET /healthz`` and ``GET /metrics``.
+``GET /healthz`` (liveness), ``GET /readyz`` (Redis answers) and ``GET /metrics``.
 
-The verbs run the (blocking) cache calls in a thread pool, so a slow Redis call never stalls
-the others. A malformed request answers 400 with a message naming the field; a failure of the
-cache answers 500 with the error (kube-scheduler then treats the extender call as failed);
-the server keeps serving either way.
+Bounded by construction (:class:`~schedcache.extender.limits.Limits`): each verb has its own
+thread pool and slot count; a request first waits (``queue_timeout``) for a slot of its verb,
+only then is its body read (``body_timeout``, at most ``max_body_bytes``) and decoded, in the
+verb's pool, never on the event loop; so the bodies held at once are bounded by the slots, and
+``/healthz`` answers from the event loop whatever the workers do. Connections are limited and
+cut when their headers do not arrive (:mod:`.guard`).
+
+Every failure is the protocol's answer, the verb's result (ExtenderFilterResult,
+ExtenderBindingResult) with ``Error`` set: 400 for malformed input (deeply nested JSON
+included), 408 for a body that did not arrive, 413 for one too large, 503 when Redis is
+unreachable or the verb's slots stayed full; HTTP 200 for a bind refused or failed and for
+another cache error (prioritize, whose list has no ``Error``: 500). Each is counted by reason in
+``schedcache_extender_requests_total``; only an unexpected exception logs a traceback (500).
 """
 
 from __future__ import annotations
@@ -12,6 +21,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,9 +32,12 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from redis.exceptions import RedisError
 
-from schedcache.errors import CacheError
+from schedcache.errors import CacheError, RetriesExhausted
 from schedcache.extender import protocol
+from schedcache.extender.guard import Guard, GuardedSite
+from schedcache.extender.limits import Limits
 from schedcache.extender.protocol import ProtocolError
 from schedcache.extender.service import Extender
 
@@ -36,74 +51,199 @@ REQUEST_SECONDS = Histogram(
 )
 REQUESTS = Counter(
     "schedcache_extender_requests_total",
-    "Extender requests by verb and result: ok, bad_request (400), error (500), "
-    "refused (a bind answered with an Error: fit conflict, API failure).",
+    "Extender requests by verb and result: ok; refused (an answer with Error: fit conflict, "
+    "pod not served, Binding failed); bad_request (400), body_timeout (408), too_large (413), "
+    "busy (503: the verb's slots stayed full), redis_unavailable (503), cache_error, "
+    "internal (500, logged with its traceback).",
     ["verb", "result"],
 )
 
 Verb = Callable[[Any], Any]
+READY_TIMEOUT = 2.0  # seconds /readyz waits for Redis
 
 
-def make_app(extender: Extender, prefix: str = "", workers: int = 8) -> web.Application:
+class Failure(Exception):
+    """An answer other than the verb's own: HTTP status, metric reason, message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def make_app(
+    extender: Extender, prefix: str = "", limits: Limits | None = None, guard: Guard | None = None
+) -> web.Application:
     """The aiohttp application; ``prefix`` is the KubeSchedulerConfiguration's urlPrefix path
     (``/scheduler`` for ``http://host:port/scheduler``)."""
+    limits = limits or Limits()
     if "://" in prefix:  # the whole urlPrefix of the configuration: its path is what counts
         prefix = urlsplit(prefix).path
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="schedcache-extender")
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    middlewares = [_guarded(guard)] if guard is not None else []
+    app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         "filter": (protocol.filter_args, extender.filter),
         "prioritize": (protocol.filter_args, extender.prioritize),
         "bind": (protocol.bind_args, extender.bind),
     }
+    pools = [ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")]
     for verb, (decode, run) in verbs.items():
-        app.router.add_post(f"{prefix}/{verb}", _handler(verb, decode, run, pool))
-    app.router.add_get("/healthz", _healthz(extender, pool))
+        slots = limits.concurrency(verb)
+        pool = ThreadPoolExecutor(slots, thread_name_prefix=f"schedcache-extender-{verb}")
+        pools.append(pool)
+        route = Route(verb, decode, run, pool, asyncio.Semaphore(slots), limits)
+        app.router.add_post(f"{prefix}/{verb}", route.handle)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz(extender, pools[0]))
     app.router.add_get("/metrics", _metrics)
 
     async def shutdown(_: web.Application) -> None:
-        pool.shutdown(wait=False, cancel_futures=True)
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     app.on_cleanup.append(shutdown)
     return app
 
 
-def _handler(
-    verb: str, decode: Callable[[Any], Any], run: Verb, pool: ThreadPoolExecutor
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def handle(request: web.Request) -> web.Response:
+class Route:
+    """One verb: its slots, its pool, its body limit."""
+
+    def __init__(
+        self,
+        verb: str,
+        decode: Callable[[Any], Any],
+        run: Verb,
+        pool: ThreadPoolExecutor,
+        slots: asyncio.Semaphore,
+        limits: Limits,
+    ) -> None:
+        self.verb = verb
+        self.decode = decode
+        self.run = run
+        self.pool = pool
+        self.slots = slots
+        self.limits = limits
+        self.limit = limits.body_limit(verb)
+
+    async def handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            args = decode(protocol.decode_json(await request.read()))
-            answer = await asyncio.get_running_loop().run_in_executor(pool, run, args)
-        except ProtocolError as error:
-            REQUESTS.labels(verb, "bad_request").inc()
-            return web.json_response({"Error": f"{verb}: {error}"}, status=400)
-        except CacheError as error:
-            REQUESTS.labels(verb, "error").inc()
-            log.warning("extender %s failed: %s", verb, error)
-            return web.json_response({"Error": f"{verb}: {error}"}, status=500)
+            answer = await self._answer(request)
+        except Failure as failure:
+            REQUESTS.labels(self.verb, failure.reason).inc()
+            return web.json_response(self._failed(f"{self.verb}: {failure}"), status=failure.status)
         finally:
-            REQUEST_SECONDS.labels(verb).observe(time.perf_counter() - started)
+            REQUEST_SECONDS.labels(self.verb).observe(time.perf_counter() - started)
         refused = isinstance(answer, dict) and answer.get("Error")
-        REQUESTS.labels(verb, "refused" if refused else "ok").inc()
+        REQUESTS.labels(self.verb, "refused" if refused else "ok").inc()
         return web.json_response(answer, dumps=_dumps)
 
-    return handle
+    def _failed(self, error: str) -> dict[str, Any]:
+        """The verb's own result with ``Error`` set: an ExtenderFilterResult for filter (no
+        node passed), an ExtenderBindingResult for bind; prioritize's list has no room for an
+        error, so ``{"Error"}`` alone."""
+        if self.verb == "filter":
+            return {
+                "Nodes": None,
+                "NodeNames": None,
+                "FailedNodes": {},
+                "FailedAndUnresolvableNodes": {},
+                "Error": error,
+            }
+        return {"Error": error}
+
+    async def _answer(self, request: web.Request) -> Any:
+        length = request.content_length
+        if length is not None and length > self.limit:
+            raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+        try:
+            async with asyncio.timeout(self.limits.queue_timeout):
+                await self.slots.acquire()
+        except TimeoutError:
+            raise Failure(503, "busy", "too many requests at once; try again") from None
+        try:
+            body = await self._body(request)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.pool, self._decode_and_run, body)
+        finally:
+            self.slots.release()
+
+    async def _body(self, request: web.Request) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.body_timeout):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > self.limit:
+                        raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise Failure(
+                408, "body_timeout", f"the body did not arrive within {self.limits.body_timeout} s"
+            ) from None
+        return b"".join(chunks)
+
+    def _decode_and_run(self, body: bytes) -> Any:
+        """In the verb's pool: decode, run, and turn every expected failure into a Failure."""
+        try:
+            args = self.decode(protocol.decode_json(body))
+        except ProtocolError as error:
+            raise Failure(400, "bad_request", str(error)) from None
+        del body
+        try:
+            return self.run(args)
+        except (RetriesExhausted, RedisError) as error:
+            raise Failure(503, "redis_unavailable", f"the cache is unreachable: {error}") from None
+        except CacheError as error:
+            log.warning("extender %s failed: %s", self.verb, error)
+            # filter and bind say it in their result (HTTP 200); prioritize cannot.
+            status = 500 if self.verb == "prioritize" else 200
+            raise Failure(status, "cache_error", str(error)) from None
+        except Exception:
+            log.exception("extender %s: unexpected error", self.verb)
+            raise Failure(500, "internal", "internal error (logged by the extender)") from None
 
 
-def _healthz(
+def _guarded(guard: Guard) -> Any:
+    """Tells the guard a request's headers arrived (its header timer stops), and that its
+    response is written (the timer starts again for the next request on the connection)."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        guard.request_started(request.protocol)
+        try:
+            return await handler(request)
+        finally:
+            guard.request_finished(request.protocol)
+
+    return middleware
+
+
+async def _healthz(_: web.Request) -> web.Response:
+    """Liveness: the event loop answers. Nothing here waits on a worker or on Redis."""
+    return web.Response(text="ok\n")
+
+
+def _readyz(
     extender: Extender, pool: ThreadPoolExecutor
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def healthz(_: web.Request) -> web.Response:
+    async def readyz(_: web.Request) -> web.Response:
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(pool, extender.cache.generation)
-        except Exception as error:  # Redis away: not healthy, say why
-            return web.Response(status=503, text=f"redis: {error}\n")
+            await asyncio.wait_for(
+                loop.run_in_executor(pool, extender.cache.generation), READY_TIMEOUT
+            )
+        except TimeoutError:
+            return web.json_response({"Error": "redis: no answer"}, status=503)
+        except Exception as error:  # Redis away: not ready, say why
+            return web.json_response({"Error": f"redis: {error}"}, status=503)
         return web.Response(text="ok\n")
 
-    return healthz
+    return readyz
 
 
 async def _metrics(_: web.Request) -> web.Response:
@@ -114,6 +254,40 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def serve(extender: Extender, host: str, port: int, prefix: str = "") -> None:
-    """Serve until SIGTERM or Ctrl-C (aiohttp handles both and shuts down cleanly)."""
-    web.run_app(make_app(extender, prefix), host=host, port=port, print=None)
+async def start(
+    extender: Extender,
+    sock: socket.socket,
+    prefix: str = "",
+    limits: Limits | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> web.AppRunner:
+    """Serve on ``sock`` (bound beforehand) in the running loop; ``runner.cleanup()`` stops."""
+    limits = limits or Limits()
+    guard = Guard(limits.max_connections, limits.header_timeout)
+    runner = web.AppRunner(make_app(extender, prefix, limits, guard), access_log=None)
+    await runner.setup()
+    await GuardedSite(runner, sock, guard, ssl_context).start()
+    return runner
+
+
+def serve(
+    extender: Extender,
+    sock: socket.socket,
+    prefix: str = "",
+    limits: Limits | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve until SIGTERM or Ctrl-C."""
+
+    async def main() -> None:
+        runner = await start(extender, sock, prefix, limits, ssl_context)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())

@@ -13,29 +13,46 @@
   ``finish_binding``. A fit conflict answers an error and writes nothing (kube-scheduler
   forgets the pod and retries it); a failed API call forgets the claim.
 
-The pod a bind names is the one the filter call carried (remembered by uid, bounded), else it
-is read from the API server.
+The pod a bind claims is the API server's, read at bind time: never one remembered from
+``/filter`` (a caller could send any requests there). Its name, namespace and uid must all match
+the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all) and it must not
+be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
+whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
+as the 409 path does. Before the Binding the claim gets a deadline ``bind_timeout`` away (moved
+to the cache's ttl once bound), so it never outlives an unfinished bind; a claim that must go
+and cannot be forgotten now (Redis away) is retried in the background until it lands
+(:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
+filter call's, remembered by uid within ``remember_bytes``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from redis.exceptions import RedisError
+
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, FitConflict
+from schedcache.errors import CacheError, FitConflict, RetriesExhausted
 from schedcache.extender import protocol
+from schedcache.extender.forgetter import Forgetter
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Pod
+from schedcache.store import commands
 from schedcache.views.snapshot import Snapshot
 
+log = logging.getLogger(__name__)
+
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 
 
 class Binder(Protocol):
@@ -46,22 +63,38 @@ class Binder(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
 
-class Extender:
-    """The three verbs over one cache; thread-safe (the server calls it from a thread pool)."""
+class Refused(Exception):
+    """A bind answered with ``Error``; the message names only what the caller sent."""
 
-    def __init__(self, cache: Cache, binder: Binder | None = None, remember: int = 10_000) -> None:
+
+class Extender:
+    """The three verbs over one cache; thread-safe (the server calls it from thread pools)."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        binder: Binder | None = None,
+        remember_bytes: int = 32 * 1024 * 1024,
+        scheduler_names: frozenset[str] = frozenset(),
+        forgetter: Forgetter | None = None,
+        bind_timeout: float = 60.0,
+    ) -> None:
         self.cache = cache
         self.binder = binder
         self.snapshot = Snapshot()
         self.snapshot_lock = threading.Lock()
-        self.pods: OrderedDict[str, Pod] = OrderedDict()
+        self.pods: OrderedDict[str, bytes] = OrderedDict()  # --no-api only: uid -> pod JSON
+        self.pods_bytes = 0
         self.pods_lock = threading.Lock()
-        self.remember = remember
+        self.remember_bytes = remember_bytes
+        self.scheduler_names = scheduler_names
+        self.forgetter = forgetter or Forgetter(cache)
+        self.bind_timeout = bind_timeout
 
     # -- filter and prioritize ------------------------------------------------------------
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
-        self._remember(args.pod)
+        self._remember(args)
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -87,7 +120,7 @@ class Extender:
         return protocol.filter_result(args, passed, failed, unresolvable)
 
     def prioritize(self, args: FilterArgs) -> list[dict[str, Any]]:
-        self._remember(args.pod)
+        self._remember(args)
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             infos = [(name, self.snapshot.node_infos.get(name)) for name in args.node_names]
@@ -101,26 +134,36 @@ class Extender:
     # -- bind -----------------------------------------------------------------------------
 
     def bind(self, args: BindArgs) -> dict[str, str]:
+        who = f"pod {args.pod_namespace}/{args.pod_name}"
         try:
-            pod = self._pod(args)
-        except (CacheError, LookupError, ValueError, OSError) as error:
-            return protocol.bind_result(f"pod {args.pod_namespace}/{args.pod_name}: {error}")
+            pod = self._authoritative(args)
+        except Refused as refused:
+            return protocol.bind_result(f"{who}: {refused}")
         placed = pod.with_node(args.node)
         try:
             self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot())
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
+        except RetriesExhausted:  # Redis away: the server answers 503
+            raise
         except CacheError as error:
-            return protocol.bind_result(str(error))
-        if self.binder is not None:
-            try:
-                self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-            except Exception as error:  # the API refused or is away: the claim goes
-                self.cache.forget_pod(placed)
-                return protocol.bind_result(f"binding {pod.namespace}/{pod.name}: {error}")
-        self.cache.finish_binding(placed)
-        with self.pods_lock:
-            self.pods.pop(pod.uid, None)
+            return protocol.bind_result(f"{who}: {error}")
+        if self.binder is None:
+            self.cache.finish_binding(placed)
+            with self.pods_lock:
+                self._drop(pod.uid)
+            return protocol.bind_result()
+        self._bound_in_time(placed)
+        try:
+            self._binding(args, placed)
+        except Refused as refused:
+            return protocol.bind_result(f"binding {who}: {refused}")
+        try:
+            self.cache.finish_binding(placed)
+        except (RetriesExhausted, RedisError) as error:
+            # The pod is bound: say so. The claim keeps its bind-timeout deadline until the
+            # sync feed confirms the pod (or the deadline releases it, as a ttl would).
+            log.warning("%s bound, but its deadline was not moved to the ttl: %s", who, error)
         return protocol.bind_result()
 
     def _claim_snapshot(self) -> Snapshot:
@@ -130,26 +173,123 @@ class Extender:
             self.cache.update_snapshot(self.snapshot)
             return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))
 
-    def _pod(self, args: BindArgs) -> Pod:
-        with self.pods_lock:
-            pod = self.pods.get(args.pod_uid)
-        if pod is not None:
-            return pod
-        if self.binder is None:
-            raise LookupError(
-                "not seen in a filter call, and no API server to read it from (--kubeconfig)"
-            )
-        pod = Pod.from_k8s(self.binder.read_pod(args.pod_namespace, args.pod_name))
-        if pod.uid != args.pod_uid:
-            raise LookupError(f"the API server has uid {pod.uid}, the bind names {args.pod_uid}")
-        return pod
+    def _bound_in_time(self, placed: Pod) -> None:
+        """The claim gets a deadline in Redis before the Binding: ``bind_timeout`` from now
+        the expiry worker releases it unless this bind finished (the deadline then moves to
+        the cache's ttl) or the sync feed confirmed the pod. Durable: it holds whatever becomes
+        of this process, its lease or its forgets."""
+        try:
+            self.cache.run(commands.finish_binding(placed, None, self.bind_timeout))
+        except Exception:
+            self.forgetter.forget(placed)  # the claim must not stay without a bound
+            raise
 
-    def _remember(self, pod: Pod) -> None:
+    def _binding(self, args: BindArgs, placed: Pod) -> None:
+        """The Binding; its outcome settled. Refused (and the claim forgotten, or left to the
+        bind timeout when even where the pod is cannot be read) unless the pod is bound there."""
+        assert self.binder is not None
+        node = args.node
+        try:
+            self.binder.bind(args.pod_namespace, args.pod_name, args.pod_uid, node)
+            return
+        except Exception as error:
+            status = getattr(error, "status", None)
+            failure = _api_failure(error)
+            if isinstance(status, int) and 400 <= status < 500:  # refused: nothing applied
+                self.forgetter.forget(placed)
+                raise Refused(failure) from None
+        # Unknown outcome (5xx after the Binding may have been applied, a timeout, a lost
+        # connection): where is the pod now?
+        try:
+            where = self._bound_to(args)
+        except Exception:
+            # Neither bound nor not: the claim stays, with its bind-timeout deadline, for the
+            # sync feed to confirm or the expiry worker to release.
+            raise Refused(f"{failure}; the outcome is unknown, the claim is kept") from None
+        if where == node:
+            return
+        self.forgetter.forget(placed)
+        raise Refused(failure)
+
+    def _bound_to(self, args: BindArgs) -> str:
+        assert self.binder is not None
+        raw = self.binder.read_pod(args.pod_namespace, args.pod_name)
+        metadata, spec = raw.get("metadata") or {}, raw.get("spec") or {}
+        if metadata.get("uid") != args.pod_uid:
+            return ""
+        return str(spec.get("nodeName") or "")
+
+    def _authoritative(self, args: BindArgs) -> Pod:
+        """The pod to claim, checked against the bind: see the module docstring."""
+        raw = self._read(args)
+        metadata = raw.get("metadata") or {}
+        spec = raw.get("spec") or {}
+        if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+            raise Refused("the pod is malformed")
+        if (metadata.get("namespace") or "default", metadata.get("name")) != (
+            args.pod_namespace,
+            args.pod_name,
+        ):
+            raise Refused("the name or namespace does not match the pod's")
+        if metadata.get("uid") != args.pod_uid:
+            raise Refused("the uid does not match the pod's")
+        served = spec.get("schedulerName") or DEFAULT_SCHEDULER
+        if self.scheduler_names and served not in self.scheduler_names:
+            raise Refused("its schedulerName is not served by this extender")
+        if spec.get("nodeName"):
+            raise Refused("already bound to a node")
+        try:
+            return Pod.from_k8s(raw)
+        except (CacheError, ValueError) as error:
+            raise Refused(str(error)) from None
+
+    def _read(self, args: BindArgs) -> Mapping[str, Any]:
+        if self.binder is None:
+            with self.pods_lock:
+                blob = self.pods.get(args.pod_uid)
+            if blob is None:
+                raise Refused(
+                    "not seen in a filter call, and no API server to read it from (--kubeconfig)"
+                )
+            value: Mapping[str, Any] = json.loads(blob)
+            return value
+        try:
+            return self.binder.read_pod(args.pod_namespace, args.pod_name)
+        except Exception as error:
+            if getattr(error, "status", None) == 404:
+                raise Refused("not found in the API server") from None
+            raise Refused(f"reading it: {_api_failure(error)}") from None
+
+    def _remember(self, args: FilterArgs) -> None:
+        """``--no-api`` only: the filter's pod, for the bind (bounded by its JSON's bytes)."""
+        if self.binder is not None or not self.remember_bytes:
+            return
+        blob = json.dumps(args.raw_pod, separators=(",", ":")).encode()
+        if len(blob) > self.remember_bytes:
+            return
+        uid = args.pod.uid
         with self.pods_lock:
-            self.pods[pod.uid] = pod
-            self.pods.move_to_end(pod.uid)
-            while len(self.pods) > self.remember:
-                self.pods.popitem(last=False)
+            self._drop(uid)
+            self.pods[uid] = blob
+            self.pods_bytes += len(blob)
+            while self.pods_bytes > self.remember_bytes:
+                _, old = self.pods.popitem(last=False)
+                self.pods_bytes -= len(old)
+
+    def _drop(self, uid: str) -> None:
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            self.pods_bytes -= len(old)
+
+
+def _api_failure(error: Exception) -> str:
+    """What the API server answered, without its headers or body (they may carry what the
+    caller did not send)."""
+    status = getattr(error, "status", None)
+    if isinstance(status, int) and status:
+        reason = getattr(error, "reason", "") or ""
+        return f"the API server answered {status} {reason}".rstrip()
+    return f"the API server did not answer ({type(error).__name__})"
 
 
 def scores(

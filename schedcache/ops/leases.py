@@ -11,6 +11,8 @@ by their deadline instead.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import weakref
 
@@ -43,6 +45,16 @@ class Lease:
         pipe.set(self.key, "1", px=self.ttl_ms)
         pipe.sadd(self.keys.replicas, self.replica)
         pipe.execute()
+
+    def take(self) -> bool:
+        """Take the lease now, unless a live process holds it (a second process with this
+        replica name would keep the first one's claims alive, and share its lease). False when
+        held: the caller refuses to start."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(self.key, str(os.getpid()), px=self.ttl_ms, nx=True)
+        pipe.sadd(self.keys.replicas, self.replica)
+        taken, _ = pipe.execute()
+        return bool(taken)
 
     def start(self) -> None:
         """Keep the lease alive in the background (``assume_pod`` takes it with the claim)."""
@@ -86,3 +98,12 @@ class Lease:
         self.stopping = threading.Event()
         if release:
             self.client.delete(self.key)
+
+
+def default_replica(role: str) -> str:
+    """A replica name no other live process has: ``<role>-<pod or host>-<pid>`` (the pod name
+    from ``POD_NAME``, e.g. the downward API, else the hostname, which is the pod's name in
+    Kubernetes). Shared names share a lease: a dead process's claims would never lapse."""
+    where = os.environ.get("POD_NAME") or socket.gethostname() or "local"
+    cleaned = "".join(c if c.isprintable() and not c.isspace() else "-" for c in where)
+    return f"{role}-{cleaned}-{os.getpid()}"[:253]
