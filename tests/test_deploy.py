@@ -312,10 +312,10 @@ def test_the_probes_ask_the_ports_the_components_serve(monkeypatch: pytest.Monke
                 (code,) = probe["exec"]["command"][2:]
                 ast.parse(code)
                 host, listen_port = params["listen"]
-                if probe is c["livenessProbe"]:  # alive: accepts connections
-                    assert f"create_connection(('{host}', {listen_port})" in code, here
-                else:  # ready: /healthz, which asks Redis
+                if probe is c["livenessProbe"]:  # alive: the event loop answers /healthz
                     assert f"http://{host}:{listen_port}/healthz" in code, here
+                else:  # ready: /readyz, which asks Redis
+                    assert f"http://{host}:{listen_port}/readyz" in code, here
             elif port is not None:
                 assert port == params["metrics_port"], here
             else:  # worker compact: it serves nothing; the probe connects to Redis as it does
