@@ -591,6 +591,8 @@ local function check_fields(p, node, parsed, removing)
     -- result could pass the limit (a number conversion per field is a strtod): a long amount,
     -- or a total already near it (either way, removing included).
     if have and not is_int(have) then stored_int(nk, have, 0) end
+    -- The cache-wide count moves with `anti` (apply_contribution): checked before any write.
+    if fields[j] == 'anti' then check_gen(p .. 'antipods') end
     local amount = amounts[j]
     if #amount >= 13 or (have and #have >= 18) then
       local change = tonumber(amount)

@@ -400,3 +400,15 @@ def test_a_batchs_bare_claims_of_pods_without_rules_keep_existing_pods_anti_affi
     assert isinstance(results[1].reply, int)
     assert cache.pod_state(make_pod("db-0", "n2")) is None
     assert cache.verify() == []
+
+
+@pytest.mark.parametrize("stored", ["x", "9223372036854775807"])
+def test_a_corrupt_anti_affine_pod_count_refuses_the_placement_and_changes_nothing(cache, stored):
+    from schedcache.errors import CorruptRecord
+
+    cache.add_node(node("n1"))
+    cache.client.set(cache.keys.anti_affine_pods, stored)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match="antipods"):
+        cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
+    assert keyspace(cache.client, cache.keys.pattern) == before
