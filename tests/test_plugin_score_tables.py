@@ -490,7 +490,8 @@ NODE_AFFINITY_FOO = {
 # constraints need the pod's Services, which the cache does not hold); "terminating Pods should
 # be excluded" (the cache keeps no deletionTimestamp: docs/constraints.md, Limits);
 # "matchLabelKeys ignored when feature gate disabled" (no feature gates: matchLabelKeys is
-# always merged, as with the gate on) and the matchLabelKeys cases after it (not ported yet).
+# always merged, as with the gate on); "minDomains has no effect when ScheduleAnyway" (artificial,
+# upstream says: the reader refuses minDomains with ScheduleAnyway, as the API server does).
 SPREAD_SCORE: list[
     tuple[
         str,
@@ -659,6 +660,34 @@ SPREAD_SCORE: list[
         BY_NODE,
         [],
         [66, 100, 100],
+    ),
+    (
+        "matchLabelKeys ANDed with LabelSelector when LabelSelector is empty",
+        _spreading(
+            FB,
+            _soft(1, "zone", {}, matchLabelKeys=["foo"]),
+            _soft(1, HOST, {}, matchLabelKeys=["bar"]),
+        ),
+        _on("node-a") + _on("node-b", 1, FB) + _on("node-c") + _on("node-c", 1, B),
+        _zoned(("node-a", "zone1"), ("node-b", "zone1"), ("node-c", "zone2"), ("node-d", "zone2")),
+        [],
+        [60, 20, 60, 100],
+    ),
+    (
+        "matchLabelKeys ANDed with LabelSelector when LabelSelector isn't empty",
+        _spreading(
+            {"foo": "", "bar": "", "baz": ""},
+            _soft(1, "zone", FOO),
+            _soft(1, HOST, BAR, matchLabelKeys=["baz"]),
+        ),
+        _on("node-a")
+        + _on("node-b", 1, {"foo": "", "bar": "", "baz": ""})
+        + _on("node-c")
+        + _on("node-c", 1, B)
+        + _on("node-c", 1, {"bar": "", "baz": ""}),
+        _zoned(("node-a", "zone1"), ("node-b", "zone1"), ("node-c", "zone2"), ("node-d", "zone2")),
+        [],
+        [60, 20, 60, 100],
     ),
 ]
 
