@@ -156,3 +156,13 @@ local function rule_conflicts(p, since, reads, domains, incarnation)
   end
   return ''
 end
+
+-- A bare fit-checked claim (no `since`: the caller judged no inter-pod rules) is exact only
+-- while no placed pod has required anti-affinity: then nothing can repel the pod. `antipods`
+-- counts them (kept with every placement, _helpers.lua); missing (a cache older than the
+-- count) reads as "some". When there are some, the claim is refused as `unchecked`, and the
+-- client judges existing pods' anti-affinity on a snapshot and claims again with its reads.
+local function bare_claim_unchecked(p)
+  local count = get_string(p .. 'antipods')
+  return stored_int(p .. 'antipods', count, 1) ~= 0
+end

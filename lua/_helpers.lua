@@ -42,6 +42,8 @@
 --   gen                    string the cache's generation counter (INCR)
 --   incarnation            string "<seconds>.<micros>" (server TIME) written when `gen` is
 --                                 created: snapshots of another incarnation are rebuilt
+--   antipods               string placed pods with required anti-affinity (the sum of the
+--                                 nodes' `anti`), written with `gen`: a bare claim reads it
 --   quarantine             zset   uid -> time (ms): deadline entries of corrupt pod records,
 --                                 moved aside by sc_cleanup_assumed_pods
 --   nodegen                zset   node name -> generation of its last change (removed names
@@ -409,6 +411,7 @@ local function touch(p, node)
       -- lost its data). Snapshots from another incarnation are rebuilt, not caught up.
       local t = redis.call('TIME')
       redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
+      redis.call('SET', p .. 'antipods', '0')
       redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST)
     end
   else
@@ -525,8 +528,11 @@ local function parse_contribution(contribution)
 end
 
 -- Adds a parsed contribution to a node hash, or subtracts it when `negate` is true; a field
--- that drops to 0 is deleted.
-local function apply_contribution(nk, parsed, negate)
+-- that drops to 0 is deleted. The `anti` field (pods with required anti-affinity) also moves
+-- the cache-wide count `antipods`, which a bare fit-checked claim reads (_claims.lua): only
+-- where the count exists (it is created with `gen`; a cache older than it has none, which
+-- claims read as "unknown", and `schedcache migrate` counts it).
+local function apply_contribution(p, nk, parsed, negate)
   local fields, amounts = parsed.fields, parsed.amounts
   for j = 1, #fields do
     local field, amount = fields[j], amounts[j]
@@ -538,19 +544,22 @@ local function apply_contribution(nk, parsed, negate)
       end
     end
     if redis.call('HINCRBY', nk, field, amount) == 0 then redis.call('HDEL', nk, field) end
+    if field == 'anti' and redis.call('EXISTS', p .. 'antipods') == 1 then
+      redis.call('INCRBY', p .. 'antipods', amount)
+    end
   end
 end
 
 local function place_pod(p, uid, node, parsed)
   local gen, text = touch(p, node)  -- first: it may be the command's first write (touch)
   ensure_node(p, node)
-  apply_contribution(p .. 'node:' .. node, parsed, false)
+  apply_contribution(p, p .. 'node:' .. node, parsed, false)
   redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
   return gen, text
 end
 
 local function unplace_pod(p, uid, node, parsed)
-  apply_contribution(p .. 'node:' .. node, parsed, true)
+  apply_contribution(p, p .. 'node:' .. node, parsed, true)
   redis.call('ZREM', p .. 'nodepods:' .. node, uid)
   local gen, text = touch(p, node)
   drop_if_empty(p, node)
@@ -582,6 +591,8 @@ local function check_fields(p, node, parsed, removing)
     -- result could pass the limit (a number conversion per field is a strtod): a long amount,
     -- or a total already near it (either way, removing included).
     if have and not is_int(have) then stored_int(nk, have, 0) end
+    -- The cache-wide count moves with `anti` (apply_contribution): checked before any write.
+    if fields[j] == 'anti' then check_gen(p .. 'antipods') end
     local amount = amounts[j]
     if #amount >= 13 or (have and #have >= 18) then
       local change = tonumber(amount)

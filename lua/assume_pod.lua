@@ -10,7 +10,8 @@
 --          ("<topology key> <node> ...\n..."): the inter-pod
 --          rules the decision judged on a snapshot at `since` still hold (_claims.lua,
 --          docs/constraints.md).
--- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events
+-- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events,
+--          antipods
 -- Reply    the generation the node now has
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
 --          FITCONFLICT <uid> <node> <reason,...>   with check "fit": the live node lacks room
@@ -18,7 +19,9 @@
 --            is gone (node-missing); with "generation": the node changed since the expected
 --            generation (stale) or is gone (node-missing); with `since`: a rule the live
 --            cache may break (pod-affinity, pod-anti-affinity, existing-anti-affinity,
---            topology-spread) or too many nodes changed since (stale)
+--            topology-spread) or too many nodes changed since (stale); with "fit" and no
+--            `since`: placed pods with required anti-affinity exist, so existing pods' terms
+--            toward the pod must be judged on a snapshot first (unchecked)
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
@@ -49,6 +52,8 @@ local function assume_pod(p, replica, a)
     if rule ~= '' then
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. rule
     end
+  elseif check == 'fit' and bare_claim_unchecked(p) then
+    return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' unchecked'
   end
   local lease_ms = tonumber(a[7] or '0')
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end

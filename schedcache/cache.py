@@ -35,6 +35,7 @@ from schedcache.store.fetch import (
 )
 from schedcache.store.keys import Keys
 from schedcache.store.records import PodRecord, parse_pod_record
+from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, log_skipped
@@ -140,9 +141,9 @@ class Cache:
         the script that the live node still has room (CPU, memory, ephemeral storage, pod
         count, scalar resources, host ports) and that the pod's inter-pod rules still hold
         (required pod affinity, anti-affinity both ways, DoNotSchedule spread), as judged on
-        ``snapshot`` (the one the decision read; else a private one brought up to date here)
-        and re-checked atomically (docs/constraints.md; without ``snapshot``, existing pods'
-        anti-affinity is checked for pods that have rules of their own); ``expect_generation=
+        ``snapshot`` (the one the decision read; else a private one brought up to date here,
+        for a pod without rules only when pods with required anti-affinity are placed) and
+        re-checked atomically (docs/constraints.md); ``expect_generation=
         snap.get(node).generation`` refuses if the node changed at all since that snapshot.
         Either raises :class:`FitConflict` and writes nothing.
         """
@@ -150,9 +151,18 @@ class Cache:
         if check_fit and expect_generation is None:
             rules = self._claim_context(pod, snapshot)
         try:
-            self.run(
-                commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
-            )
+            try:
+                self.run(
+                    commands.assume_pod(
+                        pod, check_fit, expect_generation, self.lease_to_take, *rules
+                    )
+                )
+            except FitConflict as conflict:
+                if conflict.reasons != (UNCHECKED,) or rules[0] is not None:
+                    raise
+                # Pods with required anti-affinity are placed: judge their terms toward this
+                # pod on the cache's own snapshot, and claim again with what that read.
+                self.judged_claim(pod)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
@@ -164,13 +174,24 @@ class Cache:
     ) -> tuple[int | None, str, str, str]:
         """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
         on this cache's snapshot brought up to date here. A bare claim of a pod without any
-        (no snapshot given) checks resources and ports only: judging existing pods'
-        anti-affinity toward it would cost every such claim a snapshot update
-        (docs/constraints.md)."""
+        (no snapshot given) sends none: Redis accepts it when no placed pod has required
+        anti-affinity, else refuses it as ``unchecked`` and :meth:`assume_pod` judges it here
+        (a snapshot update on every such claim cost too much, docs/constraints.md)."""
         if snapshot is not None:
             return claim_context(snapshot, pod)
         if not pod.has_inter_pod_rules:
             return None, "", "", ""
+        return self._own_claim_context(pod)
+
+    def judged_claim(self, pod: Pod) -> Any:
+        """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
+        snapshot, brought up to date; the script's reply. What a batch sends again for a bare
+        claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
+        rules = self._own_claim_context(pod)
+        return self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
+
+    def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
+        """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         with self._claim_lock:
             self.update_snapshot(self._claim_snapshot)
             return claim_context(self._claim_snapshot, pod)

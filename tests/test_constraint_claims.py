@@ -287,3 +287,128 @@ def test_the_async_cache_claims_with_the_rules_of_the_snapshot_it_is_given(
         assert info.value.reasons == ("pod-anti-affinity",)
     finally:
         blocking.close_async()
+
+
+# -- bare claims of pods without rules of their own: existing pods' anti-affinity still holds --
+
+
+def guarded(cache: Cache, key: str) -> None:
+    """n1 and n2 in zone z1, n3 in z2; on n1 a pod whose required anti-affinity under ``key``
+    repels pods labelled app=db."""
+    for name, zone in (("n1", "z1"), ("n2", "z1"), ("n3", "z2")):
+        cache.add_node(node(name, zone))
+    cache.add_pod(make_pod("guard", "n1", affinity=anti(key, app="db")))
+
+
+@pytest.mark.parametrize(("key", "target"), [(HOST, "n1"), (ZONE, "n1"), (ZONE, "n2")])
+def test_a_bare_claim_of_a_pod_without_rules_where_an_existing_pods_anti_affinity_repels_it(
+    cache, key, target
+):
+    """No snapshot, no rules of its own: the claim is still refused, naming the rule, and Redis
+    is exactly as before (hostname: the guard's node; zone: also the other node of its zone)."""
+    guarded(cache, key)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(make_pod("db", target, labels={"app": "db"}), check_fit=True)
+    assert info.value.reasons == ("existing-anti-affinity",)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+@pytest.mark.parametrize(("key", "target"), [(HOST, "n2"), (ZONE, "n3")])
+def test_a_bare_claim_of_a_pod_without_rules_where_no_anti_affinity_applies_is_placed(
+    cache, key, target
+):
+    guarded(cache, key)
+    cache.assume_pod(make_pod("db", target, labels={"app": "db"}), check_fit=True)
+    cache.assume_pod(make_pod("other", "n1", labels={"app": "other"}), check_fit=True)
+    assert cache.pod_state(make_pod("db", target)) is not None
+    assert cache.verify() == []
+
+
+def test_a_bare_claim_without_anti_affine_pods_placed_takes_one_round_trip(cache, monkeypatch):
+    """The cheap path stays cheap: with no placed pod holding required anti-affinity, Redis
+    judges the bare claim exactly and the client neither reads a snapshot nor claims twice."""
+    cache.add_node(node("n1"))
+    cache.add_pod(make_pod("web-0", "n1", labels={"app": "web"}))
+    sent: list[str] = []
+    run = cache.store.run
+
+    def counting(command):
+        sent.append(command.name)
+        return run(command)
+
+    def no_snapshot(_snap):
+        raise AssertionError("a bare claim read a snapshot")
+
+    monkeypatch.setattr(cache.store, "run", counting)
+    monkeypatch.setattr(cache, "update_snapshot", no_snapshot)
+    cache.assume_pod(make_pod("web-1", "n1", labels={"app": "web"}), check_fit=True)
+    assert sent == ["assume_pod"]
+
+
+def test_the_anti_affine_pod_count_follows_placements_and_verify_checks_it(cache):
+    """Placed, moved off and removed, the count Redis keeps stays the sum of the nodes';
+    once the last anti-affine pod is gone, the bare claim is exact again (refused before)."""
+    guarded(cache, HOST)
+    guard = make_pod("guard", "n1", affinity=anti(HOST, app="db"))
+    assert int(cache.client.get(cache.keys.anti_affine_pods)) == 1
+    assert cache.verify() == []
+    cache.remove_pod(guard)
+    assert int(cache.client.get(cache.keys.anti_affine_pods)) == 0
+    cache.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True)
+    cache.client.set(cache.keys.anti_affine_pods, 5)
+    assert [(d.subject, d.field) for d in cache.verify()] == [("cache", "antipods")]
+
+
+def test_a_cache_without_the_count_judges_bare_claims_on_a_snapshot(cache):
+    """A cache written before the count existed has none: read as unknown, never as zero."""
+    guarded(cache, HOST)
+    cache.client.delete(cache.keys.anti_affine_pods)
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(make_pod("db", "n1", labels={"app": "db"}), check_fit=True)
+    assert info.value.reasons == ("existing-anti-affinity",)
+    cache.assume_pod(make_pod("db", "n2", labels={"app": "db"}), check_fit=True)
+
+
+def test_the_async_cache_judges_a_bare_claim_of_a_pod_without_rules(make_cache, backend, request):
+    from tests.apis import Blocking
+    from tests.conftest import backend_url
+
+    sync = make_cache(replica="a")
+    guarded(sync, ZONE)
+    blocking = Blocking(sync, backend_url(backend, request), {"ttl": sync.ttl, "replica": "b"})
+    try:
+        with pytest.raises(FitConflict) as info:
+            blocking.assume_pod(make_pod("db", "n2", labels={"app": "db"}), check_fit=True)
+        assert info.value.reasons == ("existing-anti-affinity",)
+        blocking.assume_pod(make_pod("db", "n3", labels={"app": "db"}), check_fit=True)
+    finally:
+        blocking.close_async()
+
+
+def test_a_batchs_bare_claims_of_pods_without_rules_keep_existing_pods_anti_affinity(cache):
+    """Bare check_fit claims in a batch: Redis refuses them as unchecked while an anti-affine
+    pod is placed, and execute() judges them on the cache's snapshot and claims them again."""
+    guarded(cache, ZONE)
+    batch = cache.batch()
+    batch.assume_pod(make_pod("db-0", "n2", labels={"app": "db"}), check_fit=True)
+    batch.assume_pod(make_pod("db-1", "n3", labels={"app": "db"}), check_fit=True)
+    results = batch.execute()
+    assert [r.ok for r in results] == [False, True]
+    assert isinstance(results[0].error, FitConflict)
+    assert results[0].error.reasons == ("existing-anti-affinity",)
+    assert isinstance(results[1].reply, int)
+    assert cache.pod_state(make_pod("db-0", "n2")) is None
+    assert cache.verify() == []
+
+
+@pytest.mark.parametrize("stored", ["x", "9223372036854775807"])
+def test_a_corrupt_anti_affine_pod_count_refuses_the_placement_and_changes_nothing(cache, stored):
+    from schedcache.errors import CorruptRecord
+
+    cache.add_node(node("n1"))
+    cache.client.set(cache.keys.anti_affine_pods, stored)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match="antipods"):
+        cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
+    assert keyspace(cache.client, cache.keys.pattern) == before

@@ -101,6 +101,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.deadlines,
         keys.generation,
         keys.incarnation,
+        keys.anti_affine_pods,
         keys.quarantine,
         keys.node_generations,
         keys.events,

@@ -1407,6 +1407,38 @@ def _async_populate(ctx: Ctx) -> None:
     assert ctx.cache.verify() == []
 
 
+_REPELLING = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
+        ]
+    }
+}
+
+
+@case("Cache.judged_claim", "AsyncCache.judged_claim")
+def _judged_claim(ctx: Ctx) -> None:
+    """A claim judged on the cache's own snapshot: an existing pod's zone anti-affinity refuses
+    the node in its zone (nothing written), another zone takes the pod; sync and async alike."""
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi", labels={ZONE: "a"}))
+    cache.add_node(make_node("n2", "4", "8Gi", labels={ZONE: "b"}))
+    cache.add_pod(make_pod("guard", "n1", "1", "1Gi", namespace=NS, affinity=_REPELLING))
+    with pytest.raises(FitConflict) as refused:
+        cache.judged_claim(web(0))
+    assert refused.value.reasons == ("existing-anti-affinity",)
+    assert isinstance(cache.judged_claim(web(1).with_node("n2")), int)
+
+    async def body(aio: AsyncCache) -> None:
+        with pytest.raises(FitConflict):
+            await aio.judged_claim(web(2))
+        assert isinstance(await aio.judged_claim(web(3).with_node("n2")), int)
+
+    on_async(ctx, body)
+    assert ctx.cache.pod_state("web-0") is None and ctx.cache.pod_state("web-3") == "assumed"
+    assert ctx.cache.verify() == []
+
+
 @case(
     "AsyncCache.run",
     "AsyncCache.finish_binding",

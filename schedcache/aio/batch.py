@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from schedcache.errors import RetriesExhausted, ValidationError
+from schedcache.errors import FitConflict, RetriesExhausted, ValidationError
 from schedcache.store.batch import (
     WINDOW,
     BatchBuilder,
@@ -35,6 +35,7 @@ from schedcache.store.batch import (
     library_missing,
     refuse_stale,
     too_old_to_resend,
+    unchecked_claims,
 )
 from schedcache.store.commands import Command
 from schedcache.store.retry import RETRYABLE
@@ -56,7 +57,9 @@ class AsyncCommandBatch(BatchBuilder):
     def __init__(self, cache: Any, chunk_size: int = 200) -> None:
         check_chunk_size(chunk_size)
         self.store: AsyncStore = cache.store if hasattr(cache, "store") else cache
+        self.cache = cache
         self.claimant = cache if isinstance(cache, Claimant) else None
+        self.bare_claims = {}
         self.chunk_size = chunk_size
         self.commands: list[Command] = []
         self.sent: list[SentGroup] = []  # the groups of the last execute(), for settle()
@@ -138,7 +141,16 @@ class AsyncCommandBatch(BatchBuilder):
                 await self.store.ensure_loaded()
             else:
                 await self._back_off(delays, reason)
-        return judge(self.store, answered)
+        results = judge(self.store, answered)
+        bare, self.bare_claims = self.bare_claims, {}
+        judged_claim = getattr(self.cache, "judged_claim", None)
+        for index, pod in unchecked_claims(results, bare):
+            if judged_claim is not None:
+                try:
+                    results[index] = BatchResult(results[index].command, await judged_claim(pod))
+                except FitConflict as conflict:
+                    results[index] = BatchResult(results[index].command, error=conflict)
+        return results
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:
         """One round trip: each group's ``FCALL sc_batch`` (and ``WAIT``), replies in place."""

@@ -28,6 +28,7 @@ from schedcache.store.commands import Command
 from schedcache.store.events import Event, decode_entry
 from schedcache.store.fetch import node_infos_reads
 from schedcache.store.records import PodRecord, parse_pod_record
+from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import log_skipped
@@ -128,6 +129,9 @@ class AsyncCache:
         self._twin: Cache | None = None
         self.ttl = ttl
         self.lease = AsyncLease(store, lease_ttl) if store.replica and lease_ttl > 0 else None
+        # The snapshot a check_fit claim made without one judges its inter-pod rules on.
+        self._claim_snapshot = Snapshot()
+        self._claim_lock = asyncio.Lock()
         self.name: str = store.name
         self.keys = store.keys
         self.client = store.client
@@ -198,19 +202,43 @@ class AsyncCache:
         snapshot: Snapshot | None = None,
     ) -> None:
         """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`).
-        With ``check_fit`` and the ``snapshot`` the decision read, the pod's inter-pod rules
-        are judged on it and re-checked in Redis, as the sync cache does."""
+        With ``check_fit``, the pod's inter-pod rules are judged on ``snapshot`` (else, when
+        needed, on a private one brought up to date here) and re-checked in Redis, as the sync
+        cache does."""
         rules: tuple[int | None, str, str, str] = (None, "", "", "")
-        if check_fit and expect_generation is None and snapshot is not None:
-            rules = claim_context(snapshot, pod)
+        if check_fit and expect_generation is None:
+            if snapshot is not None:
+                rules = claim_context(snapshot, pod)
+            elif pod.has_inter_pod_rules:
+                rules = await self._own_claim_context(pod)
         command = commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
         try:
-            await self.run(command)
+            try:
+                await self.run(command)
+            except FitConflict as conflict:
+                if conflict.reasons != (UNCHECKED,) or rules[0] is not None:
+                    raise
+                # Pods with required anti-affinity are placed: judge their terms toward this
+                # pod on the cache's own snapshot, and claim again with what that read.
+                await self.judged_claim(pod)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
         self.hold_lease()
+
+    async def judged_claim(self, pod: Pod) -> Any:
+        """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
+        snapshot, brought up to date; the script's reply. What a batch sends again for a bare
+        claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
+        rules = await self._own_claim_context(pod)
+        return await self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
+
+    async def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
+        """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
+        async with self._claim_lock:
+            await self.update_snapshot(self._claim_snapshot)
+            return claim_context(self._claim_snapshot, pod)
 
     @property
     def lease_to_take(self) -> float:

@@ -94,12 +94,15 @@ def invariants(store: Store) -> list[Difference]:
         pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
         pipe.zscore(keys.node_generations, name)
     replies = pipe.execute()
+    anti_affine_pods = client.get(keys.anti_affine_pods)
     records = fetch_pods(store, sorted(pods | assumed))
     placements: dict[str, list[str]] = defaultdict(list)
+    anti_total = 0
     for index, name in enumerate(nodes):
         raw, members, indexed = replies[3 * index : 3 * index + 3]
         subject = f"node {name}"
         fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() not in ("zone", "blob")}
+        anti_total += fields.get("anti", 0)
         if not raw:
             out.append(Difference(subject, "entry", "a hash for every member of nodes", None))
             continue
@@ -132,6 +135,9 @@ def invariants(store: Store) -> list[Difference]:
                 out.append(Difference(subject, field_name, ">= 0", actual))
             elif expected != actual:
                 out.append(Difference(subject, field_name, expected, actual))
+    # The cache-wide count bare claims read (absent on a cache older than it: read as unknown).
+    if anti_affine_pods is not None and int(anti_affine_pods) != anti_total:
+        out.append(Difference("cache", "antipods", anti_total, int(anti_affine_pods)))
     for uid in sorted(assumed - pods):
         out.append(Difference(f"pod {uid}", "assumed", "in the pods set", "missing"))
     for uid in sorted(pods | set(placements)):

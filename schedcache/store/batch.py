@@ -24,6 +24,7 @@ from redis.connection import Connection
 from schedcache.errors import (
     BatchFailed,
     CacheError,
+    FitConflict,
     NotReplicated,
     RetriesExhausted,
     ValidationError,
@@ -32,7 +33,7 @@ from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.commands import Command
 from schedcache.store.library import is_missing_function
-from schedcache.store.replies import error_from_reply, translate
+from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
 from schedcache.store.store import HasStore, Store, StoreCore, store_of
 
@@ -104,6 +105,9 @@ class BatchBuilder:
     command with ``schedcache.store.commands`` and passes it to :meth:`add`."""
 
     claimant: Claimant | None
+    # Bare fit-checked claims (no rules) by command id: Redis refuses one as `unchecked` while
+    # pods with required anti-affinity are placed, and execute() claims it again judged.
+    bare_claims: dict[str, Pod]
 
     def add(self, command: Command) -> Self:
         raise NotImplementedError
@@ -130,6 +134,8 @@ class BatchBuilder:
             domains,
             incarnation,
         )
+        if check_fit and expect_generation is None and rules is None:
+            self.bare_claims[command.id] = pod
         self.claimed(claimant)
         return self.add(command)
 
@@ -183,6 +189,7 @@ class CommandBatch(BatchBuilder):
         self.cache = cache  # as given: a Cache, or a Store
         self.store = store_of(cache)
         self.claimant = cache if isinstance(cache, Claimant) else None
+        self.bare_claims = {}
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.in_flight: deque[tuple[str, SentGroup]] = deque()
@@ -257,7 +264,16 @@ class CommandBatch(BatchBuilder):
         finally:
             self.close()
         self.count = 0
-        return judge(self.store, answered)
+        results = judge(self.store, answered)
+        bare, self.bare_claims = self.bare_claims, {}
+        judged_claim = getattr(self.cache, "judged_claim", None)
+        for index, pod in unchecked_claims(results, bare):
+            if judged_claim is not None:
+                try:
+                    results[index] = BatchResult(results[index].command, judged_claim(pod))
+                except FitConflict as conflict:
+                    results[index] = BatchResult(results[index].command, error=conflict)
+        return results
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
@@ -389,6 +405,19 @@ def check_chunk_size(chunk_size: object) -> None:
         raise ValidationError("batch", "chunk_size", f"{chunk_size!r} is not an integer")
     if not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise ValidationError("batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}")
+
+
+def unchecked_claims(results: list[BatchResult], bare: dict[str, Pod]) -> list[tuple[int, Pod]]:
+    """The bare claims among ``results`` that Redis refused as ``unchecked`` (pods with
+    required anti-affinity are placed): their index and pod, to be judged on a snapshot and
+    claimed again (``Cache.judged_claim``)."""
+    return [
+        (index, bare[result.command.id])
+        for index, result in enumerate(results)
+        if result.command.id in bare
+        and isinstance(result.error, FitConflict)
+        and result.error.reasons == (UNCHECKED,)
+    ]
 
 
 def judge(store: StoreCore, answered: list[tuple[str, SentGroup, Any, Any]]) -> list[BatchResult]:

@@ -62,6 +62,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("deadlines", "zset", "uid -> expiry deadline (ms) of assumed pods whose binding ended"),
     KeySpec("gen", "string", "the cache's generation counter (INCR)"),
     KeySpec("incarnation", "string", "server TIME when gen was created: '<seconds>.<micros>'"),
+    KeySpec("antipods", "string", "placed pods with required anti-affinity (nodes' anti, summed)"),
     KeySpec("quarantine", "zset", "uid -> time (ms): deadlines of corrupt pod records, set aside"),
     KeySpec("nodegen", "zset", "node name -> generation of its last change (with tombstones)"),
     KeySpec("events", "stream", "the history: one entry per applied command"),
@@ -223,6 +224,10 @@ class Keys:
     @property
     def incarnation(self) -> str:
         return self._key("incarnation")
+
+    @property
+    def anti_affine_pods(self) -> str:
+        return self._key("antipods")
 
     @property
     def node_generations(self) -> str:

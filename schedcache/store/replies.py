@@ -41,6 +41,10 @@ CODES = frozenset(
 # The inter-pod rules a claim re-checks (lua/_claims.lua).
 _RULES = ("pod-affinity", "pod-anti-affinity", "existing-anti-affinity", "topology-spread")
 
+#: The refusal of a bare fit-checked claim (no rules judged) while pods with required
+#: anti-affinity are placed: the client judges on a snapshot and claims again (cache.py).
+UNCHECKED = "unchecked"
+
 VERBS = {
     "assume_pod": "assumed",
     "add_pod": "added",
@@ -107,6 +111,11 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
             why = f"node {node} changed since the snapshot it was chosen from"
         elif names == ("node-missing",):
             why = f"node {node} is no longer in the cache"
+        elif names == (UNCHECKED,):
+            why = (
+                f"pods with required anti-affinity are placed, so their terms toward it on node "
+                f"{node} must be judged on a snapshot first (claim with the snapshot's rules)"
+            )
         elif names[0] in _RULES:
             why = f"on node {node} it would break its {names[0]} rule (the live cache changed)"
         else:

@@ -179,10 +179,12 @@ def score(cycle: Cycle, info: NodeInfo) -> int:
 
 
 def normalize(scores: dict[str, int]) -> dict[str, int]:
-    """Min-max onto 0-100 (all 0 when every node scores the same)."""
+    """Min-max onto 0-100 (all 0 when every node scores the same), in upstream's float64
+    arithmetic: ``int64(100 * (float64(s - min) / float64(max - min)))`` truncates 0.29 * 100
+    (28.999...) to 28 where integer division gives 29."""
     if not scores:
         return {}
     low, high = min(scores.values()), max(scores.values())
     if high == low:
         return dict.fromkeys(scores, 0)
-    return {name: 100 * (s - low) // (high - low) for name, s in scores.items()}
+    return {name: int(100 * ((s - low) / (high - low))) for name, s in scores.items()}

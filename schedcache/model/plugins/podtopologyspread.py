@@ -107,33 +107,52 @@ def soft_constraints(pod: Pod) -> tuple[SpreadConstraint, ...]:
     return tuple(c for c in pod.spread_constraints if c.when_unsatisfiable == "ScheduleAnyway")
 
 
+HOSTNAME = "kubernetes.io/hostname"
+
+
 def scores(cycle: Cycle, infos: list[NodeInfo]) -> dict[str, int]:
-    """Normalised 0-100 scores of ``infos`` (upstream's Score + NormalizeScore): fewer matching
-    pods in the node's domains score higher; each constraint weighs log(domains + 2); nodes
-    lacking a key score 0. Empty when the pod has no ScheduleAnyway constraint."""
+    """Normalised 0-100 scores of the candidates ``infos``, as upstream's PreScore, Score and
+    NormalizeScore: a candidate lacking a constraint's key is ignored (scores 0); the domains
+    are the candidates' (not every node's), each weighing ``log(domains + 2)`` (for the
+    hostname: the candidates not ignored); every node carrying all the keys adds its matching
+    pods to its domain where the inclusion policies let it (the hostname counts the candidate's
+    own pods); raw ``count * weight + maxSkew - 1`` summed and rounded half away from zero;
+    then ``100 * (max + min - raw) // max``. Empty when the pod has no ScheduleAnyway
+    constraint."""
     pod = cycle.pod
     constraints = soft_constraints(pod)
     if not constraints:
         return {}
     keys = [c.topology_key for c in constraints]
-    counts: list[Counter[str]] = [Counter() for _ in constraints]
+    candidates = [(info, info.node) for info in infos if info.node is not None]
+    scored = [(info, n) for info, n in candidates if all(k in n.labels for k in keys)]
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    for _, n in scored:
+        for i, c in enumerate(constraints):
+            if c.topology_key != HOSTNAME:
+                counts[i].setdefault(n.labels[c.topology_key], 0)
+    weights = [
+        math.log((len(scored) if c.topology_key == HOSTNAME else len(counts[i])) + 2)
+        for i, c in enumerate(constraints)
+    ]
     for info, node in cycle.nodes():
         if any(key not in node.labels for key in keys):
             continue
-        others = list(cycle.others(info))
         for i, c in enumerate(constraints):
-            if counted(pod, c, node):
-                counts[i][node.labels[c.topology_key]] += matching(pod, c, others)
-    weights = [math.log(len(counts[i]) + 2) for i in range(len(constraints))]
+            value = node.labels[c.topology_key]
+            if value in counts[i] and counted(pod, c, node):
+                counts[i][value] += matching(pod, c, list(cycle.others(info)))
     raw: dict[str, int] = {}
-    for info in infos:
-        target = info.node
-        if target is None or any(key not in target.labels for key in keys):
-            continue
+    for info, n in scored:
+        labels = n.labels
         total = 0.0
         for i, c in enumerate(constraints):
-            total += counts[i][target.labels[c.topology_key]] * weights[i] + (c.max_skew - 1)
-        raw[info.name] = round(total)
+            if c.topology_key == HOSTNAME:
+                count = matching(pod, c, list(cycle.others(info)))
+            else:
+                count = counts[i][labels[c.topology_key]]
+            total += count * weights[i] + (c.max_skew - 1)
+        raw[info.name] = math.floor(total + 0.5)  # Go's math.Round (total >= 0)
     out = {info.name: 0 for info in infos}
     if not raw:
         return out
