@@ -3,10 +3,15 @@
 Clusters: upstream's 1,000 nodes x 30 pods, and 5,000 x 30 (150,000 pods, kube's largest
 supported size). For each: the time to build a snapshot from scratch; the time of
 ``update_snapshot`` after 1, 10, 100 and 1,000 changed nodes (one pod added to each), with the
-cost per changed node; and the Redis memory per node and per pod (their events included).
-Medians of ``--repeats`` runs. Prints a table and writes ``bench/results/snapshot.json``.
+cost per changed node, the Redis CPU it took per change (``INFO cpu``, less what ``INFO``
+itself costs) and, beside it, the Redis CPU of an ``XRANGE`` of the same events (what reading
+the changes alone costs); and the Redis memory per node and per pod (their events included).
+``--threshold`` adds catch-ups after many changes on few nodes, from the stream and from
+generations (``STREAM_BEHIND_PER_POD``). Medians of ``--repeats`` runs. Prints a table and
+writes ``bench/results/snapshot.json`` (``--label`` names the tree measured, for a
+before/after pair in one session: run the old tree's copy of this script, then this one).
 
-    python bench/snapshot.py [--redis URL] [--repeats 5] [--sizes 1000x30,5000x30]
+    python bench/snapshot.py [--redis URL] [--repeats 5] [--sizes 1000x30,5000x30] [--label X]
 """
 
 from __future__ import annotations
@@ -71,6 +76,25 @@ def cluster_pod(node: int, j: int, tag: str = "") -> Pod:
     )
 
 
+def redis_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU the server has used (user + system)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def info_cost(client: redis.Redis, samples: int = 50) -> float:
+    """The server CPU one ``redis_cpu`` reading adds to a measurement (seconds)."""
+    first = redis_cpu(client)
+    for _ in range(samples):
+        redis_cpu(client)
+    return (redis_cpu(client) - first) / (samples + 1)
+
+
+def last_event(client: redis.Redis, cache: Cache) -> bytes:
+    entries = client.xrevrange(cache.store.keys.events, count=1)
+    return entries[0][0] if entries else b"0-0"
+
+
 def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
@@ -107,27 +131,43 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
         assert snap.num_nodes() == nodes
     full = statistics.median(full_runs)
 
-    incremental: dict[int, dict[str, float]] = {}
+    incremental: dict[int, dict[str, Any]] = {}
+    overhead = info_cost(client)
     serial = 0
     for changed in (1, 10, 100, 1000):
         if changed > nodes:
             continue
-        runs = []
+        runs, cpu_runs, xrange_runs = [], [], []
         for _ in range(repeats):
             serial += 1
+            first = last_event(client, cache)
             with cache.batch(chunk_size=500) as batch:
                 for k in range(changed):
                     batch.add_pod(cluster_pod((serial * 7919 + k) % nodes, 0, f"-x{serial}-{k}"))
+            last = last_event(client, cache)
+            cpu = redis_cpu(client)
             started = time.perf_counter()
             report = cache.update_snapshot(snap)
             runs.append(time.perf_counter() - started)
+            cpu_runs.append(redis_cpu(client) - cpu - overhead)
             assert report.changed_nodes <= changed and not report.inconsistent
+            cpu = redis_cpu(client)
+            entries = client.xrange(cache.store.keys.events, first, last)
+            xrange_runs.append(redis_cpu(client) - cpu - overhead)
+            assert len(entries) == changed + 1
         median = statistics.median(runs)
+        redis_seconds, xrange_seconds = statistics.median(cpu_runs), statistics.median(xrange_runs)
         incremental[changed] = {
             "seconds": median,
             "per_changed_node_ms": median / changed * 1000,
+            "client_us_per_change": median / changed * 1e6,
+            "redis_us_per_change": redis_seconds / changed * 1e6,
+            "xrange_us_per_change": xrange_seconds / changed * 1e6,
+            "redis_over_xrange": redis_seconds / xrange_seconds if xrange_seconds > 0 else None,
             "fraction_of_full": median / full,
             "runs": runs,
+            "redis_cpu_runs": cpu_runs,
+            "xrange_cpu_runs": xrange_runs,
         }
     cache.clear()
     return {
@@ -147,6 +187,7 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", default="1000x30,5000x30")
+    parser.add_argument("--label", default="", help="the tree measured (before/after)")
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis)
     results: dict[str, Any] = {"settings": vars(args), "clusters": []}
@@ -156,8 +197,10 @@ def main() -> None:
         figures = measure(client, nodes, per_node, args.repeats)
         results["clusters"].append(figures)
         label = f"{nodes:,} nodes x {per_node}"
-        rows.append([label, "full build", f"{figures['full_build_seconds'] * 1000:,.1f}", "", "1"])
+        full_ms = f"{figures['full_build_seconds'] * 1000:,.1f}"
+        rows.append([label, "full build", full_ms, "", "1", "", "", ""])
         for changed, inc in figures["incremental"].items():
+            ratio = inc["redis_over_xrange"]
             rows.append(
                 [
                     label,
@@ -165,17 +208,31 @@ def main() -> None:
                     f"{inc['seconds'] * 1000:,.2f}",
                     f"{inc['per_changed_node_ms']:.3f}",
                     f"{inc['fraction_of_full']:.4f}",
+                    f"{inc['redis_us_per_change']:.1f}",
+                    f"{inc['xrange_us_per_change']:.2f}",
+                    "n/a" if ratio is None else f"{ratio:.1f}",
                 ]
             )
         for what in ("node", "pod"):
             memory = f"{figures[f'memory_per_{what}_bytes']:,.0f} B"
-            rows.append([label, f"Redis memory per {what}", memory, "", ""])
+            rows.append([label, f"Redis memory per {what}", memory, "", "", "", "", ""])
     print_table(
-        f"update_snapshot on real Redis, median of {args.repeats} runs",
-        ["cluster", "operation", "ms", "ms per changed node", "of full build"],
+        f"update_snapshot on real Redis{f' ({args.label})' if args.label else ''}, "
+        f"median of {args.repeats} runs",
+        [
+            "cluster",
+            "operation",
+            "ms",
+            "ms per changed node",
+            "of full build",
+            "Redis µs/change",
+            "XRANGE µs/change",
+            "Redis/XRANGE",
+        ],
         rows,
     )
-    print(f"\nwritten to {write_results('snapshot', results)}")
+    name = f"snapshot-{args.label}" if args.label else "snapshot"
+    print(f"\nwritten to {write_results(name, results)}")
 
 
 if __name__ == "__main__":

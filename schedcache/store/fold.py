@@ -17,9 +17,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
 
 from schedcache.errors import CorruptRecord
-from schedcache.model.aggregates import pod_contribution, resource_pairs
+from schedcache.model.aggregates import Pairs, pod_contribution, port_field, resource_pairs
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo, StoredNodeInfo
 from schedcache.model.values import Node, Pod, Resource
 from schedcache.store.events import Event, decode_entry
@@ -48,11 +49,19 @@ class PodState:
     @property
     def pod(self) -> Pod:
         if self.decoded is None:
-            blob = self.blob or b""
-            if self.offset:
-                blob = memoryview(blob)[self.offset :]  # type: ignore[assignment]
-            self.decoded = decode_object(blob, self._subject, Pod.from_dict)
+            self.decoded = decode_object(self._msgpack(), self._subject, Pod.from_dict)
         return self.decoded
+
+    def contribution(self) -> Pairs:
+        """What the pod adds to its node, without building the ``Pod`` when it is not yet
+        (a snapshot following the stream needs the sums now, the pods perhaps never)."""
+        if self.decoded is not None:
+            return pod_contribution(self.decoded)
+        return decode_object(self._msgpack(), self._subject, data_contribution)
+
+    def _msgpack(self) -> bytes:
+        blob = self.blob or b""
+        return memoryview(blob)[self.offset :] if self.offset else blob  # type: ignore[return-value]
 
     def _subject(self) -> str:
         return f"replayed pod placed on node {self.node} at generation {self.generation}"
@@ -216,7 +225,7 @@ class ReplayState:
         if self.touched is not None:
             self.touched.add(node)
             if entry.totals is not None:
-                _add_contribution(entry.totals, record.pod, 1)
+                _add_contribution(entry.totals, record.contribution(), 1)
 
     def _unplace(self, uid: str, generation: int) -> str | None:
         """Take the pod off its node; returns when it first came (its ``since``)."""
@@ -229,7 +238,7 @@ class ReplayState:
         if self.touched is not None:
             self.touched.add(record.node)
             if entry.totals is not None:
-                _add_contribution(entry.totals, record.pod, -1)
+                _add_contribution(entry.totals, record.contribution(), -1)
         return record.since
 
     # -- the dump-shaped view -----------------------------------------------------------
@@ -246,62 +255,83 @@ class ReplayState:
         spread = self.image_spread
         return {name: self._node_info(entry, spread) for name, entry in self.nodes.items()}
 
-    def projection(self, name: str) -> NodeInfo | None:
+    def projection(self, name: str, held: NodeInfo | None = None) -> NodeInfo | None:
         """Node ``name`` as a snapshot holds it (None: no entry), its pods decoded when first
-        used; after :meth:`track`, in time that follows the node's changes, not its pods."""
+        used; after :meth:`track`, in time that follows the node's changes, not its pods.
+        ``held``: what the snapshot holds of it; when its node object is this one, its image
+        spreads are taken as they are (the caller keeps them current)."""
         entry = self.nodes.get(name)
         if entry is None:
             return None
-        if entry.totals is None or self.touched is None:
+        totals = entry.totals
+        if totals is None or self.touched is None:
             info = self._node_info(entry, self.image_spread)
             if self.touched is not None:
                 entry.totals = _totals(info.pods)
             return info
-        records = [self.pods[uid] for uid in entry.pods]  # this moment's pods, in order
-        info = self._node_info(entry, self.image_spread, entry.totals, StoredNodeInfo)
-        assert isinstance(info, StoredNodeInfo)
+        records = list(map(self.pods.__getitem__, entry.pods))  # this moment's, in order
+        info = StoredNodeInfo.__new__(StoredNodeInfo)
+        images = held.image_states if held is not None and held.node is entry.node else None
+        vars(info).update(self._fields(entry, totals, images=images))
         info.defer(
             lambda: [record.pod for record in records],
             len(records),
-            entry.totals["aff"],
-            entry.totals["anti"],
+            totals.get("aff", 0),
+            totals.get("anti", 0),
         )
+
         return info
 
-    def _node_info(
+    def _node_info(self, entry: NodeState, spread: Counter[str]) -> NodeInfo:
+        records = sorted(map(self.pods.__getitem__, entry.pods), key=_GENERATION)
+        pods = [record.pod for record in records]
+        return NodeInfo(pods=pods, **self._fields(entry, _totals(pods), spread))
+
+    def _fields(
         self,
         entry: NodeState,
-        spread: Counter[str],
-        totals: Counter[str] | None = None,
-        kind: type[NodeInfo] = NodeInfo,
-    ) -> NodeInfo:
-        """The projection of one node; with ``totals`` (kept as the pods came), its pods are
-        left for the caller to defer."""
-        pods: list[Pod] = []
-        if totals is None:
-            records = sorted(map(self.pods.__getitem__, entry.pods), key=_GENERATION)
-            pods = [record.pod for record in records]
-            totals = _totals(pods)
-        scalars = {f[4:]: v for f, v in totals.items() if f.startswith("r:s:") and v}
+        totals: Counter[str],
+        spread: Counter[str] | None = None,
+        images: dict[str, ImageStateSummary] | None = None,
+    ) -> dict[str, Any]:
+        """A ``NodeInfo``'s fields but its pods, from the node and its pods' ``totals``
+        (``images``: its image spreads, when known)."""
+        spread = self.image_spread if spread is None else spread
+        scalars, ports, claims = {}, set(), {}
+        for name, amount in totals.items():
+            if name[1:2] != ":" or not amount:  # (most are r:cpu, z:cpu ...: one test each)
+                continue
+            if name[0] == "p":
+                if amount > 0:
+                    ports.add(_port(name))
+            elif name[0] == "v":
+                claims[name[2:]] = amount
+            elif name.startswith("r:s:"):
+                scalars[name[4:]] = amount
+        if images is None:
+            images = self._images(entry.node, spread)
+        get = totals.get  # (not totals[...]: Counter's __missing__ is a Python call)
+        cpu, memory = get("r:cpu", 0), get("r:mem", 0)
+        return {
+            "name": entry.name,
+            "node": entry.node,
+            "requested": Resource(cpu, memory, get("r:eph", 0), 0, scalars),
+            "non_zero_requested": Resource(cpu + get("z:cpu", 0), memory + get("z:mem", 0)),
+            "allocatable": entry.allocatable,
+            "used_ports": ports,
+            "image_states": images,
+            "pvc_ref_counts": claims,
+            "generation": entry.generation,
+        }
+
+    def _images(self, node: Node | None, spread: Counter[str]) -> dict[str, ImageStateSummary]:
         images = {}
-        if entry.node is not None:
-            for names, _ in entry.node.images:
-                for name in names:
-                    images[name] = ImageStateSummary(self.image_sizes[name], spread[name])
-        return kind(
-            name=entry.name,
-            node=entry.node,
-            pods=pods,
-            requested=Resource(totals["r:cpu"], totals["r:mem"], totals["r:eph"], 0, scalars),
-            non_zero_requested=Resource(
-                totals["r:cpu"] + totals["z:cpu"], totals["r:mem"] + totals["z:mem"]
-            ),
-            allocatable=entry.allocatable,
-            used_ports={_port(f) for f, v in totals.items() if f.startswith("p:") and v > 0},
-            image_states=images,
-            pvc_ref_counts={f[2:]: v for f, v in totals.items() if f.startswith("v:") and v},
-            generation=entry.generation,
-        )
+        if node is not None:
+            sizes = self.image_sizes
+            for names, _ in node.images:
+                for image in names:
+                    images[image] = ImageStateSummary(sizes[image], spread[image])
+        return images
 
 
 Handler = Callable[[ReplayState, bytes, Mapping[bytes, bytes], int], None]
@@ -327,10 +357,42 @@ def _totals(pods: Iterable[Pod]) -> Counter[str]:
     return totals
 
 
-def _add_contribution(totals: Counter[str], pod: Pod, sign: int) -> None:
+def _add_contribution(totals: Counter[str], pairs: Pairs, sign: int) -> None:
     add = totals.get
-    for name, amount in pod_contribution(pod):
+    for name, amount in pairs:
         totals[name] = add(name, 0) + sign * amount
+
+
+_NONE: Mapping[str, Any] = {}
+
+
+def data_contribution(data: Mapping[str, Any]) -> Pairs:
+    """``pod_contribution(Pod.from_dict(data))`` read straight from a pod's stored dict: a
+    third of the cost (building the ``Pod`` is most of decoding one). Their parity is tested
+    (tests/test_snapshot_stream.py)."""
+    requests = data.get("requests") or _NONE
+    non_zero = data.get("non_zero_requests") or _NONE
+    cpu, memory = int(requests.get("milli_cpu", 0)), int(requests.get("memory", 0))
+    pairs: Pairs = [
+        ("r:cpu", cpu),
+        ("r:mem", memory),
+        ("r:eph", int(requests.get("ephemeral_storage", 0))),
+        ("z:cpu", int(non_zero.get("milli_cpu", 0)) - cpu),
+        ("z:mem", int(non_zero.get("memory", 0)) - memory),
+        ("aff", int(bool(data.get("has_affinity", False)))),
+        ("anti", int(bool(data.get("has_required_anti_affinity", False)))),
+    ]
+    scalars = requests.get("scalar_resources")
+    if scalars:
+        pairs += [(f"r:s:{name}", int(amount)) for name, amount in scalars.items()]
+    ports = data.get("host_ports")
+    if ports:
+        held = dict.fromkeys((ip, protocol, int(number)) for ip, protocol, number in ports)
+        pairs += [(port_field(port), 1) for port in held]
+    claims = data.get("pvc_claims")
+    if claims:
+        pairs += [(f"v:{claim}", count) for claim, count in Counter(claims).items()]
+    return [(name, amount) for name, amount in pairs if amount != 0]
 
 
 def stored(allocatable: Resource) -> Resource:

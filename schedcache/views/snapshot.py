@@ -315,7 +315,10 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
         for page in pages:
             state.fold_entries(page)
             report.events += len(page)
-        decoded: list[Decoded] = [(name, state.projection(name), {}, None) for name in touched]
+        held = snap.node_infos.get
+        decoded: list[Decoded] = [
+            (name, state.projection(name, held(name)), {}, None) for name in touched
+        ]
     except BaseException:
         # Part of the events folded: the fold state is ahead of what the snapshot holds, in
         # nodes and images that all changed since its generation, so the next update, caught
@@ -496,7 +499,12 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         if sync:
             _sync_state(snap.state, name, info, versions, totals)
         existing = snap.node_infos.get(name)
-        if existing is not None:
+        same_images = (
+            existing is not None
+            and info is not None
+            and existing.image_states.keys() == info.image_states.keys()
+        )
+        if existing is not None and not same_images:
             _unindex_images(snap, existing)
         if info is None or info.node is None:  # removed, or only a ghost/placeholder
             snap.node_objects.pop(name, None)
@@ -519,8 +527,9 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
             vars(existing).clear()
             vars(existing).update(vars(info))
             info = existing
-        for image in info.image_states:
-            snap.image_nodes.setdefault(image, set()).add(name)
+        if not same_images:
+            for image in info.image_states:
+                snap.image_nodes.setdefault(image, set()).add(name)
 
 
 def _unindex_images(snap: Snapshot, info: NodeInfo) -> None:
