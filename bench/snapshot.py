@@ -3,9 +3,11 @@
 Clusters: upstream's 1,000 nodes x 30 pods, and 5,000 x 30 (150,000 pods, kube's largest
 supported size). For each: the time to build a snapshot from scratch; the time of
 ``update_snapshot`` after 1, 10, 100 and 1,000 changed nodes (one pod added to each), with the
-cost per changed node, the Redis CPU it took per change (``INFO cpu``, less what ``INFO``
-itself costs) and, beside it, the Redis CPU of an ``XRANGE`` of the same events (what reading
-the changes alone costs); and the Redis memory per node and per pod (their events included).
+cost per changed node, the client's CPU (``process_time``: on a shared machine the wall
+clock counts other processes too) and the Redis CPU it took per change (``INFO cpu``, less
+what ``INFO`` itself costs) and, beside it, the Redis CPU of an ``XRANGE`` of the same events
+(what reading the changes alone costs); and the Redis memory per node and per pod (their
+events included).
 ``--threshold`` adds catch-ups after many changes on few nodes, from the stream and from
 generations (``STREAM_BEHIND_PER_POD``). Medians of ``--repeats`` runs. Prints a table and
 writes ``bench/results/snapshot.json`` (``--label`` names the tree measured, for a
@@ -137,7 +139,7 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
     for changed in (1, 10, 100, 1000):
         if changed > nodes:
             continue
-        runs, cpu_runs, xrange_runs = [], [], []
+        runs, cpu_runs, xrange_runs, client_cpu_runs = [], [], [], []
         for _ in range(repeats):
             serial += 1
             first = last_event(client, cache)
@@ -146,9 +148,10 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
                     batch.add_pod(cluster_pod((serial * 7919 + k) % nodes, 0, f"-x{serial}-{k}"))
             last = last_event(client, cache)
             cpu = redis_cpu(client)
-            started = time.perf_counter()
+            started, client_cpu = time.perf_counter(), time.process_time()
             report = cache.update_snapshot(snap)
             runs.append(time.perf_counter() - started)
+            client_cpu_runs.append(time.process_time() - client_cpu)
             cpu_runs.append(redis_cpu(client) - cpu - overhead)
             assert report.changed_nodes <= changed and not report.inconsistent
             cpu = redis_cpu(client)
@@ -161,11 +164,13 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
             "seconds": median,
             "per_changed_node_ms": median / changed * 1000,
             "client_us_per_change": median / changed * 1e6,
+            "client_cpu_us_per_change": statistics.median(client_cpu_runs) / changed * 1e6,
             "redis_us_per_change": redis_seconds / changed * 1e6,
             "xrange_us_per_change": xrange_seconds / changed * 1e6,
             "redis_over_xrange": redis_seconds / xrange_seconds if xrange_seconds > 0 else None,
             "fraction_of_full": median / full,
             "runs": runs,
+            "client_cpu_runs": client_cpu_runs,
             "redis_cpu_runs": cpu_runs,
             "xrange_cpu_runs": xrange_runs,
         }
@@ -198,7 +203,7 @@ def main() -> None:
         results["clusters"].append(figures)
         label = f"{nodes:,} nodes x {per_node}"
         full_ms = f"{figures['full_build_seconds'] * 1000:,.1f}"
-        rows.append([label, "full build", full_ms, "", "1", "", "", ""])
+        rows.append([label, "full build", full_ms, "", "1", "", "", "", ""])
         for changed, inc in figures["incremental"].items():
             ratio = inc["redis_over_xrange"]
             rows.append(
@@ -208,6 +213,7 @@ def main() -> None:
                     f"{inc['seconds'] * 1000:,.2f}",
                     f"{inc['per_changed_node_ms']:.3f}",
                     f"{inc['fraction_of_full']:.4f}",
+                    f"{inc['client_cpu_us_per_change']:.1f}",
                     f"{inc['redis_us_per_change']:.1f}",
                     f"{inc['xrange_us_per_change']:.2f}",
                     "n/a" if ratio is None else f"{ratio:.1f}",
@@ -215,7 +221,7 @@ def main() -> None:
             )
         for what in ("node", "pod"):
             memory = f"{figures[f'memory_per_{what}_bytes']:,.0f} B"
-            rows.append([label, f"Redis memory per {what}", memory, "", "", "", "", ""])
+            rows.append([label, f"Redis memory per {what}", memory, "", "", "", "", "", ""])
     print_table(
         f"update_snapshot on real Redis{f' ({args.label})' if args.label else ''}, "
         f"median of {args.repeats} runs",
@@ -225,6 +231,7 @@ def main() -> None:
             "ms",
             "ms per changed node",
             "of full build",
+            "client CPU µs/change",
             "Redis µs/change",
             "XRANGE µs/change",
             "Redis/XRANGE",

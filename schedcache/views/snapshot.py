@@ -37,7 +37,6 @@ from typing import Any
 
 from schedcache.errors import NodeNotFound
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
-from schedcache.model.values import Pod
 from schedcache.store import metrics
 from schedcache.store.fetch import (
     NodeObject,
@@ -467,19 +466,32 @@ def _sync_state(
                 del pods[uid]
     if info is None:
         return
-    entry = state.nodes[name] = NodeState(
+    held = state.nodes[name] = NodeState(
         name, info.node, info.allocatable, {}, info.generation, totals
     )
-    for uid_raw, (generation, item) in sorted(versions.items(), key=lambda kv: kv[1][0]):
+    items = list(versions.items())
+    placed = [generation for _, (generation, _) in items]
+    if placed != sorted(placed):  # a delta entry: the new pods came first
+        items.sort(key=_PLACED)
+    order, new = held.pods, PodState
+    for uid_raw, (generation, item) in items:
         uid = uid_raw.decode()
-        if isinstance(item, PodState):
+        if type(item) is bytes:  # the stored record: header, newline, msgpack
+            offset = item.index(b"\n") + 1
+            record = new(item, "added", name, generation, False, None, None, None, offset)
+        elif isinstance(item, PodState):
             record = item
-        elif isinstance(item, Pod):
-            record = PodState(None, "added", name, generation, decoded=item)
-        else:  # the stored record: header, newline, msgpack
-            record = PodState(item, "added", name, generation, offset=item.index(b"\n") + 1)
-        entry.pods[uid] = None
+        else:
+            record = new(None, "added", name, generation, False, None, None, item)
+        order[uid] = None
         pods[uid] = record
+
+
+def _placed(item: tuple[bytes, tuple[int, Any]]) -> int:
+    return item[1][0]
+
+
+_PLACED = _placed
 
 
 def _sync_images(state: ReplayState, changes: Mapping[str, ImageStateSummary | None]) -> None:
@@ -502,6 +514,7 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         same_images = (
             existing is not None
             and info is not None
+            and info.node is not None
             and existing.image_states.keys() == info.image_states.keys()
         )
         if existing is not None and not same_images:
@@ -516,10 +529,7 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
             snap.node_infos[name] = info
             flags.membership = True
         else:
-            flags.affinity |= bool(existing.pods_with_affinity) != bool(info.pods_with_affinity)
-            flags.affinity |= bool(existing.pods_with_required_anti_affinity) != bool(
-                info.pods_with_required_anti_affinity
-            )
+            flags.affinity |= _with_affinity(existing) != _with_affinity(info)
             flags.pvc |= existing.pvc_ref_counts.keys() != info.pvc_ref_counts.keys()
             # In place, as upstream: the list entries stay the same objects. (Cleared first:
             # a node read lazily keeps its pods' state in private fields.)
@@ -530,6 +540,15 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         if not same_images:
             for image in info.image_states:
                 snap.image_nodes.setdefault(image, set()).add(name)
+
+
+def _with_affinity(info: NodeInfo) -> tuple[bool, bool]:
+    """Whether ``info`` has pods with affinity, with required anti-affinity: from the counts a
+    lazily read node keeps (its pods are not decoded for this)."""
+    held = vars(info)
+    if "_affinity" in held and held.get("_pods") is None:
+        return held["_affinity"] > 0, held["_anti"] > 0
+    return bool(info.pods_with_affinity), bool(info.pods_with_required_anti_affinity)
 
 
 def _unindex_images(snap: Snapshot, info: NodeInfo) -> None:
