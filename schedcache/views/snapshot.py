@@ -476,7 +476,7 @@ def _sync_state(
     order, new = held.pods, PodState
     for uid_raw, (generation, item) in items:
         uid = uid_raw.decode()
-        if type(item) is bytes:  # the stored record: header, newline, msgpack
+        if isinstance(item, bytes):  # the stored record: header, newline, msgpack
             offset = item.index(b"\n") + 1
             record = new(item, "added", name, generation, False, None, None, None, offset)
         elif isinstance(item, PodState):
