@@ -3,12 +3,13 @@ the history.
 
 Random commands (nodes added, updated, removed; ghosts and placeholders; claims from two
 replicas, confirmations, bindings, expiries, a replica's lease lapsing; feeds with
-resourceVersions; checkpoints and compactions) run between catch-ups of two snapshots, one
-caught up often and one seldom; after every catch-up the snapshot must equal a fresh one node
-by node (pods, aggregates, image spreads, generations), in node-tree order, with the same
-affinity lists and claims in use. A command the cache refuses is part of the history too: it
-must leave no trace. The catch-ups must follow the stream in most examples and fall back to
-generations after a compaction: both paths are exercised, on every backend.
+resourceVersions; checkpoints and compactions; nodes re-read alone after a conflict) run
+between catch-ups of two snapshots, one caught up often and one seldom; after every catch-up
+the snapshot must equal a fresh one node by node (pods, aggregates, image spreads,
+generations), in node-tree order, with the same affinity lists and claims in use. A command
+the cache refuses is part of the history too: it must leave no trace. The catch-ups must
+follow the stream in most examples and fall back to generations after a compaction: both
+paths are exercised, on every backend.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
+from schedcache.views.snapshot import refresh_nodes
 from tests.factories import make_node, make_pod, port
 from tests.test_snapshot import AFFINITY, assert_matches_fresh
 
@@ -172,6 +174,12 @@ class SnapshotMachine(RuleBasedStateMachine):
         self.cache.compact(keep)
 
     # -- catch-ups and the comparison ----------------------------------------------------
+
+    @rule(which=st.sampled_from([0, 1]), names=st.lists(NODES, max_size=2, unique=True))
+    def refresh(self, which, names):
+        """A replica whose claim conflicted re-reads those nodes alone (newer than the rest
+        of its snapshot until the next catch-up)."""
+        refresh_nodes(self.cache.store, self.snaps[which], names)
 
     @invariant()
     def catch_up_often(self):

@@ -139,18 +139,21 @@ def test_a_snapshot_too_far_behind_reads_the_changed_nodes(cache, monkeypatch):
     assert_matches_fresh(cache, snap)
 
 
-def test_a_refreshed_snapshot_catches_up_from_generations(make_cache):
+def test_a_refreshed_snapshot_follows_the_stream_again(make_cache):
     """Refreshed nodes are newer than the snapshot's point of the stream: the next update
-    reads them again rather than fold events they already reflect."""
+    folds the events since that point into its fold state (left there) and projects the
+    nodes they touched again, the refreshed ones among them; the others are unchanged."""
     cache = make_cache()
     from schedcache.views.snapshot import refresh_nodes
 
     snap = populated(cache)
     cache.add_pod(make_pod("new", "n0", "10m", "1Mi"))
-    refresh_nodes(cache.store, snap, ["n0"])
-    assert snap.last_id is None
+    cache.remove_pod(make_pod("p1-1", "n1", "100m", "1Mi"))
+    refresh_nodes(cache.store, snap, ["n0", "n1", "n2"])
+    assert [p.uid for p in snap.get("n0").pods].count("new") == 1
+    cache.add_pod(make_pod("later", "n1", "10m", "1Mi"))
     report = cache.update_snapshot(snap)
-    assert report.events == 0
+    assert report.events == 3 and report.changed_nodes == 2
     assert [p.uid for p in snap.get("n0").pods].count("new") == 1
     assert_matches_fresh(cache, snap)
 

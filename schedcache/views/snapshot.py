@@ -172,8 +172,10 @@ def refresh_nodes(store: Store, snap: Snapshot, names: Sequence[str]) -> Snapsho
     conflicted learns that node's state without catching up on the whole cluster (its cost
     follows the nodes asked for). The snapshot is then no longer exact at one generation: these
     nodes are newer than ``snap.generation`` (their image spreads are the snapshot's), until
-    the next :func:`update_snapshot`, which reads them again (from generations: the snapshot
-    is at no one point of the stream either). A node gone since leaves it."""
+    the next :func:`update_snapshot`. Its fold state stays at the snapshot's point of the
+    stream, so that update projects again every node an event since touched, these among them,
+    and the others are as the fold state holds them (no event changed them since). A node gone
+    since leaves it."""
     with gc_paused():
         return run_reads(store, refresh_reads(snap, names))
 
@@ -188,8 +190,7 @@ def refresh_reads(snap: Snapshot, names: Sequence[str]) -> Reads[SnapshotUpdate]
     # cache's incarnation, and after a reset another pod may hold the same generation.
     decoded: list[Decoded] = []
     _decode_nodes(snap, snap.image_states, decoded, [], entries, reuse=False)
-    snap.last_id = None
-    _commit_nodes(snap, decoded, flags)
+    _commit_nodes(snap, decoded, flags, sync=False)
     _rebuild_lists(snap, flags, report)
     report.changed_nodes = len(entries)
     report.seconds = time.perf_counter() - started
