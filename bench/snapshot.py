@@ -19,6 +19,7 @@ before/after pair in one session: run the old tree's copy of this script, then t
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -118,7 +119,49 @@ def populate(cache: Cache, nodes: int, pods_per_node: int) -> tuple[float, float
     return seconds, (with_nodes - before) / nodes, per_pod
 
 
-def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -> dict[str, Any]:
+def catch_up_threshold(
+    client: redis.Redis, cache: Cache, snap: Snapshot, nodes: int
+) -> list[dict[str, Any]]:
+    """Catch-ups after many events (pods added and removed again, spread over every node):
+    from the stream, and from generations (the same snapshot state, its stream point
+    forgotten). Where the second costs less is the threshold (``STREAM_BEHIND_PER_POD``)."""
+    import schedcache.views.snapshot as module  # (only the new tree has the threshold)
+
+    limit, module.STREAM_BEHIND_MIN = module.STREAM_BEHIND_MIN, 10**12
+    try:
+        return _threshold_rows(client, cache, snap, nodes)
+    finally:
+        module.STREAM_BEHIND_MIN = limit
+
+
+def _threshold_rows(
+    client: redis.Redis, cache: Cache, snap: Snapshot, nodes: int
+) -> list[dict[str, Any]]:
+    out = []
+    for events in (2_000, 10_000, 40_000):
+        cache.update_snapshot(snap)
+        twin = copy.deepcopy(snap)
+        twin.last_id = None  # caught up from generations
+        pods = [cluster_pod(k % nodes, 0, f"-t{events}-{k}") for k in range(events // 2)]
+        with cache.batch(chunk_size=500) as batch:
+            for pod in pods:
+                batch.add_pod(pod)
+            for pod in pods:
+                batch.remove_pod(pod)
+        row: dict[str, Any] = {"events": events, "pods": len(snap.state.pods)}
+        for path, target in (("stream", snap), ("generations", twin)):
+            cpu, started = redis_cpu(client), time.process_time()
+            report = cache.update_snapshot(target)
+            row[f"{path}_client_ms"] = (time.process_time() - started) * 1000
+            row[f"{path}_redis_ms"] = (redis_cpu(client) - cpu) * 1000
+            row[f"{path}_events"] = report.events
+        out.append(row)
+    return out
+
+
+def measure(
+    client: redis.Redis, nodes: int, pods_per_node: int, repeats: int, with_threshold: bool = False
+) -> dict[str, Any]:
     cache = Cache(client, f"bench-snap-{nodes}", ttl=0, replica="bench")
     cache.clear()
     load_seconds, memory_per_node, memory_per_pod = populate(cache, nodes, pods_per_node)
@@ -174,8 +217,10 @@ def measure(client: redis.Redis, nodes: int, pods_per_node: int, repeats: int) -
             "redis_cpu_runs": cpu_runs,
             "xrange_cpu_runs": xrange_runs,
         }
+    threshold = catch_up_threshold(client, cache, snap, nodes) if with_threshold else []
     cache.clear()
     return {
+        "threshold": threshold,
         "nodes": nodes,
         "pods": pods,
         "load_seconds": load_seconds,
@@ -193,13 +238,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sizes", default="1000x30,5000x30")
     parser.add_argument("--label", default="", help="the tree measured (before/after)")
+    parser.add_argument("--threshold", action="store_true", help="stream vs generations")
     args = parser.parse_args()
     client = redis.Redis.from_url(args.redis)
     results: dict[str, Any] = {"settings": vars(args), "clusters": []}
     rows = []
     for size in args.sizes.split(","):
         nodes, per_node = (int(x) for x in size.split("x"))
-        figures = measure(client, nodes, per_node, args.repeats)
+        figures = measure(client, nodes, per_node, args.repeats, args.threshold)
         results["clusters"].append(figures)
         label = f"{nodes:,} nodes x {per_node}"
         full_ms = f"{figures['full_build_seconds'] * 1000:,.1f}"
@@ -238,6 +284,14 @@ def main() -> None:
         ],
         rows,
     )
+    for figures in results["clusters"]:
+        for row in figures["threshold"]:
+            print(
+                f"{figures['nodes']:,} nodes, {row['events']:,} events behind ({row['pods']:,} "
+                f"pods held): from the stream client {row['stream_client_ms']:.1f} ms, Redis "
+                f"{row['stream_redis_ms']:.1f} ms; from generations client "
+                f"{row['generations_client_ms']:.1f} ms, Redis {row['generations_redis_ms']:.1f} ms"
+            )
     name = f"snapshot-{args.label}" if args.label else "snapshot"
     print(f"\nwritten to {write_results(name, results)}")
 
