@@ -24,7 +24,6 @@ local function snapshot_delta(p, replica, a)
   local bound = '(' .. since_text
   expect_type(p .. 'nodegen', 'zset')
   expect_type(p .. 'imagegen', 'zset')
-  expect_type(p .. 'events', 'stream')
   local gen = stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
   local changed, images = {}, {}
   if limit >= 0 then
@@ -44,7 +43,6 @@ local function snapshot_delta(p, replica, a)
   if #changed <= limit then
     for j = 1, #changed do nodes[j] = read_node(p, changed[j], since_text) end
   end
-  local last = redis.call('XREVRANGE', p .. 'events', '+', '-', 'COUNT', 1)[1]
   return { gen, live, changed, images, tree, nodes,
-           get_string(p .. 'incarnation') or '', last and last[1] or '' }
+           get_string(p .. 'incarnation') or '', last_event_id(p) }
 end

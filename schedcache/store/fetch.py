@@ -185,11 +185,13 @@ def node_entries_reads(
     names: Sequence[str],
     since: int | None = None,
     each_chunk: Callable[[list[Sequence[Any]]], None] | None = None,
+    points: list[str] | None = None,
 ) -> Reads[tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]]:
     """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name;
     with ``since`` (a snapshot's generation), ``sc_read_node_deltas`` entries: only the pods
     placed after it come as records. With ``each_chunk``, each chunk's entries go there as
-    they come (none are returned): the sync driver reads the next chunk meanwhile."""
+    they come (none are returned): the sync driver reads the next chunk meanwhile. ``points``
+    gets, per chunk of ``NODES_PER_CALL``, the id of the last event its read reflects."""
     entries: list[Sequence[Any]] = []
     summaries: dict[str, ImageStateSummary] = {}
     reads: list[Read] = []
@@ -200,8 +202,10 @@ def node_entries_reads(
         )
     yield Ahead(tuple(reads))
     for read in reads:
-        *chunk_entries, images = yield read
+        *chunk_entries, images, point = yield read
         summaries.update(parse_image_summaries(images))
+        if points is not None:
+            points.append(point.decode())
         if each_chunk is None:
             entries += chunk_entries
         else:
