@@ -12,6 +12,7 @@ and only what every run found is reported.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,31 +133,57 @@ def _compare_nodes(state: ReplayState, store: Store, names: list[str]) -> list[D
     return out
 
 
-def _cache_keys(store: Store) -> tuple[set[str], int, str]:
-    """The assumed pods and the generation, with the event they reflect, in one transaction."""
-    keys = store.keys
+# Pipelines read between two looks at the stream before one is read in a transaction.
+POINT_ATTEMPTS = 5
+
+
+def _at_one_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any], str]:
+    """The replies of the reads ``reads`` queues, all at one event, and that event's id: a
+    pipeline between two looks at the stream's last event that saw none appended (no
+    transaction: a full Redis refuses MULTI), else, while commands flow, a transaction."""
+    events = store.keys.events
+    for _ in range(POINT_ATTEMPTS):
+        pipe = store.server().pipeline(transaction=False)
+        pipe.xrevrange(events, count=1)
+        reads(pipe)
+        pipe.xrevrange(events, count=1)
+        first, *replies, last = pipe.execute()
+        if _last_id(first) == _last_id(last):
+            return replies, _last_id(last)
     with store.server().pipeline(transaction=True) as pipe:
+        reads(pipe)
+        pipe.xrevrange(events, count=1)
+        *replies, last = pipe.execute()
+    return replies, _last_id(last)
+
+
+def _cache_keys(store: Store) -> tuple[set[str], int, str]:
+    """The assumed pods and the generation, with the event they reflect."""
+    keys = store.keys
+
+    def reads(pipe: Any) -> None:
         pipe.smembers(keys.assumed)
         pipe.get(keys.generation)
-        pipe.xrevrange(keys.events, count=1)
-        assumed, generation, last = pipe.execute()
-    return {as_text(uid) for uid in assumed}, int(generation or 0), _last_id(last)
+
+    (assumed, generation), point = _at_one_point(store, reads)
+    return {as_text(uid) for uid in assumed}, int(generation or 0), point
 
 
 def _pod_records(store: Store, uids: list[str]) -> tuple[dict[str, PodRecord], str]:
-    """The stored records of ``uids`` and the event they reflect, in one transaction."""
+    """The stored records of ``uids`` and the event they reflect."""
     keys = store.keys
-    with store.server().pipeline(transaction=True) as pipe:
+
+    def reads(pipe: Any) -> None:
         for uid in uids:
             pipe.get(keys.pod(uid))
-        pipe.xrevrange(keys.events, count=1)
-        *raws, last = pipe.execute()
+
+    raws, last = _at_one_point(store, reads)
     records = {
         uid: parse_pod_record(raw, keys.pod(uid))
         for uid, raw in zip(uids, raws, strict=True)
         if raw is not None
     }
-    return records, _last_id(last)
+    return records, last
 
 
 def _last_id(entries: list[Any]) -> str:
