@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import Pairs, pod_contribution, port_field, resource_pairs
@@ -72,7 +72,9 @@ class NodeState:
     name: str
     node: Node | None = None
     allocatable: Resource = field(default_factory=Resource)  # kept by a ghost, as upstream
-    pods: dict[str, None] = field(default_factory=dict)  # in placement order
+    # Its pods' uids in placement order (with their records in a tracked state, so a projection
+    # takes them without a look-up each in ``ReplayState.pods``).
+    pods: dict[str, PodState | None] = field(default_factory=dict)
     generation: int = 0
     # What the pods add to the node (``pod_contribution`` summed), kept as pods come and go
     # once known (a tracked state); None: summed when projected.
@@ -219,10 +221,11 @@ class ReplayState:
         entry = self.nodes.get(node)
         if entry is None:  # (not setdefault: it would build a NodeState per event)
             entry = self.nodes[node] = NodeState(node)
+        record = self.pods[uid] = PodState(blob, state, node, generation, False, None, since)
         entry.pods[uid] = None
         entry.generation = generation
-        record = self.pods[uid] = PodState(blob, state, node, generation, False, None, since)
         if self.touched is not None:
+            entry.pods[uid] = record
             self.touched.add(node)
             if entry.totals is not None:
                 _add_contribution(entry.totals, record.contribution(), 1)
@@ -269,7 +272,9 @@ class ReplayState:
             if self.touched is not None:
                 entry.totals = _totals(info.pods)
             return info
-        records = list(map(self.pods.__getitem__, entry.pods))  # this moment's, in order
+        # This moment's, in order: a tracked state's nodes hold their records (every pod was
+        # placed by it, or by the snapshot that filled it).
+        records = cast(list[PodState], list(entry.pods.values()))
         info = StoredNodeInfo.__new__(StoredNodeInfo)
         images = held.image_states if held is not None and held.node is entry.node else None
         vars(info).update(self._fields(entry, totals, images=images))

@@ -485,7 +485,7 @@ def _sync_state(
             record = item
         else:
             record = new(None, "added", name, generation, False, None, None, item)
-        order[uid] = None
+        order[uid] = record
         pods[uid] = record
 
 
