@@ -6,11 +6,13 @@ against a fresh snapshot and the live keys (``assert_matches_fresh``).
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
-from schedcache import Cache, Snapshot
+from schedcache import Cache, Pod, Snapshot
 from schedcache.errors import CorruptRecord
-from tests.factories import make_node, make_pod
+from tests.factories import make_node, make_pod, port
 from tests.test_snapshot import AFFINITY, assert_matches_fresh
 
 BOTH_APIS = True  # (tests that reach into the sync store take ``make_cache``)
@@ -174,3 +176,28 @@ def test_a_corrupt_event_refuses_the_update_and_leaves_the_snapshot_as_it_was(ma
     report = cache.update_snapshot(snap)
     assert report.events == 0
     assert_matches_fresh(cache, snap)
+
+
+@given(
+    cpu=st.sampled_from(["", "0", "100m", "2"]),
+    ports=st.lists(st.sampled_from([80, 8080, 9090]), max_size=3),
+    claims=st.lists(st.sampled_from(["a", "b"]), max_size=3),
+    affinity=st.booleans(),
+    gpus=st.sampled_from(["", "1", "2"]),
+)
+def test_a_pods_sums_read_from_its_stored_dict_equal_the_pods_own(
+    cpu, ports, claims, affinity, gpus
+):
+    """The fold of a snapshot reads a pod's contribution from its stored dict (without
+    building the Pod): it must equal ``pod_contribution`` of the decoded pod."""
+    from schedcache.model.aggregates import pod_contribution
+    from schedcache.store.fold import data_contribution
+
+    extra: dict = {"ports": [port(p) for p in ports], "pvcs": claims}
+    if affinity:
+        extra["affinity"] = AFFINITY
+    if gpus:
+        extra["extended"] = {"example.com/gpu": gpus}
+    pod = make_pod("p", "n0", cpu, "1Mi" if cpu else "", **extra)
+    assert data_contribution(pod.to_dict()) == pod_contribution(pod)
+    assert data_contribution(Pod.from_dict(pod.to_dict()).to_dict()) == pod_contribution(pod)
