@@ -533,11 +533,11 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         else:
             flags.affinity |= _with_affinity(existing) != _with_affinity(info)
             flags.pvc |= existing.pvc_ref_counts.keys() != info.pvc_ref_counts.keys()
-            # In place, as upstream: the list entries stay the same objects. (Cleared first:
-            # a node read lazily keeps its pods' state in private fields.)
+            # In place, as upstream: the list entries stay the same objects. (Its fields
+            # replaced whole: a node read lazily keeps its pods' state in private fields; the
+            # decoded one is dropped, so the two never share them.)
             existing.__class__ = info.__class__
-            vars(existing).clear()
-            vars(existing).update(vars(info))
+            existing.__dict__ = vars(info)
             info = existing
         if not same_images:
             for image in info.image_states:
