@@ -201,3 +201,38 @@ def test_a_pods_sums_read_from_its_stored_dict_equal_the_pods_own(
     pod = make_pod("p", "n0", cpu, "1Mi" if cpu else "", **extra)
     assert data_contribution(pod.to_dict()) == pod_contribution(pod)
     assert data_contribution(Pod.from_dict(pod.to_dict()).to_dict()) == pod_contribution(pod)
+
+
+def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equals(
+    make_cache, monkeypatch
+):
+    """The first pages are folded, then the events the next page starts from are trimmed:
+    the update goes on from generations (re-reading every node the folded pages touched)."""
+    import schedcache.store.reads as reads
+    import schedcache.views.snapshot as snapshot_module
+
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    monkeypatch.setattr(snapshot_module, "STREAM_PAGE_SIZE", 2)
+    real = reads.answer
+    pages = []
+
+    def trims_after_the_first_page(store, read):
+        reply = real(store, read)
+        if read[0] == reads.STREAM_PAGE:
+            pages.append(reply)
+            if len(pages) == 1:  # everything but the last event goes
+                last = store.client.xrevrange(store.keys.events, count=1)[0][0]
+                store.client.xtrim(store.keys.events, minid=last, approximate=False)
+        return reply
+
+    monkeypatch.setattr(reads, "answer", trims_after_the_first_page)
+    report = cache.update_snapshot(snap)
+    assert report.events == 2 and "no longer in the stream" in report.fell_back
+    assert_matches_fresh(cache, snap)
+    monkeypatch.undo()
+    cache.add_pod(make_pod("after", "n1", "10m", "1Mi"))
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)

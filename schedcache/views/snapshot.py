@@ -296,37 +296,18 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
     if behind > STREAM_BEHIND_MIN + STREAM_BEHIND_PER_POD * len(snap.state.pods):
         report.fell_back = f"{behind} generations behind"
         return None
-    pages: list[Sequence[tuple[bytes, Mapping[bytes, bytes]]]] = []
-    first = snap.last_id
-    while first != last:
-        # The page starts at the last event folded: present, the stream is the same one and
-        # nothing the snapshot lacks was trimmed.
-        page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
-        if not page or page[0][0].decode() != first:
-            report.fell_back = f"event {first} is no longer in the stream"
-            return None
-        pages.append(page[1:])
-        first = page[-1][0].decode()
-        if len(page) == 1:  # (ends before `last`: only if the stream was cut after `first`)
-            report.fell_back = f"the stream ends before event {last}"
-            return None
     state = snap.state
     touched, touched_images = state.track()
     try:
-        for page in pages:
-            state.fold_entries(page)
-            report.events += len(page)
+        if not (yield from _fold_pages(snap, last, report)):
+            _abandon(snap, touched, touched_images)
+            return None
         held = snap.node_infos.get
         decoded: list[Decoded] = [
             (name, state.projection(name, held(name)), {}, None) for name in touched
         ]
     except BaseException:
-        # Part of the events folded: the fold state is ahead of what the snapshot holds, in
-        # nodes and images that all changed since its generation, so the next update, caught
-        # up from generations, reads each of them again. The snapshot itself is untouched.
-        snap.last_id = None
-        touched.clear()
-        touched_images.clear()
+        _abandon(snap, touched, touched_images)
         raise
     changes: dict[str, ImageStateSummary | None] = {}
     for image in touched_images:
@@ -347,6 +328,35 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
     snap.last_id = state.last_id = last
     _rebuild_lists(snap, flags, report)
     return int(live)
+
+
+def _fold_pages(snap: Snapshot, last: str, report: SnapshotUpdate) -> Reads[bool]:
+    """Fold the events after ``snap.last_id`` up to ``last`` into the snapshot's fold state,
+    a page at a time; False (``report.fell_back`` says why) when the stream cannot give them
+    all. Each page starts at the last event folded: present, the stream is the same one and
+    nothing the snapshot lacks was trimmed."""
+    first = snap.last_id
+    while first is not None and first != last:
+        page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
+        if not page or page[0][0].decode() != first:
+            report.fell_back = f"event {first} is no longer in the stream"
+            return False
+        if len(page) == 1:  # (ends before `last`: only if the stream was cut after `first`)
+            report.fell_back = f"the stream ends before event {last}"
+            return False
+        snap.state.fold_entries(page[1:])
+        report.events += len(page) - 1
+        first = page[-1][0].decode()
+    return True
+
+
+def _abandon(snap: Snapshot, touched: set[str], touched_images: set[str]) -> None:
+    """The fold state may be ahead of what the snapshot holds, in nodes and images that all
+    changed since its generation: the snapshot (untouched) is caught up from generations,
+    which reads each of them again."""
+    snap.last_id = None
+    touched.clear()
+    touched_images.clear()
 
 
 # A node entry decoded: its name, its NodeInfo (None: no entry), its pods by uid, the sums of
