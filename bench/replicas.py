@@ -9,8 +9,9 @@ the node of a conflict in between. Reports pods/s, the conflict fraction (confli
 successful claim, Omega's measure), the nodes the replicas read again per claim, the cores the
 Redis server (``INFO cpu``), the replica processes and the whole machine (other processes
 included) used while scheduling (on a small machine they share the cores: the ceiling),
-whether any node ended over its allocatable in any resource (it must never), and the largest
-replica count's pods/s over the one before it.
+whether any node ended over its allocatable in any resource (it must never), the Redis CPU
+per claimed pod (flat as replicas are added when each replica's catch-up costs Redis per change,
+not per changed node), and the largest replica count's pods/s over the one before it.
 Prints a table and writes ``bench/results/replicas.json``.
 
     python bench/replicas.py [--redis URL] [--nodes 1000] [--pods 20000] [--replicas 1,2,4,8]
@@ -89,6 +90,7 @@ def main() -> None:
                     "nodes_read_per_claim": report.nodes_read_per_claim,
                     "redis_cpu_seconds": report.redis_cpu_seconds,
                     "redis_cores": report.redis_cores,
+                    "redis_us_per_claimed_pod": per_pod(report.redis_cpu_seconds, report.claimed),
                     "client_cores": report.client_cores,
                     "machine_cores": report.machine_cores,
                     "wall_seconds": report.wall_seconds,
@@ -106,6 +108,7 @@ def main() -> None:
                     f"{report.unschedulable:,}",
                     f"{report.nodes_read_per_claim:.2f}",
                     cores(report.redis_cores),
+                    micros(per_pod(report.redis_cpu_seconds, report.claimed)),
                     cores(report.client_cores),
                     cores(report.machine_cores),
                     "none" if not report.overcommitted_nodes else len(report.overcommitted_nodes),
@@ -125,6 +128,7 @@ def main() -> None:
             "unschedulable",
             "nodes read/claim",
             "redis cores",
+            "redis µs/pod",
             "client cores",
             "machine cores",
             "overcommitted",
@@ -182,6 +186,15 @@ def constrained_main(args: argparse.Namespace) -> None:
     print(f"\nwritten to {path}")
     if any(run["violations"] or not run["verify_clean"] for run in runs):
         sys.exit("a rule was broken")
+
+
+def per_pod(seconds: float | None, claimed: int) -> float | None:
+    """Microseconds per claimed pod (None: not measured)."""
+    return None if seconds is None or not claimed else seconds / claimed * 1e6
+
+
+def micros(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 def cores(value: float | None) -> str:

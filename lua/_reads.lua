@@ -66,8 +66,16 @@ local function image_summaries(p, images)
   return out
 end
 
+-- The id of the stream's last event ("" when it is empty): the point of the stream a read
+-- reflects (verify compares it with the fold at that point).
+local function last_event_id(p)
+  expect_type(p .. 'events', 'stream')
+  local last = redis.call('XREVRANGE', p .. 'events', '+', '-', 'COUNT', 1)[1]
+  return last and last[1] or ''
+end
+
 -- The entries of the nodes named by a[first], a[first + 1], ... (read_node with `since`), then
--- the spread of every image they name.
+-- the spread of every image they name, then the id of the stream's last event.
 local function read_entries(p, a, first, since)
   local out = {}
   local seen, images = {}, {}
@@ -82,5 +90,6 @@ local function read_entries(p, a, first, since)
     end
   end
   out[#out + 1] = image_summaries(p, images)
+  out[#out + 1] = last_event_id(p)
   return out
 end

@@ -4,8 +4,9 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica (unused), generation G of the snapshot, node name, ...
 -- Keys     those of sc_read_nodes
--- Reply    as sc_read_nodes, but each entry with the records of only the pods placed after G
---          and, last, every pod's uid (the reader holds the others)
+-- Reply    as sc_read_nodes (the stream's last event id last), but each entry with the records
+--          of only the pods placed after G and, last, every pod's uid (the reader holds the
+--          others)
 -- Errors   BADARG generation
 local function read_node_deltas(p, replica, a)
   local since = tonumber(a[1])

@@ -3,10 +3,11 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica (unused), node name, ...
 -- Keys     node:<name>, nodepods:<name> (zset), pod:<uid>, nodeimgs:<name>, nodegen, images,
---          imgnodes:<image>
+--          imgnodes:<image>, events
 -- Reply    { { name, { hash field, value, ... }, { pod record, ... }, { image, ... },
 --              { uid of each record, ... }, {} }, ...,
---            { image, size, live node count, ... } }  -- the last entry: every image named
+--            { image, size, live node count, ... },  -- every image named
+--            the id of the stream's last event ("" when empty): the point the read reflects }
 --          A name without an entry comes back with an empty hash.
 -- Errors   none
 local function read_nodes(p, replica, a)

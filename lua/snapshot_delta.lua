@@ -2,17 +2,21 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica (unused), generation G of the snapshot, the snapshot's tree generation,
---          inline limit L
+--          inline limit L (-1: the head alone, for a snapshot that follows the stream)
 -- Keys     gen, nodegen, imagegen, images, imgnodes:<image>, treegen, treezones,
---          treezone:<zone>, and those of sc_read_nodes for the changed nodes
+--          treezone:<zone>, events (its last entry's id), and those of sc_read_nodes for the
+--          changed nodes
 -- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
 --            tree (as sc_tree_read, or {} when the tree generation is the one given),
 --            nodes (as sc_read_nodes without its last entry, but each with the records of
 --            only the pods placed after G, and every pod's uid last; or {} when more than L
 --            changed),
---            the incarnation ("" before the first change) }
+--            the incarnation ("" before the first change),
+--            the id of the stream's last event ("" when it is empty): the point of the stream
+--            this reply reflects }
 -- Errors   BADARG <what>
--- Cost grows with the number of nodes and images changed since G, not with the cluster.
+-- Cost grows with the number of nodes and images changed since G, not with the cluster
+-- (with L = -1: with the zones alone; the names of the changed nodes are not sent either).
 local function snapshot_delta(p, replica, a)
   local since, known_tree, limit = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
   if since == nil or known_tree == nil or limit == nil then return nil, 'BADARG generation' end
@@ -21,8 +25,11 @@ local function snapshot_delta(p, replica, a)
   expect_type(p .. 'nodegen', 'zset')
   expect_type(p .. 'imagegen', 'zset')
   local gen = stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
-  local changed = redis.call('ZRANGEBYSCORE', p .. 'nodegen', bound, '+inf')
-  local images = image_summaries(p, redis.call('ZRANGEBYSCORE', p .. 'imagegen', bound, '+inf'))
+  local changed, images = {}, {}
+  if limit >= 0 then
+    changed = redis.call('ZRANGEBYSCORE', p .. 'nodegen', bound, '+inf')
+    images = image_summaries(p, redis.call('ZRANGEBYSCORE', p .. 'imagegen', bound, '+inf'))
+  end
   local tree = {}
   local live = 0
   local tree_gen = stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0)
@@ -37,5 +44,5 @@ local function snapshot_delta(p, replica, a)
     for j = 1, #changed do nodes[j] = read_node(p, changed[j], since_text) end
   end
   return { gen, live, changed, images, tree, nodes,
-           get_string(p .. 'incarnation') or '' }
+           get_string(p .. 'incarnation') or '', last_event_id(p) }
 end

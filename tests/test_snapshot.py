@@ -487,6 +487,7 @@ def test_a_corrupt_affinity_pod_on_a_new_node_refuses_every_update(cache):
     raw = cache.client.get(key)
     cache.client.set(key, raw[: raw.index(b"\n") + 1] + b"\xc1junk")
     generation = snap.generation
+    snap.last_id = None  # caught up from generations: following the stream reads no record
     for _ in range(2):
         with pytest.raises(CorruptRecord, match="pod record"):
             cache.update_snapshot(snap)

@@ -2,7 +2,9 @@
 pod index scored by placement generation); the rest come from the snapshot's own copy.
 
 Each test checks the outcome a scheduler sees (the snapshot equals a fresh one) and, where the
-point is cost, what crossed the wire.
+point is cost, what crossed the wire. A snapshot follows the stream when it can
+(tests/test_snapshot_stream.py); ``from_generations`` makes the next update take this path, as
+it does after a compaction.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ def delta_entries(cache: Cache, snap: Snapshot) -> dict[str, list[bytes]]:
         "snapshot_delta", snap.generation, snap.tree_generation, INLINE_NODES
     )
     return {entry[0].decode(): entry[2] for entry in reply[5]}
+
+
+def from_generations(snap: Snapshot) -> Snapshot:
+    """The next update is caught up from generations, not from the stream."""
+    snap.last_id = None
+    return snap
 
 
 def test_a_changed_node_sends_only_its_new_pods(cache):
@@ -43,19 +51,24 @@ def test_a_changed_node_sends_only_its_new_pods(cache):
 
 def test_pods_never_read_are_kept_undecoded_across_deltas(cache, monkeypatch):
     import schedcache.store.fetch as fetch
+    import schedcache.store.fold as fold
 
     decoded: list[bytes] = []
     real = fetch.record_pod
     monkeypatch.setattr(fetch, "record_pod", lambda raw: decoded.append(raw) or real(raw))
+    real_object = fold.decode_object  # (the pods the snapshot's fold state holds)
+    monkeypatch.setattr(
+        fold, "decode_object", lambda *args: decoded.append(args[0]) or real_object(*args)
+    )
     cache.add_node(make_node("n0", cpu="64", mem="64Gi"))
     for j in range(5):
         cache.add_pod(make_pod(f"p{j}", "n0", "10m", "1Mi"))
     snap = Snapshot()
     cache.update_snapshot(snap)
     cache.add_pod(make_pod("p5", "n0", "10m", "1Mi"))
-    cache.update_snapshot(snap)  # the five older records come from the snapshot, undecoded
+    cache.update_snapshot(from_generations(snap))  # the five older come from the snapshot
     cache.add_pod(make_pod("p6", "n0", "10m", "1Mi"))
-    cache.update_snapshot(snap)
+    cache.update_snapshot(from_generations(snap))
     assert decoded == []
     assert [p.uid for p in snap.get("n0").pods] == [f"p{j}" for j in range(7)]
     assert len(decoded) == 7
@@ -63,7 +76,8 @@ def test_pods_never_read_are_kept_undecoded_across_deltas(cache, monkeypatch):
 
 
 def test_a_placeholder_that_becomes_a_node_shows_its_earlier_pods(cache):
-    """The snapshot never held the placeholder's pods: the node is read whole."""
+    """The snapshot's fold state holds the placeholder's pods (it never showed them): the
+    delta completes the node from there, in one round."""
     cache.add_node(make_node("n0"))
     cache.add_pod(make_pod("early", "late", "10m", "1Mi"))
     snap = Snapshot()
@@ -71,9 +85,9 @@ def test_a_placeholder_that_becomes_a_node_shows_its_earlier_pods(cache):
     assert "late" not in snap.node_infos
     cache.add_pod(make_pod("second", "late", "10m", "1Mi"))
     cache.add_node(make_node("late"))
-    report = cache.update_snapshot(snap)
+    report = cache.update_snapshot(from_generations(snap))
     assert [p.uid for p in snap.get("late").pods] == ["early", "second"]
-    assert report.rounds == 2  # the whole read is newer than the delta: one more round
+    assert report.rounds == 1
     assert_matches_fresh(cache, snap)
 
 
@@ -128,10 +142,10 @@ def test_a_snapshot_far_behind_reads_node_deltas_in_chunks(cache, monkeypatch):
         return reply
 
     monkeypatch.setattr(cache.store, "read_function", spy)
-    cache.update_snapshot(snap)
+    cache.update_snapshot(from_generations(snap))
     chunked = [reply for name, reply in calls if name == "read_node_deltas"]
     assert chunked, [name for name, _ in calls]
-    records = [len(entry[2]) for reply in chunked for entry in reply[:-1]]
+    records = [len(entry[2]) for reply in chunked for entry in reply[:-2]]
     assert records == [1] * 5
     assert [p.uid for p in snap.get("n2").pods] == ["p2-1", "p2-2", "p2-3", "new2"]
     assert_matches_fresh(cache, snap)

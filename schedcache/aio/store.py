@@ -30,7 +30,7 @@ from schedcache.store.library import (
     load_refused,
     needs_loading,
 )
-from schedcache.store.reads import Ahead, Reads
+from schedcache.store.reads import STREAM_PAGE, Ahead, Reads
 from schedcache.store.replies import translate
 from schedcache.store.retry import RETRYABLE, call_with_retries_async
 from schedcache.store.store import StoreCore
@@ -313,6 +313,12 @@ class AsyncStore(StoreCore):
             while True:
                 if isinstance(step, Ahead):  # no read-ahead here: read as asked
                     step = reads.send(None)
+                elif step[0] == STREAM_PAGE:  # XRANGE of the stream, a plain command
+                    first, last, count = step[1]
+                    page = await self._server(
+                        "XRANGE", self.keys.events, first, last, "COUNT", count
+                    )
+                    step = reads.send(page)
                 else:
                     step = reads.send(await self.read_function(step[0], *step[1]))
         except StopIteration as done:

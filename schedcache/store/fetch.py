@@ -16,6 +16,7 @@ from schedcache.errors import CorruptRecord
 from schedcache.model.aggregates import NodeFields
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo, StoredNodeInfo
 from schedcache.model.values import Node, Pod
+from schedcache.store.fold import PodState
 from schedcache.store.reads import Ahead, Read, Reads, run_reads
 from schedcache.store.records import (
     PodRecord,
@@ -64,9 +65,9 @@ def image_names(entry: Sequence[Any]) -> list[str]:
     return sorted(image.decode() for image in entry[3])
 
 
-PodVersions = dict[bytes, tuple[int, Pod | bytes]]
-"""A node's pods by uid: the generation that placed each, and the pod decoded or still its
-stored record."""
+PodVersions = dict[bytes, tuple[int, Pod | bytes | PodState]]
+"""A node's pods by uid: the generation that placed each, and the pod decoded, still its
+stored record, or as a snapshot's fold holds it."""
 
 
 class PodsNotHeld(Exception):
@@ -138,7 +139,7 @@ def _node_info(
         generation = record_generation(raw)
         reused = known.get(uid) if known else None
         held[uid] = reused if reused is not None and reused[0] == generation else (generation, raw)
-    if every and node is not None:  # a delta: the pods not sent are the snapshot's own
+    if every:  # a delta: the pods not sent are the snapshot's own (a ghost's too)
         for uid in every:
             if uid not in held and uid not in gone:
                 pod = known.get(uid) if known else None
@@ -151,7 +152,10 @@ def _node_info(
         pods = []
         for uid in order:
             generation, item = held[uid]
-            if not isinstance(item, Pod):
+            if isinstance(item, PodState):
+                item = item.pod
+                held[uid] = (generation, item)
+            elif not isinstance(item, Pod):
                 item = record_pod(item)
                 held[uid] = (generation, item)
             pods.append(item)
@@ -181,11 +185,13 @@ def node_entries_reads(
     names: Sequence[str],
     since: int | None = None,
     each_chunk: Callable[[list[Sequence[Any]]], None] | None = None,
+    points: list[str] | None = None,
 ) -> Reads[tuple[list[Sequence[Any]], dict[str, ImageStateSummary]]]:
     """Raw ``sc_read_nodes`` entries of ``names`` and the summaries of every image they name;
     with ``since`` (a snapshot's generation), ``sc_read_node_deltas`` entries: only the pods
     placed after it come as records. With ``each_chunk``, each chunk's entries go there as
-    they come (none are returned): the sync driver reads the next chunk meanwhile."""
+    they come (none are returned): the sync driver reads the next chunk meanwhile. ``points``
+    gets, per chunk of ``NODES_PER_CALL``, the id of the last event its read reflects."""
     entries: list[Sequence[Any]] = []
     summaries: dict[str, ImageStateSummary] = {}
     reads: list[Read] = []
@@ -196,8 +202,10 @@ def node_entries_reads(
         )
     yield Ahead(tuple(reads))
     for read in reads:
-        *chunk_entries, images = yield read
+        *chunk_entries, images, point = yield read
         summaries.update(parse_image_summaries(images))
+        if points is not None:
+            points.append(point.decode())
         if each_chunk is None:
             entries += chunk_entries
         else:

@@ -1,0 +1,238 @@
+"""Snapshots follow the event stream: a catch-up folds the events since the snapshot's last one
+(the fold replay uses) and reads no node, and falls back to generations when the stream cannot
+tell it everything (compacted, another stream, too far behind). Every outcome is checked
+against a fresh snapshot and the live keys (``assert_matches_fresh``).
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given
+
+from schedcache import Cache, Pod, Snapshot
+from schedcache.errors import CorruptRecord
+from tests.factories import make_node, make_pod, port
+from tests.test_snapshot import AFFINITY, assert_matches_fresh
+
+BOTH_APIS = True  # (tests that reach into the sync store take ``make_cache``)
+
+
+def populated(cache: Cache) -> Snapshot:
+    for n in range(3):
+        cache.add_node(make_node(f"n{n}", cpu="8", mem="8Gi", labels={"zone": f"z{n % 2}"}))
+        for j in range(3):
+            cache.add_pod(make_pod(f"p{n}-{j}", f"n{n}", "100m", "1Mi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    return snap
+
+
+def churn(cache: Cache) -> None:
+    """A little of everything: pods come, move and go; a node changes, one leaves (a ghost
+    with its pods), one arrives; an affinity pod lands."""
+    cache.add_pod(make_pod("new", "n0", "200m", "2Mi"))
+    cache.remove_pod(make_pod("p1-0", "n1", "100m", "1Mi"))
+    cache.update_pod(
+        make_pod("p0-1", "n0", "100m", "1Mi"),
+        make_pod("p0-1", "n0", "300m", "1Mi", labels={"v": "2"}),
+    )
+    cache.update_node(
+        make_node("n1", cpu="8", mem="8Gi", labels={"zone": "z1"}),
+        make_node("n1", cpu="16", mem="8Gi", labels={"zone": "z1"}),
+    )
+    cache.remove_node("n2")
+    cache.add_node(make_node("n3", cpu="8", mem="8Gi", labels={"zone": "z1"}))
+    cache.add_pod(make_pod("aff", "n3", "10m", "1Mi", affinity=AFFINITY))
+    cache.assume_pod(make_pod("claimed", "n1", "10m", "1Mi"))
+
+
+def test_a_snapshot_follows_the_stream_and_equals_a_fresh_one(cache):
+    snap = populated(cache)
+    assert snap.last_id is not None
+    churn(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 8 and report.fell_back == ""
+    assert report.rounds == 1
+    assert "n2" not in snap.node_infos and [p.uid for p in snap.get("n3").pods] == ["aff"]
+    assert [i.name for i in snap.have_pods_with_affinity_list] == ["n3"]
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
+    """What crosses the wire: one head call and XRANGE pages, none of the nodes' pods."""
+    cache = make_cache()
+    snap = populated(cache)
+    for j in range(5):
+        cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
+    calls: list[str] = []
+    real = cache.store.read_function
+
+    def spy(name, *args):
+        calls.append(name)
+        return real(name, *args)
+
+    cache.store.read_function = spy  # type: ignore[method-assign]
+    try:
+        report = cache.update_snapshot(snap)
+    finally:
+        del cache.store.read_function
+    assert calls == ["snapshot_delta"] and report.events == 5
+    assert_matches_fresh(cache, snap)
+
+
+def test_an_idle_update_reads_no_event(cache):
+    snap = populated(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 0 and report.changed_nodes == 0 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_compacted_stream_falls_back_to_generations_and_still_equals(cache):
+    snap = populated(cache)
+    churn(cache)
+    cache.checkpoint()
+    assert cache.compact() > 0  # the snapshot's last event is gone
+    report = cache.update_snapshot(snap)
+    assert report.events == 0 and "no longer in the stream" in report.fell_back
+    assert_matches_fresh(cache, snap)
+    cache.add_pod(make_pod("after", "n1", "10m", "1Mi"))  # and it follows the stream again
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_foreign_stream_falls_back_and_still_equals(make_cache):
+    """The stream was replaced (another one restored under the cache's key): the snapshot's
+    last event is not in it, so the stream tells nothing; generations do."""
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    events = cache.store.keys.events
+    entries = cache.client.xrange(events)
+    cache.client.delete(events)
+    for _, fields in entries:  # the same events under new ids
+        cache.client.xadd(events, fields)
+    report = cache.update_snapshot(snap)
+    assert "no longer in the stream" in report.fell_back
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_cache_of_another_incarnation_falls_back_and_still_equals(cache):
+    snap = populated(cache)
+    cache.clear()
+    cache.add_node(make_node("n0", cpu="8", mem="8Gi", labels={"zone": "z0"}))
+    cache.add_pod(make_pod("other", "n0", "100m", "1Mi"))
+    report = cache.update_snapshot(snap)
+    assert report.fell_back == "another incarnation" and report.inconsistent
+    assert list(snap.node_infos) == ["n0"]
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_snapshot_too_far_behind_reads_the_changed_nodes(cache, monkeypatch):
+    import schedcache.views.snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "STREAM_BEHIND_MIN", 3)
+    monkeypatch.setattr(snapshot_module, "STREAM_BEHIND_PER_POD", 0.0)
+    snap = populated(cache)
+    churn(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 0 and report.fell_back.endswith("generations behind")
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_refreshed_snapshot_follows_the_stream_again(make_cache):
+    """Refreshed nodes are newer than the snapshot's point of the stream: the next update
+    folds the events since that point into its fold state (left there) and projects the
+    nodes they touched again, the refreshed ones among them; the others are unchanged."""
+    cache = make_cache()
+    from schedcache.views.snapshot import refresh_nodes
+
+    snap = populated(cache)
+    cache.add_pod(make_pod("new", "n0", "10m", "1Mi"))
+    cache.remove_pod(make_pod("p1-1", "n1", "100m", "1Mi"))
+    refresh_nodes(cache.store, snap, ["n0", "n1", "n2"])
+    assert [p.uid for p in snap.get("n0").pods].count("new") == 1
+    cache.add_pod(make_pod("later", "n1", "10m", "1Mi"))
+    report = cache.update_snapshot(snap)
+    assert report.events == 3 and report.changed_nodes == 2
+    assert [p.uid for p in snap.get("n0").pods].count("new") == 1
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_corrupt_event_refuses_the_update_and_leaves_the_snapshot_as_it_was(make_cache):
+    """The fold refuses an entry schedcache never writes; the snapshot is untouched, and the
+    next update is caught up from generations (the live keys are fine)."""
+    cache = make_cache()
+    snap = populated(cache)
+    before = {name: info.pod_count for name, info in snap.node_infos.items()}
+    cache.add_pod(make_pod("new", "n0", "10m", "1Mi"))
+    cache.client.xadd(cache.store.keys.events, {"type": "Bogus", "v": "2", "gen": "999"})
+    generation = snap.generation
+    with pytest.raises(CorruptRecord, match="not an event schedcache writes"):
+        cache.update_snapshot(snap)
+    assert snap.generation == generation
+    assert {name: info.pod_count for name, info in snap.node_infos.items()} == before
+    report = cache.update_snapshot(snap)
+    assert report.events == 0
+    assert_matches_fresh(cache, snap)
+
+
+@given(
+    cpu=st.sampled_from(["", "0", "100m", "2"]),
+    ports=st.lists(st.sampled_from([80, 8080, 9090]), max_size=3),
+    claims=st.lists(st.sampled_from(["a", "b"]), max_size=3),
+    affinity=st.booleans(),
+    gpus=st.sampled_from(["", "1", "2"]),
+)
+def test_a_pods_sums_read_from_its_stored_dict_equal_the_pods_own(
+    cpu, ports, claims, affinity, gpus
+):
+    """The fold of a snapshot reads a pod's contribution from its stored dict (without
+    building the Pod): it must equal ``pod_contribution`` of the decoded pod."""
+    from schedcache.model.aggregates import pod_contribution
+    from schedcache.store.fold import data_contribution
+
+    extra: dict = {"ports": [port(p) for p in ports], "pvcs": claims}
+    if affinity:
+        extra["affinity"] = AFFINITY
+    if gpus:
+        extra["extended"] = {"example.com/gpu": gpus}
+    pod = make_pod("p", "n0", cpu, "1Mi" if cpu else "", **extra)
+    assert data_contribution(pod.to_dict()) == pod_contribution(pod)
+    assert data_contribution(Pod.from_dict(pod.to_dict()).to_dict()) == pod_contribution(pod)
+
+
+def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equals(
+    make_cache, monkeypatch
+):
+    """The first pages are folded, then the events the next page starts from are trimmed:
+    the update goes on from generations (re-reading every node the folded pages touched)."""
+    import schedcache.store.reads as reads
+    import schedcache.views.snapshot as snapshot_module
+
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    monkeypatch.setattr(snapshot_module, "STREAM_PAGE_SIZE", 2)
+    real = reads.answer
+    pages = []
+
+    def trims_after_the_first_page(store, read):
+        reply = real(store, read)
+        if read[0] == reads.STREAM_PAGE:
+            pages.append(reply)
+            if len(pages) == 1:  # everything but the last event goes
+                last = store.client.xrevrange(store.keys.events, count=1)[0][0]
+                store.client.xtrim(store.keys.events, minid=last, approximate=False)
+        return reply
+
+    monkeypatch.setattr(reads, "answer", trims_after_the_first_page)
+    report = cache.update_snapshot(snap)
+    assert report.events == 2 and "no longer in the stream" in report.fell_back
+    assert_matches_fresh(cache, snap)
+    monkeypatch.undo()
+    cache.add_pod(make_pod("after", "n1", "10m", "1Mi"))
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
