@@ -194,8 +194,10 @@ def test_the_extenders_bind_refuses_a_node_an_existing_pods_anti_affinity_repels
     cache.add_node(node("n1", "z1"))
     cache.add_node(node("n2", "z2"))
     extender = Extender(cache)
-    db = make_pod("db", "", labels={"app": "db"})
-    assert extender.filter(FilterArgs(db, ["n1", "n2"], False, []))["NodeNames"] == ["n1", "n2"]
+    manifest = pod_manifest("db", "", labels={"app": "db"})
+    db = Pod.from_k8s(manifest)
+    filtered = extender.filter(FilterArgs(db, ["n1", "n2"], False, [], raw_pod=manifest))
+    assert filtered["NodeNames"] == ["n1", "n2"]
     cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
     refused = extender.bind(BindArgs("db", db.namespace, db.uid, "n1"))
     assert "existing-anti-affinity" in refused["Error"]

@@ -1678,6 +1678,7 @@ def _cli_stats(ctx: Ctx) -> None:
         "assumed pods": "1",
         "stream length": "6",
         "generation": "6",
+        "truncated pods": "0",
     }
 
 
@@ -1697,8 +1698,8 @@ def _cli_dump(ctx: Ctx) -> None:
     ]  # the factories' nodes report Ready=True
 
 
-@case("cli get pod")
-def _cli_get_pod(ctx: Ctx) -> None:
+@case("cli get")
+def _cli_get(ctx: Ctx) -> None:
     populate(ctx.cache)
     record = json.loads(ok(ctx.cli("get", "pod", "web-1", "-n", "prod", "-o", "json")))
     state = record["status"]["schedcache"]
@@ -1706,6 +1707,32 @@ def _cli_get_pod(ctx: Ctx) -> None:
     assert json.loads(ok(ctx.cli("get", "pod", "web-1", "-o", "json"))) == record  # by uid
     missing = ctx.cli("get", "pod", "nope")
     assert missing.exit_code == 1 and 'pods "nope" not found' in missing.output
+    names = ok(ctx.cli("get", "pods", "-A", "-o", "name")).split()
+    assert names == ["pod/db-0", "pod/web-0", "pod/web-1"]
+    on_n1 = ok(ctx.cli("get", "pods", "-n", NS, "--field-selector", "spec.nodeName=n1"))
+    assert [line.split()[0] for line in on_n1.splitlines()[1:]] == ["web-0", "web-1"]
+    assert ok(ctx.cli("get", "nodes", "-o", "name")).split() == ["node/n1", "node/n2"]
+
+
+@case("cli describe")
+def _cli_describe(ctx: Ctx) -> None:
+    populate(ctx.cache)
+    node = ok(ctx.cli("describe", "node", "n1"))
+    for section in ("Labels:", "Allocatable:", "Non-terminated Pods:", "Allocated resources:"):
+        assert section in node, node
+    assert "web-0" in node and "web-1" in node and "db-0" not in node
+    pod = ok(ctx.cli("describe", "pod", "web-0", "-n", NS))
+    assert "web-0" in pod and "n1" in pod
+    missing = ctx.cli("describe", "node", "nope")
+    assert missing.exit_code == 1 and 'nodes "nope" not found' in missing.output
+
+
+@case("cli completion")
+def _cli_completion(ctx: Ctx) -> None:
+    """Reads no cache: the shell's completion script, which calls back into schedcache."""
+    for shell, marker in (("bash", "complete "), ("zsh", "compdef"), ("fish", "complete ")):
+        assert marker in ok(ctx.cli("completion", shell)), shell
+    assert ctx.cli("completion", "tcsh").exit_code == 2
 
 
 @case("cli events")
@@ -1899,7 +1926,12 @@ def ctx(backend, client, request, tmp_path, recorder) -> Iterator[Ctx]:
 def test_parity(name, ctx, recorder):
     CASES[name](ctx)
     sent = recorder.sent()
-    assert "FCALL" in sent or "FCALL_RO" in sent or name.startswith(("Cache.check", "NodeInfo"))
+    assert (
+        "FCALL" in sent
+        or "FCALL_RO" in sent
+        or name.startswith(("Cache.check", "NodeInfo"))
+        or name == "cli completion"  # prints a shell script: no cache involved
+    )
     # Default settings (wait_replicas=0): no WAIT on any backend.
     assert "WAIT" not in sent, f"{name} sent WAIT with wait_replicas=0"
     if ctx.backend == "fakeredis":
