@@ -520,6 +520,8 @@ def print_load_report(report: LoadReport, verbose: bool) -> None:
     if report.pruned:
         pruned = ", ".join(f"{n} {what}" for what, n in sorted(report.pruned.items()))
         click.echo(f"pruned: {pruned}")
+    if report.truncated:
+        click.echo(f"truncated: {report.truncated} (pods stored without their labels)")
     reasons = ", ".join(f"{n} {why}" for why, n in report.skipped_by_reason().most_common())
     click.echo(f"skipped: {len(report.skipped)}" + (f" ({reasons})" if reasons else ""))
     if verbose:
