@@ -32,7 +32,6 @@ from schedcache import Cache
 from schedcache.store.connection import connect, embedded_client
 from tests.apis import Blocking
 from tests.servers import (
-    DEFAULT_TEST_REDIS_URL,
     INSTALL_HINT,
     Cluster,
     RedisChoice,
@@ -49,7 +48,7 @@ _STARTED: list[Server] = []
 def redis_choice(env_url: str | None) -> RedisChoice:
     """The named server, else one to start: never a server nobody named (the one answering on
     6379 may be someone's, and the tests load the function library into it)."""
-    return choose_test_redis(env_url, lambda: False, shutil.which("redis-server") is not None)
+    return choose_test_redis(env_url, shutil.which("redis-server") is not None)
 
 
 def _test_redis() -> tuple[str, str]:
@@ -58,7 +57,7 @@ def _test_redis() -> tuple[str, str]:
     the URL in the environment, so the second one and subprocesses use the same server."""
     choice = redis_choice(os.environ.get(ENV_TEST_URL))
     if not choice.start:
-        return choice.url or DEFAULT_TEST_REDIS_URL, choice.problem
+        return choice.url or "", choice.problem
     server = start_test_redis(Path(tempfile.mkdtemp(prefix="schedcache-test-redis-")))
     _STARTED.append(server)
     os.environ[ENV_TEST_URL] = server_url(server)

@@ -268,7 +268,6 @@ def running(group: Cluster | SentinelGroup) -> Iterator[Cluster | SentinelGroup]
 
 # -- the Redis of the real-Redis tests ----------------------------------------------------------
 
-DEFAULT_TEST_REDIS_URL = "redis://127.0.0.1:6379/0"
 INSTALL_HINT = (
     "install redis-server >= 7.0 (`apt-get install redis-server`, `brew install redis`) or set "
     "SCHEDCACHE_TEST_REDIS_URL to a Redis >= 7.0"
@@ -285,21 +284,17 @@ class RedisChoice:
     problem: str = ""
 
 
-def choose_test_redis(
-    env_url: str | None, default_answers: Callable[[], bool], have_redis_server: bool
-) -> RedisChoice:
+def choose_test_redis(env_url: str | None, have_redis_server: bool) -> RedisChoice:
     """``SCHEDCACHE_TEST_REDIS_URL`` when set (it must answer: no fallback hides a typo), else
-    a Redis answering on 127.0.0.1:6379, else a redis-server the session starts on a free
-    port, else the one-line problem."""
+    a redis-server the session starts on a free port, else the one-line problem. A Redis that
+    answers elsewhere (6379 included) is someone's: never used unless the variable names it."""
     if env_url:
         return RedisChoice(url=env_url)
-    if default_answers():
-        return RedisChoice(url=DEFAULT_TEST_REDIS_URL)
     if have_redis_server:
         return RedisChoice(start=True)
     return RedisChoice(
-        problem="no Redis for the real-Redis tests: SCHEDCACHE_TEST_REDIS_URL is unset, none "
-        f"answers on 127.0.0.1:6379 and there is no redis-server to start; {INSTALL_HINT}"
+        problem="no Redis for the real-Redis tests: SCHEDCACHE_TEST_REDIS_URL is unset and there "
+        f"is no redis-server on PATH for the session to start; {INSTALL_HINT}"
     )
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.servers import (
-    DEFAULT_TEST_REDIS_URL,
     RedisChoice,
     choose_test_redis,
     redis_answers,
@@ -23,30 +22,23 @@ from tests.servers import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def never() -> bool:
-    raise AssertionError("the default server must not be probed when a URL is given")
-
-
 def test_the_environment_variable_wins_and_is_never_second_guessed():
     # Even when nothing answers there: a typo must fail loudly, not fall back elsewhere.
-    choice = choose_test_redis("redis://10.0.0.1:7000/3", never, have_redis_server=True)
+    choice = choose_test_redis("redis://10.0.0.1:7000/3", have_redis_server=True)
     assert choice == RedisChoice(url="redis://10.0.0.1:7000/3")
 
 
-def test_a_redis_on_the_default_port_is_used():
-    choice = choose_test_redis(None, lambda: True, have_redis_server=False)
-    assert choice == RedisChoice(url=DEFAULT_TEST_REDIS_URL)
-    assert choose_test_redis("", lambda: True, have_redis_server=True).url == DEFAULT_TEST_REDIS_URL
-
-
-def test_without_any_redis_the_session_starts_its_own():
-    assert choose_test_redis(None, lambda: False, have_redis_server=True) == RedisChoice(start=True)
+def test_without_a_named_redis_the_session_starts_its_own():
+    assert choose_test_redis(None, have_redis_server=True) == RedisChoice(start=True)
+    assert choose_test_redis("", have_redis_server=True) == RedisChoice(start=True)
 
 
 def test_without_redis_server_the_problem_is_one_line_saying_how_to_get_one():
-    choice = choose_test_redis(None, lambda: False, have_redis_server=False)
+    choice = choose_test_redis(None, have_redis_server=False)
     assert not choice.start and choice.url is None
     assert "\n" not in choice.problem
+    # The suite never probes 6379 (someone's Redis): the message does not send anyone there.
+    assert "6379" not in choice.problem and "no redis-server on PATH" in choice.problem
     for hint in ("apt-get install redis-server", "brew install redis", "SCHEDCACHE_TEST_REDIS_URL"):
         assert hint in choice.problem
 
@@ -70,8 +62,7 @@ def test_a_session_without_redis_fails_every_real_redis_test_with_that_line(tmp_
     env = {k: v for k, v in os.environ.items() if k != "SCHEDCACHE_TEST_REDIS_URL"}
     env["PATH"] = str(Path(sys.executable).parent)  # python, no redis-server
     env["PYTHONPATH"] = str(ROOT)
-    # The default port answers on this machine, so point the session at a dead port instead:
-    # the given URL must then fail with the same kind of one-line message.
+    # A named URL where nothing answers must fail with the same kind of one-line message.
     env["SCHEDCACHE_TEST_REDIS_URL"] = "redis://127.0.0.1:1/0"
     result = subprocess.run(
         [

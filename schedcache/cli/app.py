@@ -494,8 +494,10 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     Without --prune a load only adds, updates and (for DELETED events) removes: objects missing
     from the file stay in the cache. Every invalid object is reported with its position, kind,
     namespace/name and the field at fault, and skipped; the others are loaded. Skipped objects
-    (pending or terminated pods, other kinds) are counted per reason (-v lists them). The exit
-    status is 1 when any object was invalid or rejected by the cache.
+    (pending or terminated pods, other kinds) are counted per reason (-v lists them). A pod with
+    more labels than the cache stores is loaded without them, still counting on its node, as
+    sync stores it (truncated: N). The exit status is 1 when any object was invalid or rejected
+    by the cache.
     """
     documents = parse_documents(decode_input(source.read()))
     cache = settings.cache(replica="loader")
@@ -520,6 +522,8 @@ def print_load_report(report: LoadReport, verbose: bool) -> None:
     if report.pruned:
         pruned = ", ".join(f"{n} {what}" for what, n in sorted(report.pruned.items()))
         click.echo(f"pruned: {pruned}")
+    if report.truncated:
+        click.echo(f"truncated: {report.truncated} (pods stored without their labels)")
     reasons = ", ".join(f"{n} {why}" for why, n in report.skipped_by_reason().most_common())
     click.echo(f"skipped: {len(report.skipped)}" + (f" ({reasons})" if reasons else ""))
     if verbose:

@@ -27,7 +27,7 @@ from schedcache.history.checkpoints import history_start
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.sim.explain import explain_events, pod_history, pod_name
-from schedcache.store.events import Event, normal_stream_id
+from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_stream_id
 
 EVENT_COLUMNS = ("ID", "TYPE", "AGE", "REPLICA", "OBJECT AND FIELDS")
 
@@ -157,8 +157,45 @@ def event_row(event: Event, now_ms: int, names: PodNames) -> list[str]:
 
 
 def event_line(event: Event, names: PodNames | None = None) -> str:
-    """One event as ``history`` and ``events --follow`` print it (no alignment across lines)."""
+    """One event as ``history`` prints it (no alignment across lines)."""
     return "   ".join(event_row(event, int(time.time() * 1000), names or PodNames()))
+
+
+class FollowTable:
+    """``events --follow``'s table: later lines keep the first table's columns, as ``kubectl get
+    -w``. The widths start from the header, the first rows and the longest event type; a later
+    cell wider than its column (a new replica's longer name) widens it, and the header is
+    printed again above that line, so every line lines up under the header above it."""
+
+    def __init__(self, rows: list[list[str]], headers: bool) -> None:
+        longest_type = ["", max(POD_EVENTS | NODE_EVENTS, key=len), "", "", ""]
+        self.widths = self._widths([list(EVENT_COLUMNS), longest_type, *rows], [0] * 5)
+        self.headers = headers
+        if headers:
+            click.echo(self._line(list(EVENT_COLUMNS)))
+        for row in rows:
+            click.echo(self._line(row))
+
+    @staticmethod
+    def _widths(rows: list[list[str]], widths: list[int]) -> list[int]:
+        """``widths`` grown to hold ``rows`` (the last column is free: nothing follows it)."""
+        grown = list(widths)
+        for row in rows:
+            for i, cell in enumerate(row[:-1]):
+                grown[i] = max(grown[i], len(printable(cell)))
+        return grown
+
+    def _line(self, row: list[str]) -> str:
+        cells = [printable(cell).ljust(width) for cell, width in zip(row, self.widths, strict=True)]
+        return "   ".join(cells).rstrip()
+
+    def add(self, row: list[str]) -> None:
+        widths = self._widths([row], self.widths)
+        if widths != self.widths:
+            self.widths = widths
+            if self.headers:
+                click.echo(self._line(list(EVENT_COLUMNS)))
+        click.echo(self._line(row))
 
 
 def since_start(cache: Cache, since: str | None) -> str | None:
@@ -220,9 +257,12 @@ def events(
     names = PodNames(cache)
     now_ms = int(time.time() * 1000)
     rows = [event_row(event, now_ms, names) for event in shown]
-    text = table_text(EVENT_COLUMNS, rows, no_headers or not rows)
-    if text:
-        click.echo(text)
+    if follow:
+        table = FollowTable(rows, headers=not no_headers)
+    else:
+        text = table_text(EVENT_COLUMNS, rows, no_headers or not rows)
+        if text:
+            click.echo(text)
     last = shown[-1].id if shown else ("$" if count is not None or since else "0-0")
     if since and not shown and normal_stream_id(since) is not None:
         last = normal_stream_id(since) or last
@@ -231,8 +271,9 @@ def events(
             arrived = cache.wait_for_events(last, timeout=1.0)
         except KeyboardInterrupt:
             return
+        now_ms = int(time.time() * 1000)
         for event in arrived:
-            click.echo(event_line(event, names))
+            table.add(event_row(event, now_ms, names))
             last = event.id
 
 

@@ -9,6 +9,10 @@ become the informer handlers' commands: bound pods ``add_pod`` / ``update_pod`` 
 filters them: a cached pod read as Succeeded or Failed, in a List or an event, is removed),
 nodes ``add_node`` / ``update_node`` / ``remove_node``.
 
+A valid pod the cache cannot store in full (labels past its limit) is stored without its labels
+and marked ``truncated``, still counting on its node, as ``sync`` stores it
+(:mod:`schedcache.feed.truncation`); the report counts them.
+
 Every object is checked and turned into its command before any command is sent, so an invalid
 one is reported (position, kind, namespace/name, field, reason) and skipped, never
 half-applied, and never stops the objects after it; the cache rejects commands one by one, so a
@@ -28,6 +32,7 @@ from typing import Any
 from schedcache.cache import Cache
 from schedcache.errors import ValidationError
 from schedcache.feed.reconcile import held, removal
+from schedcache.feed.truncation import stored_pod
 from schedcache.model.manifests import Entry, entries, parse_documents, subject, type_name
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
@@ -64,6 +69,7 @@ class LoadReport:
     skipped: list[Skipped] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    truncated: int = 0  # pods applied without their labels (more than the cache stores)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +89,7 @@ class Planner:
         self.cache = cache
         self.pod_states: dict[str, str | None] = {}
         self.unheld: set[str] = set()  # pods read and left out: pending or terminated
+        self.cut = False  # whether the last pod_command stored the pod without its labels
         self.nodes = {as_text(name) for name in cache.client.smembers(cache.keys.nodes)}
 
     def prefetch(self, pods: list[Pod]) -> None:
@@ -113,8 +120,11 @@ class Planner:
         self.unheld.discard(pod.uid)
         # add_pod: new, or confirms an assumed pod
         added = state == "added"
-        command = commands.update_pod(pod, pod) if added else commands.add_pod(pod)
+        command, cut = stored_pod(
+            pod, (lambda p: commands.update_pod(p, p)) if added else commands.add_pod
+        )
         self.pod_states[pod.uid] = "added"
+        self.cut = cut
         return command
 
     def node_command(self, event: str, node: Node) -> Command | tuple[str, str]:
@@ -199,12 +209,13 @@ def load_documents(
         chunk = all_entries[start : start + batch_size]
         planned = _plan(chunk, planner, report)
         batch = cache.batch(chunk_size=min(200, max(1, len(planned))))
-        for _, command in planned:
+        for _, command, _ in planned:
             batch.add(command)
         results = batch.execute() if planned else []
-        for (entry, _), result in zip(planned, results, strict=True):
+        for (entry, _, cut), result in zip(planned, results, strict=True):
             if result.ok:
                 report.applied[result.command.name] += 1
+                report.truncated += cut
             else:
                 report.rejected.append(f"{entry.position}: {result.error}")
         if progress:
@@ -257,9 +268,11 @@ def _meta(obj: Any, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _plan(chunk: list[Entry], planner: Planner, report: LoadReport) -> list[tuple[Entry, Command]]:
-    """Every entry of ``chunk`` decoded and turned into its command; the invalid and skipped
-    ones go to ``report``. Nothing is sent."""
+def _plan(
+    chunk: list[Entry], planner: Planner, report: LoadReport
+) -> list[tuple[Entry, Command, bool]]:
+    """Every entry of ``chunk`` decoded and turned into its command, with whether the pod
+    was truncated; the invalid and skipped ones go to ``report``. Nothing is sent."""
     decoded: list[tuple[Entry, Pod | Node | tuple[str, str]]] = []
     for entry in chunk:
         try:
@@ -267,8 +280,9 @@ def _plan(chunk: list[Entry], planner: Planner, report: LoadReport) -> list[tupl
         except ValidationError as error:
             report.invalid.append(f"{entry.position}: {error}")
     planner.prefetch([model for _, model in decoded if isinstance(model, Pod)])
-    planned: list[tuple[Entry, Command]] = []
+    planned: list[tuple[Entry, Command, bool]] = []
     for entry, model in decoded:
+        planner.cut = False
         try:
             if isinstance(model, Pod):
                 outcome = planner.pod_command(entry.event, model)
@@ -282,5 +296,5 @@ def _plan(chunk: list[Entry], planner: Planner, report: LoadReport) -> list[tupl
         if isinstance(outcome, tuple):
             report.skipped.append(Skipped(entry.position, subject(entry.object), *outcome))
         else:
-            planned.append((entry, outcome))
+            planned.append((entry, outcome, planner.cut))
     return planned

@@ -31,7 +31,6 @@ read here, because building the client's typed models costs more than the sync i
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import random
@@ -53,6 +52,7 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, RetriesExhausted, ValidationError
 from schedcache.feed.progress import record_progress
 from schedcache.feed.reconcile import RESOURCES, held, removal
+from schedcache.feed.truncation import stored_pod
 from schedcache.model.manifests import subject
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
@@ -173,22 +173,12 @@ def planned_pod(event: str, obj: Mapping[str, Any]) -> tuple[Command, bool]:
 
     A valid pod the cache cannot store in full (more labels than it reads back; the API server
     accepts up to etcd's 1.5 MiB) is stored without its labels and marked ``truncated``: left
-    out, it would be invisible to fit and a claim could overcommit its node."""
+    out, it would be invisible to fit and a claim could overcommit its node
+    (:mod:`schedcache.feed.truncation`, shared with ``load``)."""
     pod = Pod.from_k8s(obj)
     version = _version(obj, commands.pod_subject(pod))
     present = event != "DELETED" and bool(pod.node_name) and pod.phase not in TERMINATED
-    try:
-        return commands.sync_pod(pod, version, present), False
-    except ValidationError as error:
-        if not pod.labels or not (error.field == "" or error.field.startswith("metadata.labels")):
-            raise
-    return commands.sync_pod(truncated(pod), version, present), True
-
-
-def truncated(pod: Pod) -> Pod:
-    """``pod`` without its labels, marked truncated: what fit needs (requests, ports, node)
-    is kept; a selector cannot match it by label (documented in docs/sync.md)."""
-    return dataclasses.replace(pod, labels={}, truncated=True)
+    return stored_pod(pod, lambda stored: commands.sync_pod(stored, version, present))
 
 
 def node_command(event: str, obj: Mapping[str, Any]) -> Command:

@@ -13,6 +13,7 @@ not is counted unschedulable, with the reasons.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -27,6 +28,9 @@ from schedcache.sim.policies import Policy, checked
 from schedcache.sim.scratch import ScratchSnapshot
 
 ACTUAL = "actual"
+# Pods per policy whose "chose no node" reason carries the filters' summary (the text output
+# lists the first 20 unschedulable pods; each summary is a filter pass over every node).
+SUMMARISED = 20
 
 
 @dataclass
@@ -197,12 +201,14 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
     placements: dict[str, str | None] = {}
     reasons: dict[str, str] = {}
     names = list(scratch.node_infos)
+    summarised = 0
     for pod in pods:
         node = policy(scratch, pod)
         _check_untouched(name, scratch, names, node, pod)
         placements[pod.uid] = None
         if node is None:
-            reasons[pod.uid] = "no node chosen"
+            summarised += 1
+            reasons[pod.uid] = none_chosen(name, pod, scratch, summarised <= SUMMARISED)
             continue
         info = scratch.node_infos.get(node)
         if info is None:
@@ -220,6 +226,26 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
     if pods:
         _check_untouched(name, scratch, names, None, pods[-1], everywhere=True)
     return Outcome(name, placements, reasons, Utilisation.of(scratch), _since(started))
+
+
+def none_chosen(policy: str, pod: Pod, scratch: ScratchSnapshot, summarise: bool) -> str:
+    """Why ``policy`` placed ``pod`` nowhere: it chose no node; with ``summarise``, what
+    kube-scheduler's filters say of every node, in upstream's summary form (``0/3 nodes are
+    available: 3 Insufficient cpu.``; nodes that fit mean the policy declined them). A filter
+    pass over every node costs, so only the first SUMMARISED such pods of a policy get it."""
+    chose = f"policy {policy!r} chose no node"
+    if not summarise:
+        return chose
+    infos = scratch.node_info_list
+    cycle = cycle_for(pod, scratch.node_infos, scratch.have_pods_with_required_anti_affinity_list)
+    refusals: Counter[str] = Counter()
+    fit = 0
+    for info in infos:
+        verdict = filter_pod(pod, info, cycle)
+        fit += verdict.fits
+        refusals.update(verdict.reasons)
+    counts = ", ".join(sorted(f"{count} {reason}" for reason, count in refusals.items()))
+    return f"{chose}; {fit}/{len(infos)} nodes are available" + (f": {counts}." if counts else "")
 
 
 def _check_untouched(
