@@ -25,7 +25,6 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +41,7 @@ from schedcache.extender.binder import ApiBinder
 from schedcache.extender.service import scores
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -59,20 +59,6 @@ API_MAX_BACKOFF = 30.0
 HELPFUL_EVENTS = frozenset(
     {"NodeAdded", "NodeUpdated", "PodRemoved", "PodForgotten", "PodExpired", "PodUpdated"}
 )
-NO_NODES = "no nodes available to schedule pods"  # upstream's ErrNoNodesAvailable
-
-
-def fit_error(nodes: int, reasons: list[str]) -> str:
-    """Upstream's ``FitError.Error()``: ``0/<nodes> nodes are available: <count> <reason>, ...``
-    with the ``"<count> <reason>"`` strings sorted as Go's ``sort.Strings`` does (byte order),
-    and a final period. (No PostFilter message: this scheduler does not preempt.)"""
-    if not nodes:
-        return NO_NODES
-    histogram = sorted(f"{count} {reason}" for reason, count in Counter(reasons).items())
-    message = f"0/{nodes} nodes are available:"
-    if histogram:
-        message += f" {', '.join(histogram)}."
-    return message
 
 
 def unschedulable_condition(message: str, now: datetime | None = None) -> dict[str, Any]:

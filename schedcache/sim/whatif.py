@@ -23,6 +23,7 @@ from schedcache.errors import PolicyError
 from schedcache.history.checkpoints import read_events
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.plugins.registry import cycle_for, filter_pod
+from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.sim.policies import Policy, checked
 from schedcache.sim.scratch import ScratchSnapshot
@@ -244,8 +245,7 @@ def none_chosen(policy: str, pod: Pod, scratch: ScratchSnapshot, summarise: bool
         verdict = filter_pod(pod, info, cycle)
         fit += verdict.fits
         refusals.update(verdict.reasons)
-    counts = ", ".join(sorted(f"{count} {reason}" for reason, count in refusals.items()))
-    return f"{chose}; {fit}/{len(infos)} nodes are available" + (f": {counts}." if counts else "")
+    return f"{chose}; {fit_error(len(infos), refusals.elements(), available=fit)}"
 
 
 def _check_untouched(
