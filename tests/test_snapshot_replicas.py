@@ -1,0 +1,159 @@
+"""Snapshots read from a replica (``read_from="replica"``): real replication, started here
+(a primary with a replica, found by ``ROLE`` or by its Sentinel) and the session's Cluster
+(its slot's replica). A snapshot fed from a replica equals one fed from the primary once the
+replica caught up; writes still go to the primary; a replica behind the snapshot (its
+replication paused with ``CLIENT PAUSE WRITE``, which stops it applying the primary's stream
+while it still answers reads) never moves the snapshot back. fakeredis has no replica:
+``read_from="replica"`` is refused there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from schedcache import Cache, Snapshot
+from schedcache.errors import ValidationError
+from schedcache.store.connection import connect, embedded_client
+from tests.factories import make_node, make_pod
+from tests.servers import SentinelGroup, free_port, running
+from tests.test_snapshot import assert_matches_fresh
+from tests.test_snapshot_stream import churn, populated
+
+
+@pytest.fixture(scope="module")
+def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
+    group = SentinelGroup(tmp_path_factory.mktemp("replicated"), fsync="no")
+    with running(group) as started:
+        yield started  # type: ignore[misc]
+
+
+@pytest.fixture(params=["redis", "sentinel", "cluster"])
+def primary(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """A client of a replicated primary: by its own URL (replicas found by ``ROLE``), through
+    its Sentinel, or the Cluster's."""
+    if request.param == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+    else:
+        group: SentinelGroup = request.getfixturevalue("sentinel_group")
+        url = (
+            group.url
+            if request.param == "sentinel"
+            else f"redis://127.0.0.1:{group.primary().port}/0"
+        )
+    client = connect(url)
+    yield client  # type: ignore[misc]
+    client.close()
+
+
+@pytest.fixture
+def caches(primary: redis.Redis, cache_name: str) -> Iterator[tuple[Cache, Cache]]:
+    """(a cache reading the primary, the same cache reading a replica)."""
+    writer = Cache(primary, cache_name, replica="writer")
+    reader = Cache(primary, cache_name, replica="reader", read_from="replica")
+    yield writer, reader
+    for cache in (writer, reader):
+        if cache.lease is not None:
+            cache.lease.stop(release=False)
+    writer.clear()
+
+
+def caught_up(cache: Cache) -> None:
+    """Every replica has what the primary has (``WAIT``)."""
+    assert cache.store.server().execute_command("WAIT", 1, 10_000) >= 1
+
+
+def calls(server: redis.Redis, command: str) -> int:
+    return int(server.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_snapshot_fed_from_a_replica_equals_one_fed_from_the_primary(caches):
+    writer, reader = caches
+    populated(writer)
+    caught_up(writer)
+    replica = reader.store.replicas.get()
+    assert replica is not None
+    reads_before = calls(replica, "fcall_ro")
+    snap = Snapshot()
+    reader.update_snapshot(snap)
+    assert calls(replica, "fcall_ro") > reads_before  # the replica answered
+    assert_matches_fresh(writer, snap)
+    churn(writer)
+    caught_up(writer)
+    pages_before = calls(replica, "xrange")
+    report = reader.update_snapshot(snap)
+    assert report.events == 8 and report.fell_back == ""  # followed the replica's stream
+    assert calls(replica, "xrange") > pages_before
+    assert_matches_fresh(writer, snap)
+
+
+def test_writes_of_a_cache_reading_a_replica_go_to_the_primary(caches):
+    writer, reader = caches
+    replica = reader.store.replicas.get()
+    replica.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")  # it sees nothing new
+    try:
+        reader.add_node(make_node("n0", cpu="2", mem="2Gi"))
+        reader.add_pod(make_pod("p0", "n0", "500m", "1Mi"))
+        reader.assume_pod(make_pod("p1", "n0", "500m", "1Mi"), check_fit=True)
+        # Read back at the primary at once, while the replica has none of it.
+        assert sorted(p.uid for p in writer.dump().nodes["n0"].pods) == ["p0", "p1"]
+        assert reader.verify() == []
+    finally:
+        replica.execute_command("CLIENT", "UNPAUSE")
+
+
+def test_a_lagging_replica_never_moves_a_snapshot_back(caches):
+    writer, reader = caches
+    populated(writer)
+    caught_up(writer)
+    replica = reader.store.replicas.get()
+    replica.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        writer.add_pod(make_pod("ahead", "n0", "10m", "1Mi"))
+        snap = Snapshot()
+        writer.update_snapshot(snap)  # from the primary: ahead of the replica
+        ahead = snap.generation
+        writer.add_pod(make_pod("further", "n1", "10m", "1Mi"))
+        asked = calls(replica, "fcall_ro")
+        reader.update_snapshot(snap)
+        assert calls(replica, "fcall_ro") == asked + 1  # the replica was asked first
+        assert snap.generation == writer.generation() > ahead
+        assert "further" in {p.uid for p in snap.get("n1").pods}
+        assert_matches_fresh(writer, snap)
+    finally:
+        replica.execute_command("CLIENT", "UNPAUSE")
+    caught_up(writer)
+    reader.update_snapshot(snap)  # the replica again, caught up
+    assert_matches_fresh(writer, snap)
+
+
+def test_a_replica_that_does_not_answer_leaves_the_snapshot_to_the_primary(primary, cache_name):
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    writer = Cache(primary, cache_name)
+    reader = Cache(primary, cache_name, read_from=closed)
+    try:
+        snap = populated(writer)
+        writer.add_pod(make_pod("late", "n2", "10m", "1Mi"))
+        reader.update_snapshot(snap)
+        assert_matches_fresh(writer, snap)
+    finally:
+        writer.clear()
+
+
+def test_embedded_refuses_read_from_replica():
+    """The embedded fakeredis has no replica: asked for one, a clear error, nothing written."""
+    client = embedded_client()
+    with pytest.raises(ValidationError) as error:
+        Cache(client, "c", read_from="replica")
+    assert error.value.field == "read_from" and "embedded" in str(error.value)
+    assert client.keys("*") == []
+    Cache(client, "c", read_from="primary").update_snapshot(Snapshot())
+
+
+@pytest.mark.parametrize("value", ["secondary", "", "http://replica:6379", 1])
+def test_a_bad_read_from_is_refused(value):
+    with pytest.raises(ValidationError) as error:
+        Cache(embedded_client(), "c", read_from=value)
+    assert error.value.field == "read_from"
