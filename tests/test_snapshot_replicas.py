@@ -13,8 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from schedcache import Cache, Snapshot
+from schedcache.cli.app import main
 from schedcache.errors import ValidationError
 from schedcache.store.connection import connect, embedded_client
 from tests.factories import make_node, make_pod
@@ -157,3 +159,45 @@ def test_a_bad_read_from_is_refused(value):
     with pytest.raises(ValidationError) as error:
         Cache(embedded_client(), "c", read_from=value)
     assert error.value.field == "read_from"
+
+
+def test_cli_read_from_replica_works_on_a_replicated_primary(primary, cache_name, monkeypatch):
+    monkeypatch.delenv("SCHEDCACHE_REDIS_URL", raising=False)
+    writer = Cache(primary, cache_name)
+    try:
+        populated(writer)
+        url = _url_of(primary)
+        monkeypatch.setenv("SCHEDCACHE_READ_FROM", "replica")
+        result = CliRunner().invoke(main, ["--redis", url, "--cache", cache_name, "stats"])
+        assert result.exit_code == 0, result.output
+    finally:
+        writer.clear()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--read-from", "secondary"], "--read-from"),
+        (["--read-from", "replica"], "embedded fakeredis has no replicas"),
+    ],
+)
+def test_cli_read_from_refusals_are_one_line(args, message, monkeypatch):
+    monkeypatch.delenv("SCHEDCACHE_REDIS_URL", raising=False)
+    result = CliRunner().invoke(main, [*args, "stats"])
+    assert result.exit_code != 0 and message in result.output
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+
+
+def _url_of(client: redis.Redis) -> str:
+    """The URL a test's primary client was made from (for the CLI)."""
+    if hasattr(client, "nodes_manager"):
+        node = client.get_default_node()
+        return f"redis+cluster://{node.host}:{node.port}"
+    kwargs = client.connection_pool.connection_kwargs
+    if "host" not in kwargs:  # Sentinel-managed: its Sentinels
+        sentinels = client.connection_pool.sentinel_manager.sentinels
+        hosts = ",".join(
+            "{host}:{port}".format(**s.connection_pool.connection_kwargs) for s in sentinels
+        )
+        return f"redis+sentinel://{hosts}/{client.connection_pool.service_name}"
+    return f"redis://{kwargs['host']}:{kwargs['port']}/0"
