@@ -19,6 +19,7 @@ from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
 from schedcache.errors import ValidationError
 from schedcache.store.connection import connect, embedded_client
+from tests.apis import Blocking
 from tests.factories import make_node, make_pod
 from tests.servers import SentinelGroup, free_port, running
 from tests.test_snapshot import assert_matches_fresh
@@ -33,29 +34,39 @@ def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentine
 
 
 @pytest.fixture(params=["redis", "sentinel", "cluster"])
-def primary(request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    """A client of a replicated primary: by its own URL (replicas found by ``ROLE``), through
-    its Sentinel, or the Cluster's."""
+def primary_url(request: pytest.FixtureRequest) -> str:
+    """A replicated primary: by its own URL (replicas found by ``ROLE``), through its
+    Sentinel, or the Cluster's."""
     if request.param == "cluster":
-        url = request.getfixturevalue("redis_cluster").url
-    else:
-        group: SentinelGroup = request.getfixturevalue("sentinel_group")
-        url = (
-            group.url
-            if request.param == "sentinel"
-            else f"redis://127.0.0.1:{group.primary().port}/0"
-        )
-    client = connect(url)
+        return str(request.getfixturevalue("redis_cluster").url)
+    group: SentinelGroup = request.getfixturevalue("sentinel_group")
+    return (
+        group.url if request.param == "sentinel" else f"redis://127.0.0.1:{group.primary().port}/0"
+    )
+
+
+@pytest.fixture
+def primary(primary_url: str) -> Iterator[redis.Redis]:
+    client = connect(primary_url)
     yield client  # type: ignore[misc]
     client.close()
 
 
-@pytest.fixture
-def caches(primary: redis.Redis, cache_name: str) -> Iterator[tuple[Cache, Cache]]:
-    """(a cache reading the primary, the same cache reading a replica)."""
+@pytest.fixture(params=["sync", "async"])
+def caches(
+    primary: redis.Redis, primary_url: str, cache_name: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[Cache, Cache]]:
+    """(a cache reading the primary, the same cache reading a replica: a Cache, or an
+    AsyncCache called through ``tests.apis.Blocking``)."""
     writer = Cache(primary, cache_name, replica="writer")
     reader = Cache(primary, cache_name, replica="reader", read_from="replica")
-    yield writer, reader
+    blocking = None
+    if request.param == "async":
+        options = {"replica": "reader", "read_from": "replica"}
+        blocking = Blocking(reader, primary_url, options)
+    yield writer, blocking or reader  # type: ignore[misc]
+    if blocking is not None:
+        blocking.close_async()
     for cache in (writer, reader):
         if cache.lease is not None:
             cache.lease.stop(release=False)
