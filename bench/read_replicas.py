@@ -8,7 +8,8 @@ brings its snapshot up to date, then claims ``--claims-per-round`` pods (``check
 nodes picked round robin, until each claimed ``--claims`` pods. Reports, per claimed pod,
 the CPU the primary and the replica used (``INFO cpu``, user + system) and their time in
 snapshot reads (``INFO commandstats``: ``FCALL_RO`` and ``XRANGE``). Prints a table and
-writes ``bench/results/read_replicas.json``.
+writes ``bench/results/read_replicas.json``. Each mode runs ``--repeat`` times, alternating
+which goes first; the medians are compared.
 
     python bench/read_replicas.py [--nodes 1000] [--pods-per-node 10] [--schedulers 4]
                                   [--claims 500] [--claims-per-round 10]
@@ -17,6 +18,7 @@ writes ``bench/results/read_replicas.json``.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -98,10 +100,16 @@ def main() -> None:
     parser.add_argument("--schedulers", type=positive, default=4)
     parser.add_argument("--claims", type=positive, default=500, help="per scheduler")
     parser.add_argument("--claims-per-round", type=positive, default=10)
+    parser.add_argument(
+        "--repeat", type=positive, default=3, help="runs of each mode, alternating which is first"
+    )
     args = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="schedcache-read-replicas-")
     primary_port, replica_port = free_port(), free_port()
-    servers = [start_server(directory, port) for port in (primary_port, replica_port)]
+    servers = []
+    for port in (primary_port, replica_port):
+        Path(directory, str(port)).mkdir()
+        servers.append(start_server(str(Path(directory, str(port))), port))
     try:
         primary = redis.Redis(port=primary_port)
         replica = redis.Redis(port=replica_port)
@@ -110,7 +118,11 @@ def main() -> None:
             lambda: replica.info("replication").get("master_link_status") == "up", 20, "replica"
         )
         url = f"redis://127.0.0.1:{primary_port}/0"
-        results = [run_mode(mode, url, primary, replica, args) for mode in MODES]
+        results = [
+            run_mode(mode, url, primary, replica, args)
+            for run in range(args.repeat)
+            for mode in (MODES if run % 2 == 0 else MODES[::-1])
+        ]
     finally:
         for server in servers:
             server.terminate()
@@ -144,9 +156,27 @@ def main() -> None:
         ],
         rows,
     )
-    saved = 1 - results[1]["primary_cpu_us_per_pod"] / results[0]["primary_cpu_us_per_pod"]
-    print(f"\nprimary CPU per claimed pod with read_from=replica: {saved:+.0%} saved")
-    path = write_results("read_replicas", {"args": vars(args), "runs": results, "saved": saved})
+    medians = {
+        mode: {
+            key: statistics.median(r[key] for r in results if r["mode"] == mode)
+            for key in ("primary_cpu_us_per_pod", "primary_snapshot_reads_us_per_pod")
+        }
+        for mode in MODES
+    }
+    saved = (
+        1
+        - medians["replica"]["primary_cpu_us_per_pod"]
+        / medians["primary"]["primary_cpu_us_per_pod"]
+    )
+    for mode in MODES:
+        print(
+            f"median, read_from={mode}: primary CPU "
+            f"{medians[mode]['primary_cpu_us_per_pod']:.1f} µs per claimed pod, in snapshot "
+            f"reads {medians[mode]['primary_snapshot_reads_us_per_pod']:.1f}"
+        )
+    print(f"primary CPU per claimed pod with read_from=replica: {saved:.0%} less")
+    payload = {"args": vars(args), "runs": results, "medians": medians, "saved": saved}
+    path = write_results("read_replicas", payload)
     print(f"wrote {path}")
 
 
