@@ -147,10 +147,6 @@ class ReplicaRoute:
         if replica is not None:
             replica.close()
 
-    def close(self) -> None:
-        self.refresh()
-        self._next_discovery = float("inf")
-
     def _discover(self) -> redis.Redis | None:
         if self.replica_url is not None:
             return redis.Redis.from_url(self.replica_url, **_timeouts(self.client))
