@@ -19,6 +19,7 @@ from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
 from schedcache.errors import ValidationError
 from schedcache.store.connection import connect, embedded_client
+from schedcache.views.snapshot import INLINE_NODES
 from tests.apis import Blocking
 from tests.factories import make_node, make_pod
 from tests.servers import SentinelGroup, free_port, running
@@ -102,6 +103,23 @@ def test_a_snapshot_fed_from_a_replica_equals_one_fed_from_the_primary(caches):
     assert_matches_fresh(writer, snap)
 
 
+def test_a_new_snapshot_of_many_nodes_reads_them_in_chunks_from_the_replica(caches):
+    """Past ``INLINE_NODES`` changed nodes an update reads them in chunks (ahead, on a thread
+    of its own, in the sync store) before its atomic round: all from the replica."""
+    writer, reader = caches
+    with writer.batch() as batch:
+        for n in range(INLINE_NODES + 50):
+            batch.add_node(make_node(f"n{n}", cpu="2", mem="2Gi"))
+            batch.add_pod(make_pod(f"p{n}", f"n{n}", "100m", "1Mi"))
+    caught_up(writer)
+    replica = reader.store.replicas.get()
+    reads_before = calls(replica, "fcall_ro")
+    snap = Snapshot()
+    reader.update_snapshot(snap)
+    assert calls(replica, "fcall_ro") - reads_before >= 3  # chunks, then the atomic round
+    assert_matches_fresh(writer, snap)
+
+
 def test_writes_of_a_cache_reading_a_replica_go_to_the_primary(caches):
     writer, reader = caches
     replica = reader.store.replicas.get()
@@ -151,6 +169,9 @@ def test_a_replica_that_does_not_answer_leaves_the_snapshot_to_the_primary(prima
         writer.add_pod(make_pod("late", "n2", "10m", "1Mi"))
         reader.update_snapshot(snap)
         assert_matches_fresh(writer, snap)
+        # It is not tried again at once: an unreachable replica would cost every update a
+        # connect timeout.
+        assert reader.store.replicas.get() is None
     finally:
         writer.clear()
 

@@ -234,8 +234,10 @@ class AsyncReplicaRoute:
         return self._replica
 
     async def refresh(self) -> None:
-        """The replica failed: drop it; the next :meth:`get` finds one again at once."""
+        """The replica failed: drop it; snapshots read the primary for ``REDISCOVER_AFTER``
+        seconds, then the route looks for one again."""
         replica, self._replica = self._replica, None
+        self._next_discovery = time.monotonic() + REDISCOVER_AFTER
         if replica is not None:
             await replica.aclose()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from typing import Any
 
@@ -102,8 +103,8 @@ class SlotRoute:
 
 PRIMARY = "primary"
 REPLICA = "replica"
-# Seconds before a route that found no replica (or lost one) asks again: discovery is a call
-# to the primary or the Sentinels, not something to pay for on every snapshot update.
+# Seconds before a route that found no replica (or whose replica failed) asks again: discovery
+# is a call to the primary or the Sentinels, not something to pay for on every update.
 REDISCOVER_AFTER = 30.0
 # Connection settings a replica's client takes from the primary's, less where it goes.
 _NOT_COPIED = ("host", "port", "path", "connection_pool", "redis_connect_func")
@@ -129,21 +130,28 @@ class ReplicaRoute:
         self.replica_url = replica_url
         self._replica: redis.Redis | None = None
         self._next_discovery = 0.0
+        self._lock = threading.Lock()  # (threads share a Store: one discovery at a time)
 
     def get(self) -> redis.Redis | None:
-        if self._replica is None and time.monotonic() >= self._next_discovery:
-            try:
-                self._replica = self._discover()
-            except (redis.RedisError, RedisClusterException, OSError) as error:
-                log.warning("cannot find a replica to read snapshots from: %s", error)
-            if self._replica is None:
-                self._next_discovery = time.monotonic() + REDISCOVER_AFTER
-        return self._replica
+        if self._replica is not None or time.monotonic() < self._next_discovery:
+            return self._replica
+        with self._lock:
+            if self._replica is None and time.monotonic() >= self._next_discovery:
+                try:
+                    self._replica = self._discover()
+                except (redis.RedisError, RedisClusterException, OSError) as error:
+                    log.warning("cannot find a replica to read snapshots from: %s", error)
+                if self._replica is None:
+                    self._next_discovery = time.monotonic() + REDISCOVER_AFTER
+            return self._replica
 
     def refresh(self) -> None:
-        """The replica failed or lagged: drop it; the next :meth:`get` finds one again
-        (another, after a failover) at once."""
-        replica, self._replica = self._replica, None
+        """The replica failed: drop it; snapshots read the primary for ``REDISCOVER_AFTER``
+        seconds (a replica that cannot be reached must not cost each update a connect
+        timeout), then the route looks for one again (another, after a failover)."""
+        with self._lock:
+            replica, self._replica = self._replica, None
+            self._next_discovery = time.monotonic() + REDISCOVER_AFTER
         if replica is not None:
             replica.close()
 
