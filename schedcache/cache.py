@@ -77,6 +77,9 @@ class Cache:
     only once that many replicas have it (``WAIT``, at most ``wait_timeout`` seconds), so a
     failover cannot lose an acknowledged command; fewer in time raises :class:`NotReplicated`.
     0 (the default, and the only choice on the embedded fakeredis) answers at once.
+
+    ``read_from``: ``"replica"`` (or a replica's URL) feeds :meth:`update_snapshot` from a
+    replica of the cache's server; everything else stays on the primary (docs/storage.md).
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class Cache:
         lease_ttl: float = 15.0,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        read_from: str = "primary",
     ) -> None:
         self.ttl, lease_ttl = cache_settings(name, ttl, lease_ttl)
         self.store = Store(
@@ -99,6 +103,7 @@ class Cache:
             retry=retry,
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
+            read_from=read_from,
         )
         self.lease = Lease(self.store, lease_ttl) if replica and lease_ttl > 0 else None
         # The snapshot a check_fit claim made without one judges its inter-pod rules on.
@@ -192,8 +197,8 @@ class Cache:
 
     def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
-        with self._claim_lock:
-            self.update_snapshot(self._claim_snapshot)
+        with self._claim_lock:  # (from the primary: a claim's answer must be current)
+            update_snapshot(self.store, self._claim_snapshot, replica_ok=False)
             return claim_context(self._claim_snapshot, pod)
 
     @property

@@ -150,6 +150,7 @@ class AsyncCache:
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         sync_client: Any = None,
+        read_from: str = "primary",
     ) -> AsyncCache:
         """``sync_client``: a sync client of the same server, for the audit calls that fold the
         stream in a worker thread (replay, verify, checkpoints); needed only when ``client`` was
@@ -162,6 +163,7 @@ class AsyncCache:
             retry=retry,
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
+            read_from=read_from,
         )
         return cls(store, ttl, lease_ttl, sync_client)
 
@@ -237,7 +239,8 @@ class AsyncCache:
     async def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         async with self._claim_lock:
-            await self.update_snapshot(self._claim_snapshot)
+            # (from the primary: a claim's answer must be current)
+            await self.store.run_reads(update_reads(self._claim_snapshot, self.name))
             return claim_context(self._claim_snapshot, pod)
 
     @property
@@ -321,7 +324,9 @@ class AsyncCache:
     async def update_snapshot(self, snap: Snapshot) -> SnapshotUpdate:
         """Bring ``snap`` up to the cache's generation, fetching only the nodes that changed
         (the sync cache's code, driven on this transport)."""
-        return await self.store.run_reads(update_reads(snap, self.name))
+        return await self.store.run_snapshot_reads(
+            lambda: update_reads(snap, self.name), lambda: (snap.incarnation, snap.generation)
+        )
 
     def node_tree(self) -> AsyncNodeTree:
         """The zone-grouped tree of live nodes (``await tree.next()``, ``list()``, ``zones()``)."""

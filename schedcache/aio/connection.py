@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import random
+import time
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,8 +28,10 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisClusterException
+from redis.utils import str_if_bytes
 
 from schedcache.errors import ValidationError
 from schedcache.store.connection import (
@@ -40,7 +45,9 @@ from schedcache.store.connection import (
     embedded_client,
     sentinel_primary,
 )
-from schedcache.store.routing import function_call_slot
+from schedcache.store.routing import REDISCOVER_AFTER, function_call_slot, replica_addresses
+
+log = logging.getLogger(__name__)
 
 AsyncClient = aioredis.Redis | RedisCluster
 
@@ -199,3 +206,77 @@ def _cluster_client(
         AsyncClusterClient, ClusterNode, url, tls, timeouts, options
     )
     return client
+
+
+# -- snapshot reads off the primary (as schedcache.store.routing.ReplicaRoute) ----------------
+
+
+class AsyncReplicaRoute:
+    """The redis.asyncio client of one replica of the server that holds ``key``, for snapshot
+    reads, found as the sync :class:`~schedcache.store.routing.ReplicaRoute` finds it; None
+    when there is none (the snapshot reads the primary; asked again later)."""
+
+    def __init__(self, client: Any, key: str, replica_url: str | None = None) -> None:
+        self.client = client
+        self.key = key
+        self.replica_url = replica_url
+        self._replica: aioredis.Redis | None = None
+        self._next_discovery = 0.0
+
+    async def get(self) -> aioredis.Redis | None:
+        if self._replica is None and time.monotonic() >= self._next_discovery:
+            try:
+                self._replica = await self._discover()
+            except (redis.RedisError, RedisClusterException, OSError) as error:
+                log.warning("cannot find a replica to read snapshots from: %s", error)
+            if self._replica is None:
+                self._next_discovery = time.monotonic() + REDISCOVER_AFTER
+        return self._replica
+
+    async def refresh(self) -> None:
+        """The replica failed: drop it; snapshots read the primary for ``REDISCOVER_AFTER``
+        seconds, then the route looks for one again."""
+        replica, self._replica = self._replica, None
+        self._next_discovery = time.monotonic() + REDISCOVER_AFTER
+        if replica is not None:
+            await replica.aclose()
+
+    async def _discover(self) -> aioredis.Redis | None:
+        if self.replica_url is not None:
+            return aioredis.Redis.from_url(self.replica_url)
+        if isinstance(self.client, RedisCluster):
+            primary = self.client.get_node_from_key(self.key)
+            if primary is None:
+                return None
+            role = await self.client.execute_command("ROLE", target_nodes=primary)
+            addresses = replica_addresses(role)
+            kwargs, connection_class = dict(primary.connection_kwargs), primary.connection_class
+            kwargs["redis_connect_func"] = _readonly
+        else:
+            pool = self.client.connection_pool
+            if isinstance(pool, SentinelConnectionPool):
+                addresses = await pool.sentinel_manager.discover_slaves(pool.service_name)
+            else:
+                addresses = replica_addresses(await self.client.execute_command("ROLE"))
+            kwargs, connection_class = dict(pool.connection_kwargs), pool.connection_class
+            kwargs.pop("redis_connect_func", None)
+        if not addresses:
+            return None
+        host, port = random.choice(addresses)
+        for name in ("host", "port", "path", "connection_pool"):
+            kwargs.pop(name, None)
+        if not issubclass(connection_class, aioredis.SSLConnection):
+            connection_class = aioredis.Connection
+        return aioredis.Redis(
+            connection_pool=aioredis.ConnectionPool(
+                host=host, port=port, connection_class=connection_class, **kwargs
+            )
+        )
+
+
+async def _readonly(connection: aioredis.Connection) -> None:
+    """A cluster replica answers reads of its primary's slots only after ``READONLY``."""
+    await connection.on_connect()
+    await connection.send_command("READONLY")
+    if str_if_bytes(await connection.read_response()) != "OK":
+        raise redis.ConnectionError("READONLY failed")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from hiredis import pack_command
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ClusterDownError
 
+from schedcache.aio.connection import AsyncReplicaRoute
 from schedcache.store.commands import Command
 from schedcache.store.library import (
     is_missing_function,
@@ -30,11 +32,22 @@ from schedcache.store.library import (
     load_refused,
     needs_loading,
 )
-from schedcache.store.reads import STREAM_PAGE, Ahead, Reads
+from schedcache.store.reads import (
+    HEAD_READ,
+    REPLICA_FAILURES,
+    STREAM_PAGE,
+    Ahead,
+    Floor,
+    Read,
+    Reads,
+    ReplicaBehind,
+    check_floor,
+)
 from schedcache.store.replies import translate
 from schedcache.store.retry import RETRYABLE, call_with_retries_async
 from schedcache.store.store import StoreCore
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Replies handed out before the callers answered may run: how finely the work of the client and
 # of Redis overlap when many coroutines share a pool.
@@ -112,6 +125,12 @@ class AsyncStore(StoreCore):
         self._refreshing: asyncio.Lock | None = None
         # A redis.asyncio client of a server (or Sentinel primary): commands packed here.
         self._packs_itself = not isinstance(client, RedisCluster | fakeredis.FakeAsyncRedis)
+        # Where snapshot updates read (None: the primary); nothing else reads there.
+        self.replicas = (
+            AsyncReplicaRoute(client, self.keys.prefix, self.replica_url)
+            if self.reads_replica
+            else None
+        )
 
     @property
     def store(self) -> AsyncStore:
@@ -305,25 +324,58 @@ class AsyncStore(StoreCore):
 
     # -- reads ------------------------------------------------------------------------------
 
-    async def run_reads(self, reads: Reads[T]) -> T:
+    async def run_snapshot_reads(self, make_reads: Callable[[], Reads[T]], floor: Floor) -> T:
+        """A snapshot update on a replica when this store reads from one, else, or when the
+        replica is behind ``floor()`` or fails, on the primary (as the sync
+        ``schedcache.store.reads.run_snapshot_reads``)."""
+        route = self.replicas
+        replica = await route.get() if route is not None else None
+        if route is not None and replica is not None:
+            reads = make_reads()
+            try:
+                return await self.run_reads(reads, replica, floor)
+            except ReplicaBehind as behind:
+                log.debug("cache %s: %s; reading the primary", self.name, behind)
+            except REPLICA_FAILURES as error:
+                log.warning(
+                    "cache %s: replica read failed (%s); reading the primary", self.name, error
+                )
+                await route.refresh()
+            finally:
+                reads.close()
+        return await self.run_reads(make_reads())
+
+    async def run_reads(
+        self, reads: Reads[T], replica: Any = None, floor: Floor | None = None
+    ) -> T:
         """Drive a read without I/O (``schedcache.store.reads.Reads``: snapshots, node infos)
-        on this transport: the same code the sync store drives."""
+        on this transport: the same code the sync store drives (on ``replica``, with
+        ``floor``, when given)."""
         try:
             step = next(reads)
             while True:
                 if isinstance(step, Ahead):  # no read-ahead here: read as asked
                     step = reads.send(None)
-                elif step[0] == STREAM_PAGE:  # XRANGE of the stream, a plain command
-                    first, last, count = step[1]
-                    page = await self._server(
-                        "XRANGE", self.keys.events, first, last, "COUNT", count
-                    )
-                    step = reads.send(page)
-                else:
-                    step = reads.send(await self.read_function(step[0], *step[1]))
+                    continue
+                reply = await self._answer(step, replica)
+                if floor is not None and step[0] == HEAD_READ:
+                    check_floor(reply, floor)
+                step = reads.send(reply)
         except StopIteration as done:
             result: T = done.value
             return result
+
+    async def _answer(self, read: Read, replica: Any) -> Any:
+        name, args = read
+        if name == STREAM_PAGE:  # XRANGE of the stream, a plain command
+            first, last, count = args
+            words = ("XRANGE", self.keys.events, first, last, "COUNT", count)
+            if replica is not None:
+                return await replica.execute_command(*words)
+            return await self._server(*words)
+        if replica is not None:
+            return await replica.execute_command("FCALL_RO", *self.read_args(name, *args))
+        return await self.read_function(name, *args)
 
     async def read_function(self, name: str, *args: Any) -> Any:
         """``FCALL_RO sc_<name>``, reloading the library once if the server lost it."""

@@ -46,7 +46,7 @@ from schedcache.store.keys import Keys
 from schedcache.store.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.store.migrate import migrate as migrate_cache
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
-from schedcache.store.routing import primaries
+from schedcache.store.routing import PRIMARY, primaries, read_from_setting
 from schedcache.store.store import Client
 
 ENV_CACHE = "SCHEDCACHE_CACHE"
@@ -65,6 +65,7 @@ class Settings:
     wait_timeout: float = 1.0
     cache_given: bool = False  # --cache on the command line (not the env var or the default)
     embedded: bool = False  # --embedded: the embedded backend on purpose
+    read_from: str = PRIMARY  # --read-from: where snapshot updates read
 
     def is_shared(self) -> bool:
         """A real Redis that other processes can reach (not the embedded default)."""
@@ -113,6 +114,7 @@ class Settings:
             retry=retry,
             wait_replicas=self.wait_replicas,
             wait_timeout=self.wait_timeout,
+            read_from=self.read_from,
             **options,
         )
 
@@ -208,6 +210,14 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
     return value
 
 
+def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    try:
+        read_from_setting(value, "--read-from")
+    except ValidationError as error:
+        raise click.BadParameter(printable(error.reason), ctx, param) from None
+    return value
+
+
 @click.group(cls=SchedcacheGroup)
 @click.option(
     "--redis",
@@ -262,6 +272,17 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
     help="Longest wait for --wait-replicas, seconds.",
 )
 @click.option(
+    "--read-from",
+    default=PRIMARY,
+    show_default=True,
+    envvar="SCHEDCACHE_READ_FROM",
+    metavar="primary|replica|URL",
+    callback=check_read_from,
+    help="Where snapshot updates read: the primary, a replica of it (found from the primary, "
+    "Sentinel or Cluster), or the replica at this redis:// URL; writes and claims always go "
+    "to the primary (docs/storage.md).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -290,6 +311,7 @@ def main(
     retry_for: float,
     wait_replicas: int,
     wait_timeout: float,
+    read_from: str,
     log_level: str,
     log_format: str,
     embedded: bool,
@@ -304,6 +326,7 @@ def main(
     given = ctx.get_parameter_source("cache_name") == ParameterSource.COMMANDLINE
     ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout, given)
     ctx.obj.embedded = embedded
+    ctx.obj.read_from = read_from
 
 
 # -- demo ---------------------------------------------------------------------------------------

@@ -11,23 +11,38 @@ order are the same). The asyncio driver answers ``Ahead`` with ``None`` and read
 One read is a plain command rather than a function: ``(STREAM_PAGE, (first, last, count))``
 is ``XRANGE`` of the cache's event stream (a snapshot following the stream). Through a function
 the same entries cost Redis 4.4 times as much (each converted to Lua tables and back).
+
+A snapshot update may be read from a replica (``read_from``, :class:`ReplicaRoute`): all of its
+reads from one replica, with a floor. A replica behind the snapshot (an older generation, or
+another incarnation, than the snapshot already holds) or failing to answer gives up the
+replica's run and the same update reads the primary instead: a snapshot never moves back.
+Only snapshot updates read there; claims, ``verify``, expiry and leases read the primary.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import redis
+
+from schedcache.store import pinned
 
 if TYPE_CHECKING:
     from schedcache.store.store import Store
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STREAM_PAGE = "XRANGE"
+# The head of a snapshot update (and of each generation catch-up round): its reply carries
+# the generation (first) and the incarnation (seventh) the floor is checked against.
+HEAD_READ = "snapshot_delta"
 
 Read = tuple[str, tuple[Any, ...]]  # FCALL_RO sc_<name> with these arguments (or STREAM_PAGE)
 
@@ -49,9 +64,56 @@ READ_AHEAD = 2
 EARLY_STOP_WAIT = 0.2
 
 
-def run_reads(store: Store, reads: Reads[T]) -> T:
-    """Drive ``reads`` on the sync store, fetching announced reads ahead
-    (``AsyncStore.run_reads`` drives them on asyncio)."""
+# What a snapshot's floor is: (incarnation, generation) it already holds ("" for none yet).
+Floor = Callable[[], tuple[str, int]]
+
+
+class ReplicaBehind(Exception):
+    """A replica answered an older point of the cache than the snapshot holds."""
+
+
+# A replica failing to answer (down, loading, not synced, without the library): the update
+# reads the primary instead, and the route looks for a replica again.
+REPLICA_FAILURES = (redis.RedisError, OSError)
+
+
+def run_snapshot_reads(store: Store, make_reads: Callable[[], Reads[T]], floor: Floor) -> T:
+    """Drive a snapshot update (``make_reads()``) on a replica when the store reads from one,
+    else, or when the replica is behind ``floor()`` or fails, on the primary."""
+    route = store.replicas
+    replica = route.get() if route is not None else None
+    if route is not None and replica is not None:
+        reads = make_reads()
+        try:
+            return run_reads(store, reads, replica, floor)
+        except ReplicaBehind as behind:
+            log.debug("cache %s: %s; reading the primary", store.name, behind)
+        except REPLICA_FAILURES as error:
+            log.warning(
+                "cache %s: replica read failed (%s); reading the primary", store.name, error
+            )
+            route.refresh()
+        finally:
+            reads.close()  # (its cleanup runs now, before the primary's run)
+    return run_reads(store, make_reads())
+
+
+def check_floor(reply: Any, floor: Floor) -> None:
+    """Raise :class:`ReplicaBehind` when a head read is older than ``floor()``."""
+    incarnation, generation = floor()
+    answered, at = reply[6].decode(), int(reply[0])
+    if incarnation and (answered != incarnation or at < generation):
+        raise ReplicaBehind(
+            f"a replica answered generation {at} of incarnation {answered!r}, the snapshot "
+            f"holds {generation} of {incarnation!r}"
+        )
+
+
+def run_reads(
+    store: Store, reads: Reads[T], replica: redis.Redis | None = None, floor: Floor | None = None
+) -> T:
+    """Drive ``reads`` on the sync store (on ``replica``, with ``floor``, when given), fetching
+    announced reads ahead (``AsyncStore.run_reads`` drives them on asyncio)."""
     ahead: _ReadAhead | None = None
     try:
         step = next(reads)
@@ -59,12 +121,15 @@ def run_reads(store: Store, reads: Reads[T]) -> T:
             if isinstance(step, Ahead):
                 if ahead is not None:
                     ahead.close()
-                ahead = _ReadAhead(store, step.reads) if len(step.reads) > 1 else None
+                ahead = _ReadAhead(store, step.reads, replica) if len(step.reads) > 1 else None
                 step = reads.send(None)
             elif ahead is not None and ahead.serves(step):
                 step = reads.send(ahead.take())
             else:
-                step = reads.send(answer(store, step))
+                reply = answer_from(store, step, replica)
+                if floor is not None and step[0] == HEAD_READ:
+                    check_floor(reply, floor)
+                step = reads.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -82,16 +147,32 @@ def answer(store: Store, read: Read) -> Any:
     return store.client.xrange(store.keys.events, first, last, count)
 
 
+def answer_from(store: Store, read: Read, replica: redis.Redis | None) -> Any:
+    """The reply to one read, from ``replica`` when given (any error there, the function
+    library missing included, is the replica's failure), else as :func:`answer`."""
+    if replica is None:
+        return answer(store, read)
+    name, args = read
+    if name == STREAM_PAGE:
+        return replica.xrange(store.keys.events, *args)
+    return pinned.reply(replica, "FCALL_RO", *store.read_args(name, *args))
+
+
 class _ReadAhead:
     """Announced reads, made in order on a thread of their own (with the Store's own retries
     and library reload); their replies, or the error that ended them, wait in a short queue."""
 
-    def __init__(self, store: Store, reads: Sequence[Read]) -> None:
+    def __init__(
+        self, store: Store, reads: Sequence[Read], replica: redis.Redis | None = None
+    ) -> None:
         self.expected: deque[Read] = deque(reads)
         self.replies: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=READ_AHEAD)
         self.stopped = threading.Event()
         self.thread = threading.Thread(
-            target=self._fetch, args=(store, list(reads)), name="schedcache-read-ahead", daemon=True
+            target=self._fetch,
+            args=(store, list(reads), replica),
+            name="schedcache-read-ahead",
+            daemon=True,
         )
         self.thread.start()
 
@@ -113,12 +194,12 @@ class _ReadAhead:
         self.stopped.set()
         self.thread.join(None if not self.expected else EARLY_STOP_WAIT)
 
-    def _fetch(self, store: Store, reads: list[Read]) -> None:
+    def _fetch(self, store: Store, reads: list[Read], replica: redis.Redis | None) -> None:
         for name, args in reads:
             if self.stopped.is_set():
                 return
             try:
-                item: tuple[bool, Any] = (True, answer(store, (name, args)))
+                item: tuple[bool, Any] = (True, answer_from(store, (name, args), replica))
             except BaseException as error:  # raised in the reading thread, by take()
                 item = (False, error)
             while not self.stopped.is_set():

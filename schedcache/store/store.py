@@ -36,7 +36,13 @@ from schedcache.store.retry import (
     call_with_retries,
     too_late_to_resend,
 )
-from schedcache.store.routing import SlotRoute, is_cluster
+from schedcache.store.routing import (
+    PRIMARY,
+    ReplicaRoute,
+    SlotRoute,
+    is_cluster,
+    read_from_setting,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,6 +93,7 @@ class StoreCore:
         retry: RetryPolicy = DEFAULT_RETRY,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        read_from: str = PRIMARY,
     ) -> None:
         self.keys = Keys(name)
         subject = f"cache {name}"
@@ -112,6 +119,15 @@ class StoreCore:
                 subject,
                 "wait_replicas",
                 "the embedded fakeredis has no replicas (and no WAIT): use 0, or a real Redis",
+            )
+        # Snapshot reads from a replica (docs/storage.md); checked here, routed by the transport.
+        self.read_from = read_from
+        self.reads_replica, self.replica_url = read_from_setting(read_from, subject)
+        if self.reads_replica and isinstance(client, EMBEDDED_CLIENTS):
+            raise ValidationError(
+                subject,
+                "read_from",
+                "the embedded fakeredis has no replicas: use 'primary', or a real Redis",
             )
 
     # -- the FCALL convention ---------------------------------------------------------------
@@ -183,10 +199,15 @@ class Store(StoreCore):
     """
 
     def __init__(self, client: Client, name: str = "default", **options: Any) -> None:
-        """``options``: ``replica``, ``retry``, ``wait_replicas``, ``wait_timeout``."""
+        """``options``: ``replica``, ``retry``, ``wait_replicas``, ``wait_timeout``,
+        ``read_from``."""
         super().__init__(client, name, **options)
         self.client: Client = client
         self.route = SlotRoute(client, self.keys.prefix)
+        # Where snapshot updates read (None: the primary); nothing else reads there.
+        self.replicas = (
+            ReplicaRoute(client, self.keys.prefix, self.replica_url) if self.reads_replica else None
+        )
         ensure_loaded(self.route.get())
 
     @property

@@ -47,7 +47,7 @@ from schedcache.store.fetch import (
     node_info_from_entry,
 )
 from schedcache.store.fold import NodeState, PodState, ReplayState
-from schedcache.store.reads import STREAM_PAGE, Reads, run_reads
+from schedcache.store.reads import STREAM_PAGE, Reads, run_reads, run_snapshot_reads
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
 
@@ -127,10 +127,18 @@ class _Flags:
     pvc: bool = False
 
 
-def update_snapshot(store: Store, snap: Snapshot) -> SnapshotUpdate:
-    """Bring ``snap`` to the cache's current generation; see the module docstring."""
+def update_snapshot(store: Store, snap: Snapshot, *, replica_ok: bool = True) -> SnapshotUpdate:
+    """Bring ``snap`` to the cache's current generation; see the module docstring. With a
+    store that reads snapshots from a replica (``read_from``), from there unless
+    ``replica_ok`` is False (a claim's own snapshot: its answer must be current)."""
     with gc_paused():
-        return run_reads(store, update_reads(snap, store.name))
+        if not replica_ok:
+            return run_reads(store, update_reads(snap, store.name))
+        return run_snapshot_reads(
+            store,
+            lambda: update_reads(snap, store.name),
+            lambda: (snap.incarnation, snap.generation),
+        )
 
 
 def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
