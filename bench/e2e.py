@@ -245,7 +245,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
     redis.Redis.from_url(args.url).flushdb()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    api = context.Process(target=api_server, args=(theirs, args, directory))
+    api = context.Process(target=api_server, args=(theirs, args, directory), daemon=True)
     api.start()
     kubeconfig = ours.recv()
     stop, synced, go = context.Event(), context.Event(), context.Event()

@@ -41,7 +41,7 @@ from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, FitConflict, ValidationError
+from schedcache.errors import CacheError, FitConflict, PodAlreadyExists, ValidationError
 from schedcache.extender.binder import ApiBinder
 from schedcache.model.values import Pod
 from schedcache.views.columns import Columns
@@ -149,6 +149,7 @@ class ReferenceScheduler:
         self.bound = 0
         self.conflicts = 0
         self.unschedulable = 0  # attempts that found no node
+        self.lost = 0  # pods another replica claimed first (every replica sees every pod)
         self.api_errors = 0  # failed lists or watches of pending pods
         self._lock = threading.Lock()
         self._queued: set[str] = set()  # uids in ``pending``
@@ -253,6 +254,9 @@ class ReferenceScheduler:
                 if self.cache.pod_state(pod) is not None:
                     continue  # offered twice (list, then an update): already claimed
                 outcome = self.schedule_one(pod)
+            except PodAlreadyExists:  # another replica claimed it meanwhile: its pod now
+                self.lost += 1
+                continue
             except CacheError as error:
                 log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
                 self._back_off(pod)
