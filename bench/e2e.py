@@ -209,12 +209,18 @@ def feeder(url: str, kubeconfig: str, synced: EventType, stop: EventType) -> Non
 
 
 def replica(
-    url: str, kubeconfig: str, name: str, ready: EventType, go: EventType, profile: str
+    url: str,
+    kubeconfig: str,
+    name: str,
+    ready: EventType,
+    go: EventType,
+    profile: str,
+    workers: int,
 ) -> None:
     from schedcache.extender.reference import ReferenceScheduler
 
     cache = Cache(redis.Redis.from_url(url), CACHE, replica=name)
-    loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER)
+    loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, binding_workers=workers)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     ready.set()
     go.wait()
@@ -255,7 +261,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
     processes += [
         context.Process(
             target=replica,
-            args=(args.url, kubeconfig, f"replica-{i}", ready[i], go, profile),
+            args=(args.url, kubeconfig, f"replica-{i}", ready[i], go, profile, args.workers),
             daemon=True,
         )
         for i in range(replicas)
@@ -310,6 +316,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1000, help="pods bound straight")
     parser.add_argument("--url", default="redis://127.0.0.1:6398/2", help="a Redis DB to flush")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
+    parser.add_argument("--workers", type=int, default=16, help="binding threads a replica")
     parser.add_argument("--profile", default="", help="cProfile file of the 1-replica run")
     parser.add_argument("--name", default="e2e", help="results file: bench/results/NAME.json")
     args = parser.parse_args()

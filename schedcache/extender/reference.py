@@ -252,8 +252,11 @@ class ReferenceScheduler:
             with self._lock:
                 self._queued.discard(pod.uid)
             try:
-                if self.cache.pod_state(pod) is not None:
-                    continue  # offered twice (list, then an update): already claimed
+                # A pod tried before may have been claimed meanwhile (by this replica or
+                # another): ask the cache. A first try goes straight to the claim, which
+                # refuses a pod claimed already (PodAlreadyExists): one round trip less a pod.
+                if pod.uid in self._failures and self.cache.pod_state(pod) is not None:
+                    continue
                 outcome = self.schedule_one(pod)
             except PodAlreadyExists:  # another replica claimed it meanwhile: its pod now
                 self.lost += 1
