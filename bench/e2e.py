@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import multiprocessing
+import os
 import signal
 import sys
 import tempfile
@@ -110,7 +111,9 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str) -> No
 
         def counting(namespace: str, name: str, body: Any) -> Any:
             try:
-                return bind(namespace, name, body)
+                answer = bind(namespace, name, body)
+                refused["bound"] += name.startswith("measured-")  # no scan of every pod a poll
+                return answer
             except ApiError as error:
                 refused[f"{error.code}"] += 1
                 raise
@@ -128,15 +131,11 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str) -> No
             if message == "stop":
                 return
             if message == "bound":
-                conn.send(sum(1 for p in server.objects("Pod") if _measured_bound(p)))
+                conn.send(refused["bound"])
             elif message == "check":
                 conn.send(_check(server.objects("Node"), server.objects("Pod"), refused))
             else:
                 conn.send(_capacity(server, message[1], directory))
-
-
-def _measured_bound(p: dict[str, Any]) -> bool:
-    return bool(p["metadata"]["name"].startswith("measured-") and p["spec"].get("nodeName"))
 
 
 def _check(
@@ -238,6 +237,17 @@ def replica(
 # -- one configuration ---------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu(url: str) -> float:
+    cpu = redis.Redis.from_url(url).info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 def wait_for(check: Any, timeout: float, what: str) -> float:
     start = time.perf_counter()
     while not check():
@@ -278,8 +288,11 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
             process.start()
         for event in ready:
             event.wait(60)
+        before = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
         go.set()
         seconds = wait_for(lambda: bound() >= args.measured, args.timeout, "every pod bound")
+        after = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
+        used = [b - a for a, b in zip(before, after, strict=True)]
         ours.send("check")
         checks: dict[str, int] = ours.recv()
         ours.send(("capacity", args.capacity))
@@ -304,6 +317,12 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "pods/s": round(args.measured / seconds, 1),
         **checks,
         "API binds/s": round(capacity),
+        # CPU seconds each part used while the pods were placed (this machine's cores are
+        # shared by all of them: the sum over the wall seconds is the cores kept busy).
+        "cpu replicas": round(sum(used[2:-1]), 1),
+        "cpu API": round(used[0], 1),
+        "cpu sync": round(used[1], 1),
+        "cpu redis": round(used[-1], 1),
     }
 
 
