@@ -214,12 +214,14 @@ def replica(
     ready: EventType,
     go: EventType,
     profile: str,
-    workers: int,
+    workers: int | None,
 ) -> None:
     from schedcache.extender.reference import ReferenceScheduler
 
     cache = Cache(redis.Redis.from_url(url), CACHE, replica=name)
-    loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, binding_workers=workers)
+    # Only when asked: the tree before issue 34 bound in the loop (no such option).
+    options = {} if workers is None else {"binding_workers": workers}
+    loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, **options)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     ready.set()
     go.wait()
@@ -283,7 +285,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
 
     try:
         processes[0].start()
-        sync_seconds = wait_for(synced.is_set, 900, "the feeder's first list")
+        sync_seconds = wait_for(synced.is_set, 120, "the feeder's first list")
         for process in processes[1:]:
             process.start()
         for event in ready:
@@ -335,7 +337,7 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1000, help="pods bound straight")
     parser.add_argument("--url", default="redis://127.0.0.1:6398/2", help="a Redis DB to flush")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
-    parser.add_argument("--workers", type=int, default=16, help="binding threads a replica")
+    parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
     parser.add_argument("--profile", default="", help="cProfile file of the 1-replica run")
     parser.add_argument("--name", default="e2e", help="results file: bench/results/NAME.json")
     args = parser.parse_args()
