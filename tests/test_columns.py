@@ -165,3 +165,59 @@ def test_each_pod_starts_where_the_last_one_stopped(cache: Cache) -> None:
     # Every node looked at is feasible and scores alike: the greatest name of each sample.
     names = columns.names
     assert first.node == max(names[:100]) and second.node == max(names[100:] + names[:50])
+
+
+def test_pods_the_columns_cannot_judge_alone_place_as_the_per_node_code(cache: Cache) -> None:
+    """Host ports, required anti-affinity, preferred affinity: the per-node path on the
+    sample; on a cluster under 100 nodes (every node judged) the node the reference scheduler
+    chose before (every node filtered, the extender's 0-10 scores, the greatest name)."""
+    from schedcache.extender.service import scores
+
+    rng = random.Random(11)
+    nodes = [random_node(rng, i) for i in range(30)]
+    for node in nodes:
+        cache.add_node(node)
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+            ]
+        }
+    }
+    preferred = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 5,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {"app": "db"}},
+                        "topologyKey": "zone",
+                    },
+                }
+            ]
+        }
+    }
+    cache.add_pod(Pod.from_k8s(pod_manifest("db", nodes[4].name, "1", "1Gi", labels={"app": "db"})))
+    snap = Snapshot()
+    columns = Columns()
+    shapes: list[dict[str, Any]] = [
+        {"ports": [{"containerPort": 80, "hostPort": 80}]},
+        {"affinity": anti, "labels": {"app": "web"}},
+        {"affinity": preferred},
+    ]
+    for i in range(12):
+        shape = shapes[i % 3]
+        manifest = pod_manifest(f"in{i}", "", "500m", "512Mi", uid=f"uid-in{i}", **shape)
+        pod = Pod.from_k8s(manifest)
+        assert not columnar(pod)
+        cache.update_snapshot(snap)
+        cycle = Cycle(pod, list(snap.node_infos.values()))
+        infos = [info for info in snap.node_info_list if info.node is not None]
+        feasible = [(info.name, info) for info in infos if filter_pod(pod, info, cycle).fits]
+        placement = columns.place(pod, snap)
+        if not feasible:
+            assert placement.node == "" and placement.reasons
+            continue
+        ranked = scores(pod, feasible, cycle)  # type: ignore[arg-type]
+        assert placement.node == max(ranked, key=lambda name: (ranked[name], name))
+        cache.assume_pod(pod.with_node(placement.node))
