@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from schedcache import Cache, Snapshot
+from schedcache.errors import ValidationError
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Node, Pod
@@ -149,6 +150,12 @@ def test_the_sample_is_upstreams_num_feasible_nodes_to_find(
     nodes: int, percentage: int, expected: int
 ) -> None:
     assert nodes_to_find(nodes, percentage) == expected
+
+
+@pytest.mark.parametrize("percentage", [-1, 101, 2.5, "10"])
+def test_a_percentage_outside_0_to_100_is_refused(percentage: Any) -> None:
+    with pytest.raises(ValidationError, match="percentage"):
+        Columns(percentage)
 
 
 def test_each_pod_starts_where_the_last_one_stopped(cache: Cache) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import imagelocality
 from schedcache.model.plugins.cycle import Cycle
@@ -85,6 +86,11 @@ class Columns:
     """Per-node arrays of one snapshot, in its ``node_info_list`` order."""
 
     def __init__(self, percentage: int = 0) -> None:
+        if type(percentage) is not int or not 0 <= percentage <= 100:
+            # upstream's validation of percentageOfNodesToScore
+            raise ValidationError(
+                "scheduler", "percentage", f"{percentage!r} must be an integer in [0, 100]"
+            )
         self.percentage = percentage
         self.next_start = 0  # upstream's nextStartNodeIndex
         self._list: list[NodeInfo] | None = None
