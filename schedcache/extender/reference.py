@@ -1,10 +1,13 @@
 """``schedcache scheduler``: a reference scheduler replica in Python, on the shared cache.
 
 The loop users copy, kept short: watch the pending pods that name this scheduler, and for each
-one — filter every node of a fresh snapshot, score the feasible ones, claim the best with
-``assume_pod(check_fit=True)`` (checked in Redis against the live node, so N replicas never
-overfill it), bind through the API server, ``finish_binding``. A fit conflict (another replica
-was first) tries the next best node on a refreshed snapshot; a failed binding forgets the claim.
+one — place it on a fresh snapshot (``Columns.place``: upstream's sample of the nodes filtered
+and scored, vectorised, views/columns.py), claim the best with ``assume_pod(check_fit=True)``
+(checked in Redis against the live node, so N replicas never overfill it), and hand the
+Binding to a bounded pool, as kube-scheduler's binding cycle: the next pod is placed meanwhile
+on a snapshot that already counts the claim; ``finish_binding`` when the Binding answers, else
+the claim is forgotten and the pod backs off. A fit conflict (another replica was first) tries
+again on a refreshed snapshot.
 The cache learns the binding from ``schedcache sync`` (confirming the claim); until then the
 claim holds the room, and expires after the cache's ttl if the pod never shows up bound.
 
@@ -21,10 +24,12 @@ every second.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,13 +41,11 @@ from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, FitConflict, ValidationError
+from schedcache.errors import CacheError, FitConflict, PodAlreadyExists, ValidationError
 from schedcache.extender.binder import ApiBinder
-from schedcache.extender.service import scores
-from schedcache.model.plugins.cycle import Cycle
-from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
+from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -59,6 +62,9 @@ API_MAX_BACKOFF = 30.0
 HELPFUL_EVENTS = frozenset(
     {"NodeAdded", "NodeUpdated", "PodRemoved", "PodForgotten", "PodExpired", "PodUpdated"}
 )
+# Bindings in flight at once (kube-scheduler binds each pod in a goroutine of its own; a
+# bounded pool here, the loop waits when it is full).
+BINDING_WORKERS = 16
 
 
 def unschedulable_condition(message: str, now: datetime | None = None) -> dict[str, Any]:
@@ -77,8 +83,9 @@ def unschedulable_condition(message: str, now: datetime | None = None) -> dict[s
 
 @dataclass
 class Outcome:
-    """What one scheduling attempt did: ``node`` bound, else ``reason`` (``unschedulable``:
-    no node could take the pod, ``reason`` then upstream's FitError message)."""
+    """What one scheduling attempt did: ``node`` claimed (its Binding handed to the pool),
+    else ``reason`` (``unschedulable``: no node could take the pod, ``reason`` then upstream's
+    FitError message)."""
 
     node: str = ""
     reason: str = ""
@@ -95,7 +102,8 @@ class _Waiting:
 
 class ReferenceScheduler:
     """One replica; ``run()`` until ``stop`` is set. ``retry_delay``: the first back-off of a
-    pod that could not be placed, doubling to ``max_backoff``."""
+    pod that could not be placed, doubling to ``max_backoff``; ``percentage``: upstream's
+    percentageOfNodesToScore (0: adaptive); ``binding_workers``: Bindings in flight."""
 
     def __init__(
         self,
@@ -107,6 +115,8 @@ class ReferenceScheduler:
         retry_delay: float = POD_INITIAL_BACKOFF,
         max_backoff: float = POD_MAX_BACKOFF,
         api_max_backoff: float = API_MAX_BACKOFF,
+        percentage: int = 0,
+        binding_workers: int = BINDING_WORKERS,
     ) -> None:
         self.cache = cache
         self.api = api
@@ -118,11 +128,15 @@ class ReferenceScheduler:
         self.max_backoff = max_backoff
         self.api_max_backoff = api_max_backoff
         self.snapshot = Snapshot()
+        self.columns = Columns(percentage)
+        self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")
+        self._in_flight = threading.BoundedSemaphore(binding_workers)
         self.pending: queue.Queue[Pod] = queue.Queue()
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
         self.unschedulable = 0  # attempts that found no node
+        self.lost = 0  # pods another replica claimed first (every replica sees every pod)
         self.api_errors = 0  # failed lists or watches of pending pods
         self._lock = threading.Lock()
         self._queued: set[str] = set()  # uids in ``pending``
@@ -133,47 +147,69 @@ class ReferenceScheduler:
     # -- scheduling one pod ----------------------------------------------------------------
 
     def schedule_one(self, pod: Pod) -> Outcome:
-        """Filter, score, claim, bind; the next best node after a conflict."""
+        """Place, claim, hand the Binding to the pool; placed again after a conflict."""
         outcome = Outcome()
         for _ in range(self.attempts):
             self.cache.update_snapshot(self.snapshot)
-            cycle = Cycle(
-                pod,
-                list(self.snapshot.node_infos.values()),
-                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
-            )
-            infos = [info for info in self.snapshot.node_info_list if info.node is not None]
-            verdicts = [(info, filter_pod(pod, info, cycle).reasons) for info in infos]
-            feasible = [(info.name, info) for info, reasons in verdicts if not reasons]
-            if not feasible:
+            placement = self.columns.place(pod, self.snapshot)
+            if not placement.node:
                 outcome.unschedulable = True
-                outcome.reason = fit_error(len(infos), [r for _, rs in verdicts for r in rs])
+                outcome.reason = fit_error(placement.nodes, placement.reasons)
                 return outcome
-            ranked = scores(pod, feasible, cycle)  # type: ignore[arg-type]
-            best = max(ranked, key=lambda name: (ranked[name], name))
-            placed = pod.with_node(best)
+            placed = pod.with_node(placement.node)
+            # The snapshot carries the claim's inter-pod rules; a pod without any, in a cluster
+            # without required anti-affinity, claims bare (Redis refuses it as unchecked if
+            # such a pod was placed since, and assume_pod then judges it).
+            judged = (
+                pod.has_inter_pod_rules or self.snapshot.have_pods_with_required_anti_affinity_list
+            )
             try:
-                self.cache.assume_pod(placed, check_fit=True, snapshot=self.snapshot)
+                self.cache.assume_pod(
+                    placed, check_fit=True, snapshot=self.snapshot if judged else None
+                )
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
-            try:
-                self.binder.bind(pod.namespace, pod.name, pod.uid, best)
-            except ApiException as error:
-                self.cache.forget_pod(placed)
-                outcome.reason = f"binding failed: {error.status} {error.reason}"
-                return outcome
-            except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
-                self.cache.forget_pod(placed)
-                outcome.reason = f"binding failed: {type(error).__name__}: {_short(error)}"
-                return outcome
-            self.cache.finish_binding(placed)
-            self.bound += 1
-            outcome.node = best
+            self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
+            self.binding.submit(self._bind, placed)
+            outcome.node = placement.node
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
         return outcome
+
+    def _bind(self, placed: Pod) -> None:
+        """The binding cycle, in the pool: bind, then ``finish_binding``; a failed Binding
+        forgets the claim and the pod backs off."""
+        try:
+            try:
+                self.binder.bind(placed.namespace, placed.name, placed.uid, placed.node_name)
+            except ApiException as error:
+                self._binding_failed(placed, f"{error.status} {error.reason}")
+                return
+            except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
+                self._binding_failed(placed, f"{type(error).__name__}: {_short(error)}")
+                return
+            self.cache.finish_binding(placed)
+            with self._lock:
+                self.bound += 1
+                self._failures.pop(placed.uid, None)
+                self._reported.pop(placed.uid, None)
+        except (CacheError, redis.RedisError, OSError) as error:
+            log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
+        finally:
+            self._in_flight.release()
+
+    def _binding_failed(self, placed: Pod, why: str) -> None:
+        self.cache.forget_pod(placed)
+        delay = self._back_off(placed.with_node(""))
+        log.info(
+            "pod %s/%s not scheduled: binding failed: %s (retry in %.1f s)",
+            placed.namespace,
+            placed.name,
+            why,
+            delay,
+        )
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -189,6 +225,7 @@ class ReferenceScheduler:
             self._schedule_until_stopped()
         finally:
             self.stop.set()
+            self.binding.shutdown(wait=True)  # the Bindings in flight answer (or time out)
             helpers[1].join(2.0)  # the event follower blocks a second at most
 
     def _schedule_until_stopped(self) -> None:
@@ -201,17 +238,20 @@ class ReferenceScheduler:
             with self._lock:
                 self._queued.discard(pod.uid)
             try:
-                if self.cache.pod_state(pod) is not None:
-                    continue  # offered twice (list, then an update): already claimed
+                # A pod tried before may have been claimed meanwhile (by this replica or
+                # another): ask the cache. A first try goes straight to the claim, which
+                # refuses a pod claimed already (PodAlreadyExists): one round trip less a pod.
+                if pod.uid in self._failures and self.cache.pod_state(pod) is not None:
+                    continue
                 outcome = self.schedule_one(pod)
+            except PodAlreadyExists:  # another replica claimed it meanwhile: its pod now
+                self.lost += 1
+                continue
             except CacheError as error:
                 log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
                 self._back_off(pod)
                 continue
             if outcome.node:
-                with self._lock:
-                    self._failures.pop(pod.uid, None)
-                    self._reported.pop(pod.uid, None)
                 continue
             delay = self._back_off(pod)
             if outcome.unschedulable:
@@ -309,29 +349,30 @@ class ReferenceScheduler:
                     self.wake()
 
     def _watch(self) -> None:
-        sanitize = self.api.api_client.sanitize_for_serialization
         delay = 1.0
         while not self.stop.is_set():
             try:
-                listed = self.api.list_pod_for_all_namespaces(
-                    field_selector=PENDING, _request_timeout=(10, 60)
+                response: Any = self.api.list_pod_for_all_namespaces(
+                    field_selector=PENDING, _request_timeout=(10, 60), _preload_content=False
                 )
-                for item in listed.items:
-                    self._offer(sanitize(item))
+                listed = json.loads(response.data)
+                for item in listed.get("items") or []:
+                    self._offer(item)
                 delay = 1.0
-                stream = kube_watch.Watch().stream(
+                watcher: Any = _RawWatch()
+                stream = watcher.stream(
                     self.api.list_pod_for_all_namespaces,
                     field_selector=PENDING,
-                    resource_version=listed.metadata.resource_version if listed.metadata else None,
+                    resource_version=(listed.get("metadata") or {}).get("resourceVersion"),
                     timeout_seconds=self.watch_timeout,
                 )
                 for event in stream:
                     if self.stop.is_set():
                         return
                     if event["type"] in ("ADDED", "MODIFIED"):
-                        self._offer(sanitize(event["object"]))
+                        self._offer(event["raw_object"])
                     elif event["type"] == "DELETED":
-                        self._forget(sanitize(event["object"]))
+                        self._forget(event["raw_object"])
             except Exception as error:  # the API server away or 410: list again, backing off
                 self.api_errors += 1
                 log.warning("watching pending pods: %s; again in %.0f s", _short(error), delay)
@@ -363,6 +404,18 @@ class ReferenceScheduler:
             self._waiting.pop(uid, None)
             self._failures.pop(uid, None)
             self._reported.pop(uid, None)
+
+
+class _RawWatch(kube_watch.Watch):
+    """A watch whose events carry the API server's JSON as it came: the official client would
+    build a V1Pod of each, turned back into a dict here (a millisecond a pod, the replica's
+    costliest step after the columns)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+
+    def get_return_type(self, func: Any) -> None:
+        return None
 
 
 def _short(error: BaseException) -> str:

@@ -91,6 +91,9 @@ class Snapshot:
     # Per node, its stored object and the Node decoded from it: a node changed by its pods
     # alone keeps its Node (decoding it was a tenth of an update after 10 changed nodes).
     node_objects: dict[str, NodeObject] = field(default_factory=dict, repr=False)
+    # Names of the nodes put in or taken out since a reader last emptied it (the snapshot
+    # columns, views/columns.py, follow these instead of looking at every node).
+    changed: set[str] = field(default_factory=set, repr=False)
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -528,6 +531,7 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
     """Put decoded nodes into the snapshot (in place of what it held of them), and, read from
     Redis (``sync``), into its fold state."""
     for name, info, versions, totals in decoded:
+        snap.changed.add(name)
         if sync:
             _sync_state(snap.state, name, info, versions, totals)
         existing = snap.node_infos.get(name)
