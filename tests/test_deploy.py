@@ -145,6 +145,7 @@ def test_every_overlay_renders_and_the_docs_install_what_is_rendered() -> None:
     assert {"deploy/overlays/redis-single", "deploy/overlays/redis-external"} <= set(TARGETS)
     assert "deploy/overlays/prometheus" in TARGETS and "deploy/jobs/migrate" in TARGETS
     assert "deploy/overlays/redis-sentinel" in TARGETS
+    assert "deploy/overlays/shared-extender" in TARGETS
     for target in TARGETS:
         assert render(target), target
     docs = (ROOT / "docs/kubernetes.md").read_text()
@@ -437,17 +438,23 @@ SCHEDULER_CONFIG_FIELDS = {
         "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources",
         "ignorable",
     },
+    "tlsConfig": {
+        "insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData",
+        "caData",
+    },
 }  # fmt: skip
 
 
-def test_the_scheduler_configuration_names_only_fields_kube_scheduler_knows() -> None:
-    config = scheduler_configuration(render("deploy/overlays/redis-single"))
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_the_scheduler_configuration_names_only_fields_kube_scheduler_knows(target: str) -> None:
+    config = scheduler_configuration(render(target))
     assert set(config) <= SCHEDULER_CONFIG_FIELDS[""]
     assert set(config["leaderElection"]) <= SCHEDULER_CONFIG_FIELDS["leaderElection"]
     for section in ("profiles", "extenders"):
         for item in config[section]:
             assert set(item) <= SCHEDULER_CONFIG_FIELDS[section], section
     for extender in config["extenders"]:
+        assert set(extender.get("tlsConfig", {})) <= SCHEDULER_CONFIG_FIELDS["tlsConfig"]
         assert isinstance(extender["weight"], int) and extender["weight"] > 0
         assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
     assert sum(1 for e in config["extenders"] if e.get("bindVerb")) == 1  # upstream's rule
@@ -557,3 +564,123 @@ def test_the_image_is_non_root_with_the_extras_the_manifests_run() -> None:
     installed = re.findall(r"'schedcache\[([a-z,]+)\]'", dockerfile)
     assert installed and {"kube", "extender"} <= set(installed[-1].split(","))
     assert re.search(r'^ENTRYPOINT \["schedcache"\]$', dockerfile, flags=re.M)
+
+
+# -- the shared extender (deploy/overlays/shared-extender) ---------------------------------------
+
+SHARED = "deploy/overlays/shared-extender"
+
+
+def mounted_secret(objects: list[Obj], workload: str, c: Obj, path: str) -> tuple[str, str]:
+    """(Secret name, key) of the file ``path`` in container ``c`` of ``workload``: it must lie
+    in a read-only mount of a Secret volume."""
+    (spec,) = [s for o, s in pod_specs(objects) if o["metadata"]["name"] == workload]
+    file = Path(path)
+    (mount,) = [m for m in c["volumeMounts"] if Path(m["mountPath"]) == file.parent]
+    assert mount.get("readOnly") is True, f"{workload} {c['name']}: {mount}"
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return volume["secret"]["secretName"], file.name
+
+
+def test_the_shared_extender_serves_mutual_tls_from_its_mounted_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render(SHARED)
+    extender = container(objects, "schedcache-extender", "extender")
+    path, params = parse_with_the_cli(expand(extender["args"], extender["env"]), monkeypatch)
+    assert path == "extender"
+    files = {
+        flag: mounted_secret(objects, "schedcache-extender", extender, str(params[flag]))
+        for flag in ("tls_cert_file", "tls_private_key_file", "client_ca_file")
+    }
+    assert files == {
+        "tls_cert_file": ("schedcache-extender-tls", "tls.crt"),
+        "tls_private_key_file": ("schedcache-extender-tls", "tls.key"),
+        "client_ca_file": ("schedcache-extender-tls", "ca.crt"),
+    }
+    assert not params["insecure_allow_unauthenticated"]
+    assert params["listen"][0] in ("", "0.0.0.0")  # every address: the Service reaches it
+    assert [p["containerPort"] for p in extender["ports"]] == [params["listen"][1]]
+    assert params["in_cluster"] and not params["no_api"]
+    assert params["replica"] == POD_NAME
+    # The sidecar is gone: the scheduler pods run kube-scheduler only.
+    (spec,) = [s for o, s in pod_specs(objects) if o["metadata"]["name"] == "schedcache-scheduler"]
+    assert [c["name"] for c in spec["containers"]] == ["kube-scheduler"]
+
+
+def test_the_scheduler_calls_the_shared_extenders_service_over_mutual_tls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render(SHARED)
+    (extender_config,) = scheduler_configuration(objects)["extenders"]
+    extender = container(objects, "schedcache-extender", "extender")
+    _, params = parse_with_the_cli(expand(extender["args"], extender["env"]), monkeypatch)
+    (service,) = [
+        o
+        for o in objects
+        if o["kind"] == "Service" and o["metadata"]["name"] == "schedcache-extender"
+    ]
+    by_name = {o["metadata"]["name"]: o for o, _ in pod_specs(objects)}
+    pod_labels = by_name["schedcache-extender"]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    named = {p["name"]: p["containerPort"] for p in extender["ports"]}
+    assert named.get(port["targetPort"], port["targetPort"]) == params["listen"][1]
+    url = urlsplit(extender_config["urlPrefix"])
+    meta = service["metadata"]
+    assert url.scheme == "https" and extender_config["enableHTTPS"] is True
+    assert url.hostname == f"{meta['name']}.{meta['namespace']}.svc"
+    assert url.port == port["port"]
+    assert url.path == params["url_prefix"]
+    assert extender_config["bindVerb"] == "bind" and extender_config["ignorable"] is False
+    tls = extender_config["tlsConfig"]
+    assert not tls.get("insecure")
+    kube_scheduler = container(objects, "schedcache-scheduler", "kube-scheduler")
+    files = {
+        key: mounted_secret(objects, "schedcache-scheduler", kube_scheduler, tls[key])
+        for key in ("certFile", "keyFile", "caFile")
+    }
+    assert files == {
+        "certFile": ("schedcache-extender-client", "tls.crt"),
+        "keyFile": ("schedcache-extender-client", "tls.key"),
+        "caFile": ("schedcache-extender-client", "ca.crt"),
+    }
+
+
+def test_only_the_scheduler_pods_reach_the_shared_extender() -> None:
+    objects = render(SHARED)
+    (policy,) = [
+        o
+        for o in objects
+        if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "schedcache-extender"
+    ]
+    by_name = {o["metadata"]["name"]: o for o, _ in pod_specs(objects)}
+    extender = by_name["schedcache-extender"]["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= extender.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert set(source) == {"podSelector"}  # this namespace only
+    allowed = source["podSelector"]["matchLabels"]
+    admitted = {
+        workload
+        for workload, o in by_name.items()
+        if allowed.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+    }
+    assert admitted == {"schedcache-scheduler"}
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8443}]
+
+
+def test_the_shared_extender_gets_the_sidecars_api_access_under_its_own_account() -> None:
+    objects = render(SHARED)
+    assert granted(objects, "schedcache-extender") == {"ClusterRole/schedcache-extender@cluster"}
+    assert granted(objects, "schedcache-scheduler") == {
+        "ClusterRole/system:kube-scheduler@cluster",
+        "ClusterRole/system:volume-scheduler@cluster",
+        "Role/extension-apiserver-authentication-reader@kube-system",
+    }
+    assert rules_of(objects, "schedcache-extender") == rules_of(
+        render("deploy/overlays/redis-single"), "schedcache-extender"
+    )
+    (spec,) = [s for o, s in pod_specs(objects) if o["metadata"]["name"] == "schedcache-extender"]
+    assert spec["serviceAccountName"] == "schedcache-extender"
