@@ -4,7 +4,6 @@ place every pod that can be placed exactly once (issue 30's "Done when")."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -14,10 +13,9 @@ from typing import Any
 import pytest
 
 from schedcache import Cache
-from schedcache.extender.reference import ReferenceScheduler
-from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from tests.apiserver import FakeApiServer
 from tests.factories import node_manifest, pod_manifest
+from tests.racing import racing_schedulers
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -104,19 +102,7 @@ def test_three_reference_schedulers_keep_every_inter_pod_rule(
 ) -> None:
     placeable = workload(api_server)
     kubeconfig = str(api_server.kubeconfig(tmp_path / "kubeconfig"))
-    feeder = Syncer(make_cache(replica="feed"), api_client(kubeconfig), SyncSettings())
-    feeder.start()
-    assert feeder.wait_synced(30)
-    replicas = [
-        ReferenceScheduler(
-            make_cache(replica=f"ref-{i}"), api_client(kubeconfig), "ref", retry_delay=0.2
-        )
-        for i in range(3)
-    ]
-    threads = [threading.Thread(target=r.run, daemon=True) for r in replicas]
-    for thread in threads:
-        thread.start()
-    try:
+    with racing_schedulers(make_cache, kubeconfig, 3) as replicas:
         deadline = time.monotonic() + 120
         while sum(r.bound for r in replicas) < placeable and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -124,12 +110,6 @@ def test_three_reference_schedulers_keep_every_inter_pod_rule(
         while cache.dump().assumed_pods:
             assert time.monotonic() < deadline, "the feed did not confirm every binding"
             time.sleep(0.1)
-    finally:
-        for r in replicas:
-            r.stop.set()
-        for thread in threads:
-            thread.join(10)
-        feeder.stop()
     objects = api_server.objects("Pod")
     placed = {
         o["metadata"]["name"]: o["spec"]["nodeName"]

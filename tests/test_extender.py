@@ -19,14 +19,14 @@ import pytest
 
 from schedcache import Cache
 from schedcache.extender.binder import ApiBinder
-from schedcache.extender.reference import ReferenceScheduler
 from schedcache.extender.service import UNKNOWN_NODE, Extender
-from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.feed.sync import api_client
 from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
 from tests.conftest import real_client
 from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, node_manifest, pod_manifest
+from tests.racing import racing_schedulers
 
 NS = "team"
 
@@ -254,31 +254,13 @@ def test_three_reference_schedulers_place_2000_pods_on_50_nodes_exactly_once(
     for i in range(2000):
         api_server.create(pending(f"p{i:04}", "100m", schedulerName="ref"))
     kubeconfig = str(api_server.kubeconfig(tmp_path / "kubeconfig"))
-    feeder = Syncer(make_cache(replica="feed"), api_client(kubeconfig), SyncSettings())
-    feeder.start()
-    assert feeder.wait_synced(30)
-    replicas = [
-        ReferenceScheduler(
-            make_cache(replica=f"ref-{i}"), api_client(kubeconfig), "ref", retry_delay=0.2
-        )
-        for i in range(3)
-    ]
-    threads = [threading.Thread(target=r.run, daemon=True) for r in replicas]
-    for thread in threads:
-        thread.start()
-    try:
+    with racing_schedulers(make_cache, kubeconfig, 3) as replicas:
         deadline = time.monotonic() + 240
         while sum(r.bound for r in replicas) < 2000 and time.monotonic() < deadline:
             time.sleep(0.2)
         while cache.pod_count() < 2000 or cache.dump().assumed_pods:
             assert time.monotonic() < deadline, "the feed did not confirm every binding"
             time.sleep(0.2)
-    finally:
-        for r in replicas:
-            r.stop.set()
-        for thread in threads:
-            thread.join(10)
-        feeder.stop()
     assert sum(r.bound for r in replicas) == 2000
     placed = Counter(obj["spec"]["nodeName"] for obj in api_server.objects("Pod"))
     assert sum(placed.values()) == 2000 and set(placed.values()) == {40}  # every node full
