@@ -68,6 +68,20 @@
 --   checkpoint:parts       hash   chunk prefix -> chunk count of every checkpoint (Python)
 --   compacted              string the first stream id still replayable (Python)
 --   retention              string the retention worker's lease (Python)
+--   queued:<uid>           string "<state> <scheduler> <priority> <seq> <attempts> <due>
+--                                 <holder>\n<msgpack Pod>": a pending pod in the scheduling
+--                                 queue (_queue.lua)
+--   queuedpods             set    the uids of every queued pod
+--   queueseq               string the queue's arrival counter (INCR)
+--   queues                 hash   scheduler -> the last event its parked pods were woken for
+--   queue:<scheduler>:active
+--                          zset   "<seq>:<uid>" scored -priority: pop order
+--   queue:<scheduler>:leased
+--                          zset   uid -> lease deadline (ms) of popped pods
+--   queue:<scheduler>:backoff
+--                          zset   uid -> end of its back-off (ms)
+--   queue:<scheduler>:parked
+--                          zset   uid -> when an unschedulable pod returns anyway (ms)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions

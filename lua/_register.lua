@@ -9,10 +9,11 @@
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
-                'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate' }
+                'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
+                'queue_pop', 'queue_retry' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
-                    forget_lapsed, sync_pod, sync_node, migrate }
+                    forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -81,6 +82,8 @@ local WRITES = {
   finish_binding = { 'deadlines', 'events' },
   tree_next = {},
   migrate = {},  -- it checks `nodes` itself, and writes node pod sets only
+  queue_pop = {},  -- the queue's keys only (guard_queue)
+  queue_retry = {},
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

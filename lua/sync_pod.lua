@@ -1,26 +1,84 @@
 -- sc_sync_pod: a feeder's list or watch saw a pod at resourceVersion rv: assigned and running
--- ("set"), or gone, terminated or unassigned ("delete"). The function decides add, confirm,
--- update or remove from what the cache holds, so feeders need not read the cache first, and
--- any number of them may send the same change (_versions.lua).
+-- ("set"), pending ("queue"), or gone or terminated ("delete"). The function decides add,
+-- confirm, update or remove from what the cache holds, and queues a pending pod for its
+-- scheduler's replicas (_queue.lua), so feeders need not read the cache first, and any number
+-- of them may send the same change (_versions.lua).
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, rv, op, uid, then for "set": node, blob, contribution (as sc_add_pod)
--- Keys     version:pod:<uid>, and those of sc_add_pod, sc_update_pod or sc_remove_pod
--- Reply    {"applied", "add"|"update"|"remove"|"none", gen or ""}
+-- ARGV     replica, rv, op, uid, then for "set": node, blob, contribution (as sc_add_pod);
+--          for "queue": scheduler (spec.schedulerName), priority, blob
+-- Keys     version:pod:<uid>, queued:<uid> and the queue's keys, and those of sc_add_pod,
+--          sc_update_pod or sc_remove_pod
+-- Reply    {"applied", "add"|"update"|"remove"|"queue"|"requeue"|"dequeue"|"none", gen or ""}
+--          ("requeue": a queued pod's manifest or priority changed; "dequeue": a pod the
+--          cache does not hold left the queue; "none" for "queue": the pod is claimed already)
 --          {"dropped", "repeated"|"stale", stored version}   nothing read or written
 -- Errors   those of sc_add_pod / sc_update_pod / sc_remove_pod (nothing written);
---          BADARG rv|op|uid
+--          BADARG rv|op|uid|scheduler|priority|blob
 -- Event    that of the command applied (PodAdded, also confirming an assumed pod; PodUpdated;
---          PodRemoved); none for a drop, or a delete of a pod the cache does not hold
+--          PodRemoved); none for a drop, a queue change, or a delete of a pod the cache does
+--          not hold. A bound or deleted pod leaves the queue with the command that adds or
+--          removes it.
+
+-- A pending pod: queued, or its queued record brought up to date (its place kept, unless its
+-- priority changed while it waits in `active`, or its scheduler changed). A pod the cache
+-- holds (claimed by a replica) is left as it is.
+local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
+  if rec ~= nil then
+    if queued ~= nil then
+      queued.blob = blob
+      save_queued(queued)
+    end
+    return 'none'
+  end
+  if queued == nil then
+    redis.call('SADD', p .. 'queuedpods', uid)
+    redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
+    queue_activate(p, { key = p .. 'queued:' .. uid, uid = uid, scheduler = scheduler,
+                        priority = priority, attempts = 0, due = 0, blob = blob })
+    return 'queue'
+  end
+  queued.blob = blob
+  if queued.scheduler ~= scheduler or queued.priority ~= priority then
+    queue_unlink(p, queued)
+    queued.scheduler, queued.priority = scheduler, priority
+    if queued.state == 'leased' then  -- its holder keeps it; the new queue gets it back
+      redis.call('ZADD', queue_key(p, scheduler, 'leased'), 0, uid)
+      save_queued(queued)
+    else
+      queue_activate(p, queued)
+    end
+  else
+    save_queued(queued)
+  end
+  return 'requeue'
+end
 local function sync_pod(p, replica, a)
   local rv, op, uid = normal_rv(a[1]), a[2], a[3]
   if rv == nil then return nil, 'BADARG rv' end
-  if op ~= 'set' and op ~= 'delete' then return nil, 'BADARG op' end
-  if uid == nil or uid == '' then return nil, 'BADARG uid' end
+  if op ~= 'set' and op ~= 'delete' and op ~= 'queue' then return nil, 'BADARG op' end
+  if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
+  local scheduler, priority = a[4], a[5]
+  if op == 'queue' then
+    if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
+    if not is_int(priority) or math.abs(tonumber(priority)) > 2147483648 then
+      return nil, 'BADARG priority'
+    end
+    if a[6] == nil or a[6] == '' then return nil, 'BADARG blob' end
+  end
   local vkey = p .. 'version:pod:' .. uid
   local dropped = stale_version(vkey, rv)
   if dropped ~= nil then return dropped, nil, 0 end
   local rec = load_pod(p, uid)
+  -- Its queued record and the queues it touches, checked before the first write.
+  local queued = load_queued(p, uid)
+  if queued ~= nil then guard_queue(p, queued.scheduler) end
+  if op == 'queue' then
+    guard_queue(p, scheduler)
+    local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued)
+    record_version(vkey, rv, false)
+    return { 'applied', action, '' }
+  end
   local action, result, err = 'none', '', nil
   if op == 'delete' then
     if rec ~= nil then
@@ -38,6 +96,10 @@ local function sync_pod(p, replica, a)
     end
   end
   if result == nil then return nil, err end
+  if queued ~= nil then
+    queue_drop(p, queued)
+    if action == 'none' then action = 'dequeue' end
+  end
   record_version(vkey, rv, op == 'delete')
   return { 'applied', action, result }
 end

@@ -14,6 +14,7 @@ from schedcache import Cache
 from schedcache.feed.progress import record_progress
 from schedcache.history.retention import retain
 from schedcache.ops.leases import Lease
+from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
 from tests.factories import make_node, make_pod
@@ -118,6 +119,11 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.pod_version("u"),
         keys.node_version("n"),
         keys.sync,
+        keys.queued("u"),
+        keys.queued_pods,
+        keys.queue_sequence,
+        keys.queues,
+        *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
     ]
     return {name: spec_of(keys, name) for name in names}
 
@@ -215,6 +221,12 @@ def workload(cache: Cache) -> dict[str, str]:
     cache.run(commands.sync_pod(make_pod("s0", "n5", "10m", "1Mi"), "8", present=True))
     cache.run(commands.sync_pod_gone("s0", "9"))  # leaves a tombstone
     record_progress(cache, "pods", "9", "feeder-1", time.time())
+    for name in ("q0", "q1", "q2", "q3"):  # the scheduling queue: one pod in each state
+        cache.run(commands.sync_pod_pending(make_pod(name, ""), "sched", "10"))
+    queue = SchedulingQueue(cache, "sched", holder="h", lease=1000)
+    popped = [queued.pod for queued in queue.pop(3)]
+    queue.retry(popped[1], unschedulable=False)
+    queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -253,6 +265,14 @@ def workload(cache: Cache) -> dict[str, str]:
         "pod_version": keys.pod_version("s0"),
         "node_version": keys.node_version("n5"),
         "sync": keys.sync,
+        "queued": keys.queued("q3"),
+        "queued_pods": keys.queued_pods,
+        "queue_sequence": keys.queue_sequence,
+        "queues": keys.queues,
+        **{
+            f"queue {state}": keys.queue("sched", state)
+            for state in ("active", "leased", "backoff", "parked")
+        },
     }
 
 

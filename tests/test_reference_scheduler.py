@@ -1,43 +1,29 @@
-"""The reference scheduler's queue habits, as kube-scheduler's (issue 29, item 8): a pod no node
-can take is told why in upstream's words (a ``PodScheduled=False`` condition, reason
-``Unschedulable``), backs off 1 s doubling to 10 s, and is retried at once on a cluster change
-that could help; with the API server away the pending-pod watch backs off too.
+"""The reference scheduler's queue habits, as kube-scheduler's (issue 29, item 8; issue 34,
+item 4): a pod no node can take is told why in upstream's words (a ``PodScheduled=False``
+condition, reason ``Unschedulable``) and waits parked in the cache's queue until a cluster
+change could help, then backs off; a failed Binding backs off 1 s doubling; with the queue
+unreachable the loop backs off too.
 
 The cache runs on every backend; the API server is tests/apiserver.py through the official
-client."""
+client, fed into the cache by ``sync`` (which queues the pending pods)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import urllib3
 
 from schedcache import Cache
 from schedcache.extender.reference import ReferenceScheduler, fit_error
-from schedcache.feed.sync import api_client
-from schedcache.model.values import Node
 from tests.apiserver import FakeApiServer
-from tests.factories import make_node, node_manifest, pod_manifest
-
-NS = "default"
-
-
-def pending(name: str, cpu: str) -> dict[str, Any]:
-    manifest = pod_manifest(name, "", cpu, "100Mi", namespace=NS, uid=f"uid-{name}")
-    manifest["spec"]["schedulerName"] = "ref"
-    return {**manifest, "kind": "Pod"}
-
-
-def tainted(name: str, cpu: str) -> Node:
-    manifest = node_manifest(name, cpu, "8Gi")
-    manifest["spec"] = {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}
-    return Node.from_k8s(manifest)
+from tests.scheduling import eventually, fed_scheduler, node, pending
 
 
 @pytest.fixture
@@ -46,39 +32,16 @@ def server() -> Iterator[FakeApiServer]:
         yield s
 
 
-@pytest.fixture
-def start_scheduler(
-    server: FakeApiServer, tmp_path: Path
-) -> Iterator[Callable[..., ReferenceScheduler]]:
-    started: list[tuple[ReferenceScheduler, threading.Thread]] = []
-
-    def start(cache: Cache, **options: Any) -> ReferenceScheduler:
-        kubeconfig = str(server.kubeconfig(tmp_path / f"kubeconfig-{len(started)}"))
-        scheduler = ReferenceScheduler(cache, api_client(kubeconfig), "ref", **options)
-        thread = threading.Thread(target=scheduler.run, daemon=True)
-        thread.start()
-        started.append((scheduler, thread))
-        return scheduler
-
-    yield start
-    for scheduler, thread in started:
-        scheduler.stop.set()
-        thread.join(10)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the timeout"
-        time.sleep(0.02)
-
-
 def condition(server: FakeApiServer, name: str) -> dict[str, Any] | None:
     pod = server.get("Pod", name) or {}
     for found in (pod.get("status") or {}).get("conditions") or []:
         if found.get("type") == "PodScheduled":
             return dict(found)
     return None
+
+
+def bound_to(server: FakeApiServer, name: str) -> str | None:
+    return ((server.get("Pod", name) or {}).get("spec") or {}).get("nodeName")
 
 
 @pytest.mark.parametrize(
@@ -112,75 +75,89 @@ def test_the_reasons_read_as_upstreams_fit_error(
     assert fit_error(nodes, reasons) == expected
 
 
-def test_an_unschedulable_pod_is_told_why_and_backs_off_doubling(
-    cache: Cache, server: FakeApiServer, start_scheduler: Callable[..., ReferenceScheduler]
+def test_an_unschedulable_pod_is_told_why_and_waits_parked(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
 ) -> None:
-    """Before: retried every second for ever, no per-node reasons, nothing told to the pod."""
-    cache.add_node(make_node("small", "1", "8Gi"))
-    cache.add_node(tainted("gpu", "8"))
+    """Before issue 34: retried every back-off (0.2, 0.4, 0.8 s ...) though nothing changed."""
+    server.create(node("small", "1"))
+    server.create(node("gpu", "8", taint="gpu"))
     server.create(pending("big", "2"))
-    scheduler = start_scheduler(cache, retry_delay=0.2, max_backoff=0.8)
-    eventually(lambda: condition(server, "big") is not None)
-    found = condition(server, "big")
-    assert found is not None
-    assert found["status"] == "False" and found["reason"] == "Unschedulable"
-    assert found["message"] == (
-        "0/2 nodes are available: 1 Insufficient cpu, "
-        "1 node(s) had untolerated taint {dedicated: gpu}."
-    )
-    time.sleep(3.0)
-    # 0.2, 0.4, 0.8, 0.8, ... s apart: at most 6 attempts in ~3 s (a fixed 0.2 s: ~15); our
-    # own condition patch (a MODIFIED of the pending pod) did not retry it early either.
-    assert 3 <= scheduler.unschedulable <= 6, scheduler.unschedulable
-    patches = [r for r in server.requests if r.method == "PATCH"]
-    assert len(patches) == 1  # the same message is not written again
+    with fed_scheduler(cache, server, tmp_path, retry_delay=0.2, max_backoff=0.8) as scheduler:
+        eventually(lambda: condition(server, "big") is not None)
+        found = condition(server, "big")
+        assert found is not None
+        assert found["status"] == "False" and found["reason"] == "Unschedulable"
+        assert found["message"] == (
+            "0/2 nodes are available: 1 Insufficient cpu, "
+            "1 node(s) had untolerated taint {dedicated: gpu}."
+        )
+        time.sleep(2.0)
+        # Nothing that could help happened (our own condition patch, a MODIFIED of the
+        # pending pod, is none): one attempt, parked; one patch.
+        assert scheduler.unschedulable == 1
+        assert scheduler.queue.lengths()["parked"] == 1
+        assert len([r for r in server.requests if r.method == "PATCH"]) == 1
 
 
-def test_a_node_added_retries_a_backing_off_pod_at_once(
-    cache: Cache, server: FakeApiServer, start_scheduler: Callable[..., ReferenceScheduler]
+def test_a_node_added_retries_a_parked_pod(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
 ) -> None:
-    cache.add_node(make_node("small", "1", "8Gi"))
+    server.create(node("small", "1"))
     server.create(pending("big", "2"))
-    scheduler = start_scheduler(cache, retry_delay=60.0, max_backoff=60.0)
-    eventually(lambda: scheduler.unschedulable == 1)
-    time.sleep(0.3)
-    cache.add_node(make_node("roomy", "4", "8Gi"))
-    eventually(lambda: (server.get("Pod", "big") or {})["spec"].get("nodeName") == "roomy", 5)
-    eventually(lambda: scheduler.bound == 1)  # counted once finish_binding returned
-    assert scheduler.unschedulable == 1
+    with fed_scheduler(cache, server, tmp_path, retry_delay=0.3, max_backoff=0.3) as scheduler:
+        eventually(lambda: scheduler.unschedulable == 1)
+        time.sleep(1.0)  # its back-off is over, but it stays parked
+        assert scheduler.unschedulable == 1 and bound_to(server, "big") is None
+        server.create(node("roomy", "4"))
+        eventually(lambda: bound_to(server, "big") == "roomy", 5)
+        eventually(lambda: scheduler.bound == 1)  # counted once finish_binding returned
+        assert scheduler.unschedulable == 1
+        # sync saw it bound: out of the queue.
+        eventually(lambda: sum(scheduler.queue.lengths().values()) == 0)
 
 
-def test_with_the_api_server_down_the_pending_watch_backs_off(
-    cache: Cache,
-    server: FakeApiServer,
-    start_scheduler: Callable[..., ReferenceScheduler],
-    caplog: pytest.LogCaptureFixture,
+def test_with_the_queue_unreachable_the_loop_backs_off(
+    cache: Cache, server: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Before: a warning every second for as long as the API server was away."""
-    server.down()
-    with caplog.at_level(logging.WARNING, logger="schedcache.extender.reference"):
-        scheduler = start_scheduler(cache)
-        time.sleep(4.5)
-    warnings = [r for r in caplog.records if "watching pending pods" in r.getMessage()]
-    assert 2 <= len(warnings) <= 3 and scheduler.api_errors == len(warnings)  # at 0, 1, 3 s
-    server.up()
+    """A warning at 0, 1 and 3 s, not one every poll."""
+
+    def unreachable(scheduler: ReferenceScheduler) -> None:
+        def refuse(*_: Any, **__: Any) -> Any:
+            raise redis.ConnectionError("connection refused")
+
+        scheduler.queue.pop = refuse  # type: ignore[method-assign]
+
+    with (
+        caplog.at_level(logging.WARNING, logger="schedcache.extender.reference"),
+        fed_scheduler(cache, server, tmp_path, prepare=unreachable) as scheduler,
+    ):
+        time.sleep(3.5)
+    warnings = [r for r in caplog.records if "popping the scheduling queue" in r.getMessage()]
+    assert len(warnings) == 3 and scheduler.cache_errors == 3
 
 
 def test_a_binding_the_api_server_never_answers_forgets_the_claim_and_backs_off(
-    cache: Cache, server: FakeApiServer, start_scheduler: Callable[..., ReferenceScheduler]
+    cache: Cache, server: FakeApiServer, tmp_path: Path
 ) -> None:
     """Before: a connection error from the Binding (not an ApiException) left the claim
     assumed and ended the scheduling loop."""
-    cache.add_node(make_node("roomy", "4", "8Gi"))
-    calls: list[str] = []
+    server.create(node("roomy", "4"))
+    calls: list[float] = []
 
-    def unreachable(namespace: str, name: str, uid: str, node: str) -> None:
-        calls.append(node)
-        raise urllib3.exceptions.MaxRetryError(None, "/binding", OSError("connection refused"))  # type: ignore[arg-type]
+    def unreachable(scheduler: ReferenceScheduler) -> None:
+        def refuse(namespace: str, name: str, uid: str, node: str) -> None:
+            calls.append(time.monotonic())
+            raise urllib3.exceptions.MaxRetryError(None, "/binding", OSError("refused"))  # type: ignore[arg-type]
 
-    scheduler = start_scheduler(cache, retry_delay=0.2, max_backoff=0.4)
-    scheduler.binder.bind = unreachable  # type: ignore[method-assign]
-    server.create(pending("p", "1"))  # offered once the binder is the unreachable one
-    eventually(lambda: len(calls) >= 2)  # tried again: the loop lives on
-    assert cache.pod_state("uid-p") is None  # the claim was forgotten each time
-    assert cache.get_node_info("roomy").requested.milli_cpu == 0
+        scheduler.binder.bind = refuse  # type: ignore[method-assign]
+
+    with fed_scheduler(
+        cache, server, tmp_path, prepare=unreachable, retry_delay=0.2, max_backoff=0.4
+    ):
+        server.create(pending("p", "1"))
+        eventually(lambda: len(calls) >= 4)  # tried again: the loop lives on
+        eventually(lambda: cache.pod_state("uid-p") is None)  # the claim was forgotten
+        assert cache.get_node_info("roomy").requested.milli_cpu == 0
+    gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
+    # Backing off 0.2, 0.4, 0.4 s (the queue's clock is Redis', in ms: a little slack).
+    assert all(gap >= wanted - 0.05 for gap, wanted in zip(gaps, (0.2, 0.4, 0.4), strict=False))

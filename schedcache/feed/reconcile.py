@@ -1,8 +1,8 @@
 """What a full list speaks for, shared by a relist (``schedcache sync``) and ``load --prune``.
 
 A list of Nodes speaks for every node of the cache; a list of Pods for the pods the informers
-put there (state ``added``), never for assumed ones: the scheduler placed those and no list
-holds them until their binding lands.
+put there (state ``added``) and for the pending pods in the scheduling queue, never for
+assumed ones: the scheduler placed those and no list holds them until their binding lands.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ RESOURCES = ("nodes", "pods")
 
 def held(cache: Cache, resource: str) -> set[str]:
     """What the cache holds that a list of ``resource`` speaks for: node names, or the uids of
-    added (not assumed) pods."""
+    added (not assumed) pods and of queued ones."""
     client, keys = cache.client, cache.keys
     if resource == "nodes":
         return {as_text(name) for name in client.smembers(keys.nodes)}
     pods = {as_text(uid) for uid in client.smembers(keys.pods)}
-    return pods - {as_text(uid) for uid in client.smembers(keys.assumed)}
+    queued = {as_text(uid) for uid in client.smembers(keys.queued_pods)}
+    return (pods - {as_text(uid) for uid in client.smembers(keys.assumed)}) | queued
 
 
 def removal(resource: str, key: str, version: str | None) -> Command:

@@ -1,8 +1,10 @@
 """``schedcache sync``: keep a cache in step with a live cluster, as kube-scheduler's informers.
 
-For nodes and for assigned pods (``spec.nodeName!=``, not ``Succeeded``/``Failed``: the pods
-kube-scheduler's cache holds), a :class:`ResourceFeed` lists with pagination, then watches from
-the list's resourceVersion with bookmarks:
+For nodes and for pods not ``Succeeded``/``Failed``, a :class:`ResourceFeed` lists with
+pagination, then watches from the list's resourceVersion with bookmarks. Assigned pods are the
+ones kube-scheduler's cache holds; pending ones go to the cache's scheduling queue, under their
+``spec.schedulerName``, for that scheduler's replicas to pop (:mod:`schedcache.ops.queue`;
+``SyncSettings.queue_for`` limits which scheduler names are queued):
 
 * every object becomes one ``sc_sync_pod`` / ``sc_sync_node`` command carrying its
   resourceVersion; the function decides add, confirm (a pod the scheduler assumed), update or
@@ -62,9 +64,11 @@ from schedcache.store.responses import as_text
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# kube-scheduler's informer for the pods its cache holds.
-ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# kube-scheduler's informers: assigned pods for its cache, pending ones for its queue.
+NON_TERMINATED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+ASSIGNED_PODS = f"spec.nodeName!=,{NON_TERMINATED_PODS}"
 TERMINATED = frozenset({"Succeeded", "Failed"})
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 # What a failing API server raises through the client (HTTP errors, sockets, bad JSON).
@@ -86,7 +90,9 @@ class SyncSettings:
     renew together); ``backoff``/``max_backoff``: first and longest wait after an API error;
     ``progress_every``: seconds between writes of the feed's progress to the cache;
     ``list_timeout``: seconds a list page may send nothing before it counts as failed (the
-    socket read timeout of each list request; also its connect timeout)."""
+    socket read timeout of each list request; also its connect timeout); ``queue_for``: the
+    scheduler names whose pending pods are queued (``None``: every name; empty: none, and only
+    assigned pods are listed and watched)."""
 
     page_size: int = 500
     watch_timeout: int = 300
@@ -94,8 +100,14 @@ class SyncSettings:
     max_backoff: float = 30.0
     progress_every: float = 1.0
     list_timeout: float = 30.0
+    queue_for: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
+        if self.queue_for is not None:
+            names = frozenset(self.queue_for)
+            for name in names:
+                commands.scheduler_name(name, "sync", "queue_for")
+            object.__setattr__(self, "queue_for", names)
         for name in ("page_size", "watch_timeout"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
@@ -162,23 +174,44 @@ class NoResendAfterTimeout(urllib3.Retry):
         return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
-def pod_command(event: str, obj: Mapping[str, Any]) -> Command:
+def pod_command(
+    event: str, obj: Mapping[str, Any], queue_for: frozenset[str] | None = None
+) -> Command | None:
     """The command for a pod seen in a list (``LISTED``) or a watch event: present while it is
-    assigned and not terminated, else gone. Raises ValidationError for a malformed pod."""
-    return planned_pod(event, obj)[0]
+    assigned and not terminated, queued while pending for a scheduler in ``queue_for`` (None:
+    any), else gone (None: a pending pod of a scheduler not queued, which nothing here holds).
+    Raises ValidationError for a malformed pod."""
+    return planned_pod(event, obj, queue_for)[0]
 
 
-def planned_pod(event: str, obj: Mapping[str, Any]) -> tuple[Command, bool]:
+def planned_pod(
+    event: str, obj: Mapping[str, Any], queue_for: frozenset[str] | None = None
+) -> tuple[Command | None, bool]:
     """:func:`pod_command` and whether the pod had to be truncated.
 
     A valid pod the cache cannot store in full (more labels than it reads back; the API server
     accepts up to etcd's 1.5 MiB) is stored without its labels and marked ``truncated``: left
     out, it would be invisible to fit and a claim could overcommit its node
-    (:mod:`schedcache.feed.truncation`, shared with ``load``)."""
+    (:mod:`schedcache.feed.truncation`, shared with ``load``). A pending pod is queued the same
+    way (its own labels then play no part in its placement)."""
     pod = Pod.from_k8s(obj)
     version = _version(obj, commands.pod_subject(pod))
-    present = event != "DELETED" and bool(pod.node_name) and pod.phase not in TERMINATED
+    gone = event == "DELETED" or pod.phase in TERMINATED
+    if not gone and not pod.node_name:
+        scheduler = _scheduler_name(obj, pod)
+        if queue_for is not None and scheduler not in queue_for:
+            return None, False
+        return stored_pod(pod, lambda stored: commands.sync_pod_pending(stored, scheduler, version))
+    present = not gone
     return stored_pod(pod, lambda stored: commands.sync_pod(stored, version, present))
+
+
+def _scheduler_name(obj: Mapping[str, Any], pod: Pod) -> str:
+    spec = obj.get("spec")
+    name = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+    if name is None or name == "":
+        return DEFAULT_SCHEDULER
+    return commands.scheduler_name(name, commands.pod_subject(pod))
 
 
 def node_command(event: str, obj: Mapping[str, Any]) -> Command:
@@ -234,14 +267,17 @@ class ResourceFeed:
     def _call(self, **options: Any) -> Any:
         if self.resource == "nodes":
             return self.api.list_node(_preload_content=False, **options)
+        queued = self.settings.queue_for is None or self.settings.queue_for
         return self.api.list_pod_for_all_namespaces(
-            field_selector=ASSIGNED_PODS, _preload_content=False, **options
+            field_selector=NON_TERMINATED_PODS if queued else ASSIGNED_PODS,
+            _preload_content=False,
+            **options,
         )
 
-    def _command(self, event: str, obj: Mapping[str, Any]) -> Command:
+    def _command(self, event: str, obj: Mapping[str, Any]) -> Command | None:
         if self.resource == "nodes":
             return node_command(event, obj)
-        command, cut = planned_pod(event, obj)
+        command, cut = planned_pod(event, obj, self.settings.queue_for)
         if cut:
             self._count("truncated")
             self._result("truncated")

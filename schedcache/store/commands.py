@@ -310,3 +310,87 @@ def sync_node_gone(name: str, version: str) -> Command:
     return Command(
         "sync_node", subject, (version, "delete", _token(name, subject, "metadata.name"))
     )
+
+
+# -- the scheduling queue (lua/_queue.lua) -------------------------------------------------
+
+_SCHEDULER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# The queue's limits, as lua/_queue.lua has them.
+QUEUE_BATCH_LIMIT = 100
+PRIORITY_LIMIT = 2**31
+
+
+def scheduler_name(value: object, subject: str, field: str = "spec.schedulerName") -> str:
+    """A scheduler name (a DNS subdomain, as the API server validates ``spec.schedulerName``):
+    part of the queue's key names."""
+    if not isinstance(value, str) or not _SCHEDULER_NAME.match(value):
+        raise ValidationError(
+            subject, field, f"{value!r} is not a scheduler name (a DNS subdomain, <= 253 chars)"
+        )
+    return value
+
+
+def sync_pod_pending(pod: Pod, scheduler: str, version: str) -> Command:
+    """The pod pending (no node yet) at ``version``: queued for ``scheduler``'s replicas, or
+    its queued copy brought up to date; a pod claimed already is left as it is."""
+    subject = pod_subject(pod)
+    version = resource_version(version, subject)
+    uid, node = _pod_key_args(pod)
+    if node:
+        raise ValidationError(subject, "spec.nodeName", "a pending pod has none")
+    if not -PRIORITY_LIMIT <= pod.priority <= PRIORITY_LIMIT:
+        raise ValidationError(subject, "spec.priority", f"{pod.priority} is not an int32")
+    blob = pack_object(pod.to_dict(), subject)
+    args = (version, "queue", uid, scheduler_name(scheduler, subject), str(pod.priority), blob)
+    return Command("sync_pod", subject, args)
+
+
+def queue_pop(
+    scheduler: str, holder: str, lease: float, count: int, parked: float, now: float | None
+) -> Command:
+    """Lease up to ``count`` pods of ``scheduler``'s queue to ``holder`` for ``lease`` s."""
+    subject = f"queue of scheduler {scheduler}"
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+        raise ValidationError(subject, "count", f"{count!r} is not in 1..{QUEUE_BATCH_LIMIT}")
+    lease_ms = milliseconds(lease, subject=subject, field="lease")
+    if lease_ms == "0":
+        raise ValidationError(subject, "lease", f"{lease!r} must be at least a millisecond")
+    args = (
+        scheduler_name(scheduler, subject, "scheduler"),
+        _token(holder, subject, "holder"),
+        lease_ms,
+        count,
+        milliseconds(parked, subject=subject, field="parked"),
+        milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+    )
+    return Command("queue_pop", subject, args, id="")
+
+
+def queue_retry(
+    scheduler: str,
+    holder: str,
+    uid: str,
+    unschedulable: bool,
+    attempt: str,
+    backoff: tuple[float, float],
+    parked: float,
+    now: float | None,
+) -> Command:
+    """Give back the leased pod ``uid``: parked when no node could take it (``unschedulable``)
+    and no helpful event came after ``attempt`` (a stream id), else backing off."""
+    subject = f"queued pod with uid {uid}"
+    if attempt and not re.fullmatch(r"\d+-\d+", attempt):
+        raise ValidationError(subject, "attempt", f"{attempt!r} is not a stream id")
+    first, longest = backoff
+    args = (
+        scheduler_name(scheduler, subject, "scheduler"),
+        _token(holder, subject, "holder"),
+        _token(uid, subject, "uid"),
+        "unschedulable" if unschedulable else "error",
+        attempt,
+        milliseconds(first, subject=subject, field="backoff"),
+        milliseconds(longest, subject=subject, field="max_backoff"),
+        milliseconds(parked, subject=subject, field="parked"),
+        milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+    )
+    return Command("queue_retry", subject, args)

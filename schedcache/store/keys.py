@@ -83,6 +83,18 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("checkpoint:parts", "hash", "chunk prefix -> chunk count of every checkpoint written"),
     KeySpec("compacted", "string", "the first stream id still replayable from the stream"),
     KeySpec("retention", "string", "the lease of the retention worker doing the current round"),
+    KeySpec(
+        "queued:<uid>",
+        "string",
+        '"<state> <scheduler> <priority> <seq> <attempts> <due> <holder>\\n<msgpack Pod>"',
+    ),
+    KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
+    KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
+    KeySpec("queues", "hash", "scheduler -> the last event its parked pods were woken for"),
+    KeySpec("queue:<scheduler>:active", "zset", '"<seq>:<uid>" scored -priority: pop order'),
+    KeySpec("queue:<scheduler>:leased", "zset", "uid -> lease deadline (ms) of popped pods"),
+    KeySpec("queue:<scheduler>:backoff", "zset", "uid -> end of its back-off (ms)"),
+    KeySpec("queue:<scheduler>:parked", "zset", "uid -> when an unschedulable pod returns (ms)"),
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -269,6 +281,27 @@ class Keys:
     @property
     def sync(self) -> str:
         return self._key("sync")
+
+    # -- the scheduling queue ---------------------------------------------------------------
+
+    def queued(self, uid: str) -> str:
+        return self._key("queued:<uid>", uid=uid)
+
+    @property
+    def queued_pods(self) -> str:
+        return self._key("queuedpods")
+
+    @property
+    def queue_sequence(self) -> str:
+        return self._key("queueseq")
+
+    @property
+    def queues(self) -> str:
+        return self._key("queues")
+
+    def queue(self, scheduler: str, state: str) -> str:
+        """``scheduler``'s sorted set of pods in ``state`` (active, leased, backoff, parked)."""
+        return self._key(f"queue:<scheduler>:{state}", scheduler=scheduler)
 
     # -- checkpoints and retention --------------------------------------------------------
 

@@ -1,0 +1,143 @@
+-- The scheduling queue's shared parts (sc_sync_pod feeds it; sc_queue_pop and sc_queue_retry
+-- serve scheduler replicas). docs/queue.md describes it whole.
+--
+-- Every pending pod a feeder sees is queued under its spec.schedulerName, so N replicas of one
+-- scheduler share one queue: a pod is handed to one replica at a time, with a lease.
+--   queued:<uid>              string "<state> <scheduler> <priority> <seq> <attempts> <due>
+--                                    <holder>\n<msgpack Pod>"; state active|leased|backoff|
+--                                    parked, seq its arrival (orders one priority), due (ms)
+--                                    the end of its back-off, holder the replica leasing it
+--   queuedpods                set    the uids of every queued pod
+--   queueseq                  string the arrival counter (INCR)
+--   queues                    hash   scheduler -> the last event whose help its parked pods
+--                                    were given
+--   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
+--                                    order is priority, then arrival
+--   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)
+--   queue:<scheduler>:backoff zset   uid -> end of its back-off (ms)
+--   queue:<scheduler>:parked  zset   uid -> when it returns anyway (ms): pods no node could
+--                                    take, until a cluster event that could help
+
+local QUEUE_STATES = { active = 'active', leased = 'leased', backoff = 'backoff',
+                       parked = 'parked' }
+-- Pods moved per category (lapsed leases, ended back-offs, parked pods) by one call.
+local QUEUE_MOVES = 100
+-- Events one call reads to learn whether a cluster change could help parked pods; past this
+-- many unread, it assumes one did (a wake too many costs an attempt, a wake missed a pod).
+local WAKE_SCAN = 200
+-- Upstream's queueing hints for the plugins that park a pod on resources, taints, node
+-- affinity and ports: a node added or changed, an assigned pod deleted or changed, and this
+-- cache's own releases of room (a claim forgotten or expired).
+local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUpdated = true,
+                  PodForgotten = true, PodExpired = true }
+
+-- A spec.schedulerName (a DNS subdomain): it is part of key names.
+local function valid_scheduler(name)
+  return type(name) == 'string' and #name <= 253
+    and string.match(name, '^[a-z0-9][-a-z0-9.]*$') ~= nil
+end
+
+local function queue_key(p, scheduler, part)
+  return p .. 'queue:' .. scheduler .. ':' .. part
+end
+
+-- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
+local function guard_queue(p, scheduler)
+  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
+    expect_type(queue_key(p, scheduler, part), 'zset')
+  end
+  expect_type(p .. 'queuedpods', 'set')
+  expect_type(p .. 'queues', 'hash')
+  local seq = p .. 'queueseq'
+  if not checked[seq] then
+    local value = get_string(seq)
+    stored_int(seq, value, 0)
+    if value == INT64_LIMITS[''] then corrupt(seq, 'is at the int64 limit') end
+    checked[seq] = true
+  end
+end
+
+-- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
+-- before any write), unless `lenient`: then false (a pop skips it rather than stall on it).
+local function load_queued(p, uid, lenient)
+  local key = p .. 'queued:' .. uid
+  local text = get_string(key)
+  if text == false then return nil end
+  local newline = string.find(text, '\n', 1, true)
+  local state, scheduler, priority, seq, attempts, due, holder
+  if newline ~= nil then
+    state, scheduler, priority, seq, attempts, due, holder = string.match(
+      string.sub(text, 1, newline - 1),
+      '^(%l+) (%S+) (%-?%d+) (%d+) (%d+) (%d+) (%S+)$')
+  end
+  if state == nil or QUEUE_STATES[state] == nil or not valid_scheduler(scheduler) then
+    if lenient then return false end
+    corrupt(key, 'is not a queued pod record')
+  end
+  return { key = key, uid = uid, state = state, scheduler = scheduler, priority = priority,
+           seq = seq, attempts = tonumber(attempts), due = tonumber(due), holder = holder,
+           blob = string.sub(text, newline + 1) }
+end
+
+local function save_queued(rec)
+  redis.call('SET', rec.key, rec.state .. ' ' .. rec.scheduler .. ' ' .. rec.priority .. ' '
+    .. rec.seq .. ' ' .. int_string(rec.attempts) .. ' ' .. int_string(rec.due) .. ' '
+    .. rec.holder .. '\n' .. rec.blob)
+end
+
+local function active_member(rec)
+  return string.format('%015d', tonumber(rec.seq)) .. ':' .. rec.uid
+end
+
+-- Takes `rec` out of the sorted set of its state (the record itself stays).
+local function queue_unlink(p, rec)
+  if rec.state == 'active' then
+    redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
+  else
+    redis.call('ZREM', queue_key(p, rec.scheduler, rec.state), rec.uid)
+  end
+end
+
+-- Puts `rec` (unlinked) at the back of its priority in the active queue.
+local function queue_activate(p, rec)
+  rec.seq = int_string(redis.call('INCR', p .. 'queueseq'))
+  rec.state, rec.holder = 'active', '-'
+  redis.call('ZADD', queue_key(p, rec.scheduler, 'active'), -tonumber(rec.priority),
+             active_member(rec))
+  save_queued(rec)
+end
+
+-- Puts `rec` (unlinked) where its back-off says: active once it has ended, else backoff.
+local function queue_after_backoff(p, rec, now)
+  if rec.due <= now then return queue_activate(p, rec) end
+  rec.state, rec.holder = 'backoff', '-'
+  redis.call('ZADD', queue_key(p, rec.scheduler, 'backoff'), rec.due, rec.uid)
+  save_queued(rec)
+end
+
+-- A pod left the queue for good (bound, deleted, terminated): record and membership go.
+local function queue_drop(p, rec)
+  queue_unlink(p, rec)
+  redis.call('SREM', p .. 'queuedpods', rec.uid)
+  redis.call('DEL', rec.key)
+end
+
+-- The id of the stream's last event, or '0-0'.
+local function last_event_or_zero(p)
+  local last = redis.call('XREVRANGE', p .. 'events', '+', '-', 'COUNT', 1)
+  if #last == 0 then return '0-0' end
+  return last[1][1]
+end
+
+-- Whether an event after `after` (a stream id) could help a parked pod, and the last id read.
+local function helpful_since(p, after)
+  expect_type(p .. 'events', 'stream')
+  local entries = redis.call('XRANGE', p .. 'events', '(' .. after, '+', 'COUNT', WAKE_SCAN)
+  local last = after
+  for j = 1, #entries do
+    local fields = entries[j][2]
+    last = entries[j][1]
+    if fields[1] == 'type' and HELPFUL[fields[2]] then return true, last end
+  end
+  return #entries == WAKE_SCAN, last
+end

@@ -1,0 +1,68 @@
+-- sc_queue_retry: a replica gives back a pod it leased and could not place (_queue.lua).
+--
+-- KEYS[1]  cache prefix "{name}:"
+-- ARGV     replica, command id, scheduler, holder, uid, kind ("unschedulable": no node could
+--          take it; "error": anything else, e.g. its Binding failed), attempt (the stream id
+--          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
+--          back-off ms, parked ms, [now ms]
+-- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, events (read)
+-- Reply    { "backoff"|"parked", due ms }, or { "gone", "" } (bound or deleted meanwhile) or
+--          { "notheld", holder } (its lease lapsed and it is another's now, or it waits):
+--          nothing written then
+-- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
+-- Its back-off doubles per attempt (upstream's podInitialBackoff to podMaxBackoff). An
+-- unschedulable pod is parked until an event that could help it, or `parked ms`; one such
+-- event since its attempt sends it to back-off at once (upstream's move request cycle), so
+-- a change the attempt did not see is never missed. An error goes to back-off.
+local function queue_retry(p, replica, a)
+  local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
+  local first_ms, longest_ms, parked_ms = tonumber(a[6]), tonumber(a[7]), tonumber(a[8])
+  if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
+  if holder == nil or holder == '' or holder == '-' then return nil, 'BADARG holder' end
+  if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
+  if kind ~= 'unschedulable' and kind ~= 'error' then return nil, 'BADARG kind' end
+  if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
+    return nil, 'BADARG attempt'
+  end
+  for _, value in ipairs({ first_ms, longest_ms, parked_ms }) do
+    if value == nil or value < 0 or value ~= math.floor(value) then
+      return nil, 'BADARG backoff'
+    end
+  end
+  local now = now_ms(a[9])
+  if now == nil then return nil, 'BADARG now' end
+  guard_queue(p, scheduler)
+  local rec = load_queued(p, uid)
+  if rec == nil then return { 'gone', '' } end
+  if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
+    return { 'notheld', rec.holder }
+  end
+  local parked_key = queue_key(p, scheduler, 'parked')
+  local park, seen = kind == 'unschedulable', nil
+  if park then
+    if attempt == '' then
+      park = false  -- what the attempt saw is unknown: it may have missed a change
+    else
+      local helped, last = helpful_since(p, attempt)
+      park = not helped
+      -- The first parked pod: the wake scan starts from the end of what was read here.
+      if park and redis.call('ZCARD', parked_key) == 0 then seen = last end
+    end
+  end
+  rec.attempts = rec.attempts + 1
+  local backoff = first_ms * 2 ^ math.min(rec.attempts - 1, 30)
+  if backoff > longest_ms then backoff = longest_ms end
+  rec.due = now + backoff
+  queue_unlink(p, rec)
+  if park then
+    if seen ~= nil then redis.call('HSET', p .. 'queues', scheduler, seen) end
+    rec.state, rec.holder = 'parked', '-'
+    redis.call('ZADD', parked_key, now + parked_ms, uid)
+    save_queued(rec)
+    return { 'parked', int_string(rec.due) }
+  end
+  rec.state, rec.holder = 'backoff', '-'
+  redis.call('ZADD', queue_key(p, scheduler, 'backoff'), rec.due, uid)
+  save_queued(rec)
+  return { 'backoff', int_string(rec.due) }
+end

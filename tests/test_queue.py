@@ -1,0 +1,280 @@
+"""The scheduling queue in the cache (issue 34, item 4): pending pods fed by ``sync_pod``,
+popped with a lease by one replica at a time, highest priority first, then oldest; parked when
+no node could take them until a cluster change that could help, backing off otherwise; out of
+the queue when bound or deleted. On every backend; times are given (``now``) where they
+matter, so nothing here sleeps."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from schedcache import Cache
+from schedcache.errors import CorruptRecord, ValidationError
+from schedcache.model.values import Pod
+from schedcache.ops.queue import SchedulingQueue, queued_schedulers
+from schedcache.store import commands
+from tests.factories import keyspace, make_node, make_pod
+
+T0 = 1_700_000_000.0  # a "now" in seconds, far from Redis' clock on purpose
+_versions = iter(range(100, 10**9))
+
+
+def pending(name: str, priority: int = 0, **kwargs: Any) -> Pod:
+    manifest_pod = make_pod(name, "", "100m", "100Mi", **kwargs)
+    if priority:
+        manifest_pod = Pod.from_dict({**manifest_pod.to_dict(), "priority": priority})
+    return manifest_pod
+
+
+def push(cache: Cache, pod: Pod, scheduler: str = "ref") -> Any:
+    """What a feeder sends for a pending pod (a fresh resourceVersion each time)."""
+    return cache.run(commands.sync_pod_pending(pod, scheduler, str(next(_versions))))
+
+
+def bind(cache: Cache, pod: Pod, node: str) -> Any:
+    """What a feeder sends when it sees the pod bound."""
+    command = commands.sync_pod(pod.with_node(node), str(next(_versions)), present=True)
+    return cache.run(command)
+
+
+def queue(cache: Cache, holder: str = "a", **options: Any) -> SchedulingQueue:
+    options.setdefault("lease", 10.0)
+    return SchedulingQueue(cache, "ref", holder=holder, **options)
+
+
+def names(popped: list[Any]) -> list[str]:
+    return [queued.pod.name for queued in popped]
+
+
+def test_pods_pop_by_priority_then_arrival_each_once(cache: Cache) -> None:
+    for name, priority in [("low1", 0), ("high1", 1000), ("low2", 0), ("neg", -5), ("high2", 1000)]:
+        push(cache, pending(name, priority))
+    push(cache, pending("other"), scheduler="another-scheduler")
+    a = queue(cache)
+    assert names(a.pop(2, now=T0)) == ["high1", "high2"]
+    assert names(a.pop(10, now=T0)) == ["low1", "low2", "neg"]
+    assert a.pop(now=T0) == []  # leased: nobody gets them again while the lease lasts
+    assert a.lengths() == {"active": 0, "leased": 5, "backoff": 0, "parked": 0}
+    assert queued_schedulers(cache) == {"ref": 5, "another-scheduler": 1}
+    popped = queue(cache, "b").pop(now=T0)  # the other scheduler's pods are not ours
+    assert popped == []
+
+
+def test_a_feeders_repeated_or_updated_pending_pod_is_queued_once_in_its_place(
+    cache: Cache,
+) -> None:
+    first, second = pending("first"), pending("second")
+    version = str(next(_versions))
+    push(cache, first)
+    push(cache, second)
+    # A second feeder delivers the same change: dropped; a newer change keeps the pod's place.
+    assert cache.run(commands.sync_pod_pending(second, "ref", version))[0] == b"dropped"
+    relabelled = pending("first", labels={"tier": "web"})
+    assert cache.run(commands.sync_pod_pending(relabelled, "ref", str(next(_versions))))[1] == (
+        b"requeue"
+    )
+    popped = queue(cache).pop(5, now=T0)
+    assert names(popped) == ["first", "second"]
+    assert popped[0].pod.labels == {"tier": "web"}  # the newest manifest
+    # A priority raised while it waits moves it ahead.
+    push(cache, pending("third"))
+    push(cache, pending("fourth"))
+    push(cache, pending("fourth", priority=10))
+    assert names(queue(cache).pop(5, now=T0)) == ["fourth", "third"]
+
+
+def test_a_lapsed_lease_hands_the_pod_to_another_replica(cache: Cache) -> None:
+    push(cache, pending("p"))
+    a, b = queue(cache, "a"), queue(cache, "b")
+    (popped,) = a.pop(now=T0)
+    assert b.pop(now=T0 + 9.9) == []
+    assert names(b.pop(now=T0 + 10.0)) == ["p"]  # a died: its lease lapsed
+    # a comes back late: the pod is b's now, a's give-back is refused and changes nothing.
+    assert a.retry(popped.pod, unschedulable=False, now=T0 + 11).outcome == "notheld"
+    assert b.lengths()["leased"] == 1
+
+
+def test_a_claimed_pod_stays_out_until_bound_and_returns_when_its_claim_is_forgotten(
+    cache: Cache,
+) -> None:
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    push(cache, pending("p"))
+    a = queue(cache, "a")
+    (popped,) = a.pop(now=T0)
+    placed = popped.pod.with_node("n1")
+    cache.assume_pod(placed, check_fit=True)
+    # The lease lapses while the claim lasts (the Binding is slow): renewed, not handed out.
+    assert queue(cache, "b").pop(now=T0 + 60) == []
+    cache.forget_pod(placed)  # the Binding failed and the replica died before giving it back
+    assert names(queue(cache, "b").pop(now=T0 + 120)) == ["p"]
+
+
+@pytest.mark.parametrize("how", ["bound", "deleted"])
+def test_a_bound_or_deleted_pod_leaves_the_queue_whole(cache: Cache, how: str) -> None:
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    push(cache, pending("p"))
+    a = queue(cache)
+    (popped,) = a.pop(now=T0)
+    if how == "bound":
+        cache.assume_pod(popped.pod.with_node("n1"), check_fit=True)
+        assert bind(cache, popped.pod, "n1")[1] == b"add"
+        assert cache.pod_state(popped.pod) == "added"
+    else:
+        gone = commands.sync_pod(popped.pod, str(next(_versions)), present=False)
+        assert cache.run(gone)[1] == b"dequeue"
+    assert a.retry(popped.pod, unschedulable=True, now=T0).outcome == "gone"
+    after = keyspace(cache.client, cache.keys.pattern)
+    queue_keys = [key for key in after if b"queue" in key and key not in before]
+    # Only the arrival counter and the scheduler's entry remain of the queue.
+    assert sorted(queue_keys) == sorted(
+        [cache.keys.queue_sequence.encode(), cache.keys.queues.encode()]
+    )
+    assert a.lengths() == {"active": 0, "leased": 0, "backoff": 0, "parked": 0}
+
+
+def test_an_error_backs_off_doubling_to_the_longest(cache: Cache) -> None:
+    push(cache, pending("p"))
+    a = queue(cache, backoff=(1.0, 3.0))
+    now = T0
+    for delay in (1.0, 2.0, 3.0, 3.0):
+        (popped,) = a.pop(now=now)
+        retry = a.retry(popped.pod, unschedulable=False, now=now)
+        assert (retry.outcome, retry.due_ms) == ("backoff", round((now + delay) * 1000))
+        assert a.pop(now=now + delay - 0.001) == []
+        now += delay
+    assert names(a.pop(now=now)) == ["p"]
+
+
+def test_an_unschedulable_pod_waits_parked_for_an_event_that_could_help(cache: Cache) -> None:
+    cache.add_node(make_node("small", "1", "8Gi"))
+    push(cache, pending("p"))
+    a = queue(cache, backoff=(1.0, 10.0))
+    (popped,) = a.pop(now=T0)
+    attempt = cache.last_events(1)[0].id  # what the attempt's snapshot saw
+    assert a.retry(popped.pod, unschedulable=True, attempt=attempt, now=T0).outcome == "parked"
+    # Its back-off is long over, but nothing changed that could help: it stays parked.
+    cache.assume_pod(make_pod("other", "small", "100m", "1Mi"))  # PodAssumed helps no one
+    assert a.pop(now=T0 + 60) == []
+    assert a.lengths()["parked"] == 1
+    cache.add_node(make_node("roomy", "4", "8Gi"))  # NodeAdded
+    assert names(a.pop(now=T0 + 61)) == ["p"]
+
+
+def test_a_woken_pod_still_backing_off_waits_for_its_back_off(cache: Cache) -> None:
+    push(cache, pending("p"))
+    a = queue(cache, backoff=(5.0, 10.0))
+    (popped,) = a.pop(now=T0)
+    attempt = cache.last_events(1)[0].id if cache.last_events(1) else "0-0"
+    a.retry(popped.pod, unschedulable=True, attempt=attempt, now=T0)
+    cache.add_node(make_node("roomy", "4", "8Gi"))
+    assert a.pop(now=T0 + 1) == []  # woken into back-off: 5 s from its attempt
+    assert a.lengths()["backoff"] == 1
+    assert names(a.pop(now=T0 + 5)) == ["p"]
+
+
+def test_a_change_during_the_attempt_sends_the_pod_to_back_off_not_parked(cache: Cache) -> None:
+    """Upstream's move request cycle: an event the attempt did not see may have helped."""
+    cache.add_node(make_node("small", "1", "8Gi"))
+    push(cache, pending("p"))
+    a = queue(cache)
+    (popped,) = a.pop(now=T0)
+    attempt = cache.last_events(1)[0].id
+    cache.add_node(make_node("roomy", "4", "8Gi"))  # after the snapshot, before the give-back
+    assert a.retry(popped.pod, unschedulable=True, attempt=attempt, now=T0).outcome == "backoff"
+    # Without the attempt's point in the stream, it cannot be sure either.
+    (popped,) = a.pop(now=T0 + 2)
+    assert a.retry(popped.pod, unschedulable=True, now=T0 + 2).outcome == "backoff"
+
+
+def test_a_parked_pod_returns_after_the_longest_wait_without_any_event(cache: Cache) -> None:
+    cache.add_node(make_node("small", "1", "8Gi"))
+    push(cache, pending("p"))
+    a = queue(cache, parked=300.0)
+    (popped,) = a.pop(now=T0)
+    a.retry(popped.pod, unschedulable=True, attempt=cache.last_events(1)[0].id, now=T0)
+    assert a.pop(now=T0 + 299) == []
+    assert names(a.pop(now=T0 + 300)) == ["p"]
+
+
+def test_a_pending_event_of_a_claimed_pod_leaves_the_claim_alone(cache: Cache) -> None:
+    """Sync watches pending pods now: the replica's own status patch (a MODIFIED of the
+    still-pending pod) must not undo its claim."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    push(cache, pending("p"))
+    (popped,) = queue(cache).pop(now=T0)
+    cache.assume_pod(popped.pod.with_node("n1"), check_fit=True)
+    generation = cache.generation()
+    assert push(cache, pending("p", labels={"patched": "yes"}))[1] == b"none"
+    assert cache.pod_state(popped.pod) == "assumed" and cache.generation() == generation
+    assert queue(cache, "b").pop(now=T0 + 60) == []
+
+
+def test_replicas_popping_at_once_never_get_the_same_pod(cache: Cache) -> None:
+    batch = cache.batch()
+    for i in range(300):
+        batch.add(commands.sync_pod_pending(pending(f"p{i}"), "ref", str(next(_versions))))
+    batch.execute()
+    got: list[list[str]] = [[] for _ in range(4)]
+
+    def pop_all(j: int) -> None:
+        q = queue(cache, f"r{j}")
+        while popped := q.pop(3):
+            got[j].extend(names(popped))
+
+    threads = [threading.Thread(target=pop_all, args=(j,)) for j in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    every = [name for names_ in got for name in names_]
+    assert sorted(every) == sorted(f"p{i}" for i in range(300))  # each once, none lost
+
+
+@pytest.mark.parametrize(
+    ("command", "field"),
+    [
+        (lambda: commands.sync_pod_pending(pending("p"), "Not_A_Name", "5"), "spec.schedulerName"),
+        (lambda: commands.sync_pod_pending(make_pod("p", "n1"), "ref", "5"), "spec.nodeName"),
+        (
+            lambda: commands.sync_pod_pending(
+                Pod.from_dict({**pending("p").to_dict(), "priority": 2**40}), "ref", "5"
+            ),
+            "spec.priority",
+        ),
+        (lambda: commands.queue_pop("ref", "a", 10.0, 0, 300.0, None), "count"),
+        (lambda: commands.queue_pop("ref", "has space", 10.0, 1, 300.0, None), "holder"),
+        (lambda: commands.queue_pop("ref", "a", 0.0, 1, 300.0, None), "lease"),
+        (
+            lambda: commands.queue_retry("ref", "a", "u", True, "not-an-id", (1, 10), 300, None),
+            "attempt",
+        ),
+    ],
+)
+def test_bad_input_is_refused_by_field_and_changes_nothing(
+    cache: Cache, command: Any, field: str
+) -> None:
+    push(cache, pending("q"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError) as refused:
+        cache.run(command())
+    assert refused.value.field == field
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_corrupt_queued_record_is_stepped_over_and_refuses_its_own_commands(
+    cache: Cache,
+) -> None:
+    push(cache, pending("bad"))
+    push(cache, pending("good"))
+    cache.client.set(cache.keys.queued(pending("bad").uid), b"garbage")
+    # The pop does not stall on it: the member goes, the record stays for an operator.
+    assert names(queue(cache).pop(5, now=T0)) == ["good"]
+    assert cache.client.get(cache.keys.queued(pending("bad").uid)) == b"garbage"
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match="queued"):
+        push(cache, pending("bad", labels={"x": "y"}))
+    assert keyspace(cache.client, cache.keys.pattern) == before
