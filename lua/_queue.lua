@@ -41,13 +41,8 @@ local function queue_key(p, scheduler, part)
   return p .. 'queue:' .. scheduler .. ':' .. part
 end
 
--- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
-local function guard_queue(p, scheduler)
-  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
-    expect_type(queue_key(p, scheduler, part), 'zset')
-  end
-  expect_type(p .. 'queuedpods', 'set')
-  expect_type(p .. 'queues', 'hash')
+-- The arrival counter holds an integer INCR can count on from (or is missing).
+local function guard_sequence(p)
   local seq = p .. 'queueseq'
   if not checked[seq] then
     local value = get_string(seq)
@@ -55,6 +50,16 @@ local function guard_queue(p, scheduler)
     if value == INT64_LIMITS[''] then corrupt(seq, 'is at the int64 limit') end
     checked[seq] = true
   end
+end
+
+-- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
+local function guard_queue(p, scheduler)
+  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
+    expect_type(queue_key(p, scheduler, part), 'zset')
+  end
+  expect_type(p .. 'queuedpods', 'set')
+  expect_type(p .. 'queues', 'hash')
+  guard_sequence(p)
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised

@@ -37,8 +37,8 @@ end
 -- active record are listed in `strays`.
 local function heads_of(p, scheduler, count, strays)
   local heads = {}
-  for _, member in ipairs(redis.call('ZRANGE', queue_key(p, scheduler, 'active'), 0,
-                                     count - 1)) do
+  local key = queue_key(p, scheduler, 'active')
+  for _, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
     local uid = string.match(member, '^%d+:(.+)$')
     local rec = uid and load_queued(p, uid, true)
     if rec and rec.state == 'active' and active_member(rec) == member then
@@ -50,9 +50,13 @@ local function heads_of(p, scheduler, count, strays)
   return heads
 end
 
+-- The uids of `part` due by `now` (the read is the key's type check).
 local function due_uids(p, scheduler, part, now)
-  return redis.call('ZRANGEBYSCORE', queue_key(p, scheduler, part), '-inf', now,
-                    'LIMIT', 0, QUEUE_MOVES)
+  local key = queue_key(p, scheduler, part)
+  local uids = typed_read(key, 'zset', 'ZRANGEBYSCORE', '-inf', now, 'LIMIT', 0,
+                          QUEUE_MOVES)
+  checked[key] = true
+  return uids
 end
 
 local function queue_pop(p, replica, a)
@@ -73,13 +77,14 @@ local function queue_pop(p, replica, a)
   end
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now' end
-  guard_queue(p, scheduler)
   local parked_key = queue_key(p, scheduler, 'parked')
 
-  -- Reads (and every check) first.
+  -- Reads (and every check: the reads of the queue's sorted sets check their types) first.
   local strays = {}
   local woken, seen = {}, nil
+  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays)
   if redis.call('ZCARD', parked_key) > 0 then
+    expect_type(p .. 'queues', 'hash')
     local since = redis.call('HGET', p .. 'queues', scheduler)
     if not since then since = '0-0' end
     local helped, last = helpful_since(p, since)
@@ -92,10 +97,13 @@ local function queue_pop(p, replica, a)
       seen = last
     end
   end
-  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays)
   local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays)
   local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays)
   local heads = heads_of(p, scheduler, count, strays)
+  if #woken + #flushed + #lapsed + #ended > 0 then  -- pods to activate, or to drop
+    guard_sequence(p)
+    expect_type(p .. 'queuedpods', 'set')
+  end
   -- What the cache holds of each lapsed pod: 'assumed' (claimed: its lease is renewed while
   -- the claim lasts), 'added ' (bound: it leaves the queue), or nothing (it comes back).
   local held = {}

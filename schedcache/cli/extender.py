@@ -269,7 +269,31 @@ def _hold_lease(cache: Cache) -> None:
     default=10.0,
     show_default=True,
     help="Longest wait before an unschedulable pod is tried again (upstream's "
-    "podMaxBackoffSeconds), s. A cluster change that could help retries it at once.",
+    "podMaxBackoffSeconds), s. A pod no node could take waits parked until a cluster change "
+    "could help, then for the rest of its back-off.",
+)
+@click.option(
+    "--lease",
+    type=Seconds(open_min=True, maximum=3600.0),
+    default=15.0,
+    show_default=True,
+    help="How long a pod popped from the queue is this replica's alone, s (a dead replica's "
+    "pods come back after it).",
+)
+@click.option(
+    "--percentage-of-nodes-to-score",
+    type=click.IntRange(0, 100),
+    default=0,
+    show_default=True,
+    help="Upstream's percentageOfNodesToScore: feasible nodes searched per pod, in percent "
+    "of the nodes (0: adaptive, 50 - nodes/125, at least 5 % and 100 nodes).",
+)
+@click.option(
+    "--binding-workers",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Bindings in flight at once (the scheduling loop goes on while they wait).",
 )
 @click.pass_obj
 def scheduler(
@@ -282,11 +306,16 @@ def scheduler(
     ttl: float,
     pod_initial_backoff: float,
     pod_max_backoff: float,
+    lease: float,
+    percentage_of_nodes_to_score: int,
+    binding_workers: int,
 ) -> None:
-    """A reference scheduler replica in Python on the cache: watches pending pods with
-    --scheduler-name, filters and scores on its snapshot, claims with check_fit, binds through
-    the API server. Run N side by side (and `schedcache sync` to confirm the bindings). Runs
-    until SIGTERM or Ctrl-C."""
+    """A reference scheduler replica in Python on the cache: pops the pending pods with
+    --scheduler-name from the cache's scheduling queue (fed by `schedcache sync`, shared by
+    every replica: each pod is tried by one at a time), filters and scores on its snapshot,
+    claims with check_fit, binds through the API server. Run N side by side, and at least one
+    `schedcache sync` (it queues the pending pods and confirms the bindings). Runs until
+    SIGTERM or Ctrl-C."""
     if pod_max_backoff < pod_initial_backoff:
         raise click.BadParameter(
             f"{pod_max_backoff:g} is below --pod-initial-backoff {pod_initial_backoff:g}",
@@ -306,6 +335,9 @@ def scheduler(
         scheduler_name,
         retry_delay=pod_initial_backoff,
         max_backoff=pod_max_backoff,
+        percentage=percentage_of_nodes_to_score,
+        binding_workers=binding_workers,
+        lease=lease,
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     signal.signal(signal.SIGINT, lambda *_: loop.stop.set())

@@ -60,6 +60,20 @@ KUBE_MISSING = (
 )
 @click.option("--once", is_flag=True, help="List, reconcile the cache with the lists, and exit.")
 @click.option(
+    "--queue-for",
+    "queue_for",
+    multiple=True,
+    metavar="SCHEDULER",
+    help="Queue only the pending pods whose spec.schedulerName is this (repeatable) "
+    "[default: every scheduler name].",
+)
+@click.option(
+    "--no-queue",
+    is_flag=True,
+    help="Queue no pending pods: list and watch assigned pods only (a cache no "
+    "`schedcache scheduler` pops from, e.g. behind kube-scheduler's extender).",
+)
+@click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
 )
 @click.option("--metrics-address", default="0.0.0.0", show_default=True)
@@ -75,24 +89,34 @@ def sync(
     list_timeout: float,
     replica: str,
     once: bool,
+    queue_for: tuple[str, ...],
+    no_queue: bool,
     metrics_port: int | None,
     metrics_address: str,
 ) -> None:
     """Keep the cache in step with a cluster, as kube-scheduler's informers: list Nodes and
-    assigned, non-terminated Pods, then watch them (bookmarks; 410 Gone relists and removes
-    what vanished). Any number of feeders may sync one cache: each object's changes apply in
-    resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit 0). With --once: exit 1
-    when any object was invalid (the valid ones are applied), as `load` does."""
+    non-terminated Pods, then watch them (bookmarks; 410 Gone relists and removes what
+    vanished): assigned pods into the cache, pending ones into the scheduling queue that
+    `schedcache scheduler` replicas pop. Any number of feeders may sync one cache: each
+    object's changes apply in resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit
+    0). With --once: exit 1 when any object was invalid (the valid ones are applied), as `load`
+    does."""
+    if no_queue and queue_for:
+        raise click.UsageError("--no-queue and --queue-for exclude each other")
     try:
         from schedcache.feed import sync as feed
     except ImportError:
         raise click.ClickException(KUBE_MISSING) from None
-    settings_ = feed.SyncSettings(
-        page_size=page_size,
-        watch_timeout=watch_timeout,
-        max_backoff=max_backoff,
-        list_timeout=list_timeout,
-    )
+    try:
+        settings_ = feed.SyncSettings(
+            page_size=page_size,
+            watch_timeout=watch_timeout,
+            max_backoff=max_backoff,
+            list_timeout=list_timeout,
+            queue_for=frozenset() if no_queue else frozenset(queue_for) or None,
+        )
+    except ValueError as error:  # a --queue-for that is no scheduler name
+        raise click.BadParameter(str(error), param_hint="--queue-for") from None
     api = kube_api(kubeconfig, context, in_cluster, KUBE_MISSING)
     if not settings.is_shared():
         click.echo(
