@@ -27,6 +27,7 @@ from schedcache.errors import FitConflict, RetriesExhausted, ValidationError
 from schedcache.feed.progress import read_progress
 from schedcache.feed.sync import ResourceFeed, Syncer, SyncSettings, api_client, pod_command
 from schedcache.model.values import Node, Pod
+from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, backend_url, real_client
@@ -185,13 +186,51 @@ def test_a_list_then_a_watch_keep_the_cache_in_step(
         "PodUpdated": 1,
         "PodRemoved": 3,
     }
-    # Every feeder handles every pod change (the first list, then seven): one applies it,
-    # the others' copies are dropped.
+    # Every feeder handles every pod change (the first list: 22 running and 5 pending pods,
+    # then seven): one applies it, the others' copies are dropped.
     pods = [s.feeds[1].counters for s in syncers]
-    eventually(lambda: sum(c.applied + c.dropped for c in pods) == feeders * (22 + 7))
-    assert sum(c.applied for c in pods) == 22 + 7
+    eventually(lambda: sum(c.applied + c.dropped for c in pods) == feeders * (22 + 5 + 7))
+    assert sum(c.applied for c in pods) == 22 + 5 + 7
+    # The pending ones are in the scheduling queue, once each; p0, bound, left it.
+    queued = [q.pod.name for q in SchedulingQueue(cache, "default-scheduler").pop(10)]
+    assert sorted(queued) == ["p14", "p21", "p28", "p7"]
     progress = {p.resource: p for p in read_progress(cache)}
     assert progress["pods"].version.isdigit() and progress["pods"].age() < 10
+
+
+@pytest.mark.parametrize(
+    ("settings", "queued"),
+    [
+        ({"queue_for": frozenset({"mine"})}, ["mine"]),
+        ({"queue_for": frozenset()}, []),
+        ({}, ["default", "mine"]),
+    ],
+)
+def test_pending_pods_are_queued_per_scheduler_name_as_asked(
+    cache: Cache,
+    server: FakeApiServer,
+    start_feeders: Callable[..., list[Syncer]],
+    settings: dict[str, Any],
+    queued: list[str],
+) -> None:
+    server.create(node_obj("n0"))
+    server.create(pod_obj("default"))
+    mine = pod_obj("mine")
+    mine["spec"]["schedulerName"] = "mine"
+    server.create(mine)
+    server.create(pod_obj("done", phase="Failed"))  # never queued: it will not run
+    start_feeders(server, **settings)
+    found = [
+        q.pod.name
+        for name in ("default-scheduler", "mine")
+        for q in SchedulingQueue(cache, name).pop(10)
+    ]
+    assert sorted(found) == queued
+    # Not queued is not listed either: the pod feed of a cache without a queue lists assigned
+    # pods only, as before.
+    listed = [r for r in server.requests if r.method == "GET" and "/pods" in r.path]
+    selectors = {"spec.nodeName!=" in r.query.get("fieldSelector", "") for r in listed}
+    assert selectors == {settings.get("queue_for") == frozenset()}
 
 
 def test_watches_that_end_or_drop_resume_without_a_relist(
@@ -232,11 +271,15 @@ def test_410_gone_relists_and_removes_what_vanished_meanwhile(
         server.delete("Node", "n3")
         server.update(pod_obj("p6", "n1", cpu="500m"))
         server.create(pod_obj("new", "n2"))
+        server.delete("Pod", "p7", "default")  # pending, queued: it leaves the queue too
+        server.create(pod_obj("pending-new"))
         server.compact()  # the history the feeder would resume from is gone
         time.sleep(0.3)
         assert cached_state(cache) == before
         server.up()
         in_step(cache, server)
+        queued = [q.pod.name for q in SchedulingQueue(cache, "default-scheduler").pop(10)]
+        assert sorted(queued) == ["p0", "p14", "p21", "p28", "pending-new"]
         assert [feed.counters.relists for feed in syncer.feeds] == [2, 2]
         assert all(feed.counters.api_errors >= 1 for feed in syncer.feeds)
         syncer.stop()
