@@ -618,7 +618,8 @@ def migrate(settings: Settings) -> None:
 @main.command()
 @click.pass_obj
 def stats(settings: Settings) -> None:
-    """Counts of the cache: nodes, pods, assumed pods, stream length, generation."""
+    """Counts of the cache: nodes, pods, assumed pods, stream length, generation, feeders'
+    progress, pending pods in the scheduling queue per scheduler name."""
     cache = settings.existing_cache()
     dump = cache.dump()
     ghosts = sum(1 for info in dump.nodes.values() if info.node is None)
@@ -631,6 +632,11 @@ def stats(settings: Settings) -> None:
     click.echo(f"generation\t{dump.generation}")
     for fed in read_progress(cache):
         click.echo(f"sync {fed.resource}\trv {fed.version}, {fed.age():.1f} s ago, by {fed.by}")
+    from schedcache.ops.queue import queue_lengths
+
+    for scheduler, states in queue_lengths(cache.client, cache.keys).items():
+        parts = ", ".join(f"{count} {state}" for state, count in states.items())
+        click.echo(f"queue {scheduler}\t{sum(states.values())} pending pods ({parts})")
 
 
 def _register() -> None:

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from schedcache.cache import Cache
 from schedcache.model.values import Pod
 from schedcache.store import commands
+from schedcache.store.keys import Keys
 from schedcache.store.records import decode_object
 from schedcache.store.responses import as_text
+from schedcache.store.store import Client
 
 # Upstream's podInitialBackoffSeconds, podMaxBackoffSeconds and
 # podMaxInUnschedulablePodsDuration.
@@ -120,16 +122,18 @@ class SchedulingQueue:
         return dict(zip(STATES, (int(n) for n in pipe.execute()), strict=True))
 
 
-def queued_schedulers(cache: Cache) -> Counter[str]:
-    """Queued pods per scheduler name (every state), for ``stats``."""
-    keys, client = cache.keys, cache.client
-    counts: Counter[str] = Counter()
-    names = [as_text(name) for name in client.hkeys(keys.queues)]
+def queue_lengths(client: Client, keys: Keys) -> dict[str, dict[str, int]]:
+    """Queued pods per scheduler name and state, for ``stats`` and ``/metrics``."""
+    names = sorted(as_text(name) for name in client.hkeys(keys.queues))
     pipe = client.pipeline(transaction=False)
     for name in names:
         for state in STATES:
             pipe.zcard(keys.queue(name, state))
-    sizes = pipe.execute()
-    for j, name in enumerate(names):
-        counts[name] = sum(int(n) for n in sizes[4 * j : 4 * j + 4])
-    return counts
+    sizes = iter(pipe.execute())
+    return {name: {state: int(next(sizes)) for state in STATES} for name in names}
+
+
+def queued_schedulers(cache: Cache) -> Counter[str]:
+    """Queued pods per scheduler name (every state)."""
+    lengths = queue_lengths(cache.client, cache.keys)
+    return Counter({name: sum(states.values()) for name, states in lengths.items()})

@@ -95,8 +95,9 @@ def count_command(command: str, applied: bool) -> None:
 
 class CacheCollector(Collector):
     """``schedcache_cache_size{cache,type}`` (kube-scheduler's ``scheduler_cache_size``:
-    nodes include ghosts and placeholders) and ``schedcache_stream_length{cache}``, read at
-    scrape time."""
+    nodes include ghosts and placeholders), ``schedcache_stream_length{cache}`` and
+    ``schedcache_pending_pods{cache,scheduler,queue}`` (the scheduling queue), read at scrape
+    time."""
 
     def __init__(self, cache: HasStore) -> None:
         self.store = cache.store
@@ -122,3 +123,16 @@ class CacheCollector(Collector):
         )
         length.add_metric([self.store.name], stream)
         yield length
+        from schedcache.ops.queue import queue_lengths  # ops sits on the store: not at import
+
+        pending = GaugeMetricFamily(
+            "schedcache_pending_pods",
+            "Pods in the cache's scheduling queue, per scheduler name and queue (kube-scheduler's "
+            "scheduler_pending_pods: active, backoff, unschedulable; and leased to a replica).",
+            labels=["cache", "scheduler", "queue"],
+        )
+        names = {"parked": "unschedulable"}
+        for scheduler, states in queue_lengths(self.store.client, keys).items():
+            for state, count in states.items():
+                pending.add_metric([self.store.name, scheduler, names.get(state, state)], count)
+        yield pending
