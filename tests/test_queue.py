@@ -278,3 +278,41 @@ def test_a_corrupt_queued_record_is_stepped_over_and_refuses_its_own_commands(
     with pytest.raises(CorruptRecord, match="queued"):
         push(cache, pending("bad", labels={"x": "y"}))
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
+    cache: Cache, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    import schedcache.cli.app as cli_module
+    from schedcache.cli.app import main
+    from schedcache.store.metrics import CacheCollector
+
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    for name in ("a", "b", "c"):
+        push(cache, pending(name))
+    push(cache, pending("x"), scheduler="other")
+    a = queue(cache)
+    first, second = a.pop(2, now=T0)
+    a.retry(first.pod, unschedulable=True, attempt=cache.last_events(1)[0].id, now=T0)
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    stats = CliRunner().invoke(main, ["--cache", cache.name, "stats"], catch_exceptions=False)
+    lines = dict(line.split("\t") for line in stats.output.splitlines())
+    assert lines["queue ref"] == "3 pending pods (1 active, 1 leased, 0 backoff, 1 parked)"
+    assert lines["queue other"] == "1 pending pods (1 active, 0 leased, 0 backoff, 0 parked)"
+    (pending_pods,) = [
+        m for m in CacheCollector(cache).collect() if m.name.endswith("pending_pods")
+    ]
+    found = {
+        (sample.labels["scheduler"], sample.labels["queue"]): sample.value
+        for sample in pending_pods.samples
+        if sample.value
+    }
+    assert found == {
+        ("ref", "active"): 1,
+        ("ref", "leased"): 1,
+        ("ref", "unschedulable"): 1,
+        ("other", "active"): 1,
+    }
+    assert second.pod.name == "b"
