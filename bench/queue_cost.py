@@ -38,7 +38,7 @@ from schedcache import Cache, Node, Pod
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 
-PORT = 6431
+PORT = 17431
 
 
 def node(i: int) -> Node:
