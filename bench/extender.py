@@ -355,15 +355,16 @@ def main() -> None:
         [[label, f"{lat['cpu per request']['us']:.0f}"] for label, (lat, _) in results.items()],
     )
     first = next(iter(results.values()))[1]
-    print_table(  # (empty with --latency-only)
-        "binds/s (cache part; the API call excluded)",
-        ["variant", "clients", "binds/s", "vs first variant"],
-        [
-            [label, n, f"{rate:.0f}", f"{rate / first[n]:.2f}x"]
-            for label, (_, rates) in results.items()
-            for n, rate in rates.items()
-        ],
-    )
+    if not args.latency_only:
+        print_table(
+            "binds/s (cache part; the API call excluded)",
+            ["variant", "clients", "binds/s", "vs first variant"],
+            [
+                [label, n, f"{rate:.0f}", f"{rate / first[n]:.2f}x"]
+                for label, (_, rates) in results.items()
+                for n, rate in rates.items()
+            ],
+        )
     path = write_results(
         "extender",
         {
