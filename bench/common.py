@@ -53,7 +53,10 @@ def positive(text: str) -> int:
 
 def start_server(directory: str, port: int, wrapper: list[str] | None = None) -> subprocess.Popen:
     """A throwaway redis-server on a loopback port (no persistence), answering PING; run under
-    ``wrapper`` (e.g. valgrind's command line) when given."""
+    ``wrapper`` (e.g. valgrind's command line) when given. A port some Redis already answers
+    on is refused: the benchmark would write into that one (its own fails to bind)."""
+    if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
+        raise RuntimeError(f"a Redis already answers on port {port}: pick a free one (--port)")
     server = subprocess.Popen(
         [
             *(wrapper or []),

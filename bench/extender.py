@@ -20,6 +20,10 @@ TLS connection, as kube-scheduler's does).
 Prints a table and writes ``bench/results/extender.json``.
 
     python bench/extender.py [--nodes 1000 --requests 300 --binds 2000 --before 9b39770]
+    python bench/extender.py --nodes 5000 --requests 200 --latency-only --before main
+
+(``--latency-only``: filter and prioritize on a large cluster, no binds/s and no mTLS variant;
+issue 34's columns are measured so, 5,000 nodes against the revision before them.)
 
 Targets (issue 17): filter over 1,000 node names p99 <= 20 ms; bind p99 <= 5 ms; binds/s grows
 from 1 to 4 clients.
@@ -254,8 +258,9 @@ def measure(
         # Nodes the latency round did not fill (its binds go to the best-scored ones), and
         # not tainted.
         spare = [x for i, x in enumerate(names) if i % 10 and i >= args.nodes // 10]
-        rates = {n: throughput(port, spare, n, args.binds, f"{tag}{n}") for n in args.clients}
-        served = 1 + 3 * args.requests + sum(2 * (args.binds // n) * n for n in args.clients)
+        clients = [] if args.latency_only else args.clients
+        rates = {n: throughput(port, spare, n, args.binds, f"{tag}{n}") for n in clients}
+        served = 1 + 3 * args.requests + sum(2 * (args.binds // n) * n for n in clients)
         # CPU per request: what a shared machine's noise barely moves.
         lat["cpu per request"] = {"us": (cpu_seconds(extender.pid) - started) / served * 1e6}
     finally:
@@ -293,6 +298,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=6495)
     parser.add_argument("--before", default="", help="git revision to compare with")
     parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="latency alone (no binds/s, no mTLS variant): filter/prioritize on large clusters",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=2, help="variants interleaved this many times; best kept"
     )
     args = parser.parse_args()
@@ -314,7 +324,8 @@ def main() -> None:
             variants.append((f"before ({args.before})", extract(args.before, Path(directory)), []))
         variants.append(("after", here, []))
         tls = ["--tls-cert-file", pki["server.crt"], "--tls-private-key-file", pki["server.key"]]
-        variants.append(("after+mTLS", here, [*tls, "--client-ca-file", pki["ca.crt"]]))
+        if not args.latency_only:
+            variants.append(("after+mTLS", here, [*tls, "--client-ca-file", pki["ca.crt"]]))
         try:
             # Interleaved rounds, the best of each kept: a shared machine's noise hits every
             # variant alike rather than the one that ran while something else did.
@@ -344,15 +355,16 @@ def main() -> None:
         [[label, f"{lat['cpu per request']['us']:.0f}"] for label, (lat, _) in results.items()],
     )
     first = next(iter(results.values()))[1]
-    print_table(
-        "binds/s (cache part; the API call excluded)",
-        ["variant", "clients", "binds/s", "vs first variant"],
-        [
-            [label, n, f"{rate:.0f}", f"{rate / first[n]:.2f}x"]
-            for label, (_, rates) in results.items()
-            for n, rate in rates.items()
-        ],
-    )
+    if not args.latency_only:
+        print_table(
+            "binds/s (cache part; the API call excluded)",
+            ["variant", "clients", "binds/s", "vs first variant"],
+            [
+                [label, n, f"{rate:.0f}", f"{rate / first[n]:.2f}x"]
+                for label, (_, rates) in results.items()
+                for n, rate in rates.items()
+            ],
+        )
     path = write_results(
         "extender",
         {

@@ -4,6 +4,8 @@ what-if: 1,000 nodes (32 CPU, 128 GiB, three zones), then 30,000 pods claimed on
 nodes picked at random among those they fit, confirmed by the informer; ``whatif --at`` the
 moment between the nodes and the claims, with both built-in policies: the replay to the
 moment, reading the 30,000 claims, and each policy placing every pod. Target: <= 10 s.
+Then, apart, a policy that places nothing (``declines s``: its own run, the first 20 pods
+summarised with the filters' verdicts over every node).
 
 explain: a history of ``--events`` events (default 1,000,000) on 1,000 nodes with ``--live``
 pods running (default 30,000): each pod claimed, confirmed and deleted later; a checkpoint near
@@ -38,6 +40,7 @@ from schedcache.sim.demo import demo_node
 from schedcache.sim.explain import explain
 from schedcache.sim.policies import BUILT_IN
 from schedcache.sim.whatif import what_if
+from schedcache.views.snapshot import Snapshot
 
 NODES = 1000
 
@@ -87,6 +90,10 @@ def claims_history(cache: Cache, pods: int) -> str:
     return at
 
 
+def declines(snapshot: Snapshot, pod: Pod) -> str | None:
+    return None
+
+
 def bench_whatif(cache: Cache, pods: int, repeats: int) -> dict[str, Any]:
     cache.clear()
     started = time.perf_counter()
@@ -100,6 +107,11 @@ def bench_whatif(cache: Cache, pods: int, repeats: int) -> dict[str, Any]:
         for name in BUILT_IN:
             policy_runs[name].append(result.outcome(name).seconds)
     assert len(result.pods) == pods and result.outcomes[0].placed == pods
+    # A policy that places nothing: each pod "chose no node", the first SUMMARISED with the
+    # filters' summary over every node (the pass issue 34 put on the scratch's columns).
+    declined = []
+    for _ in range(repeats):
+        declined.append(what_if(cache, at, {"declines": declines}).outcome("declines").seconds)
     outcomes = {
         o.policy: {
             "placed": o.placed,
@@ -118,6 +130,7 @@ def bench_whatif(cache: Cache, pods: int, repeats: int) -> dict[str, Any]:
         "seconds": statistics.median(runs),
         "runs": runs,
         "policy_seconds": {name: statistics.median(r) for name, r in policy_runs.items()},
+        "declines_seconds": statistics.median(declined),
         "outcomes": outcomes,
     }
 
@@ -200,13 +213,14 @@ def main() -> None:
     print_table(
         f"what-if at the moment before {whatif['pods']:,} claims on {NODES:,} nodes, "
         f"both built-ins, median of {args.repeats}",
-        ["pods", "events", "what-if s", *(f"{name} s" for name in BUILT_IN)],
+        ["pods", "events", "what-if s", *(f"{name} s" for name in BUILT_IN), "declines s"],
         [
             [
                 f"{whatif['pods']:,}",
                 f"{whatif['events']:,}",
                 f"{whatif['seconds']:.2f}",
                 *(f"{whatif['policy_seconds'][name]:.2f}" for name in BUILT_IN),
+                f"{whatif['declines_seconds']:.2f}",
             ]
         ],
     )

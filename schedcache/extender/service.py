@@ -2,12 +2,14 @@
 
 * **filter**: every candidate node is checked on a snapshot of the cache, brought up to date
   incrementally on each call (so all replicas' claims count, not only this scheduler's), with
-  kube-scheduler's filter rules (:func:`schedcache.model.filters.filter_pod`). Failures that
+  kube-scheduler's filter rules (:func:`schedcache.model.filters.filter_pod`; a pod without
+  inter-pod rules, host ports or extended resources is judged on the snapshot's columns,
+  :mod:`schedcache.views.columns`, and only the failing nodes node by node). Failures that
   preemption cannot cure (taints, unschedulable, node affinity/selector, a node the cache does
   not know) go to ``FailedAndUnresolvableNodes``, the others to ``FailedNodes``.
-* **prioritize**: 0–10 per node: the mean of least-allocated (CPU and memory, by the non-zero
-  requests as upstream scores) and, when any candidate has taints with effect
-  ``PreferNoSchedule`` the pod does not tolerate, TaintToleration's reverse-normalised count.
+* **prioritize**: 0–10 per node: the default profile's weighted scores
+  (:func:`schedcache.model.plugins.registry.score_nodes`, on the columns likewise where the pod
+  and the cluster allow) scaled so the best candidate scores 10.
 * **bind**: ``assume_pod(check_fit=True)``: the claim is checked inside Redis against the live
   node, so two replicas can never overfill it; then the Binding through the API server; then
   ``finish_binding``. A fit conflict answers an error and writes nothing (kube-scheduler
@@ -44,9 +46,10 @@ from schedcache.extender.forgetter import Forgetter
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
-from schedcache.model.plugins.registry import filter_pod, score_nodes
+from schedcache.model.plugins.registry import score_nodes
 from schedcache.model.values import Pod
 from schedcache.store import commands
+from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -83,6 +86,9 @@ class Extender:
         self.binder = binder
         self.snapshot = Snapshot()
         self.snapshot_lock = threading.Lock()
+        # The snapshot's columns: filter and prioritize judge a plain pod on arrays
+        # (views/columns.py), refreshed from the nodes each update changed.
+        self.columns = Columns(percentage=100)
         self.pods: OrderedDict[str, bytes] = OrderedDict()  # --no-api only: uid -> pod JSON
         self.pods_bytes = 0
         self.pods_lock = threading.Lock()
@@ -100,18 +106,13 @@ class Extender:
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
-            cycle = Cycle(
-                args.pod,
-                list(self.snapshot.node_infos.values()),
-                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
-            )
-            for name in args.node_names:
-                info = self.snapshot.node_infos.get(name)
-                if info is None or info.node is None:
+            verdicts = self.columns.filter_names(args.pod, self.snapshot, args.node_names)
+            # Under the lock still: it serialises the verbs' CPU work, which keeps /healthz
+            # answering under a flood (tests/test_extender_memory.py).
+            for name, result in zip(args.node_names, verdicts, strict=True):
+                if result is None:
                     unresolvable[name] = UNKNOWN_NODE
-                    continue
-                result = filter_pod(args.pod, info, cycle)
-                if not result.reasons:
+                elif not result.reasons:
                     passed.append(name)
                 elif result.unresolvable:
                     unresolvable[name] = ", ".join(result.reasons)
@@ -123,13 +124,8 @@ class Extender:
         self._remember(args)
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
-            infos = [(name, self.snapshot.node_infos.get(name)) for name in args.node_names]
-            cycle = Cycle(
-                args.pod,
-                list(self.snapshot.node_infos.values()),
-                anti_holders=self.snapshot.have_pods_with_required_anti_affinity_list,
-            )
-            return protocol.host_priorities(scores(args.pod, infos, cycle))
+            totals = self.columns.score_names(args.pod, self.snapshot, args.node_names)
+            return protocol.host_priorities(scaled(totals, args.node_names))
 
     # -- bind -----------------------------------------------------------------------------
 
@@ -296,14 +292,17 @@ def scores(
     pod: Pod, infos: list[tuple[str, NodeInfo | None]], cycle: Cycle | None = None
 ) -> dict[str, int]:
     """0-10 per node: the default profile's weighted scores (``registry.score_nodes``, judged in
-    ``cycle``: the snapshot's whole cluster) scaled so the best candidate scores 10, as
-    upstream's DefaultNormalizeScore scales; unknown nodes score 0."""
+    ``cycle``: the snapshot's whole cluster) scaled by :func:`scaled`; unknown nodes score 0."""
     known = [info for _, info in infos if info is not None and info.node is not None]
     if cycle is None:
         cycle = Cycle(pod, known)
-    totals = score_nodes(pod, known, cycle)
+    return scaled(score_nodes(pod, known, cycle), [name for name, _ in infos])
+
+
+def scaled(totals: Mapping[str, int], names: list[str]) -> dict[str, int]:
+    """0-10 per name of ``names``: its weighted score in ``totals`` scaled so the best scores
+    10, as upstream's DefaultNormalizeScore scales; a name without one scores 0."""
     best = max(totals.values(), default=0)
     return {
-        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0)
-        for name, _ in infos
+        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0) for name in names
     }

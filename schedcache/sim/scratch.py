@@ -82,6 +82,7 @@ class ScratchSnapshot(Snapshot):
         what may be placed; what happened is placed even where it no longer fits)."""
         info = self.node_infos[node]
         placed = pod.with_node(node)
+        self.changed.add(node)  # for the columns that follow it (what-if's summaries)
         self.generation += 1
         info.generation = self.generation
         info.pods.append(placed)

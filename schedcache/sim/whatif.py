@@ -23,10 +23,11 @@ from schedcache.errors import PolicyError
 from schedcache.history.checkpoints import read_events
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.plugins.registry import cycle_for, filter_pod
-from schedcache.model.plugins.result import fit_error
+from schedcache.model.plugins.result import FilterResult, fit_error
 from schedcache.model.values import Pod
 from schedcache.sim.policies import Policy, checked
 from schedcache.sim.scratch import ScratchSnapshot
+from schedcache.views.columns import Columns, columnar
 
 ACTUAL = "actual"
 # Pods per policy whose "chose no node" reason carries the filters' summary (the text output
@@ -203,13 +204,14 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
     reasons: dict[str, str] = {}
     names = list(scratch.node_infos)
     summarised = 0
+    columns = Columns(percentage=100)  # built on the first summary, then kept up with place()
     for pod in pods:
         node = policy(scratch, pod)
         _check_untouched(name, scratch, names, node, pod)
         placements[pod.uid] = None
         if node is None:
             summarised += 1
-            reasons[pod.uid] = none_chosen(name, pod, scratch, summarised <= SUMMARISED)
+            reasons[pod.uid] = none_chosen(name, pod, scratch, summarised <= SUMMARISED, columns)
             continue
         info = scratch.node_infos.get(node)
         if info is None:
@@ -229,20 +231,35 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
     return Outcome(name, placements, reasons, Utilisation.of(scratch), _since(started))
 
 
-def none_chosen(policy: str, pod: Pod, scratch: ScratchSnapshot, summarise: bool) -> str:
+def none_chosen(
+    policy: str,
+    pod: Pod,
+    scratch: ScratchSnapshot,
+    summarise: bool,
+    columns: Columns | None = None,
+) -> str:
     """Why ``policy`` placed ``pod`` nowhere: it chose no node; with ``summarise``, what
     kube-scheduler's filters say of every node, in upstream's summary form (``0/3 nodes are
     available: 3 Insufficient cpu.``; nodes that fit mean the policy declined them). A filter
-    pass over every node costs, so only the first SUMMARISED such pods of a policy get it."""
+    pass over every node costs, so only the first SUMMARISED such pods of a policy get it;
+    with ``columns`` (the scratch's), a plain pod's pass is on them and only the nodes that
+    refuse it are judged one by one."""
     chose = f"policy {policy!r} chose no node"
     if not summarise:
         return chose
     infos = scratch.node_info_list
-    cycle = cycle_for(pod, scratch.node_infos, scratch.have_pods_with_required_anti_affinity_list)
+    holders = scratch.have_pods_with_required_anti_affinity_list
+    verdicts: list[FilterResult | None]
+    if columns is not None and columnar(pod) and not holders:
+        # On the columns (no inter-pod filter can refuse the pod: cycle_for's None too)
+        verdicts = columns.filter_names(pod, scratch, [info.name for info in infos])
+    else:
+        cycle = cycle_for(pod, scratch.node_infos, holders)
+        verdicts = [filter_pod(pod, info, cycle) for info in infos]
     refusals: Counter[str] = Counter()
     fit = 0
-    for info in infos:
-        verdict = filter_pod(pod, info, cycle)
+    for verdict in verdicts:
+        assert verdict is not None  # every name is one of the scratch's nodes
         fit += verdict.fits
         refusals.update(verdict.reasons)
     return f"{chose}; {fit_error(len(infos), refusals.elements(), available=fit)}"

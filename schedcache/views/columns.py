@@ -14,6 +14,11 @@ compares them over random clusters), on upstream's sample of the nodes
 the previous pod stopped). A pod the columns cannot judge alone (host ports, scalar resources,
 inter-pod rules, spread constraints, preferred affinity, or a cluster holding pods with
 affinity) goes through the per-node plugins on the same sample.
+
+The extender asks about the nodes kube-scheduler names, not a sample: :meth:`Columns.filter_names`
+gives ``filter_pod``'s verdict on each (the failing nodes' reasons from the per-node code, so
+only they cost a Python call) and :meth:`Columns.score_names` the weighted scores; a pod the
+columns cannot judge alone gets the per-node code there too.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from schedcache.model.plugins import imagelocality
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.nodelocal import intolerable_prefer_no_schedule, node_refuses
 from schedcache.model.plugins.registry import WEIGHTS, filter_pod, score_nodes
+from schedcache.model.plugins.result import FITS, FilterResult
 from schedcache.model.values import Node, Pod
 from schedcache.views.snapshot import Snapshot
 
@@ -284,6 +290,67 @@ class Columns:
             by_name = score_nodes(pod, candidates, cycle or self._cycle(pod, snap))
             scores = np.array([by_name[info.name] for info in candidates], dtype=np.int64)
         return Placement(node=self._best(rows, scores), nodes=live, judged=processed)
+
+    # -- judging one pod on named nodes (the extender) ---------------------------------------
+
+    def filter_names(
+        self, pod: Pod, snap: Snapshot, names: Sequence[str]
+    ) -> list[FilterResult | None]:
+        """``filter_pod``'s verdict on each of ``names`` in ``snap`` (None: ``snap`` has no live
+        node of that name). The fit is vectorised where the columns judge the pod alone; the
+        nodes that fail get their reasons from the per-node code, so they read as it words
+        them."""
+        self.refresh(snap)
+        infos = snap.node_infos
+        if not self._whole(snap) or not (
+            columnar(pod) and not snap.have_pods_with_required_anti_affinity_list
+        ):
+            # (a ghost would answer NODE_NOT_FOUND in filter_pod; the callers name it unknown)
+            cycle = self._cycle(pod, snap)
+            return [
+                None
+                if (info := infos.get(name)) is None or info.node is None
+                else filter_pod(pod, info, cycle)
+                for name in names
+            ]
+        fits: list[bool] = self.fits(pod).tolist()
+        row_of, rows = self._row, self.infos
+        verdicts: list[FilterResult | None] = []
+        for name in names:
+            row = row_of.get(name)
+            if row is None or rows[row].node is None:
+                verdicts.append(None)
+            elif fits[row]:
+                verdicts.append(FITS)
+            else:  # no inter-pod filter can refuse it: the node-local and resource ones did
+                verdicts.append(filter_pod(pod, rows[row]))
+        return verdicts
+
+    def score_names(self, pod: Pod, snap: Snapshot, names: Sequence[str]) -> dict[str, int]:
+        """The default profile's weighted score of each of ``names`` that is a live node of
+        ``snap``, as ``registry.score_nodes`` gives it over them (judged in ``snap``'s whole
+        cluster): vectorised where the columns judge the pod alone and no pod has affinity."""
+        self.refresh(snap)
+        if not self._whole(snap) or not (
+            columnar(pod)
+            and not snap.have_pods_with_required_anti_affinity_list
+            and not snap.have_pods_with_affinity_list
+        ):
+            infos = [snap.node_infos.get(name) for name in names]
+            known = [info for info in infos if info is not None and info.node is not None]
+            return score_nodes(pod, known, self._cycle(pod, snap))
+        row_of, rows = self._row, self.infos
+        found = [row for name in names if (row := row_of.get(name)) is not None]
+        found = [row for row in found if rows[row].node is not None]
+        if not found:
+            return {}
+        totals: list[int] = self.totals(pod, np.array(found, dtype=np.int64)).tolist()
+        return dict(zip([self.names[row] for row in found], totals, strict=True))
+
+    def _whole(self, snap: Snapshot) -> bool:
+        """Whether the rows are ``snap``'s every node (its list and its map agree), so a name
+        the rows lack is no node of ``snap`` and the live count is the cluster's."""
+        return len(self.infos) == len(snap.node_infos)
 
     def _best(self, rows: Ints, scores: Ints) -> str:
         """The highest score scaled to 0-10 as the extender's ``scores`` (ties: the greatest

@@ -1,0 +1,141 @@
+"""The extender's filter and prioritize on the snapshot columns (issue 34) answer exactly what the
+per-node plugin code answers: over random clusters that change between calls (pods land, a
+node is tainted, one leaves and one joins), for plain pods and for pods the columns cannot
+judge alone (host ports, inter-pod rules), with unknown and repeated node names, before and
+after pods with affinity join the cluster. On every backend."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from schedcache import Cache
+from schedcache.extender import protocol
+from schedcache.extender.protocol import FilterArgs
+from schedcache.extender.service import UNKNOWN_NODE, Extender, scores
+from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.registry import filter_pod
+from schedcache.model.values import Node, Pod
+from schedcache.views.columns import columnar
+from tests.factories import node_manifest, pod_manifest
+from tests.test_columns import TAINTS, random_node, random_pod
+
+ANTI = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+        ]
+    }
+}
+PREFERRED = {
+    "podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 5,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": "db"}},
+                    "topologyKey": "zone",
+                },
+            }
+        ]
+    }
+}
+
+
+def per_node(ext: Extender, args: FilterArgs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The filter and prioritize answers as the extender gave them node by node before the
+    columns, on the extender's snapshot as it stands."""
+    snap = ext.snapshot
+    cycle = Cycle(
+        args.pod,
+        list(snap.node_infos.values()),
+        anti_holders=snap.have_pods_with_required_anti_affinity_list,
+    )
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name in args.node_names:
+        info = snap.node_infos.get(name)
+        if info is None or info.node is None:
+            unresolvable[name] = UNKNOWN_NODE
+            continue
+        result = filter_pod(args.pod, info, cycle)
+        if not result.reasons:
+            passed.append(name)
+        elif result.unresolvable:
+            unresolvable[name] = ", ".join(result.reasons)
+        else:
+            failed[name] = ", ".join(result.reasons)
+    infos = [(name, snap.node_infos.get(name)) for name in args.node_names]
+    return (
+        protocol.filter_result(args, passed, failed, unresolvable),
+        protocol.host_priorities(scores(args.pod, infos, cycle)),
+    )
+
+
+def incoming(rng: random.Random, i: int) -> dict[str, Any]:
+    """A pending pod's manifest: mostly plain (the columns judge it: requests, tolerations, a
+    node selector, an image), some with host ports or inter-pod rules (the per-node code)."""
+    name, uid = f"in{i}", f"uid-in{i}"
+    cpu = rng.choice(["100m", "500m", "1", "1500m", "3"])
+    memory = rng.choice(["128Mi", "1Gi", "2Gi", "6Gi"])
+    kind = rng.random()
+    if kind < 0.15:
+        ports = [{"containerPort": 80, "hostPort": 80}]
+        return pod_manifest(name, "", cpu, memory, uid=uid, ports=ports)
+    if kind < 0.25:
+        return pod_manifest(name, "", cpu, memory, uid=uid, labels={"app": "web"}, affinity=ANTI)
+    manifest = pod_manifest(name, "", cpu, memory, uid=uid)
+    spec = manifest["spec"]
+    spec["containers"][0]["image"] = rng.choice(["app:1", "pause"])
+    if rng.random() < 0.4:
+        spec["tolerations"] = [{"key": rng.choice(TAINTS)["key"], "operator": "Exists"}]
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"disk": rng.choice(["ssd", "hdd"])}
+    return manifest
+
+
+def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cache: Cache) -> None:
+    rng = random.Random(34)
+    nodes = [random_node(rng, i) for i in range(40)]
+    for node in nodes:
+        cache.add_node(node)
+    for i in range(40):
+        cache.add_pod(random_pod(rng, f"p{i}", rng.choice(nodes).name))
+    ext = Extender(cache)
+    judged = {"columnar": 0, "per-node": 0, "failed": 0, "passed": 0}
+    for round_ in range(6):
+        if round_ == 2:  # a node tainted, one gone, one new
+            tainted = node_manifest(nodes[5].name, "4", "8Gi", labels={"zone": "z2"})
+            tainted["spec"] = {"taints": [TAINTS[0], TAINTS[1]]}
+            cache.update_node(nodes[5], Node.from_k8s(tainted))
+            cache.remove_node(nodes[0])
+            cache.add_node(random_node(rng, 99))
+        if round_ == 4:  # pods with inter-pod rules in the cluster: the per-node code decides
+            db = pod_manifest("db", nodes[7].name, "100m", "128Mi", labels={"app": "db"})
+            db["spec"]["affinity"] = PREFERRED
+            cache.add_pod(Pod.from_k8s(db))
+        if round_ == 5:
+            web = pod_manifest("web", nodes[8].name, "100m", "128Mi", labels={"app": "web"})
+            web["spec"]["affinity"] = ANTI
+            cache.add_pod(Pod.from_k8s(web))
+        for i in range(12):
+            manifest = incoming(rng, round_ * 100 + i)
+            names = [n.name for n in rng.sample(nodes, 30)] + ["n999", nodes[1].name]
+            args = protocol.filter_args({"Pod": manifest, "NodeNames": names})
+            filtered, prioritized = ext.filter(args), ext.prioritize(args)
+            expected_filter, expected_priorities = per_node(ext, args)
+            assert json.dumps(filtered) == json.dumps(expected_filter)
+            assert json.dumps(prioritized) == json.dumps(expected_priorities)
+            judged["columnar" if columnar(args.pod) else "per-node"] += 1
+            judged["failed"] += len(filtered["FailedNodes"]) + len(
+                filtered["FailedAndUnresolvableNodes"]
+            )
+            judged["passed"] += len(filtered["NodeNames"])
+            # The cluster moves on: a pod lands on a node that passed.
+            if filtered["NodeNames"] and rng.random() < 0.5:
+                cache.add_pod(random_pod(rng, f"q{round_}-{i}", filtered["NodeNames"][0]))
+    # Both paths, and both verdicts, were compared.
+    assert judged["columnar"] > 40 and judged["per-node"] > 5
+    assert judged["failed"] > 100 and judged["passed"] > 100
