@@ -267,7 +267,7 @@ class FakeApiServer:
         class Handler(_Handler):
             server_api = api
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        httpd = _HttpServer(("127.0.0.1", self.port), Handler)
         httpd.daemon_threads = True
         self.port = httpd.server_address[1]
         self._httpd = httpd
@@ -369,7 +369,7 @@ class FakeApiServer:
         with self._cond:
             if key in self._objects[kind]:
                 raise KeyError(f"{kind} {key} exists")
-            return self._write(kind, key, stored, "ADDED")
+            return copy.deepcopy(self._write(kind, key, stored, "ADDED"))
 
     def update(self, obj: Obj) -> Obj:
         """Replace an object by namespace/name and emit MODIFIED."""
@@ -383,7 +383,7 @@ class FakeApiServer:
             for field_name in ("uid", "creationTimestamp"):
                 if field_name in old["metadata"]:
                     stored["metadata"].setdefault(field_name, old["metadata"][field_name])
-            return self._write(kind, key, stored, "MODIFIED")
+            return copy.deepcopy(self._write(kind, key, stored, "MODIFIED"))
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> Obj:
         """Remove an object and emit DELETED (carrying the deletion's rv, as the real server)."""
@@ -391,7 +391,7 @@ class FakeApiServer:
         with self._cond:
             old = self._objects[kind][key]
             gone_obj = copy.deepcopy(old)
-            return self._write(kind, key, gone_obj, "DELETED")
+            return copy.deepcopy(self._write(kind, key, gone_obj, "DELETED"))
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         key = name_key(kind, name, namespace)
@@ -404,7 +404,8 @@ class FakeApiServer:
             return copy.deepcopy(list(self._objects[kind].values()))
 
     def _write(self, kind: str, key: Key, stored: Obj, type_: str) -> Obj:
-        """Bump the rv, stamp it, record the event and wake the watches (lock held)."""
+        """Bump the rv, stamp it, record the event and wake the watches (lock held); returns
+        ``stored`` itself, which callers must copy before handing it out."""
         self._rv += 1
         stored["metadata"]["resourceVersion"] = str(self._rv)
         stored.setdefault("kind", kind)
@@ -415,7 +416,7 @@ class FakeApiServer:
             self._objects[kind][key] = stored
         self._history[kind].append(Event(type_, stored, self._rv, prev))
         self._cond.notify_all()
-        return copy.deepcopy(stored)
+        return stored
 
     def stall_lists(self) -> None:
         """List requests (not watches) send nothing, not even headers, until release_lists()."""
@@ -462,7 +463,7 @@ class FakeApiServer:
                         **condition,
                     }
                 current["conditions"] = list(merged.values())
-            return self._write("Pod", (namespace, name), new, "MODIFIED")
+            return copy.deepcopy(self._write("Pod", (namespace, name), new, "MODIFIED"))
 
     def compact(self) -> int:
         """Forget the history up to the current rv: older watches and continue tokens get 410."""
@@ -590,8 +591,13 @@ class FakeApiServer:
                     f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
                     f"already assigned to node {bound_to!r}",
                 )
-            new = copy.deepcopy(old)
-            new.setdefault("spec", {})["nodeName"] = node
+            # Stored objects are never mutated in place, so the new one shares all but the
+            # dicts it changes: a deep copy of the pod cost more than the rest of a bind.
+            new = {
+                **old,
+                "metadata": {**old["metadata"]},
+                "spec": {**(old.get("spec") or {}), "nodeName": node},
+            }
             self._write("Pod", (namespace, name), new, "MODIFIED")
         return status(201)
 
@@ -724,7 +730,8 @@ def convert_event(event: Event, selector: Selector) -> Obj | None:
     if cur and old:
         return {"type": "MODIFIED", "object": event.obj}
     if old and event.prev is not None:
-        prev = copy.deepcopy(event.prev)
+        # A new dict for what changes (the rv); the rest is shared, never mutated in place.
+        prev = {**event.prev, "metadata": {**event.prev["metadata"]}}
         prev["metadata"]["resourceVersion"] = str(event.rv)
         return {"type": "DELETED", "object": prev}
     return None
@@ -758,10 +765,21 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+class _HttpServer(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: 8 scheduler replicas with 16 binding threads each
+    connect at once, and connections past the backlog were reset (ECONNRESET) at their first
+    request."""
+
+    request_queue_size = 1024
+
+
 class _Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 (keep-alive, chunked watches) front of a FakeApiServer."""
 
     protocol_version = "HTTP/1.1"
+    # Answers go out in one write each (_send_json), watch events as they come: nothing gains
+    # from Nagle's algorithm, which held a second write until the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
     server_api: FakeApiServer
 
     def setup(self) -> None:
@@ -860,12 +878,14 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _send_json(self, code: int, body: Obj) -> None:
+        """Status line, headers and body in ONE write (end_headers() would write the headers
+        alone, and the body would follow in a second segment)."""
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code, HTTPStatus(code).phrase)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)  # end_headers(), plus the body
+        self.flush_headers()
 
     # ----------------------------------------------------------------- watch stream
 
