@@ -11,7 +11,10 @@
 #   api_capacity.json    binds/s of the fake API server alone (raw clients, P x T shapes)
 #   api_server.prof      cProfile of its request threads under the widest shape
 #   e2e-rN.json          bench/e2e.py, 5,000 nodes / 1,000 initial / M measured, N replicas
-#   e2e-r1.prof          cProfile of the 1-replica run's loop (main thread)
+#   e2e-r1-profiled.json one more 1-replica row (--profile-measured pods, 2,000), profiled:
+#   e2e-r1.prof          cProfile of that replica (Python 3.12+: every thread of it; before:
+#                        the main thread), kept out of the rows above, whose rates it would slow
+#   api.r1.prof          cProfile of the API server in that row (Python 3.12+ only)
 #   redis.txt            Redis INFO cpu and commandstats after the rows
 #   log.txt              everything printed, estimates included
 # Options:
@@ -21,9 +24,10 @@
 #   --measured 10000     measured pods a row: one number, or one per replica count (a,b,c,d)
 #   --nodes 5000 --initial 1000
 #   --skip-capacity      no api_capacity step (e.g. the second, "before" invocation)
+#   --profile-measured N pods of the profiled 1-replica row (0: no such row)
 set -uo pipefail
 budget=480
-tree="" replicas="1,2,4,8" measured="10000" nodes=5000 initial=1000 capacity=1
+tree="" replicas="1,2,4,8" measured="10000" nodes=5000 initial=1000 capacity=1 profiled=2000
 while [ $# -gt 0 ]; do
   case $1 in
     --tree) tree=$2; shift 2 ;;
@@ -32,6 +36,7 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2; shift 2 ;;
     --initial) initial=$2; shift 2 ;;
     --skip-capacity) capacity=0; shift ;;
+    --profile-measured) profiled=$2; shift 2 ;;
     [0-9]*) budget=$1; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -61,33 +66,42 @@ if [ "$capacity" = 1 ] && [ "$(left)" -gt 120 ]; then
     --profile "$out/api_server.prof" >/dev/null
 fi
 
-# Per-row estimate (s), from the runs on the 2-core machine (docs/performance.md, "Running the
-# bench on 16 cores"): processes + objects + the feeder's first list, then the measured pods at
-# a guessed rate, then the capacity check and the teardown.
+# Per-row estimate (s), from runs on the 2-core machine (docs/performance.md, "Running the bench
+# on 16 cores"): 20-33 s a row besides placing the pods for 1-8 replicas (processes and
+# imports, the API server's objects at ~4,000/s, the feeder's first list 1.6-3.7 s, the checks,
+# the capacity binds, the teardown), then the measured pods at a guessed, low rate.
 estimate() {  # replicas measured -> seconds
   local r=$1 m=$2
-  local setup=$(( 8 + (nodes + initial + m) / 2500 ))  # API objects ~2,500/s + sync's list
-  local rate=400; [ -n "$tree" ] && rate=15           # pods/s, conservative (before: 14)
-  echo $(( setup + m / rate + 5 + r ))
+  local rate=300; [ -n "$tree" ] && rate=12  # pods/s (here: 58-550 now, 8-17 before)
+  echo $(( 16 + 2 * r + (nodes + initial + m) / 4000 + m / rate ))
 }
 IFS=, read -ra counts <<< "$replicas"
 IFS=, read -ra wanted <<< "$measured"
+# The profiled row runs last; the rows before leave it its estimate (profiling slows the replica
+# about threefold: counted as three times the pods).
+reserve=0; [ "$profiled" -gt 0 ] && reserve=$(estimate 1 $((3 * profiled)))
+[ "$profiled" -gt 0 ] && counts+=(profiled)
 for i in "${!counts[@]}"; do
-  r=${counts[$i]}; m=${wanted[$i]:-${wanted[-1]}}
-  est=$(estimate "$r" "$m"); remaining=$(left)
+  r=${counts[$i]}; m=${wanted[$i]:-${wanted[-1]}}; name="e2e-r$r"; profile=()
+  if [ "$r" = profiled ]; then
+    r=1; m=$profiled; name=e2e-r1-profiled; reserve=0
+    profile=(--profile "$out/${prefix}e2e-r1.prof")
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 12))' && profile+=(--api-profile "$out/${prefix}api")
+  fi
+  est=$(estimate "$r" "$m"); remaining=$(( $(left) - reserve ))
   # Shrink the row to what the budget still holds (at least 500 pods), else skip it.
   while [ "$est" -gt "$remaining" ] && [ "$m" -gt 500 ]; do m=$((m / 2)); est=$(estimate "$r" "$m"); done
   if [ "$remaining" -lt 30 ] || [ "$est" -gt "$remaining" ]; then
-    echo "== $r replicas: skipped, ${remaining}s left, estimate ${est}s"; continue
+    echo "== $name: skipped, ${remaining}s left, estimate ${est}s"; continue
   fi
-  echo "== $r replicas, $nodes nodes, $initial initial, $m measured: estimate ${est}s, ${remaining}s left"
-  profile=(); [ "$r" = 1 ] && profile=(--profile "$out/${prefix}e2e-r1.prof")
+  t0=$(date +%s)
+  echo "== $name: $r replicas, $nodes nodes, $initial initial, $m measured: estimate ${est}s, ${remaining}s left"
   treeopt=(); [ -n "$tree" ] && treeopt=(--tree "$tree")
   timeout --kill-after=10 "$((remaining - 5))" python3 bench/e2e.py --url "$url" \
     --nodes "$nodes" --initial "$initial" --measured "$m" --replicas "$r" \
     --capacity 2000 --capacity-clients 4x4 --timeout "$((remaining - 25))" \
-    "${treeopt[@]}" "${profile[@]}" --json "$out/${prefix}e2e-r$r.json" | grep -v '^$'
-  echo "   row took $(( remaining - $(left) ))s"
+    "${treeopt[@]}" "${profile[@]}" --json "$out/${prefix}$name.json" | grep -v '^$'
+  echo "   row took $(( $(date +%s) - t0 ))s"
 done
 
 { redis-cli -p "$port" info cpu; redis-cli -p "$port" info commandstats; } > "$out/${prefix}redis.txt" 2>&1
