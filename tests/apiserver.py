@@ -111,6 +111,11 @@ class Event:
     rv: int
     prev: Obj | None
     raw: bool = False  # emit_raw(): sent as is to every watch of the kind
+    # The chunk each field selector makes of this event (None: not sent), encoded once for all
+    # the watches with that selector (every scheduler replica watches the same pending pods).
+    chunks: dict[tuple[tuple[str, str, bool], ...], bytes | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass
@@ -653,13 +658,23 @@ class FakeApiServer:
         Returns events after w.last_rv (filtered by the selector), then a bookmark if one is
         due; one ERROR 410 event (and the end next time) when the watch is or fell too old.
         """
+        chunks = self.next_chunks(w, selector, deadline)
+        if chunks is None:
+            return None
+        return [json.loads(c.split(b"\r\n", 1)[1]) for c in chunks]
+
+    def next_chunks(
+        self, w: WatchState, selector: Selector, deadline: float | None
+    ) -> list[bytes] | None:
+        """``next_events`` as the chunks of the watch's body, as the handler sends them."""
         with self._cond:
             while True:
                 if w.dropped or w.ended or self._closing:
                     return None
                 if self._expired(w):
                     w.ended = True
-                    return [{"type": "ERROR", "object": status(410, "Expired", self._too_old(w))}]
+                    error = status(410, "Expired", self._too_old(w))
+                    return [chunk({"type": "ERROR", "object": error})]
                 now = time.monotonic()
                 periodic = w.bookmark_due is not None and now >= w.bookmark_due
                 if periodic and self.bookmark_interval:
@@ -672,20 +687,25 @@ class FakeApiServer:
                 waits = [t - now for t in (deadline, w.bookmark_due) if t is not None]
                 self._cond.wait(max(min(waits), 0.001) if waits else None)
 
-    def _pending(self, w: WatchState, selector: Selector, periodic: bool) -> list[Obj]:
-        """Events after last_rv, then a bookmark when one is due (lock held)."""
+    def _pending(self, w: WatchState, selector: Selector, periodic: bool) -> list[bytes]:
+        """Chunks of the events after last_rv, then a bookmark when one is due (lock held)."""
         history = self._history[w.kind]
-        out: list[Obj] = []
+        out: list[bytes] = []
+        key = tuple(selector.terms)
         for event in history[_first_after(history, w.last_rv) :]:
-            converted = convert_event(event, selector)
-            if converted:
-                out.append(converted)
+            try:
+                line = event.chunks[key]
+            except KeyError:
+                converted = convert_event(event, selector)
+                line = event.chunks[key] = chunk(converted) if converted else None
+            if line:
+                out.append(line)
             w.last_rv = event.rv
         asked = w.bookmark_gen != self._bookmark_gen
         w.bookmark_gen = self._bookmark_gen
         if w.bookmarks and (asked or periodic):
             w.last_rv = self._rv
-            out.append(bookmark_event(w.kind, self._rv))
+            out.append(chunk(bookmark_event(w.kind, self._rv)))
         return out
 
 
@@ -735,6 +755,12 @@ def convert_event(event: Event, selector: Selector) -> Obj | None:
         prev["metadata"]["resourceVersion"] = str(event.rv)
         return {"type": "DELETED", "object": prev}
     return None
+
+
+def chunk(event: Obj) -> bytes:
+    """One watch event as one chunk of a chunked body: a JSON line."""
+    line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+    return f"{len(line):x}\r\n".encode() + line + b"\r\n"
 
 
 def bookmark_event(kind: str, rv: int) -> Obj:
@@ -905,9 +931,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             if query.get("resourceVersion", "") in ("", "0"):
-                self._send_events(api.initial_events(w, selector))
-            for events in _until_none(lambda: api.next_events(w, selector, deadline)):
-                self._send_events(events)
+                self._send_chunks([chunk(e) for e in api.initial_events(w, selector)])
+            for chunks in _until_none(lambda: api.next_chunks(w, selector, deadline)):
+                self._send_chunks(chunks)
             if w.dropped:
                 self.close_connection = True
             else:
@@ -917,16 +943,12 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             api.end_watch(w)
 
-    def _send_events(self, events: list[Obj]) -> None:
+    def _send_chunks(self, chunks: list[bytes]) -> None:
         """One chunk per event line, written in one call."""
-        out = bytearray()
-        for event in events:
-            line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-            out += f"{len(line):x}\r\n".encode() + line + b"\r\n"
-        if out:
-            self.wfile.write(bytes(out))
+        if chunks:
+            self.wfile.write(b"".join(chunks))
 
 
-def _until_none(fn: Any) -> Iterator[list[Obj]]:
+def _until_none(fn: Any) -> Iterator[list[bytes]]:
     while (value := fn()) is not None:
         yield value

@@ -500,6 +500,34 @@ def test_a_watcher_behind_a_compaction_gets_an_error_event(server: FakeApiServer
         server.end_watch(w)
 
 
+def test_watches_sharing_an_event_each_get_their_selectors_view(server: FakeApiServer) -> None:
+    """An event is encoded once per field selector and shared by every watch with that
+    selector: a bound pod is a DELETED to each pending-pod watch, a MODIFIED to the others."""
+    from tests.apiserver import parse_field_selector
+
+    server.create(pod("p1"))
+    rv = str(server.resource_version)
+    pending, everything = parse_field_selector("spec.nodeName="), parse_field_selector("")
+    assigned = parse_field_selector("spec.nodeName!=")
+    with socket.socket() as unused:
+        views = [
+            (server.start_watch("Pod", unused, {"resourceVersion": rv}), selector)
+            for selector in (pending, everything, pending, assigned)
+        ]
+        server.bind("default", "p1", {"target": {"name": "n1"}})
+        seen = []
+        for w, selector in views:
+            events = server.next_events(w, selector, deadline=time.monotonic() + 1) or []
+            seen.append([(e["type"], e["object"]["spec"].get("nodeName")) for e in events])
+            server.end_watch(w)
+    assert seen == [
+        [("DELETED", None)],  # its last content as pending, at the bind's rv
+        [("MODIFIED", "n1")],
+        [("DELETED", None)],
+        [("ADDED", "n1")],
+    ]
+
+
 def test_down_refuses_connections_and_up_serves_again(
     server: FakeApiServer, v1: client.CoreV1Api
 ) -> None:
