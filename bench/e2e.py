@@ -137,7 +137,8 @@ def pod(name: str, node_name: str = "", scheduler: str = SCHEDULER) -> dict[str,
 
 def api_server(conn: Connection, args: argparse.Namespace, directory: str, profile: str) -> None:
     """Serve the objects; answer "bound" (measured pods bound), "check" (the checks) and
-    ("capacity", n) (binds/s of n pods bound straight through pods/binding)."""
+    ("capacity pods", n) (the names of n new pods for the capacity clients); "go" starts the
+    profile (``--api-profile``, 3.12+), "check" ends it, "stop" writes it."""
     from bench.device.api_capacity import _profile_handlers, write_profile
     from tests.apiserver import ApiError, FakeApiServer
 
@@ -175,8 +176,10 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
             elif message == "bound":
                 conn.send(refused["bound"])
             elif message == "check":
+                for profiler in profiles:
+                    profiler.disable()  # the placing only, not the checks and capacity
                 conn.send(_check(server.objects("Node"), server.objects("Pod"), refused))
-            else:  # ("capacity pods", n): pods no scheduler here places, for _capacity
+            else:  # ("capacity pods", n): pods no scheduler here places
                 names = [f"capacity-{i}" for i in range(message[1])]
                 for name in names:
                     server.create(pod(name, scheduler="nobody"))
