@@ -70,3 +70,7 @@ fi
 python3 "$root/bench/device/closure.py" .dev/whl
 ls .dev/whl | sed 's/-py.*\|-cp.*//' | tr '\n' ' '; echo
 du -sh .dev
+echo "there (docs/performance.md, \"Running the bench on 16 cores\"), .dev/ carried along:"
+echo "  bash .dev/run.sh bash bench/device/run.sh 330"
+[ -d .dev/before ] && echo "  bash .dev/run.sh bash bench/device/run.sh 150 --tree .dev/before --replicas 1,8 --measured 300 --skip-capacity --profile-measured 0"
+exit 0
