@@ -14,13 +14,18 @@ server (tests/apiserver.py, a process of its own, on loopback):
    allocatable (must be 0), Bindings refused because the pod was already bound (must be 0:
    two replicas placed the same pod), measured pods left unbound;
 5. the API server's own binding capacity in the same run: ``--capacity`` pending pods of
-   another scheduler bound by 4 client threads of one process straight through ``pods/binding``
-   (no cache, no scheduling), binds/s: the harness's ceiling, never to be mistaken for the
-   scheduler's.
+   another scheduler bound straight through ``pods/binding`` (no cache, no scheduling) by
+   ``--capacity-clients`` client processes x threads (bench/device/api_capacity.py's minimal
+   HTTP client), binds/s: the harness's ceiling, never to be mistaken for the scheduler's.
 
-Prints a table and writes ``bench/results/e2e.json``.
+Prints a table and writes ``bench/results/e2e.json`` (``--json PATH``: there instead), rewritten
+after each row, so a run cut short keeps the rows it finished.
 
     python bench/e2e.py [--nodes 5000 --initial 1000 --measured 10000 --replicas 1 2 4]
+
+``--tree DIR`` runs the same bench against another copy of the project: the ``schedcache``
+package (and so its ``lua/``) is imported from ``DIR`` in every process, the fake API server
+and this harness stay this tree's (bench/device/run.sh's "before" rows).
 
 Defaults are scaled down (1,000 nodes, 500 initial, 1,000 measured) so one run fits in a couple
 of minutes on a small machine. Target (issue 34): one replica >= 300 pods/s on 5,000 nodes here.
@@ -30,12 +35,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib.util
+import json
 import multiprocessing
 import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
@@ -45,12 +51,45 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis
 
-from bench.common import print_table, write_results
-from schedcache import Cache
-from schedcache.feed.sync import Syncer, SyncSettings, api_client
-from schedcache.model.quantity import int_value, milli_value
+def _tree() -> str:
+    """``--tree DIR`` from the command line, else E2E_TREE (how spawned processes learn it)."""
+    argv = sys.argv
+    for i, arg in enumerate(argv):
+        if arg == "--tree" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--tree="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("E2E_TREE", "")
+
+
+def _import_schedcache_from(tree: str) -> None:
+    """Import the ``schedcache`` package of another checkout before anything imports ours;
+    its submodules (and its ``lua/``, found beside the package) follow from its __path__."""
+    package = Path(tree).resolve() / "schedcache"
+    spec = importlib.util.spec_from_file_location(
+        "schedcache", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    if spec is None or spec.loader is None or not package.is_dir():
+        raise SystemExit(f"--tree {tree}: no schedcache package there")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["schedcache"] = module
+    spec.loader.exec_module(module)
+
+
+TREE = _tree()
+if TREE:
+    os.environ["E2E_TREE"] = TREE  # inherited by the spawned feeder, replicas and API server
+    _import_schedcache_from(TREE)
+
+# After the tree's package is in sys.modules (E402: the order is the point).
+import redis  # noqa: E402
+
+from bench.common import print_table, write_results  # noqa: E402
+from bench.device.api_capacity import measure  # noqa: E402
+from schedcache import Cache  # noqa: E402
+from schedcache.feed.sync import Syncer, SyncSettings, api_client  # noqa: E402
+from schedcache.model.quantity import int_value, milli_value  # noqa: E402
 
 CACHE = "bench-e2e"
 SCHEDULER = "bench"
@@ -96,15 +135,14 @@ def pod(name: str, node_name: str = "", scheduler: str = SCHEDULER) -> dict[str,
 # -- the API server's process ---------------------------------------------------------------
 
 
-def api_server(conn: Connection, args: argparse.Namespace, directory: str) -> None:
+def api_server(conn: Connection, args: argparse.Namespace, directory: str, profile: str) -> None:
     """Serve the objects; answer "bound" (measured pods bound), "check" (the checks) and
-    ("capacity", n) (binds/s of n pods bound straight through pods/binding)."""
-    from tests import apiserver
+    ("capacity pods", n) (the names of n new pods for the capacity clients); "go" starts the
+    profile (``--api-profile``, 3.12+), "check" ends it, "stop" writes it."""
+    from bench.device.api_capacity import _profile_handlers, write_profile
     from tests.apiserver import ApiError, FakeApiServer
 
-    # Headers and body go out in two writes: with Nagle on, each answer waits for the client's
-    # delayed ACK (~40 ms), which capped this harness at ~90 binds/s.
-    apiserver._Handler.disable_nagle_algorithm = True
+    profiles = _profile_handlers() if profile else []
     refused: Counter[str] = Counter()
     with FakeApiServer() as server:
         bind = server.bind
@@ -125,17 +163,27 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str) -> No
             server.create(pod(f"initial-{i}", f"node-{i % args.nodes}"))
         for i in range(args.measured):
             server.create(pod(f"measured-{i}"))
+        # The harness's own kubeconfig path per run: the capacity clients read it.
         conn.send(str(server.kubeconfig(Path(directory) / "kubeconfig")))
         while True:
             message = conn.recv()
             if message == "stop":
+                write_profile(profiles, profile)
                 return
-            if message == "bound":
+            if message == "go":
+                if profiles and sys.version_info >= (3, 12):
+                    profiles[0].enable()  # one profiler sees every thread (3.12+)
+            elif message == "bound":
                 conn.send(refused["bound"])
             elif message == "check":
+                for profiler in profiles:
+                    profiler.disable()  # the placing only, not the checks and capacity
                 conn.send(_check(server.objects("Node"), server.objects("Pod"), refused))
-            else:
-                conn.send(_capacity(server, message[1], directory))
+            else:  # ("capacity pods", n): pods no scheduler here places
+                names = [f"capacity-{i}" for i in range(message[1])]
+                for name in names:
+                    server.create(pod(name, scheduler="nobody"))
+                conn.send(names)
 
 
 def _check(
@@ -174,26 +222,12 @@ def _bound(p: dict[str, Any]) -> bool:
     return bool(p["spec"].get("nodeName"))
 
 
-def _capacity(server: Any, count: int, directory: str) -> float:
-    """Binds/s of ``count`` pods bound by 4 client threads through the official client."""
-    from schedcache.extender.binder import ApiBinder
-
-    for i in range(count):
-        server.create(pod(f"capacity-{i}", scheduler="nobody"))
-    binder = ApiBinder(api_client(str(Path(directory) / "kubeconfig")))
-    threads = 4
-
-    def bind_some(offset: int) -> None:
-        for i in range(offset, count, threads):
-            binder.bind("default", f"capacity-{i}", f"uid-capacity-{i}", f"node-{i % 7}")
-
-    workers = [threading.Thread(target=bind_some, args=(t,)) for t in range(threads)]
-    start = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    return count / (time.perf_counter() - start)
+def clients(text: str) -> tuple[int, int]:
+    """An argparse type: PxT, client processes x threads."""
+    processes, threads = (int(part) for part in text.lower().split("x"))
+    if processes < 1 or threads < 1:
+        raise ValueError(text)
+    return processes, threads
 
 
 # -- the feeder's and the replicas' processes -------------------------------------------------
@@ -260,12 +294,18 @@ def wait_for(check: Any, timeout: float, what: str) -> float:
 
 
 def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, Any]:
+    started = time.perf_counter()
     redis.Redis.from_url(args.url).flushdb()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    api = context.Process(target=api_server, args=(theirs, args, directory), daemon=True)
+    # --api-profile P: P.rN.prof for N replicas.
+    api_profile = f"{args.api_profile}.r{replicas}.prof" if args.api_profile else ""
+    api = context.Process(
+        target=api_server, args=(theirs, args, directory, api_profile), daemon=True
+    )
     api.start()
     kubeconfig = ours.recv()
+    setup_seconds = time.perf_counter() - started
     stop, synced, go = context.Event(), context.Event(), context.Event()
     processes = [context.Process(target=feeder, args=(args.url, kubeconfig, synced, stop))]
     ready = [context.Event() for _ in range(replicas)]
@@ -291,14 +331,19 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         for event in ready:
             event.wait(60)
         before = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
+        ours.send("go")
         go.set()
-        seconds = wait_for(lambda: bound() >= args.measured, args.timeout, "every pod bound")
+        # Past --timeout the row keeps the rate of what was bound (a budgeted run's last row).
+        start = time.perf_counter()
+        while (done := bound()) < args.measured and time.perf_counter() - start < args.timeout:
+            time.sleep(0.05)
+        seconds = time.perf_counter() - start
         after = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
         used = [b - a for a, b in zip(before, after, strict=True)]
         ours.send("check")
         checks: dict[str, int] = ours.recv()
-        ours.send(("capacity", args.capacity))
-        capacity = float(ours.recv())
+        ours.send(("capacity pods", args.capacity))
+        capacity = measure(kubeconfig, ours.recv(), *args.capacity_clients, "raw")
     finally:
         stop.set()
         for process in processes[1:]:
@@ -314,9 +359,11 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "replicas": replicas,
         "nodes": args.nodes,
         "measured": args.measured,
+        "setup s": round(setup_seconds, 1),  # the API server's process and its objects
         "sync s": round(sync_seconds, 1),
+        "bound": done,  # = measured unless --timeout cut the row
         "seconds": round(seconds, 2),
-        "pods/s": round(args.measured / seconds, 1),
+        "pods/s": round(done / seconds, 1),
         **checks,
         "API binds/s": round(capacity),
         # CPU seconds each part used while the pods were placed (this machine's cores are
@@ -325,6 +372,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "cpu API": round(used[0], 1),
         "cpu sync": round(used[1], 1),
         "cpu redis": round(used[-1], 1),
+        "row s": round(time.perf_counter() - started, 1),
     }
 
 
@@ -335,18 +383,29 @@ def main() -> None:
     parser.add_argument("--measured", type=int, default=1000, help="pending pods to place")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--capacity", type=int, default=1000, help="pods bound straight")
+    parser.add_argument(
+        "--capacity-clients", type=clients, default=(4, 4), help="PxT: processes x threads"
+    )
     parser.add_argument("--url", default="redis://127.0.0.1:6398/2", help="a Redis DB to flush")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
     parser.add_argument("--profile", default="", help="cProfile file of the 1-replica run")
+    parser.add_argument("--api-profile", default="", help="the API server's cProfile: P.rN.prof")
     parser.add_argument("--name", default="e2e", help="results file: bench/results/NAME.json")
+    parser.add_argument("--json", default="", help="results file (instead of --name's)")
+    parser.add_argument("--tree", default="", help="import schedcache from this checkout")
     args = parser.parse_args()
-    rows = []
+    if args.api_profile and sys.version_info < (3, 12):
+        # One profiler per request thread up to 3.11 hung the watches here; from 3.12 one
+        # profiler sees every thread.
+        parser.error("--api-profile needs Python 3.12+")
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         for count in args.replicas:
             row = run(count, args, directory)
             rows.append(row)
             print(row, flush=True)
+            path = _save(args, rows)
     columns = list(rows[0])
     print_table(
         f"e2e (SchedulingBasic shape): {args.nodes:,} nodes, {args.initial:,} initial pods, "
@@ -354,8 +413,24 @@ def main() -> None:
         columns,
         [[row[c] for c in columns] for row in rows],
     )
-    path = write_results(args.name, {"args": vars(args), "rows": rows})
     print(f"\nwritten to {path}")
+
+
+def _save(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Path:
+    """Write every row so far (after each row: a run cut short keeps what it finished)."""
+    import schedcache
+
+    payload = {
+        "args": vars(args),
+        "schedcache": str(Path(schedcache.__file__).parent),
+        "rows": rows,
+    }
+    if not args.json:
+        return write_results(args.name, payload)
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"python": sys.version.split()[0], **payload}, indent=2))
+    return path
 
 
 if __name__ == "__main__":

@@ -111,6 +111,11 @@ class Event:
     rv: int
     prev: Obj | None
     raw: bool = False  # emit_raw(): sent as is to every watch of the kind
+    # The chunk each field selector makes of this event (None: not sent), encoded once for all
+    # the watches with that selector (every scheduler replica watches the same pending pods).
+    chunks: dict[tuple[tuple[str, str, bool], ...], bytes | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass
@@ -267,7 +272,7 @@ class FakeApiServer:
         class Handler(_Handler):
             server_api = api
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        httpd = _HttpServer(("127.0.0.1", self.port), Handler)
         httpd.daemon_threads = True
         self.port = httpd.server_address[1]
         self._httpd = httpd
@@ -369,7 +374,7 @@ class FakeApiServer:
         with self._cond:
             if key in self._objects[kind]:
                 raise KeyError(f"{kind} {key} exists")
-            return self._write(kind, key, stored, "ADDED")
+            return copy.deepcopy(self._write(kind, key, stored, "ADDED"))
 
     def update(self, obj: Obj) -> Obj:
         """Replace an object by namespace/name and emit MODIFIED."""
@@ -383,7 +388,7 @@ class FakeApiServer:
             for field_name in ("uid", "creationTimestamp"):
                 if field_name in old["metadata"]:
                     stored["metadata"].setdefault(field_name, old["metadata"][field_name])
-            return self._write(kind, key, stored, "MODIFIED")
+            return copy.deepcopy(self._write(kind, key, stored, "MODIFIED"))
 
     def delete(self, kind: str, name: str, namespace: str | None = None) -> Obj:
         """Remove an object and emit DELETED (carrying the deletion's rv, as the real server)."""
@@ -391,7 +396,7 @@ class FakeApiServer:
         with self._cond:
             old = self._objects[kind][key]
             gone_obj = copy.deepcopy(old)
-            return self._write(kind, key, gone_obj, "DELETED")
+            return copy.deepcopy(self._write(kind, key, gone_obj, "DELETED"))
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         key = name_key(kind, name, namespace)
@@ -404,7 +409,8 @@ class FakeApiServer:
             return copy.deepcopy(list(self._objects[kind].values()))
 
     def _write(self, kind: str, key: Key, stored: Obj, type_: str) -> Obj:
-        """Bump the rv, stamp it, record the event and wake the watches (lock held)."""
+        """Bump the rv, stamp it, record the event and wake the watches (lock held); returns
+        ``stored`` itself, which callers must copy before handing it out."""
         self._rv += 1
         stored["metadata"]["resourceVersion"] = str(self._rv)
         stored.setdefault("kind", kind)
@@ -415,7 +421,7 @@ class FakeApiServer:
             self._objects[kind][key] = stored
         self._history[kind].append(Event(type_, stored, self._rv, prev))
         self._cond.notify_all()
-        return copy.deepcopy(stored)
+        return stored
 
     def stall_lists(self) -> None:
         """List requests (not watches) send nothing, not even headers, until release_lists()."""
@@ -462,7 +468,7 @@ class FakeApiServer:
                         **condition,
                     }
                 current["conditions"] = list(merged.values())
-            return self._write("Pod", (namespace, name), new, "MODIFIED")
+            return copy.deepcopy(self._write("Pod", (namespace, name), new, "MODIFIED"))
 
     def compact(self) -> int:
         """Forget the history up to the current rv: older watches and continue tokens get 410."""
@@ -590,8 +596,13 @@ class FakeApiServer:
                     f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
                     f"already assigned to node {bound_to!r}",
                 )
-            new = copy.deepcopy(old)
-            new.setdefault("spec", {})["nodeName"] = node
+            # Stored objects are never mutated in place, so the new one shares all but the
+            # dicts it changes: a deep copy of the pod cost more than the rest of a bind.
+            new = {
+                **old,
+                "metadata": {**old["metadata"]},
+                "spec": {**(old.get("spec") or {}), "nodeName": node},
+            }
             self._write("Pod", (namespace, name), new, "MODIFIED")
         return status(201)
 
@@ -647,13 +658,23 @@ class FakeApiServer:
         Returns events after w.last_rv (filtered by the selector), then a bookmark if one is
         due; one ERROR 410 event (and the end next time) when the watch is or fell too old.
         """
+        chunks = self.next_chunks(w, selector, deadline)
+        if chunks is None:
+            return None
+        return [json.loads(c.split(b"\r\n", 1)[1]) for c in chunks]
+
+    def next_chunks(
+        self, w: WatchState, selector: Selector, deadline: float | None
+    ) -> list[bytes] | None:
+        """``next_events`` as the chunks of the watch's body, as the handler sends them."""
         with self._cond:
             while True:
                 if w.dropped or w.ended or self._closing:
                     return None
                 if self._expired(w):
                     w.ended = True
-                    return [{"type": "ERROR", "object": status(410, "Expired", self._too_old(w))}]
+                    error = status(410, "Expired", self._too_old(w))
+                    return [chunk({"type": "ERROR", "object": error})]
                 now = time.monotonic()
                 periodic = w.bookmark_due is not None and now >= w.bookmark_due
                 if periodic and self.bookmark_interval:
@@ -666,20 +687,25 @@ class FakeApiServer:
                 waits = [t - now for t in (deadline, w.bookmark_due) if t is not None]
                 self._cond.wait(max(min(waits), 0.001) if waits else None)
 
-    def _pending(self, w: WatchState, selector: Selector, periodic: bool) -> list[Obj]:
-        """Events after last_rv, then a bookmark when one is due (lock held)."""
+    def _pending(self, w: WatchState, selector: Selector, periodic: bool) -> list[bytes]:
+        """Chunks of the events after last_rv, then a bookmark when one is due (lock held)."""
         history = self._history[w.kind]
-        out: list[Obj] = []
+        out: list[bytes] = []
+        key = tuple(selector.terms)
         for event in history[_first_after(history, w.last_rv) :]:
-            converted = convert_event(event, selector)
-            if converted:
-                out.append(converted)
+            try:
+                line = event.chunks[key]
+            except KeyError:
+                converted = convert_event(event, selector)
+                line = event.chunks[key] = chunk(converted) if converted else None
+            if line:
+                out.append(line)
             w.last_rv = event.rv
         asked = w.bookmark_gen != self._bookmark_gen
         w.bookmark_gen = self._bookmark_gen
         if w.bookmarks and (asked or periodic):
             w.last_rv = self._rv
-            out.append(bookmark_event(w.kind, self._rv))
+            out.append(chunk(bookmark_event(w.kind, self._rv)))
         return out
 
 
@@ -724,10 +750,17 @@ def convert_event(event: Event, selector: Selector) -> Obj | None:
     if cur and old:
         return {"type": "MODIFIED", "object": event.obj}
     if old and event.prev is not None:
-        prev = copy.deepcopy(event.prev)
+        # A new dict for what changes (the rv); the rest is shared, never mutated in place.
+        prev = {**event.prev, "metadata": {**event.prev["metadata"]}}
         prev["metadata"]["resourceVersion"] = str(event.rv)
         return {"type": "DELETED", "object": prev}
     return None
+
+
+def chunk(event: Obj) -> bytes:
+    """One watch event as one chunk of a chunked body: a JSON line."""
+    line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+    return f"{len(line):x}\r\n".encode() + line + b"\r\n"
 
 
 def bookmark_event(kind: str, rv: int) -> Obj:
@@ -758,10 +791,21 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+class _HttpServer(ThreadingHTTPServer):
+    """socketserver's listen backlog is 5: 8 scheduler replicas with 16 binding threads each
+    connect at once, and connections past the backlog were reset (ECONNRESET) at their first
+    request."""
+
+    request_queue_size = 1024
+
+
 class _Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 (keep-alive, chunked watches) front of a FakeApiServer."""
 
     protocol_version = "HTTP/1.1"
+    # Answers go out in one write each (_send_json), watch events as they come: nothing gains
+    # from Nagle's algorithm, which held a second write until the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
     server_api: FakeApiServer
 
     def setup(self) -> None:
@@ -860,12 +904,14 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _send_json(self, code: int, body: Obj) -> None:
+        """Status line, headers and body in ONE write (end_headers() would write the headers
+        alone, and the body would follow in a second segment)."""
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code, HTTPStatus(code).phrase)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)  # end_headers(), plus the body
+        self.flush_headers()
 
     # ----------------------------------------------------------------- watch stream
 
@@ -885,9 +931,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             if query.get("resourceVersion", "") in ("", "0"):
-                self._send_events(api.initial_events(w, selector))
-            for events in _until_none(lambda: api.next_events(w, selector, deadline)):
-                self._send_events(events)
+                self._send_chunks([chunk(e) for e in api.initial_events(w, selector)])
+            for chunks in _until_none(lambda: api.next_chunks(w, selector, deadline)):
+                self._send_chunks(chunks)
             if w.dropped:
                 self.close_connection = True
             else:
@@ -897,16 +943,12 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             api.end_watch(w)
 
-    def _send_events(self, events: list[Obj]) -> None:
+    def _send_chunks(self, chunks: list[bytes]) -> None:
         """One chunk per event line, written in one call."""
-        out = bytearray()
-        for event in events:
-            line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-            out += f"{len(line):x}\r\n".encode() + line + b"\r\n"
-        if out:
-            self.wfile.write(bytes(out))
+        if chunks:
+            self.wfile.write(b"".join(chunks))
 
 
-def _until_none(fn: Any) -> Iterator[list[Obj]]:
+def _until_none(fn: Any) -> Iterator[list[bytes]]:
     while (value := fn()) is not None:
         yield value

@@ -7,6 +7,7 @@ passing suite means the client accepts our protocol unchanged.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -499,6 +500,34 @@ def test_a_watcher_behind_a_compaction_gets_an_error_event(server: FakeApiServer
         server.end_watch(w)
 
 
+def test_watches_sharing_an_event_each_get_their_selectors_view(server: FakeApiServer) -> None:
+    """An event is encoded once per field selector and shared by every watch with that
+    selector: a bound pod is a DELETED to each pending-pod watch, a MODIFIED to the others."""
+    from tests.apiserver import parse_field_selector
+
+    server.create(pod("p1"))
+    rv = str(server.resource_version)
+    pending, everything = parse_field_selector("spec.nodeName="), parse_field_selector("")
+    assigned = parse_field_selector("spec.nodeName!=")
+    with socket.socket() as unused:
+        views = [
+            (server.start_watch("Pod", unused, {"resourceVersion": rv}), selector)
+            for selector in (pending, everything, pending, assigned)
+        ]
+        server.bind("default", "p1", {"target": {"name": "n1"}})
+        seen = []
+        for w, selector in views:
+            events = server.next_events(w, selector, deadline=time.monotonic() + 1) or []
+            seen.append([(e["type"], e["object"]["spec"].get("nodeName")) for e in events])
+            server.end_watch(w)
+    assert seen == [
+        [("DELETED", None)],  # its last content as pending, at the bind's rv
+        [("MODIFIED", "n1")],
+        [("DELETED", None)],
+        [("ADDED", "n1")],
+    ]
+
+
 def test_down_refuses_connections_and_up_serves_again(
     server: FakeApiServer, v1: client.CoreV1Api
 ) -> None:
@@ -561,6 +590,97 @@ def test_pod_binding_subresource_conflict_and_missing_pod(
         v1.create_namespaced_binding("ns", binding("nope", "n1"))
     assert e.value.status == 404
     assert server.get("Pod", "p1", "ns")["spec"]["nodeName"] == "n2"
+
+
+def test_a_binding_leaves_earlier_events_and_watchers_copies_as_they_were(
+    server: FakeApiServer, v1: client.CoreV1Api
+) -> None:
+    """A bind shares the unchanged parts of the pod with its previous version (no deep copy):
+    the history must still hold the pending pod, and a pending-pod watch its DELETED."""
+    rv = str(server.resource_version)
+    server.create(pod("p1"))
+    v1.create_namespaced_pod_binding("p1", "default", binding("p1", "n1"), _preload_content=False)
+    everything = list(
+        watch.Watch().stream(
+            v1.list_pod_for_all_namespaces,
+            resource_version=rv,
+            timeout_seconds=1,
+            deserialize=False,
+        )
+    )
+    pending = list(
+        watch.Watch().stream(
+            v1.list_pod_for_all_namespaces,
+            resource_version=rv,
+            field_selector="spec.nodeName=",
+            timeout_seconds=1,
+            deserialize=False,
+        )
+    )
+    assert [(e["type"], e["object"]["spec"].get("nodeName")) for e in everything] == [
+        ("ADDED", None),
+        ("MODIFIED", "n1"),
+    ]
+    assert [e["object"]["metadata"]["resourceVersion"] for e in everything] == [
+        str(int(rv) + 1),
+        str(int(rv) + 2),
+    ]
+    # The pod leaves the selection: its previous content, stamped with the bind's rv.
+    assert [(e["type"], e["object"]["spec"].get("nodeName")) for e in pending] == [
+        ("ADDED", None),
+        ("DELETED", None),
+    ]
+    assert pending[1]["object"]["metadata"]["resourceVersion"] == str(int(rv) + 2)
+    assert server.get("Pod", "p1")["spec"]["nodeName"] == "n1"
+
+
+def test_answers_on_a_kept_alive_connection_do_not_wait_for_delayed_acks(
+    server: FakeApiServer,
+) -> None:
+    """Headers and body went out in two writes with Nagle's algorithm on: to a client that
+    sends each request in one write (http.client, the bench's capacity client), every answer
+    on a kept-alive connection waited ~40 ms for the client's delayed ACK (22 binds/s). The
+    official client, which writes headers and body apart, did not show it."""
+    for i in range(40):
+        server.create(pod(f"p{i}"))
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
+    start = time.perf_counter()
+    for i in range(40):
+        body = json.dumps({"metadata": {"name": f"p{i}"}, "target": {"name": "n1"}})
+        connection.request("POST", f"/api/v1/namespaces/default/pods/p{i}/binding", body, headers)
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())["status"]) == (201, "Success")
+    seconds = time.perf_counter() - start
+    connection.close()
+    assert seconds < 1.0, f"40 binds took {seconds:.2f} s"  # 40 x 40 ms = 1.6 s at the least
+    assert all(server.get("Pod", f"p{i}")["spec"]["nodeName"] == "n1" for i in range(40))
+
+
+def test_many_clients_connecting_at_once_are_all_answered(server: FakeApiServer) -> None:
+    """Eight scheduler replicas with 16 binding threads each connect at once; with
+    socketserver's backlog of 5, connections past it were reset at their first request."""
+    clients = 128
+    start = threading.Barrier(clients)
+    answers: list[bytes] = []
+    request = (
+        f"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+
+    def ask() -> None:
+        start.wait(10)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(request)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        answers.append(data.split(b"\r\n", 1)[0])
+
+    threads = [in_thread(ask) for _ in range(clients)]
+    for thread in threads:
+        thread.join(30)
+    assert answers == [b"HTTP/1.1 200 OK"] * clients
 
 
 def test_typed_binding_reply(server: FakeApiServer, v1: client.CoreV1Api) -> None:
