@@ -25,9 +25,11 @@
 #   --nodes 5000 --initial 1000
 #   --skip-capacity      no api_capacity step (e.g. the second, "before" invocation)
 #   --profile-measured N pods of the profiled 1-replica row (0: no such row)
+#   --rate N             the pods/s a row is guessed to place, for its estimate (default 300;
+#                        12 with --tree: the tree before issue 34)
 set -uo pipefail
 budget=480
-tree="" replicas="1,2,4,8" measured="10000" nodes=5000 initial=1000 capacity=1 profiled=2000
+tree="" replicas="1,2,4,8" measured="10000" nodes=5000 initial=1000 capacity=1 profiled=2000 rate=""
 while [ $# -gt 0 ]; do
   case $1 in
     --tree) tree=$2; shift 2 ;;
@@ -37,6 +39,7 @@ while [ $# -gt 0 ]; do
     --initial) initial=$2; shift 2 ;;
     --skip-capacity) capacity=0; shift ;;
     --profile-measured) profiled=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
     [0-9]*) budget=$1; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -72,8 +75,8 @@ fi
 # the capacity binds, the teardown), then the measured pods at a guessed, low rate.
 estimate() {  # replicas measured -> seconds
   local r=$1 m=$2
-  local rate=300; [ -n "$tree" ] && rate=12  # pods/s (here: 58-550 now, 8-17 before)
-  echo $(( 16 + 2 * r + (nodes + initial + m) / 4000 + m / rate ))
+  local pods_s=${rate:-300}; [ -z "$rate" ] && [ -n "$tree" ] && pods_s=12  # 58-550 now, 8-17 before
+  echo $(( 16 + 2 * r + (nodes + initial + m) / 4000 + m / pods_s ))
 }
 IFS=, read -ra counts <<< "$replicas"
 IFS=, read -ra wanted <<< "$measured"
