@@ -34,10 +34,9 @@ local function snapshot_delta(p, replica, a)
   local live = 0
   local tree_gen = stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0)
   if tree_gen ~= known_tree then tree = read_tree(p) end
-  expect_type(p .. 'treezones', 'zset')
-  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', 0, -1)) do
-    expect_type(p .. 'treezone:' .. zone, 'zset')
-    live = live + redis.call('ZCARD', p .. 'treezone:' .. zone)
+  -- Each read is its key's type check (one call a zone, not two: this runs on every update).
+  for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', 0, -1)) do
+    live = live + typed_read(p .. 'treezone:' .. zone, 'zset', 'ZCARD')
   end
   local nodes = {}
   if #changed <= limit then

@@ -102,6 +102,7 @@ class Columns:
         self._list: list[NodeInfo] | None = None
         self.infos: list[NodeInfo] = []
         self.names: list[str] = []
+        self._name_rank: Ints = np.zeros(0, dtype=np.int64)
         self._row: dict[str, int] = {}
         self._objects: list[Node | None] = []
         self.columns: dict[str, Ints] = {}
@@ -129,6 +130,11 @@ class Columns:
         self.infos = list(infos)
         self.names = [info.name for info in infos]
         self._row = {name: row for row, name in enumerate(self.names)}
+        # Each row's place in the names' order: the greatest name of a tie, in one argmax.
+        self._name_rank = np.empty(len(infos), dtype=np.int64)
+        self._name_rank[sorted(range(len(infos)), key=self.names.__getitem__)] = np.arange(
+            len(infos)
+        )
         n = len(infos)
         self.columns = {
             name: np.zeros(n, dtype=np.int64)
@@ -357,8 +363,8 @@ class Columns:
         name), as the reference scheduler always chose."""
         best = int(scores.max())
         scaled = 10 * scores // best if best > 0 else np.zeros_like(scores)
-        top = np.flatnonzero(scaled == scaled.max())
-        return str(max(self.names[rows[at]] for at in top))
+        tied = rows[scaled == scaled.max()]
+        return self.names[int(tied[np.argmax(self._name_rank[tied])])]
 
     @staticmethod
     def _cycle(pod: Pod, snap: Snapshot) -> Cycle:
