@@ -26,6 +26,28 @@ TAINTS = [
 ]
 
 
+ANTI: dict[str, Any] = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
+        ]
+    }
+}
+PREFERRED: dict[str, Any] = {
+    "podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 5,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"app": "db"}},
+                    "topologyKey": "zone",
+                },
+            }
+        ]
+    }
+}
+
+
 def random_node(rng: random.Random, i: int) -> Node:
     manifest = node_manifest(
         f"n{i:03}",
@@ -184,33 +206,13 @@ def test_pods_the_columns_cannot_judge_alone_place_as_the_per_node_code(cache: C
     nodes = [random_node(rng, i) for i in range(30)]
     for node in nodes:
         cache.add_node(node)
-    anti = {
-        "podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
-            ]
-        }
-    }
-    preferred = {
-        "podAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 5,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"app": "db"}},
-                        "topologyKey": "zone",
-                    },
-                }
-            ]
-        }
-    }
     cache.add_pod(Pod.from_k8s(pod_manifest("db", nodes[4].name, "1", "1Gi", labels={"app": "db"})))
     snap = Snapshot()
     columns = Columns()
     shapes: list[dict[str, Any]] = [
         {"ports": [{"containerPort": 80, "hostPort": 80}]},
-        {"affinity": anti, "labels": {"app": "web"}},
-        {"affinity": preferred},
+        {"affinity": ANTI, "labels": {"app": "web"}},
+        {"affinity": PREFERRED},
     ]
     for i in range(12):
         shape = shapes[i % 3]

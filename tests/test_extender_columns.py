@@ -19,28 +19,7 @@ from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Node, Pod
 from schedcache.views.columns import columnar
 from tests.factories import node_manifest, pod_manifest
-from tests.test_columns import TAINTS, random_node, random_pod
-
-ANTI = {
-    "podAntiAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "zone"}
-        ]
-    }
-}
-PREFERRED = {
-    "podAffinity": {
-        "preferredDuringSchedulingIgnoredDuringExecution": [
-            {
-                "weight": 5,
-                "podAffinityTerm": {
-                    "labelSelector": {"matchLabels": {"app": "db"}},
-                    "topologyKey": "zone",
-                },
-            }
-        ]
-    }
-}
+from tests.test_columns import ANTI, PREFERRED, TAINTS, random_node, random_pod
 
 
 def per_node(ext: Extender, args: FilterArgs) -> tuple[dict[str, Any], list[dict[str, Any]]]:
