@@ -1266,11 +1266,12 @@ def _cli_sync(ctx: Ctx) -> None:
             server.create(obj)
         kubeconfig = str(server.kubeconfig(ctx.tmp_path / "kubeconfig"))
         out = ok(ctx.cli("sync", "--once", "--kubeconfig", kubeconfig))
-        assert out.startswith("nodes: 2 applied, 0 dropped") and "pods: 2 applied" in out
+        # pods: the two running ones, and the pending one into the scheduling queue
+        assert out.startswith("nodes: 2 applied, 0 dropped") and "pods: 3 applied" in out
         assert ctx.cache.node_count() == 2 and ctx.cache.pod_count() == 2
         server.delete("Pod", "api-0", NS)
         again = ok(ctx.cli("sync", "--once", "--kubeconfig", kubeconfig))
-        assert "nodes: 0 applied, 2 dropped" in again and "pods: 1 applied, 1 dropped" in again
+        assert "nodes: 0 applied, 2 dropped" in again and "pods: 1 applied, 2 dropped" in again
         assert [pod.name for pod in ctx.cache.list_pods()] == ["api-1"]
         rows = dict(line.split("\t") for line in ok(ctx.cli("stats")).splitlines())
         assert rows["sync pods"].startswith(f"rv {server.resource_version}, ")

@@ -45,6 +45,7 @@ from schedcache.store.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.store.keys import Keys
 from schedcache.store.library import SCHEMA_VERSION, command_names, ensure_loaded
 from schedcache.store.migrate import migrate as migrate_cache
+from schedcache.store.queued import queue_lengths
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
 from schedcache.store.routing import PRIMARY, primaries, read_from_setting
 from schedcache.store.store import Client
@@ -632,8 +633,6 @@ def stats(settings: Settings) -> None:
     click.echo(f"generation\t{dump.generation}")
     for fed in read_progress(cache):
         click.echo(f"sync {fed.resource}\trv {fed.version}, {fed.age():.1f} s ago, by {fed.by}")
-    from schedcache.ops.queue import queue_lengths
-
     for scheduler, states in queue_lengths(cache.client, cache.keys).items():
         parts = ", ".join(f"{count} {state}" for state, count in states.items())
         click.echo(f"queue {scheduler}\t{sum(states.values())} pending pods ({parts})")

@@ -20,13 +20,12 @@ import socket
 from collections import Counter
 from dataclasses import dataclass
 
-from schedcache.cache import Cache
 from schedcache.model.values import Pod
 from schedcache.store import commands
-from schedcache.store.keys import Keys
+from schedcache.store.queued import STATES, queue_lengths
 from schedcache.store.records import decode_object
 from schedcache.store.responses import as_text
-from schedcache.store.store import Client
+from schedcache.store.store import HasStore
 
 # Upstream's podInitialBackoffSeconds, podMaxBackoffSeconds and
 # podMaxInUnschedulablePodsDuration.
@@ -36,7 +35,6 @@ MAX_PARKED = 300.0
 # A replica holds what it popped this long before it comes back to the queue: far longer than
 # one attempt takes, short enough that a dead replica's pods wait little.
 LEASE = 15.0
-STATES = ("active", "leased", "backoff", "parked")
 
 
 @dataclass(frozen=True)
@@ -66,14 +64,14 @@ class SchedulingQueue:
 
     def __init__(
         self,
-        cache: Cache,
+        cache: HasStore,
         scheduler: str,
         holder: str = "",
         lease: float = LEASE,
         backoff: tuple[float, float] = (INITIAL_BACKOFF, MAX_BACKOFF),
         parked: float = MAX_PARKED,
     ) -> None:
-        self.cache = cache
+        self.store = cache.store
         self.scheduler = commands.scheduler_name(scheduler, "scheduling queue", "scheduler")
         self.holder = holder or default_holder()
         self.lease = lease
@@ -86,7 +84,7 @@ class SchedulingQueue:
         command = commands.queue_pop(
             self.scheduler, self.holder, self.lease, count, self.parked, now
         )
-        reply = self.cache.run(command)
+        reply = self.store.run(command)
         popped = []
         for j in range(0, len(reply), 3):
             what = functools.partial(str.format, "queued pod with uid {}", as_text(reply[j]))
@@ -110,30 +108,18 @@ class SchedulingQueue:
             self.parked,
             now,
         )
-        outcome, due = (as_text(part) for part in self.cache.run(command))
+        outcome, due = (as_text(part) for part in self.store.run(command))
         return Retry(outcome, int(due) if outcome in ("backoff", "parked") else None)
 
     def lengths(self) -> dict[str, int]:
         """Pods per state (``active``, ``leased``, ``backoff``, ``parked``)."""
-        keys, client = self.cache.keys, self.cache.client
-        pipe = client.pipeline(transaction=False)
+        keys, pipe = self.store.keys, self.store.client.pipeline(transaction=False)
         for state in STATES:
             pipe.zcard(keys.queue(self.scheduler, state))
         return dict(zip(STATES, (int(n) for n in pipe.execute()), strict=True))
 
 
-def queue_lengths(client: Client, keys: Keys) -> dict[str, dict[str, int]]:
-    """Queued pods per scheduler name and state, for ``stats`` and ``/metrics``."""
-    names = sorted(as_text(name) for name in client.hkeys(keys.queues))
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        for state in STATES:
-            pipe.zcard(keys.queue(name, state))
-    sizes = iter(pipe.execute())
-    return {name: {state: int(next(sizes)) for state in STATES} for name in names}
-
-
-def queued_schedulers(cache: Cache) -> Counter[str]:
+def queued_schedulers(cache: HasStore) -> Counter[str]:
     """Queued pods per scheduler name (every state)."""
-    lengths = queue_lengths(cache.client, cache.keys)
+    lengths = queue_lengths(cache.store.client, cache.store.keys)
     return Counter({name: sum(states.values()) for name, states in lengths.items()})

@@ -13,6 +13,8 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from schedcache.store.queued import queue_lengths
+
 if TYPE_CHECKING:
     from schedcache.store.store import HasStore
 
@@ -123,8 +125,6 @@ class CacheCollector(Collector):
         )
         length.add_metric([self.store.name], stream)
         yield length
-        from schedcache.ops.queue import queue_lengths  # ops sits on the store: not at import
-
         pending = GaugeMetricFamily(
             "schedcache_pending_pods",
             "Pods in the cache's scheduling queue, per scheduler name and queue (kube-scheduler's "
