@@ -45,9 +45,7 @@ end
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
   if not checked[seq] then
-    local value = get_string(seq)
-    stored_int(seq, value, 0)
-    if value == INT64_LIMITS[''] then corrupt(seq, 'is at the int64 limit') end
+    check_gen(seq)  -- the generation counter's check: an integer INCR can count on from
     checked[seq] = true
   end
 end

@@ -10,12 +10,14 @@ import threading
 from typing import Any
 
 import pytest
+import redis
 
 from schedcache import Cache
 from schedcache.errors import CorruptRecord, ValidationError
 from schedcache.model.values import Pod
-from schedcache.ops.queue import SchedulingQueue, queued_schedulers
+from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.queued import queue_lengths
 from tests.factories import keyspace, make_node, make_pod
 
 T0 = 1_700_000_000.0  # a "now" in seconds, far from Redis' clock on purpose
@@ -58,7 +60,11 @@ def test_pods_pop_by_priority_then_arrival_each_once(cache: Cache) -> None:
     assert names(a.pop(10, now=T0)) == ["low1", "low2", "neg"]
     assert a.pop(now=T0) == []  # leased: nobody gets them again while the lease lasts
     assert a.lengths() == {"active": 0, "leased": 5, "backoff": 0, "parked": 0}
-    assert queued_schedulers(cache) == {"ref": 5, "another-scheduler": 1}
+    lengths = queue_lengths(cache.client, cache.keys)
+    assert {name: sum(states.values()) for name, states in lengths.items()} == {
+        "ref": 5,
+        "another-scheduler": 1,
+    }
     popped = queue(cache, "b").pop(now=T0)  # the other scheduler's pods are not ours
     assert popped == []
 
@@ -316,3 +322,25 @@ def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
         ("other", "active"): 1,
     }
     assert second.pod.name == "b"
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "code"),
+    [
+        ("sc_queue_pop", ["Bad_Name", "h", "1000", "1", "0"], "BADARG scheduler"),
+        ("sc_queue_pop", ["ref", "h", "0", "1", "0"], "BADARG lease"),
+        ("sc_queue_pop", ["ref", "h", "1000", "101", "0"], "BADARG count"),
+        ("sc_queue_retry", ["ref", "h", "u", "maybe", "", "1", "1", "1"], "BADARG kind"),
+        ("sc_queue_retry", ["ref", "h", "u", "error", "x-y", "1", "1", "1"], "BADARG attempt"),
+        ("sc_sync_pod", ["7", "queue", "u", "ref", "1.5", "blob"], "BADARG priority"),
+    ],
+)
+def test_the_lua_functions_refuse_malformed_calls_and_write_nothing(
+    cache: Cache, function: str, args: list[str], code: str
+) -> None:
+    """What a client other than schedcache's (or a bug) could send: refused before any write."""
+    push(cache, pending("q"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(redis.ResponseError, match=code):
+        cache.client.fcall(function, 1, cache.keys.prefix, "r", "", *args)
+    assert keyspace(cache.client, cache.keys.pattern) == before

@@ -622,3 +622,20 @@ def test_sync_once_exits_1_when_it_skipped_invalid_objects_and_applies_the_rest(
         assert clean.returncode == 0, clean.stderr
     finally:
         Cache(real_client(), name).clear()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--queue-for", "Not_A_Name"], "--queue-for"),
+        (["--no-queue", "--queue-for", "mine"], "--no-queue and --queue-for"),
+    ],
+)
+def test_the_sync_command_refuses_a_bad_queue_choice_in_one_line(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli_app.main, ["sync", *args, "--kubeconfig", str(tmp_path / "none"), "--once"]
+    )
+    assert result.exit_code == 2 and says in result.output
+    assert "Traceback" not in result.output

@@ -186,13 +186,13 @@ class ReferenceScheduler:
 
     def _binding_failed(self, placed: Pod, why: str) -> None:
         self.cache.forget_pod(placed)
-        retry = self.queue.retry(placed.with_node(""), unschedulable=False)
+        outcome = self._give_back(placed.with_node(""), unschedulable=False)
         log.info(
             "pod %s/%s not scheduled: binding failed: %s (%s)",
             placed.namespace,
             placed.name,
             why,
-            retry.outcome,
+            outcome,
         )
 
     # -- the loop ----------------------------------------------------------------------------

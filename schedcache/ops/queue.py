@@ -17,12 +17,11 @@ import functools
 import os
 import secrets
 import socket
-from collections import Counter
 from dataclasses import dataclass
 
 from schedcache.model.values import Pod
 from schedcache.store import commands
-from schedcache.store.queued import STATES, queue_lengths
+from schedcache.store.queued import queue_lengths
 from schedcache.store.records import decode_object
 from schedcache.store.responses import as_text
 from schedcache.store.store import HasStore
@@ -113,13 +112,4 @@ class SchedulingQueue:
 
     def lengths(self) -> dict[str, int]:
         """Pods per state (``active``, ``leased``, ``backoff``, ``parked``)."""
-        keys, pipe = self.store.keys, self.store.client.pipeline(transaction=False)
-        for state in STATES:
-            pipe.zcard(keys.queue(self.scheduler, state))
-        return dict(zip(STATES, (int(n) for n in pipe.execute()), strict=True))
-
-
-def queued_schedulers(cache: HasStore) -> Counter[str]:
-    """Queued pods per scheduler name (every state)."""
-    lengths = queue_lengths(cache.store.client, cache.store.keys)
-    return Counter({name: sum(states.values()) for name, states in lengths.items()})
+        return queue_lengths(self.store.client, self.store.keys, [self.scheduler])[self.scheduler]

@@ -350,7 +350,7 @@ def queue_pop(
 ) -> Command:
     """Lease up to ``count`` pods of ``scheduler``'s queue to ``holder`` for ``lease`` s."""
     subject = f"queue of scheduler {scheduler}"
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= QUEUE_BATCH_LIMIT:
         raise ValidationError(subject, "count", f"{count!r} is not in 1..{QUEUE_BATCH_LIMIT}")
     lease_ms = milliseconds(lease, subject=subject, field="lease")
     if lease_ms == "0":

@@ -15,9 +15,13 @@ STATES: Final = ("active", "leased", "backoff", "parked")
 """A queued pod's states, as lua/_queue.lua names them (``parked``: unschedulable)."""
 
 
-def queue_lengths(client: Client, keys: Keys) -> dict[str, dict[str, int]]:
-    """Queued pods per scheduler name and state."""
-    names = sorted(as_text(name) for name in client.hkeys(keys.queues))
+def queue_lengths(
+    client: Client, keys: Keys, names: list[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Queued pods per scheduler name and state: of ``names``, else of every scheduler name
+    that has had a queue."""
+    if names is None:
+        names = sorted(as_text(name) for name in client.hkeys(keys.queues))
     pipe = client.pipeline(transaction=False)
     for name in names:
         for state in STATES:
