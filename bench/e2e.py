@@ -250,7 +250,7 @@ def replica(
     profile: str,
     workers: int | None,
 ) -> None:
-    from schedcache.extender.reference import ReferenceScheduler
+    from schedcache.scheduler.loop import ReferenceScheduler
 
     cache = Cache(redis.Redis.from_url(url), CACHE, replica=name)
     # Only when asked: the tree before issue 34 bound in the loop (no such option).

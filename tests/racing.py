@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from schedcache import Cache
-from schedcache.extender.reference import ReferenceScheduler
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.scheduler.loop import ReferenceScheduler
 
 
 @contextmanager

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from schedcache import Cache
-from schedcache.extender.reference import ReferenceScheduler
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.scheduler.loop import ReferenceScheduler
 from tests.apiserver import FakeApiServer
 from tests.factories import node_manifest, pod_manifest
 

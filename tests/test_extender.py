@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from schedcache import Cache
-from schedcache.extender.binder import ApiBinder
 from schedcache.extender.service import UNKNOWN_NODE, Extender
 from schedcache.feed.sync import api_client
 from schedcache.model.values import Node
+from schedcache.scheduler.binder import ApiBinder
 from tests.apiserver import FakeApiServer
 from tests.conftest import real_client
 from tests.extender_server import RunningExtender, extender_process

@@ -29,7 +29,6 @@ from urllib3.exceptions import ReadTimeoutError
 from schedcache import Cache, connect
 from schedcache.cli import main
 from schedcache.errors import CorruptRecord, RetriesExhausted
-from schedcache.extender.binder import ApiBinder
 from schedcache.extender.forgetter import Forgetter
 from schedcache.extender.limits import Limits
 from schedcache.extender.service import Extender
@@ -37,6 +36,7 @@ from schedcache.extender.tls import ReloadingContext, TlsFiles
 from schedcache.feed.sync import api_client
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.ops.leases import default_replica
+from schedcache.scheduler.binder import ApiBinder
 from schedcache.store.retry import RetryPolicy
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client

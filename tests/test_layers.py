@@ -20,7 +20,8 @@ LAYERS: list[set[str]] = [
     {"cache"},  # the kube-style facade
     {"aio"},  # the same for asyncio: a second transport under the same commands
     {"feed", "sim"},  # loading a cache from manifests; the demo and replica simulation
-    {"extender"},  # kube-scheduler's extender and the reference scheduler (use feed's client)
+    {"scheduler"},  # the reference scheduler: its loop and the Binding poster (feed's client)
+    {"extender"},  # kube-scheduler's extender (its bind posts through the scheduler's binder)
     {"cli"},  # the command line
 ]
 TOP = "__init__"  # schedcache/__init__.py: the public names, from anywhere

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from schedcache import Cache
-from schedcache.extender.reference import ReferenceScheduler
+from schedcache.scheduler.loop import ReferenceScheduler
 from tests.apiserver import FakeApiServer
 from tests.scheduling import eventually, fed_scheduler, node, pending
 

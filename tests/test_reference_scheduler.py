@@ -21,7 +21,7 @@ import redis
 import urllib3
 
 from schedcache import Cache
-from schedcache.extender.reference import ReferenceScheduler, fit_error
+from schedcache.scheduler.loop import ReferenceScheduler, fit_error
 from tests.apiserver import FakeApiServer
 from tests.scheduling import eventually, fed_scheduler, node, pending
 
@@ -128,7 +128,7 @@ def test_with_the_queue_unreachable_the_loop_backs_off(
         scheduler.queue.pop = refuse  # type: ignore[method-assign]
 
     with (
-        caplog.at_level(logging.WARNING, logger="schedcache.extender.reference"),
+        caplog.at_level(logging.WARNING, logger="schedcache.scheduler.loop"),
         fed_scheduler(cache, server, tmp_path, prepare=unreachable) as scheduler,
     ):
         time.sleep(3.5)

@@ -187,7 +187,7 @@ def extender(
             raise click.ClickException(f"the TLS files cannot be used: {error}") from None
     binder: Binder | None = None
     if not no_api:
-        from schedcache.extender.binder import ApiBinder
+        from schedcache.scheduler.binder import ApiBinder
 
         api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING, " (or --no-api)")
         binder = ApiBinder(api, timeout=API_TIMEOUT)
@@ -324,7 +324,7 @@ def scheduler(
     settings.refuse_embedded("schedcache scheduler")
     api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
-        from schedcache.extender.reference import ReferenceScheduler
+        from schedcache.scheduler.loop import ReferenceScheduler
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
     cache = settings.cache(replica=replica or default_replica("scheduler"), ttl=ttl)

@@ -59,7 +59,7 @@ DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.sch
 
 
 class Binder(Protocol):
-    """The API server side of a bind (``schedcache.extender.binder.ApiBinder``)."""
+    """The API server side of a bind (``schedcache.scheduler.binder.ApiBinder``)."""
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 

@@ -40,10 +40,10 @@ from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, PodAlreadyExists
-from schedcache.extender.binder import ApiBinder
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
+from schedcache.scheduler.binder import ApiBinder
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
