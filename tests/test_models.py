@@ -13,14 +13,13 @@ from hypothesis import strategies as st
 from schedcache.errors import ValidationError
 from schedcache.model.manifests import load_k8s_file, objects_from_k8s
 from schedcache.model.reading import resource_from_list
-from schedcache.model.values import (
+from schedcache.model.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
-    Node,
-    Pod,
     Resource,
     is_scalar_resource_name,
 )
+from schedcache.model.values import Node, Pod
 
 G = 10**9
 MI = 2**20

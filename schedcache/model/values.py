@@ -23,29 +23,9 @@ from schedcache.model.podterms import (
     weighted_to_list,
 )
 from schedcache.model.reading import read_node, read_pod
-from schedcache.model.resources import (
-    DEFAULT_MEMORY_REQUEST,
-    DEFAULT_MILLI_CPU_REQUEST,
-    HostPort,
-    NodeSelectorTerm,
-    Requirement,
-    Resource,
-    Toleration,
-    is_scalar_resource_name,
-)
+from schedcache.model.resources import HostPort, NodeSelectorTerm, Requirement, Resource, Toleration
 
-__all__ = [  # the resource types too, as before they moved to resources.py
-    "DEFAULT_MEMORY_REQUEST",
-    "DEFAULT_MILLI_CPU_REQUEST",
-    "HostPort",
-    "Node",
-    "NodeSelectorTerm",
-    "Pod",
-    "Requirement",
-    "Resource",
-    "Toleration",
-    "is_scalar_resource_name",
-]
+__all__ = ["Node", "Pod", "Resource"]  # Resource: where most callers have it from
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
