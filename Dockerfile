@@ -6,8 +6,10 @@
 # as tag, and every Python package by version (constraints.txt, from .ci/lock-image).
 # Build and publish: docs/kubernetes.md, "The image".
 #   docker build -t schedcache:0.1.0 .
-# The base, by tag (readable) and digest (what is pulled). To move to a newer build of it:
-#   docker buildx imagetools inspect python:3.11-slim-bookworm   # the index digest
+# The base, by tag (readable) and digest (what is pulled): the multi-platform index of
+# python:3.11-slim-bookworm as Docker Hub listed it in October 2026 (Python 3.11.16). To move
+# to a newer build of it, take the index digest that this prints:
+#   docker buildx imagetools inspect python:3.11-slim-bookworm
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
