@@ -17,7 +17,7 @@ import helm_python
 import pytest
 import yaml
 
-from tests.test_deploy import DEPLOY, ROOT, kubectl_with_kustomize_v5, kustomize, pod_specs
+from tests.test_deploy import DEPLOY, ROOT, kubectl_with_kustomize_v5, pod_specs, render
 
 CHART = DEPLOY / "helm" / "schedcache"
 TABLE = yaml.safe_load((DEPLOY / "helm" / "overlays.yaml").read_text())
@@ -69,19 +69,19 @@ def test_every_overlay_has_its_switches():
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_chart_renders_each_overlay_object_for_object(overlay: str) -> None:
     chart = keyed(helm_template(nested(TABLE["overlays"][overlay] or {})))
-    kustomized = keyed(kustomize(DEPLOY / "overlays" / overlay))
+    kustomized = keyed(render(f"deploy/overlays/{overlay}"))
     assert sorted(chart) == sorted(kustomized)
     for key, obj in kustomized.items():
         assert chart[key] == obj, key
 
 
 def test_the_default_values_are_redis_single():
-    assert keyed(helm_template({})) == keyed(kustomize(DEPLOY / "overlays" / "redis-single"))
+    assert keyed(helm_template({})) == keyed(render("deploy/overlays/redis-single"))
 
 
 def test_the_migrate_job_is_a_pre_upgrade_hook_of_deploys_job():
     chart = keyed(helm_template({"migrate": {"enabled": True}}))
-    (job,) = kustomize(DEPLOY / "jobs" / "migrate")
+    (job,) = render("deploy/jobs/migrate")
     key = ("Job", job["metadata"].get("namespace", ""), job["metadata"]["name"])
     hooked = chart[key]
     annotations = hooked["metadata"].pop("annotations")
