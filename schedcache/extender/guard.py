@@ -9,6 +9,10 @@ hold connections open cannot lock out kube-scheduler or the kubelet's probes; on
 connection is serving a request is the new one closed at once. A connection whose request has
 not arrived ``header_timeout`` seconds after it opened, or after its previous response, is
 closed. Each is counted. The body's own timeout is the handler's (:mod:`.server`).
+
+With TLS the site listens in plain TCP and each connection's handshake is done by
+:mod:`.handshake` (within the header timeout), so a refused client is logged and counted
+rather than dropped in silence; the limit applies once the handshake succeeded.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
+
+from schedcache.extender.handshake import upgrade
 
 CONNECTIONS = Gauge("schedcache_extender_connections", "Open connections to the extender.")
 CUT = Counter(
@@ -68,17 +74,37 @@ class Guard:
 class GuardedProtocol(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the limit and the header timeout."""
 
-    def __init__(self, inner: Any, guard: Guard) -> None:
+    def __init__(self, inner: Any, guard: Guard, tls: ssl.SSLContext | None = None) -> None:
         self.inner = inner
         self.guard = guard
+        self.tls = tls  # None: plain; else the handshake comes first (.handshake)
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.handshake: asyncio.Task[None] | None = None
+        # What the client sent between its handshake's end and our seeing that end (the
+        # handshake's task resumes a loop turn later): handed on at admission.
+        self.early: list[bytes] = []
         self.admitted = False
         self.busy = False  # a request is being served
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if self.tls is not None:
+            transport.pause_reading()  # the ClientHello waits for start_tls
+            loop = asyncio.get_running_loop()
+            self.handshake = loop.create_task(self._handshake(transport, self.tls))
+            return
+        self._admit(transport)
+
+    async def _handshake(self, transport: asyncio.Transport, tls: ssl.SSLContext) -> None:
+        upgraded = await upgrade(transport, self, tls, self.guard.header_timeout)
+        if upgraded is not None:
+            self._admit(upgraded)
+
+    def _admit(self, transport: asyncio.Transport) -> None:
         self.transport = transport
+        if transport.is_closing():  # gone between its handshake and now
+            return
         if not self.guard.make_room():
             CUT.labels("over_limit").inc()
             transport.abort()
@@ -88,6 +114,9 @@ class GuardedProtocol(asyncio.Protocol):
         CONNECTIONS.inc()
         self.inner.connection_made(transport)
         self.arm()
+        early, self.early = self.early, []
+        for data in early:
+            self.inner.data_received(data)
 
     def arm(self) -> None:
         self.disarm()
@@ -113,6 +142,8 @@ class GuardedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.admitted:
             self.inner.data_received(data)
+        elif self.handshake is not None and self.transport is None:
+            self.early.append(data)
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received() if self.admitted else None
@@ -163,20 +194,15 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         guard = self._guard
 
+        tls = self._ssl_context
+
         def protocol() -> GuardedProtocol:
-            return GuardedProtocol(server(), guard)
+            return GuardedProtocol(server(), guard, tls)
 
         loop = asyncio.get_running_loop()
-        # With TLS, the handshake comes before the protocol sees the connection: it gets the
-        # header timeout too (asyncio's default is 60 s).
-        handshake = guard.header_timeout if self._ssl_context is not None else None
-        self._server = await loop.create_server(
-            protocol,
-            sock=self._sock,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            ssl_handshake_timeout=handshake,
-        )
+        # Plain TCP even with TLS: each protocol does its handshake (within the header
+        # timeout), so a refusal is seen (.handshake).
+        self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -29,7 +29,8 @@ from collections import Counter
 from collections.abc import Mapping
 
 from schedcache.errors import ValidationError
-from schedcache.model.values import HostPort, Node, Pod, Resource
+from schedcache.model.resources import HostPort
+from schedcache.model.values import Node, Pod, Resource
 
 Pairs = list[tuple[str, int]]
 

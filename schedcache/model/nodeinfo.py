@@ -12,7 +12,8 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from schedcache.model.values import HostPort, Node, Pod, Resource
+from schedcache.model.resources import HostPort
+from schedcache.model.values import Node, Pod, Resource
 
 
 @dataclass(frozen=True)

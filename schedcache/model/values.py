@@ -2,8 +2,9 @@
 
 Only what kube-scheduler's cache keeps is held (requests computed the way the scheduler computes
 them, host ports, affinity flags, PVC claims, node allocatable, images, taints), so the Redis
-layer stores small msgpack-friendly dicts instead of whole manifests. Reading those from
-Kubernetes manifests is :mod:`schedcache.model.manifests`' job; ``from_k8s`` here hands over to it.
+layer stores small msgpack-friendly dicts instead of whole manifests. Reading them from
+Kubernetes manifests is :mod:`schedcache.model.reading`'s job (``from_k8s`` hands it the
+class); resource amounts and term types live below both, in :mod:`schedcache.model.resources`.
 """
 
 from __future__ import annotations
@@ -21,46 +22,15 @@ from schedcache.model.podterms import (
     weighted_from_list,
     weighted_to_list,
 )
-from schedcache.model.selectors import label_key_error
+from schedcache.model.reading import read_node, read_pod
+from schedcache.model.resources import HostPort, NodeSelectorTerm, Requirement, Resource, Toleration
 
-__all__ = [
-    "DEFAULT_MEMORY_REQUEST",
-    "DEFAULT_MILLI_CPU_REQUEST",
-    "HostPort",
-    "Node",
-    "Pod",
-    "Resource",
-    "is_scalar_resource_name",
-]
-
-#: Non-zero defaults for containers without a request (pkg/scheduler/util/non_zero.go).
-DEFAULT_MILLI_CPU_REQUEST = 100
-DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
+__all__ = ["Node", "Pod", "Resource"]  # Resource: where most callers have it from
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
 BETA_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 BETA_REGION_LABEL = "failure-domain.beta.kubernetes.io/region"
-
-HostPort = tuple[str, str, int]  # (ip, protocol, port)
-
-
-def is_scalar_resource_name(name: str) -> bool:
-    """kube-scheduler's ``IsScalarResourceName``: the names kept in ``scalar_resources``.
-
-    Extended resources (domain-qualified, outside ``kubernetes.io/``), ``hugepages-*``,
-    ``attachable-volumes-*`` and prefixed native resources (containing ``kubernetes.io/``).
-    """
-    if name.startswith(("hugepages-", "attachable-volumes-")) or "kubernetes.io/" in name:
-        return True
-    if "/" not in name or name.startswith("requests."):
-        return False
-    return label_key_error("requests." + name) is None
-
-
-# --------------------------------------------------------------------------------------------
-# Resource
-
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -71,99 +41,8 @@ def _compact(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value}
 
 
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """Integer resource amounts as kube-scheduler's ``framework.Resource`` holds them.
-
-    CPU in millicores, memory and ephemeral storage in bytes, rounded up from quantities.
-    """
-
-    milli_cpu: int = 0
-    memory: int = 0
-    ephemeral_storage: int = 0
-    allowed_pod_number: int = 0
-    scalar_resources: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict (msgpack/JSON friendly); zero amounts are left out. (Hot: every pod
-        command encodes two, so each field is tested rather than built and then dropped.)"""
-        d: dict[str, Any] = {}
-        if self.milli_cpu:
-            d["milli_cpu"] = self.milli_cpu
-        if self.memory:
-            d["memory"] = self.memory
-        if self.ephemeral_storage:
-            d["ephemeral_storage"] = self.ephemeral_storage
-        if self.allowed_pod_number:
-            d["allowed_pod_number"] = self.allowed_pod_number
-        if self.scalar_resources:
-            d["scalar_resources"] = dict(sorted(self.scalar_resources.items()))
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Resource:
-        """Inverse of :meth:`to_dict`; missing keys are 0. (Hot: a snapshot decodes two per
-        pod, so plain positional construction.)"""
-        get = d.get
-        scalars = get("scalar_resources")
-        return cls(
-            int(get("milli_cpu", 0)),
-            int(get("memory", 0)),
-            int(get("ephemeral_storage", 0)),
-            int(get("allowed_pod_number", 0)),
-            {str(k): int(v) for k, v in scalars.items()} if scalars else {},
-        )
-
-    def add(self, other: Resource) -> Resource:
-        """Field-wise sum (scalar resources merged)."""
-        scalars = dict(self.scalar_resources)
-        for name, amount in other.scalar_resources.items():
-            scalars[name] = scalars.get(name, 0) + amount
-        return Resource(
-            self.milli_cpu + other.milli_cpu,
-            self.memory + other.memory,
-            self.ephemeral_storage + other.ephemeral_storage,
-            self.allowed_pod_number + other.allowed_pod_number,
-            scalars,
-        )
-
-    def sub(self, other: Resource) -> Resource:
-        """Field-wise difference; scalar resources that become 0 are dropped."""
-        scalars = dict(self.scalar_resources)
-        for name, amount in other.scalar_resources.items():
-            left = scalars.get(name, 0) - amount
-            if left:
-                scalars[name] = left
-            else:
-                scalars.pop(name, None)
-        return Resource(
-            self.milli_cpu - other.milli_cpu,
-            self.memory - other.memory,
-            self.ephemeral_storage - other.ephemeral_storage,
-            self.allowed_pod_number - other.allowed_pod_number,
-            scalars,
-        )
-
-    @classmethod
-    def from_resource_list(
-        cls, rl: Any, *, obj: str, field: str, allow_negative: bool = False
-    ) -> Resource:
-        """A Kubernetes ResourceList (``{"cpu": "100m", ...}``) under scheduler rules.
-
-        Unqualified unknown names (e.g. ``random-invalid-extended-key``) are ignored.
-        """
-        from schedcache.model.manifests import resource_from_list  # manifests imports this module
-
-        return resource_from_list(rl, obj=obj, field=field, allow_negative=allow_negative)
-
-
 # --------------------------------------------------------------------------------------------
 # Pod
-
-
-Toleration = tuple[str, str, str, str]  # key, operator ("Exists"/"Equal"), value, effect
-Requirement = tuple[str, str, tuple[str, ...]]  # key, operator (In, NotIn, ...), values
-NodeSelectorTerm = tuple[tuple[Requirement, ...], tuple[Requirement, ...]]  # expressions, fields
 
 
 def _terms(stored: Any) -> tuple[NodeSelectorTerm, ...]:
@@ -241,9 +120,7 @@ class Pod:
     @classmethod
     def from_k8s(cls, obj: Any) -> Pod:
         """Build from a v1 Pod manifest (parsed JSON/YAML), applying kube-scheduler's rules."""
-        from schedcache.model.manifests import read_pod  # manifests imports this module
-
-        return read_pod(obj)
+        return read_pod(obj, cls)
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack-friendly dict (str/int/bool/list/dict only); empty fields (0, "", False,
@@ -389,9 +266,7 @@ class Node:
     @classmethod
     def from_k8s(cls, obj: Any) -> Node:
         """Build from a v1 Node manifest; allocatable falls back to capacity when absent."""
-        from schedcache.model.manifests import read_node  # manifests imports this module
-
-        return read_node(obj)
+        return read_node(obj, cls)
 
     def to_dict(self) -> dict[str, Any]:
         """msgpack-friendly dict (str/int/bool/list/dict only); empty fields are left out."""

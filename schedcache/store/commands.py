@@ -67,6 +67,16 @@ def pod_subject(pod: Pod) -> str:
     return f"pod {pod.namespace}/{pod.name} (uid {pod.uid})"
 
 
+def pod_ref(pod: Pod | str) -> tuple[str, str]:
+    """The uid and the name for messages of a Pod or a uid (:class:`ValidationError` for
+    anything else)."""
+    if isinstance(pod, Pod):
+        return pod.uid, pod_subject(pod)
+    if isinstance(pod, str) and pod:
+        return pod, f"pod with uid {pod}"
+    raise ValidationError("pod", "metadata.uid", f"expected a Pod or a uid, got {pod!r}")
+
+
 def node_subject(name: str) -> str:
     return f"node {name}"
 

@@ -7,16 +7,15 @@ are read from Redis when Prometheus scrapes (:class:`CacheCollector`), so they a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from schedcache.store.keys import Keys
 from schedcache.store.queued import queue_lengths
-
-if TYPE_CHECKING:
-    from schedcache.store.store import HasStore
+from schedcache.store.routing import Client
 
 SNAPSHOT_UPDATE_SECONDS = Histogram(
     "schedcache_snapshot_update_seconds",
@@ -95,13 +94,32 @@ def count_command(command: str, applied: bool) -> None:
     counter.inc()
 
 
+class StoreReads(Protocol):
+    """What the collector reads of a Store (named here rather than imported: store.py counts
+    its commands with this module)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def client(self) -> Client: ...
+
+
+class HasStoreReads(Protocol):
+    """A ``Cache``, or anything else with a ``store``."""
+
+    @property
+    def store(self) -> StoreReads: ...
+
+
 class CacheCollector(Collector):
     """``schedcache_cache_size{cache,type}`` (kube-scheduler's ``scheduler_cache_size``:
     nodes include ghosts and placeholders), ``schedcache_stream_length{cache}`` and
     ``schedcache_pending_pods{cache,scheduler,queue}`` (the scheduling queue), read at scrape
     time."""
 
-    def __init__(self, cache: HasStore) -> None:
+    def __init__(self, cache: HasStoreReads) -> None:
         self.store = cache.store
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

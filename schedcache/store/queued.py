@@ -9,7 +9,7 @@ from schedcache.store.keys import Keys
 from schedcache.store.responses import as_text
 
 if TYPE_CHECKING:
-    from schedcache.store.store import Client
+    from schedcache.store.routing import Client
 
 STATES: Final = ("active", "leased", "backoff", "parked")
 """A queued pod's states, as lua/_queue.lua names them (``parked``: unschedulable)."""

@@ -27,6 +27,9 @@ from schedcache.errors import ValidationError
 
 log = logging.getLogger(__name__)
 
+# A sync client of one server or of a Cluster: what a Store, and every read below it, talks to.
+Client = redis.Redis | RedisCluster
+
 
 class ClusterClient(RedisCluster):
     """``RedisCluster`` that routes ``FCALL``/``FCALL_RO`` by their declared keys.

@@ -20,7 +20,6 @@ from typing import Any, Protocol, TypeVar
 
 import fakeredis
 import redis
-from redis.cluster import RedisCluster
 
 from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
 from schedcache.store import commands, metrics, pinned
@@ -43,6 +42,9 @@ from schedcache.store.routing import (
     is_cluster,
     read_from_setting,
 )
+from schedcache.store.routing import (
+    Client as Client,  # re-exported: the CLI and the facade name it from here
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,7 +53,6 @@ T = TypeVar("T")
 RESERVED_REPLICAS = frozenset({"-"})
 MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
 
-Client = redis.Redis | RedisCluster
 # The embedded backend's clients, sync and asyncio: no replicas, no WAIT.
 EMBEDDED_CLIENTS = (fakeredis.FakeRedis, fakeredis.FakeAsyncRedis)
 

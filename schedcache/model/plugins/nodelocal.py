@@ -20,7 +20,8 @@ from collections.abc import Iterable
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.result import FilterResult
-from schedcache.model.values import Node, NodeSelectorTerm, Pod, Requirement, Toleration
+from schedcache.model.resources import NodeSelectorTerm, Requirement, Toleration
+from schedcache.model.values import Node, Pod
 
 Taint = tuple[str, str, str]  # key, value, effect
 
