@@ -109,3 +109,28 @@ for j = 1, #READ_NAMES do
     flags = { 'no-writes' },
   }
 end
+
+-- The library's commands this caller's ACL user may not run (LIBRARY_COMMANDS, derived from
+-- the Lua sources by Python), each checked on a key under the caller's prefix. A client asks
+-- once before its first write (schedcache.store.store): a function denied a command after
+-- its first write would leave that write behind, so such a user's writes are refused whole.
+-- Empty where the server has no redis.acl_check_cmd (fakeredis: no ACL users).
+redis.register_function {
+  function_name = 'sc_permitted',
+  callback = function(keys)
+    local p = keys[1]
+    if p == nil or string.sub(p, 1, 1) ~= '{' then return redis.error_reply('BADARG prefix') end
+    local denied = {}
+    if redis.acl_check_cmd == nil then return denied end
+    local key = p .. 'acl'
+    local args = { key, key, key, key, key, key }
+    for j = 1, #LIBRARY_COMMANDS do
+      local command = LIBRARY_COMMANDS[j]
+      if not redis.acl_check_cmd(command[1], unpack(args, 1, command[2])) then
+        denied[#denied + 1] = command[1]
+      end
+    end
+    return denied
+  end,
+  flags = { 'no-writes' },
+}

@@ -87,7 +87,7 @@ from schedcache.store import connection as connection_module
 from schedcache.store.batch import BatchBuilder
 from schedcache.store.commands import Command
 from schedcache.store.connection import EMBEDDED, ENV_URL
-from schedcache.store.library import command_names
+from schedcache.store.library import function_names
 from schedcache.store.routing import ClusterClient
 from schedcache.views.nodetree import NodeTree
 from tests.apis import async_client_for
@@ -1647,7 +1647,7 @@ def _async_follow(ctx: Ctx) -> None:
 @case("cli scripts")
 def _cli_scripts(ctx: Ctx) -> None:
     lines = ok(ctx.cli("scripts")).splitlines()
-    assert {f"sc_{name}" for name in command_names()} | {"sc_version"} == set(lines[:-1])
+    assert set(function_names()) == set(lines[:-1])
     assert lines[-1].endswith(f"{len(lines) - 1} functions loaded")
 
 

@@ -141,6 +141,7 @@ class AsyncStore(StoreCore):
     async def open(cls, client: Any, name: str = "default", **options: Any) -> AsyncStore:
         store = cls(client, name, **options)
         await store.ensure_loaded()
+        store.note_permitted(await store._server("FCALL_RO", *store.permitted_args()))
         return store
 
     # -- talking to the cache's server ----------------------------------------------------

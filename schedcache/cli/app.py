@@ -43,7 +43,7 @@ from schedcache.sim.simulation import MODES, SimulationReport, run_replicas
 from schedcache.store.commands import MAX_TTL
 from schedcache.store.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.store.keys import Keys
-from schedcache.store.library import SCHEMA_VERSION, command_names, ensure_loaded
+from schedcache.store.library import SCHEMA_VERSION, ensure_loaded, function_names
 from schedcache.store.migrate import migrate as migrate_cache
 from schedcache.store.queued import queue_lengths
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
@@ -578,7 +578,7 @@ def registered_functions(server: redis.Redis) -> set[str]:
 def scripts(settings: Settings) -> None:
     """Load the Lua library into Redis and list the functions it registers (on every primary
     of a Redis Cluster)."""
-    expected = {f"sc_{name}" for name in command_names()} | {"sc_version"}
+    expected = set(function_names())
     for server in primaries(settings.client()):
         try:
             ensure_loaded(server)
@@ -640,6 +640,7 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli.acl import acl
     from schedcache.cli.completion import completion
     from schedcache.cli.describe import describe
     from schedcache.cli.extender import extender, scheduler
@@ -663,7 +664,7 @@ def _register() -> None:
         main.add_command(command)
     for command in (worker, metrics_command, sync, extender, scheduler, whatif, describe):
         main.add_command(command)
-    for command in (completion,):
+    for command in (completion, acl):
         main.add_command(command)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from schedcache.errors import LibraryNotLoaded, SchemaMismatch
+from schedcache.store.commandset import CommandInfo, lua_commands, lua_table
 from schedcache.store.keys import (
     SCHEMA_VERSION as SCHEMA_VERSION,  # re-exported (the CLI prints it)
 )
@@ -55,15 +56,23 @@ def _code() -> tuple[str, str]:
 
 def library_source() -> str:
     """The library text. Its first lines define ``LIBRARY_VERSION`` (the schema version and a
-    digest of the code, answered by ``sc_version``) and ``SCHEMA_VERSION`` (written as ``v`` in
-    every event): both come from Python, so the Lua files hold no version of their own."""
+    digest of the code, answered by ``sc_version``), ``SCHEMA_VERSION`` (written as ``v`` in
+    every event) and ``LIBRARY_COMMANDS`` (what the functions call, checked by
+    ``sc_permitted``): all come from Python, so the Lua files hold no version or list of
+    their own."""
     body, _ = _code()
     return (
         f"#!lua name={LIBRARY_NAME}\n"
         f"local LIBRARY_VERSION = '{library_version()}'\n"
         f"local SCHEMA_VERSION = '{SCHEMA_VERSION}'\n"
+        f"local LIBRARY_COMMANDS = {lua_table(library_commands())}\n"
         f"{body}"
     )
+
+
+def library_commands() -> dict[str, CommandInfo]:
+    """The Redis commands the library's functions call (``schedcache.store.commandset``)."""
+    return lua_commands(lua_files())
 
 
 def library_version() -> str:
@@ -74,6 +83,12 @@ def library_version() -> str:
 def command_names() -> list[str]:
     """The commands the library registers (file names without ``.lua``)."""
     return [p.stem for p in lua_files() if not p.name.startswith("_")]
+
+
+def function_names() -> list[str]:
+    """Every function the library registers: one per command file, ``sc_version`` and
+    ``sc_permitted`` (``lua/_register.lua``)."""
+    return ["sc_version", "sc_permitted", *(f"sc_{name}" for name in command_names())]
 
 
 def is_missing_function(error: redis.ResponseError) -> bool:

@@ -22,7 +22,13 @@ import fakeredis
 import redis
 from redis.cluster import RedisCluster
 
-from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
+from schedcache.errors import (
+    CacheError,
+    NotPermitted,
+    NotReplicated,
+    RetriesExhausted,
+    ValidationError,
+)
 from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command
 from schedcache.store.keys import Keys
@@ -123,6 +129,9 @@ class StoreCore:
         # Snapshot reads from a replica (docs/storage.md); checked here, routed by the transport.
         self.read_from = read_from
         self.reads_replica, self.replica_url = read_from_setting(read_from, subject)
+        # The library's commands this client's Redis user may not run (sc_permitted), read
+        # when the store opens: writes are refused while any is missing.
+        self.denied: tuple[str, ...] = ()
         if self.reads_replica and isinstance(client, EMBEDDED_CLIENTS):
             raise ValidationError(
                 subject,
@@ -143,8 +152,36 @@ class StoreCore:
 
     # -- outcomes ---------------------------------------------------------------------------
 
+    def permitted_args(self) -> list[Any]:
+        """``FCALL_RO``'s arguments for ``sc_permitted``: the commands this user lacks."""
+        return ["sc_permitted", 1, self.keys.prefix]
+
+    def note_permitted(self, denied: Any) -> None:
+        self.denied = tuple(sorted(d.decode() if isinstance(d, bytes) else str(d) for d in denied))
+        if self.denied:
+            log.warning(
+                "cache %s: this Redis user may not run %s, which the library's functions call: "
+                "its writes are refused (`schedcache acl %s --role ROLE` prints the rules)",
+                self.name,
+                " ".join(self.denied),
+                self.name,
+            )
+
+    def check_permitted(self, name: str) -> None:
+        """Refuse (nothing sent) a write when this user lacks a command the functions call:
+        Redis would deny it inside the function, possibly after its first write."""
+        if self.denied:
+            raise NotPermitted(
+                f"sc_{name} on cache {self.name}: this Redis user may not run "
+                f"{', '.join(self.denied)}, which the library's functions call, so no write is "
+                f"sent; grant the rules `schedcache acl {self.name} --role ROLE` prints "
+                "(docs/security.md)"
+            )
+
     def check_sendable(self, command: Command) -> None:
-        """Refuse (nothing sent) a command too old for Redis to still remember its id."""
+        """Refuse (nothing sent) a command too old for Redis to still remember its id, or one
+        this user's ACL rules would stop halfway."""
+        self.check_permitted(command.name)
         late = too_late_to_resend(command.created)
         if late is not None:
             raise ValidationError(command.subject, f"sc_{command.name} command id", late)
@@ -209,6 +246,7 @@ class Store(StoreCore):
             ReplicaRoute(client, self.keys.prefix, self.replica_url) if self.reads_replica else None
         )
         ensure_loaded(self.route.get())
+        self.note_permitted(self.read(lambda: self.route.get().fcall_ro(*self.permitted_args())))
 
     @property
     def store(self) -> Store:
