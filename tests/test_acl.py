@@ -29,6 +29,7 @@ from schedcache.ops.expiry import ExpiryWorker
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.commandset import command_table
+from schedcache.store.connection import ConnectionFailed
 from schedcache.store.library import library_commands, lua_files
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port
@@ -260,6 +261,15 @@ def test_each_role_runs_its_whole_workload_with_nothing_denied(
         "a-reader: command del",  # the reader's refused DEL above, nothing else
     ]
     assert Cache(connect(users["admin"]), name).verify() == []
+
+
+def test_a_restricted_user_cannot_reach_another_database(server: Server) -> None:
+    """ACL key patterns ignore the database; the rules grant no SELECT, so a tenant's cache
+    named like another's in database 1 cannot be reached (db 0 holds each name once)."""
+    reader = make_user(server, "db-reader", "tenant-a", "reader")
+    with pytest.raises(ConnectionFailed, match="select"):
+        connect(reader.replace("/0", "/1"))
+    server.client().acl_log_reset()
 
 
 def test_a_user_one_command_short_writes_nothing(server: Server) -> None:

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from schedcache import BatchFailed, Cache, Snapshot, connect
 from schedcache.cli.app import main
 from schedcache.errors import LibraryNotLoaded
+from schedcache.ops.acl import acl_rules
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.connection import ConnectionFailed, describe
 from schedcache.store.keys import Keys
@@ -397,48 +398,21 @@ def test_an_unknown_option_fails_at_connect_naming_it(tls_server: TlsServer, pki
 CACHE = "secure"
 OTHER = "other"
 
-# Exactly the commands schedcache sends as a replica, informer, worker or operator (CLI
-# reads), directly or from inside its Lua functions (ACLs apply to redis.call too).
-ACL_COMMANDS = (
-    # connecting: AUTH and HELLO need no permission; PING is connect()'s check
-    "ping",
-    # the library: run it, never load it (loading is the admin's `schedcache scripts`)
-    "fcall fcall_ro",
-    # read by Python: pods, membership, snapshots, events, checkpoints, the worker's clock
-    # (mget: a feeder's check of the versions a list page already has)
-    "get hgetall sismember scard smembers sscan zrange zscore xrange xrevrange xlen xread time"
-    " mget",
-    # written by Python: checkpoints, compaction, leases (MULTI/EXEC), WAIT for replicas
-    "set del hset sadd xtrim multi exec watch unwatch wait",
-    # only inside the Lua functions
-    "exists incr hget hmget hkeys hexists hsetnx hincrby hdel srem srandmember zadd zrem zcard"
-    " zrangebyscore xadd type pexpire sinter",
-)
-
 # What redis-py's cluster client asks as well: the slot map, and the command table it routes by.
 ACL_CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 def acl_setuser(user: str, password: str, cache: str) -> list[str]:
-    """The ``ACL SETUSER`` arguments of docs/security.md's recipe."""
-    commands = " ".join(ACL_COMMANDS).split()
-    return [
-        user,
-        "reset",
-        "on",
-        f">{password}",
-        f"~{Keys(cache).pattern}",
-        "resetchannels",
-        "-@all",
-        *(f"+{command}" for command in commands),
-    ]
+    """The ``ACL SETUSER`` arguments docs/security.md gives: ``schedcache acl``'s rules for the
+    worker role (it runs every command of this file's workload) and a password."""
+    return [user, *acl_rules(cache, "worker").split(), f">{password}"]
 
 
-def test_the_documented_acl_recipe_is_the_tested_one():
-    recipe = " ".join(["ACL SETUSER", *acl_setuser("sched-prod", "PASSWORD", "prod")])
-    cluster = " ".join(f"+{command}" for command in ACL_CLUSTER_COMMANDS)
+def test_the_docs_show_the_acl_command_not_a_hand_kept_list():
     text = (PACKAGE.parent / "docs" / "security.md").read_text(encoding="utf-8")
-    assert recipe in text and f"add `{cluster}`" in text
+    assert "schedcache acl prod --role scheduler" in text
+    assert "+incrby" not in text  # no list to go stale: the rules come from the command
+    assert "--cluster" in text and "--replica-reads" in text
 
 
 @pytest.fixture(scope="module")

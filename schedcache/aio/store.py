@@ -141,7 +141,11 @@ class AsyncStore(StoreCore):
     async def open(cls, client: Any, name: str = "default", **options: Any) -> AsyncStore:
         store = cls(client, name, **options)
         await store.ensure_loaded()
-        store.note_permitted(await store._server("FCALL_RO", *store.permitted_args()))
+        try:
+            denied = await store._server("FCALL_RO", *store.permitted_args())
+        except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
+            denied = []
+        store.note_permitted(denied)
         return store
 
     # -- talking to the cache's server ----------------------------------------------------

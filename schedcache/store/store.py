@@ -246,7 +246,11 @@ class Store(StoreCore):
             ReplicaRoute(client, self.keys.prefix, self.replica_url) if self.reads_replica else None
         )
         ensure_loaded(self.route.get())
-        self.note_permitted(self.read(lambda: self.route.get().fcall_ro(*self.permitted_args())))
+        try:
+            denied = self.read(lambda: self.route.get().fcall_ro(*self.permitted_args()))
+        except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
+            denied = []
+        self.note_permitted(denied)
 
     @property
     def store(self) -> Store:
