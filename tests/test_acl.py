@@ -30,7 +30,7 @@ from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.commandset import command_table
 from schedcache.store.connection import ConnectionFailed
-from schedcache.store.library import library_commands, lua_files
+from schedcache.store.library import library_commands, library_source, library_tag, lua_files
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port
 
@@ -321,21 +321,40 @@ def test_two_tenants_from_the_printed_rules_cannot_touch_or_hold_each_other(
             index += 1
 
     pods = [make_pod(f"b{index}", "n1", "1m", "1Mi") for index in range(MAX_CHUNK_SIZE)]
+    admin = server.client()
+    admin.config_set("slowlog-log-slower-than", 50_000)  # µs: every call over 50 ms
+    admin.slowlog_reset()
     thread = threading.Thread(target=tenant_a)
     thread.start()
     try:
         time.sleep(0.2)
-        started = time.monotonic()
         with b.batch(chunk_size=MAX_CHUNK_SIZE) as batch:  # one sc_batch of the most commands
             for pod in pods:
                 batch.add_pod(pod)
-        largest = time.monotonic() - started
         time.sleep(0.2)
     finally:
         stop.set()
         thread.join()
-    assert largest <= 0.5, f"tenant B's largest call took {largest:.2f} s"
+    # B's call as Redis ran it (its own packing is B's time, not the server's)
+    slow = [(entry["duration"], entry["command"][:40]) for entry in admin.slowlog_get(128)]
+    admin.config_set("slowlog-log-slower-than", 10_000)
+    assert all(duration <= 500_000 for duration, _ in slow), slow
     assert waits and max(waits) <= 0.5, f"tenant A waited {max(waits):.2f} s"
     assert a.verify() == [] and b.verify() == []
     assert denials(server) == ["tenant-b-sched: key {two-a}:"]  # B's attempt on A, refused
     server.client().acl_log_reset()
+
+
+def test_a_restricted_tenant_keeps_running_when_another_build_is_loaded(server: Server) -> None:
+    """The admin loads tenant B's newer build: tenant A's user (who may not load libraries)
+    still opens its cache and writes, on its own build's functions."""
+    a_url = make_user(server, "builds-a", "builds-a", "feeder")
+    admin = server.client()
+    other = library_source().replace(library_tag(), "v2_0123456789ab")
+    admin.function_load(other, replace=True)
+    try:
+        cache = Cache(connect(a_url), "builds-a", replica="feeder-a")
+        cache.add_node(make_node("n1"))
+        assert cache.node_count() == 1 and denials(server) == []
+    finally:
+        admin.function_delete("schedcache_v2_0123456789ab")

@@ -30,6 +30,7 @@ from schedcache.ops.acl import acl_rules
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.connection import ConnectionFailed, describe
 from schedcache.store.keys import Keys
+from schedcache.store.library import function_name, library_name
 from tests.factories import make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port, wait_until
 
@@ -530,7 +531,7 @@ def test_restricted_user_cannot_touch_another_cache(
     theirs = {key: admin.dump(key) for key in admin.keys(Keys(OTHER).pattern)}
     client = connect(restricted_url(acl_server))
     errors: list[Exception] = []
-    intruder = Cache(client, OTHER)  # sc_version has no keys: constructing is allowed
+    intruder = Cache(client, OTHER)  # constructing is allowed: its calls say NOPERM
     for attempt in (
         lambda: client.get(Keys(OTHER).generation),
         lambda: client.set(Keys(OTHER).pod("x"), b"x"),
@@ -542,7 +543,9 @@ def test_restricted_user_cannot_touch_another_cache(
         lambda: intruder.replay(),
         lambda: ExpiryWorker(intruder).run_once(),
         # the library's read function as well: ACLs check the keys of FCALL and redis.call
-        lambda: client.fcall_ro("sc_read_nodes", 1, Keys(OTHER).prefix, "", "", "theirs"),
+        lambda: client.fcall_ro(
+            function_name("read_nodes"), 1, Keys(OTHER).prefix, "", "", "theirs"
+        ),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError, match=r"(?i)no permissions") as info:
             attempt()
@@ -590,11 +593,11 @@ def test_restricted_user_cannot_run_commands_outside_its_list(acl_server: Server
 
 def test_restricted_user_cannot_load_the_library_the_admin_does(acl_server: Server):
     admin = acl_server.client()
-    admin.function_delete("schedcache")
+    admin.function_delete(library_name())
     try:
         with pytest.raises(LibraryNotLoaded, match="an admin runs `schedcache scripts`") as info:
             Cache(connect(restricted_url(acl_server)), CACHE)
-        assert "lacks the schedcache library" in str(info.value)
+        assert f"lacks the schedcache library {library_name()}" in str(info.value)
         assert PASSWORD not in str(info.value)
         refused = CliRunner().invoke(main, ["--redis", restricted_url(acl_server), "scripts"])
         assert refused.exit_code == 1

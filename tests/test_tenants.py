@@ -7,13 +7,26 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from schedcache.cli.app import main
-from tests.conftest import REAL_REDIS_URL
+from schedcache.store.library import (
+    SCHEMA_VERSION,
+    ensure_loaded,
+    function_names,
+    library_name,
+    library_source,
+    library_tag,
+)
+from schedcache.store.routing import primaries
+from tests.conftest import REAL_REDIS_URL, backend_url
+from tests.factories import make_node, make_pod
 from tests.servers import free_port
 
 
@@ -80,3 +93,67 @@ def test_every_metrics_address_option_defaults_to_loopback() -> None:
     assert isinstance(worker, click.Group)
     seen += [p for p in worker.commands["expiry"].params if p.name == "metrics_address"]
     assert len(seen) == 3 and {p.default for p in seen} == {"127.0.0.1"}
+
+
+# -- library versions side by side --------------------------------------------------------
+
+
+def other_build() -> tuple[str, str]:
+    """Another release's library (its own tag: what a tenant on that release loads) and its
+    name."""
+    other_tag = "v2_0123456789ab"
+    assert library_tag() != other_tag
+    return library_source().replace(library_tag(), other_tag), f"schedcache_{other_tag}"
+
+
+def test_two_builds_share_a_server_and_neither_replaces_the_other(
+    make_cache: Any, client: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Tenant B's newer build loaded beside tenant A's: A's caches keep running A's code (a new
+    Cache loads nothing and fails nothing), B's functions answer under B's names, and
+    ``scripts`` lists B's library and unloads it on request."""
+    a = make_cache(name=f"a-{uuid.uuid4().hex[:8]}")
+    a.add_node(make_node("n1", "4", "8Gi"))
+    text, name = other_build()
+    server = a.store.server()  # (in a Cluster, the primary of A's slot)
+    server.function_load(text, replace=True)
+    libraries = {entry[b"library_name"] for entry in map(as_dict, server.function_list())}
+    assert {library_name().encode(), name.encode()} <= libraries
+    again = make_cache(name=a.name)  # loads nothing: A's build is still there
+    again.add_pod(make_pod("p", "n1", "100m", "64Mi"))
+    assert again.verify() == []
+    other_version = name.removeprefix("schedcache_")
+    answer = server.fcall_ro(f"sc_version_{other_version}", 0)
+    assert answer.decode().split()[0] == str(SCHEMA_VERSION)
+    url = backend_url(backend, request)
+    if backend != "fakeredis":
+        runner = CliRunner()
+        listed = runner.invoke(main, ["--redis", url, "scripts"])
+        assert listed.exit_code == 0, listed.output
+        assert f"also loaded: {name}" in listed.output
+        refused = runner.invoke(main, ["--redis", url, "scripts", "--unload", library_name()])
+        assert refused.exit_code == 2 and "not another build's" in refused.output
+        unloaded = runner.invoke(main, ["--redis", url, "scripts", "--unload", name])
+        assert unloaded.exit_code == 0 and "also loaded" not in unloaded.output
+    else:
+        server.function_delete(name)
+    assert a.node_count() == 1
+
+
+def as_dict(entry: list[Any]) -> dict[bytes, Any]:
+    return dict(zip(entry[::2], entry[1::2], strict=True))
+
+
+def test_every_function_the_library_registers_carries_the_builds_tag(client: Any) -> None:
+    """Functions added later are versioned too, as long as they register through
+    ``function_name`` in lua/_register.lua: a literal name would be caught here."""
+    server = primaries(client)[0]
+    ensure_loaded(server)
+    (entry,) = (
+        as_dict(e)
+        for e in server.function_list(library=library_name())
+        if as_dict(e)[b"library_name"] == library_name().encode()
+    )
+    names = {as_dict(f)[b"name"].decode() for f in entry[b"functions"]}
+    assert names == set(function_names())
+    assert all(name.endswith(f"_{library_tag()}") for name in names)

@@ -27,6 +27,7 @@ from redis.exceptions import ClusterDownError
 from schedcache.aio.connection import AsyncReplicaRoute
 from schedcache.store.commands import Command
 from schedcache.store.library import (
+    function_name,
     is_missing_function,
     library_source,
     load_refused,
@@ -164,7 +165,7 @@ class AsyncStore(StoreCore):
     async def ensure_loaded(self) -> None:
         """Load the library unless the server has exactly this one (the sync rule)."""
         try:
-            loaded = await self._server("FCALL_RO", "sc_version", 0)
+            loaded = await self._server("FCALL_RO", function_name("version"), 0)
         except redis.ResponseError as error:
             if not is_missing_function(error):
                 raise

@@ -32,7 +32,7 @@ from schedcache.errors import (
 from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command
 from schedcache.store.keys import Keys
-from schedcache.store.library import ensure_loaded, is_missing_function
+from schedcache.store.library import ensure_loaded, function_name, is_missing_function
 from schedcache.store.replies import translate
 from schedcache.store.retry import (
     DEFAULT_RETRY,
@@ -144,17 +144,17 @@ class StoreCore:
     def function_args(self, name: str, command_id: str, args: Sequence[Any]) -> list[Any]:
         """``FCALL``'s arguments after the command word: ``sc_<name> 1 <prefix> <replica> <id>
         <args...>``, as ``lua/_register.lua`` reads them."""
-        return [f"sc_{name}", 1, self.keys.prefix, self.replica, command_id, *args]
+        return [function_name(name), 1, self.keys.prefix, self.replica, command_id, *args]
 
     def read_args(self, name: str, *args: Any) -> list[Any]:
         """``FCALL_RO``'s arguments for a read: no replica, no command id."""
-        return [f"sc_{name}", 1, self.keys.prefix, "", "", *args]
+        return [function_name(name), 1, self.keys.prefix, "", "", *args]
 
     # -- outcomes ---------------------------------------------------------------------------
 
     def permitted_args(self) -> list[Any]:
         """``FCALL_RO``'s arguments for ``sc_permitted``: the commands this user lacks."""
-        return ["sc_permitted", 1, self.keys.prefix]
+        return [function_name("permitted"), 1, self.keys.prefix]
 
     def note_permitted(self, denied: Any) -> None:
         self.denied = tuple(sorted(d.decode() if isinstance(d, bytes) else str(d) for d in denied))
