@@ -116,17 +116,20 @@ for j = 1, #READ_NAMES do
 end
 
 -- The library's commands this caller's ACL user may not run (LIBRARY_COMMANDS, derived from
--- the Lua sources by Python), each checked on a key under the caller's prefix. A client asks
--- once before its first write (schedcache.store.store): a function denied a command after
--- its first write would leave that write behind, so such a user's writes are refused whole.
--- Empty where the server has no redis.acl_check_cmd (fakeredis: no ACL users).
+-- the Lua sources by Python), each checked on a key under the caller's prefix, and whether it
+-- may run CONFIG GET (the eviction check asks only then: a refused command fills the ACL LOG).
+-- A client asks once when it opens a cache (schedcache.store.store): a function denied a
+-- command after its first write would leave that write behind, so such a user's writes are
+-- refused whole. Nothing denied where the server has no redis.acl_check_cmd (fakeredis: no ACL
+-- users). Every check passes at least a command's arity in arguments: fewer crash Redis 7.0
+-- (redis/redis#14843), so no argument of the caller's ever reaches acl_check_cmd.
 redis.register_function {
   function_name = function_name('permitted'),
   callback = function(keys)
     local p = keys[1]
     if p == nil or string.sub(p, 1, 1) ~= '{' then return redis.error_reply('BADARG prefix') end
     local denied = {}
-    if redis.acl_check_cmd == nil then return denied end
+    if redis.acl_check_cmd == nil then return { denied, 1 } end
     local key = p .. 'acl'
     local args = { key, key, key, key, key, key }
     for j = 1, #LIBRARY_COMMANDS do
@@ -135,7 +138,9 @@ redis.register_function {
         denied[#denied + 1] = command[1]
       end
     end
-    return denied
+    local config = 0
+    if redis.acl_check_cmd('CONFIG', 'GET', 'maxmemory-policy') then config = 1 end
+    return { denied, config }
   end,
   flags = { 'no-writes' },
 }

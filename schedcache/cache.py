@@ -18,7 +18,13 @@ import redis
 from schedcache.errors import FitConflict, NodeNotFound, PodNotFound, ValidationError
 from schedcache.history import checkpoints
 from schedcache.history.replay import ReplayState
-from schedcache.history.verify import Difference, compare, invariants
+from schedcache.history.verify import (
+    Difference,
+    compare,
+    invariants,
+    lost_keys,
+    server_problems,
+)
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.selectors import parse_selector
 from schedcache.model.values import Node, Pod
@@ -460,7 +466,13 @@ class Cache:
         empty when the cache is consistent."""
         state = self._replay()
         return self.store.retrying(
-            lambda: compare(state, self.store) + invariants(self.store), "verify"
+            lambda: (
+                server_problems(self.store)
+                + lost_keys(self.store)
+                + compare(state, self.store)
+                + invariants(self.store)
+            ),
+            "verify",
         )
 
     def stream_length(self) -> int:

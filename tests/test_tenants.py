@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from schedcache.cli.app import main
+from schedcache.history.verify import Difference
+from schedcache.store.eviction import check_eviction
 from schedcache.store.library import (
     SCHEMA_VERSION,
     ensure_loaded,
@@ -26,7 +30,7 @@ from schedcache.store.library import (
 )
 from schedcache.store.routing import primaries
 from tests.conftest import REAL_REDIS_URL, backend_url
-from tests.factories import make_node, make_pod
+from tests.factories import keyspace, make_node, make_pod
 from tests.servers import free_port
 
 
@@ -157,3 +161,64 @@ def test_every_function_the_library_registers_carries_the_builds_tag(client: Any
     names = {as_dict(f)[b"name"].decode() for f in entry[b"functions"]}
     assert names == set(function_names())
     assert all(name.endswith(f"_{library_tag()}") for name in names)
+
+
+# -- eviction -------------------------------------------------------------------------------
+
+
+@contextmanager
+def policy(cache: Any, name: str) -> Iterator[None]:
+    """``maxmemory-policy`` set on the server holding ``cache`` (maxmemory stays 0: nothing
+    is evicted, the setting alone is what is checked), restored afterwards."""
+    server = cache.store.server()
+    before = server.config_get("maxmemory-policy")["maxmemory-policy"]
+    server.config_set("maxmemory-policy", name)
+    try:
+        yield
+    finally:
+        server.config_set("maxmemory-policy", before)
+
+
+def test_verify_and_long_running_processes_name_a_policy_that_can_evict(
+    make_cache: Any, backend: str, request: pytest.FixtureRequest
+) -> None:
+    cache = make_cache()
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    if backend == "fakeredis":  # no CONFIG GET: said, never guessed
+        check = check_eviction(cache.store.server())
+        assert check.policy is None and "fakeredis has no CONFIG GET" in check.why
+        assert cache.verify() == []
+        return
+    assert cache.verify() == []  # noeviction, the default
+    url = backend_url(backend, request)
+    runner = CliRunner()
+    for evicting in ("allkeys-lru", "volatile-ttl"):
+        with policy(cache, evicting):
+            assert Difference("server", "maxmemory-policy", "noeviction", evicting) in (
+                cache.verify()
+            )
+            result = runner.invoke(main, ["--redis", url, "--cache", cache.name, "verify"])
+            assert result.exit_code == 1 and f"maxmemory-policy is {evicting}" in result.output
+            started = runner.invoke(
+                main, ["--redis", url, "--cache", cache.name, "worker", "expiry", "--once"]
+            )
+            assert started.exit_code == 1, started.output
+            assert f"maxmemory-policy is {evicting}" in started.output
+            assert "Traceback" not in started.output + result.output
+    assert cache.verify() == []
+
+
+def test_verify_notices_a_cache_whose_stream_or_generation_was_evicted(make_cache: Any) -> None:
+    """What allkeys-lru left of a tenant's cache (86 of 93 keys gone, the stream with them):
+    the fold and the live keys agree on nothing left to compare, but the generation says
+    commands were applied; and the other way round, nodes without a generation."""
+    cache = make_cache()
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_pod(make_pod("p", "n1", "100m", "64Mi"))
+    server, keys = cache.store.server(), cache.keys
+    kept = {keys.generation.encode(), keys.node_generations.encode()}
+    server.delete(*[key for key in keyspace(server, keys.pattern) if key not in kept])
+    found = cache.verify()
+    assert Difference("cache", "events", "a stream (generation 2)", None) in found, found
+    server.delete(keys.generation)
+    assert Difference("cache", "gen", "a generation counter", None) in cache.verify()

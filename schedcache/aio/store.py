@@ -143,10 +143,10 @@ class AsyncStore(StoreCore):
         store = cls(client, name, **options)
         await store.ensure_loaded()
         try:
-            denied = await store._server("FCALL_RO", *store.permitted_args())
+            permitted = await store._server("FCALL_RO", *store.permitted_args())
         except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
-            denied = []
-        store.note_permitted(denied)
+            permitted = None
+        store.note_permitted(permitted)
         return store
 
     # -- talking to the cache's server ----------------------------------------------------

@@ -88,6 +88,15 @@ class Settings:
                 err=True,
             )
 
+    def refuse_evicting(self, cache: Cache) -> None:
+        """A long-running process does not start on a Redis that may evict its cache's keys
+        (exit 1, naming the policy); when the policy cannot be read it says so and goes on."""
+        check = cache.store.eviction()
+        if check.evicts:
+            raise click.ClickException(check.problem(cache.name))
+        if check.policy is None and self.is_shared():
+            click.echo(f"note: maxmemory-policy not checked: {check.why}", err=True)
+
     def refuse_embedded(self, command: str) -> None:
         """A long-running server on the embedded backend serves a Redis nobody else can
         reach: a usage error unless --embedded asks for exactly that."""

@@ -87,6 +87,7 @@ def worker_expiry(
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     settings.refuse_embedded("schedcache worker expiry")
     cache = settings.cache(replica=replica or default_replica("expiry-worker"))
+    settings.refuse_evicting(cache)
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
         click.echo(f"expired {len(expiry.run_once())} pods")
@@ -129,6 +130,7 @@ def worker_compact(
     round at a time do the work)."""
     settings.refuse_embedded("schedcache worker compact")
     cache = settings.cache()
+    settings.refuse_evicting(cache)
     if once:
         done = retain(cache, keep, keep_events)
         click.echo(
@@ -155,6 +157,7 @@ def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
     settings.refuse_embedded("schedcache metrics")
     cache = settings.cache()
+    settings.refuse_evicting(cache)
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
     stop = threading.Event()

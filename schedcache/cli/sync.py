@@ -125,6 +125,7 @@ def sync(
             err=True,
         )
     cache = settings.cache(replica=replica)
+    settings.refuse_evicting(cache)
     syncer = feed.Syncer(cache, api, settings_, name=replica)
     if once:
         _list_once(syncer, feed)

@@ -48,9 +48,10 @@ ROLE_PARTS: dict[str, tuple[str, ...]] = {
     "admin": ("",),
 }
 # Functions whose commands are the admin's alone: loading the library, SCAN (it lists every
-# key name on the server: Cache.clear, and is_empty, which does without it when refused).
+# key name on the server: Cache.clear, and is_empty, which does without it when refused),
+# CONFIG GET (it shows the server's passwords too: the eviction check says it cannot tell).
 ADMIN_FUNCTIONS = frozenset(
-    {"ensure_loaded", "clear", "is_empty", "scripts", "registered_functions"}
+    {"ensure_loaded", "clear", "is_empty", "scripts", "loaded_libraries", "check_eviction"}
 )
 # Variables that hold a Redis client or pipeline where the package sends plain commands.
 REDIS_RECEIVER = re.compile(

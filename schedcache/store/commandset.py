@@ -6,8 +6,9 @@ keeping a list. A command name is never computed in Lua: every ``redis.call``/``
 names its command as a quoted upper-case literal, or takes it from a parameter whose callers
 pass one (``typed_read(key, 'zset', 'ZRANGE', ...)``). So every quoted upper-case literal that
 Redis knows as a command is one the library may call (``COUNT``, ``LIMIT``, ``PX`` are
-arguments, not commands, and are not in the table). ``tests/test_acl.py`` checks that every
-call site has that shape.
+arguments, not commands, and are not in the table); lines that only ask ``redis.acl_check_cmd``
+whether a command is allowed are skipped (they run nothing). ``tests/test_acl.py`` checks that
+every call site has that shape.
 
 The command table (names, arity, flags, ACL categories) is the one fakeredis ships, a copy of
 Redis 7's ``COMMAND INFO``: no server is needed to derive rules.
@@ -60,9 +61,10 @@ def lua_commands(files: list[Path]) -> dict[str, CommandInfo]:
     table = command_table()
     found = set()
     for path in files:
-        for word in QUOTED_WORD.findall(path.read_text(encoding="utf-8")):
-            if word.lower() in table:
-                found.add(word.lower())
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if "acl_check_cmd(" in line:
+                continue
+            found.update(w.lower() for w in QUOTED_WORD.findall(line) if w.lower() in table)
     return {name: table[name] for name in sorted(found)}
 
 

@@ -31,6 +31,7 @@ from schedcache.errors import (
 )
 from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command
+from schedcache.store.eviction import EvictionCheck, check_eviction
 from schedcache.store.keys import Keys
 from schedcache.store.library import ensure_loaded, function_name, is_missing_function
 from schedcache.store.replies import translate
@@ -132,6 +133,7 @@ class StoreCore:
         # The library's commands this client's Redis user may not run (sc_permitted), read
         # when the store opens: writes are refused while any is missing.
         self.denied: tuple[str, ...] = ()
+        self.may_read_config = False  # whether the user may run CONFIG GET (eviction check)
         if self.reads_replica and isinstance(client, EMBEDDED_CLIENTS):
             raise ValidationError(
                 subject,
@@ -156,7 +158,11 @@ class StoreCore:
         """``FCALL_RO``'s arguments for ``sc_permitted``: the commands this user lacks."""
         return [function_name("permitted"), 1, self.keys.prefix]
 
-    def note_permitted(self, denied: Any) -> None:
+    def note_permitted(self, reply: Any) -> None:
+        """``sc_permitted``'s reply: the library's commands this user lacks, and whether it may
+        run CONFIG GET (empty, and False, for a user that may not even ask)."""
+        denied, config = reply if reply else ([], 0)
+        self.may_read_config = bool(int(config))
         self.denied = tuple(sorted(d.decode() if isinstance(d, bytes) else str(d) for d in denied))
         if self.denied:
             log.warning(
@@ -247,15 +253,20 @@ class Store(StoreCore):
         )
         ensure_loaded(self.route.get())
         try:
-            denied = self.read(lambda: self.route.get().fcall_ro(*self.permitted_args()))
+            permitted = self.read(lambda: self.route.get().fcall_ro(*self.permitted_args()))
         except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
-            denied = []
-        self.note_permitted(denied)
+            permitted = None
+        self.note_permitted(permitted)
 
     @property
     def store(self) -> Store:
         """The Store itself: whatever takes a cache or its store (:func:`store_of`)."""
         return self
+
+    def eviction(self) -> EvictionCheck:
+        """Whether the server may evict this cache's keys (``maxmemory-policy``), read only
+        when this user may run CONFIG GET."""
+        return check_eviction(self.server(), self.may_read_config)
 
     def server(self) -> redis.Redis:
         """The plain client of the server holding the cache (in a Cluster, its slot's
