@@ -59,7 +59,7 @@ def command_table() -> dict[str, CommandInfo]:
 def lua_commands(files: list[Path]) -> dict[str, CommandInfo]:
     """The commands the Lua ``files`` may call, by lower-case name (sorted)."""
     table = command_table()
-    found = set()
+    found: set[str] = set()
     for path in files:
         for line in path.read_text(encoding="utf-8").splitlines():
             if "acl_check_cmd(" in line:
