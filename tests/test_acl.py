@@ -298,8 +298,10 @@ def test_two_tenants_from_the_printed_rules_cannot_touch_or_hold_each_other(
     server: Server,
 ) -> None:
     """Tenant B's largest call (one ``sc_batch`` of the most commands the client sends in one,
-    ``MAX_CHUNK_SIZE``: the cap that exists) is answered within 0.5 s, and tenant A's calls
-    meanwhile never wait longer."""
+    ``MAX_CHUNK_SIZE``: the only cap that exists on 54b1d0e; the Lua functions' own caps are
+    another change's) is answered within 0.5 s, and tenant A's calls meanwhile never wait
+    longer. Measured here: 0.35-0.50 s, so this bound rests on that cap being lowered or
+    enforced in Lua (see the branch's report)."""
     a_url = make_user(server, "tenant-a-sched", "two-a", "scheduler")
     b_url = make_user(server, "tenant-b-sched", "two-b", "scheduler")
     a, b = Cache(connect(a_url), "two-a", replica="a"), Cache(connect(b_url), "two-b", replica="b")
