@@ -214,8 +214,25 @@ def scheduler_work(cache_url: str, name: str) -> None:
     (again,) = b.pop(now=T0 + 120)
     assert b.retry(again.pod, unschedulable=True, now=T0 + 121).outcome in ("parked", "backoff")
     cache.update_snapshot(snap)
+    extender_work(cache)
     cache.hold_lease()
     cache.close(release_lease=True)
+
+
+def extender_work(cache: Cache) -> None:
+    """The extender's filter and bind (its claim) as the scheduler's user (--no-api: the bind
+    claims the pod the filter call described)."""
+    from schedcache.extender.service import Extender
+    from tests.extender_server import RunningExtender
+
+    pod = pod_manifest("ext", "", "100m", "64Mi", uid="uid-ext")
+    namespace = pod["metadata"]["namespace"]
+    with RunningExtender(Extender(cache)) as extender:
+        status, answer = extender.post("filter", {"Pod": pod, "NodeNames": ["n1", "n2"]})
+        assert status == 200 and answer["NodeNames"], answer
+        bind = {"PodName": "ext", "PodNamespace": namespace, "PodUID": "uid-ext", "Node": "n1"}
+        assert extender.post("bind", bind) == (200, {"Error": ""})
+    assert cache.is_assumed_pod(Pod.from_k8s({**pod, "spec": {**pod["spec"], "nodeName": "n1"}}))
 
 
 def worker_work(cache_url: str, name: str) -> None:
@@ -290,6 +307,36 @@ def test_a_user_one_command_short_writes_nothing(server: Server) -> None:
     ):
         with pytest.raises(NotPermitted, match=r"may not run INCRBY.*schedcache acl tenant-short"):
             attempt()
+    assert keyspace(server.client(), admin.keys.pattern) == before
+    server.client().acl_log_reset()
+
+
+def test_an_async_user_one_command_short_writes_nothing(server: Server) -> None:
+    """The same refusal through ``AsyncCache`` (its own store opens the cache)."""
+    import asyncio
+
+    from schedcache.aio import AsyncCache, connect_async
+
+    name = "tenant-short-async"
+    admin = Cache(server.client(), name)
+    admin.add_node(Node_from(zoned("n1", "a")))
+    before = keyspace(server.client(), admin.keys.pattern)
+    short = make_user(server, "short-async", name, "scheduler", without="getrange")
+
+    async def attempt() -> None:
+        cache = await AsyncCache.open(await connect_async(short), name, replica="s-1")
+        try:
+            assert cache.store.denied == ("GETRANGE",)
+            with pytest.raises(NotPermitted, match="may not run GETRANGE"):
+                await cache.add_pod(anti_affine("solo", "n1"))
+            with pytest.raises(NotPermitted):
+                async with cache.batch() as batch:
+                    batch.add_node(make_node("n2"))
+            assert await cache.node_count() == 1  # reads still work
+        finally:
+            await cache.aclose()
+
+    asyncio.run(attempt())
     assert keyspace(server.client(), admin.keys.pattern) == before
     server.client().acl_log_reset()
 
