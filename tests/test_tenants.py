@@ -209,16 +209,19 @@ def test_verify_and_long_running_processes_name_a_policy_that_can_evict(
 
 
 def test_verify_notices_a_cache_whose_stream_or_generation_was_evicted(make_cache: Any) -> None:
-    """What allkeys-lru left of a tenant's cache (86 of 93 keys gone, the stream with them):
-    the fold and the live keys agree on nothing left to compare, but the generation says
-    commands were applied; and the other way round, nodes without a generation."""
+    """What allkeys-lru left of a tenant's cache (86 of 93 keys gone, the stream and the
+    generation with them): the fold and the live sets agree on nothing left to compare (54b1d0e's
+    verify found nothing), but the node entry and the indexes every write keeps say commands
+    were applied; and the other way round, a generation whose stream is gone."""
     cache = make_cache()
     cache.add_node(make_node("n1", "4", "8Gi"))
     cache.add_pod(make_pod("p", "n1", "100m", "64Mi"))
     server, keys = cache.store.server(), cache.keys
-    kept = {keys.generation.encode(), keys.node_generations.encode()}
-    server.delete(*[key for key in keyspace(server, keys.pattern) if key not in kept])
-    found = cache.verify()
-    assert Difference("cache", "events", "a stream (generation 2)", None) in found, found
-    server.delete(keys.generation)
+    kept = {keys.node_generations, keys.tree_zones, keys.node("n1")}
+    server.delete(*[key for key in keyspace(server, keys.pattern) if key.decode() not in kept])
     assert Difference("cache", "gen", "a generation counter", None) in cache.verify()
+    cache.clear()
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    server.delete(keys.events)
+    found = cache.verify()
+    assert Difference("cache", "events", "a stream (generation 1)", None) in found, found
