@@ -81,6 +81,7 @@ from schedcache.errors import (
     ValidationError,
 )
 from schedcache.history.checkpoints import HistoryCompacted
+from schedcache.ops.acl import acl_rules
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
 from schedcache.store import connection as connection_module
@@ -1736,6 +1737,15 @@ def _cli_completion(ctx: Ctx) -> None:
     assert ctx.cli("completion", "tcsh").exit_code == 2
 
 
+@case("cli acl")
+def _cli_acl(ctx: Ctx) -> None:
+    """Connects to nothing: the rules come from the code, the same on every backend."""
+    for role in ("reader", "feeder", "scheduler", "worker", "admin"):
+        printed = ok(ctx.cli("acl", ctx.cache.name, "--role", role)).strip()
+        assert printed == acl_rules(ctx.cache.name, role)
+    assert ctx.cli("acl", ctx.cache.name, "--role", "root").exit_code == 2
+
+
 @case("cli events")
 def _cli_events(ctx: Ctx) -> None:
     populate(ctx.cache)
@@ -1931,7 +1941,7 @@ def test_parity(name, ctx, recorder):
         "FCALL" in sent
         or "FCALL_RO" in sent
         or name.startswith(("Cache.check", "NodeInfo"))
-        or name == "cli completion"  # prints a shell script: no cache involved
+        or name in ("cli completion", "cli acl")  # print text: no cache involved
     )
     # Default settings (wait_replicas=0): no WAIT on any backend.
     assert "WAIT" not in sent, f"{name} sent WAIT with wait_replicas=0"
