@@ -30,6 +30,7 @@ from schedcache import Cache, Pod
 from schedcache.aio import AsyncCache
 from schedcache.store.commands import add_pod
 from schedcache.store.connection import embedded_client
+from schedcache.store.library import function_name
 
 
 def make_pods(count: int, nodes: int) -> list[Pod]:
@@ -85,7 +86,9 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
         pipe = client.pipeline(transaction=False)
         for i, pod in enumerate(pods):
             command = add_pod(pod)
-            pipe.fcall("sc_add_pod", 1, cache.keys.prefix, "bench", command.id, *command.args)
+            pipe.fcall(
+                function_name("add_pod"), 1, cache.keys.prefix, "bench", command.id, *command.args
+            )
             if i % chunk == chunk - 1:
                 pipe.execute()
         pipe.execute()
@@ -121,7 +124,7 @@ def measure(client: redis.Redis, pods: list[Pod], repeats: int, chunk: int) -> d
 
     def trivial_fcall() -> int:
         for _ in pods:
-            client.fcall_ro("sc_version", 0)
+            client.fcall_ro(function_name("version"), 0)
         return len(pods)
 
     def reset() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -65,6 +66,25 @@ def library_of(tree: str) -> str:
         text=True,
         check=True,
     ).stdout
+
+
+# The function-name suffix of the library loaded on each server (by port): a tree's build tags
+# its functions (``sc_add_pod_v2_<digest>``), an older tree's has none.
+SUFFIXES: dict[int, str] = {}
+
+
+def load_library(client: redis.Redis, tree: str) -> None:
+    """Load ``tree``'s library on ``client``'s server and remember its functions' suffix."""
+    text = library_of(tree)
+    client.function_load(text, replace=True)
+    found = re.search(r"^local FUNCTION_SUFFIX = '([^']*)'", text, re.M)
+    SUFFIXES[client.connection_pool.connection_kwargs["port"]] = found[1] if found else ""
+
+
+def function_name(client: Any, command: str) -> str:
+    """``command``'s function on ``client``'s server (a client or its pipeline)."""
+    pool = client.connection_pool
+    return f"sc_{command}{SUFFIXES[pool.connection_kwargs['port']]}"
 
 
 def make_pod(i: int, host_port: bool) -> Pod:
@@ -128,7 +148,8 @@ def claims_with_rules(
                 domains=domains,
                 incarnation=incarnation,
             )
-            pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+            name = function_name(pipe, command.name)
+            pipe.fcall(name, 1, PREFIX, "bench", command.id, *command.args)
         replies = pipe.execute(raise_on_error=False)
         refused = [r for r in replies if isinstance(r, Exception)]
         assert not refused, refused[:3]
@@ -137,14 +158,22 @@ def claims_with_rules(
 
 
 def fcall(client: redis.Redis, command: Command) -> Any:
-    return client.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+    name = function_name(client, command.name)
+    return client.fcall(name, 1, PREFIX, "bench", command.id, *command.args)
 
 
 def batched(client: redis.Redis, made: list[Command], chunk: int = 200) -> None:
     pipe = client.pipeline(transaction=False)
     for start in range(0, len(made), chunk):
         group = made[start : start + chunk]
-        pipe.fcall("sc_batch", 1, PREFIX, "bench", derive_group_id(group), *group_args(group))
+        pipe.fcall(
+            function_name(pipe, "batch"),
+            1,
+            PREFIX,
+            "bench",
+            derive_group_id(group),
+            *group_args(group),
+        )
     for reply in pipe.execute():
         assert all(reply[k] == 1 for k in range(0, len(reply), 2)), reply
 
@@ -168,7 +197,9 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
             pipe = client.pipeline(transaction=False)
             for pod in pods:
                 command = make(pod)
-                pipe.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
+                pipe.fcall(
+                    function_name(pipe, command.name), 1, PREFIX, "bench", command.id, *command.args
+                )
             pipe.execute()
 
         return run
@@ -246,7 +277,7 @@ def count_instructions(
     server = start_server(directory, port, wrapper)
     try:
         client = redis.Redis(port=port)
-        client.function_load(library_of(tree), replace=True)
+        load_library(client, tree)
         prepare(client)
         if scenario.setup is not None:
             scenario.setup(client)
@@ -305,7 +336,7 @@ def main() -> None:
             for offset, tree in enumerate(trees if not args.instructions else []):
                 servers.append(start_server(directory, args.port + offset))
                 client = redis.Redis(port=args.port + offset)
-                client.function_load(library_of(tree), replace=True)
+                load_library(client, tree)
                 clients[tree] = client
             for round_ in range(0 if args.instructions else args.rounds):
                 order = trees if round_ % 2 == 0 else trees[::-1]

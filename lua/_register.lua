@@ -1,11 +1,16 @@
--- Registers every command as a Redis function named sc_<command>.
+-- Registers every command as a Redis function named sc_<command>_<tag>.
 --
+-- Redis function names are global to a server, so each carries this build's tag
+-- (FUNCTION_SUFFIX, set by the loader: schedcache/store/library.py): builds of two releases
+-- share a server side by side. Register every function under function_name(...).
 -- Each is called as FCALL sc_<command> 1 <prefix> <replica> <command id> <args...> (the id may
 -- be "": reads, or callers that do not retry). The wrapper answers a repeated id with the
 -- first outcome (_command_ids.lua) and turns a command's `nil, "<CODE> <detail>"` into an
 -- error reply; codes are schedcache's own and never one redis-py treats specially (NOSCRIPT,
 -- MOVED, ...). sc_version (read-only) answers the schema version and a digest of the code, so
 -- clients can tell whether the loaded library is theirs.
+
+local function function_name(command) return 'sc_' .. command .. FUNCTION_SUFFIX end
 
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
@@ -89,12 +94,12 @@ local WRITES = {
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
 for j = 1, #NAMES do
   COMMANDS[NAMES[j]] = FUNCTIONS[j]
-  redis.register_function('sc_' .. NAMES[j],
+  redis.register_function(function_name(NAMES[j]),
                           wrap(FUNCTIONS[j], WRITES[NAMES[j]] or EVERY_CACHE_KEY))
 end
 
 redis.register_function {
-  function_name = 'sc_version',
+  function_name = function_name('version'),
   callback = function() return LIBRARY_VERSION end,
   flags = { 'no-writes' },
 }
@@ -104,8 +109,38 @@ local READ_NAMES = { 'tree_read', 'read_nodes', 'read_node_deltas', 'snapshot_de
 local READ_FUNCTIONS = { tree_read, read_nodes, read_node_deltas, snapshot_delta }
 for j = 1, #READ_NAMES do
   redis.register_function {
-    function_name = 'sc_' .. READ_NAMES[j],
+    function_name = function_name(READ_NAMES[j]),
     callback = wrap(READ_FUNCTIONS[j], false),
     flags = { 'no-writes' },
   }
 end
+
+-- The library's commands this caller's ACL user may not run (LIBRARY_COMMANDS, derived from
+-- the Lua sources by Python), each checked on a key under the caller's prefix, and whether it
+-- may run CONFIG GET (the eviction check asks only then: a refused command fills the ACL LOG).
+-- A client asks once when it opens a cache (schedcache.store.store): a function denied a
+-- command after its first write would leave that write behind, so such a user's writes are
+-- refused whole. Nothing denied where the server has no redis.acl_check_cmd (fakeredis: no ACL
+-- users). Every check passes at least a command's arity in arguments: fewer crash Redis 7.0
+-- (redis/redis#14843), so no argument of the caller's ever reaches acl_check_cmd.
+redis.register_function {
+  function_name = function_name('permitted'),
+  callback = function(keys)
+    local p = keys[1]
+    if p == nil or string.sub(p, 1, 1) ~= '{' then return redis.error_reply('BADARG prefix') end
+    local denied = {}
+    if redis.acl_check_cmd == nil then return { denied, 1 } end
+    local key = p .. 'acl'
+    local args = { key, key, key, key, key, key }
+    for j = 1, #LIBRARY_COMMANDS do
+      local command = LIBRARY_COMMANDS[j]
+      if not redis.acl_check_cmd(command[1], unpack(args, 1, command[2])) then
+        denied[#denied + 1] = command[1]
+      end
+    end
+    local config = 0
+    if redis.acl_check_cmd('CONFIG', 'GET', 'maxmemory-policy') then config = 1 end
+    return { denied, config }
+  end,
+  flags = { 'no-writes' },
+}

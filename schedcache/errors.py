@@ -104,6 +104,13 @@ class LibraryNotLoaded(CacheError):
     (an ACL user without ``FUNCTION LOAD``): an admin runs ``schedcache scripts``."""
 
 
+class NotPermitted(CacheError):
+    """This Redis user may not run a command the library's functions call (its ACL rules lack
+    it): the write is refused before it is sent, since a function denied a command after its
+    first write would leave that write behind. ``schedcache acl`` prints the rules a role
+    needs."""
+
+
 class RetriesExhausted(CacheError, RedisConnectionError):
     """Redis did not answer a command, even after resending it as the retry policy allows.
 

@@ -21,7 +21,7 @@ from schedcache.cli import app as cli_module
 from schedcache.cli.app import hoist_global_options, main
 from schedcache.sim.demo import run_demo
 from schedcache.store.connection import ENV_URL
-from schedcache.store.library import command_names
+from schedcache.store.library import function_names
 from tests.conftest import backend_url
 from tests.factories import make_node, node_manifest
 
@@ -166,7 +166,7 @@ def test_scripts_lists_every_function(cli):
     result = cli("scripts")
     assert result.exit_code == 0, result.output
     listed = result.output.split()
-    expected = ["sc_version", *(f"sc_{name}" for name in command_names())]
+    expected = function_names()
     assert len(expected) > 10
     for name in expected:
         assert name in listed

@@ -16,6 +16,7 @@ import pytest
 from schedcache import Cache, Snapshot
 from schedcache.errors import BatchFailed, CacheError, CorruptRecord
 from schedcache.store import commands
+from schedcache.store.library import function_name
 from tests.factories import keyspace, make_node, make_pod
 
 
@@ -282,7 +283,7 @@ def test_a_replica_named_like_the_no_claimer_marker_is_refused_by_the_functions(
     for replica in ("-", "a b"):
         with pytest.raises(Exception, match="BADARG replica"):
             cache.store.server().fcall(
-                "sc_assume_pod", 1, cache.keys.prefix, replica, "", *pod.args
+                function_name("assume_pod"), 1, cache.keys.prefix, replica, "", *pod.args
             )
     assert keyspace(cache.client, cache.keys.pattern) == before
 

@@ -524,28 +524,61 @@ def test_every_schedcache_command_in_the_manifests_parses_with_the_cli(
             )
             if "replica" in params and path != "worker compact":
                 assert params["replica"] == POD_NAME, f"{target}: {name(workload)}"
-    assert commands == {"extender", "sync", "worker expiry", "worker compact", "migrate"}
+    assert commands == {
+        "extender",
+        "sync",
+        "worker expiry",
+        "worker compact",
+        "migrate",
+        "scripts",
+    }
+
+
+# The Redis user each component logs in as in the overlays that run Redis with ACL users.
+COMPONENT_USERS = {
+    "sync": "feeder",
+    "extender": "scheduler",
+    "expiry": "worker",
+    "compact": "worker",
+}
+OWN_REDIS_WITH_USERS = ("redis-single", "prometheus", "shared-extender")
 
 
 def test_every_container_finds_redis_in_the_secret_the_overlay_provides() -> None:
     for target in OVERLAYS:
         objects = render(target)
         for workload, c in schedcache_containers(objects):
+            env = [e["name"] for e in c["env"]]
             (url,) = [e for e in c["env"] if e["name"] == "SCHEDCACHE_REDIS_URL"]
+            if target.endswith(OWN_REDIS_WITH_USERS):  # its own user, its password's Secret
+                user = COMPONENT_USERS[c["name"]]
+                (password,) = [e for e in c["env"] if e["name"] == "REDIS_PASSWORD"]
+                assert password["valueFrom"]["secretKeyRef"] == {
+                    "name": "schedcache-redis-users",
+                    "key": user,
+                }
+                assert env.index("REDIS_PASSWORD") < env.index("SCHEDCACHE_REDIS_URL")
+                assert url["value"].startswith(f"redis://{user}:$(REDIS_PASSWORD)@"), target
+                continue
             assert url["valueFrom"]["secretKeyRef"] == {"name": "schedcache-redis", "key": "url"}
             if target.endswith("external"):  # TLS material, if given, in every client
                 mounts = {m["mountPath"] for m in c["volumeMounts"]}
                 assert "/etc/schedcache/redis-tls" in mounts, f"{name(workload)} {c['name']}"
     single = render("deploy/overlays/redis-single")
-    (secret,) = [o for o in single if o["kind"] == "Secret"]
+    assert not [o for o in single if o["kind"] == "Secret"]  # the passwords are yours
     (redis,) = [o for o in single if o["kind"] == "StatefulSet"]
-    url = urlsplit(secret["stringData"]["url"])
-    service = redis["spec"]["serviceName"]
-    namespace = redis["metadata"]["namespace"]
-    assert url.hostname == f"{redis['metadata']['name']}-0.{service}.{namespace}.svc"
-    assert url.port == 6379
+    for workload, c in schedcache_containers(single):
+        (entry,) = [e for e in c["env"] if e["name"] == "SCHEDCACHE_REDIS_URL"]
+        url = urlsplit(expand([entry["value"]], c["env"])[0])
+        service = redis["spec"]["serviceName"]
+        namespace = redis["metadata"]["namespace"]
+        assert url.hostname == f"{redis['metadata']['name']}-0.{service}.{namespace}.svc"
+        assert url.port == 6379 and url.path == "/0", name(workload)
     command = redis["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert " --appendonly yes --appendfsync everysec " in f" {' '.join(command)} "
+    assert command == ["sh", "/scripts/redis.sh"]  # run on a real server by test_deploy_redis_acl
+    script = (DEPLOY / "overlays/redis-single/redis.sh").read_text()
+    assert "--appendonly yes --appendfsync everysec" in script
+    assert "--protected-mode yes" in script
     assert any(o["kind"] == "PodDisruptionBudget" and "redis" in name(o) for o in single)
     external = render("deploy/overlays/redis-external")
     assert not [o for o in external if o["kind"] in ("Secret", "StatefulSet")]

@@ -30,6 +30,7 @@ import redis
 
 from schedcache import Cache
 from schedcache.ops.expiry import ExpiryWorker
+from schedcache.store.library import library_name
 from schedcache.store.retry import RetryPolicy
 from tests.factories import make_node, make_pod
 from tests.load import Load, add_nodes, applied_twice
@@ -63,7 +64,7 @@ def test_acknowledged_commands_survive_sigkill_with_appendfsync_always(tmp_path:
 
         server.start()
         client = server.client()
-        assert client.function_list(library="schedcache"), "functions are persisted in the AOF"
+        assert client.function_list(library=library_name()), "functions are persisted in the AOF"
         cache = Cache(client, "durable", ttl=0, replica="r")
         assert {p.uid for p in cache.list_pods()} == set(acknowledged)
         assert cache.verify() == []
@@ -131,7 +132,7 @@ def restart_under_load(
         worker.stop()
         worker_thread.join(timeout=10)
         assert not worker_thread.is_alive()
-        assert client.function_list(library="schedcache"), "functions are persisted in the AOF"
+        assert client.function_list(library=library_name()), "functions are persisted in the AOF"
         stored = {pod.uid for pod in cache.list_pods()}
         lost = [uid for uid in acknowledged if uid not in stored]
         yield Restart(lost, len(acknowledged), load.recovery_after(stopped_at)), load, cache

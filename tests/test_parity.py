@@ -82,13 +82,14 @@ from schedcache.errors import (
 )
 from schedcache.history.audit import StreamAudit
 from schedcache.history.checkpoints import HistoryCompacted
+from schedcache.ops.acl import acl_rules
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
 from schedcache.store import connection as connection_module
 from schedcache.store.batch import BatchBuilder
 from schedcache.store.commands import Command
 from schedcache.store.connection import EMBEDDED, ENV_URL
-from schedcache.store.library import command_names
+from schedcache.store.library import function_names
 from schedcache.store.routing import ClusterClient
 from schedcache.views.nodetree import NodeTree
 from tests.apis import async_client_for
@@ -1650,7 +1651,7 @@ def _async_follow(ctx: Ctx) -> None:
 @case("cli scripts")
 def _cli_scripts(ctx: Ctx) -> None:
     lines = ok(ctx.cli("scripts")).splitlines()
-    assert {f"sc_{name}" for name in command_names()} | {"sc_version"} == set(lines[:-1])
+    assert set(function_names()) == set(lines[:-1])
     assert lines[-1].endswith(f"{len(lines) - 1} functions loaded")
 
 
@@ -1737,6 +1738,15 @@ def _cli_completion(ctx: Ctx) -> None:
     for shell, marker in (("bash", "complete "), ("zsh", "compdef"), ("fish", "complete ")):
         assert marker in ok(ctx.cli("completion", shell)), shell
     assert ctx.cli("completion", "tcsh").exit_code == 2
+
+
+@case("cli acl")
+def _cli_acl(ctx: Ctx) -> None:
+    """Connects to nothing: the rules come from the code, the same on every backend."""
+    for role in ("reader", "feeder", "scheduler", "worker", "admin"):
+        printed = ok(ctx.cli("acl", ctx.cache.name, "--role", role)).strip()
+        assert printed == acl_rules(ctx.cache.name, role)
+    assert ctx.cli("acl", ctx.cache.name, "--role", "root").exit_code == 2
 
 
 @case("cli events")
@@ -1938,7 +1948,7 @@ def test_parity(name, ctx, recorder):
         "FCALL" in sent
         or "FCALL_RO" in sent
         or name.startswith(("Cache.check", "NodeInfo"))
-        or name == "cli completion"  # prints a shell script: no cache involved
+        or name in ("cli completion", "cli acl")  # print text: no cache involved
     )
     # Default settings (wait_replicas=0): no WAIT on any backend.
     assert "WAIT" not in sent, f"{name} sent WAIT with wait_replicas=0"

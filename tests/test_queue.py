@@ -17,6 +17,7 @@ from schedcache.errors import CorruptRecord, ValidationError
 from schedcache.model.values import Pod
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.library import function_name
 from schedcache.store.queued import queue_lengths
 from tests.factories import keyspace, make_node, make_pod
 
@@ -327,12 +328,12 @@ def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
 @pytest.mark.parametrize(
     ("function", "args", "code"),
     [
-        ("sc_queue_pop", ["Bad_Name", "h", "1000", "1", "0"], "BADARG scheduler"),
-        ("sc_queue_pop", ["ref", "h", "0", "1", "0"], "BADARG lease"),
-        ("sc_queue_pop", ["ref", "h", "1000", "101", "0"], "BADARG count"),
-        ("sc_queue_retry", ["ref", "h", "u", "maybe", "", "1", "1", "1"], "BADARG kind"),
-        ("sc_queue_retry", ["ref", "h", "u", "error", "x-y", "1", "1", "1"], "BADARG attempt"),
-        ("sc_sync_pod", ["7", "queue", "u", "ref", "1.5", "blob"], "BADARG priority"),
+        ("queue_pop", ["Bad_Name", "h", "1000", "1", "0"], "BADARG scheduler"),
+        ("queue_pop", ["ref", "h", "0", "1", "0"], "BADARG lease"),
+        ("queue_pop", ["ref", "h", "1000", "101", "0"], "BADARG count"),
+        ("queue_retry", ["ref", "h", "u", "maybe", "", "1", "1", "1"], "BADARG kind"),
+        ("queue_retry", ["ref", "h", "u", "error", "x-y", "1", "1", "1"], "BADARG attempt"),
+        ("sync_pod", ["7", "queue", "u", "ref", "1.5", "blob"], "BADARG priority"),
     ],
 )
 def test_the_lua_functions_refuse_malformed_calls_and_write_nothing(
@@ -342,5 +343,5 @@ def test_the_lua_functions_refuse_malformed_calls_and_write_nothing(
     push(cache, pending("q"))
     before = keyspace(cache.client, cache.keys.pattern)
     with pytest.raises(redis.ResponseError, match=code):
-        cache.client.fcall(function, 1, cache.keys.prefix, "r", "", *args)
+        cache.client.fcall(function_name(function), 1, cache.keys.prefix, "r", "", *args)
     assert keyspace(cache.client, cache.keys.pattern) == before

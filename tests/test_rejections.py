@@ -12,6 +12,7 @@ import redis
 
 from schedcache import Cache
 from schedcache.errors import CacheError, ValidationError
+from schedcache.store.library import function_name
 from tests.factories import keyspace, make_node, make_pod
 
 # The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
@@ -65,13 +66,13 @@ REJECTED: dict[str, Callable[[Cache], object]] = {
         result.error for result in c.batch().add_pod(ADDED).remove_node("nope").execute()
     ],
     "malformed contribution reaching Lua": raw_fcall(
-        "sc_add_pod", "z", "n1", b"\x80", "r:cpu 100 r:mem lots"
+        function_name("add_pod"), "z", "n1", b"\x80", "r:cpu 100 r:mem lots"
     ),
     "malformed allocatable reaching Lua": raw_fcall(
-        "sc_add_node", "n1", "", b"\x80", 1, "cpu", "1.5", 0
+        function_name("add_node"), "n1", "", b"\x80", 1, "cpu", "1.5", 0
     ),
-    "malformed batch": raw_fcall("sc_batch", "add_pod", 99, "z"),
-    "unknown command in a batch": raw_fcall("sc_batch", "flushall", 0),
+    "malformed batch": raw_fcall(function_name("batch"), "add_pod", 99, "z"),
+    "unknown command in a batch": raw_fcall(function_name("batch"), "flushall", 0),
 }
 
 

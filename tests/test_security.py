@@ -26,9 +26,11 @@ from click.testing import CliRunner
 from schedcache import BatchFailed, Cache, Snapshot, connect
 from schedcache.cli.app import main
 from schedcache.errors import LibraryNotLoaded
+from schedcache.ops.acl import acl_rules
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store.connection import ConnectionFailed, describe
 from schedcache.store.keys import Keys
+from schedcache.store.library import function_name, library_name
 from tests.factories import make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port, wait_until
 
@@ -397,48 +399,21 @@ def test_an_unknown_option_fails_at_connect_naming_it(tls_server: TlsServer, pki
 CACHE = "secure"
 OTHER = "other"
 
-# Exactly the commands schedcache sends as a replica, informer, worker or operator (CLI
-# reads), directly or from inside its Lua functions (ACLs apply to redis.call too).
-ACL_COMMANDS = (
-    # connecting: AUTH and HELLO need no permission; PING is connect()'s check
-    "ping",
-    # the library: run it, never load it (loading is the admin's `schedcache scripts`)
-    "fcall fcall_ro",
-    # read by Python: pods, membership, snapshots, events, checkpoints, the worker's clock
-    # (mget: a feeder's check of the versions a list page already has)
-    "get hgetall sismember scard smembers sscan zrange zscore xrange xrevrange xlen xread time"
-    " mget",
-    # written by Python: checkpoints, compaction, leases (MULTI/EXEC), WAIT for replicas
-    "set del hset sadd xtrim multi exec watch unwatch wait",
-    # only inside the Lua functions
-    "exists incr hget hmget hkeys hexists hsetnx hincrby hdel srem srandmember zadd zrem zcard"
-    " zrangebyscore xadd type pexpire sinter",
-)
-
 # What redis-py's cluster client asks as well: the slot map, and the command table it routes by.
 ACL_CLUSTER_COMMANDS = ("cluster|slots", "command")
 
 
 def acl_setuser(user: str, password: str, cache: str) -> list[str]:
-    """The ``ACL SETUSER`` arguments of docs/security.md's recipe."""
-    commands = " ".join(ACL_COMMANDS).split()
-    return [
-        user,
-        "reset",
-        "on",
-        f">{password}",
-        f"~{Keys(cache).pattern}",
-        "resetchannels",
-        "-@all",
-        *(f"+{command}" for command in commands),
-    ]
+    """The ``ACL SETUSER`` arguments docs/security.md gives: ``schedcache acl``'s rules for the
+    worker role (it runs every command of this file's workload) and a password."""
+    return [user, *acl_rules(cache, "worker").split(), f">{password}"]
 
 
-def test_the_documented_acl_recipe_is_the_tested_one():
-    recipe = " ".join(["ACL SETUSER", *acl_setuser("sched-prod", "PASSWORD", "prod")])
-    cluster = " ".join(f"+{command}" for command in ACL_CLUSTER_COMMANDS)
+def test_the_docs_show_the_acl_command_not_a_hand_kept_list():
     text = (PACKAGE.parent / "docs" / "security.md").read_text(encoding="utf-8")
-    assert recipe in text and f"add `{cluster}`" in text
+    assert "schedcache acl prod --role scheduler" in text
+    assert "+incrby" not in text  # no list to go stale: the rules come from the command
+    assert "--cluster" in text and "--replica-reads" in text
 
 
 @pytest.fixture(scope="module")
@@ -556,7 +531,7 @@ def test_restricted_user_cannot_touch_another_cache(
     theirs = {key: admin.dump(key) for key in admin.keys(Keys(OTHER).pattern)}
     client = connect(restricted_url(acl_server))
     errors: list[Exception] = []
-    intruder = Cache(client, OTHER)  # sc_version has no keys: constructing is allowed
+    intruder = Cache(client, OTHER)  # constructing is allowed: its calls say NOPERM
     for attempt in (
         lambda: client.get(Keys(OTHER).generation),
         lambda: client.set(Keys(OTHER).pod("x"), b"x"),
@@ -568,7 +543,9 @@ def test_restricted_user_cannot_touch_another_cache(
         lambda: intruder.replay(),
         lambda: ExpiryWorker(intruder).run_once(),
         # the library's read function as well: ACLs check the keys of FCALL and redis.call
-        lambda: client.fcall_ro("sc_read_nodes", 1, Keys(OTHER).prefix, "", "", "theirs"),
+        lambda: client.fcall_ro(
+            function_name("read_nodes"), 1, Keys(OTHER).prefix, "", "", "theirs"
+        ),
     ):
         with pytest.raises(redis.exceptions.NoPermissionError, match=r"(?i)no permissions") as info:
             attempt()
@@ -616,11 +593,11 @@ def test_restricted_user_cannot_run_commands_outside_its_list(acl_server: Server
 
 def test_restricted_user_cannot_load_the_library_the_admin_does(acl_server: Server):
     admin = acl_server.client()
-    admin.function_delete("schedcache")
+    admin.function_delete(library_name())
     try:
         with pytest.raises(LibraryNotLoaded, match="an admin runs `schedcache scripts`") as info:
             Cache(connect(restricted_url(acl_server)), CACHE)
-        assert "lacks the schedcache library" in str(info.value)
+        assert f"lacks the schedcache library {library_name()}" in str(info.value)
         assert PASSWORD not in str(info.value)
         refused = CliRunner().invoke(main, ["--redis", restricted_url(acl_server), "scripts"])
         assert refused.exit_code == 1

@@ -13,23 +13,23 @@ from schedcache.errors import NotReplicated, ValidationError
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
 from schedcache.store.batch import CommandBatch
-from schedcache.store.library import library_version
+from schedcache.store.library import function_name, library_name, library_version
 from schedcache.store.store import Store
 from tests.factories import make_node, make_pod
 
 
 def test_read_reloads_a_lost_library_once(cache, backend):
     store = cache.store
-    version = store.read(lambda: store.server().fcall_ro("sc_version", 0))
+    version = store.read(lambda: store.server().fcall_ro(function_name("version"), 0))
     assert version == library_version().encode()
     if backend == "redis":
         return  # the shared server: deleting its library would disturb concurrent tests
-    store.server().function_delete("schedcache")
+    store.server().function_delete(library_name())
     calls: list[int] = []
 
     def call() -> Any:
         calls.append(1)
-        return store.server().fcall_ro("sc_version", 0)
+        return store.server().fcall_ro(function_name("version"), 0)
 
     assert store.read(call) == library_version().encode() and len(calls) == 2
 

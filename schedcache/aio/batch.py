@@ -79,6 +79,7 @@ class AsyncCommandBatch(BatchBuilder):
             self.commands = []
 
     def add(self, command: Command) -> Self:
+        self.store.check_permitted("batch")
         self.commands.append(command)
         return self
 

@@ -27,6 +27,7 @@ from redis.exceptions import ClusterDownError
 from schedcache.aio.connection import AsyncReplicaRoute
 from schedcache.store.commands import Command
 from schedcache.store.library import (
+    function_name,
     is_missing_function,
     library_source,
     load_refused,
@@ -141,6 +142,11 @@ class AsyncStore(StoreCore):
     async def open(cls, client: Any, name: str = "default", **options: Any) -> AsyncStore:
         store = cls(client, name, **options)
         await store.ensure_loaded()
+        try:
+            permitted = await store._server("FCALL_RO", *store.permitted_args())
+        except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
+            permitted = None
+        store.note_permitted(permitted)
         return store
 
     # -- talking to the cache's server ----------------------------------------------------
@@ -159,7 +165,7 @@ class AsyncStore(StoreCore):
     async def ensure_loaded(self) -> None:
         """Load the library unless the server has exactly this one (the sync rule)."""
         try:
-            loaded = await self._server("FCALL_RO", "sc_version", 0)
+            loaded = await self._server("FCALL_RO", function_name("version"), 0)
         except redis.ResponseError as error:
             if not is_missing_function(error):
                 raise

@@ -43,7 +43,13 @@ from schedcache.sim.simulation import MODES, SimulationReport, run_replicas
 from schedcache.store.commands import MAX_TTL
 from schedcache.store.connection import EMBEDDED, ENV_URL, connect, describe
 from schedcache.store.keys import Keys
-from schedcache.store.library import SCHEMA_VERSION, command_names, ensure_loaded
+from schedcache.store.library import (
+    LIBRARY_PREFIX,
+    SCHEMA_VERSION,
+    ensure_loaded,
+    function_names,
+    library_name,
+)
 from schedcache.store.migrate import migrate as migrate_cache
 from schedcache.store.queued import queue_lengths
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW, NO_RETRY
@@ -81,6 +87,15 @@ class Settings:
                 f"${ENV_URL}), which is gone now that the command exits: nothing was kept",
                 err=True,
             )
+
+    def refuse_evicting(self, cache: Cache) -> None:
+        """A long-running process does not start on a Redis that may evict its cache's keys
+        (exit 1, naming the policy); when the policy cannot be read it says so and goes on."""
+        check = cache.store.eviction()
+        if check.evicts:
+            raise click.ClickException(check.problem(cache.name))
+        if check.policy is None and self.is_shared():
+            click.echo(f"note: maxmemory-policy not checked: {check.why}", err=True)
 
     def refuse_embedded(self, command: str) -> None:
         """A long-running server on the embedded backend serves a Redis nobody else can
@@ -562,32 +577,54 @@ def print_load_report(report: LoadReport, verbose: bool) -> None:
 # -- scripts, stats -------------------------------------------------------------------------------
 
 
-def registered_functions(server: redis.Redis) -> set[str]:
-    """The names of the functions of the schedcache library loaded on ``server``."""
-    registered = set()
-    for library in server.function_list(library="schedcache"):
+def loaded_libraries(server: redis.Redis) -> dict[str, set[str]]:
+    """The schedcache libraries (every build's) loaded on ``server``, with their functions."""
+    loaded = {}
+    for library in server.function_list(library=f"{LIBRARY_PREFIX}*"):
         entries = dict(zip(library[::2], library[1::2], strict=True))
+        functions = set()
         for function in entries[b"functions"]:
             details = dict(zip(function[::2], function[1::2], strict=True))
-            registered.add(details[b"name"].decode())
-    return registered
+            functions.add(details[b"name"].decode())
+        loaded[entries[b"library_name"].decode()] = functions
+    return loaded
 
 
 @main.command()
+@click.option(
+    "--unload",
+    "unload",
+    metavar="LIBRARY",
+    multiple=True,
+    help="Delete another build's library (as `scripts` lists it) once no process runs it.",
+)
 @click.pass_obj
-def scripts(settings: Settings) -> None:
-    """Load the Lua library into Redis and list the functions it registers (on every primary
-    of a Redis Cluster)."""
-    expected = {f"sc_{name}" for name in command_names()} | {"sc_version"}
+def scripts(settings: Settings, unload: tuple[str, ...]) -> None:
+    """Load this version's Lua library into Redis (on every primary of a Redis Cluster), list
+    the functions it registers, and the libraries of other versions loaded beside it."""
+    expected = set(function_names())
+    for name in unload:
+        if name == library_name() or not name.startswith(f"{LIBRARY_PREFIX}_"):
+            raise click.BadParameter(
+                f"{name!r} is not another build's schedcache library (this one is "
+                f"{library_name()})",
+                param_hint="--unload",
+            )
+    others: set[str] = set()
     for server in primaries(settings.client()):
         try:
             ensure_loaded(server)
-            registered = registered_functions(server)
+            for name in unload:
+                if name in loaded_libraries(server):
+                    server.function_delete(name)
+            libraries = loaded_libraries(server)
         except (CacheError, redis.exceptions.NoPermissionError) as error:
             raise click.ClickException(
                 f"{one_line(error)} — loading the library takes a Redis user allowed FUNCTION "
                 "LOAD and FUNCTION LIST (an admin; docs/security.md)"
             ) from None
+        registered = libraries.get(library_name(), set())
+        others |= set(libraries) - {library_name()}
         missing = expected - registered
         if missing:
             raise click.ClickException(
@@ -595,7 +632,9 @@ def scripts(settings: Settings) -> None:
             )
     for name in sorted(registered):
         click.echo(name)
-    click.echo(f"schedcache library v{SCHEMA_VERSION}: {len(registered)} functions loaded")
+    for other in sorted(others):
+        click.echo(f"also loaded: {other} (another version's; --unload it once none runs it)")
+    click.echo(f"{library_name()} (schema v{SCHEMA_VERSION}): {len(registered)} functions loaded")
     settings.note_if_embedded("the library")
 
 
@@ -640,6 +679,7 @@ def stats(settings: Settings) -> None:
 
 def _register() -> None:
     # Commands living in their own modules (they import Settings from here).
+    from schedcache.cli.acl import acl
     from schedcache.cli.completion import completion
     from schedcache.cli.describe import describe
     from schedcache.cli.extender import extender, scheduler
@@ -663,7 +703,7 @@ def _register() -> None:
         main.add_command(command)
     for command in (worker, metrics_command, sync, extender, scheduler, whatif, describe):
         main.add_command(command)
-    for command in (completion,):
+    for command in (completion, acl):
         main.add_command(command)
 
 

@@ -202,6 +202,7 @@ def extender(
     except OSError as error:
         raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
     cache = settings.cache(replica=replica or default_replica("extender"), ttl=ttl)
+    settings.refuse_evicting(cache)
     _hold_lease(cache)
     bound_port = sock.getsockname()[1]
     scheme = "https" if ssl_context else "http"
@@ -328,6 +329,7 @@ def scheduler(
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
     cache = settings.cache(replica=replica or default_replica("scheduler"), ttl=ttl)
+    settings.refuse_evicting(cache)
     _hold_lease(cache)
     loop = ReferenceScheduler(
         cache,

@@ -280,11 +280,17 @@ def events(
 @click.command()
 @click.pass_obj
 def verify(settings: Settings) -> None:
-    """Replay the stream and compare with the live keys; exit status 1 on any difference."""
+    """Replay the stream and compare with the live keys, check that Redis cannot evict them
+    (maxmemory-policy) and that no cache-wide key was lost; exit status 1 on any difference."""
     cache = settings.existing_cache()
     differences = cache.verify()
     for difference in differences:
         click.echo(printable(difference))
+    check = cache.store.eviction()
+    if check.evicts:
+        click.echo(check.problem(cache.name), err=True)
+    elif check.policy is None and settings.is_shared():
+        click.echo(f"note: maxmemory-policy not checked: {check.why}", err=True)
     if differences:
         click.echo(f"{len(differences)} differences", err=True)
         sys.exit(1)

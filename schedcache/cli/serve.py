@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from prometheus_client import REGISTRY, start_http_server
@@ -18,6 +19,22 @@ from schedcache.store.metrics import CacheCollector
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# /metrics names caches, their sizes and scheduler names and asks no credentials: loopback
+# unless a wider address is given (docs/operations.md: the kube-rbac-proxy way).
+LOOPBACK = "127.0.0.1"
+ADDRESS_HELP = (
+    "Address /metrics listens on: loopback by default; give 0.0.0.0 (or the pod's IP) to let "
+    "others scrape it, unauthenticated (docs/operations.md#metrics-beyond-loopback)."
+)
+
+
+def metrics_address_option(*names: str) -> Callable[[F], F]:
+    """The ``--metrics-address``/``--address`` option, loopback by default."""
+    return click.option(*names, default=LOOPBACK, show_default=True, help=ADDRESS_HELP)
 
 
 def serve_metrics(cache: Cache, port: int, address: str) -> None:
@@ -56,7 +73,7 @@ def worker() -> None:
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
 )
-@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@metrics_address_option("--metrics-address")
 @click.pass_obj
 def worker_expiry(
     settings: Settings,
@@ -70,6 +87,7 @@ def worker_expiry(
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     settings.refuse_embedded("schedcache worker expiry")
     cache = settings.cache(replica=replica or default_replica("expiry-worker"))
+    settings.refuse_evicting(cache)
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     if once:
         click.echo(f"expired {len(expiry.run_once())} pods")
@@ -112,6 +130,7 @@ def worker_compact(
     round at a time do the work)."""
     settings.refuse_embedded("schedcache worker compact")
     cache = settings.cache()
+    settings.refuse_evicting(cache)
     if once:
         done = retain(cache, keep, keep_events)
         click.echo(
@@ -132,12 +151,13 @@ def worker_compact(
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=9108, show_default=True, help="Port."
 )
-@click.option("--address", default="0.0.0.0", show_default=True)
+@metrics_address_option("--address")
 @click.pass_obj
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
     settings.refuse_embedded("schedcache metrics")
     cache = settings.cache()
+    settings.refuse_evicting(cache)
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
     stop = threading.Event()

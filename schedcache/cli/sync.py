@@ -12,7 +12,7 @@ import click
 from schedcache.cli.kube import kube_api, kube_options
 from schedcache.cli.params import Name, Seconds
 from schedcache.cli.render import one_line
-from schedcache.cli.serve import serve_metrics
+from schedcache.cli.serve import metrics_address_option, serve_metrics
 
 if TYPE_CHECKING:
     from schedcache.cli.app import Settings
@@ -76,7 +76,7 @@ KUBE_MISSING = (
 @click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
 )
-@click.option("--metrics-address", default="0.0.0.0", show_default=True)
+@metrics_address_option("--metrics-address")
 @click.pass_obj
 def sync(
     settings: Settings,
@@ -125,6 +125,7 @@ def sync(
             err=True,
         )
     cache = settings.cache(replica=replica)
+    settings.refuse_evicting(cache)
     syncer = feed.Syncer(cache, api, settings_, name=replica)
     if once:
         _list_once(syncer, feed)

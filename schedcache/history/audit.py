@@ -12,7 +12,13 @@ from typing import Any
 from schedcache.errors import ValidationError
 from schedcache.history import checkpoints
 from schedcache.history.replay import ReplayState
-from schedcache.history.verify import Difference, compare, invariants
+from schedcache.history.verify import (
+    Difference,
+    compare,
+    invariants,
+    lost_keys,
+    server_problems,
+)
 from schedcache.model.nodeinfo import Dump
 from schedcache.model.values import Pod
 from schedcache.store.commands import pod_ref
@@ -120,5 +126,11 @@ class StreamAudit:
         empty when the cache is consistent."""
         state = self._replay()
         return self.store.retrying(
-            lambda: compare(state, self.store) + invariants(self.store), "verify"
+            lambda: (
+                server_problems(self.store)
+                + lost_keys(self.store)
+                + compare(state, self.store)
+                + invariants(self.store)
+            ),
+            "verify",
         )

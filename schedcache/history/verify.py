@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from schedcache.store.eviction import SAFE_POLICY
 from schedcache.store.fetch import (
     NODES_PER_CALL,
     PODS_PER_PIPELINE,
@@ -304,6 +305,46 @@ def _invariants(store: Store) -> list[Difference]:
             out.append(Difference(f"pod {uid}", "record", "present", None))
         elif record.node != where[0]:
             out.append(Difference(f"pod {uid}", "node", record.node, where[0]))
+    return out
+
+
+def server_problems(store: Store) -> list[Difference]:
+    """What is wrong with the server for this cache: a ``maxmemory-policy`` that can evict its
+    keys (``schedcache.store.eviction``; not reported when it cannot be read)."""
+    check = store.eviction()
+    if check.evicts:
+        return [Difference("server", "maxmemory-policy", SAFE_POLICY, check.policy)]
+    return []
+
+
+def lost_keys(store: Store) -> list[Difference]:
+    """Cache-wide keys missing while others say they were written: what eviction (or a
+    stray DEL) leaves. Every write bumps ``gen`` and appends to the stream together, and
+    compaction trims the stream but never deletes it; so a generation without a stream, or
+    any of the cache-wide keys every write keeps without a generation, lost keys."""
+    keys = store.keys
+    kept_by_writes = (
+        keys.nodes,
+        keys.pods,
+        keys.node_generations,
+        keys.events,
+        keys.tree_zones,
+        keys.tree_generation,
+        keys.incarnation,
+        keys.anti_affine_pods,
+        keys.images,
+    )
+    pipe = store.server().pipeline(transaction=False)
+    pipe.get(keys.generation)
+    pipe.exists(keys.events)
+    pipe.exists(*kept_by_writes)
+    generation, stream, written = pipe.execute()
+    out = []
+    reached = int(generation) if generation is not None and generation.isdigit() else 0
+    if reached > 0 and not stream:  # (a corrupt counter is verify's other checks' to report)
+        out.append(Difference("cache", "events", f"a stream (generation {reached})", None))
+    if generation is None and written:
+        out.append(Difference("cache", "gen", "a generation counter", None))
     return out
 
 

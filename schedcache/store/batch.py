@@ -213,6 +213,7 @@ class CommandBatch(BatchBuilder):
             self.close()
 
     def add(self, command: Command) -> Self:
+        self.store.check_permitted("batch")
         self.group.append(command)
         self.count += 1
         if len(self.group) >= self.chunk_size:

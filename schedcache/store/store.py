@@ -21,11 +21,18 @@ from typing import Any, Protocol, TypeVar
 import fakeredis
 import redis
 
-from schedcache.errors import CacheError, NotReplicated, RetriesExhausted, ValidationError
+from schedcache.errors import (
+    CacheError,
+    NotPermitted,
+    NotReplicated,
+    RetriesExhausted,
+    ValidationError,
+)
 from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command
+from schedcache.store.eviction import EvictionCheck, check_eviction
 from schedcache.store.keys import Keys
-from schedcache.store.library import ensure_loaded, is_missing_function
+from schedcache.store.library import ensure_loaded, function_name, is_missing_function
 from schedcache.store.replies import translate
 from schedcache.store.retry import (
     DEFAULT_RETRY,
@@ -124,6 +131,10 @@ class StoreCore:
         # Snapshot reads from a replica (docs/storage.md); checked here, routed by the transport.
         self.read_from = read_from
         self.reads_replica, self.replica_url = read_from_setting(read_from, subject)
+        # The library's commands this client's Redis user may not run (sc_permitted), read
+        # when the store opens: writes are refused while any is missing.
+        self.denied: tuple[str, ...] = ()
+        self.may_read_config = False  # whether the user may run CONFIG GET (eviction check)
         if self.reads_replica and isinstance(client, EMBEDDED_CLIENTS):
             raise ValidationError(
                 subject,
@@ -136,16 +147,48 @@ class StoreCore:
     def function_args(self, name: str, command_id: str, args: Sequence[Any]) -> list[Any]:
         """``FCALL``'s arguments after the command word: ``sc_<name> 1 <prefix> <replica> <id>
         <args...>``, as ``lua/_register.lua`` reads them."""
-        return [f"sc_{name}", 1, self.keys.prefix, self.replica, command_id, *args]
+        return [function_name(name), 1, self.keys.prefix, self.replica, command_id, *args]
 
     def read_args(self, name: str, *args: Any) -> list[Any]:
         """``FCALL_RO``'s arguments for a read: no replica, no command id."""
-        return [f"sc_{name}", 1, self.keys.prefix, "", "", *args]
+        return [function_name(name), 1, self.keys.prefix, "", "", *args]
 
     # -- outcomes ---------------------------------------------------------------------------
 
+    def permitted_args(self) -> list[Any]:
+        """``FCALL_RO``'s arguments for ``sc_permitted``: the commands this user lacks."""
+        return [function_name("permitted"), 1, self.keys.prefix]
+
+    def note_permitted(self, reply: Any) -> None:
+        """``sc_permitted``'s reply: the library's commands this user lacks, and whether it may
+        run CONFIG GET (empty, and False, for a user that may not even ask)."""
+        denied, config = reply if reply else ([], 0)
+        self.may_read_config = bool(int(config))
+        self.denied = tuple(sorted(d.decode() if isinstance(d, bytes) else str(d) for d in denied))
+        if self.denied:
+            log.warning(
+                "cache %s: this Redis user may not run %s, which the library's functions call: "
+                "its writes are refused (`schedcache acl %s --role ROLE` prints the rules)",
+                self.name,
+                " ".join(self.denied),
+                self.name,
+            )
+
+    def check_permitted(self, name: str) -> None:
+        """Refuse (nothing sent) a write when this user lacks a command the functions call:
+        Redis would deny it inside the function, possibly after its first write."""
+        if self.denied:
+            raise NotPermitted(
+                f"sc_{name} on cache {self.name}: this Redis user may not run "
+                f"{', '.join(self.denied)}, which the library's functions call, so no write is "
+                f"sent; grant the rules `schedcache acl {self.name} --role ROLE` prints "
+                "(docs/security.md)"
+            )
+
     def check_sendable(self, command: Command) -> None:
-        """Refuse (nothing sent) a command too old for Redis to still remember its id."""
+        """Refuse (nothing sent) a command too old for Redis to still remember its id, or one
+        this user's ACL rules would stop halfway."""
+        self.check_permitted(command.name)
         late = too_late_to_resend(command.created)
         if late is not None:
             raise ValidationError(command.subject, f"sc_{command.name} command id", late)
@@ -210,11 +253,21 @@ class Store(StoreCore):
             ReplicaRoute(client, self.keys.prefix, self.replica_url) if self.reads_replica else None
         )
         ensure_loaded(self.route.get())
+        try:
+            permitted = self.read(lambda: self.route.get().fcall_ro(*self.permitted_args()))
+        except redis.exceptions.NoPermissionError:  # not this user's cache: every call says so
+            permitted = None
+        self.note_permitted(permitted)
 
     @property
     def store(self) -> Store:
         """The Store itself: whatever takes a cache or its store (:func:`store_of`)."""
         return self
+
+    def eviction(self) -> EvictionCheck:
+        """Whether the server may evict this cache's keys (``maxmemory-policy``), read only
+        when this user may run CONFIG GET."""
+        return check_eviction(self.server(), self.may_read_config)
 
     def server(self) -> redis.Redis:
         """The plain client of the server holding the cache (in a Cluster, its slot's
