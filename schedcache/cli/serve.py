@@ -10,6 +10,7 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
+from schedcache.cli.lifecycle import ready_cache, stop_on_signals
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import ExpiryWorker
@@ -69,14 +70,21 @@ def worker_expiry(
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     settings.refuse_embedded("schedcache worker expiry")
-    cache = settings.cache(replica=replica or default_replica("expiry-worker"))
-    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    name = replica or default_replica("expiry-worker")
     if once:
+        expiry = ExpiryWorker(settings.cache(replica=name), interval=interval, batch=batch)
         click.echo(f"expired {len(expiry.run_once())} pods")
         return
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "expiry worker", replica=name)
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
+    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    expiry.stopping = stop
     if metrics_port is not None:
         serve_metrics(cache, metrics_port, metrics_address)
-    expiry.install_signal_handlers()
     expiry.run()
 
 

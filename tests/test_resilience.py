@@ -1,0 +1,380 @@
+"""Long-running processes outlive Redis and stop cleanly (issue 39, items 2, 5, 6 and 8).
+
+On a real redis-server each test starts and kills itself (fakeredis has no process to kill),
+with AOF ``always`` so a restart loses nothing: a feeder resumes from the newest
+resourceVersion it applied (no replay, no relist), the reference scheduler rides out a restart
+between a pop and its snapshot read and during a Binding, and every long-running command
+starts while Redis is still down, waits, and ends within 2 s of SIGTERM or SIGINT with
+status 0 at any moment (during the first list, mid-watch, mid-bind), giving its lease back.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from schedcache import Cache
+from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.ops.queue import QueuedPod
+from schedcache.scheduler.loop import ReferenceScheduler
+from schedcache.store.connection import connect
+from schedcache.store.retry import RetryPolicy
+from tests.apiserver import FakeApiServer
+from tests.scheduling import fed_scheduler, node, pending
+from tests.servers import Server, free_port, wait_until
+from tests.test_sync import expected_state, in_step, node_obj, pod_obj, populate
+
+FAST = SyncSettings(
+    page_size=7, watch_timeout=30, backoff=0.05, max_backoff=0.3, progress_every=0.05
+)
+# A retry policy that gives up quickly: the processes must ride out what lies beyond it.
+SHORT = RetryPolicy(attempts=3, within=0.3, first_delay=0.05, max_delay=0.1)
+STOP_LIMIT = 2.0  # seconds from a signal to the process's end
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Server]:
+    """A redis-server of this test's own, AOF fsynced at every write."""
+    server = Server(
+        free_port(), tmp_path / "redis", ["--appendonly", "yes", "--appendfsync", "always"]
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as s:
+        yield s
+
+
+def url_of(server: Server) -> str:
+    return f"redis://127.0.0.1:{server.port}/0"
+
+
+def short_cache(server: Server, name: str, **options: Any) -> Cache:
+    return Cache(connect(url_of(server)), name, retry=SHORT, **options)
+
+
+def restart_later(server: Server, after: float) -> threading.Thread:
+    """Start ``server`` again (same port, same AOF) ``after`` seconds from now."""
+    thread = threading.Thread(target=lambda: (time.sleep(after), server.start()), daemon=True)
+    thread.start()
+    return thread
+
+
+def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.05)
+
+
+def tracebacks(records: list[logging.LogRecord]) -> list[str]:
+    return [record.getMessage() for record in records if record.exc_info]
+
+
+# -- item 8: a feeder resumes from the newest resourceVersion it applied ----------------------
+
+
+def test_a_feeder_resumes_after_a_redis_restart_without_replay_or_relist(
+    redis_server: Server, api: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the progress write raised outside the retry policy (a traceback), and the watch
+    resumed from the version the aborted watch started at: every change since was sent again
+    (dropped as repeated), once per outage."""
+    caplog.set_level(logging.WARNING)
+    populate(api, nodes=3, pods=10)
+    cache = short_cache(redis_server, f"t-{uuid.uuid4().hex[:8]}")
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
+    try:
+        assert syncer.wait_synced(15)
+        for i in range(5):
+            api.create(pod_obj(f"before-{i}", f"n{i % 3}"))
+        in_step(cache, api)
+        redis_server.kill()
+        for i in range(5):  # arrive while Redis is down
+            api.create(pod_obj(f"during-{i}", f"n{i % 3}"))
+            time.sleep(0.1)
+        api.update(node_obj("n1", cpu="6"))
+        time.sleep(0.5)
+        redis_server.start()
+        in_step(cache, api, timeout=20)
+        pods, nodes = syncer.feeds[1].counters, syncer.feeds[0].counters
+        assert (nodes.relists, pods.relists) == (1, 1), "a Redis blip made the feed relist"
+        assert (nodes.dropped, pods.dropped) == (0, 0), "changes already applied came again"
+        last_pod = api.get("Pod", "during-4", "default") or {}
+        version = last_pod["metadata"]["resourceVersion"]
+        eventually(lambda: pods.last_version == version)
+        # The progress, written after all (through the retry policy).
+        eventually(lambda: cache.client.hget(cache.keys.sync, "pods:rv") == version.encode())
+    finally:
+        syncer.stop()
+    assert tracebacks(caplog.records) == []
+
+
+# -- item 2: the reference scheduler rides out Redis restarts ---------------------------------
+
+
+def test_the_scheduler_rides_out_redis_restarts_after_a_pop_and_during_a_binding(
+    redis_server: Server, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: a ConnectionError between a pop and the snapshot read ended the loop (the
+    scheduler process exited 1), and a finish_binding the retry policy gave up on was dropped
+    (the claim left unfinished, the pod not counted as bound)."""
+    cache = short_cache(redis_server, f"t-{uuid.uuid4().hex[:8]}", replica="sched-0")
+    api.create(node("a", "8"))
+    api.create(node("b", "8"))
+    outages: list[str] = []
+
+    def kill_redis_at_moments(scheduler: ReferenceScheduler) -> None:
+        pop, bind = scheduler.queue.pop, scheduler.binder.bind
+
+        def pop_then_kill() -> list[QueuedPod]:
+            popped = pop()
+            if popped and not outages:  # between the pop and the snapshot read
+                outages.append("after a pop")
+                redis_server.kill()
+                restart_later(redis_server, 1.0)
+            return popped
+
+        def kill_then_bind(namespace: str, name: str, uid: str, node: str) -> None:
+            if name == "p-during-bind" and len(outages) == 1:
+                outages.append("during a Binding")
+                redis_server.kill()
+                restart_later(redis_server, 1.0)
+            bind(namespace, name, uid, node)
+
+        scheduler.queue.pop = pop_then_kill  # type: ignore[method-assign]
+        scheduler.binder.bind = kill_then_bind  # type: ignore[method-assign]
+
+    thread_died: list[BaseException] = []
+    with fed_scheduler(cache, api, tmp_path, prepare=kill_redis_at_moments) as scheduler:
+        run = scheduler.run
+
+        def watched_run(stop_wait: float | None = None) -> None:
+            try:
+                run(stop_wait)
+            except BaseException as error:
+                thread_died.append(error)
+                raise
+
+        scheduler.run = watched_run  # type: ignore[method-assign]
+        for i in range(4):
+            api.create(pending(f"p{i}", "500m"))
+        eventually(lambda: bool(outages) and redis_server.alive, timeout=10)
+        eventually(lambda: scheduler.bound >= 1, timeout=20)
+        api.create(pending("p-during-bind", "500m"))
+        eventually(lambda: len(outages) == 2 and redis_server.alive, timeout=20)
+        names = [f"p{i}" for i in range(4)] + ["p-during-bind"]
+        eventually(
+            lambda: all(
+                (api.get("Pod", n, "default") or {})["spec"].get("nodeName") for n in names
+            ),
+            timeout=30,
+        )
+        eventually(lambda: scheduler.bound == len(names), timeout=20)
+        assert not thread_died and not scheduler.stop.is_set()
+        # The cache holds each pod once, confirmed on the node it was bound to.
+        eventually(lambda: len(expected_state(api)[1]) == len(names))
+        in_step(cache, api, timeout=20)
+
+
+# -- items 2, 5, 6: the commands start while Redis is down, stop within 2 s, give leases back --
+
+
+def cli(redis_url: str, cache: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "schedcache.cli", "--redis", redis_url, "--cache", cache, *args]
+
+
+def component(name: str, api: FakeApiServer, tmp_path: Path, replica: str) -> list[str]:
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+    if name == "sync":
+        return ["sync", "--kubeconfig", kubeconfig, "--replica", replica]
+    if name == "scheduler":
+        return [
+            "scheduler", "--scheduler-name", "ref", "--kubeconfig", kubeconfig,
+            "--replica", replica,
+        ]  # fmt: skip
+    if name == "extender":
+        return [
+            "extender",
+            "--no-api",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--replica",
+            replica,
+        ]
+    return ["worker", "expiry", "--replica", replica]
+
+
+def start(command: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[float, str]:
+    """Send ``sig``; the seconds until the process ended, and its stderr."""
+    sent = time.monotonic()
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=30)
+    return time.monotonic() - sent, err
+
+
+def lease_key(cache: str, replica: str) -> str:
+    return f"{{{cache}}}:lease:{replica}"
+
+
+COMPONENTS = ["sync", "scheduler", "extender", "worker expiry"]
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_a_component_started_while_redis_is_down_waits_then_runs_and_stops_cleanly(
+    name: str, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: each exited 1 at once ("Connection refused"); a scheduler's or extender's lease
+    stayed 12-15 s after a clean stop, so a restart with its --replica was refused."""
+    server = Server(free_port(), tmp_path / "redis", ["--appendonly", "no"])
+    cache, replica = f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:6]}"
+    api.create(node_obj("n0"))
+    process = start(cli(url_of(server), cache, *component(name, api, tmp_path, replica)))
+    try:
+        time.sleep(1.5)
+        assert process.poll() is None, process.communicate()[1]
+        server.start()
+        client = server.client()
+        # Running on it: the library loaded, the lease taken, the feed's progress written.
+        wait_until(lambda: bool(client.function_list(library="schedcache")), 15, "library")
+        if name in ("scheduler", "extender"):
+            wait_until(lambda: bool(client.exists(lease_key(cache, replica))), 15, "lease")
+        if name == "sync":
+            wait_until(lambda: bool(client.hget(f"{{{cache}}}:sync", "nodes:rv")), 15, "fed")
+        took, err = stop(process)
+        assert process.returncode == 0, err
+        assert took < STOP_LIMIT, f"SIGTERM took {took:.1f} s"
+        assert "Traceback" not in err
+        assert not client.exists(lease_key(cache, replica)), "the lease was not given back"
+        if name in ("scheduler", "extender"):  # the same --replica again, at once
+            again = start(cli(url_of(server), cache, *component(name, api, tmp_path, replica)))
+            try:
+                wait_until(lambda: bool(client.exists(lease_key(cache, replica))), 15, "lease")
+                assert again.poll() is None, again.communicate()[1]
+                took, err = stop(again, signal.SIGINT)
+                assert again.returncode == 0 and took < STOP_LIMIT, err
+            finally:
+                again.kill()
+    finally:
+        process.kill()
+        server.kill()
+
+
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_a_signal_while_waiting_for_redis_ends_the_component_at_once(
+    name: str, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: they never waited (exit 1)."""
+    process = start(
+        cli(f"redis://127.0.0.1:{free_port()}/0", "t", *component(name, api, tmp_path, "r"))
+    )
+    try:
+        time.sleep(1.0)
+        assert process.poll() is None, process.communicate()[1]
+        took, err = stop(process, signal.SIGINT)
+        assert process.returncode == 0, err
+        assert took < STOP_LIMIT and "Traceback" not in err
+    finally:
+        process.kill()
+
+
+# -- item 5: SIGTERM or SIGINT at any moment ---------------------------------------------------
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_sync_stopped_during_its_first_list_exits_0_never_an_abort(
+    redis_server: Server, api: FakeApiServer, tmp_path: Path, stop_signal: int
+) -> None:
+    """Before: exit 134, "Fatal Python error: Aborted" in most runs: page-read threads still
+    in socket calls while the interpreter was finalised."""
+    for i in range(4):
+        api.create(node_obj(f"n{i}"))
+    for i in range(1500):
+        api.create(pod_obj(f"p{i}", f"n{i % 4}"))
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+    for attempt in range(3):
+        cache = f"t-{uuid.uuid4().hex[:8]}"
+        command = cli(url_of(redis_server), cache, "sync", "--kubeconfig", kubeconfig)
+        process = start([*command, "--page-size", "5"])
+        try:
+            pages = len(api.requests) + 20
+            eventually(lambda pages=pages: len(api.requests) > pages, timeout=20)  # flowing
+            time.sleep(0.05 * attempt)
+            took, err = stop(process, stop_signal)
+            assert process.returncode == 0, err
+            assert took < STOP_LIMIT, f"{stop_signal!r} took {took:.1f} s"
+            assert "Fatal Python error" not in err and "Traceback" not in err
+        finally:
+            process.kill()
+
+
+def test_sync_stopped_mid_watch_exits_0_within_2_seconds(
+    redis_server: Server, api: FakeApiServer, tmp_path: Path
+) -> None:
+    populate(api, nodes=2, pods=6)
+    cache_name = f"t-{uuid.uuid4().hex[:8]}"
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+    process = start(cli(url_of(redis_server), cache_name, "sync", "--kubeconfig", kubeconfig))
+    try:
+        assert api.wait_for_watches(2, timeout=20)
+        api.create(pod_obj("late", "n1"))
+        time.sleep(0.2)
+        took, err = stop(process)
+        assert process.returncode == 0 and took < STOP_LIMIT, err
+        assert "Traceback" not in err
+    finally:
+        process.kill()
+
+
+def test_the_scheduler_stopped_mid_bind_exits_0_within_2_seconds_and_gives_its_lease_back(
+    redis_server: Server, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Before: the stop waited for the Binding in flight (here 5 s; up to its 10 s timeout),
+    then left the lease for its ttl."""
+    cache_name, replica = f"t-{uuid.uuid4().hex[:8]}", "sched-mid-bind"
+    kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
+    api.create(node("a", "4"))
+    api.bind_delay = 5.0
+    url = url_of(redis_server)
+    feeder = start(cli(url, cache_name, "sync", "--kubeconfig", kubeconfig))
+    scheduler = start(cli(url, cache_name, *component("scheduler", api, tmp_path, replica)))
+    try:
+        api.create(pending("slow", "1"))
+        eventually(lambda: any(r.path.endswith("/binding") for r in api.requests), timeout=20)
+        time.sleep(0.2)
+        took, err = stop(scheduler)
+        assert scheduler.returncode == 0, err
+        assert took < STOP_LIMIT, f"SIGTERM mid-bind took {took:.1f} s"
+        assert not redis_server.client().exists(lease_key(cache_name, replica))
+        took, err = stop(feeder)
+        assert feeder.returncode == 0 and took < STOP_LIMIT, err
+    finally:
+        scheduler.kill()
+        feeder.kill()
