@@ -12,9 +12,11 @@ status 0 at any moment (during the first list, mid-watch, mid-bind), giving its 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -237,7 +239,7 @@ def component(name: str, kube: FakeApiServer, tmp_path: Path, replica: str) -> l
     if name == "extender":
         return [
             "extender",
-            "--no-kube",
+            "--no-api",
             "--listen",
             f"127.0.0.1:{free_port()}",
             "--replica",
@@ -246,16 +248,35 @@ def component(name: str, kube: FakeApiServer, tmp_path: Path, replica: str) -> l
     return ["worker", "expiry", "--replica", replica]
 
 
-def start(command: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+class Logged(subprocess.Popen[str]):
+    """A command's process, its stderr in a file (read while it runs, and after)."""
+
+    def __init__(self, command: list[str]) -> None:
+        handle, name = tempfile.mkstemp(prefix="schedcache-stderr-", suffix=".log")
+        self.log = Path(name)
+        super().__init__(command, stdout=subprocess.DEVNULL, stderr=handle, text=True)
+        os.close(handle)
+
+    def err(self) -> str:
+        return self.log.read_text(errors="replace")
 
 
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[float, str]:
+def start(command: list[str]) -> Logged:
+    return Logged(command)
+
+
+def waiting_for_redis(process: Logged) -> None:
+    """Until the process says it waits for Redis (its signal handlers are in place)."""
+    eventually(lambda: "Redis unavailable" in process.err() or process.poll() is not None, 30)
+    assert process.poll() is None, process.err()
+
+
+def stop(process: Logged, sig: int = signal.SIGTERM) -> tuple[float, str]:
     """Send ``sig``; the seconds until the process ended, and its stderr."""
     sent = time.monotonic()
     process.send_signal(sig)
-    _, err = process.communicate(timeout=30)
-    return time.monotonic() - sent, err
+    process.wait(timeout=30)
+    return time.monotonic() - sent, process.err()
 
 
 def lease_key(cache: str, replica: str) -> str:
@@ -276,8 +297,9 @@ def test_a_component_started_while_redis_is_down_waits_then_runs_and_stops_clean
     kube.create(node_obj("n0"))
     process = start(cli(url_of(server), cache, *component(name, kube, tmp_path, replica)))
     try:
-        time.sleep(1.5)
-        assert process.poll() is None, process.communicate()[1]
+        waiting_for_redis(process)
+        time.sleep(0.5)
+        assert process.poll() is None, process.err()
         server.start()
         client = server.client()
         # Running on it: the library loaded, the lease taken, the feed's progress written.
@@ -295,7 +317,7 @@ def test_a_component_started_while_redis_is_down_waits_then_runs_and_stops_clean
             again = start(cli(url_of(server), cache, *component(name, kube, tmp_path, replica)))
             try:
                 wait_until(lambda: bool(client.exists(lease_key(cache, replica))), 15, "lease")
-                assert again.poll() is None, again.communicate()[1]
+                assert again.poll() is None, again.err()
                 took, err = stop(again, signal.SIGINT)
                 assert again.returncode == 0 and took < STOP_LIMIT, err
             finally:
@@ -314,8 +336,7 @@ def test_a_signal_while_waiting_for_redis_ends_the_component_at_once(
         cli(f"redis://127.0.0.1:{free_port()}/0", "t", *component(name, kube, tmp_path, "r"))
     )
     try:
-        time.sleep(1.0)
-        assert process.poll() is None, process.communicate()[1]
+        waiting_for_redis(process)
         took, err = stop(process, signal.SIGINT)
         assert process.returncode == 0, err
         assert took < STOP_LIMIT and "Traceback" not in err
