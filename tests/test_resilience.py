@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from schedcache import Cache, Snapshot
-from schedcache.errors import CacheError, FitConflict, ValidationError
+from schedcache.errors import CacheError, FitConflict, RetriesExhausted, ValidationError
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
 from schedcache.model.values import Node, Pod
 from schedcache.ops.queue import QueuedPod
@@ -218,6 +218,31 @@ def test_the_scheduler_rides_out_redis_restarts_after_a_pop_and_during_a_binding
         # The cache holds each pod once, confirmed on the node it was bound to.
         eventually(lambda: len(expected_state(kube)[1]) == len(names))
         in_step(cache, kube, timeout=20)
+
+
+def test_a_claim_whose_reply_redis_lost_is_bound_not_left_assumed(
+    cache: Cache, kube: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On every backend. Before: a claim that landed while its reply was lost (the retry
+    policy gave up across a restart) gave the pod back; popped again, the pod met its own claim
+    (PodAlreadyExists), was counted as another replica's, and stayed assumed, never bound."""
+    kube.create(node("a", "4"))
+    real = Cache.assume_pod
+    lost: list[str] = []
+
+    def reply_lost(self: Cache, pod: Pod, *args: Any, **options: Any) -> None:
+        real(self, pod, *args, **options)
+        if not lost:
+            lost.append(pod.name)
+            raise RetriesExhausted("sc_assume_pod: no answer from Redis (test)")
+
+    monkeypatch.setattr(Cache, "assume_pod", reply_lost)
+    with fed_scheduler(cache, kube, tmp_path, retry_delay=0.05) as scheduler:
+        kube.create(pending("lossy", "1"))
+        eventually(lambda: (kube.get("Pod", "lossy", "default") or {})["spec"].get("nodeName"))
+        eventually(lambda: scheduler.bound == 1)
+        assert lost == ["lossy"] and scheduler.lost == 0
+        eventually(lambda: cache.pod_state("uid-lossy") == "added")
 
 
 # -- items 2, 5, 6: the commands start while Redis is down, stop within 2 s, give leases back --

@@ -127,7 +127,7 @@ class ReferenceScheduler:
         self.columns = Columns(percentage)
         self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")
         self._in_flight = threading.BoundedSemaphore(binding_workers)
-        self._binds: set[Future[None]] = set()
+        self._binds: dict[Future[None], str] = {}  # Bindings in flight: their pods' uids
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
@@ -165,11 +165,7 @@ class ReferenceScheduler:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
-            self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
-            future = self.binding.submit(self._bind, placed)
-            with self._lock:
-                self._binds.add(future)
-            future.add_done_callback(self._bind_done)
+            self._submit(placed)
             outcome.node = placement.node
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
@@ -198,9 +194,40 @@ class ReferenceScheduler:
         finally:
             self._in_flight.release()
 
+    def _submit(self, placed: Pod) -> None:
+        self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
+        with self._lock:
+            future = self.binding.submit(self._bind, placed)
+            self._binds[future] = placed.uid
+        future.add_done_callback(self._bind_done)
+
     def _bind_done(self, future: Future[None]) -> None:
         with self._lock:
-            self._binds.discard(future)
+            self._binds.pop(future, None)
+
+    def _own_claim(self, pod: Pod) -> bool:
+        """Whether ``pod`` is already this replica's claim, its Binding now in flight: else a
+        claim whose reply Redis lost (a restart, a failover: the retry policy gave up though
+        the claim had landed), bound now instead of being left assumed for ever."""
+        with self._lock:
+            if pod.uid in self._binds.values():
+                return True
+        try:
+            record = self.cache.get_pod_record(pod)
+        except (CacheError, *REDIS_AWAY):
+            return False
+        mine = record.claimer == self.cache.replica and bool(self.cache.replica)
+        if record.state != "assumed" or record.binding_finished or not mine:
+            return False
+        log.info(
+            "pod %s/%s: this replica's claim on node %s landed though its reply was lost: "
+            "binding it",
+            pod.namespace,
+            pod.name,
+            record.node,
+        )
+        self._submit(pod.with_node(record.node))
+        return True
 
     def _until_redis_answers(self, call: Any) -> None:
         """``call()`` through the store's retry loop with delays that never run out until the
@@ -239,7 +266,7 @@ class ReferenceScheduler:
                 self.binding.shutdown(wait=True)
             else:
                 with self._lock:
-                    binds = list(self._binds)
+                    binds = list(self._binds)  # (the futures)
                 wait_for(binds, timeout=stop_wait)
                 self.binding.shutdown(wait=False)
 
@@ -272,7 +299,8 @@ class ReferenceScheduler:
         try:
             outcome = self.schedule_one(pod)
         except PodAlreadyExists:  # another replica claimed it (after this one's lease lapsed)
-            self.lost += 1
+            if not self._own_claim(pod):
+                self.lost += 1
             return True
         except CacheError as error:
             log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
