@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from schedcache.cli.kube import kube_api, kube_options, ttl_option
-from schedcache.cli.lifecycle import exit_now, give_back_lease, ready_cache, stop_on_signals
+from schedcache.cli.lifecycle import (
+    Interrupted,
+    exit_now,
+    give_back_lease,
+    ready_cache,
+    stop_on_signals,
+)
 from schedcache.cli.params import Name, Seconds
 from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
@@ -215,20 +221,28 @@ def extender(
     if cache is None:
         click.echo("stopped before Redis answered", err=True)
         return
-    bound_port = sock.getsockname()[1]
-    scheme = "https" if ssl_context else "http"
-    click.echo(
-        f"extender for cache {cache.name} (replica {cache.replica}) on "
-        f"{scheme}://{host}:{bound_port}{url_prefix}",
-        err=True,
-    )
-    served = Extender(
-        cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
-    )
+    served: Extender | None = None
     try:
+        # A signal before the server's own handlers are in place ends the setup at once.
+        stop_on_signals(stop, interrupt=True)
+        if stop.is_set():
+            raise Interrupted
+        bound_port = sock.getsockname()[1]
+        scheme = "https" if ssl_context else "http"
+        click.echo(
+            f"extender for cache {cache.name} (replica {cache.replica}) on "
+            f"{scheme}://{host}:{bound_port}{url_prefix}",
+            err=True,
+        )
+        served = Extender(
+            cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
+        )
         serve(served, sock, url_prefix, limits, ssl_context)
+    except Interrupted:
+        click.echo("stopped", err=True)
     finally:
-        served.forgetter.stop()
+        if served is not None:
+            served.forgetter.stop()
         give_back_lease(cache)  # a restart with the same --replica is not refused
 
 

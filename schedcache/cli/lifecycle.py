@@ -49,10 +49,23 @@ class RedisNotReady(redis.ConnectionError):
 NOT_YET = (*RETRYABLE, RedisClusterException)
 
 
-def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``stop`` (the command then ends within its own bound)."""
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+class Interrupted(BaseException):
+    """A signal came while the main thread was busy with something no event stops (setting a
+    server up): raised there, as KeyboardInterrupt is, and caught by the command."""
+
+
+def stop_on_signals(stop: threading.Event, interrupt: bool = False) -> None:
+    """SIGTERM and SIGINT set ``stop`` (the command then ends within its own bound); with
+    ``interrupt``, they also raise :class:`Interrupted` in the main thread (until a server
+    installs handlers of its own)."""
+
+    def handler(*_: object) -> None:
+        stop.set()
+        if interrupt:
+            raise Interrupted
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def ready_cache(
