@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, FitConflict, RetriesExhausted, ValidationError
@@ -54,22 +53,18 @@ STOP_LIMIT = 2.0  # seconds from a signal to the process's end
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[Server]:
     """A redis-server of this test's own, AOF fsynced at every write."""
-    server = Server(
-        free_port(), tmp_path / "redis", ["--appendonly", "yes", "--appendfsync", "always"]
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+    yield from own_server(tmp_path / "redis", "--appendonly", "yes", "--appendfsync", "always")
 
 
 @pytest.fixture
 def rdb_server(tmp_path: Path) -> Iterator[Server]:
     """A redis-server of this test's own that persists only when told (SAVE): a restart
     brings back the last saved state, and loses what came after."""
-    server = Server(free_port(), tmp_path / "rdb", ["--appendonly", "no"])
-    server.start()
+    yield from own_server(tmp_path / "rdb", "--appendonly", "no")
+
+
+def own_server(directory: Path, *arguments: str) -> Iterator[Server]:
+    server = Server(free_port(), directory, list(arguments)).start()
     try:
         yield server
     finally:
@@ -97,16 +92,9 @@ def restart_later(server: Server, after: float) -> threading.Thread:
     return thread
 
 
-def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        assert time.monotonic() < deadline, "not within the timeout"
-        time.sleep(0.05)
+def eventually(check: Callable[[], object], timeout: float = 15.0) -> None:
+    """Until ``check()`` is true (a Redis error meanwhile counts as not yet)."""
+    wait_until(lambda: bool(check()), timeout, "the condition")
 
 
 def tracebacks(records: list[logging.LogRecord]) -> list[str]:
