@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
@@ -229,7 +230,7 @@ class ReferenceScheduler:
         self._submit(pod.with_node(record.node))
         return True
 
-    def _until_redis_answers(self, call: Any) -> None:
+    def _until_redis_answers(self, call: Callable[[], object]) -> None:
         """``call()`` through the store's retry loop with delays that never run out until the
         scheduler stops (then the last error is raised)."""
         delays = backoff(POD_INITIAL_BACKOFF, CACHE_MAX_BACKOFF, until=self.stop.is_set)
