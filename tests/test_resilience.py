@@ -258,6 +258,10 @@ def component(name: str, kube: FakeApiServer, tmp_path: Path, replica: str) -> l
             "--replica",
             replica,
         ]
+    if name == "metrics":
+        return ["metrics", "--port", str(free_port()), "--address", "127.0.0.1"]
+    if name == "worker compact":
+        return ["worker", "compact"]
     return ["worker", "expiry", "--replica", replica]
 
 
@@ -296,7 +300,7 @@ def lease_key(cache: str, replica: str) -> str:
     return f"{{{cache}}}:lease:{replica}"
 
 
-COMPONENTS = ["sync", "scheduler", "extender", "worker expiry"]
+COMPONENTS = ["sync", "scheduler", "extender", "worker expiry", "worker compact", "metrics"]
 
 
 @pytest.mark.parametrize("name", COMPONENTS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from typing import TYPE_CHECKING
 
@@ -119,9 +118,8 @@ def worker_compact(
     --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
     round at a time do the work)."""
     settings.refuse_embedded("schedcache worker compact")
-    cache = settings.cache()
     if once:
-        done = retain(cache, keep, keep_events)
+        done = retain(settings.cache(), keep, keep_events)
         click.echo(
             f"removed {done.removed} events; stream {done.stream_length} events; "
             f"checkpoint {done.checkpoint or '-'}"
@@ -130,8 +128,11 @@ def worker_compact(
         )
         return
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "compaction worker")
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
     failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
     click.echo(f"stopped; {failed} failed rounds", err=True)
 
@@ -145,10 +146,12 @@ def worker_compact(
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
     settings.refuse_embedded("schedcache metrics")
-    cache = settings.cache()
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "metrics")
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
