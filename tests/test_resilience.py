@@ -39,7 +39,7 @@ from schedcache.store.retry import RetryPolicy
 from tests.apiserver import FakeApiServer
 from tests.factories import keyspace, make_node, make_pod
 from tests.scheduling import fed_scheduler, node, pending
-from tests.servers import Server, free_port, wait_until
+from tests.servers import SentinelGroup, Server, free_port, wait_until
 from tests.test_sync import expected_state, in_step, node_obj, pod_obj, populate
 
 FAST = SyncSettings(
@@ -206,6 +206,50 @@ def test_the_scheduler_rides_out_redis_restarts_after_a_pop_and_during_a_binding
         # The cache holds each pod once, confirmed on the node it was bound to.
         eventually(lambda: len(expected_state(kube)[1]) == len(names))
         in_step(cache, kube, timeout=20)
+
+
+def list_requests(kube: FakeApiServer) -> int:
+    """List requests (not watches) the API server was sent."""
+    return sum(1 for r in kube.requests if r.method == "GET" and "watch" not in r.query)
+
+
+def test_a_feeder_and_the_scheduler_ride_out_a_sentinel_failover(
+    kube: FakeApiServer, tmp_path: Path
+) -> None:
+    """The primary killed; Sentinel promotes its replica after about 2 s, far past the retry
+    policy (0.3 s): the feeder goes on without a relist, its watches resuming from the newest
+    version applied, and the scheduler places every pod. Before: the watch resumed from where
+    the failed one had started, replaying every change since."""
+    group = SentinelGroup(tmp_path / "sentinel", replicas=1, sentinels=1, down_after=1000)
+    group.start()
+    try:
+        cache = Cache(connect(group.url), f"t-{uuid.uuid4().hex[:8]}", retry=SHORT, replica="s")
+        kube.create(node("a", "8"))
+        with fed_scheduler(cache, kube, tmp_path) as scheduler:
+            for i in range(3):
+                kube.create(pending(f"before-{i}", "500m"))
+            eventually(lambda: scheduler.bound == 3, timeout=20)
+            in_step(cache, kube)  # everything up to this resourceVersion applied
+            applied, lists, sent = kube.resource_version, list_requests(kube), len(kube.requests)
+            primary = group.primary()
+            primary.kill()
+            for i in range(3):
+                kube.create(pending(f"during-{i}", "500m"))
+            wait_until(lambda: group.primary().port != primary.port, 30, "a promotion")
+            eventually(lambda: scheduler.bound == 6, timeout=40)
+            assert not scheduler.stop.is_set()
+            in_step(cache, kube, timeout=20)
+            assert list_requests(kube) == lists, "the failover made the feeder relist"
+            resumed = [
+                int(r.query["resourceVersion"])
+                for r in kube.requests[sent:]
+                if r.path == "/api/v1/pods" and "watch" in r.query
+            ]
+            assert resumed and min(resumed) >= applied, "a watch replayed applied changes"
+    finally:
+        group.stop()
+    names = [f"{when}-{i}" for when in ("before", "during") for i in range(3)]
+    assert all((kube.get("Pod", n, "default") or {})["spec"].get("nodeName") for n in names)
 
 
 def test_a_claim_whose_reply_redis_lost_is_bound_not_left_assumed(
