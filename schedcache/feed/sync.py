@@ -23,6 +23,10 @@ ones kube-scheduler's cache holds; pending ones go to the cache's scheduling que
 * a pod the API server accepted is never invisible to fit: one the cache cannot store in full
   (labels past what it reads back) is stored without its labels, still counting its requests
   and ports on its node, and marked ``truncated``;
+* Redis away beyond the store's retry policy (a restart, a failover) means the same back-off;
+  the watch then resumes from the newest resourceVersion applied (every change before it
+  applied too), so an outage replays nothing and relists nothing; the progress written to the
+  cache goes through the retry policy, and a write Redis does not take is only logged;
 * a stop (SIGTERM) ends a list between pages without reconciling a partial list.
 
 Lists and watches go through the official ``kubernetes`` client (configuration, auth, TLS,

@@ -21,6 +21,13 @@ Insufficient cpu, 9 node(s) had untolerated taint {k: v}.``), the pod gets a
 (a node added or updated, a pod removed, a claim forgotten or expired), then backing off 1 s
 doubling to 10 s (upstream's podInitialBackoffSeconds and podMaxBackoffSeconds). A pod with
 inter-pod rules (which other pods' arrival can satisfy) backs off without parking.
+
+Redis going away (a restart, a failover) never ends the loop: a failed pop or snapshot read
+backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
+(or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed while its
+reply was lost is found again as this replica's own and bound. A claim decided on a snapshot
+that saw writes Redis lost is refused (``lost-writes``) and decided again on the snapshot,
+rebuilt by its next update.
 """
 
 from __future__ import annotations
