@@ -3,13 +3,14 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
 --          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms,
---          [since, reads, domains, incarnation]]]]
+--          [since, reads, domains, incarnation, [seen]]]]]
 --          A lease ttl > 0 takes (or renews) the replica's lease with the claim, atomically:
 --          the replica is known to sc_forget_lapsed from its first pod on.
 --          `since` (a cache generation), `reads` ("@<rule> <node> ...") and `domains`
 --          ("<topology key> <node> ...\n..."): the inter-pod
 --          rules the decision judged on a snapshot at `since` still hold (_claims.lua,
---          docs/constraints.md).
+--          docs/constraints.md). `seen`: the id of the newest event that snapshot saw; the
+--          claim is refused when the stream lost it (_history.lua).
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events,
 --          antipods
 -- Reply    the generation the node now has
@@ -21,7 +22,8 @@
 --            cache may break (pod-affinity, pod-anti-affinity, existing-anti-affinity,
 --            topology-spread) or too many nodes changed since (stale); with "fit" and no
 --            `since`: placed pods with required anti-affinity exist, so existing pods' terms
---            toward the pod must be judged on a snapshot first (unchecked)
+--            toward the pod must be judged on a snapshot first (unchecked); with `seen`: the
+--            cache lost writes that snapshot saw (lost-writes)
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
 -- Event    PodAssumed  uid, node, gen, data=blob
@@ -47,6 +49,9 @@ local function assume_pod(p, replica, a)
   end
   local since = a[8] or ''
   if since ~= '' then
+    local lost = history_lost(p, a[12])  -- _history.lua
+    if lost == nil then return nil, 'BADARG seen ' .. args.uid end
+    if lost then return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' lost-writes' end
     local rule = rule_conflicts(p, since, a[9], a[10], a[11])
     if rule == nil then return nil, 'BADARG reads ' .. args.uid end
     if rule ~= '' then

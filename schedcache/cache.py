@@ -152,7 +152,7 @@ class Cache(StreamAudit):
         snap.get(node).generation`` refuses if the node changed at all since that snapshot.
         Either raises :class:`FitConflict` and writes nothing.
         """
-        rules: tuple[int | None, str, str, str] = (None, "", "", "")
+        rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
         if check_fit and expect_generation is None:
             rules = self._claim_context(pod, snapshot)
         try:
@@ -176,7 +176,7 @@ class Cache(StreamAudit):
 
     def _claim_context(
         self, pod: Pod, snapshot: Snapshot | None
-    ) -> tuple[int | None, str, str, str]:
+    ) -> tuple[int | None, str, str, str, str]:
         """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
         on this cache's snapshot brought up to date here. A bare claim of a pod without any
         (no snapshot given) sends none: Redis accepts it when no placed pod has required
@@ -185,7 +185,7 @@ class Cache(StreamAudit):
         if snapshot is not None:
             return claim_context(snapshot, pod)
         if not pod.has_inter_pod_rules:
-            return None, "", "", ""
+            return None, "", "", "", ""
         return self._own_claim_context(pod)
 
     def judged_claim(self, pod: Pod) -> Any:
@@ -195,7 +195,7 @@ class Cache(StreamAudit):
         rules = self._own_claim_context(pod)
         return self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
 
-    def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
+    def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str, str]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         with self._claim_lock:  # (from the primary: a claim's answer must be current)
             update_snapshot(self.store, self._claim_snapshot, replica_ok=False)

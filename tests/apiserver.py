@@ -57,7 +57,8 @@ Test control (thread-safe): ``create``, ``update``, ``delete``, ``get``, ``compa
 ``bookmark``, ``end_watches`` (clean end, as when the real server's request timeout expires),
 ``drop_watches`` (shuts every open watch socket down mid-stream, no last chunk),
 ``stall_lists`` / ``release_lists`` (list requests, not watches, send nothing until released:
-a stalled API server), ``emit_raw`` (a watch event with any object, malformed included, sent
+a stalled API server), ``bind_delay`` (seconds each Binding waits before it is applied),
+``emit_raw`` (a watch event with any object, malformed included, sent
 to every watch of its kind whatever its selector), ``down`` /
 ``up``, ``requests`` (log of ``Request(method, path, query)``), ``open_watches``,
 ``watches_started``, ``wait_for_watches``, ``wait_for_watches_started``, ``kubeconfig(path)``
@@ -257,6 +258,7 @@ class FakeApiServer:
         self._lists_flowing = threading.Event()
         self._lists_flowing.set()
         self.watches_started = 0
+        self.bind_delay = 0.0  # seconds a Binding waits before it is applied (a slow server)
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -584,6 +586,8 @@ class FakeApiServer:
         node = (body.get("target") or {}).get("name")
         if not node:
             raise ApiError(400, "BadRequest", "Binding target.name is required")
+        if self.bind_delay:
+            time.sleep(self.bind_delay)
         with self._cond:
             old = self._objects["Pod"].get((namespace, name))
             if old is None:

@@ -1861,6 +1861,9 @@ class _ImmediateEvent:
     def set(self) -> None:
         pass
 
+    def is_set(self) -> bool:  # not stopped while it waits for Redis at start
+        return False
+
 
 @case("cli metrics")
 def _cli_metrics(ctx: Ctx) -> None:

@@ -207,7 +207,7 @@ class AsyncCache:
         With ``check_fit``, the pod's inter-pod rules are judged on ``snapshot`` (else, when
         needed, on a private one brought up to date here) and re-checked in Redis, as the sync
         cache does."""
-        rules: tuple[int | None, str, str, str] = (None, "", "", "")
+        rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
         if check_fit and expect_generation is None:
             if snapshot is not None:
                 rules = claim_context(snapshot, pod)
@@ -236,7 +236,7 @@ class AsyncCache:
         rules = await self._own_claim_context(pod)
         return await self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
 
-    async def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str]:
+    async def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str, str]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         async with self._claim_lock:
             # (from the primary: a claim's answer must be current)

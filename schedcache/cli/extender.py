@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
-import signal
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from schedcache.cli.kube import kube_api, kube_options, ttl_option
+from schedcache.cli.lifecycle import (
+    Interrupted,
+    exit_now,
+    give_back_lease,
+    ready_cache,
+    stop_on_signals,
+)
 from schedcache.cli.params import Name, Seconds
 from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
@@ -201,23 +208,42 @@ def extender(
         sock = bind_socket(host, port)
     except OSError as error:
         raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
-    cache = settings.cache(replica=replica or default_replica("extender"), ttl=ttl)
-    settings.refuse_evicting(cache)
-    _hold_lease(cache)
-    bound_port = sock.getsockname()[1]
-    scheme = "https" if ssl_context else "http"
-    click.echo(
-        f"extender for cache {cache.name} (replica {cache.replica}) on "
-        f"{scheme}://{host}:{bound_port}{url_prefix}",
-        err=True,
+    stop = threading.Event()
+    stop_on_signals(stop)  # until the server's own handlers: waiting for Redis at start
+    cache = ready_cache(
+        settings,
+        stop,
+        "extender",
+        _hold_lease,
+        replica=replica or default_replica("extender"),
+        ttl=ttl,
     )
-    served = Extender(
-        cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
-    )
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
+    served: Extender | None = None
     try:
+        # A signal before the server's own handlers are in place ends the setup at once.
+        stop_on_signals(stop, interrupt=True)
+        if stop.is_set():
+            raise Interrupted
+        bound_port = sock.getsockname()[1]
+        scheme = "https" if ssl_context else "http"
+        click.echo(
+            f"extender for cache {cache.name} (replica {cache.replica}) on "
+            f"{scheme}://{host}:{bound_port}{url_prefix}",
+            err=True,
+        )
+        served = Extender(
+            cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
+        )
         serve(served, sock, url_prefix, limits, ssl_context)
+    except Interrupted:
+        click.echo("stopped", err=True)
     finally:
-        served.forgetter.stop()
+        if served is not None:
+            served.forgetter.stop()
+        give_back_lease(cache)  # a restart with the same --replica is not refused
 
 
 def _loopback(host: str) -> bool:
@@ -325,12 +351,22 @@ def scheduler(
     settings.refuse_embedded("schedcache scheduler")
     api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
-        from schedcache.scheduler.loop import ReferenceScheduler
+        from schedcache.scheduler.loop import STOP_WAIT, ReferenceScheduler
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
-    cache = settings.cache(replica=replica or default_replica("scheduler"), ttl=ttl)
-    settings.refuse_evicting(cache)
-    _hold_lease(cache)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(
+        settings,
+        stop,
+        f"scheduler {scheduler_name}",
+        _hold_lease,
+        replica=replica or default_replica("scheduler"),
+        ttl=ttl,
+    )
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        exit_now(0)
     loop = ReferenceScheduler(
         cache,
         api,
@@ -341,12 +377,13 @@ def scheduler(
         binding_workers=binding_workers,
         lease=lease,
     )
-    signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
-    signal.signal(signal.SIGINT, lambda *_: loop.stop.set())
+    loop.stop = stop
     click.echo(f"scheduling pods of {scheduler_name!r} on cache {cache.name}", err=True)
-    loop.run()
+    loop.run(stop_wait=STOP_WAIT)
+    give_back_lease(cache)  # a restart with the same --replica is not refused
     click.echo(
         f"stopped; {loop.bound} bound, {loop.conflicts} conflicts, "
         f"{loop.unschedulable} unschedulable attempts",
         err=True,
     )
+    exit_now(0)  # a Binding still in flight (abandoned after STOP_WAIT) holds no exit

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -11,6 +10,7 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
+from schedcache.cli.lifecycle import ready_cache, stop_on_signals
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import ExpiryWorker
@@ -86,15 +86,23 @@ def worker_expiry(
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
     settings.refuse_embedded("schedcache worker expiry")
-    cache = settings.cache(replica=replica or default_replica("expiry-worker"))
-    settings.refuse_evicting(cache)
-    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    name = replica or default_replica("expiry-worker")
     if once:
+        once_cache = settings.cache(replica=name)
+        settings.refuse_evicting(once_cache)
+        expiry = ExpiryWorker(once_cache, interval=interval, batch=batch)
         click.echo(f"expired {len(expiry.run_once())} pods")
         return
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "expiry worker", replica=name)
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
+    expiry = ExpiryWorker(cache, interval=interval, batch=batch)
+    expiry.stopping = stop
     if metrics_port is not None:
         serve_metrics(cache, metrics_port, metrics_address)
-    expiry.install_signal_handlers()
     expiry.run()
 
 
@@ -129,10 +137,10 @@ def worker_compact(
     --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
     round at a time do the work)."""
     settings.refuse_embedded("schedcache worker compact")
-    cache = settings.cache()
-    settings.refuse_evicting(cache)
     if once:
-        done = retain(cache, keep, keep_events)
+        once_cache = settings.cache()
+        settings.refuse_evicting(once_cache)
+        done = retain(once_cache, keep, keep_events)
         click.echo(
             f"removed {done.removed} events; stream {done.stream_length} events; "
             f"checkpoint {done.checkpoint or '-'}"
@@ -141,8 +149,11 @@ def worker_compact(
         )
         return
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "compaction worker")
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
     failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
     click.echo(f"stopped; {failed} failed rounds", err=True)
 
@@ -156,11 +167,12 @@ def worker_compact(
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
     settings.refuse_embedded("schedcache metrics")
-    cache = settings.cache()
-    settings.refuse_evicting(cache)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, "metrics")
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from schedcache.cli.kube import kube_api, kube_options
+from schedcache.cli.lifecycle import exit_now, ready_cache, stop_on_signals
 from schedcache.cli.params import Name, Seconds
 from schedcache.cli.render import one_line
 from schedcache.cli.serve import metrics_address_option, serve_metrics
@@ -124,26 +123,25 @@ def sync(
             "cache that schedulers share",
             err=True,
         )
-    cache = settings.cache(replica=replica)
-    settings.refuse_evicting(cache)
-    syncer = feed.Syncer(cache, api, settings_, name=replica)
     if once:
-        _list_once(syncer, feed)
+        _list_once(feed.Syncer(settings.cache(replica=replica), api, settings_, name=replica), feed)
         return
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, f"sync of cache {settings.cache_name}", replica=replica)
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        exit_now(0)
+    syncer = feed.Syncer(cache, api, settings_, name=replica, stopping=stop)
     if metrics_port is not None:
         serve_metrics(cache, metrics_port, metrics_address)
-    signal.signal(signal.SIGTERM, lambda *_: syncer.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: syncer.stopping.set())
     click.echo(f"syncing cache {cache.name} from {api.api_client.configuration.host}", err=True)
     syncer.run()
     click.echo(f"stopped; {_summary(syncer)}", err=True)
-    if any(thread.is_alive() for thread in syncer.threads):
-        # A list page still waits on a silent API server (a daemon thread that holds nothing:
-        # a stopped list reconciles nothing). Tearing the interpreter down (the kubernetes
-        # package's modules) would take another second under load: SIGTERM must end in 2 s.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    # A list page may still wait on a silent API server, or be half sent, in a daemon thread
+    # that holds nothing (a stopped list reconciles nothing): finalising the interpreter under
+    # it aborts (exit 134) or takes another second. SIGTERM must end in 2 s, with status 0.
+    exit_now(0)
 
 
 def _list_once(syncer: Syncer, feed: Any) -> None:

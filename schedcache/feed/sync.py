@@ -23,6 +23,10 @@ ones kube-scheduler's cache holds; pending ones go to the cache's scheduling que
 * a pod the API server accepted is never invisible to fit: one the cache cannot store in full
   (labels past what it reads back) is stored without its labels, still counting its requests
   and ports on its node, and marked ``truncated``;
+* Redis away beyond the store's retry policy (a restart, a failover) means the same back-off;
+  the watch then resumes from the newest resourceVersion applied (every change before it
+  applied too), so an outage replays nothing and relists nothing; the progress written to the
+  cache goes through the retry policy, and a write Redis does not take is only logged;
 * a stop (SIGTERM) ends a list between pages without reconciling a partial list.
 
 Lists and watches go through the official ``kubernetes`` client (configuration, auth, TLS,
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+import redis
 import urllib3
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
@@ -257,6 +262,9 @@ class ResourceFeed:
         self.counters = FeedCounters()
         self._lock = threading.Lock()
         self.version = ""  # the newest resourceVersion seen (object or bookmark)
+        # The newest resourceVersion whose changes, and every one before it, are applied: where
+        # a watch resumes after any failure (a Redis outage replays nothing, relists nothing).
+        self.applied = ""
         self.response: Any = None  # the open watch, closed by close() to stop at once
         self.synced = threading.Event()  # set once the first list is applied
         self._progress_written = 0.0
@@ -292,19 +300,24 @@ class ResourceFeed:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        """List, then watch, until ``stop`` is set; back off while the API server is away."""
+        """List, then watch, until ``stop`` is set; back off while the API server or Redis is
+        away. A watch resumes from the newest resourceVersion applied (:attr:`applied`), so an
+        outage of either costs neither a replay nor a relist; only 410 Gone relists."""
         delay = self.settings.backoff
-        version: str | None = None
+        listed = False
         while not self.stop.is_set():
             try:
-                if version is None:
-                    version = self.relist()
+                if not listed:
+                    self.relist()
+                    listed = True
                     self.synced.set()
-                version = self.watch(version)
+                self.watch(self.applied)
                 delay = self.settings.backoff
+                continue
             except Gone as gone:
                 log.info("%s of cache %s: %s; relisting", self.resource, self.cache.name, gone)
-                version = None
+                listed = False
+                continue
             except Stopped:
                 break
             except API_ERRORS as error:
@@ -325,18 +338,19 @@ class ResourceFeed:
                     _short(error),
                     delay,
                 )
-                self.stop.wait(delay)
-                delay = min(self.settings.max_backoff, delay * 2)
-            except CacheError as error:  # Redis away beyond the retry policy: same back-off
+            except (CacheError, redis.RedisError) as error:  # Redis away beyond the retry policy
+                if self.stop.is_set():
+                    break
                 log.warning(
-                    "%s of cache %s: %s; retrying in %.1f s",
+                    "%s of cache %s: Redis unavailable (%s: %s); resuming from resourceVersion "
+                    "%s in %.1f s",
                     self.resource,
                     self.cache.name,
-                    error,
+                    type(error).__name__,
+                    _short(error),
+                    self.applied if listed else "- (listing again)",
                     delay,
                 )
-                self.stop.wait(delay)
-                delay = min(self.settings.max_backoff, delay * 2)
             except Exception:
                 # close() pulls the socket from under a reading watch (urllib3 then fails in
                 # its own ways): that is the stop. Anything else must not end the feed for
@@ -350,8 +364,8 @@ class ResourceFeed:
                     self.cache.name,
                     delay,
                 )
-                self.stop.wait(delay)
-                delay = min(self.settings.max_backoff, delay * 2)
+            self.stop.wait(delay)
+            delay = min(self.settings.max_backoff, delay * 2)
 
     def close(self) -> None:
         """Stop at once: the open watch is closed under the reading thread."""
@@ -396,9 +410,10 @@ class ResourceFeed:
             )
         if applying is not None:
             applying.result()
-        stale = sorted(held(self.cache, self.resource) - listed)
+        cached = self.cache.store.retrying(lambda: held(self.cache, self.resource), "relist")
+        stale = sorted(cached - listed)
         self._apply_batch([removal(self.resource, key, version) for key in stale])
-        self._advance(version, force=True)
+        self._applied(version, force=True)
         log.info(
             "%s of cache %s: listed %d at resourceVersion %s, %d no longer there",
             self.resource,
@@ -457,7 +472,7 @@ class ResourceFeed:
         if not planned:
             return planned
         keys = [self._version_key(command) for command in planned]
-        stored = self.cache.client.mget(keys)
+        stored = self.cache.store.retrying(lambda: self.cache.client.mget(keys), "relist")
         listed = int(version)
         kept = []
         for command, known in zip(planned, stored, strict=True):
@@ -478,7 +493,8 @@ class ResourceFeed:
 
     def watch(self, version: str) -> str:
         """Apply watch events from ``version`` until the watch ends; returns the newest
-        resourceVersion seen. Raises :class:`Gone` on 410."""
+        resourceVersion seen. Raises :class:`Gone` on 410; after any other failure
+        :attr:`applied` says how far the changes were applied."""
         timeout = self.settings.watch_timeout
         timeout = max(1, round(timeout * random.uniform(0.8, 1.0)))
         try:
@@ -504,7 +520,7 @@ class ResourceFeed:
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as error:
             # Cut mid-stream (a load balancer, the server restarting): a new watch resumes
             # from the last version; an API server that stays away fails the next request.
-            if not self.stop.is_set():
+            if not self.stop.is_set() and applier.error is None:
                 log.info(
                     "%s watch of cache %s cut (%s); resuming from %s",
                     self.resource,
@@ -512,6 +528,9 @@ class ResourceFeed:
                     _short(error),
                     version,
                 )
+        except Exception:
+            if applier.error is None:  # else the applier closed the watch: its error counts
+                raise
         finally:
             self.response = None
             response.release_conn()
@@ -520,7 +539,7 @@ class ResourceFeed:
         if not self.stop.is_set():
             self._count("watch_restarts")
             metrics.SYNC_WATCH_RESTARTS.labels(**self._labels).inc()
-        self._advance(version, force=True)
+        self._applied(version, force=True)
         return version
 
     def _event(self, line: bytes, version: str, applier: _Applier) -> str:
@@ -544,13 +563,11 @@ class ResourceFeed:
         metadata = obj.get("metadata")
         seen = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
         seen = seen if isinstance(seen, str) and seen.isdigit() else version
-        if kind == "BOOKMARK":
-            self._advance(seen)
-            return seen
-        command = self._plan(kind, obj)
-        if command is not None:
-            applier.put(command, received)
-        self._advance(seen)
+        self._seen(seen)
+        # Applied in order with the commands: a bookmark (or an object nothing here holds)
+        # moves the applied version once everything before it is applied.
+        command = None if kind == "BOOKMARK" else self._plan(kind, obj)
+        applier.put(command, received, seen)
         return seen
 
     # -- commands ---------------------------------------------------------------------------
@@ -623,16 +640,35 @@ class ResourceFeed:
 
     # -- progress ---------------------------------------------------------------------------
 
-    def _advance(self, version: str, force: bool = False) -> None:
-        """Remember the newest resourceVersion; write it to the cache's ``sync`` hash at most
-        every ``progress_every`` seconds (``schedcache stats`` shows it with its age)."""
+    def _seen(self, version: str) -> None:
         self.version = version
+
+    def _applied(self, version: str, force: bool = False) -> None:
+        """Remember the newest resourceVersion applied (with everything before it), where the
+        next watch resumes; write it to the cache's ``sync`` hash at most every
+        ``progress_every`` seconds (``schedcache stats`` shows it with its age), through the
+        store's retry policy. A progress write Redis does not take is logged and the feed goes
+        on: the next one carries it."""
+        self.version = max(self.version, version, key=_rv_order)
+        self.applied = version
         self.counters.last_version = version
         now = time.time()
         if not force and now - self._progress_written < self.settings.progress_every:
             return
         self._progress_written = now
-        record_progress(self.cache, self.resource, version, self.name, now)
+        try:
+            self.cache.store.retrying(
+                lambda: record_progress(self.cache, self.resource, version, self.name, now),
+                f"sync progress of {self.resource}",
+            )
+        except (redis.RedisError, OSError) as error:
+            log.warning(
+                "%s of cache %s: progress (resourceVersion %s) not written: %s",
+                self.resource,
+                self.cache.name,
+                version,
+                _short(error),
+            )
 
 
 class _Applier:
@@ -645,7 +681,7 @@ class _Applier:
 
     def __init__(self, feed: ResourceFeed) -> None:
         self.feed = feed
-        self.pending: list[tuple[Command, float]] = []
+        self.pending: list[tuple[Command | None, float, str]] = []
         self.error: BaseException | None = None
         self.done = False
         self.ready = threading.Condition()
@@ -654,9 +690,10 @@ class _Applier:
         )
         self.thread.start()
 
-    def put(self, command: Command, received: float) -> None:
+    def put(self, command: Command | None, received: float, version: str) -> None:
+        """Apply ``command`` (None: nothing to apply) in order; then ``version`` is applied."""
         with self.ready:
-            self.pending.append((command, received))
+            self.pending.append((command, received, version))
             self.ready.notify()
 
     def check(self) -> None:
@@ -681,19 +718,25 @@ class _Applier:
                     self.pending[: self.MAX_BATCH],
                     self.pending[self.MAX_BATCH :],
                 )
+            planned = [command for command, _, _ in taken if command is not None]
             try:
-                if len(taken) == 1:
-                    self.feed._apply_one(taken[0][0])
-                else:
-                    self.feed._apply_batch([command for command, _ in taken])
+                if len(planned) == 1:
+                    self.feed._apply_one(planned[0])
+                elif planned:
+                    self.feed._apply_batch(planned)
             except BaseException as error:  # raised again in the reading thread
                 self.error = error
                 with self.ready:
                     self.pending.clear()
+                # Wake the reading thread now (a quiet watch may send nothing for minutes):
+                # the watch ends, and the next one resumes from the newest version applied.
+                self.feed.close()
                 return
+            self.feed._applied(taken[-1][2])
             now = time.monotonic()
-            for _, received in taken:
-                seconds.observe(now - received)
+            for command, received, _ in taken:
+                if command is not None:
+                    seconds.observe(now - received)
 
 
 class Syncer:
@@ -705,9 +748,11 @@ class Syncer:
         api: kube_client.CoreV1Api,
         settings: SyncSettings | None = None,
         name: str = "",
+        stopping: threading.Event | None = None,
     ) -> None:
+        """``stopping``: the event that stops it (a signal handler's; else its own)."""
         self.cache = cache
-        self.stopping = threading.Event()
+        self.stopping = stopping or threading.Event()
         settings = settings or SyncSettings()
         self.feeds = [
             ResourceFeed(cache, api, resource, settings, self.stopping, name)
@@ -824,6 +869,11 @@ def _lines(response: Any) -> Iterator[bytes]:
 def _rejected(error: CacheError) -> bool:
     """A command refused on its own (its object is wrong), as opposed to the cache being away."""
     return not isinstance(error, RetriesExhausted)
+
+
+def _rv_order(version: str) -> tuple[int, str]:
+    """resourceVersions compare as numbers (the cache orders them so; "" first)."""
+    return (len(version), version)
 
 
 def _short(error: BaseException) -> str:

@@ -21,6 +21,13 @@ Insufficient cpu, 9 node(s) had untolerated taint {k: v}.``), the pod gets a
 (a node added or updated, a pod removed, a claim forgotten or expired), then backing off 1 s
 doubling to 10 s (upstream's podInitialBackoffSeconds and podMaxBackoffSeconds). A pod with
 inter-pod rules (which other pods' arrival can satisfy) backs off without parking.
+
+Redis going away (a restart, a failover) never ends the loop: a failed pop or snapshot read
+backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
+(or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed while its
+reply was lost is found again as this replica's own and bound. A claim decided on a snapshot
+that saw writes Redis lost is refused (``lost-writes``) and decided again on the snapshot,
+rebuilt by its next update.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -44,6 +53,7 @@ from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
 from schedcache.scheduler.binder import ApiBinder
+from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
@@ -60,6 +70,12 @@ CACHE_MAX_BACKOFF = 30.0
 BINDING_WORKERS = 16
 # Unschedulable messages remembered (so the same one is not patched again), newest kept.
 REPORTS_KEPT = 10_000
+# Seconds a stop waits for the Bindings in flight: a signal ends the process within 2 s (one
+# abandoned keeps its claim until the lease, given back at exit, or the deadline lets it go;
+# the feeder confirms a Binding that landed).
+STOP_WAIT = 1.0
+# What a Redis outage raises past the store's retry policy (RetriesExhausted is a CacheError).
+REDIS_AWAY = (redis.RedisError, OSError)
 
 
 def unschedulable_condition(message: str, now: datetime | None = None) -> dict[str, Any]:
@@ -119,6 +135,7 @@ class ReferenceScheduler:
         self.columns = Columns(percentage)
         self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")
         self._in_flight = threading.BoundedSemaphore(binding_workers)
+        self._binds: dict[Future[None], str] = {}  # Bindings in flight: their pods' uids
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
@@ -156,8 +173,7 @@ class ReferenceScheduler:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
-            self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
-            self.binding.submit(self._bind, placed)
+            self._submit(placed)
             outcome.node = placement.node
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
@@ -175,17 +191,66 @@ class ReferenceScheduler:
             except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
                 self._binding_failed(placed, f"{type(error).__name__}: {_short(error)}")
                 return
-            self.cache.finish_binding(placed)
+            # Bound: the claim must learn it whatever Redis does meanwhile (a restart, a
+            # failover), so it is sent until Redis answers or the scheduler stops.
+            self._until_redis_answers(lambda: self.cache.finish_binding(placed))
             with self._lock:
                 self.bound += 1
                 self._reported.pop(placed.uid, None)
-        except (CacheError, redis.RedisError, OSError) as error:
+        except (CacheError, *REDIS_AWAY) as error:
             log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
         finally:
             self._in_flight.release()
 
+    def _submit(self, placed: Pod) -> None:
+        self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
+        with self._lock:
+            future = self.binding.submit(self._bind, placed)
+            self._binds[future] = placed.uid
+        future.add_done_callback(self._bind_done)
+
+    def _bind_done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._binds.pop(future, None)
+
+    def _own_claim(self, pod: Pod) -> bool:
+        """Whether ``pod`` is already this replica's claim, its Binding now in flight: else a
+        claim whose reply Redis lost (a restart, a failover: the retry policy gave up though
+        the claim had landed), bound now instead of being left assumed for ever."""
+        with self._lock:
+            if pod.uid in self._binds.values():
+                return True
+        try:
+            record = self.cache.get_pod_record(pod)
+        except (CacheError, *REDIS_AWAY):
+            return False
+        mine = record.claimer == self.cache.replica and bool(self.cache.replica)
+        if record.state != "assumed" or record.binding_finished or not mine:
+            return False
+        log.info(
+            "pod %s/%s: this replica's claim on node %s landed though its reply was lost: "
+            "binding it",
+            pod.namespace,
+            pod.name,
+            record.node,
+        )
+        self._submit(pod.with_node(record.node))
+        return True
+
+    def _until_redis_answers(self, call: Callable[[], object]) -> None:
+        """``call()`` through the store's retry loop with delays that never run out until the
+        scheduler stops (then the last error is raised)."""
+        delays = backoff(POD_INITIAL_BACKOFF, CACHE_MAX_BACKOFF, until=self.stop.is_set)
+
+        def waiting(error: Exception, delay: float) -> None:
+            log.warning("Redis unavailable (%s); trying again in %.1f s", _short(error), delay)
+
+        call_with_retries(call, delays, waiting, sleep=self.stop.wait)
+
     def _binding_failed(self, placed: Pod, why: str) -> None:
-        self.cache.forget_pod(placed)
+        # A claim of this live replica is only given back by this forget: sent until Redis
+        # answers (its lease, heartbeated meanwhile, would never lapse).
+        self._until_redis_answers(lambda: self.cache.forget_pod(placed))
         outcome = self._give_back(placed.with_node(""), unschedulable=False)
         log.info(
             "pod %s/%s not scheduled: binding failed: %s (%s)",
@@ -197,20 +262,28 @@ class ReferenceScheduler:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Pop pods from the queue and schedule them, until ``stop``."""
+    def run(self, stop_wait: float | None = None) -> None:
+        """Pop pods from the queue and schedule them, until ``stop``; a Redis outage is waited
+        out. Then the Bindings in flight are waited for (``stop_wait`` seconds at most; None:
+        until they answer or time out)."""
         try:
             self._schedule_until_stopped()
         finally:
             self.stop.set()
-            self.binding.shutdown(wait=True)  # the Bindings in flight answer (or time out)
+            if stop_wait is None:
+                self.binding.shutdown(wait=True)
+            else:
+                with self._lock:
+                    binds = list(self._binds)  # (the futures)
+                wait_for(binds, timeout=stop_wait)
+                self.binding.shutdown(wait=False)
 
     def _schedule_until_stopped(self) -> None:
         idle, trouble = IDLE_WAIT[0], POD_INITIAL_BACKOFF
         while not self.stop.is_set():
             try:
                 popped = self.queue.pop()
-            except (CacheError, redis.RedisError, OSError) as error:  # Redis away: back off
+            except (CacheError, *REDIS_AWAY) as error:  # Redis away: back off
                 self.cache_errors += 1
                 log.warning("popping the scheduling queue: %s; again in %.0f s", error, trouble)
                 self.stop.wait(trouble)
@@ -223,23 +296,30 @@ class ReferenceScheduler:
                 continue
             idle = IDLE_WAIT[0]
             for queued in popped:
-                self.attempt(queued)
+                if not self.attempt(queued):  # Redis away: the pop backs off
+                    break
 
-    def attempt(self, queued: QueuedPod) -> None:
+    def attempt(self, queued: QueuedPod) -> bool:
         """One scheduling attempt of a pod popped from the queue; a pod not placed goes back
-        to it (parked when no node could take it, else backing off)."""
+        to it (parked when no node could take it, else backing off). False when Redis did not
+        answer (the pod is given back if it can be, else its lease on it lapses)."""
         pod = queued.pod
         try:
             outcome = self.schedule_one(pod)
         except PodAlreadyExists:  # another replica claimed it (after this one's lease lapsed)
-            self.lost += 1
-            return
+            if not self._own_claim(pod):
+                self.lost += 1
+            return True
         except CacheError as error:
             log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
             self._give_back(pod, unschedulable=False)
-            return
+            return not isinstance(error, REDIS_AWAY)
+        except REDIS_AWAY as error:  # a snapshot read Redis did not answer
+            log.warning("pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, _short(error))
+            self._give_back(pod, unschedulable=False)
+            return False
         if outcome.node:
-            return
+            return True
         if outcome.unschedulable:
             self.unschedulable += 1
             self._report(pod, outcome.reason)
@@ -254,11 +334,12 @@ class ReferenceScheduler:
             retry,
             " until a cluster change could help" if retry == "parked" else "",
         )
+        return True
 
     def _give_back(self, pod: Pod, unschedulable: bool) -> str:
         try:
             return self.queue.retry(pod, unschedulable, self.snapshot.last_id or "").outcome
-        except (CacheError, redis.RedisError, OSError) as error:  # its lease lapses instead
+        except (CacheError, *REDIS_AWAY) as error:  # its lease lapses instead
             log.warning("pod %s/%s: back to the queue: %s", pod.namespace, pod.name, error)
             return "lease left to lapse"
 

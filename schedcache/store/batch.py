@@ -117,13 +117,13 @@ class BatchBuilder:
         pod: Pod,
         check_fit: bool = False,
         expect_generation: int | None = None,
-        rules: tuple[int, str, str, str] | None = None,
+        rules: tuple[int, str, str, str, str] | None = None,
     ) -> Self:
         """``rules``: with ``check_fit``, ``schedcache.views.claims.claim_context(snap, pod)``
         (the inter-pod rules judged on ``snap``, re-checked in the batch's script after the
         commands before it)."""
         claimant = self._claimant("assume_pod")
-        since, reads, domains, incarnation = rules or (None, "", "", "")
+        since, reads, domains, incarnation, seen = rules or (None, "", "", "", "")
         command = commands.assume_pod(
             pod,
             check_fit,
@@ -133,6 +133,7 @@ class BatchBuilder:
             reads,
             domains,
             incarnation,
+            seen,
         )
         if check_fit and expect_generation is None and rules is None:
             self.bare_claims[command.id] = pod

@@ -22,6 +22,8 @@ from schedcache.model.values import Node, Pod
 from schedcache.store.records import pack_object
 
 Arg = str | int | bytes
+# An event's id in the stream ("<ms>-<seq>"), as lua/_history.lua bounds it.
+STREAM_ID = re.compile(r"[0-9]{1,15}-[0-9]{1,19}")
 
 
 class _CommandIds:
@@ -141,13 +143,15 @@ def assume_pod(
     reads: str = "",
     domains: str = "",
     incarnation: str = "",
+    seen: str = "",
 ) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
     ``expect_generation``: the node must not have changed since that generation (strict);
     ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim;
     ``since``/``reads``/``domains``/``incarnation``: with ``check_fit``, the inter-pod rules
     judged on a snapshot at generation ``since`` (of that incarnation of the cache) still hold
-    (``schedcache.views.claims``)."""
+    (``schedcache.views.claims``); ``seen``: the id of the newest event that snapshot saw,
+    the claim refused (``lost-writes``) when the cache no longer holds it (lua/_history.lua)."""
     args = _placed_pod_args(pod, "assume")
     if check_fit and expect_generation is not None:
         raise ValidationError(
@@ -163,7 +167,7 @@ def assume_pod(
     elif check_fit:
         args += ("fit", "", lease)
         if since is not None:
-            args += _rule_args(pod, since, reads, domains, incarnation)
+            args += _rule_args(pod, since, reads, domains, incarnation, seen)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
@@ -171,8 +175,11 @@ def assume_pod(
     return Command("assume_pod", pod_subject(pod), args)
 
 
-def _rule_args(pod: Pod, since: int, reads: str, domains: str, incarnation: str) -> tuple[Arg, ...]:
-    """The inter-pod rule arguments, checked as lua/_claims.lua reads them."""
+def _rule_args(
+    pod: Pod, since: int, reads: str, domains: str, incarnation: str, seen: str = ""
+) -> tuple[Arg, ...]:
+    """The inter-pod rule arguments, checked as lua/_claims.lua and lua/_history.lua read
+    them (``seen`` sent only when given: each argument costs Redis)."""
     subject = pod_subject(pod)
     if isinstance(since, bool) or not isinstance(since, int) or since < 0:
         raise ValidationError(subject, "since", f"{since!r} is not a cache generation")
@@ -181,7 +188,11 @@ def _rule_args(pod: Pod, since: int, reads: str, domains: str, incarnation: str)
             raise ValidationError(subject, name, f"expected a string, got {type(text).__name__}")
     if reads and (not reads.startswith("@") or any(c in reads for c in "\r\n\t")):
         raise ValidationError(subject, "reads", 'must be "@<rule> <node> ..." on one line')
-    return (since, reads, domains, incarnation)
+    if not seen:
+        return (since, reads, domains, incarnation)
+    if not isinstance(seen, str) or not STREAM_ID.fullmatch(seen):
+        raise ValidationError(subject, "seen", f"{seen!r} is not an event id (<ms>-<seq>)")
+    return (since, reads, domains, incarnation, seen)
 
 
 def add_pod(pod: Pod) -> Command:

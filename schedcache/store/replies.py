@@ -41,6 +41,10 @@ CODES = frozenset(
 # The inter-pod rules a claim re-checks (lua/_claims.lua).
 _RULES = ("pod-affinity", "pod-anti-affinity", "existing-anti-affinity", "topology-spread")
 
+#: The refusal of a claim decided on a snapshot that saw writes the cache no longer holds
+#: (lua/_history.lua); the snapshot's next update rebuilds it (views/snapshot.py).
+LOST_WRITES = "lost-writes"
+
 #: The refusal of a bare fit-checked claim (no rules judged) while pods with required
 #: anti-affinity are placed: the client judges on a snapshot and claims again (cache.py).
 UNCHECKED = "unchecked"
@@ -111,6 +115,12 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
             why = f"node {node} changed since the snapshot it was chosen from"
         elif names == ("node-missing",):
             why = f"node {node} is no longer in the cache"
+        elif names == (LOST_WRITES,):
+            why = (
+                "the cache lost writes the snapshot it was chosen from had seen (Redis restarted "
+                "from an older state, or failed over to a replica behind): decide again on a "
+                "snapshot updated since, which is rebuilt"
+            )
         elif names == (UNCHECKED,):
             why = (
                 f"pods with required anti-affinity are placed, so their terms toward it on node "

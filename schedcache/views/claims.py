@@ -3,7 +3,8 @@
 ``Cache.assume_pod(check_fit=True)`` (and the reference scheduler and the extender, with the
 snapshot they decided on) call :func:`claim_context`: the placement is refused here when it
 already breaks a rule on the snapshot, else the claim carries the snapshot's generation and the
-nodes each rule read, which ``lua/_claims.lua`` re-checks against the live cache atomically.
+nodes each rule read, which ``lua/_claims.lua`` re-checks against the live cache atomically,
+and the newest event the snapshot saw, which ``lua/_history.lua`` finds still in the stream.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.values import Pod
 from schedcache.views.snapshot import Snapshot
 
+# What a claim carries of the snapshot it was decided on: (generation, reads, domains,
+# incarnation, the id of the newest event it saw).
+ClaimRules = tuple[int, str, str, str, str]
 
-def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str, str]:
-    """``(generation, reads, domains, incarnation)`` for ``assume_pod``; :class:`FitConflict`
-    naming the rule when ``pod`` on ``pod.node_name`` breaks one on ``snap`` already."""
+
+def claim_context(snap: Snapshot, pod: Pod) -> ClaimRules:
+    """``(generation, reads, domains, incarnation, seen)`` for ``assume_pod``;
+    :class:`FitConflict` naming the rule when ``pod`` on ``pod.node_name`` breaks one on
+    ``snap`` already. ``seen`` lets Redis refuse the claim when it lost writes the snapshot
+    saw (lua/_history.lua)."""
     info = snap.node_infos.get(pod.node_name)
     if info is None or info.node is None:
-        return snap.generation, "", "", snap.incarnation
+        return snap.generation, "", "", snap.incarnation, snap.seen_id
     cycle = Cycle(
         pod,
         list(snap.node_infos.values()),
@@ -34,4 +41,4 @@ def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str, str]:
             node=pod.node_name,
             reasons=(rule,),
         )
-    return (snap.generation, *claim_reads(cycle, info), snap.incarnation)
+    return (snap.generation, *claim_reads(cycle, info), snap.incarnation, snap.seen_id)

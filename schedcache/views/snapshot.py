@@ -88,6 +88,11 @@ class Snapshot:
     # since, the rest are taken from here (they belong to this snapshot alone).
     last_id: str | None = None
     state: ReplayState = field(default_factory=ReplayState, repr=False)
+    # The id of the newest event any read of this snapshot reflected ("": none yet). Redis
+    # must still hold it: a stream that lacks it but holds an older event lost writes the
+    # snapshot saw, so the snapshot is rebuilt, and a claim decided on it refused
+    # (lua/_history.lua).
+    seen_id: str = ""
     # Per node, its stored object and the Node decoded from it: a node changed by its pods
     # alone keeps its Node (decoding it was a tenth of an update after 10 changed nodes).
     node_objects: dict[str, NodeObject] = field(default_factory=dict, repr=False)
@@ -120,6 +125,7 @@ class SnapshotUpdate:
     fell_back: str = ""  # why the stream was not followed ("": it was, or nothing to follow)
     list_rebuilt: bool = False
     inconsistent: bool = False
+    lost_writes: bool = False  # the cache lost writes the snapshot had seen: rebuilt in full
     seconds: float = 0.0
 
 
@@ -150,6 +156,18 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
     report = SnapshotUpdate()
     live = yield from _follow(snap, report)
     if live is None:
+        if (yield from _history_lost(snap)):
+            log.warning(
+                "cache %s no longer holds event %s that its snapshot saw (at generation %d): "
+                "Redis lost writes (a restart from an older AOF or RDB, a restore, a failover "
+                "to a replica behind); rebuilding the snapshot in full",
+                cache,
+                snap.seen_id,
+                snap.generation,
+            )
+            metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache).inc()
+            report.lost_writes = report.inconsistent = True
+            _reset(snap)
         live = yield from _catch_up(cache, snap, report)
     if len(snap.node_infos) != live or len(snap.node_info_list) != live:
         # As upstream's self-check, but recovering in the same call instead of failing it.
@@ -213,6 +231,20 @@ def _reset(snap: Snapshot) -> None:
     fresh = Snapshot()
     for name in vars(fresh):
         setattr(snap, name, getattr(fresh, name))
+
+
+def _history_lost(snap: Snapshot) -> Reads[bool]:
+    """Whether the stream lost the newest event the snapshot saw: it lacks it, yet holds an
+    older one (a stream trimmed past it, or empty, says nothing: generations decide then).
+    The same rule as lua/_history.lua, which refuses claims decided on such a snapshot."""
+    seen = snap.seen_id
+    if not seen:
+        return False
+    held = yield (STREAM_PAGE, (seen, seen, 1))
+    if held:
+        return False
+    older = yield (STREAM_PAGE, ("-", seen, 1))
+    return bool(older)
 
 
 def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
@@ -281,6 +313,7 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
             snap.tree_generation, snap.zones = parse_tree(tree)
             flags.membership = True
         snap.generation = snap.state.generation = int(generation)
+        snap.seen_id = last.decode() or snap.seen_id
         # Exact at this point of the stream only when this round's read was one atomic call.
         snap.last_id = snap.state.last_id = last.decode() if inline and last else None
         _rebuild_lists(snap, flags, report)
@@ -337,6 +370,7 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
     report.changed_images += len(changes)
     snap.generation = state.generation = generation
     snap.last_id = state.last_id = last
+    snap.seen_id = last
     _rebuild_lists(snap, flags, report)
     return int(live)
 

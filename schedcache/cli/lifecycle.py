@@ -1,0 +1,129 @@
+"""How the long-running commands (``sync``, ``scheduler``, ``extender``, ``worker expiry``)
+start and stop: they outlive Redis and end cleanly.
+
+* **Start while Redis is away**: the cache is made (the library loaded, the replica's lease
+  taken) through the store's retry loop with delays that never run out until a signal
+  (:func:`ready_cache`), so a container started before its Redis waits instead of exiting 1.
+* **Signals**: SIGTERM and SIGINT set one event (:func:`stop_on_signals`) the whole process
+  watches, the wait for Redis included.
+* **A clean exit gives the replica's lease back** (:func:`give_back_lease`): a container
+  restarted in place with the same ``--replica`` is not refused for the lease's ttl.
+* **Exit without tearing the interpreter down** (:func:`exit_now`): a daemon thread still in a
+  socket call (a list page of a silent API server) aborts CPython's finalisation (exit 134);
+  everything worth keeping is flushed first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from schedcache.store.connection import ConnectionFailed
+from schedcache.store.retry import RETRYABLE, backoff, call_with_retries
+
+if TYPE_CHECKING:
+    from schedcache.cache import Cache
+    from schedcache.cli.app import Settings
+
+log = logging.getLogger(__name__)
+
+# Waits between attempts to reach Redis at start: doubling from the first to the longest.
+START_BACKOFF = (0.1, 5.0)
+
+
+class RedisNotReady(redis.ConnectionError):
+    """Redis cannot be reached yet (refused, loading, a Cluster no seed node answered):
+    retried at start."""
+
+
+# What says that Redis is not there yet, as opposed to settings that are wrong.
+NOT_YET = (*RETRYABLE, RedisClusterException)
+
+
+class Interrupted(BaseException):
+    """A signal came while the main thread was busy with something no event stops (setting a
+    server up): raised there, as KeyboardInterrupt is, and caught by the command."""
+
+
+def stop_on_signals(stop: threading.Event, interrupt: bool = False) -> None:
+    """SIGTERM and SIGINT set ``stop`` (the command then ends within its own bound); with
+    ``interrupt``, they also raise :class:`Interrupted` in the main thread (until a server
+    installs handlers of its own)."""
+
+    def handler(*_: object) -> None:
+        stop.set()
+        if interrupt:
+            raise Interrupted
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def ready_cache(
+    settings: Settings,
+    stop: threading.Event,
+    what: str,
+    take_lease: Callable[[Cache], None] | None = None,
+    **options: Any,
+) -> Cache | None:
+    """The cache (and its lease, with ``take_lease``) once Redis answers, trying again with a
+    growing back-off meanwhile; None when ``stop`` is set first. Errors other than an
+    unreachable or loading Redis (a refused lease, wrong credentials or settings, a
+    maxmemory-policy that may evict the cache's keys) are raised
+    at once."""
+
+    def attempt() -> Cache:
+        try:
+            cache = settings.cache(**options)
+            settings.refuse_evicting(cache)  # a policy that may evict its keys: exit 1 at once
+            if take_lease is not None:
+                take_lease(cache)
+        except redis.AuthenticationError as error:  # wrong credentials: no use waiting
+            raise ConnectionFailed(f"Redis refused the credentials: {error}") from None
+        except ConnectionFailed as error:  # connect() names the URL; what failed is inside
+            failed = error.__context__
+            if isinstance(failed, redis.AuthenticationError) or not isinstance(failed, NOT_YET):
+                raise
+            raise RedisNotReady(str(error)) from error
+        return cache
+
+    def waiting(error: Exception, delay: float) -> None:
+        log.warning("%s: Redis unavailable (%s); trying again in %.1f s", what, error, delay)
+
+    try:
+        return call_with_retries(
+            attempt, backoff(*START_BACKOFF, until=stop.is_set), waiting, sleep=stop.wait
+        )
+    except redis.ConnectionError:
+        if stop.is_set():
+            return None
+        raise
+
+
+def give_back_lease(cache: Cache) -> None:
+    """Stop the replica's heartbeat and delete its lease (a clean exit: the binds it started
+    have answered). Redis away: said, and the lease lapses after its ttl instead."""
+    try:
+        cache.close(release_lease=True)
+    except (redis.RedisError, OSError) as error:
+        log.warning(
+            "replica %s: lease not given back (%s); it lapses after its ttl", cache.replica, error
+        )
+
+
+def exit_now(status: int = 0) -> NoReturn:
+    """Flush logs and output, then end the process without finalising the interpreter."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to keep
+            stream.flush()
+    os._exit(status)
