@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 
 import click
 
+from schedcache.cli.eventlines import event_text
 from schedcache.cli.get import find_pods, kind_of, not_found
-from schedcache.cli.inspection import event_text
 from schedcache.cli.objects import CachedPod, Seen, cached_pods, pod_status, roles
 from schedcache.cli.params import Name
 from schedcache.cli.printing import table_text
-from schedcache.cli.render import node_status, printable
+from schedcache.cli.text import node_status, printable
 from schedcache.cli.units import age, bytes_text, cpu_text, percent, resource_list
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.store.events import Event
 from schedcache.store.records import PodRecord
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 NOT_KEPT = "n/a"
 

@@ -31,13 +31,13 @@ from schedcache.cli.objects import (
 )
 from schedcache.cli.params import Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
-from schedcache.cli.render import node_status, printable
+from schedcache.cli.text import node_status, printable
 from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 KINDS = {"pods": "pod", "pod": "pod", "po": "pod", "nodes": "node", "node": "node", "no": "node"}

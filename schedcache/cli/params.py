@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
-from schedcache.cli.render import printable
+from schedcache.cli.text import printable
 from schedcache.store.commands import MAX_TIMEOUT
 from schedcache.store.events import normal_stream_id
 

@@ -13,7 +13,7 @@ import click
 import yaml
 
 from schedcache.cli.jsonpath import JsonPathError, column_value, custom_columns, evaluate, render
-from schedcache.cli.render import printable
+from schedcache.cli.text import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = "wide, json, yaml, name, jsonpath=TEMPLATE, custom-columns=SPEC"

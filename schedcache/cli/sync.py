@@ -11,11 +11,11 @@ import click
 
 from schedcache.cli.kube import kube_api, kube_options
 from schedcache.cli.params import Name, Seconds
-from schedcache.cli.render import one_line
 from schedcache.cli.serve import serve_metrics
+from schedcache.cli.text import one_line
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
     from schedcache.feed.sync import Syncer
 
 KUBE_MISSING = (

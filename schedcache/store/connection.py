@@ -6,10 +6,9 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, unquote
 
-import fakeredis
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode
@@ -22,6 +21,9 @@ from schedcache.errors import CacheError, ValidationError
 from schedcache.store.commands import MAX_TIMEOUT, seconds
 from schedcache.store.routing import ClusterClient
 
+if TYPE_CHECKING:
+    import fakeredis
+
 ENV_URL = "SCHEDCACHE_REDIS_URL"
 EMBEDDED = "embedded"
 # The Redis version fakeredis pretends to be: the oldest server schedcache supports.
@@ -29,7 +31,11 @@ EMBEDDED_VERSION = (7, 0)
 
 
 def embedded_client(server: fakeredis.FakeServer | None = None) -> redis.Redis:
-    """An in-process fakeredis client (with Lua), on a fresh server unless one is given."""
+    """An in-process fakeredis client (with Lua), on a fresh server unless one is given.
+    fakeredis is imported here, by the embedded backend only: it costs a command that talks to
+    a real Redis 60 ms of start-up."""
+    import fakeredis
+
     server = server or fakeredis.FakeServer(version=EMBEDDED_VERSION)
     return fakeredis.FakeRedis(server=server)
 
