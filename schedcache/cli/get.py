@@ -11,9 +11,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
+import redis
+from redis.exceptions import RedisClusterException
 
 from schedcache.cache import Cache
 from schedcache.cli.objects import (
@@ -31,13 +33,12 @@ from schedcache.cli.objects import (
 )
 from schedcache.cli.params import Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
+from schedcache.cli.settings import Settings
 from schedcache.cli.text import node_status, printable
-from schedcache.errors import ValidationError
+from schedcache.errors import CacheError, ValidationError
+from schedcache.feed.reconcile import held
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
-
-if TYPE_CHECKING:
-    from schedcache.cli.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 KINDS = {"pods": "pod", "pod": "pod", "po": "pod", "nodes": "node", "node": "node", "no": "node"}
@@ -125,12 +126,65 @@ def find_pods(
     return found, missing
 
 
+# -- shell completion from the cache ------------------------------------------------------------
+
+# What can go wrong reading the cache while the shell waits: no candidates then, never a trace.
+COMPLETION_ERRORS = (CacheError, redis.RedisError, RedisClusterException, OSError)
+
+
+def _cached(ctx: click.Context, read: Callable[[Cache], list[str]], incomplete: str) -> list[str]:
+    """``read(cache)``'s names that start with ``incomplete``, sorted; none when the command
+    line names no shared Redis or the cache cannot be read."""
+    settings = Settings.for_completion(ctx)
+    if settings is None:
+        return []
+    try:
+        names = read(settings.cache())
+    except COMPLETION_ERRORS:
+        return []
+    return sorted(n for n in set(names) if n.startswith(incomplete))
+
+
+def complete_kinds(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    return [kind for kind in ("nodes", "pods") if kind.startswith(incomplete)]
+
+
+def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """NAME of `get`/`describe`: node names, or the names of the pods in the namespace that -n
+    gives (default: default), as kubectl completes them."""
+    if ctx.params.get("kind") == "node":
+        return _cached(ctx, lambda cache: list(held(cache, "nodes")), incomplete)
+    if ctx.params.get("kind") != "pod":
+        return []
+    namespace = ctx.params.get("namespace") or "default"
+    return _cached(
+        ctx,
+        lambda cache: [p.name for p in cache.list_pods() if p.namespace == namespace],
+        incomplete,
+    )
+
+
+def complete_namespaces(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """-n/--namespace: the namespaces of the cache's pods."""
+    return _cached(ctx, lambda cache: [p.namespace for p in cache.list_pods()], incomplete)
+
+
+def namespace_option(command: F) -> F:
+    """``-n/--namespace`` (completed from the cache's pods)."""
+    return click.option(
+        "-n",
+        "--namespace",
+        type=Name(),
+        default=None,
+        shell_complete=complete_namespaces,
+        help="Namespace [default: default].",
+    )(command)
+
+
 def selection_options(command: F) -> F:
     for option in reversed(
         [
-            click.option(
-                "-n", "--namespace", type=Name(), default=None, help="Namespace [default: default]."
-            ),
+            namespace_option,
             click.option("-A", "--all-namespaces", is_flag=True, help="Pods of every namespace."),
             click.option(
                 "-l", "--selector", default=None, help="Label selector (k=v, k!=v, k in (a,b), k)."
@@ -148,8 +202,8 @@ def selection_options(command: F) -> F:
 
 
 @click.command("get")
-@click.argument("kind", metavar="pods|nodes", callback=kind_of)
-@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name())
+@click.argument("kind", metavar="pods|nodes", callback=kind_of, shell_complete=complete_kinds)
+@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name(), shell_complete=complete_names)
 @selection_options
 @output_option
 @click.option("--no-headers", is_flag=True, help="Tables without the header line.")
@@ -171,6 +225,8 @@ def get(
     -n NS, -A), `get pod NAME`, `get nodes`, with -l, --field-selector, -o, --no-headers and
     --sort-by. Pods the cache only assumed show STATUS Assumed; -o json|yaml carry the cache's
     own state under status.schedcache."""
+    if names and all_namespaces:  # kubectl's refusal, before anything is read
+        raise click.ClickException("a resource cannot be retrieved by name across all namespaces")
     cache = settings.existing_cache()
     listing = Listing(
         label_filter(selector), field_filter(field_selector, kind), output, no_headers, sort_by
@@ -255,7 +311,8 @@ def _show_pods(
     headers: tuple[str, ...] = ()
     rows: list[list[str]] = []
     if output.is_table:
-        seen = Seen.read(cache)
+        dated = all(e.pod.created_ms for e in entries)  # then AGE needs no stream read
+        seen = Seen.now() if dated else Seen.read(cache)
         wide = output.kind == "wide"
         headers = ("NAMESPACE",) * namespaces + POD_COLUMNS + POD_WIDE * wide
         rows = [[e.pod.namespace] * namespaces + pod_row(e, seen, wide) for e in entries]
@@ -282,7 +339,8 @@ def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
         headers: tuple[str, ...] = ()
         rows: list[list[str]] = []
         if output.is_table:
-            seen = Seen.read(cache)
+            dated = all(getattr(nodes[n].node, "created_ms", 0) for n in chosen)
+            seen = Seen.now() if dated else Seen.read(cache)
             wide = output.kind == "wide"
             headers = NODE_COLUMNS + NODE_WIDE * wide
             rows = [node_row(n, nodes[n], node_status(nodes[n]), seen, wide) for n in chosen]

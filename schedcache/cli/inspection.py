@@ -13,7 +13,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 from rich.console import Console
 
 from schedcache.cache import Cache, Dump
@@ -23,8 +22,9 @@ from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, progress
 from schedcache.cli.text import printable
 from schedcache.cli.units import bytes_text, cpu_text
+from schedcache.cli.yamltext import yaml_text
 from schedcache.feed.progress import truncated_pods
-from schedcache.history.checkpoints import history_start
+from schedcache.history.checkpoints import history_start, read_checkpoint_id
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.sim.explain import explain_events, pod_history, pod_name
@@ -104,7 +104,7 @@ def _print_state(output: str | None, cache: Cache, state: Dump, footer: str, **e
         document = state_document(cache, state.nodes, state.assumed_pods, state.generation, **extra)
         text = json.dumps(document, indent=2)
         if output == "yaml":
-            text = yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n")
+            text = yaml_text(json.loads(text))
         click.echo(text)
         return
     print_table(node_table(state.nodes))
@@ -402,8 +402,14 @@ def checkpoint(settings: Settings) -> None:
 )
 @click.pass_obj
 def compact(settings: Settings, keep: int) -> None:
-    """Trim the stream before the latest checkpoint; replay stays exact from it."""
-    cache = settings.cache()
+    """Trim the stream before the latest checkpoint; replay stays exact from it. A cache
+    without a checkpoint is refused (run `schedcache checkpoint` first)."""
+    cache = settings.existing_cache()
+    if read_checkpoint_id(cache.store) is None:
+        raise click.ClickException(
+            f"cache {printable(cache.name)!r} has no checkpoint, so there is nothing to compact "
+            "to: run `schedcache checkpoint` first"
+        )
     removed = cache.compact(keep=keep)
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
     settings.note_if_embedded("the compaction")

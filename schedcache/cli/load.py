@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -12,6 +13,8 @@ from schedcache.cli.settings import Settings
 from schedcache.cli.text import printable
 from schedcache.feed.loader import LoadReport, load_documents
 from schedcache.model.manifests import decode_input, entries, parse_documents
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 @click.command()
@@ -41,15 +44,35 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     (pending or terminated pods, other kinds) are counted per reason (-v lists them). A pod with
     more labels than the cache stores is loaded without them, still counting on its node, as
     sync stores it (truncated: N). The exit status is 1 when any object was invalid or rejected
-    by the cache.
+    by the cache, or when the input holds no object at all (an empty file).
+
+    Objects the cache already holds as read are skipped (unchanged: no command, no event), so
+    running the same load again writes nothing new. Ctrl-C stops a load with the counts so far
+    and exit status 130; running it again finishes it.
     """
     documents = parse_documents(decode_input(source.read()))
+    if not documents:
+        raise click.ClickException(
+            f"{printable(source.name)} holds no object (empty, or only comments and document "
+            "separators): nothing was loaded"
+        )
     cache = settings.cache(replica="loader")
     total = sum(1 for _ in entries(documents))
-    with progress(Console(stderr=True), total, "loading") as advance:
-        report = load_documents(
-            cache, documents, batch_size=batch_size, progress=advance, prune=prune
-        )
+    report = LoadReport()
+    try:
+        with progress(Console(stderr=True), total, "loading") as advance:
+            load_documents(
+                cache,
+                documents,
+                batch_size=batch_size,
+                progress=advance,
+                prune=prune,
+                report=report,
+            )
+    except KeyboardInterrupt:
+        print_load_report(report, verbose)
+        click.echo(interrupted_text(report, total), err=True)
+        sys.exit(INTERRUPTED)
     print_load_report(report, verbose)
     if not report.ok:
         where = "" if settings.is_shared() else " into the embedded Redis, gone at exit"
@@ -58,6 +81,20 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
             f"above); the rest was loaded{where}"
         )
     settings.note_if_embedded("what was loaded")
+
+
+def interrupted_text(report: LoadReport, total: int) -> str:
+    """What a Ctrl-C during a load leaves behind, and how to go on."""
+    applied = sum(report.applied.values())
+    unsure = (
+        f" (and up to {report.in_flight} more: the batch in flight may have been applied)"
+        if report.in_flight
+        else ""
+    )
+    return (
+        f"interrupted: {applied} of {total} objects applied{unsure}; run the same load again "
+        "to finish: what the cache already holds is skipped as unchanged"
+    )
 
 
 def print_load_report(report: LoadReport, verbose: bool) -> None:

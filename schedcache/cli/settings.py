@@ -32,6 +32,19 @@ class Settings:
     embedded: bool = False  # --embedded: the embedded backend on purpose
     read_from: str = PRIMARY  # --read-from: where snapshot updates read
 
+    @classmethod
+    def for_completion(cls, ctx: click.Context) -> Settings | None:
+        """The settings the command line being completed gives (the group's callback does not
+        run while the shell asks for candidates), patient for one second at most; None on the
+        embedded backend, which holds nothing to offer."""
+        params = ctx.find_root().params
+        url, name = params.get("url"), params.get("cache_name")
+        if not isinstance(url, str) or url == EMBEDDED or not isinstance(name, str):
+            return None
+        timeout = params.get("timeout")
+        timeout = min(timeout, 1.0) if isinstance(timeout, float) else 1.0
+        return cls(url, name, timeout=timeout, retry_for=0.0)
+
     def is_shared(self) -> bool:
         """A real Redis that other processes can reach (not the embedded default)."""
         return bool(self.url) and self.url != EMBEDDED
