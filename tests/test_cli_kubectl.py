@@ -138,9 +138,10 @@ def test_get_pods_lists_the_default_namespace_with_kubectls_columns(backend, kub
     output = ok(kube("get", "pods"))
     assert header(output) == KUBECTL_POD_COLUMNS
     rows = [line.split() for line in output.splitlines()[1:]]
+    # READY counts ready containers, as kubectl: these pods carry no container statuses.
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        ("web-0", "True", "Running"),
-        ("web-1", "True", "Running"),
+        ("web-0", "0/1", "Running"),
+        ("web-1", "0/1", "Running"),
     ]
     wide = ok(kube("get", "pods", "-o", "wide"))
     assert header(wide) == KUBECTL_POD_WIDE
@@ -271,7 +272,7 @@ def test_describe_node_has_kubectls_sections_in_kubectls_units(backend, kube):
     ]
     assert "NodeAdded" in output[output.index("Events:") :]
     tainted = ok(kube("describe", "node", "n2"))
-    assert "Taints:        dedicated=db:NoSchedule" in tainted
+    assert "Taints:             dedicated=db:NoSchedule" in tainted  # kubectl's column 20
 
 
 def test_describe_pod_names_its_node_requests_and_events(backend, kube):

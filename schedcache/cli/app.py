@@ -12,8 +12,9 @@ is one ``Error:`` line on stderr (exit 1). Anything else escaping is a bug.
 
 from __future__ import annotations
 
-import importlib
 import sys
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import click
@@ -33,33 +34,101 @@ from schedcache.store.routing import PRIMARY, read_from_setting
 
 __all__ = ["ENV_CACHE", "Settings", "connect", "main"]
 
-# Each subcommand, by name: the module that defines it and its attribute there. A module is
-# imported when its command runs (or help lists it), so `get` never pays for `whatif`'s imports
-# (start-up time), and no subcommand module is imported by this one (no import circle).
-COMMANDS = {
-    "checkpoint": "inspection:checkpoint",
-    "compact": "inspection:compact",
-    "completion": "completion:completion",
-    "demo": "demo:demo",
-    "describe": "describe:describe",
-    "diff": "inspection:diff",
-    "dump": "inspection:dump",
-    "events": "inspection:events",
-    "explain": "inspection:explain",
-    "extender": "extender:extender",
-    "get": "get:get",
-    "history": "inspection:history",
-    "load": "load:load",
-    "metrics": "serve:metrics_command",
-    "migrate": "admin:migrate",
-    "replay": "inspection:replay",
-    "scheduler": "extender:scheduler",
-    "scripts": "admin:scripts",
-    "stats": "admin:stats",
-    "sync": "sync:sync",
-    "verify": "inspection:verify",
-    "whatif": "whatif:whatif",
-    "worker": "serve:worker",
+# Each subcommand's module, imported when its command runs (or help lists it), so `get` never
+# pays for `whatif`'s imports (start-up time). The modules import Settings from
+# schedcache.cli.settings, never this module: no import circle.
+
+
+def _admin() -> ModuleType:
+    import schedcache.cli.admin as module
+
+    return module
+
+
+def _completion() -> ModuleType:
+    import schedcache.cli.completion as module
+
+    return module
+
+
+def _demo() -> ModuleType:
+    import schedcache.cli.demo as module
+
+    return module
+
+
+def _describe() -> ModuleType:
+    import schedcache.cli.describe as module
+
+    return module
+
+
+def _extender() -> ModuleType:
+    import schedcache.cli.extender as module
+
+    return module
+
+
+def _get() -> ModuleType:
+    import schedcache.cli.get as module
+
+    return module
+
+
+def _inspection() -> ModuleType:
+    import schedcache.cli.inspection as module
+
+    return module
+
+
+def _load() -> ModuleType:
+    import schedcache.cli.load as module
+
+    return module
+
+
+def _serve() -> ModuleType:
+    import schedcache.cli.serve as module
+
+    return module
+
+
+def _sync() -> ModuleType:
+    import schedcache.cli.sync as module
+
+    return module
+
+
+def _whatif() -> ModuleType:
+    import schedcache.cli.whatif as module
+
+    return module
+
+
+COMMANDS: dict[str, tuple[Callable[[], ModuleType], str]] = {
+    "checkpoint": (_inspection, "checkpoint"),
+    "compact": (_inspection, "compact"),
+    "completion": (_completion, "completion"),
+    "demo": (_demo, "demo"),
+    "describe": (_describe, "describe"),
+    "diff": (_inspection, "diff"),
+    "dump": (_inspection, "dump"),
+    "events": (_inspection, "events"),
+    "explain": (_inspection, "explain"),
+    "extender": (_extender, "extender"),
+    "get": (_get, "get"),
+    "history": (_inspection, "history"),
+    "load": (_load, "load"),
+    "metrics": (_serve, "metrics_command"),
+    "migrate": (_admin, "migrate"),
+    "replay": (_inspection, "replay"),
+    "scheduler": (_extender, "scheduler"),
+    "scripts": (_admin, "scripts"),
+    "stats": (_admin, "stats"),
+    "sync": (_sync, "sync"),
+    "verify": (_inspection, "verify"),
+    "whatif": (_whatif, "whatif"),
+    "worker": (_serve, "worker"),
 }
 
 
@@ -99,9 +168,9 @@ class SchedcacheGroup(click.Group):
         """The subcommand ``cmd_name``, its module imported on first use."""
         command = self.commands.get(cmd_name)
         if command is None and cmd_name in COMMANDS:
-            module, _, attribute = COMMANDS[cmd_name].partition(":")
-            command = getattr(importlib.import_module(f"schedcache.cli.{module}"), attribute)
-            assert isinstance(command, click.Command), COMMANDS[cmd_name]
+            load, attribute = COMMANDS[cmd_name]
+            command = getattr(load(), attribute)
+            assert isinstance(command, click.Command), cmd_name
             _add_epilogs(command, global_options_epilog(self))
             self.commands[cmd_name] = command
         return command

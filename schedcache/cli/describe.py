@@ -37,7 +37,7 @@ NOT_KEPT = "n/a"
 def fields_text(pairs: list[tuple[str, list[str]]]) -> list[str]:
     """``Name:   value`` lines aligned as kubectl's tabwriter does; a multi-value field
     continues on lines indented to the value column."""
-    width = max(len(label) for label, _ in pairs) + 2
+    width = max(len(label) + 1 for label, _ in pairs) + 2  # "Label:" and two spaces
     lines = []
     for label, values in pairs:
         shown = values or ["<none>"]

@@ -52,9 +52,10 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     """
     documents = parse_documents(decode_input(source.read()))
     if not documents:
+        name = printable(getattr(source, "name", "-"))
         raise click.ClickException(
-            f"{printable(source.name)} holds no object (empty, or only comments and document "
-            "separators): nothing was loaded"
+            f"{name} holds no object (empty, or only comments and document separators): "
+            "nothing was loaded"
         )
     cache = settings.cache(replica="loader")
     total = sum(1 for _ in entries(documents))
