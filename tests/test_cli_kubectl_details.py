@@ -386,3 +386,27 @@ def test_completion_is_documented():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "source <(schedcache completion bash)" in readme
     assert "node names, pod names and namespaces" in readme
+
+
+# -- 10. no import circle in the CLI ------------------------------------------------------------
+
+
+def test_no_module_of_the_cli_imports_one_that_imports_it_back():
+    """Every import counts (under TYPE_CHECKING and inside functions too), as in
+    tests/test_layers.py: the group (app) registers subcommands, which never import it."""
+    from tests.test_layers import PACKAGE, imported_modules, module_name
+
+    cli = {module_name(path): path for path in (PACKAGE / "cli").glob("*.py")}
+    graph = {
+        name: {module for _, module in imported_modules(path) if module in cli}
+        for name, path in cli.items()
+    }
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and not seen.add(nxt) and reaches(nxt, goal, seen))
+            for nxt in graph[start]
+        )
+
+    circles = sorted(name for name in graph if reaches(name, name, set()))
+    assert circles == []
