@@ -86,9 +86,15 @@ MANIFESTS: dict[str, Any] = {
 def kube(client, cache, cache_name, monkeypatch, tmp_path):
     """``kube(*args)``: schedcache on this test's backend, with MANIFESTS loaded (``cache``
     deletes its keys afterwards)."""
+    return loaded_cli(MANIFESTS, client, cache_name, monkeypatch, tmp_path)
+
+
+def loaded_cli(manifests: Any, client, cache_name, monkeypatch, tmp_path) -> Any:
+    """``run(*args)``: schedcache on ``client``'s backend and cache ``cache_name``, with
+    ``manifests`` loaded from ``run.path``."""
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(MANIFESTS))
+    path.write_text(json.dumps(manifests))
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(main, ["--cache", cache_name, *args])

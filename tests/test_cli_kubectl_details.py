@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 import yaml
 from click.shell_completion import ShellComplete
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
 from schedcache.model.values import Node, Pod
 from schedcache.store.batch import CommandBatch
 from tests.conftest import REAL_REDIS_URL, backend_url
+from tests.test_cli_kubectl import loaded_cli, ok
 
 HOUR_AGO = datetime.fromtimestamp(time.time() - 3 * 3600 - 60, tz=UTC)
 CREATED = HOUR_AGO.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -95,22 +96,7 @@ CLUSTER = {
 @pytest.fixture
 def kube(client, cache, cache_name, monkeypatch, tmp_path):
     """``kube(*args)``: schedcache on this test's backend, with CLUSTER loaded."""
-    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
-    path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(CLUSTER))
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(main, ["--cache", cache_name, *args])
-
-    loaded = run("load", str(path))
-    assert loaded.exit_code == 0, loaded.output
-    run.path = path  # type: ignore[attr-defined]
-    return run
-
-
-def ok(result: Result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.output
+    return loaded_cli(CLUSTER, client, cache_name, monkeypatch, tmp_path)
 
 
 # -- 1. -o yaml ---------------------------------------------------------------------------------
