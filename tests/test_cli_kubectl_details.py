@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
+from schedcache.feed.sync import node_command, pod_command
 from schedcache.model.values import Node, Pod
 from schedcache.store.batch import CommandBatch
 from tests.conftest import REAL_REDIS_URL, backend_url
@@ -209,6 +210,30 @@ def test_ready_follows_the_feed_and_a_record_without_counts_stays_readable(backe
     assert row.split()[1] == "<unknown>"
 
 
+def test_sync_keeps_ready_counts_and_creation_times_as_load_does(backend, cache):
+    cache.run(
+        node_command(
+            "ADDED",
+            {
+                **node("n1"),
+                "metadata": {
+                    "name": "n1",
+                    "uid": "u",
+                    "resourceVersion": "1",
+                    "creationTimestamp": CREATED,
+                },
+            },
+        )
+    )
+    running = pod("web-2", "2", ready=(True, False))
+    running["metadata"]["resourceVersion"] = "2"
+    cache.run(pod_command("ADDED", running))
+    stored = cache.get_pod("uid-web-2")
+    assert (stored.ready_containers, stored.containers) == (1, 2)
+    assert stored.created_ms == int(HOUR_AGO.timestamp()) * 1000
+    assert cache.get_node_info("n1").node.created_ms == stored.created_ms
+
+
 # -- 6. AGE -------------------------------------------------------------------------------------
 
 
@@ -221,6 +246,10 @@ def test_age_comes_from_creation_timestamps_and_survives_compaction(backend, kub
     assert {line.split()[3] for line in nodes} == {"3h1m"}
     document = json.loads(ok(kube("get", "pod", "web-3", "-o", "json")))
     assert document["metadata"]["creationTimestamp"] == CREATED
+    # The checkpoint keeps them too: replay from it gives every pod its creation time.
+    replayed = [pod for info in cache.replay().nodes.values() for pod in info.pods]
+    assert len(replayed) == 4 and all(pod.created_ms for pod in replayed)
+    assert cache.verify() == []
 
 
 # -- 7. load: rerun and Ctrl-C ------------------------------------------------------------------
