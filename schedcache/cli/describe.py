@@ -10,15 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from schedcache.cli.completion import complete_kinds, complete_names
 from schedcache.cli.eventlines import event_text
-from schedcache.cli.get import (
-    complete_kinds,
-    complete_names,
-    find_pods,
-    kind_of,
-    namespace_option,
-    not_found,
-)
+from schedcache.cli.get import find_pods, kind_of, namespace_option, not_found
 from schedcache.cli.objects import CachedPod, Seen, cached_pods, pod_status, roles
 from schedcache.cli.params import Name
 from schedcache.cli.printing import table_text

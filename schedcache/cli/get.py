@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
-import redis
-from redis.exceptions import RedisClusterException
 
 from schedcache.cache import Cache
+from schedcache.cli.completion import complete_kinds, complete_names, complete_namespaces
 from schedcache.cli.objects import (
     NODE_COLUMNS,
     NODE_WIDE,
@@ -35,8 +34,7 @@ from schedcache.cli.params import Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
 from schedcache.cli.settings import Settings
 from schedcache.cli.text import node_status, printable
-from schedcache.errors import CacheError, ValidationError
-from schedcache.feed.reconcile import held
+from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
 
@@ -124,49 +122,6 @@ def find_pods(
         else:
             missing.append(name)
     return found, missing
-
-
-# -- shell completion from the cache ------------------------------------------------------------
-
-# What can go wrong reading the cache while the shell waits: no candidates then, never a trace.
-COMPLETION_ERRORS = (CacheError, redis.RedisError, RedisClusterException, OSError)
-
-
-def _cached(ctx: click.Context, read: Callable[[Cache], list[str]], incomplete: str) -> list[str]:
-    """``read(cache)``'s names that start with ``incomplete``, sorted; none when the command
-    line names no shared Redis or the cache cannot be read."""
-    settings = Settings.for_completion(ctx)
-    if settings is None:
-        return []
-    try:
-        names = read(settings.cache())
-    except COMPLETION_ERRORS:
-        return []
-    return sorted(n for n in set(names) if n.startswith(incomplete))
-
-
-def complete_kinds(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    return [kind for kind in ("nodes", "pods") if kind.startswith(incomplete)]
-
-
-def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """NAME of `get`/`describe`: node names, or the names of the pods in the namespace that -n
-    gives (default: default), as kubectl completes them."""
-    if ctx.params.get("kind") == "node":
-        return _cached(ctx, lambda cache: list(held(cache, "nodes")), incomplete)
-    if ctx.params.get("kind") != "pod":
-        return []
-    namespace = ctx.params.get("namespace") or "default"
-    return _cached(
-        ctx,
-        lambda cache: [p.name for p in cache.list_pods() if p.namespace == namespace],
-        incomplete,
-    )
-
-
-def complete_namespaces(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """-n/--namespace: the namespaces of the cache's pods."""
-    return _cached(ctx, lambda cache: [p.namespace for p in cache.list_pods()], incomplete)
 
 
 def namespace_option(command: F) -> F:
