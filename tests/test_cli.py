@@ -139,7 +139,7 @@ def test_run_demo_with_this_seed_forgets_and_expires(cache):
 def test_stats_counts_what_the_demo_left(backend, cli, client, cache_name, monkeypatch):
     if backend == "fakeredis":
         # Every embedded connect() is a new server: point both invocations at the fixture's.
-        monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
+        monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     demo = cli("demo", "--pods", "20", "--nodes", "3", "--seed", "7")
     assert demo.exit_code == 0, demo.output
     rows = summary(demo.output)
@@ -234,7 +234,7 @@ def test_global_options_work_after_the_subcommand(backend, client, cache_name, r
     try:
         if backend == "fakeredis":
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(cli_module, "connect", lambda url=None, **_: client)
+                patch.setattr(cli_module.Settings, "client", lambda self: client)
                 loaded = CliRunner().invoke(main, ["load", str(path), "--cache", cache_name])
         else:
             loaded = CliRunner().invoke(
@@ -248,7 +248,7 @@ def test_global_options_work_after_the_subcommand(backend, client, cache_name, r
 
 def test_the_cache_name_comes_from_schedcache_cache(backend, cli, client, cache_name, monkeypatch):
     if backend == "fakeredis":
-        monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
+        monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     Cache(client, cache_name).add_node(make_node("n1", "1", "1Gi"))
     result = CliRunner(env={"SCHEDCACHE_CACHE": cache_name}).invoke(
         main, ["stats", *([] if backend == "fakeredis" else ["--redis", cli.url])]

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schedcache import Cache
-from schedcache.cli import app as cli_module
+from schedcache.cli import settings as cli_settings
 from schedcache.cli.app import main
 from schedcache.store.connection import ENV_URL
 from tests.conftest import backend_url
@@ -48,9 +48,9 @@ def cli(backend, client, cache, cache_name, monkeypatch, request) -> Iterator[Ru
     monkeypatch.delenv(ENV_URL, raising=False)
     monkeypatch.delenv("SCHEDCACHE_CACHE", raising=False)
     if backend == "fakeredis":
-        real_connect = cli_module.connect
+        real_connect = cli_settings.connect
         monkeypatch.setattr(
-            cli_module,
+            cli_settings,
             "connect",
             lambda url=None, **kw: client if url == "embedded" else real_connect(url, **kw),
         )

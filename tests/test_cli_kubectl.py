@@ -86,9 +86,15 @@ MANIFESTS: dict[str, Any] = {
 def kube(client, cache, cache_name, monkeypatch, tmp_path):
     """``kube(*args)``: schedcache on this test's backend, with MANIFESTS loaded (``cache``
     deletes its keys afterwards)."""
+    return loaded_cli(MANIFESTS, client, cache_name, monkeypatch, tmp_path)
+
+
+def loaded_cli(manifests: Any, client, cache_name, monkeypatch, tmp_path) -> Any:
+    """``run(*args)``: schedcache on ``client``'s backend and cache ``cache_name``, with
+    ``manifests`` loaded from ``run.path``."""
     monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
     path = tmp_path / "cluster.json"
-    path.write_text(json.dumps(MANIFESTS))
+    path.write_text(json.dumps(manifests))
 
     def run(*args: str) -> Result:
         return CliRunner().invoke(main, ["--cache", cache_name, *args])
@@ -138,9 +144,10 @@ def test_get_pods_lists_the_default_namespace_with_kubectls_columns(backend, kub
     output = ok(kube("get", "pods"))
     assert header(output) == KUBECTL_POD_COLUMNS
     rows = [line.split() for line in output.splitlines()[1:]]
+    # READY counts ready containers, as kubectl: these pods carry no container statuses.
     assert [(r[0], r[1], r[2]) for r in rows] == [
-        ("web-0", "True", "Running"),
-        ("web-1", "True", "Running"),
+        ("web-0", "0/1", "Running"),
+        ("web-1", "0/1", "Running"),
     ]
     wide = ok(kube("get", "pods", "-o", "wide"))
     assert header(wide) == KUBECTL_POD_WIDE
@@ -271,7 +278,7 @@ def test_describe_node_has_kubectls_sections_in_kubectls_units(backend, kube):
     ]
     assert "NodeAdded" in output[output.index("Events:") :]
     tainted = ok(kube("describe", "node", "n2"))
-    assert "Taints:        dedicated=db:NoSchedule" in tainted
+    assert "Taints:             dedicated=db:NoSchedule" in tainted  # kubectl's column 20
 
 
 def test_describe_pod_names_its_node_requests_and_events(backend, kube):

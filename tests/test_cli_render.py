@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
-from schedcache.cli import app as cli_module
+from schedcache.cli import settings as cli_settings
 from schedcache.cli.app import main
-from schedcache.cli.render import node_status, one_line, printable
+from schedcache.cli.text import node_status, one_line, printable
 from schedcache.model.values import Node, Resource
 from schedcache.store.connection import ENV_URL
 from tests.conftest import backend_url
@@ -34,7 +34,7 @@ NASTY_NODES = ["a[/]", "[bold]b", "c\x1b[2Jd", "e\u202ef", "g\x7fh"]
 def cli(backend, client, cache_name, monkeypatch, request) -> Iterator:
     monkeypatch.delenv(ENV_URL, raising=False)
     if backend == "fakeredis":
-        monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
+        monkeypatch.setattr(cli_settings, "connect", lambda url=None, **_: client)
     url = backend_url(backend, request)
 
     def run(*args: str) -> Result:
@@ -133,7 +133,7 @@ def test_demo_keeps_and_shows_nodes_with_markup_names(backend, client, cache_nam
     """The embedded demo with --keep prints the nodes already there: names with markup and
     escapes used to crash it."""
     monkeypatch.delenv(ENV_URL, raising=False)
-    monkeypatch.setattr(cli_module, "connect", lambda url=None, **_: client)
+    monkeypatch.setattr(cli_settings, "connect", lambda url=None, **_: client)
     cache = Cache(client, cache_name)
     populate(cache)
     try:

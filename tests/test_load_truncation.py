@@ -64,10 +64,10 @@ def test_a_truncated_pod_updated_by_a_watch_event_stays_counted(cache: Any) -> N
     events = [
         {"type": "ADDED", "object": node},
         {"type": "ADDED", "object": labelled("big", "1")},
-        {"type": "MODIFIED", "object": labelled("big", "1")},
+        {"type": "MODIFIED", "object": labelled("big", "2")},  # a change: unchanged is skipped
     ]
     report = load(cache, "\n".join(json.dumps(event) for event in events))
     assert report.ok and report.truncated == 2, report
     assert report.applied == {"add_node": 1, "add_pod": 1, "update_pod": 1}
     assert cache.get_pod("uid-big").truncated
-    assert cache.get_node_info("n0").requested.milli_cpu == 1000
+    assert cache.get_node_info("n0").requested.milli_cpu == 2000

@@ -65,11 +65,14 @@ def test_kubectl_list_loads_every_node_and_bound_pod(cache):
     assert len(report.skipped) == len(items) - 20 - len(bound)  # pending or finished pods
 
 
-def test_loading_the_same_list_twice_changes_only_the_stream(cache):
+def test_loading_the_same_list_twice_writes_nothing_the_second_time(cache):
     load(cache, CLUSTER)
-    first = cache.dump()
+    first, events = cache.dump(), cache.stream_length()
     report = load(cache, CLUSTER)
-    assert report.ok and report.applied["update_pod"] == cache.pod_count()
+    assert report.ok and not report.applied, report.applied
+    unchanged = report.skipped_by_reason()["unchanged"]
+    assert unchanged == cache.pod_count() + cache.node_count()
+    assert cache.stream_length() == events  # no no-op update_pod/update_node events
     second = cache.dump()
     for name, info in first.nodes.items():
         again = second.nodes[name]

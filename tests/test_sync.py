@@ -573,7 +573,7 @@ def test_stats_and_verify_show_how_many_pods_are_truncated(
 ) -> None:
     url = backend_url(backend, request)
     if backend == "fakeredis":  # every embedded connect() is a new server: use the fixture's
-        monkeypatch.setattr(cli_app, "connect", lambda url=None, **_: client)
+        monkeypatch.setattr(cli_app.Settings, "client", lambda self: client)
     cache.run(commands.sync_node(make_node("n0", "4", "8Gi"), "1"))
     big = labelled_pod("big", "n0", 70_000, cpu="1")
     big["metadata"].update(uid="uid-big", resourceVersion="2")

@@ -91,9 +91,12 @@ def test_metrics_listen_on_loopback_unless_told(argv: list[str], tmp_path: Path)
 def test_every_metrics_address_option_defaults_to_loopback() -> None:
     """sync's as well (it needs an API server to run: its option is checked here)."""
     seen = []
-    for command in (main.commands["sync"], main.commands["metrics"]):
+    context = click.Context(main)  # subcommands load lazily: ask the group for them
+    for name in ("sync", "metrics"):
+        command = main.get_command(context, name)
+        assert command is not None
         seen += [p for p in command.params if p.name in ("metrics_address", "address")]
-    worker = main.commands["worker"]
+    worker = main.get_command(context, "worker")
     assert isinstance(worker, click.Group)
     seen += [p for p in worker.commands["expiry"].params if p.name == "metrics_address"]
     assert len(seen) == 3 and {p.default for p in seen} == {"127.0.0.1"}

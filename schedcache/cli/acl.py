@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from schedcache.cli.app import check_cache_name
+from schedcache.cli.params import check_cache_name
 from schedcache.ops.acl import ROLES, acl_rules
 
 

@@ -5,23 +5,25 @@ keep kubectl's place and say so (``n/a``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
 
-from schedcache.cli.get import find_pods, kind_of, not_found
-from schedcache.cli.inspection import event_text
+from schedcache.cli.completion import complete_kinds, complete_names
+from schedcache.cli.eventlines import event_text
+from schedcache.cli.get import find_pods, kind_of, namespace_option, not_found
 from schedcache.cli.objects import CachedPod, Seen, cached_pods, pod_status, roles
 from schedcache.cli.params import Name
 from schedcache.cli.printing import table_text
-from schedcache.cli.render import node_status, printable
+from schedcache.cli.text import node_status, printable
 from schedcache.cli.units import age, bytes_text, cpu_text, percent, resource_list
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.store.events import Event
 from schedcache.store.records import PodRecord
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 NOT_KEPT = "n/a"
 
@@ -29,7 +31,7 @@ NOT_KEPT = "n/a"
 def fields_text(pairs: list[tuple[str, list[str]]]) -> list[str]:
     """``Name:   value`` lines aligned as kubectl's tabwriter does; a multi-value field
     continues on lines indented to the value column."""
-    width = max(len(label) for label, _ in pairs) + 2
+    width = max(len(label) + 1 for label, _ in pairs) + 2  # "Label:" and two spaces
     lines = []
     for label, values in pairs:
         shown = values or ["<none>"]
@@ -61,6 +63,11 @@ def events_section(events: list[Event], now_ms: int) -> list[str]:
     ]
 
 
+def described_time(ms: int) -> str:
+    """A time as kubectl describe prints it (Go's RFC1123Z), in UTC."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%a, %d %b %Y %H:%M:%S %z")
+
+
 def describe_node(name: str, info: NodeInfo, seen: Seen, events: list[Event]) -> list[str]:
     node = info.node
     alloc = info.allocatable
@@ -70,6 +77,10 @@ def describe_node(name: str, info: NodeInfo, seen: Seen, events: list[Event]) ->
             ("Name", [name]),
             ("Roles", [roles(node)]),
             ("Labels", labels_text(node.labels) if node else []),
+            (
+                "CreationTimestamp",
+                [described_time(node.created_ms)] if node and node.created_ms else [],
+            ),
             ("Taints", taints),
             ("Unschedulable", [str(bool(node and node.unschedulable)).lower()]),
             ("Status", [node_status(info)]),
@@ -101,7 +112,7 @@ def describe_node(name: str, info: NodeInfo, seen: Seen, events: list[Event]) ->
                 NOT_KEPT,
                 f"{bytes_text(memory)} ({percent(memory, alloc.memory)})",
                 NOT_KEPT,
-                age(seen.pods.get(pod.uid), seen.now_ms),
+                seen.pod_age(pod),
             ]
         )
     lines += indent(table_text(header, rows, False))
@@ -123,9 +134,28 @@ def describe_node(name: str, info: NodeInfo, seen: Seen, events: list[Event]) ->
             NOT_KEPT,
         ],
         ["pods", f"{len(pods)} ({percent(len(pods), alloc.allowed_pod_number)})", NOT_KEPT],
+        *extended_rows(info),
     ]
     lines += indent(table_text(("Resource", "Requests", "Limits"), resources, False))
     return lines + events_section(events, seen.now_ms)
+
+
+def extended_rows(info: NodeInfo) -> list[list[str]]:
+    """kubectl's rows for the node's other resources: hugepages with a percentage of
+    allocatable, then extended resources (``nvidia.com/gpu``) as plain amounts, each sorted by
+    name; every one the node offers or a pod requests is listed, 0 when nothing asks for it."""
+    offered, used = info.allocatable.scalar_resources, info.requested.scalar_resources
+    names = sorted({*offered, *used})
+    huge = [name for name in names if name.startswith("hugepages-")]
+    rows = [
+        [
+            name,
+            f"{bytes_text(used.get(name, 0))} ({percent(used.get(name, 0), offered.get(name, 0))})",
+            NOT_KEPT,
+        ]
+        for name in huge
+    ]
+    return rows + [[name, str(used.get(name, 0)), NOT_KEPT] for name in names if name not in huge]
 
 
 def describe_pod(entry: CachedPod, record: PodRecord, seen: Seen) -> list[str]:
@@ -153,9 +183,9 @@ def describe_pod(entry: CachedPod, record: PodRecord, seen: Seen) -> list[str]:
 
 
 @click.command("describe")
-@click.argument("kind", metavar="pod|node", callback=kind_of)
-@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name())
-@click.option("-n", "--namespace", type=Name(), default=None, help="Namespace [default: default].")
+@click.argument("kind", metavar="pod|node", callback=kind_of, shell_complete=complete_kinds)
+@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name(), shell_complete=complete_names)
+@namespace_option
 @click.pass_obj
 def describe(settings: Settings, kind: str, names: tuple[str, ...], namespace: str | None) -> None:
     """A node or pod as `kubectl describe` shows it: labels, taints, allocatable, the pods on a

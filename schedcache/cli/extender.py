@@ -28,7 +28,7 @@ BIND_TIMEOUT_MIN = 2 * API_TIMEOUT + 1
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 EXTENDER_MISSING = (
     "schedcache extender needs aiohttp and the Kubernetes client: pip install "

@@ -11,11 +11,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from schedcache.cache import Cache
+from schedcache.cli.completion import complete_kinds, complete_names, complete_namespaces
 from schedcache.cli.objects import (
     NODE_COLUMNS,
     NODE_WIDE,
@@ -31,13 +32,11 @@ from schedcache.cli.objects import (
 )
 from schedcache.cli.params import Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
-from schedcache.cli.render import node_status, printable
+from schedcache.cli.settings import Settings
+from schedcache.cli.text import node_status, printable
 from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
-
-if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 KINDS = {"pods": "pod", "pod": "pod", "po": "pod", "nodes": "node", "node": "node", "no": "node"}
@@ -125,12 +124,22 @@ def find_pods(
     return found, missing
 
 
+def namespace_option(command: F) -> F:
+    """``-n/--namespace`` (completed from the cache's pods)."""
+    return click.option(
+        "-n",
+        "--namespace",
+        type=Name(),
+        default=None,
+        shell_complete=complete_namespaces,
+        help="Namespace [default: default].",
+    )(command)
+
+
 def selection_options(command: F) -> F:
     for option in reversed(
         [
-            click.option(
-                "-n", "--namespace", type=Name(), default=None, help="Namespace [default: default]."
-            ),
+            namespace_option,
             click.option("-A", "--all-namespaces", is_flag=True, help="Pods of every namespace."),
             click.option(
                 "-l", "--selector", default=None, help="Label selector (k=v, k!=v, k in (a,b), k)."
@@ -148,8 +157,8 @@ def selection_options(command: F) -> F:
 
 
 @click.command("get")
-@click.argument("kind", metavar="pods|nodes", callback=kind_of)
-@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name())
+@click.argument("kind", metavar="pods|nodes", callback=kind_of, shell_complete=complete_kinds)
+@click.argument("names", metavar="[NAME]...", nargs=-1, type=Name(), shell_complete=complete_names)
 @selection_options
 @output_option
 @click.option("--no-headers", is_flag=True, help="Tables without the header line.")
@@ -171,6 +180,8 @@ def get(
     -n NS, -A), `get pod NAME`, `get nodes`, with -l, --field-selector, -o, --no-headers and
     --sort-by. Pods the cache only assumed show STATUS Assumed; -o json|yaml carry the cache's
     own state under status.schedcache."""
+    if names and all_namespaces:  # kubectl's refusal, before anything is read
+        raise click.ClickException("a resource cannot be retrieved by name across all namespaces")
     cache = settings.existing_cache()
     listing = Listing(
         label_filter(selector), field_filter(field_selector, kind), output, no_headers, sort_by
@@ -255,7 +266,8 @@ def _show_pods(
     headers: tuple[str, ...] = ()
     rows: list[list[str]] = []
     if output.is_table:
-        seen = Seen.read(cache)
+        dated = all(e.pod.created_ms for e in entries)  # then AGE needs no stream read
+        seen = Seen.now() if dated else Seen.read(cache)
         wide = output.kind == "wide"
         headers = ("NAMESPACE",) * namespaces + POD_COLUMNS + POD_WIDE * wide
         rows = [[e.pod.namespace] * namespaces + pod_row(e, seen, wide) for e in entries]
@@ -282,7 +294,8 @@ def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
         headers: tuple[str, ...] = ()
         rows: list[list[str]] = []
         if output.is_table:
-            seen = Seen.read(cache)
+            dated = all(getattr(nodes[n].node, "created_ms", 0) for n in chosen)
+            seen = Seen.now() if dated else Seen.read(cache)
             wide = output.kind == "wide"
             headers = NODE_COLUMNS + NODE_WIDE * wide
             rows = [node_row(n, nodes[n], node_status(nodes[n]), seen, wide) for n in chosen]

@@ -13,17 +13,18 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import click
-import yaml
 from rich.console import Console
 
 from schedcache.cache import Cache, Dump
+from schedcache.cli.eventlines import PodNames, event_line, event_row
 from schedcache.cli.params import Duration, Name, StreamId, TextParam
 from schedcache.cli.printing import table_text
-from schedcache.cli.render import node_table, print_table, printable, progress, zone_text
-from schedcache.cli.units import age, bytes_text, cpu_text
-from schedcache.errors import CacheError
+from schedcache.cli.render import node_table, print_table, progress
+from schedcache.cli.text import printable
+from schedcache.cli.units import bytes_text, cpu_text
+from schedcache.cli.yamltext import yaml_text
 from schedcache.feed.progress import truncated_pods
-from schedcache.history.checkpoints import history_start
+from schedcache.history.checkpoints import history_start, read_checkpoint_id
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.sim.explain import explain_events, pod_history, pod_name
@@ -32,7 +33,7 @@ from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_strea
 EVENT_COLUMNS = ("ID", "TYPE", "AGE", "REPLICA", "OBJECT AND FIELDS")
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 
 def resource_json(resource: Resource) -> dict[str, Any]:
@@ -103,62 +104,11 @@ def _print_state(output: str | None, cache: Cache, state: Dump, footer: str, **e
         document = state_document(cache, state.nodes, state.assumed_pods, state.generation, **extra)
         text = json.dumps(document, indent=2)
         if output == "yaml":
-            text = yaml.safe_dump(json.loads(text), sort_keys=False).rstrip("\n")
+            text = yaml_text(json.loads(text))
         click.echo(text)
         return
     print_table(node_table(state.nodes))
     click.echo(footer)
-
-
-class PodNames:
-    """Names pods by namespace/name in event lines: from the payloads seen so far, else from
-    the cache (a BindingFinished or expiry event carries only the uid), else the uid."""
-
-    def __init__(self, cache: Cache | None = None) -> None:
-        self.cache = cache
-        self.known: dict[str, str] = {}
-
-    def __call__(self, event: Event) -> str | None:
-        uid = event.uid
-        if not uid:
-            return None
-        name = pod_name(event)
-        if name:
-            self.known[uid] = name
-            return name
-        if uid not in self.known and self.cache is not None:
-            try:
-                self.known[uid] = self.cache.get_pod(uid).full_name
-            except CacheError:
-                self.known[uid] = uid
-        return self.known.get(uid, uid)
-
-
-def event_text(event: Event, names: PodNames | None = None) -> str:
-    """The subject (a pod's namespace/name, or the node) and the event's fields."""
-    subject = (names or PodNames())(event) if event.uid else event.node
-    extra = " ".join(
-        f"{key}={zone_text(value) if key == 'zone' else value}"
-        for key, value in sorted(event.fields.items())
-    )
-    return printable(f"{subject or '-'}  {extra}".rstrip())
-
-
-def event_row(event: Event, now_ms: int, names: PodNames) -> list[str]:
-    """``id, type, age, replica, subject and fields`` of one event, every part printable."""
-    ms = int(event.id.split("-", 1)[0])
-    return [
-        event.id,
-        event.type,
-        age(ms, now_ms),
-        printable(event.replica or "-"),
-        event_text(event, names),
-    ]
-
-
-def event_line(event: Event, names: PodNames | None = None) -> str:
-    """One event as ``history`` prints it (no alignment across lines)."""
-    return "   ".join(event_row(event, int(time.time() * 1000), names or PodNames()))
 
 
 class FollowTable:
@@ -458,8 +408,14 @@ def checkpoint(settings: Settings) -> None:
 )
 @click.pass_obj
 def compact(settings: Settings, keep: int) -> None:
-    """Trim the stream before the latest checkpoint; replay stays exact from it."""
-    cache = settings.cache()
+    """Trim the stream before the latest checkpoint; replay stays exact from it. A cache
+    without a checkpoint is refused (run `schedcache checkpoint` first)."""
+    cache = settings.existing_cache()
+    if read_checkpoint_id(cache.store) is None:
+        raise click.ClickException(
+            f"cache {printable(cache.name)!r} has no checkpoint, so there is nothing to compact "
+            "to: run `schedcache checkpoint` first"
+        )
     removed = cache.compact(keep=keep)
     click.echo(f"removed {removed} events; {cache.stream_length()} remain")
     settings.note_if_embedded("the compaction")

@@ -1,10 +1,13 @@
 """The part of kubectl's JSONPath templates people type: ``-o jsonpath=...``,
 ``-o custom-columns=...`` and ``--sort-by``.
 
-Supported: text around ``{...}`` blocks; paths of ``.field``, ``['field.with.dots']``,
-``[N]`` (negative counts from the end), ``[*]`` and ``.*``; ``{range PATH}...{end}``; string
-literals (``{"\\n"}``, ``{'\\t'}``). Several results of one path are joined by a space, as
-kubectl does. Anything else is a :class:`JsonPathError` naming the template, never a guess.
+Supported: text around ``{...}`` blocks; paths of ``.field`` (a backslash escapes the next
+character, as kubectl's parser reads ``.topology\\.kubernetes\\.io/zone``),
+``['field.with.dots']``, ``[N]`` (negative counts from the end), ``[*]`` and ``.*``;
+``{range PATH}...{end}``; string literals (``{"\\n"}``, ``{'\\t'}``). Several results of one
+path are joined by a space, as kubectl does. A path that selects nothing prints nothing
+(kubectl's default, ``--allow-missing-template-keys=true``). Anything else is a
+:class:`JsonPathError` naming the template, never a guess.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-_SEGMENT = re.compile(r"\.\*|\.([^.\[\]]+)|\[\*\]|\[(-?\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+# A field name ends where kubectl's parser ends it (a space, ``.``, ``,``, ``[``, ``]``, ``$``,
+# ``@``, ``{``, ``}``), except after a backslash; its backslashes are then dropped.
+_SEGMENT = re.compile(
+    r"\.\*|\.((?:\\.|[^\\\s.,\[\]$@{}])+)|\[\*\]|\[(-?\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]"
+)
 
 
 class JsonPathError(ValueError):
@@ -86,7 +93,7 @@ def evaluate(path: str, document: Any) -> list[Any]:
 
 
 def _step(value: Any, match: re.Match[str]) -> list[Any]:
-    field = match[1] or match[3] or match[4]
+    field = match[1].replace("\\", "") if match[1] else match[3] or match[4]
     if field is not None:
         return [value[field]] if isinstance(value, dict) and field in value else []
     if match[2] is not None:

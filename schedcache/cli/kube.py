@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from schedcache.cli.params import Seconds
-from schedcache.cli.render import one_line
+from schedcache.cli.text import one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

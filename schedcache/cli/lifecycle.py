@@ -32,7 +32,7 @@ from schedcache.store.retry import RETRYABLE, backoff, call_with_retries
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,12 @@
 
 The cache keeps what kube-scheduler reads, not whole objects: no container statuses, IPs,
 images of a pod, kubelet versions. Those columns keep kubectl's names and print ``<none>`` or
-``<unknown>`` as kubectl does for a missing value. AGE is the time since the object's first
-event still in the stream (the cache never sees creationTimestamp). What only the cache knows
-(a pod's state: assumed or added, binding finished, deadline) is under ``status.schedcache``.
+``<unknown>`` as kubectl does for a missing value. READY counts the containers the feed last
+saw ready, as kubectl does. AGE is the time since the object's creationTimestamp, kept in its
+record by the feed (so it survives ``compact``); for an object that came without one (or a
+record written before it was kept), since its first event still in the stream. What only the
+cache knows (a pod's state: assumed or added, binding finished, deadline) is under
+``status.schedcache``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from schedcache.cache import Cache
@@ -50,11 +54,25 @@ class Seen:
     pod_events: dict[str, deque[Event]] = field(default_factory=dict)
     node_events: dict[str, deque[Event]] = field(default_factory=dict)
 
+    def pod_age(self, pod: Pod) -> str:
+        """AGE of ``pod``: from its creationTimestamp, else from its first event."""
+        return age(pod.created_ms or self.pods.get(pod.uid), self.now_ms)
+
+    def node_age(self, name: str, node: Node | None) -> str:
+        """AGE of node ``name``: from its creationTimestamp, else from its first event."""
+        created = node.created_ms if node is not None else 0
+        return age(created or self.nodes.get(name), self.now_ms)
+
+    @classmethod
+    def now(cls) -> Seen:
+        """No stream read: enough when every object shown has its creationTimestamp."""
+        return cls(now_ms=int(time.time() * 1000))
+
     @classmethod
     def read(cls, cache: Cache) -> Seen:
         """One pass over the stream; none over a stream longer than AGE_EVENTS (every AGE
         then ``<unknown>``, describe without Events): reading costs about 20 µs an event."""
-        seen = cls(now_ms=int(time.time() * 1000))
+        seen = cls.now()
         if cache.stream_length() > AGE_EVENTS:
             return seen
         for event in cache.events():
@@ -74,10 +92,6 @@ def cached_pods(nodes: dict[str, NodeInfo], assumed: set[str]) -> list[CachedPod
     return [CachedPod(pod, pod.uid in assumed) for info in nodes.values() for pod in info.pods]
 
 
-def condition(pod: Pod, kind: str) -> str | None:
-    return next((status for name, status in pod.conditions if name == kind), None)
-
-
 def pod_status(entry: CachedPod) -> str:
     """STATUS: ``Assumed`` for a claim not yet confirmed by the informer (kubectl would show
     the pod Pending), else the phase the informer saw."""
@@ -90,6 +104,8 @@ def pod_object(entry: CachedPod, state: dict[str, Any] | None = None) -> dict[st
     """A v1 Pod of what the cache keeps."""
     pod = entry.pod
     metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+    if pod.created_ms:
+        metadata["creationTimestamp"] = timestamp(pod.created_ms)
     if pod.labels:
         metadata["labels"] = dict(pod.labels)
     if pod.resource_version:
@@ -112,6 +128,11 @@ def pod_object(entry: CachedPod, state: dict[str, Any] | None = None) -> dict[st
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 
+def timestamp(ms: int) -> str:
+    """RFC 3339 in UTC to the second, as the API server writes ``creationTimestamp``."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def node_object(name: str, info: NodeInfo) -> dict[str, Any]:
     """A v1 Node of what the cache keeps (an entry without a node object: its name, and
     ``status.schedcache.entry`` Ghost or Placeholder)."""
@@ -122,6 +143,8 @@ def node_object(name: str, info: NodeInfo) -> dict[str, Any]:
     if node is not None:
         if node.uid:
             metadata["uid"] = node.uid
+        if node.created_ms:
+            metadata["creationTimestamp"] = timestamp(node.created_ms)
         if node.labels:
             metadata["labels"] = dict(node.labels)
         if node.resource_version:
@@ -174,15 +197,15 @@ def roles(node: Node | None) -> str:
 
 
 def pod_row(entry: CachedPod, seen: Seen, wide: bool) -> list[str]:
-    """``kubectl get pods`` columns. READY is the Ready condition's status, True or False (the
-    cache keeps no container statuses to count); RESTARTS and IP are not kept."""
+    """``kubectl get pods`` columns. READY is ready containers of all, as the feed last saw
+    them (``<unknown>`` for a record that does not say); RESTARTS and IP are not kept."""
     pod = entry.pod
     row = [
         pod.name,
-        condition(pod, "Ready") or "<unknown>",
+        f"{pod.ready_containers}/{pod.containers}" if pod.containers else "<unknown>",
         pod_status(entry),
         "<unknown>",
-        age(seen.pods.get(pod.uid), seen.now_ms),
+        seen.pod_age(pod),
     ]
     if wide:
         row += ["<none>", pod.node_name or "<none>", "<none>", "<none>"]
@@ -191,7 +214,7 @@ def pod_row(entry: CachedPod, seen: Seen, wide: bool) -> list[str]:
 
 def node_row(name: str, info: NodeInfo, status: str, seen: Seen, wide: bool) -> list[str]:
     """``kubectl get nodes`` columns; VERSION and the wide columns are not kept."""
-    row = [name, status, roles(info.node), age(seen.nodes.get(name), seen.now_ms), "<unknown>"]
+    row = [name, status, roles(info.node), seen.node_age(name, info.node), "<unknown>"]
     if wide:
         row += ["<none>", "<none>", "<unknown>", "<unknown>", "<unknown>"]
     return row

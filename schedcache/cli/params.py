@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
-from schedcache.cli.render import printable
+from schedcache.cli.text import printable
+from schedcache.errors import ValidationError
 from schedcache.store.commands import MAX_TIMEOUT
 from schedcache.store.events import normal_stream_id
+from schedcache.store.keys import Keys
 
 # Newer click types ParamType by what convert() returns; older releases cannot subscript it.
 if TYPE_CHECKING:
@@ -95,3 +97,12 @@ class Duration(Seconds):
                 self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
             return super().convert(number, param, ctx)
         return super().convert(value, param, ctx)
+
+
+def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A --cache (or CACHE argument) that makes a valid key prefix, else a usage error."""
+    try:
+        Keys(value)
+    except ValidationError as error:
+        raise click.BadParameter(printable(error.reason), ctx, param) from None
+    return value

@@ -4,16 +4,20 @@ of :mod:`schedcache.cli.objects`."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 from schedcache.cli.jsonpath import JsonPathError, column_value, custom_columns, evaluate, render
-from schedcache.cli.render import printable
+from schedcache.cli.text import printable
+from schedcache.errors import ValidationError
+from schedcache.model.quantity import parse_quantity
 
 F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = "wide, json, yaml, name, jsonpath=TEMPLATE, custom-columns=SPEC"
@@ -85,24 +89,65 @@ def table_text(headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers
 
 def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
     """The order ``--sort-by PATH`` gives ``documents`` (indexes; stable; missing values
-    first, as kubectl); a bad path is a usage error."""
+    first, then numbers, then strings, as kubectl); a bad path is a usage error.
+
+    Strings compare as kubectl's sorter compares them: two quantities (``50m``, ``1020m``,
+    ``2``, ``1Gi``) by value, anything else in natural order (``web-2`` before ``web-10``)."""
     if not path:
         return list(range(len(documents)))
     try:
         keys = [evaluate(path, document) for document in documents]
     except JsonPathError as error:
         raise click.BadParameter(printable(error), param_hint="--sort-by") from None
+    values = [_sort_value(found[0]) if found else None for found in keys]
 
-    def key(index: int) -> tuple[int, float, str]:
-        found = keys[index]
-        if not found:
-            return (0, 0.0, "")
-        value = found[0]
-        if isinstance(value, bool | int | float):
-            return (1, float(value), "")
-        return (2, 0.0, value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+    def compare(i: int, j: int) -> int:
+        return _compare(values[i], values[j])
 
-    return sorted(range(len(documents)), key=key)
+    return sorted(range(len(documents)), key=functools.cmp_to_key(compare))
+
+
+_SortValue = tuple[int, float, str, Fraction | None] | None
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _sort_value(value: Any) -> _SortValue:
+    """What the sort compares of one selected value: its group (numbers 1, strings 2), the
+    number, the text, and the quantity the text denotes (None when it is not one)."""
+    if isinstance(value, bool | int | float):
+        return (1, float(value), "", None)
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    try:
+        quantity: Fraction | None = parse_quantity(text, obj="--sort-by", field=text)
+    except ValidationError:
+        quantity = None
+    return (2, 0.0, text, quantity)
+
+
+def _compare(a: _SortValue, b: _SortValue) -> int:
+    if a is None or b is None:
+        return (a is not None) - (b is not None)  # missing values first
+    if a[0] != b[0] or a[0] == 1:
+        return _sign(a[:2], b[:2])
+    if a[3] is not None and b[3] is not None:
+        return _sign(a[3], b[3])
+    return natural_compare(a[2], b[2])
+
+
+def natural_compare(a: str, b: str) -> int:
+    """Natural order (``sortorder.NaturalLess``, kubectl's): runs of digits compare as numbers
+    (fewer leading zeros first on a tie), the text between them as text."""
+    for x, y in zip(_DIGITS.split(a), _DIGITS.split(b), strict=False):
+        if x == y:
+            continue
+        if x.isdigit() and y.isdigit():
+            return _sign((int(x), len(x)), (int(y), len(y)))
+        return _sign(x, y)
+    return _sign(len(_DIGITS.split(a)), len(_DIGITS.split(b)))
+
+
+def _sign(a: Any, b: Any) -> int:
+    return int(a > b) - int(a < b)
 
 
 def print_objects(
@@ -124,7 +169,9 @@ def print_objects(
     elif output.kind == "json":
         text = json.dumps(document, indent=4)
     elif output.kind == "yaml":
-        text = yaml.safe_dump(document, sort_keys=False, allow_unicode=False).rstrip("\n")
+        from schedcache.cli.yamltext import yaml_text  # PyYAML costs start-up time
+
+        text = yaml_text(document)
     elif output.kind == "name":
         text = "\n".join(printable(f"{kind}/{d['metadata']['name']}") for d in documents)
     elif output.kind == "jsonpath":

@@ -1,92 +1,31 @@
-"""Rendering for the command line: names made safe to print, the node table, progress bars.
-
-Everything the CLI prints that came from a user, a manifest or Redis (node, pod and zone names,
-error messages, event fields) goes through :func:`printable` first. Kubernetes names are not
-guaranteed to be tame by the time they reach us: the zone key is ``region:\\0:zone`` by
-construction (as upstream's ``GetZoneKey``), and a manifest can carry control characters,
-terminal escape sequences, lone surrogates or rich markup (``a[/]``). Printed raw they make
-``grep`` call the output binary, rewrite the user's terminal, crash the encoder or crash rich.
-Tables get :class:`rich.text.Text` cells, which rich never parses as markup or emoji codes.
+"""Rendering for the command line with rich: the node table, summaries, progress bars. Every
+cell goes through :func:`printable` (:mod:`schedcache.cli.text`); tables get
+:class:`rich.text.Text` cells, which rich never parses as markup or emoji codes.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from schedcache.cli.text import node_status, printable
 from schedcache.cli.units import bytes_text, cpu_text
 from schedcache.model.nodeinfo import NodeInfo
-from schedcache.model.values import ZONE_LABEL, Node
-from schedcache.sim.simulation import SimulationReport
+from schedcache.model.values import ZONE_LABEL
 
-# Unicode categories never printed as they are: controls (C0, DEL, C1), format characters
-# (bidi overrides, zero-width joiners), surrogates (unencodable), line/paragraph separators.
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def printable(value: object) -> str:
-    """``str(value)`` with every control, format or surrogate character escaped as Python
-    writes it (``\\x00``, ``\\x1b``, ``\\u202e``, ``\\udc80``): one line, plain text, safe for
-    a terminal, ``grep`` and any encoder."""
-    text = str(value)
-    if text.isprintable():  # the common case, in C
-        return text
-    return "".join(
-        _escape(c) if c != " " and unicodedata.category(c) in _UNPRINTABLE else c for c in text
-    )
-
-
-def one_line(value: object) -> str:
-    """An error message as one printable line: line breaks become ``; `` (a YAML error spans
-    several lines), everything else as :func:`printable`."""
-    lines = [line.strip() for line in str(value).splitlines()]
-    return printable("; ".join(line for line in lines if line))
-
-
-def zone_text(value: str) -> str:
-    """A zone key (``region:\\x00:zone``, upstream's ``GetZoneKey``) as a person writes it:
-    ``region/zone``."""
-    return value.replace(":\x00:", "/")
+if TYPE_CHECKING:
+    from schedcache.sim.simulation import SimulationReport
 
 
 def cell(value: object) -> Text:
     """A table cell that rich shows literally (no markup, no emoji codes)."""
     return Text(printable(value))
-
-
-# -- node status, as kubectl prints it -------------------------------------------------------
-
-
-def node_status(info: NodeInfo) -> str:
-    """STATUS of ``kubectl get nodes`` for a live node: the Ready condition (``Ready``,
-    ``NotReady``, ``Unknown`` when it is missing or unknown) and ``,SchedulingDisabled`` for a
-    cordoned node. An entry without a node object is a ``Ghost`` (removed, pods remain) or a
-    ``Placeholder`` (pods arrived before their node)."""
-    node = info.node
-    if node is None:
-        return "Ghost" if info.allocatable.milli_cpu else "Placeholder"
-    status = ready_condition(node)
-    return f"{status},SchedulingDisabled" if node.unschedulable else status
-
-
-def ready_condition(node: Node) -> str:
-    """``Ready``/``NotReady`` from the node's ``Ready`` condition; ``Unknown`` when it is
-    unknown or missing (never a guessed ``Ready``)."""
-    return {"True": "Ready", "False": "NotReady"}.get(node.ready, "Unknown")
 
 
 def zone_of(info: NodeInfo) -> str:

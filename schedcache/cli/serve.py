@@ -18,7 +18,7 @@ from schedcache.ops.leases import default_replica
 from schedcache.store.metrics import CacheCollector
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

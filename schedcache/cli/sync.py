@@ -10,11 +10,11 @@ import click
 from schedcache.cli.kube import kube_api, kube_options
 from schedcache.cli.lifecycle import exit_now, ready_cache, stop_on_signals
 from schedcache.cli.params import Name, Seconds
-from schedcache.cli.render import one_line
 from schedcache.cli.serve import metrics_address_option, serve_metrics
+from schedcache.cli.text import one_line
 
 if TYPE_CHECKING:
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
     from schedcache.feed.sync import Syncer
 
 KUBE_MISSING = (

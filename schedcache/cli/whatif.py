@@ -12,7 +12,8 @@ import click
 from rich.table import Table
 
 from schedcache.cli.params import StreamId
-from schedcache.cli.render import cell, print_table, printable, zone_text
+from schedcache.cli.render import cell, print_table
+from schedcache.cli.text import printable, zone_text
 from schedcache.errors import ValidationError
 from schedcache.history.checkpoints import stream_id
 from schedcache.model.manifests import load_k8s_file
@@ -20,7 +21,7 @@ from schedcache.model.values import Pod
 
 if TYPE_CHECKING:
     from schedcache.cache import Cache
-    from schedcache.cli.app import Settings
+    from schedcache.cli.settings import Settings
     from schedcache.sim.whatif import WhatIf
 
 WHATIF_MISSING = "schedcache whatif needs numpy (and plotly for --html): pip install " + (

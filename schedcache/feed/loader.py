@@ -13,6 +13,9 @@ A valid pod the cache cannot store in full (labels past its limit) is stored wit
 and marked ``truncated``, still counting on its node, as ``sync`` stores it
 (:mod:`schedcache.feed.truncation`); the report counts them.
 
+An object the cache already holds exactly as read (a rerun of the same file, or a load that
+went on after an interruption) is skipped as ``unchanged``: no command, no event.
+
 Every object is checked and turned into its command before any command is sent, so an invalid
 one is reported (position, kind, namespace/name, field, reason) and skipped, never
 half-applied, and never stops the objects after it; the cache rejects commands one by one, so a
@@ -32,12 +35,12 @@ from typing import Any
 from schedcache.cache import Cache
 from schedcache.errors import ValidationError
 from schedcache.feed.reconcile import held, removal
-from schedcache.feed.truncation import stored_pod
+from schedcache.feed.truncation import stored_pod, truncated
 from schedcache.model.manifests import Entry, entries, parse_documents, subject, type_name
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands
 from schedcache.store.commands import Command
-from schedcache.store.fetch import fetch_pods
+from schedcache.store.fetch import fetch_node_infos, fetch_pods
 from schedcache.store.responses import as_text
 
 TERMINATED = {"Succeeded", "Failed"}
@@ -70,6 +73,9 @@ class LoadReport:
     invalid: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     truncated: int = 0  # pods applied without their labels (more than the cache stores)
+    # Commands sent and not yet answered: if the load stops here (Ctrl-C), up to this many
+    # more may have been applied than ``applied`` counts.
+    in_flight: int = 0
 
     @property
     def ok(self) -> bool:
@@ -91,13 +97,29 @@ class Planner:
         self.unheld: set[str] = set()  # pods read and left out: pending or terminated
         self.cut = False  # whether the last pod_command stored the pod without its labels
         self.nodes = {as_text(name) for name in cache.client.smembers(cache.keys.nodes)}
+        # What the cache holds (or will, once the planned commands run) of the objects read:
+        # an object read again as it is stored is skipped.
+        self.stored_pods: dict[str, Pod] = {}
+        self.stored_nodes: dict[str, Node | None] = {}
 
-    def prefetch(self, pods: list[Pod]) -> None:
-        unknown = [pod.uid for pod in pods if pod.uid not in self.pod_states]
+    def prefetch(self, models: list[Pod | Node]) -> None:
+        unknown = [m.uid for m in models if isinstance(m, Pod) and m.uid not in self.pod_states]
         records = fetch_pods(self.cache.store, unknown)
         for uid in unknown:
             record = records.get(uid)
             self.pod_states[uid] = record.state if record else None
+            if record is not None:
+                self.stored_pods[uid] = record.pod
+        names = {m.name for m in models if isinstance(m, Node)} - set(self.stored_nodes)
+        held_nodes = sorted(names & self.nodes)
+        infos = fetch_node_infos(self.cache.store, held_nodes) if held_nodes else {}
+        for name in names:
+            info = infos.get(name)
+            self.stored_nodes[name] = info.node if info is not None else None
+
+    def unchanged_pod(self, pod: Pod) -> bool:
+        stored = self.stored_pods.get(pod.uid)
+        return stored is not None and stored in (pod, truncated(pod))
 
     def pod_command(self, event: str, pod: Pod) -> Command | tuple[str, str]:
         """The command for a pod event, or (reason, detail) for skipping it. Raises
@@ -110,6 +132,7 @@ class Planner:
                 return ("not in the cache", "")
             command = commands.remove_pod(pod.with_node(""))  # the stored copy wins
             self.pod_states[pod.uid] = None
+            self.stored_pods.pop(pod.uid, None)
             return command
         if not pod.node_name:
             self.unheld.add(pod.uid)
@@ -120,10 +143,13 @@ class Planner:
         self.unheld.discard(pod.uid)
         # add_pod: new, or confirms an assumed pod
         added = state == "added"
+        if added and self.unchanged_pod(pod):
+            return ("unchanged", "")
         command, cut = stored_pod(
             pod, (lambda p: commands.update_pod(p, p)) if added else commands.add_pod
         )
         self.pod_states[pod.uid] = "added"
+        self.stored_pods[pod.uid] = truncated(pod) if cut else pod
         self.cut = cut
         return command
 
@@ -132,11 +158,15 @@ class Planner:
             if node.name not in self.nodes:
                 return ("not in the cache", "")
             self.nodes.discard(node.name)
+            self.stored_nodes[node.name] = None
             return commands.remove_node(node.name)
+        if node.name in self.nodes and self.stored_nodes.get(node.name) == node:
+            return ("unchanged", "")
         command = (
             commands.update_node(None, node) if event == "MODIFIED" else commands.add_node(node)
         )
         self.nodes.add(node.name)
+        self.stored_nodes[node.name] = node
         return command
 
 
@@ -181,9 +211,11 @@ def load_documents(
     batch_size: int = 500,
     progress: Callable[[int], None] | None = None,
     prune: bool = False,
+    report: LoadReport | None = None,
 ) -> LoadReport:
     """Load parsed documents (``parse_documents``) into ``cache``, ``batch_size`` objects per
-    batch (at least 1).
+    batch (at least 1). ``report`` (a new one when not given) is filled as batches are
+    answered, so a caller that stops the load (Ctrl-C) can say how far it got.
 
     With ``prune`` the input must be full lists (no watch events): afterwards the cache's
     objects of each kind the input lists (a ``NodeList``/``PodList`` names its kind even when
@@ -203,7 +235,7 @@ def load_documents(
                 f"needs full lists (kubectl get nodes,pods -o json), not watch events "
                 f"({', '.join(events)})",
             )
-    report = LoadReport()
+    report = LoadReport() if report is None else report
     planner = Planner(cache)
     for start in range(0, len(all_entries), batch_size):
         chunk = all_entries[start : start + batch_size]
@@ -211,6 +243,7 @@ def load_documents(
         batch = cache.batch(chunk_size=min(200, max(1, len(planned))))
         for _, command, _ in planned:
             batch.add(command)
+        report.in_flight = len(planned)
         results = batch.execute() if planned else []
         for (entry, _, cut), result in zip(planned, results, strict=True):
             if result.ok:
@@ -218,6 +251,7 @@ def load_documents(
                 report.truncated += cut
             else:
                 report.rejected.append(f"{entry.position}: {result.error}")
+        report.in_flight = 0
         if progress:
             progress(len(chunk))
     if prune:
@@ -279,7 +313,7 @@ def _plan(
             decoded.append((entry, decode(entry)))
         except ValidationError as error:
             report.invalid.append(f"{entry.position}: {error}")
-    planner.prefetch([model for _, model in decoded if isinstance(model, Pod)])
+    planner.prefetch([model for _, model in decoded if isinstance(model, Pod | Node)])
     planned: list[tuple[Entry, Command, bool]] = []
     for entry, model in decoded:
         planner.cut = False

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from schedcache.errors import ValidationError
-from schedcache.model.reading import show
+from schedcache.model.reading import show, type_name
 from schedcache.model.values import (
     Node,
     Pod,
@@ -281,11 +281,6 @@ def entries(documents: list[Any]) -> Iterator[Entry]:
                 yield Entry(f"items[{index}]", "LISTED", item)
         else:
             yield Entry(where, "LISTED", document)
-
-
-def type_name(value: Any) -> str:
-    """What a value is, in JSON's words where it has them (``null``), for messages."""
-    return "null" if value is None else type(value).__name__
 
 
 def subject(obj: Any) -> str:

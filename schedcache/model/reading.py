@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -30,7 +31,7 @@ from schedcache.model.resources import (
     is_scalar_resource_name,
 )
 
-__all__ = ["read_node", "read_pod", "resource_from_list", "show"]
+__all__ = ["read_node", "read_pod", "resource_from_list", "show", "type_name"]
 
 P = TypeVar("P")
 N = TypeVar("N")
@@ -230,6 +231,11 @@ def _check_kind(doc: Any, reader: _Reader, kind: str) -> Mapping[str, Any]:
     return doc
 
 
+def type_name(value: Any) -> str:
+    """What a value is, in JSON's words where it has them (``null``), for messages."""
+    return "null" if value is None else type(value).__name__
+
+
 def show(value: Any) -> str:
     return json.dumps(value, default=repr)
 
@@ -306,6 +312,9 @@ def read_pod(obj: Any, make: Callable[..., P]) -> P:
         preferred_pod_anti_affinity=rules.preferred_pod_anti_affinity,
         spread_constraints=rules.spread_constraints,
         preferred_node_affinity=_read_preferred_node_affinity(r, spec.get("affinity")),
+        ready_containers=_read_ready_containers(r, status, {c.name for c in inits if c.sidecar}),
+        containers=len(containers) + sum(c.sidecar for c in inits),
+        created_ms=_read_created(r, meta),
     )
 
 
@@ -427,6 +436,7 @@ class _Container:
     host_ports: list[HostPort]
     sidecar: bool  # init container with restartPolicy: Always
     image: str = ""
+    name: str = ""
 
 
 def _read_container(r: _Reader, value: Any, path: str) -> _Container:
@@ -448,7 +458,44 @@ def _read_container(r: _Reader, value: Any, path: str) -> _Container:
     restart = r.string(c.get("restartPolicy"), f"{path}.restartPolicy")
     # API defaulting: a request missing for a key that has a limit defaults to the limit.
     image = r.string(c.get("image"), f"{path}.image")
-    return _Container({**limits, **requests}, ports, restart == "Always", image)
+    name = r.string(c.get("name"), f"{path}.name")
+    return _Container({**limits, **requests}, ports, restart == "Always", image, name)
+
+
+def _read_ready_containers(r: _Reader, status: Mapping[str, Any], sidecars: set[str]) -> int:
+    """kubectl's READY count: containers ready and running, and sidecars (init containers
+    with ``restartPolicy: Always``, named in ``sidecars``) ready."""
+    ready = 0
+    for field in ("containerStatuses", "initContainerStatuses"):
+        for i, item in enumerate(r.seq(status.get(field), f"status.{field}")):
+            path = f"status.{field}[{i}]"
+            entry = r.mapping(item, path)
+            if not r.boolean(entry.get("ready"), f"{path}.ready"):
+                continue
+            if field == "initContainerStatuses":
+                ready += r.string(entry.get("name"), f"{path}.name") in sidecars
+            elif r.mapping(entry.get("state"), f"{path}.state").get("running") is not None:
+                ready += 1
+    return ready
+
+
+def _read_created(r: _Reader, meta: Mapping[str, Any]) -> int:
+    """``metadata.creationTimestamp`` (RFC 3339, as the API server writes it; a YAML reader may
+    have made it a datetime already) in ms since the epoch; 0 when absent."""
+    value = meta.get("creationTimestamp")
+    if value is None or value == "":
+        return 0
+    path = "metadata.creationTimestamp"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise r.fail(path, f"{show(value)} is not an RFC 3339 time") from None
+    if not isinstance(value, datetime):
+        raise r.fail(path, f"must be an RFC 3339 time string, found {type_name(value)}")
+    if value.tzinfo is None:
+        raise r.fail(path, f"{value.isoformat()} has no time zone (RFC 3339 needs one)")
+    return int(value.timestamp() * 1000)
 
 
 def _check_totals(r: _Reader, total: Resource, path: str) -> None:
@@ -528,6 +575,7 @@ def read_node(obj: Any, make: Callable[..., N]) -> N:
         unschedulable=r.boolean(spec.get("unschedulable"), "spec.unschedulable"),
         resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion"),
         ready=_read_ready(r, status.get("conditions")),
+        created_ms=_read_created(r, meta),
     )
 
 

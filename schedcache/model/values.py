@@ -89,6 +89,12 @@ class Pod:
     preferred_pod_anti_affinity: tuple[WeightedTerm, ...] = ()
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    # What kubectl's READY and AGE show: ready containers of all (sidecars included), as the
+    # feed last saw them (0 of 0: not known, e.g. a record written before they were kept), and
+    # metadata.creationTimestamp in ms since the epoch (0: not known).
+    ready_containers: int = 0
+    containers: int = 0
+    created_ms: int = 0
 
     @property
     def has_inter_pod_rules(self) -> bool:
@@ -182,6 +188,10 @@ class Pod:
                 [weight, [[[k, op, list(v)] for k, op, v in part] for part in term]]
                 for weight, term in self.preferred_node_affinity
             ]
+        if self.containers:
+            d["containers"] = [self.ready_containers, self.containers]
+        if self.created_ms:
+            d["created"] = self.created_ms
         return d
 
     @classmethod
@@ -200,6 +210,7 @@ class Pod:
         preferred_anti = get("preferred_pod_anti_affinity")
         spread = get("spread")
         preferred_node = get("preferred_node_affinity")
+        ready, containers = get("containers") or (0, 0)
         return cls(
             d["uid"],
             d["name"],
@@ -227,6 +238,9 @@ class Pod:
             weighted_from_list(preferred_anti) if preferred_anti else (),
             tuple(SpreadConstraint.from_list(c) for c in spread) if spread else (),
             tuple((int(w), _terms([t])[0]) for w, t in preferred_node) if preferred_node else (),
+            int(ready),
+            int(containers),
+            int(get("created", 0)),
         )
 
 
@@ -247,6 +261,7 @@ class Node:
     unschedulable: bool = False
     resource_version: str = ""
     ready: str = ""  # status of the Ready condition ("True", "False", "Unknown"; "" if none)
+    created_ms: int = 0  # metadata.creationTimestamp, ms since the epoch (0: not known)
 
     @property
     def zone_key(self) -> str:
@@ -282,6 +297,7 @@ class Node:
                     "unschedulable": self.unschedulable,
                     "resource_version": self.resource_version,
                     "ready": self.ready,
+                    "created": self.created_ms,
                 }
             ),
         }
@@ -299,6 +315,7 @@ class Node:
             unschedulable=bool(d.get("unschedulable", False)),
             resource_version=d.get("resource_version", ""),
             ready=d.get("ready", ""),
+            created_ms=int(d.get("created", 0)),
         )
 
 

@@ -6,12 +6,11 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, unquote
 
-import fakeredis
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.cluster import ClusterNode
 from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 from redis.exceptions import RedisClusterException
@@ -22,6 +21,9 @@ from schedcache.errors import CacheError, ValidationError
 from schedcache.store.commands import MAX_TIMEOUT, seconds
 from schedcache.store.routing import ClusterClient
 
+if TYPE_CHECKING:
+    import fakeredis
+
 ENV_URL = "SCHEDCACHE_REDIS_URL"
 EMBEDDED = "embedded"
 # The Redis version fakeredis pretends to be: the oldest server schedcache supports.
@@ -29,7 +31,11 @@ EMBEDDED_VERSION = (7, 0)
 
 
 def embedded_client(server: fakeredis.FakeServer | None = None) -> redis.Redis:
-    """An in-process fakeredis client (with Lua), on a fresh server unless one is given."""
+    """An in-process fakeredis client (with Lua), on a fresh server unless one is given.
+    fakeredis is imported here, by the embedded backend only: it costs a command that talks to
+    a real Redis 60 ms of start-up."""
+    import fakeredis
+
     server = server or fakeredis.FakeServer(version=EMBEDDED_VERSION)
     return fakeredis.FakeRedis(server=server)
 
@@ -78,12 +84,35 @@ def connect(
         elif scheme.endswith("+cluster"):
             client = _cluster_client(url, scheme == "rediss+cluster", timeouts, options)
         else:
+            if check and scheme == "rediss":
+                handshake_within(url, connect_timeout, options)
             client = redis.Redis.from_url(url, **timeouts, **options)
         if check:
             client.ping()
     except CONNECT_ERRORS as error:
         raise connection_failed(url, options, error) from None
     return client
+
+
+def handshake_within(url: str, connect_timeout: float, options: dict[str, Any]) -> None:
+    """Ping a ``rediss://`` server once, the TLS handshake included, within ``connect_timeout``.
+
+    A server that does not speak TLS never answers the handshake (it waits for the end of a
+    command line), and redis-py bounds the handshake by the socket timeout, resent once: 11 s
+    to learn that the URL should say ``redis://``. This probe fails in ``connect_timeout``."""
+    probe_options = {**options, "retry": Retry(NoBackoff(), 0)}
+    probe = redis.Redis.from_url(
+        url, socket_timeout=connect_timeout, socket_connect_timeout=connect_timeout, **probe_options
+    )
+    try:
+        probe.ping()
+    except redis.TimeoutError as error:
+        raise redis.TimeoutError(
+            f"no TLS handshake within {connect_timeout:g} s ({error}): is it a plain Redis "
+            "without TLS? Use redis:// for that"
+        ) from None
+    finally:
+        probe.close()
 
 
 # What a wrong URL, option or unreachable server raises while connecting (TypeError: an option

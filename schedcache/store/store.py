@@ -14,11 +14,11 @@ commands any other way.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-import fakeredis
 import redis
 
 from schedcache.errors import (
@@ -60,8 +60,13 @@ T = TypeVar("T")
 RESERVED_REPLICAS = frozenset({"-"})
 MAX_REPLICA_LENGTH = 253  # a DNS name: pod names and hostnames fit
 
-# The embedded backend's clients, sync and asyncio: no replicas, no WAIT.
-EMBEDDED_CLIENTS = (fakeredis.FakeRedis, fakeredis.FakeAsyncRedis)
+
+def is_embedded(client: object) -> bool:
+    """Whether ``client`` is the embedded backend's (fakeredis, sync or asyncio: no replicas,
+    no WAIT). fakeredis is imported only where the embedded backend is used (start-up time):
+    while it is not, no client can be one of its."""
+    fake = sys.modules.get("fakeredis")
+    return fake is not None and isinstance(client, fake.FakeRedis | fake.FakeAsyncRedis)
 
 
 def replica_name(replica: object, subject: str) -> str:
@@ -122,7 +127,7 @@ class StoreCore:
             raise ValidationError(
                 subject, "wait_timeout", f"{wait_timeout!r} must be at least 0.001 s"
             )
-        if wait_replicas and isinstance(client, EMBEDDED_CLIENTS):
+        if wait_replicas and is_embedded(client):
             raise ValidationError(
                 subject,
                 "wait_replicas",
@@ -135,7 +140,7 @@ class StoreCore:
         # when the store opens: writes are refused while any is missing.
         self.denied: tuple[str, ...] = ()
         self.may_read_config = False  # whether the user may run CONFIG GET (eviction check)
-        if self.reads_replica and isinstance(client, EMBEDDED_CLIENTS):
+        if self.reads_replica and is_embedded(client):
             raise ValidationError(
                 subject,
                 "read_from",
