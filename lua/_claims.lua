@@ -140,6 +140,9 @@ local function rule_conflicts(p, since, reads, domains, incarnation)
   -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
   if #changed == 0 then return '' end
+  -- A node relabelled, tainted, added, filled in or removed since: the snapshot's domains are
+  -- not the live ones (_changes.lua).
+  if spec_changed_since(p, changed, since) ~= nil then return 'node-changed' end
   local padded = ' ' .. reads .. ' '
   for j = 1, #changed do
     local node = changed[j]

@@ -9,7 +9,8 @@
 --          `since` (a cache generation), `reads` ("@<rule> <node> ...") and `domains`
 --          ("<topology key> <node> ...\n..."): the inter-pod
 --          rules the decision judged on a snapshot at `since` still hold (_claims.lua,
---          docs/constraints.md).
+--          docs/constraints.md). `since` "-": the pod has rules of its own nobody judged
+--          (refused as `unchecked`).
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events,
 --          antipods
 -- Reply    the generation the node now has
@@ -19,7 +20,8 @@
 --            is gone (node-missing); with "generation": the node changed since the expected
 --            generation (stale) or is gone (node-missing); with `since`: a rule the live
 --            cache may break (pod-affinity, pod-anti-affinity, existing-anti-affinity,
---            topology-spread) or too many nodes changed since (stale); with "fit" and no
+--            topology-spread), a node changed its labels, taints or membership since
+--            (node-changed) or too many nodes changed since (stale); with "fit" and no
 --            `since`: placed pods with required anti-affinity exist, so existing pods' terms
 --            toward the pod must be judged on a snapshot first (unchecked)
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
@@ -29,6 +31,10 @@
 -- The cache-wide sets assume_pod writes (checked with its replica's, in one call).
 local ASSUMED_SETS = { 'pods', 'assumed' }
 local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
+
+-- `since` of a fit-checked claim of a pod whose own inter-pod rules were not judged: refused
+-- as `unchecked`, so the client judges them on a snapshot and claims again.
+local UNJUDGED = '-'
 
 local function assume_pod(p, replica, a)
   local args, err = read_pod_args(p, a)
@@ -46,7 +52,10 @@ local function assume_pod(p, replica, a)
     end
   end
   local since = a[8] or ''
-  if since ~= '' then
+  if since == UNJUDGED then
+    -- The pod has rules of its own that nobody judged (a batch's claim without rules=).
+    return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' unchecked'
+  elseif since ~= '' then
     local rule = rule_conflicts(p, since, a[9], a[10], a[11])
     if rule == nil then return nil, 'BADARG reads ' .. args.uid end
     if rule ~= '' then

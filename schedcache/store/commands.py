@@ -17,7 +17,13 @@ import time
 from dataclasses import dataclass, field
 
 from schedcache.errors import ValidationError
-from schedcache.model.aggregates import contribution_string, flatten, image_pairs, resource_pairs
+from schedcache.model.aggregates import (
+    contribution_string,
+    flatten,
+    image_pairs,
+    resource_pairs,
+    spec_digest,
+)
 from schedcache.model.values import Node, Pod
 from schedcache.store.records import pack_object
 
@@ -154,11 +160,19 @@ def assume_pod(
         args += ("fit", "", lease)
         if since is not None:
             args += _rule_args(pod, since, reads, domains, incarnation)
+        elif pod.has_inter_pod_rules:
+            # Rules of its own that nobody judged (a batch's claim without rules=): Redis
+            # refuses it as unchecked and the batch claims it again, judged.
+            args += (UNJUDGED,)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+#: ``since`` of a fit-checked claim whose pod's own rules were not judged (lua/assume_pod.lua).
+UNJUDGED = "-"
 
 
 def _rule_args(pod: Pod, since: int, reads: str, domains: str, incarnation: str) -> tuple[Arg, ...]:
@@ -238,6 +252,7 @@ def _node_args(node: Node) -> tuple[Arg, ...]:
         pack_object(node.to_dict(), node_subject(node.name)),
         *flatten(resource_pairs(node.allocatable)),
         *flatten(image_pairs(node)),
+        spec_digest(node),
     )
 
 
