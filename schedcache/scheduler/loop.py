@@ -149,16 +149,22 @@ class ReferenceScheduler:
                 pod.has_inter_pod_rules or self.snapshot.have_pods_with_required_anti_affinity_list
             )
             try:
-                self.cache.assume_pod(
-                    placed, check_fit=True, snapshot=self.snapshot if judged else None
+                # The next best nodes ride along: a lost race for the best one takes the next
+                # that still passes every check, with no decision redone.
+                taken = self.cache.assume_pod(
+                    placed,
+                    check_fit=True,
+                    snapshot=self.snapshot if judged else None,
+                    candidates=placement.ranked[1:],
                 )
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
+            placed = pod.with_node(taken)
             self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
             self.binding.submit(self._bind, placed)
-            outcome.node = placement.node
+            outcome.node = taken
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
         return outcome

@@ -14,7 +14,9 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from schedcache.errors import ValidationError
 from schedcache.model.aggregates import (
@@ -137,14 +139,30 @@ def assume_pod(
     reads: str = "",
     domains: str = "",
     incarnation: str = "",
+    candidates: Sequence[tuple[str, str, str]] = (),
 ) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
     ``expect_generation``: the node must not have changed since that generation (strict);
     ``lease_ttl``: take or renew the replica's lease (seconds) together with the claim;
     ``since``/``reads``/``domains``/``incarnation``: with ``check_fit``, the inter-pod rules
     judged on a snapshot at generation ``since`` (of that incarnation of the cache) still hold
-    (``schedcache.views.claims``)."""
+    (``schedcache.views.claims``); ``candidates``: with ``check_fit``, up to
+    :data:`MAX_EXTRA_CANDIDATES` more nodes, best first, each ``(node, reads, domains)`` judged
+    on the same snapshot: Redis takes the first of ``pod.node_name`` and these that passes
+    every check (lua/_pick.lua) and answers ``[generation, node]``."""
     args = _placed_pod_args(pod, "assume")
+    if candidates:
+        if not check_fit or expect_generation is not None:
+            raise ValidationError(
+                pod_subject(pod), "candidates", "need check_fit (and no expect_generation)"
+            )
+        extra = _candidate_args(pod, cast(bytes, args[2]), candidates)
+        lease = milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl")
+        if since is not None:
+            rules = _rule_args(pod, since, reads, domains, incarnation)
+        else:
+            rules = (UNJUDGED if pod.has_inter_pod_rules else "", "", "", "")
+        return Command("assume_pod", pod_subject(pod), (*args, "fit", "", lease, *rules, *extra))
     if check_fit and expect_generation is not None:
         raise ValidationError(
             pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
@@ -169,6 +187,50 @@ def assume_pod(
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+#: Ranked candidates a claim may carry after its own node (lua/_pick.lua).
+MAX_EXTRA_CANDIDATES = 7
+
+
+def _candidate_args(
+    pod: Pod, blob: bytes, candidates: Sequence[tuple[str, str, str]]
+) -> tuple[Arg, ...]:
+    """``count, shared prefix length, (node, blob rest, reads, domains) * count``: each blob is
+    the pod placed on that node; only what differs from ``blob`` travels."""
+    subject = pod_subject(pod)
+    if len(candidates) > MAX_EXTRA_CANDIDATES:
+        raise ValidationError(
+            subject, "candidates", f"{len(candidates)} > {MAX_EXTRA_CANDIDATES} more nodes"
+        )
+    blobs: list[bytes] = []
+    for i, candidate in enumerate(candidates):
+        if not isinstance(candidate, tuple) or len(candidate) != 3:
+            raise ValidationError(subject, f"candidates[{i}]", "expected (node, reads, domains)")
+        node, reads, domains = candidate
+        _token(node, subject, f"candidates[{i}]")
+        _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
+        blobs.append(pack_object(pod.with_node(node).to_dict(), subject))
+    shared = _shared_prefix(blob, blobs)
+    out: list[Arg] = [len(candidates), shared]
+    for (node, reads, domains), packed in zip(candidates, blobs, strict=True):
+        out += [node, packed[shared:], reads, domains]
+    return tuple(out)
+
+
+def _shared_prefix(first: bytes, others: Sequence[bytes]) -> int:
+    """The length of the bytes every one of ``others`` starts with, as ``first`` does."""
+    shared = len(first)
+    for other in others:
+        low, high = 0, min(shared, len(other))
+        while low < high:  # a binary search: slices compare in C
+            middle = (low + high + 1) // 2
+            if other[:middle] == first[:middle]:
+                low = middle
+            else:
+                high = middle - 1
+        shared = low
+    return shared
 
 
 #: ``since`` of a fit-checked claim whose pod's own rules were not judged (lua/assume_pod.lua).

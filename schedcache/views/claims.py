@@ -8,6 +8,9 @@ nodes each rule read, which ``lua/_claims.lua`` re-checks against the live cache
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from schedcache.errors import FitConflict
 from schedcache.model.plugins.claims import broken_rule, claim_reads
 from schedcache.model.plugins.cycle import Cycle
@@ -35,3 +38,33 @@ def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str, str]:
             reasons=(rule,),
         )
     return (snap.generation, *claim_reads(cycle, info), snap.incarnation)
+
+
+def ranked_contexts(
+    snap: Snapshot, pod: Pod, candidates: Sequence[str]
+) -> tuple[Pod, tuple[int, str, str, str], list[tuple[str, str, str]]]:
+    """A claim of ``pod`` on ``pod.node_name`` or, failing that, on ``candidates`` in order:
+    the pod on the first node whose rules hold on ``snap``, its :func:`claim_context`, and
+    ``(node, reads, domains)`` of each later one that holds too (what ``assume_pod`` sends as
+    candidates). :class:`FitConflict` of the first when every one breaks a rule on ``snap``."""
+    first: FitConflict | None = None
+    kept: list[tuple[str, tuple[int, str, str, str]]] = []
+    for node in dict.fromkeys((pod.node_name, *candidates)):
+        try:
+            kept.append((node, claim_context(snap, pod.with_node(node))))
+        except FitConflict as conflict:
+            first = first or conflict
+    if not kept:
+        assert first is not None
+        raise first
+    (node, context), rest = kept[0], kept[1:]
+    return pod.with_node(node), context, [(n, c[1], c[2]) for n, c in rest]
+
+
+def taken_node(reply: Any, pod: Pod) -> str:
+    """The node an ``assume_pod`` reply says the claim took: ``[generation, node]`` when it
+    carried candidates, else the pod's own."""
+    if isinstance(reply, list | tuple):
+        node = reply[1]
+        return node.decode() if isinstance(node, bytes) else str(node)
+    return pod.node_name
