@@ -18,7 +18,8 @@
 --   node:<name>            hash   exists (1 live node, 0 ghost or placeholder), zone,
 --                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
 --                                 non-zero requested minus requested, aff, anti,
---                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts.
+--                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts,
+--                                 spec/sd (the last spec change and its digest: _changes.lua).
 --                                 A field that drops to 0 is deleted.
 --   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
 --                                 placed each (its size is the pod count; snapshots read only
