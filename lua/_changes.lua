@@ -34,14 +34,89 @@ local function note_spec(nk, was_live, old_digest, digest, text)
   end
 end
 
--- The first of `changed` (nodes changed since generation `since`) whose spec changed since
--- then, or nil. Bounded by the list (at most MAX_CHANGED_NODES plus the batch's own).
-local function spec_changed_since(p, changed, since)
+-- A node's labels (l:<key> fields, and ln: how many) let a claim tell a node that joined the
+-- target's domain from one that moved elsewhere. At most MAX_NODE_LABELS are kept; a node
+-- written with more, or by an older client, has none (`ln` missing): its changes refuse.
+local MAX_NODE_LABELS = 128
+-- The line of `domains` that says the pod's affinity held by the first-pod rule: a matching
+-- pod anywhere ends it, so a node that holds pods and was not live at the snapshot refuses.
+local FIRST_POD = '\n@first-pod\n'
+local LABELS_FIELD = 'ln'
+
+-- The labels after the digest (a[i]: count, then key, value pairs) as HSET arguments with
+-- `ln`; {} when absent; nil when malformed. Reads nothing.
+local function read_node_labels(a, i)
+  local count = a[i]
+  if count == nil then return {} end
+  if not is_int(count) or tonumber(count) > MAX_NODE_LABELS or tonumber(count) < 0 then
+    return nil
+  end
+  local n = tonumber(count)
+  if #a ~= i + 2 * n then return nil end
+  local out = { LABELS_FIELD, count }
+  for j = i + 1, i + 2 * n, 2 do
+    if a[j] == '' or a[j + 1] == nil then return nil end
+    out[#out + 1] = 'l:' .. a[j]
+    out[#out + 1] = a[j + 1]
+  end
+  return out
+end
+
+-- Whether a node field holds what a label write replaces (the labels and their count).
+local function label_field(field)
+  return field == LABELS_FIELD or string.sub(field, 1, 2) == 'l:'
+end
+
+-- The topology keys of a claim's `domains` argument ("<key> <node> ...\n...").
+local function domain_keys(domains)
+  local keys = {}
+  for key in string.gmatch(domains or '', '([^%s]+)[^\n]*') do keys[#keys + 1] = key end
+  return keys
+end
+
+-- Node `x`'s labels under `keys` and the target's are equal for some key (x is in the
+-- target's domain now), or either's labels are unknown.
+local function joined_domain(p, x, target, keys)
+  local fields = { LABELS_FIELD }
+  for k = 1, #keys do fields[k + 1] = 'l:' .. keys[k] end
+  local xk, tk = p .. 'node:' .. x, p .. 'node:' .. target
+  local mine = typed_read(xk, 'hash', 'HMGET', unpack(fields))
+  local theirs = typed_read(tk, 'hash', 'HMGET', unpack(fields))
+  if not mine[1] or not theirs[1] then return true end
+  for k = 2, #fields do
+    if theirs[k] and mine[k] == theirs[k] then return true end
+  end
+  return false
+end
+
+-- 'node-changed' when a node of `changed` (changed since generation `since`) changed its spec
+-- since then in a way the claim of `target`, judged with `reads` and `domains`, cannot vouch
+-- for; else nil. A spec change is harmless when the node is not the target, the pod has no
+-- spread constraint (every domain's count and eligibility feed its minimum), and the node is
+-- gone (a ghost is in no domain) or is now in none of the target's domains under the keys the
+-- rules use (and, when the pod's affinity held by the first-pod rule, holds no pod). A node
+-- that was in one of them at the snapshot is among `reads` and refused there. Bounded by the
+-- list and the keys given.
+local function spec_refusal(p, changed, since, target, reads, domains)
   local after = tonumber(since)
+  local keys = nil
   for j = 1, #changed do
-    local nk = p .. 'node:' .. changed[j]
-    local at = typed_read(nk, 'hash', 'HGET', SPEC_FIELD)
-    if stored_int(nk, at, 0) > after then return changed[j] end
+    local x = changed[j]
+    local nk = p .. 'node:' .. x
+    local at = typed_read(nk, 'hash', 'HMGET', SPEC_FIELD, 'exists')
+    if stored_int(nk, at[1], 0) > after then
+      if x == target or string.find(reads, '@topology-spread', 1, true) then
+        return 'node-changed'
+      end
+      if at[2] == '1' then
+        keys = keys or domain_keys(domains)
+        if joined_domain(p, x, target, keys) then return 'node-changed' end
+        if string.find('\n' .. (domains or '') .. '\n', FIRST_POD, 1, true)
+            and typed_read(p .. 'nodepods:' .. x, 'zset', 'ZCARD') > 0 then
+          return 'node-changed'
+        end
+      end
+    end
   end
   return nil
 end

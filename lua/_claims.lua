@@ -117,10 +117,11 @@ local function may_repel(nk, node, domains)
   return terms == 0 or terms > counted
 end
 
--- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
+-- "" when the rules of a claim on `target` still hold, else the first broken rule; nil for
+-- malformed arguments.
 -- `reads` is not split into a table: most claims find no node changed since `since`, and for
 -- the few that did, one plain search each finds whether (and under which rule) it was read.
-local function rule_conflicts(p, since, reads, domains, incarnation)
+local function rule_conflicts(p, target, since, reads, domains, incarnation)
   if not is_int(since) then return nil end
   -- Generations of another incarnation (the cache lost its data and began again) say nothing
   -- about this one's nodes.
@@ -142,7 +143,8 @@ local function rule_conflicts(p, since, reads, domains, incarnation)
   if #changed == 0 then return '' end
   -- A node relabelled, tainted, added, filled in or removed since: the snapshot's domains are
   -- not the live ones (_changes.lua).
-  if spec_changed_since(p, changed, since) ~= nil then return 'node-changed' end
+  local moved = spec_refusal(p, changed, since, target, reads, domains)
+  if moved ~= nil then return moved end
   local padded = ' ' .. reads .. ' '
   for j = 1, #changed do
     local node = changed[j]

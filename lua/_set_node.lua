@@ -3,7 +3,8 @@
 -- when it was not live, moved to the end of its new zone when its zone key changed.
 --
 -- ARGV     replica, name, zone, blob, n, (resource, amount) * n, m, (image name, size) * m,
---          [spec digest (an integer: labels, taints, unschedulable; _changes.lua)]
+--          [spec digest (an integer: labels, taints, unschedulable), [k, (label key, value) * k]]
+--          (_changes.lua: a claim tells a relabelled node's new domains by its labels)
 -- Reply    the generation the node now has
 -- Errors   BADARG <what>
 -- Event    <etype>  node, gen, zone, data=blob, revived=1 when it brings back a ghost or
@@ -19,6 +20,8 @@ local function set_node(p, replica, a, etype)
   if images == nil then return nil, after end
   local digest = spec_digest_arg(a[after])
   if digest == nil then return nil, 'BADARG spec-digest ' .. name end
+  local labels = read_node_labels(a, after + 1)
+  if labels == nil then return nil, 'BADARG labels ' .. name end
 
   local nk = p .. 'node:' .. name
   expect_type(nk, 'hash')
@@ -26,7 +29,7 @@ local function set_node(p, replica, a, etype)
   guard_node_change(p, name, images, { zone, previous[2] or '' })
   local stale = {}
   for _, field in ipairs(redis.call('HKEYS', nk)) do
-    if string.sub(field, 1, 2) == 'a:' then stale[#stale + 1] = field end
+    if string.sub(field, 1, 2) == 'a:' or label_field(field) then stale[#stale + 1] = field end
   end
   if #stale > 0 then redis.call('HDEL', nk, unpack(stale)) end
   local fields = { nk, 'exists', 1, 'zone', zone, 'blob', blob }
@@ -34,6 +37,7 @@ local function set_node(p, replica, a, etype)
     fields[#fields + 1] = 'a:' .. allocatable[j]
     fields[#fields + 1] = allocatable[j + 1]
   end
+  for j = 1, #labels do fields[#fields + 1] = labels[j] end
   redis.call('HSET', unpack(fields))
   redis.call('SADD', p .. 'nodes', name)
 

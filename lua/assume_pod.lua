@@ -53,7 +53,7 @@ local function refusal(p, args, check, a, reads, domains)
     -- The pod has rules of its own that nobody judged (a batch's claim without rules=).
     return 'unchecked'
   elseif since ~= '' then
-    local rule = rule_conflicts(p, since, reads, domains, a[11])
+    local rule = rule_conflicts(p, args.node, since, reads, domains, a[11])
     if rule == nil then return nil, 'BADARG reads ' .. args.uid end
     return rule
   elseif check == 'fit' and bare_claim_unchecked(p) then

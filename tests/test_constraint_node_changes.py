@@ -182,14 +182,71 @@ def test_a_node_update_that_keeps_labels_and_taints_refuses_nothing(cache):
     assert cache.verify() == []
 
 
-def test_a_bad_spec_digest_is_refused_and_changes_nothing(cache):
+@pytest.mark.parametrize(
+    ("tail", "what"),
+    [
+        (("x1",), "spec-digest"),
+        (("12", "2", "k", "v"), "labels"),  # two labels announced, one sent
+        (("12", "1", "", "v"), "labels"),  # an empty key
+        (("12", "129", *(["k", "v"] * 129)), "labels"),  # more than the script keeps
+    ],
+)
+def test_a_bad_spec_digest_or_label_list_is_refused_and_changes_nothing(cache, tail, what):
+    from schedcache.model.aggregates import spec_digest
     from schedcache.store.commands import Command, add_node
 
-    command = add_node(node("n1"))
+    n1 = node("n1")
+    command = add_node(n1)
+    head = command.args[: command.args.index(spec_digest(n1))]
     before = keyspace(cache.client, cache.keys.pattern)
-    with pytest.raises(Exception, match="spec-digest"):
-        cache.run(Command("add_node", command.subject, (*command.args[:-1], "x1")))
+    with pytest.raises(Exception, match=what):
+        cache.run(Command("add_node", command.subject, (*head, *tail)))
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_placeholder_filled_elsewhere_ends_the_first_pod_rule(cache):
+    """The first pod of a self-affine group may go anywhere only while no pod matches: a
+    placeholder's matching pod, counted once its node is filled in, ends that."""
+    cache.add_node(node("n1", "z1"))
+    cache.add_pod(make_pod("grp-9", "n3", labels={"app": "grp"}))  # n3: a placeholder
+    snap = decided(cache)
+    cache.add_node(node("n3", "z2"))
+    first = make_pod(
+        "grp-0",
+        "n1",
+        labels={"app": "grp"},
+        affinity=required("podAffinity", ZONE, {"app": "grp"}),
+    )
+    assert refused_unchanged(cache, first, snap).reasons == ("node-changed",)
+
+
+# -- node changes that cannot change the verdict refuse nothing ------------------------------
+
+
+def test_nodes_relabelled_added_or_removed_away_from_the_targets_domains_refuse_nothing(cache):
+    """Only a node now in one of the target's domains (under the keys its rules use) can
+    change an affinity or anti-affinity verdict; elsewhere the claim stands."""
+    cache.add_node(node("n1", "z1"))
+    cache.add_node(node("n2", "z2"))
+    cache.add_node(node("n3", "z3"))
+    cache.add_node(node("n4", "z3"))
+    cache.add_pod(make_pod("web-0", "n2", labels=WEB))
+    cache.add_pod(make_pod("web-9", "n4", labels=WEB))
+    snap = decided(cache)
+    cache.update_node(None, node("n3", "z2"))  # into a zone that is not n1's
+    cache.add_node(node("n5", "z4"))
+    cache.remove_node(node("n4", "z3"))  # a ghost now: in no domain
+    cache.assume_pod(zone_anti_web("web-1", "n1"), check_fit=True, snapshot=snap)
+    assert cache.verify() == []
+
+
+def test_a_node_with_more_labels_than_kept_is_judged_coarsely(cache):
+    """Its labels are not kept (lua/_changes.lua): any spec change of it refuses."""
+    cache.add_node(node("n1", "z1"))
+    snap = decided(cache)
+    many = node_manifest("n2", "8", "8Gi", labels={f"k{i}": "v" for i in range(129)})
+    cache.add_node(Node.from_k8s(many))
+    assert refused_unchanged(cache, zone_anti_web("web-1", "n1"), snap).reasons == ("node-changed",)
 
 
 # -- batches judge a pod's own rules without rules= -------------------------------------------

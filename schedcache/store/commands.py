@@ -315,7 +315,24 @@ def _node_args(node: Node) -> tuple[Arg, ...]:
         *flatten(resource_pairs(node.allocatable)),
         *flatten(image_pairs(node)),
         spec_digest(node),
+        *_node_labels(node),
     )
+
+
+#: Node labels sent with a node write for claims to read (lua/_changes.lua); a node with more
+#: sends none, and claims then treat its every spec change as one they cannot judge.
+MAX_NODE_LABELS = 128
+
+
+def _node_labels(node: Node) -> tuple[Arg, ...]:
+    if len(node.labels) > MAX_NODE_LABELS:
+        return ()
+    flat: list[Arg] = [len(node.labels)]
+    for key, value in sorted(node.labels.items()):
+        if not key:
+            raise ValidationError(node_subject(node.name), "metadata.labels", "an empty key")
+        flat += [key, value]
+    return tuple(flat)
 
 
 def add_node(node: Node) -> Command:

@@ -27,6 +27,10 @@ TOPOLOGY_SPREAD = "topology-spread"
 
 HOSTNAME = "kubernetes.io/hostname"
 
+#: A line of a claim's ``domains``: the pod's affinity held by upstream's first-pod rule ("@"
+#: starts no label key).
+FIRST_POD = "@first-pod"
+
 _RULE_OF_REASON = {
     interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
     interpodaffinity.ANTI_AFFINITY_RULES: POD_ANTI_AFFINITY,
@@ -55,6 +59,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         return "", ""
     live = [(i.name, n) for i, n in cycle.nodes()]
     parts: list[str] = []
+    first_pod = False
 
     def domain(key: str) -> list[str]:
         value = node.labels.get(key)
@@ -67,6 +72,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
             for t in pod.pod_affinity
         ):
             names = [name for name, _ in live]  # held by the first-pod rule
+            first_pod = True
         else:
             names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
         parts.append(_rule(POD_AFFINITY, names))
@@ -84,7 +90,13 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     # The hostname always (its domain is one node: nearly free), and the pod's own keys (its
     # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
     # node changed since need not refuse the claim.
-    keys: set[str] = {HOSTNAME, *(t.topology_key for t in pod.pod_anti_affinity)}
+    # The pod's affinity keys too: a node relabelled since into the target's domain under one
+    # of them refuses the claim (lua/_changes.lua).
+    keys: set[str] = {
+        HOSTNAME,
+        *(t.topology_key for t in pod.pod_anti_affinity),
+        *(t.topology_key for t in pod.pod_affinity),
+    }
     for i in cycle.infos:
         for p in i.pods_with_required_anti_affinity:
             if p.uid != uid:
@@ -96,8 +108,12 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         names = [n for c in constraints for n in domain(c.topology_key)]
         names += podtopologyspread.state(cycle).holders
         parts.append(_rule(TOPOLOGY_SPREAD, names))
-    domains = "\n".join(" ".join([key, *domain(key)]) for key in sorted(keys) if key)
-    return " ".join(parts), domains
+    lines = [" ".join([key, *domain(key)]) for key in sorted(keys) if key]
+    if first_pod:
+        # A node not live at the snapshot (a placeholder filled in since) may hold a pod that
+        # ends the first-pod rule: Lua refuses then (lua/_changes.lua).
+        lines.append(FIRST_POD)
+    return " ".join(parts), "\n".join(lines)
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:
