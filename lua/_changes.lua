@@ -120,3 +120,20 @@ local function spec_refusal(p, changed, since, target, reads, domains)
   end
   return nil
 end
+
+-- Whether pods were placed on `node` (added) and taken off it (removed) since generation
+-- `since`. A pod placed or changed since has a placement generation after it in nodepods; a
+-- removal leaves its generation in the node's `rm` field. A node whose spec changed since, or
+-- whose entry is gone, counts as both: its pods may have entered or left any domain.
+local REMOVED_FIELD = 'rm'
+
+local function pod_changes_since(p, node, since)
+  local nk = p .. 'node:' .. node
+  local at = typed_read(nk, 'hash', 'HMGET', 'exists', REMOVED_FIELD, SPEC_FIELD)
+  if not at[1] then return true, true end
+  local after = tonumber(since)
+  if stored_int(nk, at[3], 0) > after then return true, true end
+  local placed = typed_read(p .. 'nodepods:' .. node, 'zset', 'ZRANGEBYSCORE', '(' .. since,
+                            '+inf', 'LIMIT', 0, 1)
+  return #placed > 0, stored_int(nk, at[2], 0) > after
+end

@@ -87,8 +87,15 @@ end
 -- Bounded: the reads by the argument's length; the nodes changed since `since` by
 -- MAX_CHANGED_NODES (more is 'stale': decide again on a fresher snapshot).
 local MAX_CHANGED_NODES = 256
-local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
-                ['existing-anti-affinity'] = true, ['topology-spread'] = true }
+-- Per rule of `reads`, the change on a node it read that can break it: a pod placed there
+-- (`added`: a matching pod in the target's domain, for anti-affinity and a spread count),
+-- one taken off (`removed`: the anchor of an affinity, a pod the spread minimum counted), or
+-- either. A change the other way only helps the verdict: the claim stands.
+local RULES = { ['pod-affinity'] = 'removed', ['pod-anti-affinity'] = 'added',
+                ['existing-anti-affinity'] = 'any', ['topology-spread'] = 'added',
+                ['topology-spread-min'] = 'removed' }
+-- The rule a refusal names (the spread minimum's nodes are the spread rule's).
+local REPORTED = { ['topology-spread-min'] = 'topology-spread' }
 
 -- Whether a changed node (not among the reads) may now hold a pod whose required anti-affinity
 -- repels the incoming one: only if it has such terms (xt) under a topology key for which it
@@ -115,6 +122,29 @@ local function may_repel(nk, node, domains)
     if n > 0 and string.find(lists[j], ' ' .. node .. ' ', 1, true) then return true end
   end
   return terms == 0 or terms > counted
+end
+
+-- The first rule that read `node` (a node changed since `since`) and that the change there
+-- can break, or nil. Each place the node is named in `padded` (" <reads> ") belongs to the
+-- last "@<rule>" before it. A first-pod affinity (no matching pod anywhere) breaks on a pod
+-- placed too.
+local function read_broken(p, node, padded, since, first_pod)
+  local word = ' ' .. node .. ' '
+  local at = string.find(padded, word, 1, true)
+  local added, removed = nil, nil
+  while at ~= nil do
+    local rule = nil
+    for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+    if added == nil then added, removed = pod_changes_since(p, node, since) end
+    local needs = RULES[rule]
+    if rule == 'pod-affinity' and first_pod then needs = 'any' end
+    if needs == 'any' and (added or removed) or needs == 'added' and added
+        or needs == 'removed' and removed then
+      return rule
+    end
+    at = string.find(padded, word, at + 1, true)
+  end
+  return nil
 end
 
 -- "" when the rules of a claim on `target` still hold, else the first broken rule; nil for
@@ -146,15 +176,11 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   local moved = spec_refusal(p, changed, since, target, reads, domains)
   if moved ~= nil then return moved end
   local padded = ' ' .. reads .. ' '
+  local first_pod = string.find('\n' .. (domains or '') .. '\n', FIRST_POD, 1, true) ~= nil
   for j = 1, #changed do
     local node = changed[j]
-    local at = string.find(padded, ' ' .. node .. ' ', 1, true)
-    if at ~= nil then
-      -- The rule is the last "@<rule>" before the node's place.
-      local rule = nil
-      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
-      return rule
-    end
+    local broken = read_broken(p, node, padded, since, first_pod)
+    if broken ~= nil then return REPORTED[broken] or broken end
     if may_repel(p .. 'node:' .. node, node, domains or '') then
       return 'existing-anti-affinity'
     end

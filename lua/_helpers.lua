@@ -19,7 +19,9 @@
 --                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
 --                                 non-zero requested minus requested, aff, anti,
 --                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts,
---                                 spec/sd (the last spec change and its digest: _changes.lua).
+--                                 spec/sd (the last spec change and its digest), rm (the
+--                                 generation of the last pod taken off it), ln and l:<key>
+--                                 (its labels: _changes.lua).
 --                                 A field that drops to 0 is deleted.
 --   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
 --                                 placed each (its size is the pod count; snapshots read only
@@ -577,6 +579,8 @@ local function unplace_pod(p, uid, node, parsed)
   apply_contribution(p, p .. 'node:' .. node, parsed, true)
   redis.call('ZREM', p .. 'nodepods:' .. node, uid)
   local gen, text = touch(p, node)
+  -- The last removal, for claims whose rules a removal can break (_changes.lua).
+  redis.call('HSET', p .. 'node:' .. node, 'rm', text)
   drop_if_empty(p, node)
   return gen, text
 end

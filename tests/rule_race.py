@@ -24,6 +24,7 @@ from typing import Any
 
 from schedcache import Cache, Pod, Snapshot
 from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
+from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.claims import broken_rule
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.values import Node
@@ -109,7 +110,9 @@ def workload(count: int, rng: random.Random) -> list[Pod]:
     return out
 
 
-def _replica(cache: Cache, pods: list[Pod], lock: threading.Lock, out: RaceOutcome) -> None:
+def _replica(
+    cache: Cache, pods: list[Pod], lock: threading.Lock, out: RaceOutcome, ranked: bool
+) -> None:
     snap, columns = Snapshot(), Columns()
     while True:
         with lock:
@@ -126,12 +129,13 @@ def _replica(cache: Cache, pods: list[Pod], lock: threading.Lock, out: RaceOutco
                     out.unschedulable += 1
                 break
             try:
-                cache.assume_pod(
-                    current.with_node(placement.node),
-                    check_fit=True,
-                    snapshot=snap,
-                    candidates=placement.ranked[1:],
-                )
+                placed = current.with_node(placement.node)
+                if ranked:
+                    cache.assume_pod(
+                        placed, check_fit=True, snapshot=snap, candidates=placement.ranked[1:]
+                    )
+                else:
+                    cache.assume_pod(placed, check_fit=True, snapshot=snap)
             except FitConflict as conflict:
                 with lock:
                     out.conflicts.update(conflict.reasons)
@@ -190,9 +194,17 @@ def _churn(
 
 
 def race(
-    make_cache: Any, *, replicas: int, nodes: int, pods: int, seed: int, churn_per_second: float
+    make_cache: Any,
+    *,
+    replicas: int,
+    nodes: int,
+    pods: int,
+    seed: int,
+    churn_per_second: float,
+    candidates: bool = True,
 ) -> RaceOutcome:
-    """Runs the race on caches from ``make_cache(replica=...)``; returns what happened."""
+    """Runs the race on caches from ``make_cache(replica=...)``; returns what happened.
+    ``candidates``: claims carry the next best nodes (False: the best one alone)."""
     rng = random.Random(seed)
     feeder = make_cache(replica="feeder")
     names = [f"n{i:03}" for i in range(nodes)]
@@ -205,7 +217,9 @@ def race(
         target=_churn, args=(feeder, rng, list(names), stop, churn_per_second, out), daemon=True
     )
     workers = [
-        threading.Thread(target=_replica, args=(make_cache(replica=f"r{i}"), queue, lock, out))
+        threading.Thread(
+            target=_replica, args=(make_cache(replica=f"r{i}"), queue, lock, out, candidates)
+        )
         for i in range(replicas)
     ]
     start = time.monotonic()
@@ -222,12 +236,21 @@ def race(
 
 def claim_violations(cache: Cache) -> list[str]:
     """Every fit-checked claim (``PodAssumed``) that broke a required inter-pod rule of the cache
-    as it was just before it, judged by the plugins on the folded stream."""
+    as it was just before it, judged by the plugins on the folded stream (node projections
+    refreshed only where events touched them)."""
     state = ReplayState()
+    touched, _ = state.track()
+    infos: dict[str, NodeInfo] = {}
     found: list[str] = []
     for event in cache.events():
         if event.type == "PodAssumed":
-            infos = state.node_infos()
+            for name in touched:
+                info = state.projection(name)
+                if info is None:
+                    infos.pop(name, None)
+                else:
+                    infos[name] = info
+            touched.clear()
             claimed = Pod.from_dict(event.data)
             target = infos.get(claimed.node_name)
             if target is not None and target.node is not None:

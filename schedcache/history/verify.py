@@ -42,7 +42,7 @@ NODE_FIELDS = (
     "pvc_ref_counts",
     "generation",
 )
-NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "ln")
+NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "ln", "rm")
 
 
 @dataclass(frozen=True)

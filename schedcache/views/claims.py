@@ -21,23 +21,32 @@ from schedcache.views.snapshot import Snapshot
 def claim_context(snap: Snapshot, pod: Pod) -> tuple[int, str, str, str]:
     """``(generation, reads, domains, incarnation)`` for ``assume_pod``; :class:`FitConflict`
     naming the rule when ``pod`` on ``pod.node_name`` breaks one on ``snap`` already."""
-    info = snap.node_infos.get(pod.node_name)
+    return _judged(snap, pod, pod.node_name, None)[0]
+
+
+def _judged(
+    snap: Snapshot, pod: Pod, node: str, cycle: Cycle | None
+) -> tuple[tuple[int, str, str, str], Cycle | None]:
+    """:func:`claim_context` of ``pod`` on ``node``, and the cycle it judged with (built once
+    per pod: it does not depend on the node)."""
+    info = snap.node_infos.get(node)
     if info is None or info.node is None:
-        return snap.generation, "", "", snap.incarnation
-    cycle = Cycle(
-        pod,
-        list(snap.node_infos.values()),
-        anti_holders=snap.have_pods_with_required_anti_affinity_list,
-    )
+        return (snap.generation, "", "", snap.incarnation), cycle
+    if cycle is None:
+        cycle = Cycle(
+            pod,
+            list(snap.node_infos.values()),
+            anti_holders=snap.have_pods_with_required_anti_affinity_list,
+        )
     rule = broken_rule(cycle, info)
     if rule is not None:
         raise FitConflict(
             f"pod {pod.namespace}/{pod.name} (uid {pod.uid}) cannot be assumed: on node "
-            f"{pod.node_name} it would break its {rule} rule",
-            node=pod.node_name,
+            f"{node} it would break its {rule} rule",
+            node=node,
             reasons=(rule,),
         )
-    return (snap.generation, *claim_reads(cycle, info), snap.incarnation)
+    return (snap.generation, *claim_reads(cycle, info), snap.incarnation), cycle
 
 
 def ranked_contexts(
@@ -48,12 +57,15 @@ def ranked_contexts(
     ``(node, reads, domains)`` of each later one that holds too (what ``assume_pod`` sends as
     candidates). :class:`FitConflict` of the first when every one breaks a rule on ``snap``."""
     first: FitConflict | None = None
+    cycle: Cycle | None = None
     kept: list[tuple[str, tuple[int, str, str, str]]] = []
     for node in dict.fromkeys((pod.node_name, *candidates)):
         try:
-            kept.append((node, claim_context(snap, pod.with_node(node))))
+            context, cycle = _judged(snap, pod, node, cycle)
         except FitConflict as conflict:
             first = first or conflict
+            continue
+        kept.append((node, context))
     if not kept:
         assert first is not None
         raise first

@@ -24,6 +24,8 @@ POD_AFFINITY = "pod-affinity"
 POD_ANTI_AFFINITY = "pod-anti-affinity"
 EXISTING_ANTI_AFFINITY = "existing-anti-affinity"
 TOPOLOGY_SPREAD = "topology-spread"
+#: The reads where a spread's minimum can fall (a pod taken off); refused as TOPOLOGY_SPREAD.
+SPREAD_MINIMUM = "topology-spread-min"
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -105,9 +107,12 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
         # pods leave: those two sets, not the whole cluster.
-        names = [n for c in constraints for n in domain(c.topology_key)]
-        names += podtopologyspread.state(cycle).holders
-        parts.append(_rule(TOPOLOGY_SPREAD, names))
+        parts.append(
+            _rule(TOPOLOGY_SPREAD, [n for c in constraints for n in domain(c.topology_key)])
+        )
+        holders = podtopologyspread.state(cycle).holders
+        if holders:
+            parts.append(_rule(SPREAD_MINIMUM, holders))
     lines = [" ".join([key, *domain(key)]) for key in sorted(keys) if key]
     if first_pod:
         # A node not live at the snapshot (a placeholder filled in since) may hold a pod that
