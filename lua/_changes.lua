@@ -137,3 +137,11 @@ local function pod_changes_since(p, node, since)
                             '+inf', 'LIMIT', 0, 1)
   return #placed > 0, stored_int(nk, at[2], 0) > after
 end
+
+-- Whether a pod with required anti-affinity was placed on `node` since generation `since`
+-- (the node's `ax` field): those placed before were on the claim's snapshot, which judged
+-- their terms (a node moved since into the target's domain is refused by spec_refusal).
+local function anti_placed_since(p, node, since)
+  local nk = p .. 'node:' .. node
+  return stored_int(nk, typed_read(nk, 'hash', 'HGET', 'ax'), 0) > tonumber(since)
+end

@@ -181,7 +181,8 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
     local node = changed[j]
     local broken = read_broken(p, node, padded, since, first_pod)
     if broken ~= nil then return REPORTED[broken] or broken end
-    if may_repel(p .. 'node:' .. node, node, domains or '') then
+    if anti_placed_since(p, node, since)
+        and may_repel(p .. 'node:' .. node, node, domains or '') then
       return 'existing-anti-affinity'
     end
   end

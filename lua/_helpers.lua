@@ -19,8 +19,9 @@
 --                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
 --                                 non-zero requested minus requested, aff, anti,
 --                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts,
---                                 spec/sd (the last spec change and its digest), rm (the
---                                 generation of the last pod taken off it), ln and l:<key>
+--                                 spec/sd (the last spec change and its digest), rm / ax (the
+--                                 generation of the last pod taken off it / of the last pod
+--                                 with required anti-affinity placed on it), ln and l:<key>
 --                                 (its labels: _changes.lua).
 --                                 A field that drops to 0 is deleted.
 --   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
@@ -571,6 +572,12 @@ local function place_pod(p, uid, node, parsed)
   local gen, text = touch(p, node)  -- first: it may be the command's first write (touch)
   ensure_node(p, node)
   apply_contribution(p, p .. 'node:' .. node, parsed, false)
+  -- The last pod with required anti-affinity placed here: only one placed after a claim's
+  -- snapshot can repel it from this node's domains (_claims.lua).
+  local fields = parsed.fields
+  for j = 1, #fields do
+    if fields[j] == 'anti' then redis.call('HSET', p .. 'node:' .. node, 'ax', text) end
+  end
   redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
   return gen, text
 end

@@ -93,3 +93,19 @@ def test_spread_stands_when_pods_arrive_outside_the_target_domain_and_not_when_o
         cache.assume_pod(spread("s-4", "n1"), check_fit=True, snapshot=snap)
     assert info.value.reasons == ("topology-spread",)
     assert cache.verify() == []
+
+
+def test_a_change_next_to_an_anti_affine_pod_placed_before_the_snapshot_refuses_nothing(cache):
+    """Its terms were judged on the snapshot: only one placed since can repel the pod."""
+    nodes(cache, {"n1": "z1", "n2": "z1"})
+    cache.add_pod(
+        make_pod(
+            "guard", "n2", labels={"app": "g"}, affinity=required("podAntiAffinity", ZONE, "db")
+        )
+    )
+    plain = make_pod("plain", "n2")
+    cache.add_pod(plain)
+    snap = decided(cache)
+    cache.remove_pod(plain)
+    cache.assume_pod(make_pod("web-0", "n1", labels={"app": "web"}), check_fit=True, snapshot=snap)
+    assert cache.verify() == []

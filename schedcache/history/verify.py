@@ -42,7 +42,7 @@ NODE_FIELDS = (
     "pvc_ref_counts",
     "generation",
 )
-NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "ln", "rm")
+NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "ln", "rm", "ax")
 
 
 @dataclass(frozen=True)
