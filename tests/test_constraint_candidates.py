@@ -121,3 +121,20 @@ def test_malformed_candidates_are_refused_by_the_script_and_change_nothing(cache
     with pytest.raises(CacheError):
         cache.run(Command("assume_pod", command.subject, (*command.args, *tail)))
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_the_async_cache_takes_candidates_too(make_cache, backend, request):
+    from tests.apis import Blocking
+    from tests.conftest import backend_url
+
+    sync = make_cache(replica="a")
+    nodes(sync, "n1", "n2")
+    snap = decided(sync)
+    sync.assume_pod(make_pod("x", "n1", "1", "1Mi"), check_fit=True)
+    blocking = Blocking(sync, backend_url(backend, request), {"ttl": sync.ttl, "replica": "b"})
+    try:
+        web = make_pod("web-0", "n1", "1", "1Mi", labels=WEB, affinity=HOST_ANTI)
+        assert blocking.assume_pod(web, check_fit=True, snapshot=snap, candidates=["n2"]) == "n2"
+    finally:
+        blocking.close_async()
+    assert sync.verify() == []
