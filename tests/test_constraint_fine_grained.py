@@ -109,3 +109,16 @@ def test_a_change_next_to_an_anti_affine_pod_placed_before_the_snapshot_refuses_
     cache.remove_pod(plain)
     cache.assume_pod(make_pod("web-0", "n1", labels={"app": "web"}), check_fit=True, snapshot=snap)
     assert cache.verify() == []
+
+
+def test_spread_does_not_count_terminating_pods_as_upstream(cache):
+    nodes(cache, {"n1": "z1", "n2": "z2"})
+    m = pod_manifest("s-old", "n1", labels={"app": "s"})
+    m["metadata"]["deletionTimestamp"] = "2026-11-28T17:00:00Z"
+    cache.add_pod(Pod.from_k8s(m))
+    assert cache.get_pod(Pod.from_k8s(m)).terminating
+    # Counted, z1 would hold 1 and a second pod there would make 2 against 0.
+    cache.assume_pod(spread("s-0", "n1"), check_fit=True, snapshot=decided(cache))
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(spread("s-1", "n1"), check_fit=True, snapshot=decided(cache))
+    assert info.value.reasons == ("topology-spread",)

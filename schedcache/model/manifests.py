@@ -594,6 +594,7 @@ def read_pod(obj: Any) -> Pod:
         preferred_pod_anti_affinity=rules.preferred_pod_anti_affinity,
         spread_constraints=rules.spread_constraints,
         preferred_node_affinity=_read_preferred_node_affinity(r, spec.get("affinity")),
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 

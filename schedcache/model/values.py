@@ -210,6 +210,8 @@ class Pod:
     preferred_pod_anti_affinity: tuple[WeightedTerm, ...] = ()
     spread_constraints: tuple[SpreadConstraint, ...] = ()
     preferred_node_affinity: tuple[tuple[int, NodeSelectorTerm], ...] = ()
+    # metadata.deletionTimestamp is set: PodTopologySpread counts it no more (as upstream).
+    terminating: bool = False
 
     @property
     def has_inter_pod_rules(self) -> bool:
@@ -300,6 +302,8 @@ class Pod:
             d["preferred_pod_anti_affinity"] = weighted_to_list(self.preferred_pod_anti_affinity)
         if self.spread_constraints:
             d["spread"] = [c.to_list() for c in self.spread_constraints]
+        if self.terminating:
+            d["terminating"] = True
         if self.preferred_node_affinity:
             d["preferred_node_affinity"] = [
                 [weight, [[[k, op, list(v)] for k, op, v in part] for part in term]]
@@ -350,6 +354,7 @@ class Pod:
             weighted_from_list(preferred_anti) if preferred_anti else (),
             tuple(SpreadConstraint.from_list(c) for c in spread) if spread else (),
             tuple((int(w), _terms([t])[0]) for w, t in preferred_node) if preferred_node else (),
+            bool(get("terminating", False)),
         )
 
 
