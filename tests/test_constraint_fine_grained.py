@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from schedcache import Cache, Snapshot
+from schedcache import Cache
 from schedcache.errors import FitConflict
 from schedcache.model.values import Pod
+from tests.factories import caught_up as decided
 from tests.factories import make_node, make_pod, pod_manifest
+from tests.factories import zone_spread_pod as spread
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -26,25 +28,6 @@ def nodes(cache: Cache, zones: dict[str, str]) -> None:
 def required(kind: str, key: str, app: str) -> dict[str, Any]:
     term = {"labelSelector": {"matchLabels": {"app": app}}, "topologyKey": key}
     return {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
-
-
-def spread(name: str, node_name: str) -> Pod:
-    m = pod_manifest(name, node_name, labels={"app": "s"})
-    m["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": ZONE,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "s"}},
-        }
-    ]
-    return Pod.from_k8s(m)
-
-
-def decided(cache: Cache) -> Snapshot:
-    snap = Snapshot()
-    cache.update_snapshot(snap)
-    return snap
 
 
 def test_a_pod_taken_off_the_targets_domain_does_not_refuse_anti_affinity(cache):

@@ -13,7 +13,9 @@ import pytest
 from schedcache import Cache, Snapshot
 from schedcache.errors import FitConflict
 from schedcache.model.values import Node, Pod
-from tests.factories import keyspace, make_pod, node_manifest, pod_manifest
+from tests.factories import caught_up as decided
+from tests.factories import keyspace, make_pod, node_manifest
+from tests.factories import zone_spread_pod as spread
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -34,26 +36,6 @@ def required(kind: str, key: str, labels: dict[str, str]) -> dict[str, Any]:
 
 def zone_anti_web(name: str, node_name: str) -> Pod:
     return make_pod(name, node_name, labels=WEB, affinity=required("podAntiAffinity", ZONE, WEB))
-
-
-def spread(name: str, node_name: str, **policy: str) -> Pod:
-    m = pod_manifest(name, node_name, labels={"app": "s"})
-    m["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": 1,
-            "topologyKey": ZONE,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "s"}},
-            **policy,
-        }
-    ]
-    return Pod.from_k8s(m)
-
-
-def decided(cache: Cache) -> Snapshot:
-    snap = Snapshot()
-    cache.update_snapshot(snap)
-    return snap
 
 
 def refused_unchanged(cache: Cache, pod: Pod, snap: Snapshot) -> FitConflict:
