@@ -88,7 +88,9 @@ def main() -> None:
     parser.add_argument("--replicas", type=positive, default=4)
     parser.add_argument("--nodes", type=positive, default=40)
     parser.add_argument("--pods", type=positive, default=5000)
-    parser.add_argument("--churn", type=float, default=25.0, help="node/pod changes a second")
+    parser.add_argument(
+        "--churn", type=float, default=25.0, help="node/pod changes a second (0: none)"
+    )
     parser.add_argument("--runs", type=positive, default=1)
     parser.add_argument("--seed", type=int, default=38)
     parser.add_argument("--no-candidates", action="store_true")

@@ -223,14 +223,16 @@ def race(
         for i in range(replicas)
     ]
     start = time.monotonic()
-    churn.start()
+    if churn_per_second > 0:
+        churn.start()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     out.seconds = time.monotonic() - start
     stop.set()
-    churn.join()
+    if churn_per_second > 0:
+        churn.join()
     return out
 
 
