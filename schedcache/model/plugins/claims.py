@@ -14,10 +14,12 @@ docs/constraints.md for why this is sound and what it costs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.values import Node
 
 #: Rule names as the claim and its FitConflict name them.
 POD_AFFINITY = "pod-affinity"
@@ -59,13 +61,20 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     pod, node = cycle.pod, info.node
     if node is None:
         return "", ""
-    live = [(i.name, n) for i, n in cycle.nodes()]
+    memo = _memo(cycle)
+    live: list[tuple[str, Node]] = memo["live"]
+    domains: dict[tuple[str, str], list[str]] = memo["domains"]
     parts: list[str] = []
     first_pod = False
 
     def domain(key: str) -> list[str]:
         value = node.labels.get(key)
-        return [] if value is None else [name for name, n in live if n.labels.get(key) == value]
+        if value is None:
+            return []
+        found = domains.get((key, value))
+        if found is None:
+            found = domains[(key, value)] = [name for name, n in live if n.labels.get(key) == value]
+        return found
 
     if pod.pod_affinity:
         s = interpodaffinity.state(cycle)
@@ -88,7 +97,6 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
     # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
     # here only the keys those terms use, with the node's domain under each.
-    uid = pod.uid
     # The hostname always (its domain is one node: nearly free), and the pod's own keys (its
     # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
     # node changed since need not refuse the claim.
@@ -99,10 +107,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         *(t.topology_key for t in pod.pod_anti_affinity),
         *(t.topology_key for t in pod.pod_affinity),
     }
-    for i in cycle.infos:
-        for p in i.pods_with_required_anti_affinity:
-            if p.uid != uid:
-                keys.update(t.topology_key for t in p.pod_anti_affinity)
+    keys.update(memo["anti_keys"])
     constraints = podtopologyspread.hard_constraints(pod)
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
@@ -119,6 +124,29 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         # ends the first-pod rule: Lua refuses then (lua/_changes.lua).
         lines.append(FIRST_POD)
     return " ".join(parts), "\n".join(lines)
+
+
+def _memo(cycle: Cycle) -> dict[str, Any]:
+    """What every claim of the cycle's pod reads alike, whichever node (candidates share it):
+    the live nodes, each (key, value)'s nodes once found, existing pods' anti-affinity keys."""
+    memo: dict[str, Any] | None = cycle.state.get(_MEMO)
+    if memo is None:
+        uid = cycle.pod.uid
+        memo = cycle.state[_MEMO] = {
+            "live": [(i.name, n) for i, n in cycle.nodes()],
+            "domains": {},
+            "anti_keys": {
+                t.topology_key
+                for i in cycle.infos
+                for p in i.pods_with_required_anti_affinity
+                if p.uid != uid
+                for t in p.pod_anti_affinity
+            },
+        }
+    return memo
+
+
+_MEMO = "claims"
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:
