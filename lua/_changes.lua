@@ -34,9 +34,10 @@ local function note_spec(nk, was_live, old_digest, digest, text)
   end
 end
 
--- A node's labels (l:<key> fields, and ln: how many) let a claim tell a node that joined the
--- target's domain from one that moved elsewhere. At most MAX_NODE_LABELS are kept; a node
--- written with more, or by an older client, has none (`ln` missing): its changes refuse.
+-- A live node's labels (nodelabels:<name>: l:<key> fields, and ln: how many) let a claim tell
+-- a node that joined the target's domain from one that moved elsewhere. At most
+-- MAX_NODE_LABELS are kept; a node written with more, or by an older client, has none (`ln`
+-- missing): its changes refuse. Apart from the node entry, which snapshots read whole.
 local MAX_NODE_LABELS = 128
 -- The line of `domains` that says the pod's affinity held by the first-pod rule: a matching
 -- pod anywhere ends it, so a node that holds pods and was not live at the snapshot refuses.
@@ -62,9 +63,16 @@ local function read_node_labels(a, i)
   return out
 end
 
--- Whether a node field holds what a label write replaces (the labels and their count).
-local function label_field(field)
-  return field == LABELS_FIELD or string.sub(field, 1, 2) == 'l:'
+-- Makes node `name`'s kept labels `labels` (read_node_labels' HSET arguments; {}: none).
+-- Its key's type is checked by guard_labels before the command's first write.
+local function set_node_labels(p, name, labels)
+  local key = p .. 'nodelabels:' .. name
+  redis.call('DEL', key)
+  if #labels > 0 then redis.call('HSET', key, unpack(labels)) end
+end
+
+local function guard_labels(p, name)
+  expect_type(p .. 'nodelabels:' .. name, 'hash')
 end
 
 -- The topology keys of a claim's `domains` argument ("<key> <node> ...\n...").
@@ -79,7 +87,7 @@ end
 local function joined_domain(p, x, target, keys)
   local fields = { LABELS_FIELD }
   for k = 1, #keys do fields[k + 1] = 'l:' .. keys[k] end
-  local xk, tk = p .. 'node:' .. x, p .. 'node:' .. target
+  local xk, tk = p .. 'nodelabels:' .. x, p .. 'nodelabels:' .. target
   local mine = typed_read(xk, 'hash', 'HMGET', unpack(fields))
   local theirs = typed_read(tk, 'hash', 'HMGET', unpack(fields))
   if not mine[1] or not theirs[1] then return true end

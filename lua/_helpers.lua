@@ -21,13 +21,14 @@
 --                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts,
 --                                 spec/sd (the last spec change and its digest), rm / ax (the
 --                                 generation of the last pod taken off it / of the last pod
---                                 with required anti-affinity placed on it), ln and l:<key>
---                                 (its labels: _changes.lua).
+--                                 with required anti-affinity placed on it: _changes.lua).
 --                                 A field that drops to 0 is deleted.
 --   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
 --                                 placed each (its size is the pod count; snapshots read only
 --                                 the pods placed since they last looked)
 --   nodeimgs:<name>        set    image names the live node reports
+--   nodelabels:<name>      hash   the live node's labels (l:<key>) and their count (ln), for
+--                                 claims (_changes.lua); none past 128 labels
 --   imgnodes:<image>       set    live nodes that report the image
 --   images                 hash   image name -> size in bytes (the first size reported wins)
 --   imagegen               zset   image name -> generation of the last change of its node

@@ -27,9 +27,10 @@ local function set_node(p, replica, a, etype)
   expect_type(nk, 'hash')
   local previous = redis.call('HMGET', nk, 'exists', 'zone', 'sd')
   guard_node_change(p, name, images, { zone, previous[2] or '' })
+  guard_labels(p, name)
   local stale = {}
   for _, field in ipairs(redis.call('HKEYS', nk)) do
-    if string.sub(field, 1, 2) == 'a:' or label_field(field) then stale[#stale + 1] = field end
+    if string.sub(field, 1, 2) == 'a:' then stale[#stale + 1] = field end
   end
   if #stale > 0 then redis.call('HDEL', nk, unpack(stale)) end
   local fields = { nk, 'exists', 1, 'zone', zone, 'blob', blob }
@@ -37,8 +38,8 @@ local function set_node(p, replica, a, etype)
     fields[#fields + 1] = 'a:' .. allocatable[j]
     fields[#fields + 1] = allocatable[j + 1]
   end
-  for j = 1, #labels do fields[#fields + 1] = labels[j] end
   redis.call('HSET', unpack(fields))
+  set_node_labels(p, name, labels)
   redis.call('SADD', p .. 'nodes', name)
 
   local gen, text = touch(p, name)

@@ -42,7 +42,7 @@ NODE_FIELDS = (
     "pvc_ref_counts",
     "generation",
 )
-NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "ln", "rm", "ax")
+NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "rm", "ax")
 
 
 @dataclass(frozen=True)
@@ -256,11 +256,7 @@ def _invariants(store: Store) -> list[Difference]:
     for index, name in enumerate(nodes):
         raw, members, indexed = replies[3 * index : 3 * index + 3]
         subject = f"node {name}"
-        fields = {
-            k.decode(): int(v)
-            for k, v in raw.items()
-            if k.decode() not in ("zone", "blob") and not k.startswith(b"l:")
-        }
+        fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() not in ("zone", "blob")}
         anti_total += fields.get("anti", 0)
         if not raw:
             out.append(Difference(subject, "entry", "a hash for every member of nodes", None))
