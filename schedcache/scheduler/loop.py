@@ -250,7 +250,7 @@ class ReferenceScheduler:
             self.unschedulable += 1
             self._report(pod, outcome.reason)
         # Parked until a helpful event, unless other pods' arrival could help it too.
-        retry = self._give_back(pod, outcome.unschedulable and not pod.has_inter_pod_rules)
+        retry = self._give_back(pod, outcome.unschedulable and not arrivals_can_help(pod))
         log.info(
             "pod %s/%s %s: %s (%s%s)",
             pod.namespace,
@@ -290,6 +290,16 @@ class ReferenceScheduler:
             self._reported.move_to_end(pod.uid)
             while len(self._reported) > REPORTS_KEPT:
                 self._reported.popitem(last=False)
+
+
+def arrivals_can_help(pod: Pod) -> bool:
+    """Whether another pod's arrival (which wakes no parked pod) could make ``pod``
+    schedulable: an anchor for its required affinity, or pods raising the other domains of a
+    DoNotSchedule spread. Required anti-affinity, its own and other pods' toward it, is helped
+    only by pods leaving and nodes changing, which wake parked pods: such a pod is parked."""
+    return bool(pod.pod_affinity) or any(
+        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
+    )
 
 
 def _short(error: BaseException) -> str:
