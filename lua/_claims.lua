@@ -87,8 +87,15 @@ end
 -- Bounded: the reads by the argument's length; the nodes changed since `since` by
 -- MAX_CHANGED_NODES (more is 'stale': decide again on a fresher snapshot).
 local MAX_CHANGED_NODES = 256
-local RULES = { ['pod-affinity'] = true, ['pod-anti-affinity'] = true,
-                ['existing-anti-affinity'] = true, ['topology-spread'] = true }
+-- Per rule of `reads`, the change on a node it read that can break it: a pod placed there
+-- (`added`: a matching pod in the target's domain, for anti-affinity and a spread count),
+-- one taken off (`removed`: the anchor of an affinity, a pod the spread minimum counted), or
+-- either. A change the other way only helps the verdict: the claim stands.
+local RULES = { ['pod-affinity'] = 'removed', ['pod-anti-affinity'] = 'added',
+                ['existing-anti-affinity'] = 'any', ['topology-spread'] = 'added',
+                ['topology-spread-min'] = 'removed' }
+-- The rule a refusal names (the spread minimum's nodes are the spread rule's).
+local REPORTED = { ['topology-spread-min'] = 'topology-spread' }
 
 -- Whether a changed node (not among the reads) may now hold a pod whose required anti-affinity
 -- repels the incoming one: only if it has such terms (xt) under a topology key for which it
@@ -117,10 +124,34 @@ local function may_repel(nk, node, domains)
   return terms == 0 or terms > counted
 end
 
--- "" when the rules still hold, else the first broken rule; nil for malformed arguments.
+-- The first rule that read `node` (a node changed since `since`) and that the change there
+-- can break, or nil. Each place the node is named in `padded` (" <reads> ") belongs to the
+-- last "@<rule>" before it. A first-pod affinity (no matching pod anywhere) breaks on a pod
+-- placed too.
+local function read_broken(p, node, padded, since, first_pod)
+  local word = ' ' .. node .. ' '
+  local at = string.find(padded, word, 1, true)
+  local added, removed = nil, nil
+  while at ~= nil do
+    local rule = nil
+    for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+    if added == nil then added, removed = pod_changes_since(p, node, since) end
+    local needs = RULES[rule]
+    if rule == 'pod-affinity' and first_pod then needs = 'any' end
+    if needs == 'any' and (added or removed) or needs == 'added' and added
+        or needs == 'removed' and removed then
+      return rule
+    end
+    at = string.find(padded, word, at + 1, true)
+  end
+  return nil
+end
+
+-- "" when the rules of a claim on `target` still hold, else the first broken rule; nil for
+-- malformed arguments.
 -- `reads` is not split into a table: most claims find no node changed since `since`, and for
 -- the few that did, one plain search each finds whether (and under which rule) it was read.
-local function rule_conflicts(p, since, reads, domains, incarnation)
+local function rule_conflicts(p, target, since, reads, domains, incarnation)
   if not is_int(since) then return nil end
   -- Generations of another incarnation (the cache lost its data and began again) say nothing
   -- about this one's nodes.
@@ -140,17 +171,18 @@ local function rule_conflicts(p, since, reads, domains, incarnation)
   -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
   if #changed == 0 then return '' end
+  -- A node relabelled, tainted, added, filled in or removed since: the snapshot's domains are
+  -- not the live ones (_changes.lua).
+  local moved = spec_refusal(p, changed, since, target, reads, domains)
+  if moved ~= nil then return moved end
   local padded = ' ' .. reads .. ' '
+  local first_pod = string.find('\n' .. (domains or '') .. '\n', FIRST_POD, 1, true) ~= nil
   for j = 1, #changed do
     local node = changed[j]
-    local at = string.find(padded, ' ' .. node .. ' ', 1, true)
-    if at ~= nil then
-      -- The rule is the last "@<rule>" before the node's place.
-      local rule = nil
-      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
-      return rule
-    end
-    if may_repel(p .. 'node:' .. node, node, domains or '') then
+    local broken = read_broken(p, node, padded, since, first_pod)
+    if broken ~= nil then return REPORTED[broken] or broken end
+    if anti_placed_since(p, node, since)
+        and may_repel(p .. 'node:' .. node, node, domains or '') then
       return 'existing-anti-affinity'
     end
   end

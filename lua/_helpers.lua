@@ -18,12 +18,17 @@
 --   node:<name>            hash   exists (1 live node, 0 ghost or placeholder), zone,
 --                                 blob, a:<res> allocatable, r:<res> requested, z:cpu/z:mem
 --                                 non-zero requested minus requested, aff, anti,
---                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts.
+--                                 p:<ip>|<proto>|<port> and v:<ns>/<claim> reference counts,
+--                                 spec/sd (the last spec change and its digest), rm / ax (the
+--                                 generation of the last pod taken off it / of the last pod
+--                                 with required anti-affinity placed on it: _changes.lua).
 --                                 A field that drops to 0 is deleted.
 --   nodepods:<name>        zset   uids of the pods on the node, scored by the generation that
 --                                 placed each (its size is the pod count; snapshots read only
 --                                 the pods placed since they last looked)
 --   nodeimgs:<name>        set    image names the live node reports
+--   nodelabels:<name>      hash   the live node's labels (l:<key>) and their count (ln), for
+--                                 claims (_changes.lua); none past 128 labels
 --   imgnodes:<image>       set    live nodes that report the image
 --   images                 hash   image name -> size in bytes (the first size reported wins)
 --   imagegen               zset   image name -> generation of the last change of its node
@@ -568,6 +573,12 @@ local function place_pod(p, uid, node, parsed)
   local gen, text = touch(p, node)  -- first: it may be the command's first write (touch)
   ensure_node(p, node)
   apply_contribution(p, p .. 'node:' .. node, parsed, false)
+  -- The last pod with required anti-affinity placed here: only one placed after a claim's
+  -- snapshot can repel it from this node's domains (_claims.lua).
+  local fields = parsed.fields
+  for j = 1, #fields do
+    if fields[j] == 'anti' then redis.call('HSET', p .. 'node:' .. node, 'ax', text) end
+  end
   redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
   return gen, text
 end
@@ -576,6 +587,8 @@ local function unplace_pod(p, uid, node, parsed)
   apply_contribution(p, p .. 'node:' .. node, parsed, true)
   redis.call('ZREM', p .. 'nodepods:' .. node, uid)
   local gen, text = touch(p, node)
+  -- The last removal, for claims whose rules a removal can break (_changes.lua).
+  redis.call('HSET', p .. 'node:' .. node, 'rm', text)
   drop_if_empty(p, node)
   return gen, text
 end

@@ -3,7 +3,8 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, name, zone, blob, n, (resource, amount) * n, m, (image name, size) * m
 --          resources: cpu (millicores), mem, eph (bytes), pods, s:<scalar name>
--- Keys     node:<name>, nodes, nodeimgs:<name>, imgnodes:<image>, images, imagegen, treezones,
+-- Keys     node:<name>, nodes, nodeimgs:<name>, nodelabels:<name>, imgnodes:<image>, images,
+--          imagegen, treezones,
 --          treezone:<zone>, treegen, gen, nodegen, events
 -- Reply    the generation the node now has
 -- Errors   BADARG <what>

@@ -3,24 +3,31 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, uid, node, blob, contribution ("<field> <amount> ...", aggregates.py),
 --          [check ("" | "fit" | "generation"), [expected node generation, [lease ttl ms,
---          [since, reads, domains, incarnation, [seen]]]]]
+--          [since, reads, domains, incarnation, [seen, [candidates...]]]]]]
 --          A lease ttl > 0 takes (or renews) the replica's lease with the claim, atomically:
 --          the replica is known to sc_forget_lapsed from its first pod on.
 --          `since` (a cache generation), `reads` ("@<rule> <node> ...") and `domains`
 --          ("<topology key> <node> ...\n..."): the inter-pod
 --          rules the decision judged on a snapshot at `since` still hold (_claims.lua,
---          docs/constraints.md). `seen`: the id of the newest event that snapshot saw; the
---          claim is refused when the stream lost it (_history.lua).
+--          docs/constraints.md). `since` "-": the pod has rules of its own nobody judged
+--          (refused as `unchecked`). `seen`: the id of the newest event that snapshot saw
+--          ("" for none); the claim is refused when the stream lost it (_history.lua).
+--          `candidates` (with "fit" only): count (<= 7), the
+--          length of the blob prefix they share with `blob`, then per candidate node, blob
+--          rest, reads, domains: the first of the claim's node and the candidates that passes
+--          every check is taken (_pick.lua).
 -- Keys     pod:<uid>, node:<node>, nodepods:<node>, nodes, pods, assumed, gen, nodegen, events,
 --          antipods
--- Reply    the generation the node now has
+-- Reply    the generation the node now has; with candidates, {generation, node taken}
 -- Errors   PODEXISTS <uid> <state> <node>   the pod is already assumed or added
---          FITCONFLICT <uid> <node> <reason,...>   with check "fit": the live node lacks room
+--          FITCONFLICT <uid> <node> <reason,...>   (with candidates: every one was refused;
+--            the claim's own node and reasons are named) with check "fit": the live node lacks room
 --            (reasons: cpu, memory, ephemeral-storage, pods, <scalar>, port:<proto>/<port>) or
 --            is gone (node-missing); with "generation": the node changed since the expected
 --            generation (stale) or is gone (node-missing); with `since`: a rule the live
 --            cache may break (pod-affinity, pod-anti-affinity, existing-anti-affinity,
---            topology-spread) or too many nodes changed since (stale); with "fit" and no
+--            topology-spread), a node changed its labels, taints or membership since
+--            (node-changed) or too many nodes changed since (stale); with "fit" and no
 --            `since`: placed pods with required anti-affinity exist, so existing pods' terms
 --            toward the pod must be judged on a snapshot first (unchecked); with `seen`: the
 --            cache lost writes that snapshot saw (lost-writes)
@@ -32,6 +39,32 @@
 local ASSUMED_SETS = { 'pods', 'assumed' }
 local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
 
+-- `since` of a fit-checked claim of a pod whose own inter-pod rules were not judged: refused
+-- as `unchecked`, so the client judges them on a snapshot and claims again.
+local UNJUDGED = '-'
+
+-- "" when the pod may go on `args.node`, else the reasons it may not; nil and the error for
+-- malformed arguments. Reads only.
+local function refusal(p, args, check, a, reads, domains)
+  if check ~= '' then
+    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6])
+    if reasons == nil then return nil, 'BADARG check ' .. args.uid end
+    if reasons ~= '' then return reasons end
+  end
+  local since = a[8] or ''
+  if since == UNJUDGED then
+    -- The pod has rules of its own that nobody judged (a batch's claim without rules=).
+    return 'unchecked'
+  elseif since ~= '' then
+    local rule = rule_conflicts(p, args.node, since, reads, domains, a[11])
+    if rule == nil then return nil, 'BADARG reads ' .. args.uid end
+    return rule
+  elseif check == 'fit' and bare_claim_unchecked(p) then
+    return 'unchecked'
+  end
+  return ''
+end
+
 local function assume_pod(p, replica, a)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
@@ -40,25 +73,30 @@ local function assume_pod(p, replica, a)
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
   end
   local check = a[5] or ''
-  if check ~= '' then
-    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6])
-    if reasons == nil then return nil, 'BADARG check ' .. args.uid end
-    if reasons ~= '' then
-      return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reasons
+  local candidates, bad = read_candidates(a, 13, args.blob)
+  if candidates == nil or (#candidates > 0 and check ~= 'fit') then
+    return nil, 'BADARG ' .. (bad or 'candidates') .. ' ' .. args.uid
+  end
+  -- The snapshot the decision ran on saw event `seen`: a history that lost it is another one.
+  local lost = history_lost(p, a[12])  -- _history.lua
+  if lost == nil then return nil, 'BADARG seen ' .. args.uid end
+  if lost then return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' lost-writes' end
+  local reason, err = refusal(p, args, check, a, a[9], a[10])
+  if reason == nil then return nil, err end
+  -- The ranked candidates, in order, when the claim's own node is refused.
+  for j = 1, #candidates do
+    if reason == '' then break end
+    local there = candidate_args(p, args, candidates[j])
+    if there ~= nil then
+      local why, failed = refusal(p, there, check, a, candidates[j].reads, candidates[j].domains)
+      if why == nil then return nil, failed end
+      if why == '' then
+        args, reason = there, ''
+      end
     end
   end
-  local since = a[8] or ''
-  if since ~= '' then
-    local lost = history_lost(p, a[12])  -- _history.lua
-    if lost == nil then return nil, 'BADARG seen ' .. args.uid end
-    if lost then return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' lost-writes' end
-    local rule = rule_conflicts(p, since, a[9], a[10], a[11])
-    if rule == nil then return nil, 'BADARG reads ' .. args.uid end
-    if rule ~= '' then
-      return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. rule
-    end
-  elseif check == 'fit' and bare_claim_unchecked(p) then
-    return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' unchecked'
+  if reason ~= '' then
+    return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reason
   end
   local lease_ms = tonumber(a[7] or '0')
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
@@ -86,5 +124,6 @@ local function assume_pod(p, replica, a)
   redis.call('SADD', p .. 'assumed', args.uid)
   emit(p, 'PodAssumed', replica,
        'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
+  if #candidates > 0 then return { gen, args.node } end
   return gen
 end

@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, name
--- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, imgnodes:<image>, images, imagegen,
+-- Keys     node:<name>, nodepods:<name>, nodeimgs:<name>, nodelabels:<name>, imgnodes:<image>,
+--          images, imagegen,
 --          treezones, treezone:<zone>, treegen, treecursor, nodes, gen, nodegen, events,
 --          version:node:<name> (expires as a tombstone)
 -- Reply    the generation recorded for the change
@@ -20,6 +21,7 @@ local function remove_node(p, replica, a)
   if exists ~= '1' then return nil, 'NODENOTFOUND ' .. name .. ' ghost' end
   local zone = redis.call('HGET', nk, 'zone') or ''
   guard_node_change(p, name, {}, { zone })
+  guard_labels(p, name)
   local gen, text = touch(p, name)
   for _, image in ipairs(redis.call('SMEMBERS', p .. 'nodeimgs:' .. name)) do
     image_lost(p, name, image, gen)
@@ -27,6 +29,8 @@ local function remove_node(p, replica, a)
   tree_remove(p, name, zone, gen)
   redis.call('HSET', nk, 'exists', 0)
   redis.call('HDEL', nk, 'blob', 'zone')
+  note_spec(nk, false, nil, '', text)  -- its pods leave every domain (_changes.lua)
+  set_node_labels(p, name, {})
   local pods = redis.call('ZCARD', p .. 'nodepods:' .. name)
   drop_if_empty(p, name)
   retire_version(p .. 'version:node:' .. name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -37,9 +37,8 @@ from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
-from schedcache.store.routing import Client
-from schedcache.store.store import Store, log_skipped
-from schedcache.views.claims import claim_context
+from schedcache.store.store import Client, Store, log_skipped
+from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
 
@@ -139,8 +138,10 @@ class Cache(StreamAudit):
         check_fit: bool = False,
         expect_generation: int | None = None,
         snapshot: Snapshot | None = None,
-    ) -> None:
-        """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision).
+        candidates: Sequence[str] = (),
+    ) -> str:
+        """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision); returns
+        the node it was booked on.
 
         With replicas sharing the cache, claim optimistically: ``check_fit=True`` checks inside
         the script that the live node still has room (CPU, memory, ephemeral storage, pod
@@ -149,17 +150,24 @@ class Cache(StreamAudit):
         ``snapshot`` (the one the decision read; else a private one brought up to date here,
         for a pod without rules only when pods with required anti-affinity are placed) and
         re-checked atomically (docs/constraints.md); ``expect_generation=
-        snap.get(node).generation`` refuses if the node changed at all since that snapshot.
-        Either raises :class:`FitConflict` and writes nothing.
+        snap.get(node).generation`` refuses if the node changed at all since that snapshot
+        (the node only: no inter-pod rule is checked). Either raises :class:`FitConflict` and
+        writes nothing. ``candidates``: with ``check_fit``, up to seven more nodes, best
+        first; the claim takes the first of ``pod.node_name`` and these that passes every
+        check, in the same round trip, and :class:`FitConflict` (naming the first) only when
+        none does.
         """
         rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
+        extra: list[tuple[str, str, str]] = []
         if check_fit and expect_generation is None:
-            rules = self._claim_context(pod, snapshot)
+            pod, rules, extra = self._claim_context(pod, snapshot, candidates)
+        elif candidates:
+            extra = [(node, "", "") for node in candidates]  # refused by the command
         try:
             try:
-                self.run(
+                reply = self.run(
                     commands.assume_pod(
-                        pod, check_fit, expect_generation, self.lease_to_take, *rules
+                        pod, check_fit, expect_generation, self.lease_to_take, *rules, extra
                     )
                 )
             except FitConflict as conflict:
@@ -167,39 +175,43 @@ class Cache(StreamAudit):
                     raise
                 # Pods with required anti-affinity are placed: judge their terms toward this
                 # pod on the cache's own snapshot, and claim again with what that read.
-                self.judged_claim(pod)
+                reply = self.judged_claim(pod, candidates)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
         self.hold_lease()
+        return taken_node(reply, pod)
 
     def _claim_context(
-        self, pod: Pod, snapshot: Snapshot | None
-    ) -> tuple[int | None, str, str, str, str]:
+        self, pod: Pod, snapshot: Snapshot | None, candidates: Sequence[str]
+    ) -> tuple[Pod, tuple[int | None, str, str, str, str], list[tuple[str, str, str]]]:
         """The inter-pod rules judged on ``snapshot``, else, for a pod with rules of its own,
-        on this cache's snapshot brought up to date here. A bare claim of a pod without any
-        (no snapshot given) sends none: Redis accepts it when no placed pod has required
+        on this cache's snapshot brought up to date here (:func:`ranked_contexts`: the pod
+        moves to the first candidate whose rules hold there). A bare claim of a pod without
+        any (no snapshot given) sends none: Redis accepts it when no placed pod has required
         anti-affinity, else refuses it as ``unchecked`` and :meth:`assume_pod` judges it here
         (a snapshot update on every such claim cost too much, docs/constraints.md)."""
         if snapshot is not None:
-            return claim_context(snapshot, pod)
+            return ranked_contexts(snapshot, pod, candidates)
         if not pod.has_inter_pod_rules:
-            return None, "", "", "", ""
-        return self._own_claim_context(pod)
+            return pod, (None, "", "", "", ""), [(node, "", "") for node in candidates]
+        return self._own_claim_context(pod, candidates)
 
-    def judged_claim(self, pod: Pod) -> Any:
+    def judged_claim(self, pod: Pod, candidates: Sequence[str] = ()) -> Any:
         """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
         snapshot, brought up to date; the script's reply. What a batch sends again for a bare
         claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
-        rules = self._own_claim_context(pod)
-        return self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
+        pod, rules, extra = self._own_claim_context(pod, candidates)
+        return self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra))
 
-    def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str, str]:
+    def _own_claim_context(
+        self, pod: Pod, candidates: Sequence[str] = ()
+    ) -> tuple[Pod, ClaimRules, list[tuple[str, str, str]]]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         with self._claim_lock:  # (from the primary: a claim's answer must be current)
             update_snapshot(self.store, self._claim_snapshot, replica_ok=False)
-            return claim_context(self._claim_snapshot, pod)
+            return ranked_contexts(self._claim_snapshot, pod, candidates)
 
     @property
     def lease_to_take(self) -> float:

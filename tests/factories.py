@@ -130,3 +130,31 @@ def keyspace(client: redis.Redis, pattern: str) -> dict[bytes, Any]:
             value = client.dump(key)
         state[key] = (kind, value)
     return state
+
+
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
+
+def zone_spread_pod(name: str, node: str, skew: int = 1, app: str = "s", **policy: str) -> Pod:
+    """A pod labelled ``app`` spread by zone among pods of its ``app`` (DoNotSchedule;
+    ``policy``: nodeAffinityPolicy / nodeTaintsPolicy)."""
+    manifest = pod_manifest(name, node, labels={"app": app})
+    manifest["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": skew,
+            "topologyKey": ZONE_LABEL,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}},
+            **policy,
+        }
+    ]
+    return Pod.from_k8s(manifest)
+
+
+def caught_up(cache: Any) -> Any:
+    """A fresh snapshot of ``cache``: what a replica decides on."""
+    from schedcache import Snapshot
+
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    return snap

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from schedcache import Cache, Snapshot
+from schedcache import Cache
 from schedcache.errors import FitConflict
 from schedcache.model.values import Pod
+from tests.factories import caught_up as decided
 from tests.factories import keyspace, make_node, make_pod, pod_manifest
+from tests.factories import zone_spread_pod as spread_pod
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -34,25 +36,6 @@ def anti(key: str, **labels: str) -> dict[str, Any]:
 
 def affinity(key: str, **labels: str) -> dict[str, Any]:
     return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term(key, labels)]}}
-
-
-def spread_pod(name: str, node_name: str, skew: int = 1) -> Pod:
-    m = pod_manifest(name, node_name, labels={"app": "s"})
-    m["spec"]["topologySpreadConstraints"] = [
-        {
-            "maxSkew": skew,
-            "topologyKey": ZONE,
-            "whenUnsatisfiable": "DoNotSchedule",
-            "labelSelector": {"matchLabels": {"app": "s"}},
-        }
-    ]
-    return Pod.from_k8s(m)
-
-
-def decided(cache: Cache) -> Snapshot:
-    snap = Snapshot()
-    cache.update_snapshot(snap)
-    return snap
 
 
 def test_bare_claim_next_to_a_pod_its_hostname_anti_affinity_repels_is_refused(cache):

@@ -89,6 +89,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.node("n"),
         keys.node_pods("n"),
         keys.node_images("n"),
+        keys.node_labels("n"),
         keys.image_nodes("i"),
         keys.images,
         keys.image_generations,

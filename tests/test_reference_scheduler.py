@@ -161,3 +161,35 @@ def test_a_binding_the_api_server_never_answers_forgets_the_claim_and_backs_off(
     gaps = [later - earlier for earlier, later in itertools.pairwise(calls)]
     # Backing off 0.2, 0.4, 0.4 s (the queue's clock is Redis', in ms: a little slack).
     assert all(gap >= wanted - 0.05 for gap, wanted in zip(gaps, (0.2, 0.4, 0.4), strict=False))
+
+
+def test_a_pod_repelled_by_anti_affinity_waits_parked_until_the_pod_leaves(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 38: pods with inter-pod rules were never parked. Only pods leaving or nodes
+    changing can help a pod that anti-affinity keeps away, and both wake parked pods."""
+    only = node("only", "4")
+    only["metadata"]["labels"] = {"kubernetes.io/hostname": "only"}
+    server.create(only)
+    running = pending("db-0", "100m")
+    running["metadata"]["labels"] = {"app": "db"}
+    running["spec"]["nodeName"] = "only"
+    running["status"] = {"phase": "Running"}
+    server.create(running)
+    repelled = pending("db-1", "100m")
+    repelled["metadata"]["labels"] = {"app": "db"}
+    term = {
+        "labelSelector": {"matchLabels": {"app": "db"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    repelled["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    server.create(repelled)
+    with fed_scheduler(cache, server, tmp_path, retry_delay=0.2, max_backoff=0.4) as scheduler:
+        eventually(lambda: scheduler.unschedulable == 1)
+        time.sleep(1.5)  # backed off, it would have been tried 3 times or more
+        assert scheduler.unschedulable == 1
+        assert scheduler.queue.lengths()["parked"] == 1
+        server.delete("Pod", "db-0")
+        eventually(lambda: bound_to(server, "db-1") == "only", 5)

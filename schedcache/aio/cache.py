@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from schedcache.aio.batch import AsyncCommandBatch
@@ -32,7 +32,7 @@ from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import log_skipped
-from schedcache.views.claims import claim_context
+from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
 from schedcache.views.nodetree import interleave, parse_tree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
 
@@ -202,46 +202,56 @@ class AsyncCache:
         check_fit: bool = False,
         expect_generation: int | None = None,
         snapshot: Snapshot | None = None,
-    ) -> None:
-        """Book ``pod`` on ``pod.node_name`` before binding (see :meth:`Cache.assume_pod`).
-        With ``check_fit``, the pod's inter-pod rules are judged on ``snapshot`` (else, when
+        candidates: Sequence[str] = (),
+    ) -> str:
+        """Book ``pod`` on ``pod.node_name`` (or the first of ``candidates`` that passes every
+        check) before binding and return the node (see :meth:`Cache.assume_pod`). With
+        ``check_fit``, the pod's inter-pod rules are judged on ``snapshot`` (else, when
         needed, on a private one brought up to date here) and re-checked in Redis, as the sync
         cache does."""
         rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
+        extra = [(node, "", "") for node in candidates]
         if check_fit and expect_generation is None:
             if snapshot is not None:
-                rules = claim_context(snapshot, pod)
+                pod, rules, extra = ranked_contexts(snapshot, pod, candidates)
             elif pod.has_inter_pod_rules:
-                rules = await self._own_claim_context(pod)
-        command = commands.assume_pod(pod, check_fit, expect_generation, self.lease_to_take, *rules)
+                pod, rules, extra = await self._own_claim_context(pod, candidates)
+        command = commands.assume_pod(
+            pod, check_fit, expect_generation, self.lease_to_take, *rules, extra
+        )
         try:
             try:
-                await self.run(command)
+                reply = await self.run(command)
             except FitConflict as conflict:
                 if conflict.reasons != (UNCHECKED,) or rules[0] is not None:
                     raise
                 # Pods with required anti-affinity are placed: judge their terms toward this
                 # pod on the cache's own snapshot, and claim again with what that read.
-                await self.judged_claim(pod)
+                reply = await self.judged_claim(pod, candidates)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
             raise
         self.hold_lease()
+        return taken_node(reply, pod)
 
-    async def judged_claim(self, pod: Pod) -> Any:
+    async def judged_claim(self, pod: Pod, candidates: Sequence[str] = ()) -> Any:
         """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
         snapshot, brought up to date; the script's reply. What a batch sends again for a bare
         claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
-        rules = await self._own_claim_context(pod)
-        return await self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules))
+        pod, rules, extra = await self._own_claim_context(pod, candidates)
+        return await self.run(
+            commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
+        )
 
-    async def _own_claim_context(self, pod: Pod) -> tuple[int, str, str, str, str]:
+    async def _own_claim_context(
+        self, pod: Pod, candidates: Sequence[str] = ()
+    ) -> tuple[Pod, ClaimRules, list[tuple[str, str, str]]]:
         """The inter-pod rules judged on this cache's own snapshot, brought up to date."""
         async with self._claim_lock:
             # (from the primary: a claim's answer must be current)
             await self.store.run_reads(update_reads(self._claim_snapshot, self.name))
-            return claim_context(self._claim_snapshot, pod)
+            return ranked_contexts(self._claim_snapshot, pod, candidates)
 
     @property
     def lease_to_take(self) -> float:

@@ -43,7 +43,7 @@ NODE_FIELDS = (
     "pvc_ref_counts",
     "generation",
 )
-NODE_META = ("exists", "gen", "zone", "blob")
+NODE_META = ("exists", "gen", "zone", "blob", "spec", "sd", "rm", "ax")
 
 
 @dataclass(frozen=True)

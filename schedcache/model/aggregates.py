@@ -25,6 +25,8 @@ A node's allocatable is sent the same way, as ``cpu``, ``mem``, ``eph``, ``pods`
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Mapping
 
@@ -96,6 +98,17 @@ def resource_pairs(resource: Resource) -> Pairs:
 def image_pairs(node: Node) -> Pairs:
     """Every image name of the node with its size (an image may have several names)."""
     return [(name, size) for names, size in node.images for name in names]
+
+
+def spec_digest(node: Node) -> int:
+    """What decides the node's topology domains and whether spread counts it (labels, taints,
+    unschedulable), as one integer (< 2**56): a node write whose digest differs is a spec change
+    that claims judged on an older snapshot must not trust (lua/_changes.lua)."""
+    text = json.dumps(
+        [sorted(node.labels.items()), sorted(node.taints), node.unschedulable],
+        separators=(",", ":"),
+    )
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")
 
 
 def flatten(pairs: Pairs) -> list[str | int]:

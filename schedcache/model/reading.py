@@ -315,6 +315,7 @@ def read_pod(obj: Any, make: Callable[..., P]) -> P:
         ready_containers=_read_ready_containers(r, status, {c.name for c in inits if c.sidecar}),
         containers=len(containers) + sum(c.sidecar for c in inits),
         created_ms=_read_created(r, meta),
+        terminating=bool(meta.get("deletionTimestamp")),
     )
 
 

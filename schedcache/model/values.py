@@ -95,6 +95,8 @@ class Pod:
     ready_containers: int = 0
     containers: int = 0
     created_ms: int = 0
+    # metadata.deletionTimestamp is set: PodTopologySpread counts it no more (as upstream).
+    terminating: bool = False
 
     @property
     def has_inter_pod_rules(self) -> bool:
@@ -183,6 +185,8 @@ class Pod:
             d["preferred_pod_anti_affinity"] = weighted_to_list(self.preferred_pod_anti_affinity)
         if self.spread_constraints:
             d["spread"] = [c.to_list() for c in self.spread_constraints]
+        if self.terminating:
+            d["terminating"] = True
         if self.preferred_node_affinity:
             d["preferred_node_affinity"] = [
                 [weight, [[[k, op, list(v)] for k, op, v in part] for part in term]]
@@ -241,6 +245,7 @@ class Pod:
             int(ready),
             int(containers),
             int(get("created", 0)),
+            bool(get("terminating", False)),
         )
 
 

@@ -166,15 +166,20 @@ class ReferenceScheduler:
                 pod.has_inter_pod_rules or self.snapshot.have_pods_with_required_anti_affinity_list
             )
             try:
-                self.cache.assume_pod(
-                    placed, check_fit=True, snapshot=self.snapshot if judged else None
+                # The next best nodes ride along: a lost race for the best one takes the next
+                # that still passes every check, with no decision redone.
+                taken = self.cache.assume_pod(
+                    placed,
+                    check_fit=True,
+                    snapshot=self.snapshot if judged else None,
+                    candidates=placement.ranked[1:],
                 )
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
-            self._submit(placed)
-            outcome.node = placement.node
+            self._submit(pod.with_node(taken))
+            outcome.node = taken
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
         return outcome
@@ -324,7 +329,7 @@ class ReferenceScheduler:
             self.unschedulable += 1
             self._report(pod, outcome.reason)
         # Parked until a helpful event, unless other pods' arrival could help it too.
-        retry = self._give_back(pod, outcome.unschedulable and not pod.has_inter_pod_rules)
+        retry = self._give_back(pod, outcome.unschedulable and not arrivals_can_help(pod))
         log.info(
             "pod %s/%s %s: %s (%s%s)",
             pod.namespace,
@@ -365,6 +370,16 @@ class ReferenceScheduler:
             self._reported.move_to_end(pod.uid)
             while len(self._reported) > REPORTS_KEPT:
                 self._reported.popitem(last=False)
+
+
+def arrivals_can_help(pod: Pod) -> bool:
+    """Whether another pod's arrival (which wakes no parked pod) could make ``pod``
+    schedulable: an anchor for its required affinity, or pods raising the other domains of a
+    DoNotSchedule spread. Required anti-affinity, its own and other pods' toward it, is helped
+    only by pods leaving and nodes changing, which wake parked pods: such a pod is parked."""
+    return bool(pod.pod_affinity) or any(
+        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
+    )
 
 
 def _short(error: BaseException) -> str:

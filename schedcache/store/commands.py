@@ -14,10 +14,18 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from schedcache.errors import ValidationError
-from schedcache.model.aggregates import contribution_string, flatten, image_pairs, resource_pairs
+from schedcache.model.aggregates import (
+    contribution_string,
+    flatten,
+    image_pairs,
+    resource_pairs,
+    spec_digest,
+)
 from schedcache.model.values import Node, Pod
 from schedcache.store.records import pack_object
 
@@ -144,6 +152,7 @@ def assume_pod(
     domains: str = "",
     incarnation: str = "",
     seen: str = "",
+    candidates: Sequence[tuple[str, str, str]] = (),
 ) -> Command:
     """``check_fit``: the live node must still have room (fine-grained claim);
     ``expect_generation``: the node must not have changed since that generation (strict);
@@ -151,8 +160,24 @@ def assume_pod(
     ``since``/``reads``/``domains``/``incarnation``: with ``check_fit``, the inter-pod rules
     judged on a snapshot at generation ``since`` (of that incarnation of the cache) still hold
     (``schedcache.views.claims``); ``seen``: the id of the newest event that snapshot saw,
-    the claim refused (``lost-writes``) when the cache no longer holds it (lua/_history.lua)."""
+    the claim refused (``lost-writes``) when the cache no longer holds it (lua/_history.lua);
+    ``candidates``: with ``check_fit``, up to :data:`MAX_EXTRA_CANDIDATES` more nodes, best
+    first, each ``(node, reads, domains)`` judged on the same snapshot: Redis takes the first
+    of ``pod.node_name`` and these that passes every check (lua/_pick.lua) and answers
+    ``[generation, node]``."""
     args = _placed_pod_args(pod, "assume")
+    if candidates:
+        if not check_fit or expect_generation is not None:
+            raise ValidationError(
+                pod_subject(pod), "candidates", "need check_fit (and no expect_generation)"
+            )
+        extra = _candidate_args(pod, cast(bytes, args[2]), candidates)
+        lease = milliseconds(lease_ttl, subject=pod_subject(pod), field="lease_ttl")
+        rules: tuple[Arg, ...] = (UNJUDGED if pod.has_inter_pod_rules else "", "", "", "")
+        if since is not None:
+            rules = _rule_args(pod, since, reads, domains, incarnation, seen)
+        rules += ("",) * (5 - len(rules))  # `seen`'s place kept: the candidates follow it
+        return Command("assume_pod", pod_subject(pod), (*args, "fit", "", lease, *rules, *extra))
     if check_fit and expect_generation is not None:
         raise ValidationError(
             pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
@@ -168,11 +193,63 @@ def assume_pod(
         args += ("fit", "", lease)
         if since is not None:
             args += _rule_args(pod, since, reads, domains, incarnation, seen)
+        elif pod.has_inter_pod_rules:
+            # Rules of its own that nobody judged (a batch's claim without rules=): Redis
+            # refuses it as unchecked and the batch claims it again, judged.
+            args += (UNJUDGED,)
     elif lease != "0":
         args += ("", "", lease)
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+#: Ranked candidates a claim may carry after its own node (lua/_pick.lua).
+MAX_EXTRA_CANDIDATES = 7
+
+
+def _candidate_args(
+    pod: Pod, blob: bytes, candidates: Sequence[tuple[str, str, str]]
+) -> tuple[Arg, ...]:
+    """``count, shared prefix length, (node, blob rest, reads, domains) * count``: each blob is
+    the pod placed on that node; only what differs from ``blob`` travels."""
+    subject = pod_subject(pod)
+    if len(candidates) > MAX_EXTRA_CANDIDATES:
+        raise ValidationError(
+            subject, "candidates", f"{len(candidates)} > {MAX_EXTRA_CANDIDATES} more nodes"
+        )
+    blobs: list[bytes] = []
+    for i, candidate in enumerate(candidates):
+        if not isinstance(candidate, tuple) or len(candidate) != 3:
+            raise ValidationError(subject, f"candidates[{i}]", "expected (node, reads, domains)")
+        node, reads, domains = candidate
+        _token(node, subject, f"candidates[{i}]")
+        _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
+        blobs.append(pack_object(pod.with_node(node).to_dict(), subject))
+    shared = _shared_prefix(blob, blobs)
+    out: list[Arg] = [len(candidates), shared]
+    for (node, reads, domains), packed in zip(candidates, blobs, strict=True):
+        out += [node, packed[shared:], reads, domains]
+    return tuple(out)
+
+
+def _shared_prefix(first: bytes, others: Sequence[bytes]) -> int:
+    """The length of the bytes every one of ``others`` starts with, as ``first`` does."""
+    shared = len(first)
+    for other in others:
+        low, high = 0, min(shared, len(other))
+        while low < high:  # a binary search: slices compare in C
+            middle = (low + high + 1) // 2
+            if other[:middle] == first[:middle]:
+                low = middle
+            else:
+                high = middle - 1
+        shared = low
+    return shared
+
+
+#: ``since`` of a fit-checked claim whose pod's own rules were not judged (lua/assume_pod.lua).
+UNJUDGED = "-"
 
 
 def _rule_args(
@@ -259,7 +336,25 @@ def _node_args(node: Node) -> tuple[Arg, ...]:
         pack_object(node.to_dict(), node_subject(node.name)),
         *flatten(resource_pairs(node.allocatable)),
         *flatten(image_pairs(node)),
+        spec_digest(node),
+        *_node_labels(node),
     )
+
+
+#: Node labels sent with a node write for claims to read (lua/_changes.lua); a node with more
+#: sends none, and claims then treat its every spec change as one they cannot judge.
+MAX_NODE_LABELS = 128
+
+
+def _node_labels(node: Node) -> tuple[Arg, ...]:
+    if len(node.labels) > MAX_NODE_LABELS:
+        return ()
+    flat: list[Arg] = [len(node.labels)]
+    for key, value in sorted(node.labels.items()):
+        if not key:
+            raise ValidationError(node_subject(node.name), "metadata.labels", "an empty key")
+        flat += [key, value]
+    return tuple(flat)
 
 
 def add_node(node: Node) -> Command:

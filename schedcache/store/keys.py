@@ -49,6 +49,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("node:<name>", "hash", "the node entry: exists, zone, blob and its counters"),
     KeySpec("nodepods:<name>", "zset", "uids of the node's pods, scored by placement generation"),
     KeySpec("nodeimgs:<name>", "set", "image names the live node reports"),
+    KeySpec("nodelabels:<name>", "hash", "the live node's labels (l:<key>) and their count (ln)"),
     KeySpec("imgnodes:<image>", "set", "live nodes that report the image"),
     KeySpec("images", "hash", "image name -> size in bytes (the first size reported wins)"),
     KeySpec("imagegen", "zset", "image name -> generation of the last change of its node count"),
@@ -178,6 +179,9 @@ class Keys:
 
     def node_images(self, name: str) -> str:
         return self._key("nodeimgs:<name>", name=name)
+
+    def node_labels(self, name: str) -> str:
+        return self._key("nodelabels:<name>", name=name)
 
     def image_nodes(self, image: str) -> str:
         return self._key("imgnodes:<image>", image=image)

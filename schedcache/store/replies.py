@@ -45,6 +45,10 @@ _RULES = ("pod-affinity", "pod-anti-affinity", "existing-anti-affinity", "topolo
 #: (lua/_history.lua); the snapshot's next update rebuilds it (views/snapshot.py).
 LOST_WRITES = "lost-writes"
 
+#: A claim's rules were judged on a snapshot older than a node's labels, taints or
+#: membership (lua/_changes.lua): decide again on a fresher one.
+NODE_CHANGED = "node-changed"
+
 #: The refusal of a bare fit-checked claim (no rules judged) while pods with required
 #: anti-affinity are placed: the client judges on a snapshot and claims again (cache.py).
 UNCHECKED = "unchecked"
@@ -113,6 +117,11 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
         names = tuple(reasons.split(","))
         if names == ("stale",):
             why = f"node {node} changed since the snapshot it was chosen from"
+        elif names == (NODE_CHANGED,):
+            why = (
+                f"a node changed its labels, taints or membership since the snapshot the "
+                f"placement on node {node} was judged on (decide again on a fresh one)"
+            )
         elif names == ("node-missing",):
             why = f"node {node} is no longer in the cache"
         elif names == (LOST_WRITES,):

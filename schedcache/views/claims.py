@@ -9,6 +9,9 @@ and the newest event the snapshot saw, which ``lua/_history.lua`` finds still in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from schedcache.errors import FitConflict
 from schedcache.model.plugins.claims import broken_rule, claim_reads
 from schedcache.model.plugins.cycle import Cycle
@@ -25,20 +28,62 @@ def claim_context(snap: Snapshot, pod: Pod) -> ClaimRules:
     :class:`FitConflict` naming the rule when ``pod`` on ``pod.node_name`` breaks one on
     ``snap`` already. ``seen`` lets Redis refuse the claim when it lost writes the snapshot
     saw (lua/_history.lua)."""
-    info = snap.node_infos.get(pod.node_name)
+    return _judged(snap, pod, pod.node_name, None)[0]
+
+
+def _judged(
+    snap: Snapshot, pod: Pod, node: str, cycle: Cycle | None
+) -> tuple[ClaimRules, Cycle | None]:
+    """:func:`claim_context` of ``pod`` on ``node``, and the cycle it judged with (built once
+    per pod: it does not depend on the node)."""
+    info = snap.node_infos.get(node)
     if info is None or info.node is None:
-        return snap.generation, "", "", snap.incarnation, snap.seen_id
-    cycle = Cycle(
-        pod,
-        list(snap.node_infos.values()),
-        anti_holders=snap.have_pods_with_required_anti_affinity_list,
-    )
+        return (snap.generation, "", "", snap.incarnation, snap.seen_id), cycle
+    if cycle is None:
+        cycle = Cycle(
+            pod,
+            list(snap.node_infos.values()),
+            anti_holders=snap.have_pods_with_required_anti_affinity_list,
+        )
     rule = broken_rule(cycle, info)
     if rule is not None:
         raise FitConflict(
             f"pod {pod.namespace}/{pod.name} (uid {pod.uid}) cannot be assumed: on node "
-            f"{pod.node_name} it would break its {rule} rule",
-            node=pod.node_name,
+            f"{node} it would break its {rule} rule",
+            node=node,
             reasons=(rule,),
         )
-    return (snap.generation, *claim_reads(cycle, info), snap.incarnation, snap.seen_id)
+    return (snap.generation, *claim_reads(cycle, info), snap.incarnation, snap.seen_id), cycle
+
+
+def ranked_contexts(
+    snap: Snapshot, pod: Pod, candidates: Sequence[str]
+) -> tuple[Pod, ClaimRules, list[tuple[str, str, str]]]:
+    """A claim of ``pod`` on ``pod.node_name`` or, failing that, on ``candidates`` in order:
+    the pod on the first node whose rules hold on ``snap``, its :func:`claim_context`, and
+    ``(node, reads, domains)`` of each later one that holds too (what ``assume_pod`` sends as
+    candidates). :class:`FitConflict` of the first when every one breaks a rule on ``snap``."""
+    first: FitConflict | None = None
+    cycle: Cycle | None = None
+    kept: list[tuple[str, ClaimRules]] = []
+    for node in dict.fromkeys((pod.node_name, *candidates)):
+        try:
+            context, cycle = _judged(snap, pod, node, cycle)
+        except FitConflict as conflict:
+            first = first or conflict
+            continue
+        kept.append((node, context))
+    if not kept:
+        assert first is not None
+        raise first
+    (node, context), rest = kept[0], kept[1:]
+    return pod.with_node(node), context, [(n, c[1], c[2]) for n, c in rest]
+
+
+def taken_node(reply: Any, pod: Pod) -> str:
+    """The node an ``assume_pod`` reply says the claim took: ``[generation, node]`` when it
+    carried candidates, else the pod's own."""
+    if isinstance(reply, list | tuple):
+        node = reply[1]
+        return node.decode() if isinstance(node, bytes) else str(node)
+    return pod.node_name

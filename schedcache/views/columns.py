@@ -77,6 +77,11 @@ def columnar(pod: Pod) -> bool:
     )
 
 
+#: Nodes a placement ranks: the claim's own and the seven candidates it may carry
+#: (schedcache.store.commands.MAX_EXTRA_CANDIDATES).
+RANKED = 8
+
+
 @dataclass
 class Placement:
     """Where ``pod`` goes: ``node`` ("" when no node can take it, then ``reasons``: every
@@ -86,6 +91,8 @@ class Placement:
     nodes: int = 0
     judged: int = 0
     reasons: list[str] = field(default_factory=list)
+    # ``node`` and the next best, best first (at most RANKED): a claim's candidates.
+    ranked: tuple[str, ...] = ()
 
 
 class Columns:
@@ -295,7 +302,8 @@ class Columns:
             candidates = [self.infos[row] for row in rows]
             by_name = score_nodes(pod, candidates, cycle or self._cycle(pod, snap))
             scores = np.array([by_name[info.name] for info in candidates], dtype=np.int64)
-        return Placement(node=self._best(rows, scores), nodes=live, judged=processed)
+        ranked = self._ranked(rows, scores)
+        return Placement(node=ranked[0], nodes=live, judged=processed, ranked=ranked)
 
     # -- judging one pod on named nodes (the extender) ---------------------------------------
 
@@ -358,13 +366,14 @@ class Columns:
         the rows lack is no node of ``snap`` and the live count is the cluster's."""
         return len(self.infos) == len(snap.node_infos)
 
-    def _best(self, rows: Ints, scores: Ints) -> str:
-        """The highest score scaled to 0-10 as the extender's ``scores`` (ties: the greatest
-        name), as the reference scheduler always chose."""
+    def _ranked(self, rows: Ints, scores: Ints) -> tuple[str, ...]:
+        """The best ``RANKED`` nodes, best first: the highest score scaled to 0-10 as the
+        extender's ``scores``, then the raw score, then the greatest name (the first is the
+        node the reference scheduler always chose)."""
         best = int(scores.max())
         scaled = 10 * scores // best if best > 0 else np.zeros_like(scores)
-        tied = rows[scaled == scaled.max()]
-        return self.names[int(tied[np.argmax(self._name_rank[tied])])]
+        order = np.lexsort((-self._name_rank[rows], -scores, -scaled))[:RANKED]
+        return tuple(self.names[int(row)] for row in rows[order])
 
     @staticmethod
     def _cycle(pod: Pod, snap: Snapshot) -> Cycle:

@@ -14,18 +14,26 @@ docs/constraints.md for why this is sound and what it costs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.values import Node
 
 #: Rule names as the claim and its FitConflict name them.
 POD_AFFINITY = "pod-affinity"
 POD_ANTI_AFFINITY = "pod-anti-affinity"
 EXISTING_ANTI_AFFINITY = "existing-anti-affinity"
 TOPOLOGY_SPREAD = "topology-spread"
+#: The reads where a spread's minimum can fall (a pod taken off); refused as TOPOLOGY_SPREAD.
+SPREAD_MINIMUM = "topology-spread-min"
 
 HOSTNAME = "kubernetes.io/hostname"
+
+#: A line of a claim's ``domains``: the pod's affinity held by upstream's first-pod rule ("@"
+#: starts no label key).
+FIRST_POD = "@first-pod"
 
 _RULE_OF_REASON = {
     interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
@@ -53,12 +61,20 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     pod, node = cycle.pod, info.node
     if node is None:
         return "", ""
-    live = [(i.name, n) for i, n in cycle.nodes()]
+    memo = _memo(cycle)
+    live: list[tuple[str, Node]] = memo["live"]
+    domains: dict[tuple[str, str], list[str]] = memo["domains"]
     parts: list[str] = []
+    first_pod = False
 
     def domain(key: str) -> list[str]:
         value = node.labels.get(key)
-        return [] if value is None else [name for name, n in live if n.labels.get(key) == value]
+        if value is None:
+            return []
+        found = domains.get((key, value))
+        if found is None:
+            found = domains[(key, value)] = [name for name, n in live if n.labels.get(key) == value]
+        return found
 
     if pod.pod_affinity:
         s = interpodaffinity.state(cycle)
@@ -67,6 +83,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
             for t in pod.pod_affinity
         ):
             names = [name for name, _ in live]  # held by the first-pod rule
+            first_pod = True
         else:
             names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
         parts.append(_rule(POD_AFFINITY, names))
@@ -80,24 +97,56 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
     # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
     # here only the keys those terms use, with the node's domain under each.
-    uid = pod.uid
     # The hostname always (its domain is one node: nearly free), and the pod's own keys (its
     # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
     # node changed since need not refuse the claim.
-    keys: set[str] = {HOSTNAME, *(t.topology_key for t in pod.pod_anti_affinity)}
-    for i in cycle.infos:
-        for p in i.pods_with_required_anti_affinity:
-            if p.uid != uid:
-                keys.update(t.topology_key for t in p.pod_anti_affinity)
+    # The pod's affinity keys too: a node relabelled since into the target's domain under one
+    # of them refuses the claim (lua/_changes.lua).
+    keys: set[str] = {
+        HOSTNAME,
+        *(t.topology_key for t in pod.pod_anti_affinity),
+        *(t.topology_key for t in pod.pod_affinity),
+    }
+    keys.update(memo["anti_keys"])
     constraints = podtopologyspread.hard_constraints(pod)
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
         # pods leave: those two sets, not the whole cluster.
-        names = [n for c in constraints for n in domain(c.topology_key)]
-        names += podtopologyspread.state(cycle).holders
-        parts.append(_rule(TOPOLOGY_SPREAD, names))
-    domains = "\n".join(" ".join([key, *domain(key)]) for key in sorted(keys) if key)
-    return " ".join(parts), domains
+        parts.append(
+            _rule(TOPOLOGY_SPREAD, [n for c in constraints for n in domain(c.topology_key)])
+        )
+        holders = podtopologyspread.state(cycle).holders
+        if holders:
+            parts.append(_rule(SPREAD_MINIMUM, holders))
+    lines = [" ".join([key, *domain(key)]) for key in sorted(keys) if key]
+    if first_pod:
+        # A node not live at the snapshot (a placeholder filled in since) may hold a pod that
+        # ends the first-pod rule: Lua refuses then (lua/_changes.lua).
+        lines.append(FIRST_POD)
+    return " ".join(parts), "\n".join(lines)
+
+
+def _memo(cycle: Cycle) -> dict[str, Any]:
+    """What every claim of the cycle's pod reads alike, whichever node (candidates share it):
+    the live nodes, each (key, value)'s nodes once found, existing pods' anti-affinity keys."""
+    memo: dict[str, Any] | None = cycle.state.get(_MEMO)
+    if memo is None:
+        uid = cycle.pod.uid
+        memo = cycle.state[_MEMO] = {
+            "live": [(i.name, n) for i, n in cycle.nodes()],
+            "domains": {},
+            "anti_keys": {
+                t.topology_key
+                for i in cycle.infos
+                for p in i.pods_with_required_anti_affinity
+                if p.uid != uid
+                for t in p.pod_anti_affinity
+            },
+        }
+    return memo
+
+
+_MEMO = "claims"
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:

@@ -41,7 +41,12 @@ def matching(pod: Pod, constraint: SpreadConstraint, others: list[Pod]) -> int:
     selector = constraint.selector
     if selector is None:
         return 0
-    return sum(1 for p in others if p.namespace == pod.namespace and selector.matches(p.labels))
+    # Terminating pods are not counted (upstream's countPodsMatchSelector skips them).
+    return sum(
+        1
+        for p in others
+        if p.namespace == pod.namespace and not p.terminating and selector.matches(p.labels)
+    )
 
 
 class State:
