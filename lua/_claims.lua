@@ -151,8 +151,9 @@ local function rule_conflicts(p, since, reads, domains, incarnation)
   end
   local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',
                              'LIMIT', 0, MAX_CHANGED_NODES + 1)
-  if #changed > MAX_CHANGED_NODES then return 'stale' end
-  -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends.
+  -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends: they count
+  -- against the same bound (a batch of 1,000 node updates and 200 claims read 200,000 nodes).
+  if #changed + #changed_nodes > MAX_CHANGED_NODES then return 'stale' end
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
   if #changed == 0 then return '' end
   local padded = ' ' .. reads .. ' '

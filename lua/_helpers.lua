@@ -304,12 +304,38 @@ local function guard_node(p, node)
 end
 
 
+-- Bounds of the calls' arguments (docs/security.md, "Bounds of every Lua call"), each checked
+-- before a command's first write. Times and durations (ms) as the Python side bounds them
+-- (commands.MAX_NOW, MAX_TTL): far inside int64 and the doubles' exact integers.
+local MAX_NOW_MS = 1e13
+local MAX_DURATION_MS = 1e12
+-- A uid, node, replica or holder name (part of key names and replies).
+local MAX_NAME_BYTES = 1024
+-- One pod's msgpack (events.MAX_PAYLOAD) or its contribution text.
+local MAX_BLOB_BYTES = 1048576
+-- Pods one expiry call (sc_cleanup_assumed_pods, sc_forget_lapsed) settles at most.
+local MAX_EXPIRY_LIMIT = 1000
+-- Node names one read (sc_read_nodes, sc_read_node_deltas) and one inline delta
+-- (sc_snapshot_delta's limit) take at most: each node costs its pods' records.
+local MAX_READ_NAMES = 200
+
+-- A decimal integer argument within [low, high], as a number; nil for anything else. Not
+-- tonumber alone: it takes "inf" (which passes a floor check), "nan", "1e3", " 7" and "0x10".
+local function int_arg(value, low, high)
+  if not is_int(value) then return nil end
+  local n = tonumber(value)
+  if n < low or n > high then return nil end
+  return n
+end
+
+-- A name argument (uid, node, holder): not empty, no whitespace, at most MAX_NAME_BYTES.
+local function name_arg(value)
+  return type(value) == 'string' and value ~= '' and #value <= MAX_NAME_BYTES
+    and not string.find(value, '%s')
+end
+
 local function now_ms(arg)
-  if arg ~= nil and arg ~= '' then
-    local n = tonumber(arg)
-    if n == nil or n < 0 or n ~= math.floor(n) then return nil end
-    return n
-  end
+  if arg ~= nil and arg ~= '' then return int_arg(arg, 0, MAX_NOW_MS) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -721,9 +747,12 @@ end
 -- Parses the common pod arguments: uid, node, blob, contribution.
 local function read_pod_args(p, a)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
-  if uid == nil or uid == '' then return nil, 'BADARG uid' end
-  if node == nil or node == '' or string.find(node, '%s') then return nil, 'BADARG node ' .. uid end
-  if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
+  if uid == nil or uid == '' or #uid > MAX_NAME_BYTES then return nil, 'BADARG uid' end
+  if not name_arg(node) then return nil, 'BADARG node ' .. uid end
+  if blob == nil or blob == '' or #blob > MAX_BLOB_BYTES then return nil, 'BADARG blob ' .. uid end
+  if contribution ~= nil and #contribution > MAX_BLOB_BYTES then
+    return nil, 'BADARG contribution ' .. uid
+  end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
   local overflow, live = check_fields(p, node, parsed, false)

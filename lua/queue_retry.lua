@@ -16,19 +16,19 @@
 -- a change the attempt did not see is never missed. An error goes to back-off.
 local function queue_retry(p, replica, a)
   local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
-  local first_ms, longest_ms, parked_ms = tonumber(a[6]), tonumber(a[7]), tonumber(a[8])
+  local first_ms = int_arg(a[6], 0, MAX_DURATION_MS)
+  local longest_ms = int_arg(a[7], 0, MAX_DURATION_MS)
+  local parked_ms = int_arg(a[8], 0, MAX_DURATION_MS)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
-  if holder == nil or holder == '' or holder == '-' then return nil, 'BADARG holder' end
-  if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
+  if not name_arg(holder) or holder == '-' then return nil, 'BADARG holder' end
+  if not name_arg(uid) then return nil, 'BADARG uid' end
   if kind ~= 'unschedulable' and kind ~= 'error' then return nil, 'BADARG kind' end
   if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
     return nil, 'BADARG attempt'
   end
-  for _, value in ipairs({ first_ms, longest_ms, parked_ms }) do
-    if value == nil or value < 0 or value ~= math.floor(value) then
-      return nil, 'BADARG backoff'
-    end
-  end
+  if first_ms == nil then return nil, 'BADARG backoff' end
+  if longest_ms == nil then return nil, 'BADARG max_backoff' end
+  if parked_ms == nil then return nil, 'BADARG parked' end
   local now = now_ms(a[9])
   if now == nil then return nil, 'BADARG now' end
   guard_queue(p, scheduler)

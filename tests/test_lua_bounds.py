@@ -13,6 +13,7 @@ import redis
 
 from schedcache import Cache
 from schedcache.errors import FitConflict
+from schedcache.store import commands
 from tests.factories import keyspace, make_node, make_pod, port
 
 
@@ -61,3 +62,83 @@ def test_a_claim_of_thousands_of_wildcard_ports_reads_the_node_once(cache: Cache
         cache.assume_pod(make_pod("clash", "n1", "1m", "1Mi", ports=clash), check_fit=True)
     expected = [f"port:UDP/{10_000 + i}" for i in range(10)] + [f"port:TCP/{10_000 + PORTS - 1}"]
     assert list(info.value.reasons) == expected
+
+
+# -- every argument checked before the first write (issue 39 item 7, issue 44 item 3) ----------
+
+TOO_LONG_NAME = "u" * 1025
+MALFORMED: list[tuple[str, list[Any], str]] = [
+    ("sc_queue_pop", ["ref", "h", "inf", "1", "0"], "BADARG lease"),
+    ("sc_queue_pop", ["ref", "h", "1e3", "1", "0"], "BADARG lease"),
+    ("sc_queue_pop", ["ref", "h", "1000", "1", "nan"], "BADARG parked"),
+    ("sc_queue_pop", ["ref", "h", "1000", "1", "0", "inf"], "BADARG now"),
+    ("sc_queue_pop", ["ref", "h", "1000", "1", "0", "10000000000001"], "BADARG now"),
+    ("sc_queue_pop", ["ref", TOO_LONG_NAME, "1000", "1", "0"], "BADARG holder"),
+    ("sc_queue_retry", ["ref", "h", "u", "error", "", "inf", "1", "1"], "BADARG backoff"),
+    ("sc_queue_retry", ["ref", "h", "u", "error", "", "1", "1e400", "1"], "BADARG max_backoff"),
+    ("sc_queue_retry", ["ref", "h", "u", "error", "", "1", "1", "-1"], "BADARG parked"),
+    ("sc_queue_retry", ["ref", "h", "u", "error", "", "1", "1", "1", "inf"], "BADARG now"),
+    ("sc_queue_retry", ["ref", "h", TOO_LONG_NAME, "error", "", "1", "1", "1"], "BADARG uid"),
+    ("sc_finish_binding", ["q", "", "inf"], "BADARG ttl"),
+    ("sc_assume_pod", ["new", "n1", "\x81\xa1a\x01", "", "", "", "inf"], "BADARG lease"),
+    ("sc_add_pod", [TOO_LONG_NAME, "n1", "\x81\xa1a\x01", ""], "BADARG uid"),
+    ("sc_add_pod", ["new", "n" * 1025, "\x81\xa1a\x01", ""], "BADARG node"),
+    ("sc_add_pod", ["new", "n1", "x" * (1024 * 1024 + 1), ""], "BADARG blob"),
+    ("sc_cleanup_assumed_pods", ["", "1001"], "BADARG limit"),
+    ("sc_cleanup_assumed_pods", ["inf", "10"], "BADARG now"),
+    ("sc_forget_lapsed", ["1001"], "BADARG limit"),
+    ("sc_forget_lapsed", ["inf"], "BADARG limit"),
+    ("sc_read_nodes", [f"n{i}" for i in range(201)], "BADARG names"),
+    ("sc_read_node_deltas", ["0", *[f"n{i}" for i in range(201)]], "BADARG names"),
+    ("sc_read_node_deltas", ["inf", "n1"], "BADARG generation"),
+    ("sc_snapshot_delta", ["0", "0", "201"], "BADARG limit"),
+    ("sc_snapshot_delta", ["nan", "0", "0"], "BADARG generation"),
+    ("sc_batch", ["forget_pod", "0"] * 1001, "BADARG commands: more than 1000"),
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "args", "code"),
+    MALFORMED,
+    ids=[f"{function}-{code}-{i}" for i, (function, _, code) in enumerate(MALFORMED)],
+)
+def test_a_malformed_argument_is_refused_by_name_and_writes_nothing(
+    cache: Cache, function: str, args: list[Any], code: str
+) -> None:
+    """Numbers that are not finite integers in range (``inf`` passed every floor check: a
+    retry back-off ``inf`` wrote a record no sync could read back, a pop at ``now=inf`` leased
+    a pod forever), names and blobs past their size, counts past the published caps."""
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    cache.assume_pod(make_pod("q", "n1", "1m", "1Mi"))
+    assert_refused(cache, function, args, code)
+
+
+def test_a_batch_at_the_cap_runs(cache: Cache) -> None:
+    """The cap is a bound, not a ban: 1,000 commands in one call are applied."""
+    batch = cache.batch(chunk_size=1000)
+    for i in range(1000):
+        batch.add_pod(make_pod(f"p{i}", "n1", "1m", "1Mi"))
+    results = batch.execute()
+    assert len(results) == 1000 and all(result.error is None for result in results)
+    assert cache.client.scard(f"{cache.keys.prefix}pods") == 1000
+
+
+def test_claims_after_many_node_changes_in_one_batch_are_stale_not_read_node_by_node(
+    cache: Cache,
+) -> None:
+    """The 256-changed-nodes bound counts the nodes an sc_batch changed before the claim (a
+    batch of 1,000 node updates and 200 claims read 200,000 nodes: 5.0 s); past it a claim is
+    refused ``stale``, to be decided again on a fresher snapshot."""
+    cache.add_node(make_node("n0", "4", "1Gi"))
+    since = cache.generation()
+    batch = cache.batch(chunk_size=400)
+    for i in range(1, 300):
+        batch.add_node(make_node(f"n{i}", "4", "1Gi"))
+    for i in range(5):
+        claim = commands.assume_pod(
+            make_pod(f"c{i}", "n0", "1m", "1Mi"), check_fit=True, since=since, reads=""
+        )
+        batch.add(claim)
+    results = batch.execute()
+    refused = [result.error for result in results[-5:]]
+    assert all(isinstance(error, FitConflict) and error.reasons == ("stale",) for error in refused)

@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 ACTIONS = ("expire", "forget")
 MAX_INTERVAL = 3600.0  # seconds: a worker asleep longer is not expiring anything
-MAX_BATCH = 10_000  # pods per Lua call: one call holds Redis for its whole run
+MAX_BATCH = 1_000  # pods per Lua call (Lua's MAX_EXPIRY_LIMIT): one call holds Redis throughout
 
 
 @dataclass

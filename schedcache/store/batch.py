@@ -45,8 +45,9 @@ REFUSED = tuple(error for error in RETRYABLE if issubclass(error, ResponseError)
 # Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
 # that unread replies take on both sides.
 WINDOW = 8
-# Commands per sc_batch call: one call holds Redis for its whole run (~10 us a command).
-MAX_CHUNK_SIZE = 10_000
+# Commands per sc_batch call: one call holds Redis for its whole run (~10-40 us a command), and
+# lua/batch.lua refuses more (MAX_BATCH_COMMANDS).
+MAX_CHUNK_SIZE = 1_000
 
 
 class SentGroup(list[Command]):
