@@ -9,8 +9,11 @@
 --                                    the end of its back-off, holder the replica leasing it
 --   queuedpods                set    the uids of every queued pod
 --   queueseq                  string the arrival counter (INCR)
---   queues                    hash   scheduler -> the last event whose help its parked pods
---                                    were given
+--   queues                    hash   scheduler -> "<id>[ <score>]": the last event read for
+--                                    its parked pods (each event is read once), and while a
+--                                    helpful one is still being given, the parked pods (score
+--                                    at most this) still owed a wake; the field goes with the
+--                                    scheduler's last pod
 --   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
 --                                    order is priority, then arrival
 --   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)
@@ -25,6 +28,10 @@ local QUEUE_MOVES = 100
 -- Events one call reads to learn whether a cluster change could help parked pods; past this
 -- many unread, it assumes one did (a wake too many costs an attempt, a wake missed a pod).
 local WAKE_SCAN = 200
+-- Bytes of queued records one pop reads (and so rewrites) at most, past the first record of
+-- each part (the heads, woken, flushed, lapsed, ended): a record's state change rewrites its
+-- pod's msgpack (up to MAX_BLOB_BYTES), so 300 pods of 0.9 MiB made one pop 2 s.
+local POP_BYTES = 4 * 1048576
 -- Upstream's queueing hints for the plugins that park a pod on resources, taints, node
 -- affinity and ports: a node added or changed, an assigned pod deleted or changed, and this
 -- cache's own releases of room (a claim forgotten or expired).
@@ -41,6 +48,33 @@ local function queue_key(p, scheduler, part)
   return p .. 'queue:' .. scheduler .. ':' .. part
 end
 
+-- A pod's msgpack as the queue takes it: at most MAX_BLOB_BYTES (a pending pod costs Redis
+-- that much at most), and a msgpack map (fixmap, map 16, map 32), as every schedcache object
+-- is: anything else would be handed to a replica that cannot read it.
+local function valid_blob(blob)
+  if type(blob) ~= 'string' or blob == '' or #blob > MAX_BLOB_BYTES then return false end
+  local first = string.byte(blob, 1)
+  return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
+end
+
+-- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
+-- it): 5,000 names once seen must not stay forever.
+local function forget_if_idle(p, scheduler)
+  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
+    if redis.call('ZCARD', queue_key(p, scheduler, part)) > 0 then return end
+  end
+  redis.call('HDEL', p .. 'queues', scheduler)
+end
+
+-- The wake cursor of `scheduler` ("<id>[ <score>]", see `queues`): the last event read and the
+-- parked score still owed a wake (nil when none). An unreadable one starts again from 0-0.
+-- The third value is the field as it was.
+local function wake_cursor(p, scheduler)
+  local text = redis.call('HGET', p .. 'queues', scheduler) or ''
+  local id, owed = string.match(text, '^(%d+%-%d+) ?(%d*)$')
+  if id == nil then return '0-0', nil, text end
+  return id, tonumber(owed), text
+end
 -- The arrival counter holds an integer INCR can count on from (or is missing).
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
@@ -118,11 +152,13 @@ local function queue_after_backoff(p, rec, now)
   save_queued(rec)
 end
 
--- A pod left the queue for good (bound, deleted, terminated): record and membership go.
+-- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
+-- the scheduler's bookkeeping with its last pod.
 local function queue_drop(p, rec)
   queue_unlink(p, rec)
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
+  forget_if_idle(p, rec.scheduler)
 end
 
 -- The id of the stream's last event, or '0-0'.

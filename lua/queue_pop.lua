@@ -14,40 +14,73 @@
 -- back (a replica died or stalled), except those of pods claimed in the cache meanwhile,
 -- whose lease is renewed until the pod is bound or its claim is forgotten; ended back-offs
 -- become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
+-- Every part is bounded in bytes too (POP_BYTES, _queue.lua): what is left waits for the next
+-- pop. Each event is read once for the wake: a helpful one owes every pod parked before it a
+-- wake, given QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).
 -- A record that cannot be read is taken out of the queue (and left for an operator): sync
 -- queues the pod again with its next change or relist.
 
 -- Records of the uids given, read (and checked) before anything is written, that are in the
 -- state `state`; the others (no record, an unreadable one, or one in another state: members
--- left behind) are listed in `strays` as { uid, state }.
-local function load_all(p, uids, state, strays)
+-- left behind) are listed in `strays` as { uid, state }. Past the first record, reading stops
+-- when `budget.left` (bytes) is spent; the second value says whether every uid was read.
+local function load_all(p, uids, state, strays, budget)
   local recs = {}
   for j = 1, #uids do
+    if j > 1 and budget.left <= 0 then return recs, false end
     local rec = load_queued(p, uids[j], true)
     if rec and rec.state == state then
       recs[#recs + 1] = rec
+      budget.left = budget.left - #rec.blob
     else
       strays[#strays + 1] = { uids[j], state }
     end
   end
-  return recs
+  return recs, true
 end
 
--- The active pods at the head of the queue: { rec, member } each; members without a readable
--- active record are listed in `strays`.
-local function heads_of(p, scheduler, count, strays)
+-- The active pods at the head of the queue (at most `count`, and within `budget` past the
+-- first); members without a readable active record are listed in `strays`.
+local function heads_of(p, scheduler, count, strays, budget)
   local heads = {}
   local key = queue_key(p, scheduler, 'active')
-  for _, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
+  for j, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
+    if j > 1 and budget.left <= 0 then break end
     local uid = string.match(member, '^%d+:(.+)$')
     local rec = uid and load_queued(p, uid, true)
     if rec and rec.state == 'active' and active_member(rec) == member then
       heads[#heads + 1] = rec
+      budget.left = budget.left - #rec.blob
     else
       strays[#strays + 1] = { member, 'active' }
     end
   end
   return heads
+end
+
+-- The parked pods to wake now, and the new wake cursor ("<id>[ <score>]"; nil when it is
+-- unchanged): the events after the cursor are read once (WAKE_SCAN at most); a helpful one owes
+-- every pod parked now (score up to the highest) a wake, QUEUE_MOVES a call.
+local function wake_parked(p, scheduler, parked_key, strays, budget)
+  expect_type(p .. 'queues', 'hash')
+  local since, owed, was = wake_cursor(p, scheduler)
+  local helped, last = helpful_since(p, since)
+  if helped then
+    local top = redis.call('ZRANGE', parked_key, -1, -1, 'WITHSCORES')
+    owed = tonumber(top[2])
+  end
+  local woken = {}
+  if owed ~= nil then
+    local uids = redis.call('ZRANGEBYSCORE', parked_key, '-inf', int_string(owed), 'LIMIT', 0,
+                            QUEUE_MOVES)
+    local all
+    woken, all = load_all(p, uids, 'parked', strays, budget)
+    if all and #uids < QUEUE_MOVES then owed = nil end  -- every owed wake given
+  end
+  local cursor = last
+  if owed ~= nil then cursor = last .. ' ' .. int_string(owed) end
+  if cursor == was then cursor = nil end  -- nothing new read, nothing to write
+  return woken, cursor
 end
 
 -- The uids of `part` due by `now` (the read is the key's type check).
@@ -75,27 +108,18 @@ local function queue_pop(p, replica, a)
   if now == nil then return nil, 'BADARG now' end
   local parked_key = queue_key(p, scheduler, 'parked')
 
-  -- Reads (and every check: the reads of the queue's sorted sets check their types) first.
+  -- Reads (and every check: the reads of the queue's sorted sets check their types) first;
+  -- the heads first, so the byte budget serves them before the housekeeping.
   local strays = {}
+  local budget = { left = POP_BYTES }
+  local heads = heads_of(p, scheduler, count, strays, budget)
+  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays, budget)
   local woken, seen = {}, nil
-  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays)
   if redis.call('ZCARD', parked_key) > 0 then
-    expect_type(p .. 'queues', 'hash')
-    local since = redis.call('HGET', p .. 'queues', scheduler)
-    if not since then since = '0-0' end
-    local helped, last = helpful_since(p, since)
-    if helped then
-      woken = load_all(p, redis.call('ZRANGE', parked_key, 0, QUEUE_MOVES - 1), 'parked',
-                       strays)
-      -- Every parked pod had its wake: the next call looks past this event.
-      if redis.call('ZCARD', parked_key) <= QUEUE_MOVES then seen = last end
-    else
-      seen = last
-    end
+    woken, seen = wake_parked(p, scheduler, parked_key, strays, budget)
   end
-  local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays)
-  local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays)
-  local heads = heads_of(p, scheduler, count, strays)
+  local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays, budget)
+  local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays, budget)
   if #woken + #flushed + #lapsed + #ended > 0 then  -- pods to activate, or to drop
     guard_sequence(p)
     expect_type(p .. 'queuedpods', 'set')
@@ -143,8 +167,9 @@ local function queue_pop(p, replica, a)
   -- come first, unless a higher priority came back (read again only then; a stray found now
   -- stays for the next call, which removes it).
   if #lapsed + #ended + #woken + #flushed > 0 then
-    heads = heads_of(p, scheduler, count, {})
+    heads = heads_of(p, scheduler, count, {}, budget)
   end
+  if #strays > 0 then forget_if_idle(p, scheduler) end
   local out = {}
   local deadline = now + lease_ms
   for j = 1, #heads do

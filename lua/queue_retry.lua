@@ -2,11 +2,14 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id, scheduler, holder, uid, kind ("unschedulable": no node could
---          take it; "error": anything else, e.g. its Binding failed), attempt (the stream id
+--          take it; "error": anything else, e.g. its Binding failed; "unreadable": its msgpack
+--          could not be decoded, so it leaves the queue), attempt (the stream id
 --          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
 --          back-off ms, parked ms, [now ms]
 -- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, events (read)
--- Reply    { "backoff"|"parked", due ms }, or { "gone", "" } (bound or deleted meanwhile) or
+-- Reply    { "backoff"|"parked", due ms }, { "dropped", "" } (unreadable: record and place
+--          gone; sync queues the pod again with its next change or relist), or { "gone", "" }
+--          (bound or deleted meanwhile) or
 --          { "notheld", holder } (its lease lapsed and it is another's now, or it waits):
 --          nothing written then
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
@@ -22,7 +25,9 @@ local function queue_retry(p, replica, a)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if not name_arg(holder) or holder == '-' then return nil, 'BADARG holder' end
   if not name_arg(uid) then return nil, 'BADARG uid' end
-  if kind ~= 'unschedulable' and kind ~= 'error' then return nil, 'BADARG kind' end
+  if kind ~= 'unschedulable' and kind ~= 'error' and kind ~= 'unreadable' then
+    return nil, 'BADARG kind'
+  end
   if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
     return nil, 'BADARG attempt'
   end
@@ -36,6 +41,10 @@ local function queue_retry(p, replica, a)
   if rec == nil then return { 'gone', '' } end
   if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
     return { 'notheld', rec.holder }
+  end
+  if kind == 'unreadable' then
+    queue_drop(p, rec)
+    return { 'dropped', '' }
   end
   local parked_key = queue_key(p, scheduler, 'parked')
   local park, seen = kind == 'unschedulable', nil

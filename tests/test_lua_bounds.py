@@ -13,7 +13,9 @@ import redis
 
 from schedcache import Cache
 from schedcache.errors import FitConflict
+from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.metrics import CacheCollector
 from tests.factories import keyspace, make_node, make_pod, port
 
 
@@ -94,6 +96,9 @@ MALFORMED: list[tuple[str, list[Any], str]] = [
     ("sc_snapshot_delta", ["0", "0", "201"], "BADARG limit"),
     ("sc_snapshot_delta", ["nan", "0", "0"], "BADARG generation"),
     ("sc_batch", ["forget_pod", "0"] * 1001, "BADARG commands: more than 1000"),
+    ("sc_sync_pod", ["7", "queue", "u", "ref", "0", "garbage"], "BADARG blob"),
+    ("sc_sync_pod", ["7", "queue", "u", "ref", "0", "\x81" + "x" * 1024 * 1024], "BADARG blob"),
+    ("sc_sync_pod", ["7", "set", "u", "n1", "garbage", ""], "BADARG blob"),
 ]
 
 
@@ -142,3 +147,110 @@ def test_claims_after_many_node_changes_in_one_batch_are_stale_not_read_node_by_
     results = batch.execute()
     refused = [result.error for result in results[-5:]]
     assert all(isinstance(error, FitConflict) and error.reasons == ("stale",) for error in refused)
+
+
+# -- the queue (issue 39, item 7) ---------------------------------------------------------------
+
+T0 = 1_700_000_000.0
+_versions = iter(range(100, 10**9))
+
+
+def pending(name: str, **kwargs: Any) -> Any:
+    return make_pod(name, "", "1m", "1Mi", **kwargs)
+
+
+def push(cache: Cache, pod: Any, scheduler: str = "ref") -> Any:
+    return cache.run(commands.sync_pod_pending(pod, scheduler, str(next(_versions))))
+
+
+def big(name: str) -> Any:
+    """A pending pod of ~0.8 MiB of msgpack (12,000 labels)."""
+    return pending(name, labels={f"k{i}": "v" * 60 for i in range(12_000)})
+
+
+def test_a_pop_reads_and_moves_a_bounded_number_of_bytes(cache: Cache) -> None:
+    """Pods of ~0.8 MiB: one pop leases at most ~4 MiB of them (not 100), and the lapsed
+    leases it brings back are bounded the same way (300 pods of 0.9 MiB made one pop 2 s)."""
+    for i in range(8):
+        push(cache, big(f"big{i}"))
+    queue = SchedulingQueue(cache, "ref", holder="a", lease=10.0)
+    first = queue.pop(100, now=T0)
+    assert 1 <= len(first) <= 6
+    rest = queue.pop(100, now=T0) + queue.pop(100, now=T0)
+    assert len(first) + len(rest) == 8  # the rest came with the next pops
+    leased = f"{cache.keys.prefix}queue:ref:leased"
+    assert cache.client.zcard(leased) == 8
+    # Every lease lapses: one pop brings back (and rewrites) a bounded share of them.
+    queue.pop(1, now=T0 + 60)
+    assert cache.client.zcard(leased) >= 2
+
+
+def park(cache: Cache, count: int) -> SchedulingQueue:
+    queue = SchedulingQueue(cache, "ref", holder="a", lease=10.0)
+    for i in range(count):
+        push(cache, pending(f"p{i}"))
+    attempt = cache.last_events(1)[0].id if cache.last_events(1) else ""
+    popped = []
+    while len(popped) < count:
+        popped += queue.pop(100, now=T0)
+    for item in popped:
+        assert queue.retry(item.pod, unschedulable=True, attempt=attempt, now=T0).outcome == (
+            "parked"
+        )
+    return queue
+
+
+def test_the_wake_scan_reads_each_event_once_with_more_than_a_pops_share_parked(
+    cache: Cache,
+) -> None:
+    """150 parked pods, one helpful event: the first pop wakes 100 and moves its cursor past
+    the event; the next wakes the other 50 without reading it again (it reread the same
+    window on every pop: ~0.45 s a pop), and a third wakes no one."""
+    cache.add_node(make_node("n0", "4", "1Gi"))
+    queue = park(cache, 150)
+    parked = f"{cache.keys.prefix}queue:ref:parked"
+    assert cache.client.zcard(parked) == 150
+    cache.add_node(make_node("n1", "4", "1Gi"))  # NodeAdded: helps every parked pod
+    event = cache.last_events(1)[0].id
+    queue.pop(1, now=T0 + 1)
+    cursor = cache.client.hget(cache.keys.queues, "ref")
+    assert cursor is not None and cursor.split()[0].decode() == event
+    assert cache.client.zcard(parked) == 50
+    queue.pop(1, now=T0 + 1)
+    assert cache.client.zcard(parked) == 0
+    assert cache.client.hget(cache.keys.queues, "ref") == event.encode()  # nothing owed
+    # Woken pods wait out their back-off, then pop; parked again, no old event wakes them.
+    assert queue.lengths()["parked"] == 0
+
+
+def test_a_record_with_an_unreadable_body_is_stepped_over(cache: Cache) -> None:
+    """A valid header and a body that is no msgpack: the pop that meets it returns the other
+    pods and takes it out of the queue; later pops are not refused (every pop raised
+    CorruptRecord)."""
+    for name in ("a", "b", "c"):
+        push(cache, pending(name))
+    key = f"{cache.keys.prefix}queued:{pending('b').uid}"
+    header = cache.client.get(key).split(b"\n", 1)[0]
+    cache.client.set(key, header + b"\n\x81\xc1\x00")  # 0xc1: never used by msgpack
+    queue = SchedulingQueue(cache, "ref", holder="a", lease=10.0)
+    assert [item.pod.name for item in queue.pop(10, now=T0)] == ["a", "c"]
+    assert cache.client.exists(key) == 0
+    assert queue.pop(10, now=T0) == []
+    assert queue.lengths() == {"active": 0, "leased": 2, "backoff": 0, "parked": 0}
+
+
+def test_a_schedulers_bookkeeping_goes_with_its_last_pod(cache: Cache) -> None:
+    """5,000 scheduler names once seen left 20,000 permanent /metrics series: each name's
+    entry goes with its last pod, whether bound, deleted or moved to another scheduler."""
+    names = [f"sched-{i}" for i in range(20)]
+    pods = [pending(f"p-{name}") for name in names]
+    for name, pod in zip(names, pods, strict=True):
+        push(cache, pod, scheduler=name)
+    assert cache.client.hlen(cache.keys.queues) == 20
+    for pod in pods[:10]:
+        cache.run(commands.sync_pod(pod, str(next(_versions)), present=False))
+    for pod in pods[10:]:
+        push(cache, pod, scheduler="default-scheduler")
+    assert cache.client.hkeys(cache.keys.queues) == [b"default-scheduler"]
+    (series,) = [m for m in CacheCollector(cache).collect() if m.name.endswith("pending_pods")]
+    assert {sample.labels["scheduler"] for sample in series.samples} == {"default-scheduler"}

@@ -394,3 +394,21 @@ def queue_retry(
         milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
     )
     return Command("queue_retry", subject, args)
+
+
+def queue_unreadable(scheduler: str, holder: str, uid: str) -> Command:
+    """Give back the leased pod ``uid`` whose msgpack could not be decoded: it leaves the
+    queue (``sync`` queues it again with its next change or relist)."""
+    subject = f"queued pod with uid {uid}"
+    args = (
+        scheduler_name(scheduler, subject, "scheduler"),
+        _token(holder, subject, "holder"),
+        _token(uid, subject, "uid"),
+        "unreadable",
+        "",
+        "0",
+        "0",
+        "0",
+        "",
+    )
+    return Command("queue_retry", subject, args)
