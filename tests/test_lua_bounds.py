@@ -59,7 +59,7 @@ def test_a_claim_of_thousands_of_wildcard_ports_reads_the_node_once(cache: Cache
     if before is not None and after is not None:
         assert after - before == 1
     # ...and the same index finds a conflict among thousands, on any IP.
-    clash = wanted[:10] + [port(10_000 + PORTS - 1)]
+    clash = [*wanted[:10], port(10_000 + PORTS - 1)]
     with pytest.raises(FitConflict) as info:
         cache.assume_pod(make_pod("clash", "n1", "1m", "1Mi", ports=clash), check_fit=True)
     expected = [f"port:UDP/{10_000 + i}" for i in range(10)] + [f"port:TCP/{10_000 + PORTS - 1}"]
