@@ -73,7 +73,11 @@
 --                                 queue (_queue.lua)
 --   queuedpods             set    the uids of every queued pod
 --   queueseq               string the queue's arrival counter (INCR)
---   queues                 hash   scheduler -> the last event its parked pods were woken for
+--   queues                 hash   scheduler -> "<id>[ <score>]": the last helpful event its
+--                                 parked pods were woken for, and the parked score still owed
+--                                 a wake (_queue.lua)
+--   helped                 string the id of the last event that could help a parked pod
+--                                 (HELPFUL): the queue's wake compares ids, reading no event
 --   queue:<scheduler>:active
 --                          zset   "<seq>:<uid>" scored -priority: pop order
 --   queue:<scheduler>:leased
@@ -362,11 +366,20 @@ local function read_pairs(a, i, what)
   return out, i + 1 + 2 * count
 end
 
+-- Events that could help a pod parked as unschedulable (upstream's queueing hints for the
+-- plugins that park a pod on resources, taints, node affinity and ports: a node added or
+-- changed, an assigned pod deleted or changed, and this cache's own releases of room).
+local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUpdated = true,
+                  PodForgotten = true, PodExpired = true }
+
 -- Appends an event: its type, the schema version, the replica, then the field/value pairs
--- given (passed straight through: no table is built per event).
+-- given (passed straight through: no table is built per event). A helpful one's id goes to
+-- `helped` (SET takes any key, so this write cannot fail after the XADD).
 local function emit(p, etype, replica, ...)
-  return redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
-                    'replica', replica, ...)
+  local id = redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
+                        'replica', replica, ...)
+  if HELPFUL[etype] then redis.call('SET', p .. 'helped', id) end
+  return id
 end
 
 -- Nodes changed by the running call, with the generation of their last change. A call (one

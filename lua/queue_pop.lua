@@ -15,8 +15,8 @@
 -- whose lease is renewed until the pod is bound or its claim is forgotten; ended back-offs
 -- become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
 -- Every part is bounded in bytes too (POP_BYTES, _queue.lua): what is left waits for the next
--- pop. Each event is read once for the wake: a helpful one owes every pod parked before it a
--- wake, given QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).
+-- pop. A helpful event (`helped`, emit) owes every pod parked before it a wake, given
+-- QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).
 -- A record that cannot be read is taken out of the queue (and left for an operator): sync
 -- queues the pod again with its next change or relist.
 
@@ -59,8 +59,8 @@ local function heads_of(p, scheduler, count, strays, budget)
 end
 
 -- The parked pods to wake now, and the new wake cursor ("<id>[ <score>]"; nil when it is
--- unchanged): the events after the cursor are read once (WAKE_SCAN at most); a helpful one owes
--- every pod parked now (score up to the highest) a wake, QUEUE_MOVES a call.
+-- unchanged): a helpful event after the cursor owes every pod parked now (score up to the
+-- highest) a wake, given QUEUE_MOVES a call.
 local function wake_parked(p, scheduler, parked_key, strays, budget)
   expect_type(p .. 'queues', 'hash')
   local since, owed, was = wake_cursor(p, scheduler)
@@ -77,7 +77,8 @@ local function wake_parked(p, scheduler, parked_key, strays, budget)
     woken, all = load_all(p, uids, 'parked', strays, budget)
     if all and #uids < QUEUE_MOVES then owed = nil end  -- every owed wake given
   end
-  local cursor = last
+  local cursor = since  -- the last helpful event these pods were woken for
+  if helped then cursor = last end
   if owed ~= nil then cursor = last .. ' ' .. int_string(owed) end
   if cursor == was then cursor = nil end  -- nothing new read, nothing to write
   return woken, cursor

@@ -54,7 +54,7 @@ local function queue_retry(p, replica, a)
     else
       local helped, last = helpful_since(p, attempt)
       park = not helped
-      -- The first parked pod: the wake scan starts from the end of what was read here.
+      -- The first parked pod: its wake waits for a helpful event after the last one.
       if park and redis.call('ZCARD', parked_key) == 0 then seen = last end
     end
   end
