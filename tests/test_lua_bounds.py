@@ -254,3 +254,17 @@ def test_a_schedulers_bookkeeping_goes_with_its_last_pod(cache: Cache) -> None:
     assert cache.client.hkeys(cache.keys.queues) == [b"default-scheduler"]
     (series,) = [m for m in CacheCollector(cache).collect() if m.name.endswith("pending_pods")]
     assert {sample.labels["scheduler"] for sample in series.samples} == {"default-scheduler"}
+
+
+def test_an_expiry_call_stops_at_its_byte_bound_and_says_more_are_due(cache: Cache) -> None:
+    """Each expired pod's event carries its msgpack: ten pods of ~0.8 MiB due, one call at
+    limit 1,000 settles a bounded share and answers that more are due; the Cache's sweep
+    goes on until all are expired."""
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    pods = [make_pod(f"e{i}", "n1", "1m", "1Mi", labels=big("x").labels) for i in range(10)]
+    for pod in pods:
+        cache.assume_pod(pod)
+        cache.finish_binding(pod, now=T0)
+    expired, skipped, more = cache.run(commands.cleanup_assumed_pods(T0 + 3600, 1000))
+    assert 1 <= len(expired) <= 6 and skipped == [] and more == 1
+    assert len(cache.cleanup_assumed_pods(now=T0 + 3600)) == 10 - len(expired)
