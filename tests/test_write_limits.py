@@ -255,9 +255,9 @@ def test_the_largest_int64_quantities_are_still_accepted():
 @pytest.mark.parametrize(
     ("chunk_size", "reason"),
     [
-        (0, "0 is outside 1..10000"),
-        (-5, "-5 is outside 1..10000"),
-        (10_001, "10001 is outside 1..10000"),
+        (0, "0 is outside 1..1000"),
+        (-5, "-5 is outside 1..1000"),
+        (1_001, "1001 is outside 1..1000"),
         ("x", "'x' is not an integer"),
         (2.0, "2.0 is not an integer"),
         (True, "True is not an integer"),
