@@ -38,17 +38,21 @@ PREFIX = "{worst}:"
 T0_MS = 1_700_000_000_000
 PORTS = 4_000
 BIG_LABELS = 12_000  # ~0.8 MiB of msgpack a pod
+NODE_IMAGES = 10_000
 
 
 def fcall(client: redis.Redis, command: Command) -> Any:
     return client.fcall(f"sc_{command.name}", 1, PREFIX, "bench", command.id, *command.args)
 
 
-def node(name: str, zone: str = "a") -> Node:
+def node(name: str, zone: str = "a", images: list[str] | None = None) -> Node:
+    status: dict[str, Any] = {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"}}
+    if images:
+        status["images"] = [{"names": [image], "sizeBytes": 1000} for image in images]
     return Node.from_k8s(
         {
             "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"}},
+            "status": status,
         }
     )
 
@@ -166,6 +170,18 @@ def wake_scan() -> tuple[Call, Call]:
     return setup, lambda client: fcall(client, pop)
 
 
+def node_images() -> tuple[Call, Call]:
+    """A node reporting NODE_IMAGES images updated to report as many others (each image
+    lost and gained moves the image index)."""
+    before = node("n1", images=[f"registry/old-{i}:v1" for i in range(NODE_IMAGES)])
+    after = node("n1", images=[f"registry/new-{i}:v1" for i in range(NODE_IMAGES)])
+
+    def setup(client: redis.Redis) -> None:
+        fcall(client, commands.add_node(before))
+
+    return setup, lambda client: fcall(client, commands.update_node(before, after))
+
+
 def expiry() -> tuple[Call, Call]:
     """1,000 claims whose binding finished and whose deadline passed: one expiry call at the
     limit (Lua's cap)."""
@@ -187,6 +203,7 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "queue pop: 300 pods of 0.8 MiB to move": queue_housekeeping,
     "queue pop: wake scan over 200 events of 0.8 MiB": wake_scan,
     "expiry: 1,000 due claims in one call": expiry,
+    "node update: 10,000 images replaced": node_images,
 }
 
 

@@ -315,8 +315,12 @@ local MAX_NOW_MS = 1e13
 local MAX_DURATION_MS = 1e12
 -- A uid, node, replica or holder name (part of key names and replies).
 local MAX_NAME_BYTES = 1024
--- One pod's msgpack (events.MAX_PAYLOAD) or its contribution text.
+-- One pod's or node's msgpack (events.MAX_PAYLOAD) or a pod's contribution text.
 local MAX_BLOB_BYTES = 1048576
+-- Image names and allocatable resources one node brings (values.MAX_NODE_IMAGES, _RESOURCES):
+-- each is a write (10,000 images replaced took 356 ms).
+local MAX_NODE_IMAGES = 1000
+local MAX_NODE_RESOURCES = 1000
 -- Pods one expiry call (sc_cleanup_assumed_pods, sc_forget_lapsed) settles at most, and the
 -- bytes of pod records past which it stops (each settled pod's event carries its msgpack:
 -- 1,000 pods of 0.8 MiB would hold Redis for seconds); it then answers that more are due.
@@ -351,12 +355,12 @@ local function int_string(n)
   return string.format('%d', n)
 end
 
--- Reads `count` field/value pairs starting at a[i]; the values must be integers, and stay
--- the strings they came as (a Lua number is a double: 1e18 would be stored as "1e+18").
--- Returns the flat list and the index after it, or nil and an error.
-local function read_pairs(a, i, what)
-  local count = tonumber(a[i])
-  if count == nil or count < 0 then return nil, 'BADARG ' .. what .. '-count' end
+-- Reads `count` (at most `limit`) field/value pairs starting at a[i]; the values must be
+-- integers, and stay the strings they came as (a Lua number is a double: 1e18 would be stored
+-- as "1e+18"). Returns the flat list and the index after it, or nil and an error.
+local function read_pairs(a, i, what, limit)
+  local count = int_arg(a[i], 0, limit)
+  if count == nil then return nil, 'BADARG ' .. what .. '-count' end
   local out = {}
   for j = i + 1, i + 2 * count, 2 do
     local field, value = a[j], a[j + 1]

@@ -6,13 +6,15 @@ or with a limit refused by name and every key of the cache unchanged."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis
 
-from schedcache import Cache
-from schedcache.errors import FitConflict
+from schedcache import Cache, Node
+from schedcache.errors import FitConflict, ValidationError
+from schedcache.model.values import MAX_NODE_IMAGES
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.metrics import CacheCollector
@@ -268,3 +270,26 @@ def test_an_expiry_call_stops_at_its_byte_bound_and_says_more_are_due(cache: Cac
     expired, skipped, more = cache.run(commands.cleanup_assumed_pods(T0 + 3600, 1000))
     assert 1 <= len(expired) <= 6 and skipped == [] and more == 1
     assert len(cache.cleanup_assumed_pods(now=T0 + 3600)) == 10 - len(expired)
+
+
+# -- nodes: images and resources one node brings -------------------------------------------------
+
+
+def test_a_node_brings_at_most_a_thousand_image_names(cache: Cache) -> None:
+    """Each image name is a write of the image index (10,000 replaced took 356 ms): a manifest
+    keeps its first 1,000 (the kubelet reports 50 by default); a Node built with more is
+    refused naming the field, and so is a raw call; nothing changes."""
+    images = [{"names": [f"img-{i}"], "sizeBytes": 1} for i in range(1500)]
+    manifest = {"metadata": {"name": "n1"}, "status": {"images": images}}
+    node = Node.from_k8s(manifest)
+    assert sum(len(names) for names, _ in node.images) == MAX_NODE_IMAGES
+    cache.add_node(node)
+    assert len(cache.get_node_info("n1").node.images) == MAX_NODE_IMAGES
+    before = keyspace(cache.client, cache.keys.pattern)
+    more = replace(node, images=tuple(((f"x{i}",), 1) for i in range(MAX_NODE_IMAGES + 1)))
+    with pytest.raises(ValidationError, match=r"node n1: status\.images: 1001 names, over"):
+        cache.update_node(node, more)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    raw = ["n2", "", "\x80", "0", str(MAX_NODE_IMAGES + 1)]
+    assert_refused(cache, "sc_add_node", raw, "BADARG images-count")
+    assert_refused(cache, "sc_add_node", ["n2", "", "\x80", "1001"], "BADARG allocatable-count")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from schedcache.errors import ValidationError
 from schedcache.model.aggregates import contribution_string, flatten, image_pairs, resource_pairs
-from schedcache.model.values import Node, Pod
+from schedcache.model.values import MAX_NODE_IMAGES, MAX_NODE_RESOURCES, Node, Pod
 from schedcache.store.records import pack_object
 
 Arg = str | int | bytes
@@ -232,13 +232,18 @@ def forget_lapsed(limit: int) -> Command:
 def _node_args(node: Node) -> tuple[Arg, ...]:
     if not isinstance(node, Node):
         raise ValidationError("node", "", f"expected a schedcache.Node, got {type(node).__name__}")
-    return (
-        _token(node.name, node_subject(node.name), "metadata.name"),
-        node.zone_key,
-        pack_object(node.to_dict(), node_subject(node.name)),
-        *flatten(resource_pairs(node.allocatable)),
-        *flatten(image_pairs(node)),
-    )
+    subject = node_subject(node.name)
+    name = _token(node.name, subject, "metadata.name")
+    blob = pack_object(node.to_dict(), subject)  # the reader's limits first
+    resources, images = resource_pairs(node.allocatable), image_pairs(node)
+    for path, pairs, limit in (
+        ("status.allocatable", resources, MAX_NODE_RESOURCES),
+        ("status.images", images, MAX_NODE_IMAGES),
+    ):
+        if len(pairs) > limit:
+            reason = f"{len(pairs)} names, over the {limit} a node may bring (values.MAX_NODE_*)"
+            raise ValidationError(subject, path, reason)
+    return (name, node.zone_key, blob, *flatten(resources), *flatten(images))
 
 
 def add_node(node: Node) -> Command:
