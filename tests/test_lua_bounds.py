@@ -98,6 +98,7 @@ MALFORMED: list[tuple[str, list[Any], str]] = [
     ("sc_snapshot_delta", ["0", "0", "201"], "BADARG limit"),
     ("sc_snapshot_delta", ["nan", "0", "0"], "BADARG generation"),
     ("sc_batch", ["forget_pod", "0"] * 1001, "BADARG commands: more than 1000"),
+    ("sc_batch", ["add_pod", "4", "u", "n1", "\x81" * (8 << 20), ""], "BADARG bytes"),
     ("sc_sync_pod", ["7", "queue", "u", "ref", "0", "garbage"], "BADARG blob"),
     ("sc_sync_pod", ["7", "queue", "u", "ref", "0", "\x81" + "x" * 1024 * 1024], "BADARG blob"),
     ("sc_sync_pod", ["7", "set", "u", "n1", "garbage", ""], "BADARG blob"),
@@ -128,6 +129,22 @@ def test_a_batch_at_the_cap_runs(cache: Cache) -> None:
     results = batch.execute()
     assert len(results) == 1000 and all(result.error is None for result in results)
     assert cache.client.scard(f"{cache.keys.prefix}pods") == 1000
+
+
+def test_a_batch_of_large_pods_is_sent_in_calls_of_at_most_8_mib(cache: Cache) -> None:
+    """Twelve pods of ~0.8 MiB in one batch (chunk size 200): the batch cuts its groups by
+    bytes too, so each call stays under lua/batch.lua's 8 MiB (which refuses more whole)."""
+    labels = big("x").labels
+    calls = command_calls(cache, "fcall")
+    batch = cache.batch()  # groups are sent as they fill
+    for i in range(12):
+        batch.add_pod(make_pod(f"b{i}", "n1", "1m", "1Mi", labels=labels))
+    results = batch.execute()
+    assert all(result.error is None for result in results)
+    assert cache.client.scard(f"{cache.keys.prefix}pods") == 12
+    after = command_calls(cache, "fcall")
+    if calls is not None and after is not None:
+        assert after - calls >= 2
 
 
 def test_claims_after_many_node_changes_in_one_batch_are_stale_not_read_node_by_node(
