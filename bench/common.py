@@ -7,7 +7,8 @@ import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,25 @@ def start_server(directory: str, port: int, wrapper: list[str] | None = None) ->
             return server
         subprocess.run(["sleep", "0.05"])
     raise RuntimeError("redis-server did not start")
+
+
+@contextmanager
+def tree_servers(
+    trees: list[str], port: int, directory: str, load: Callable[[str], str]
+) -> Iterator[dict[str, Any]]:
+    """One throwaway redis-server per source tree (ports ``port``, ``port + 1``, ...), each with
+    the library ``load(tree)`` answers loaded: ``{tree: client}``; the servers stop after."""
+    import redis  # the benchmarks' own dependency, not every helper's
+
+    servers, clients = [], {}
+    try:
+        for offset, tree in enumerate(trees):
+            servers.append(start_server(directory, port + offset))
+            client = redis.Redis(port=port + offset)
+            client.function_load(load(tree), replace=True)
+            clients[tree] = client
+        yield clients
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()

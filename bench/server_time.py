@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import positive, print_table, start_server, write_results
+from bench.common import positive, print_table, start_server, tree_servers, write_results
 from schedcache import Pod
 from schedcache.store import commands
 from schedcache.store.batch import derive_group_id, group_args
@@ -300,22 +300,13 @@ def main() -> None:
                     per = count_instructions(tree, scenario, len(pods), port, directory)
                     samples[tree][name].append(per)
                     print(f"{Path(tree).name}: {name}: {per:,.0f} instructions", flush=True)
-        servers, clients = [], {}
-        try:
-            for offset, tree in enumerate(trees if not args.instructions else []):
-                servers.append(start_server(directory, args.port + offset))
-                client = redis.Redis(port=args.port + offset)
-                client.function_load(library_of(tree), replace=True)
-                clients[tree] = client
+        timed_trees = [] if args.instructions else trees
+        with tree_servers(timed_trees, args.port, directory, library_of) as clients:
             for round_ in range(0 if args.instructions else args.rounds):
                 order = trees if round_ % 2 == 0 else trees[::-1]
                 for name, scenario in kinds.items():
                     for tree in order:
                         samples[tree][name].append(measure(clients[tree], scenario, len(pods)))
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait()
     first = trees[0]
     rows = []
     for name in kinds:

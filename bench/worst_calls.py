@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import positive, print_table, start_server, write_results
+from bench.common import positive, print_table, tree_servers, write_results
 from bench.server_time import library_of
 from schedcache import Node, Pod
 from schedcache.store import commands
@@ -38,7 +38,7 @@ PREFIX = "{worst}:"
 T0_MS = 1_700_000_000_000
 PORTS = 4_000
 BIG_LABELS = 12_000  # ~0.8 MiB of msgpack a pod
-NODE_IMAGES = 10_000
+NODE_IMAGES = 1_000  # values.MAX_NODE_IMAGES
 
 
 def fcall(client: redis.Redis, command: Command) -> Any:
@@ -182,6 +182,18 @@ def node_images() -> tuple[Call, Call]:
     return setup, lambda client: fcall(client, commands.update_node(before, after))
 
 
+def big_batch() -> tuple[Call, Call]:
+    """Ten pods of ~0.8 MiB added in one sc_batch: as many bytes as one call takes."""
+    group = [commands.add_pod(pod(f"b{i}", "n1", big=True)) for i in range(10)]
+
+    def setup(client: redis.Redis) -> None:
+        fcall(client, commands.add_node(node("n1")))
+
+    return setup, lambda client: client.fcall(
+        "sc_batch", 1, PREFIX, "bench", "", *group_args(group)
+    )
+
+
 def expiry() -> tuple[Call, Call]:
     """1,000 claims whose binding finished and whose deadline passed: one expiry call at the
     limit (Lua's cap)."""
@@ -203,7 +215,8 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "queue pop: 300 pods of 0.8 MiB to move": queue_housekeeping,
     "queue pop: wake scan over 200 events of 0.8 MiB": wake_scan,
     "expiry: 1,000 due claims in one call": expiry,
-    "node update: 10,000 images replaced": node_images,
+    "node update: 1,000 images replaced (the cap)": node_images,
+    "sc_batch: 10 pods of 0.8 MiB (8 MiB, the cap)": big_batch,
 }
 
 
@@ -237,40 +250,33 @@ def main() -> None:
     trees = [str(Path(t).resolve()) for t in (args.tree or ["."])]
     scenarios = {k: v() for k, v in SCENARIOS.items() if not args.only or args.only in k}
     samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in scenarios} for t in trees}
-    with tempfile.TemporaryDirectory() as directory:
-        servers, clients = [], {}
-        try:
-            for offset, tree in enumerate(trees):
-                servers.append(start_server(directory, args.port + offset))
-                client = redis.Redis(port=args.port + offset)
-                client.function_load(library_of(tree), replace=True)
-                clients[tree] = client
-            for round_ in range(args.rounds):
-                order = trees if round_ % 2 == 0 else trees[::-1]
-                for name, (setup, call) in scenarios.items():
-                    for tree in order:
-                        ms = measure(clients[tree], setup, call)
-                        samples[tree][name].append(ms)
-                        print(f"{Path(tree).name}: {name}: {ms:.1f} ms", flush=True)
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait()
-    first = trees[0]
-    rows = []
-    for name in scenarios:
-        row: list[Any] = [name]
-        for tree in trees:
-            median = statistics.median(samples[tree][name])
-            row.append(f"{median:.1f}")
-            if tree != first:
-                row.append(f"{median / statistics.median(samples[first][name]):.3f}")
-        rows.append(row)
-    columns = ["call (median ms, SLOWLOG)"]
-    for tree in trees:
-        columns.append(Path(tree).name)
-        if tree != first:
-            columns.append("ratio")
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        tree_servers(trees, args.port, directory, library_of) as clients,
+    ):
+        for round_ in range(args.rounds):
+            order = trees if round_ % 2 == 0 else trees[::-1]
+            for name, (setup, call) in scenarios.items():
+                for tree in order:
+                    ms = measure(clients[tree], setup, call)
+                    samples[tree][name].append(ms)
+                    print(f"{Path(tree).name}: {name}: {ms:.1f} ms", flush=True)
+    medians = {t: {k: statistics.median(v) for k, v in samples[t].items()} for t in trees}
+    base, others = trees[0], trees[1:]
+    columns = ["call (median ms, SLOWLOG)", Path(base).name]
+    columns += [part for tree in others for part in (Path(tree).name, "ratio")]
+    rows = [
+        [name, f"{medians[base][name]:.1f}"]
+        + [
+            cell
+            for tree in others
+            for cell in (
+                f"{medians[tree][name]:.1f}",
+                f"{medians[tree][name] / medians[base][name]:.3f}",
+            )
+        ]
+        for name in scenarios
+    ]
     print_table("worst single calls", columns, rows)
     path = write_results(
         "worst_calls",

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, start_http_server
 from schedcache.cache import Cache
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
-from schedcache.ops.expiry import ExpiryWorker
+from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
 from schedcache.ops.leases import default_replica
 from schedcache.store.metrics import CacheCollector
 
@@ -41,7 +41,7 @@ def worker() -> None:
 )
 @click.option(
     "--batch",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1, MAX_BATCH),
     default=500,
     show_default=True,
     help="Pods expired per Lua call.",
