@@ -9,11 +9,12 @@
 --                                    the end of its back-off, holder the replica leasing it
 --   queuedpods                set    the uids of every queued pod
 --   queueseq                  string the arrival counter (INCR)
---   queues                    hash   scheduler -> "<id>[ <score>]": the last event read for
---                                    its parked pods (each event is read once), and while a
---                                    helpful one is still being given, the parked pods (score
---                                    at most this) still owed a wake; the field goes with the
---                                    scheduler's last pod
+--   queues                    hash   scheduler -> "<id>[ <score>]": the last helpful event
+--                                    its parked pods were woken for, and while that wake is
+--                                    still being given, the parked pods (score at most this)
+--                                    still owed it; the field goes with the scheduler's last pod
+--   helped                    string the id of the last event that could help a parked pod
+--                                    (HELPFUL, written by emit): no event is read for a wake
 --   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
 --                                    order is priority, then arrival
 --   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)

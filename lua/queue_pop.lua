@@ -5,7 +5,7 @@
 -- ARGV     replica, command id (""), scheduler, holder, lease ms, count (1-100), parked ms
 --          (how long a parked pod waits at most for a helpful event), [now ms]
 -- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, pod:<uid> (read),
---          events (read)
+--          helped (read)
 -- Reply    { uid, attempts, msgpack Pod, ... } at most `count` pods, highest priority first,
 --          then oldest
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)

@@ -6,7 +6,7 @@
 --          could not be decoded, so it leaves the queue), attempt (the stream id
 --          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
 --          back-off ms, parked ms, [now ms]
--- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, events (read)
+-- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, helped (read)
 -- Reply    { "backoff"|"parked", due ms }, { "dropped", "" } (unreadable: record and place
 --          gone; sync queues the pod again with its next change or relist), or { "gone", "" }
 --          (bound or deleted meanwhile) or
