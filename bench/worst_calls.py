@@ -183,8 +183,8 @@ def node_images() -> tuple[Call, Call]:
 
 
 def big_batch() -> tuple[Call, Call]:
-    """Ten pods of ~0.8 MiB added in one sc_batch: as many bytes as one call takes."""
-    group = [commands.add_pod(pod(f"b{i}", "n1", big=True)) for i in range(10)]
+    """Five pods of ~0.8 MiB added in one sc_batch: as many bytes as one call takes."""
+    group = [commands.add_pod(pod(f"b{i}", "n1", big=True)) for i in range(5)]
 
     def setup(client: redis.Redis) -> None:
         fcall(client, commands.add_node(node("n1")))
@@ -192,6 +192,20 @@ def big_batch() -> tuple[Call, Call]:
     return setup, lambda client: client.fcall(
         "sc_batch", 1, PREFIX, "bench", "", *group_args(group)
     )
+
+
+def big_expiry() -> tuple[Call, Call]:
+    """20 claims of ~0.8 MiB due: one expiry call (each expired pod's event carries it)."""
+
+    def setup(client: redis.Redis) -> None:
+        fcall(client, commands.add_node(node("n1")))
+        for i in range(20):
+            p = pod(f"e{i}", "n1", big=True)
+            fcall(client, commands.assume_pod(p))
+            fcall(client, commands.finish_binding(p, T0_MS / 1000, 1.0))
+
+    call = commands.cleanup_assumed_pods(T0_MS / 1000 + 60, 1000)
+    return setup, lambda client: fcall(client, call)
 
 
 def expiry() -> tuple[Call, Call]:
@@ -216,7 +230,8 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "queue pop: wake scan over 200 events of 0.8 MiB": wake_scan,
     "expiry: 1,000 due claims in one call": expiry,
     "node update: 1,000 images replaced (the cap)": node_images,
-    "sc_batch: 10 pods of 0.8 MiB (8 MiB, the cap)": big_batch,
+    "sc_batch: 5 pods of 0.8 MiB (4 MiB, the cap)": big_batch,
+    "expiry: 20 due claims of 0.8 MiB in one call": big_expiry,
 }
 
 

@@ -325,7 +325,7 @@ local MAX_NODE_RESOURCES = 1000
 -- bytes of pod records past which it stops (each settled pod's event carries its msgpack:
 -- 1,000 pods of 0.8 MiB would hold Redis for seconds); it then answers that more are due.
 local MAX_EXPIRY_LIMIT = 1000
-local EXPIRY_BYTES = 4 * 1048576
+local EXPIRY_BYTES = 2 * 1048576
 -- Node names one read (sc_read_nodes, sc_read_node_deltas) and one inline delta
 -- (sc_snapshot_delta's limit) take at most: each node costs its pods' records.
 local MAX_READ_NAMES = 200

@@ -29,7 +29,7 @@ local QUEUE_MOVES = 100
 -- Bytes of queued records one pop reads (and so rewrites) at most, past the first record of
 -- each part (the heads, woken, flushed, lapsed, ended): a record's state change rewrites its
 -- pod's msgpack (up to MAX_BLOB_BYTES), so 300 pods of 0.9 MiB made one pop 2 s.
-local POP_BYTES = 4 * 1048576
+local POP_BYTES = 2 * 1048576
 
 -- A spec.schedulerName (a DNS subdomain): it is part of key names.
 local function valid_scheduler(name)

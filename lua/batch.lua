@@ -17,7 +17,7 @@
 local MAX_BATCH_COMMANDS = 1000
 -- Bytes of the commands' arguments (names and counts included) one call takes at most
 -- (store/batch.py's MAX_GROUP_BYTES): each pod's msgpack is copied into a record and an event.
-local MAX_BATCH_BYTES = 8 * 1048576
+local MAX_BATCH_BYTES = 4 * 1048576
 
 local function batch(p, replica, a)
   local calls = {}

@@ -50,7 +50,7 @@ WINDOW = 8
 MAX_CHUNK_SIZE = 1_000
 # Argument bytes per sc_batch call (lua/batch.lua's MAX_BATCH_BYTES): a group is cut before a
 # command that would pass it (200 pods of 0.8 MiB in one call would hold Redis for ~0.3 s).
-MAX_GROUP_BYTES = 8 * 1024 * 1024
+MAX_GROUP_BYTES = 4 * 1024 * 1024
 
 
 def command_bytes(command: Command) -> int:
