@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +81,43 @@ def start_server(directory: str, port: int, wrapper: list[str] | None = None) ->
             return server
         subprocess.run(["sleep", "0.05"])
     raise RuntimeError("redis-server did not start")
+
+
+# The function-name suffix of the library loaded on each server (by port): a tree's build tags
+# its functions (``sc_add_pod_<tag>``, store/library.py), an older tree's has none.
+SUFFIXES: dict[int, str] = {}
+
+
+def load_library(client: Any, text: str) -> None:
+    """Load the library ``text`` on ``client``'s server and remember its functions' suffix."""
+    client.function_load(text, replace=True)
+    found = re.search(r"^local FUNCTION_SUFFIX = '([^']*)'", text, re.M)
+    SUFFIXES[client.connection_pool.connection_kwargs["port"]] = found[1] if found else ""
+
+
+def function_name(client: Any, command: str) -> str:
+    """``command``'s function on the server of ``client`` (a client or its pipeline), as the
+    library :func:`load_library` loaded there names it."""
+    return f"sc_{command}{SUFFIXES[client.connection_pool.connection_kwargs['port']]}"
+
+
+@contextmanager
+def tree_servers(
+    trees: list[str], port: int, directory: str, load: Callable[[str], str]
+) -> Iterator[dict[str, Any]]:
+    """One throwaway redis-server per source tree (ports ``port``, ``port + 1``, ...), each with
+    the library ``load(tree)`` answers loaded: ``{tree: client}``; the servers stop after."""
+    import redis  # the benchmarks' own dependency, not every helper's
+
+    servers, clients = [], {}
+    try:
+        for offset, tree in enumerate(trees):
+            servers.append(start_server(directory, port + offset))
+            client = redis.Redis(port=port + offset)
+            load_library(client, load(tree))
+            clients[tree] = client
+        yield clients
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()

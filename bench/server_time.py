@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import positive, print_table, start_server, write_results
+from bench.common import (
+    function_name,
+    load_library,
+    positive,
+    print_table,
+    start_server,
+    tree_servers,
+    write_results,
+)
 from schedcache import Pod
 from schedcache.store import commands
 from schedcache.store.batch import derive_group_id, group_args
@@ -66,25 +73,6 @@ def library_of(tree: str) -> str:
         text=True,
         check=True,
     ).stdout
-
-
-# The function-name suffix of the library loaded on each server (by port): a tree's build tags
-# its functions (``sc_add_pod_v2_<digest>``), an older tree's has none.
-SUFFIXES: dict[int, str] = {}
-
-
-def load_library(client: redis.Redis, tree: str) -> None:
-    """Load ``tree``'s library on ``client``'s server and remember its functions' suffix."""
-    text = library_of(tree)
-    client.function_load(text, replace=True)
-    found = re.search(r"^local FUNCTION_SUFFIX = '([^']*)'", text, re.M)
-    SUFFIXES[client.connection_pool.connection_kwargs["port"]] = found[1] if found else ""
-
-
-def function_name(client: Any, command: str) -> str:
-    """``command``'s function on ``client``'s server (a client or its pipeline)."""
-    pool = client.connection_pool
-    return f"sc_{command}{SUFFIXES[pool.connection_kwargs['port']]}"
 
 
 def make_pod(i: int, host_port: bool) -> Pod:
@@ -277,7 +265,7 @@ def count_instructions(
     server = start_server(directory, port, wrapper)
     try:
         client = redis.Redis(port=port)
-        load_library(client, tree)
+        load_library(client, library_of(tree))
         prepare(client)
         if scenario.setup is not None:
             scenario.setup(client)
@@ -331,22 +319,13 @@ def main() -> None:
                     per = count_instructions(tree, scenario, len(pods), port, directory)
                     samples[tree][name].append(per)
                     print(f"{Path(tree).name}: {name}: {per:,.0f} instructions", flush=True)
-        servers, clients = [], {}
-        try:
-            for offset, tree in enumerate(trees if not args.instructions else []):
-                servers.append(start_server(directory, args.port + offset))
-                client = redis.Redis(port=args.port + offset)
-                load_library(client, tree)
-                clients[tree] = client
+        timed_trees = [] if args.instructions else trees
+        with tree_servers(timed_trees, args.port, directory, library_of) as clients:
             for round_ in range(0 if args.instructions else args.rounds):
                 order = trees if round_ % 2 == 0 else trees[::-1]
                 for name, scenario in kinds.items():
                     for tree in order:
                         samples[tree][name].append(measure(clients[tree], scenario, len(pods)))
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait()
     first = trees[0]
     rows = []
     for name in kinds:

@@ -36,9 +36,9 @@ end
 
 -- A live node's labels (nodelabels:<name>: l:<key> fields, and ln: how many) let a claim tell
 -- a node that joined the target's domain from one that moved elsewhere. At most
--- MAX_NODE_LABELS are kept; a node written with more, or by an older client, has none (`ln`
+-- BOUNDS.MAX_NODE_LABELS are kept; a node written with more, or by an older client, has none (`ln`
 -- missing): its changes refuse. Apart from the node entry, which snapshots read whole.
-local MAX_NODE_LABELS = 128
+BOUNDS.MAX_NODE_LABELS = 128
 -- The line of `domains` that says the pod's affinity held by the first-pod rule: a matching
 -- pod anywhere ends it, so a node that holds pods and was not live at the snapshot refuses.
 local FIRST_POD = '\n@first-pod\n'
@@ -49,7 +49,7 @@ local LABELS_FIELD = 'ln'
 local function read_node_labels(a, i)
   local count = a[i]
   if count == nil then return {} end
-  if not is_int(count) or tonumber(count) > MAX_NODE_LABELS or tonumber(count) < 0 then
+  if not is_int(count) or tonumber(count) > BOUNDS.MAX_NODE_LABELS or tonumber(count) < 0 then
     return nil
   end
   local n = tonumber(count)

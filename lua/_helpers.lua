@@ -78,7 +78,11 @@
 --                                 queue (_queue.lua)
 --   queuedpods             set    the uids of every queued pod
 --   queueseq               string the queue's arrival counter (INCR)
---   queues                 hash   scheduler -> the last event its parked pods were woken for
+--   queues                 hash   scheduler -> "<id>[ <score>]": the last helpful event its
+--                                 parked pods were woken for, and the parked score still owed
+--                                 a wake (_queue.lua)
+--   helped                 string the id of the last event that could help a parked pod
+--                                 (HELPFUL): the queue's wake compares ids, reading no event
 --   queue:<scheduler>:active
 --                          zset   "<seq>:<uid>" scored -priority: pop order
 --   queue:<scheduler>:leased
@@ -309,12 +313,47 @@ local function guard_node(p, node)
 end
 
 
+-- Bounds of the calls' arguments (docs/security.md, "Bounds of every Lua call"), each checked
+-- before a command's first write. Times and durations (ms) as the Python side bounds them
+-- (commands.MAX_NOW, MAX_TTL): far inside int64 and the doubles' exact integers.
+-- The caps of every call's arguments, in one table (a chunk may hold 200 locals at most).
+local BOUNDS = {}
+BOUNDS.MAX_NOW_MS = 1e13
+BOUNDS.MAX_DURATION_MS = 1e12
+-- A uid, node, replica or holder name (part of key names and replies).
+BOUNDS.MAX_NAME_BYTES = 1024
+-- One pod's or node's msgpack (events.MAX_PAYLOAD) or a pod's contribution text.
+BOUNDS.MAX_BLOB_BYTES = 1048576
+-- Image names and allocatable resources one node brings (values.MAX_NODE_IMAGES, _RESOURCES):
+-- each is a write (10,000 images replaced took 356 ms).
+BOUNDS.MAX_NODE_IMAGES = 1000
+BOUNDS.MAX_NODE_RESOURCES = 1000
+-- Pods one expiry call (sc_cleanup_assumed_pods, sc_forget_lapsed) settles at most, and the
+-- bytes of pod records past which it stops (each settled pod's event carries its msgpack:
+-- 1,000 pods of 0.8 MiB would hold Redis for seconds); it then answers that more are due.
+BOUNDS.MAX_EXPIRY_LIMIT = 1000
+BOUNDS.EXPIRY_BYTES = 2 * 1048576
+-- Node names one read (sc_read_nodes, sc_read_node_deltas) and one inline delta
+-- (sc_snapshot_delta's limit) take at most: each node costs its pods' records.
+BOUNDS.MAX_READ_NAMES = 200
+
+-- A decimal integer argument within [low, high], as a number; nil for anything else. Not
+-- tonumber alone: it takes "inf" (which passes a floor check), "nan", "1e3", " 7" and "0x10".
+local function int_arg(value, low, high)
+  if not is_int(value) then return nil end
+  local n = tonumber(value)
+  if n < low or n > high then return nil end
+  return n
+end
+
+-- A name argument (uid, node, holder): not empty, no whitespace, at most BOUNDS.MAX_NAME_BYTES.
+local function name_arg(value)
+  return type(value) == 'string' and value ~= '' and #value <= BOUNDS.MAX_NAME_BYTES
+    and not string.find(value, '%s')
+end
+
 local function now_ms(arg)
-  if arg ~= nil and arg ~= '' then
-    local n = tonumber(arg)
-    if n == nil or n < 0 or n ~= math.floor(n) then return nil end
-    return n
-  end
+  if arg ~= nil and arg ~= '' then return int_arg(arg, 0, BOUNDS.MAX_NOW_MS) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -323,12 +362,12 @@ local function int_string(n)
   return string.format('%d', n)
 end
 
--- Reads `count` field/value pairs starting at a[i]; the values must be integers, and stay
--- the strings they came as (a Lua number is a double: 1e18 would be stored as "1e+18").
--- Returns the flat list and the index after it, or nil and an error.
-local function read_pairs(a, i, what)
-  local count = tonumber(a[i])
-  if count == nil or count < 0 then return nil, 'BADARG ' .. what .. '-count' end
+-- Reads `count` (at most `limit`) field/value pairs starting at a[i]; the values must be
+-- integers, and stay the strings they came as (a Lua number is a double: 1e18 would be stored
+-- as "1e+18"). Returns the flat list and the index after it, or nil and an error.
+local function read_pairs(a, i, what, limit)
+  local count = int_arg(a[i], 0, limit)
+  if count == nil then return nil, 'BADARG ' .. what .. '-count' end
   local out = {}
   for j = i + 1, i + 2 * count, 2 do
     local field, value = a[j], a[j + 1]
@@ -341,11 +380,20 @@ local function read_pairs(a, i, what)
   return out, i + 1 + 2 * count
 end
 
+-- Events that could help a pod parked as unschedulable (upstream's queueing hints for the
+-- plugins that park a pod on resources, taints, node affinity and ports: a node added or
+-- changed, an assigned pod deleted or changed, and this cache's own releases of room).
+local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUpdated = true,
+                  PodForgotten = true, PodExpired = true }
+
 -- Appends an event: its type, the schema version, the replica, then the field/value pairs
--- given (passed straight through: no table is built per event).
+-- given (passed straight through: no table is built per event). A helpful one's id goes to
+-- `helped` (SET takes any key, so this write cannot fail after the XADD).
 local function emit(p, etype, replica, ...)
-  return redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
-                    'replica', replica, ...)
+  local id = redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
+                        'replica', replica, ...)
+  if HELPFUL[etype] then redis.call('SET', p .. 'helped', id) end
+  return id
 end
 
 -- Nodes changed by the running call, with the generation of their last change. A call (one
@@ -734,9 +782,12 @@ end
 -- Parses the common pod arguments: uid, node, blob, contribution.
 local function read_pod_args(p, a)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
-  if uid == nil or uid == '' then return nil, 'BADARG uid' end
-  if node == nil or node == '' or string.find(node, '%s') then return nil, 'BADARG node ' .. uid end
-  if blob == nil or blob == '' then return nil, 'BADARG blob ' .. uid end
+  if uid == nil or uid == '' or #uid > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG uid' end
+  if not name_arg(node) then return nil, 'BADARG node ' .. uid end
+  if blob == nil or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return nil, 'BADARG blob ' .. uid end
+  if contribution ~= nil and #contribution > BOUNDS.MAX_BLOB_BYTES then
+    return nil, 'BADARG contribution ' .. uid
+  end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
   local overflow, live = check_fields(p, node, parsed, false)

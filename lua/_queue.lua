@@ -9,8 +9,12 @@
 --                                    the end of its back-off, holder the replica leasing it
 --   queuedpods                set    the uids of every queued pod
 --   queueseq                  string the arrival counter (INCR)
---   queues                    hash   scheduler -> the last event whose help its parked pods
---                                    were given
+--   queues                    hash   scheduler -> "<id>[ <score>]": the last helpful event
+--                                    its parked pods were woken for, and while that wake is
+--                                    still being given, the parked pods (score at most this)
+--                                    still owed it; the field goes with the scheduler's last pod
+--   helped                    string the id of the last event that could help a parked pod
+--                                    (HELPFUL, written by emit): no event is read for a wake
 --   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
 --                                    order is priority, then arrival
 --   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)
@@ -21,15 +25,11 @@
 local QUEUE_STATES = { active = 'active', leased = 'leased', backoff = 'backoff',
                        parked = 'parked' }
 -- Pods moved per category (lapsed leases, ended back-offs, parked pods) by one call.
-local QUEUE_MOVES = 100
--- Events one call reads to learn whether a cluster change could help parked pods; past this
--- many unread, it assumes one did (a wake too many costs an attempt, a wake missed a pod).
-local WAKE_SCAN = 200
--- Upstream's queueing hints for the plugins that park a pod on resources, taints, node
--- affinity and ports: a node added or changed, an assigned pod deleted or changed, and this
--- cache's own releases of room (a claim forgotten or expired).
-local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUpdated = true,
-                  PodForgotten = true, PodExpired = true }
+BOUNDS.QUEUE_MOVES = 100
+-- Bytes of queued records one pop reads (and so rewrites) at most, past the first record of
+-- each part (the heads, woken, flushed, lapsed, ended): a record's state change rewrites its
+-- pod's msgpack (up to BOUNDS.MAX_BLOB_BYTES), so 300 pods of 0.9 MiB made one pop 2 s.
+BOUNDS.POP_BYTES = 2 * 1048576
 
 -- A spec.schedulerName (a DNS subdomain): it is part of key names.
 local function valid_scheduler(name)
@@ -41,6 +41,33 @@ local function queue_key(p, scheduler, part)
   return p .. 'queue:' .. scheduler .. ':' .. part
 end
 
+-- A pod's msgpack as the queue takes it: at most BOUNDS.MAX_BLOB_BYTES (a pending pod costs Redis
+-- that much at most), and a msgpack map (fixmap, map 16, map 32), as every schedcache object
+-- is: anything else would be handed to a replica that cannot read it.
+local function valid_blob(blob)
+  if type(blob) ~= 'string' or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return false end
+  local first = string.byte(blob, 1)
+  return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
+end
+
+-- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
+-- it): 5,000 names once seen must not stay forever.
+local function forget_if_idle(p, scheduler)
+  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
+    if redis.call('ZCARD', queue_key(p, scheduler, part)) > 0 then return end
+  end
+  redis.call('HDEL', p .. 'queues', scheduler)
+end
+
+-- The wake cursor of `scheduler` ("<id>[ <score>]", see `queues`): the last event read and the
+-- parked score still owed a wake (nil when none). An unreadable one starts again from 0-0.
+-- The third value is the field as it was.
+local function wake_cursor(p, scheduler)
+  local text = redis.call('HGET', p .. 'queues', scheduler) or ''
+  local id, owed = string.match(text, '^(%d+%-%d+) ?(%d*)$')
+  if id == nil then return '0-0', nil, text end
+  return id, tonumber(owed), text
+end
 -- The arrival counter holds an integer INCR can count on from (or is missing).
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
@@ -118,11 +145,13 @@ local function queue_after_backoff(p, rec, now)
   save_queued(rec)
 end
 
--- A pod left the queue for good (bound, deleted, terminated): record and membership go.
+-- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
+-- the scheduler's bookkeeping with its last pod.
 local function queue_drop(p, rec)
   queue_unlink(p, rec)
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
+  forget_if_idle(p, rec.scheduler)
 end
 
 -- The id of the stream's last event, or '0-0'.
@@ -132,15 +161,21 @@ local function last_event_or_zero(p)
   return last[1][1]
 end
 
--- Whether an event after `after` (a stream id) could help a parked pod, and the last id read.
+-- Whether stream id `a` comes after stream id `b` (both "<ms>-<seq>").
+local function id_after(a, b)
+  local a_ms, a_seq = string.match(a, '^(%d+)%-(%d+)$')
+  local b_ms, b_seq = string.match(b, '^(%d+)%-(%d+)$')
+  a_ms, b_ms = tonumber(a_ms), tonumber(b_ms)
+  if a_ms ~= b_ms then return a_ms > b_ms end
+  return tonumber(a_seq) > tonumber(b_seq)
+end
+
+-- Whether an event after `after` (a stream id) could help a parked pod, and the id of the last
+-- such event ('0-0' when none): one read of `helped` (emit keeps it), however many events
+-- came since. (Scanning the events read their data: 200 events of 0.8 MiB took 1.4 s.)
 local function helpful_since(p, after)
-  expect_type(p .. 'events', 'stream')
-  local entries = redis.call('XRANGE', p .. 'events', '(' .. after, '+', 'COUNT', WAKE_SCAN)
-  local last = after
-  for j = 1, #entries do
-    local fields = entries[j][2]
-    last = entries[j][1]
-    if fields[1] == 'type' and HELPFUL[fields[2]] then return true, last end
-  end
-  return #entries == WAKE_SCAN, last
+  local key = p .. 'helped'
+  local last = get_string(key) or '0-0'
+  if not string.match(last, '^%d+%-%d+$') then corrupt(key, 'is not a stream id') end
+  return id_after(last, after), last
 end

@@ -11,12 +11,12 @@
 --          fills in a placeholder
 local function set_node(p, replica, a, etype)
   local name, zone, blob = a[1], a[2], a[3]
-  if name == nil or name == '' then return nil, 'BADARG name' end
-  if zone == nil then return nil, 'BADARG zone ' .. name end
-  if blob == nil or blob == '' then return nil, 'BADARG blob ' .. name end
-  local allocatable, next_i = read_pairs(a, 4, 'allocatable')
+  if not name_arg(name) then return nil, 'BADARG name' end
+  if zone == nil or #zone > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG zone ' .. name end
+  if blob == nil or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return nil, 'BADARG blob ' .. name end
+  local allocatable, next_i = read_pairs(a, 4, 'allocatable', BOUNDS.MAX_NODE_RESOURCES)
   if allocatable == nil then return nil, next_i end
-  local images, after = read_pairs(a, next_i, 'images')
+  local images, after = read_pairs(a, next_i, 'images', BOUNDS.MAX_NODE_IMAGES)
   if images == nil then return nil, after end
   local digest = spec_digest_arg(a[after])
   if digest == nil then return nil, 'BADARG spec-digest ' .. name end

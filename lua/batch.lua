@@ -5,13 +5,30 @@
 --          single command takes them after `replica`
 -- Keys     those of the commands
 -- Reply    a flat list: per command 1 and its reply, or 0 and its error text
--- Errors   BADARG <what>   the batch itself is malformed; nothing was applied
+-- Errors   BADARG <what>   the batch itself is malformed, or longer than MAX_BATCH_COMMANDS
+--                          (BADARG commands) or MAX_BATCH_BYTES (BADARG bytes); nothing was
+--                          applied
 -- Commands are applied in order; one that fails writes nothing, and the rest still run, as
 -- if each had been sent on its own (but without a round trip each).
+
+-- Commands one call applies at most: a call holds Redis for its whole run, and a function that
+-- wrote cannot be killed (FUNCTION KILL answers UNKILLABLE), so its length is its caller's to
+-- bound, before anything runs (store/batch.py's MAX_CHUNK_SIZE is the same).
+local MAX_BATCH_COMMANDS = 1000
+-- Bytes of the commands' arguments (names and counts included) one call takes at most
+-- (store/batch.py's MAX_GROUP_BYTES): each pod's msgpack is copied into a record and an event.
+local MAX_BATCH_BYTES = 4 * 1048576
+
 local function batch(p, replica, a)
   local calls = {}
+  local bytes = 0
+  for j = 1, #a do bytes = bytes + #a[j] end
+  if bytes > MAX_BATCH_BYTES then return nil, 'BADARG bytes: more than ' .. MAX_BATCH_BYTES end
   local i = 1
   while i <= #a do
+    if #calls >= MAX_BATCH_COMMANDS then
+      return nil, 'BADARG commands: more than ' .. MAX_BATCH_COMMANDS
+    end
     local fn, argc = COMMANDS[a[i]], tonumber(a[i + 1])
     if fn == nil or fn == batch then return nil, 'BADARG command ' .. tostring(a[i]) end
     if argc == nil or argc < 0 or i + 1 + argc > #a then

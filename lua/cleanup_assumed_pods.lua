@@ -4,8 +4,9 @@
 -- ARGV     replica, now_ms ("" = the server's TIME), limit (at most this many per call)
 -- Keys     deadlines, pod:<uid>, node:*, nodepods:*, nodes, pods, assumed, gen, nodegen, events,
 --          quarantine (zset: uid -> time, deadline entries whose pod record is corrupt)
--- Reply    { uids expired, uids skipped as corrupt (moved to quarantine) }; together fewer
---          than `limit` means none is due any more
+-- Reply    { uids expired, uids skipped as corrupt (moved to quarantine), 1 when it stopped
+--          at BOUNDS.EXPIRY_BYTES with more due, else 0 }; together fewer than `limit` and 0 means
+--          none is due any more
 -- Errors   BADARG <what>; CORRUPT <key> <why> (a cache-wide key; nothing written)
 -- Event    PodExpired  uid, node, gen, deadline, data=stored blob   (one per pod)
 -- Expiry is strictly after the deadline, as upstream. Each pod is re-checked here (still
@@ -13,13 +14,18 @@
 local function cleanup_assumed_pods(p, replica, a)
   local now = now_ms(a[1])
   if now == nil then return nil, 'BADARG now' end
-  local limit = tonumber(a[2])
-  if limit == nil or limit < 1 or limit ~= math.floor(limit) then return nil, 'BADARG limit' end
+  local limit = int_arg(a[2], 1, BOUNDS.MAX_EXPIRY_LIMIT)
+  if limit == nil then return nil, 'BADARG limit' end
   local due = redis.call('ZRANGEBYSCORE', p .. 'deadlines', '-inf', '(' .. int_string(now),
                          'LIMIT', 0, limit)
   local expired, skipped = {}, {}
   expect_type(p .. 'quarantine', 'zset')  -- before the first write, though rarely written
+  local bytes, more = 0, 0
   for _, uid in ipairs(due) do
+    if bytes >= BOUNDS.EXPIRY_BYTES then
+      more = 1
+      break
+    end
     -- A corrupt record is skipped, and its entry moved from deadlines to `quarantine` (so the
     -- rest keeps expiring); load_pod checks everything before this pod's first write.
     local ok, rec = pcall(load_pod, p, uid)
@@ -34,9 +40,11 @@ local function cleanup_assumed_pods(p, replica, a)
       emit(p, 'PodExpired', replica, 'uid', uid, 'node', rec.node, 'gen', text,
                                        'deadline', rec.deadline, 'data', rec.blob)
       expired[#expired + 1] = uid
+      bytes = bytes + #rec.blob
     else
       redis.call('ZREM', p .. 'deadlines', uid)  -- an index entry nothing should have left
     end
   end
-  return { expired, skipped }, nil, #expired + #skipped  -- nothing written when nothing was due
+  -- Nothing written when nothing was due.
+  return { expired, skipped, more }, nil, #expired + #skipped
 end

@@ -9,13 +9,14 @@
 -- ARGV     replica (the caller, e.g. the expiry worker), command id, limit
 -- Keys     replicas, lease:<replica>, replicapods:<replica>, pod:<uid>, node:*, nodepods:*,
 --          nodes, pods, assumed, gen, nodegen, events
--- Reply    { uids forgotten, uids skipped because their record is corrupt (claim dropped) },
---          at most `limit` together
+-- Reply    { uids forgotten, uids skipped because their record is corrupt (claim dropped),
+--          1 when it stopped at BOUNDS.EXPIRY_BYTES with more to forget, else 0 }, at most `limit`
+--          together
 -- Errors   BADARG <what>; CORRUPT <key> <why> (a cache-wide key; nothing written)
 -- Event    PodForgotten  uid, node, gen, reason=lease-expired, owner=<replica>, data=stored blob
 local function forget_lapsed(p, replica, a)
-  local limit = tonumber(a[1])
-  if limit == nil or limit < 1 or limit ~= math.floor(limit) then return nil, 'BADARG limit' end
+  local limit = int_arg(a[1], 1, BOUNDS.MAX_EXPIRY_LIMIT)
+  if limit == nil then return nil, 'BADARG limit' end
   local forgotten, skipped = {}, {}
   expect_type(p .. 'replicas', 'set')
   -- The lapsed replicas, each claim set checked before the first write.
@@ -26,10 +27,19 @@ local function forget_lapsed(p, replica, a)
       lapsed[#lapsed + 1] = owner
     end
   end
+  local bytes, more = 0, 0
   for _, owner in ipairs(lapsed) do
     if #forgotten + #skipped >= limit then break end
+    if bytes >= BOUNDS.EXPIRY_BYTES then
+      more = 1
+      break
+    end
     local claims = p .. 'replicapods:' .. owner
     for _, uid in ipairs(redis.call('SRANDMEMBER', claims, limit - #forgotten - #skipped)) do
+      if bytes >= BOUNDS.EXPIRY_BYTES then
+        more = 1
+        break
+      end
       -- A corrupt record is skipped (and its claim dropped, so the rest is forgotten).
       local ok, rec = pcall(load_pod, p, uid)
       if not ok then
@@ -44,9 +54,10 @@ local function forget_lapsed(p, replica, a)
         emit(p, 'PodForgotten', replica, 'uid', uid, 'node', rec.node, 'gen', text,
              'reason', 'lease-expired', 'owner', owner, 'data', rec.blob)
         forgotten[#forgotten + 1] = uid
+        bytes = bytes + #rec.blob
       end
     end
     if redis.call('SCARD', claims) == 0 then redis.call('SREM', p .. 'replicas', owner) end
   end
-  return { forgotten, skipped }, nil, #forgotten + #skipped
+  return { forgotten, skipped, more }, nil, #forgotten + #skipped
 end

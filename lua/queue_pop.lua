@@ -5,44 +5,52 @@
 -- ARGV     replica, command id (""), scheduler, holder, lease ms, count (1-100), parked ms
 --          (how long a parked pod waits at most for a helpful event), [now ms]
 -- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, pod:<uid> (read),
---          events (read)
+--          helped (read)
 -- Reply    { uid, attempts, msgpack Pod, ... } at most `count` pods, highest priority first,
 --          then oldest
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
--- First, each bounded to QUEUE_MOVES: parked pods go to back-off (or active) when an event
+-- First, each bounded to BOUNDS.QUEUE_MOVES: parked pods go to back-off (or active) when an event
 -- since they were parked could help them, or when they waited `parked ms`; lapsed leases come
 -- back (a replica died or stalled), except those of pods claimed in the cache meanwhile,
 -- whose lease is renewed until the pod is bound or its claim is forgotten; ended back-offs
 -- become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
+-- Every part is bounded in bytes too (BOUNDS.POP_BYTES, _queue.lua): what is left waits for the next
+-- pop. A helpful event (`helped`, emit) owes every pod parked before it a wake, given
+-- BOUNDS.QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).
 -- A record that cannot be read is taken out of the queue (and left for an operator): sync
 -- queues the pod again with its next change or relist.
 
 -- Records of the uids given, read (and checked) before anything is written, that are in the
 -- state `state`; the others (no record, an unreadable one, or one in another state: members
--- left behind) are listed in `strays` as { uid, state }.
-local function load_all(p, uids, state, strays)
+-- left behind) are listed in `strays` as { uid, state }. Past the first record, reading stops
+-- when `budget.left` (bytes) is spent; the second value says whether every uid was read.
+local function load_all(p, uids, state, strays, budget)
   local recs = {}
   for j = 1, #uids do
+    if j > 1 and budget.left <= 0 then return recs, false end
     local rec = load_queued(p, uids[j], true)
     if rec and rec.state == state then
       recs[#recs + 1] = rec
+      budget.left = budget.left - #rec.blob
     else
       strays[#strays + 1] = { uids[j], state }
     end
   end
-  return recs
+  return recs, true
 end
 
--- The active pods at the head of the queue: { rec, member } each; members without a readable
--- active record are listed in `strays`.
-local function heads_of(p, scheduler, count, strays)
+-- The active pods at the head of the queue (at most `count`, and within `budget` past the
+-- first); members without a readable active record are listed in `strays`.
+local function heads_of(p, scheduler, count, strays, budget)
   local heads = {}
   local key = queue_key(p, scheduler, 'active')
-  for _, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
+  for j, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
+    if j > 1 and budget.left <= 0 then break end
     local uid = string.match(member, '^%d+:(.+)$')
     local rec = uid and load_queued(p, uid, true)
     if rec and rec.state == 'active' and active_member(rec) == member then
       heads[#heads + 1] = rec
+      budget.left = budget.left - #rec.blob
     else
       strays[#strays + 1] = { member, 'active' }
     end
@@ -50,56 +58,69 @@ local function heads_of(p, scheduler, count, strays)
   return heads
 end
 
+-- The parked pods to wake now, and the new wake cursor ("<id>[ <score>]"; nil when it is
+-- unchanged): a helpful event after the cursor owes every pod parked now (score up to the
+-- highest) a wake, given BOUNDS.QUEUE_MOVES a call.
+local function wake_parked(p, scheduler, parked_key, strays, budget)
+  expect_type(p .. 'queues', 'hash')
+  local since, owed, was = wake_cursor(p, scheduler)
+  local helped, last = helpful_since(p, since)
+  if helped then
+    local top = redis.call('ZRANGE', parked_key, -1, -1, 'WITHSCORES')
+    owed = tonumber(top[2])
+  end
+  local woken = {}
+  if owed ~= nil then
+    local uids = redis.call('ZRANGEBYSCORE', parked_key, '-inf', int_string(owed), 'LIMIT', 0,
+                            BOUNDS.QUEUE_MOVES)
+    local all
+    woken, all = load_all(p, uids, 'parked', strays, budget)
+    if all and #uids < BOUNDS.QUEUE_MOVES then owed = nil end  -- every owed wake given
+  end
+  local cursor = since  -- the last helpful event these pods were woken for
+  if helped then cursor = last end
+  if owed ~= nil then cursor = last .. ' ' .. int_string(owed) end
+  if cursor == was then cursor = nil end  -- nothing new read, nothing to write
+  return woken, cursor
+end
+
 -- The uids of `part` due by `now` (the read is the key's type check).
 local function due_uids(p, scheduler, part, now)
   local key = queue_key(p, scheduler, part)
   local uids = typed_read(key, 'zset', 'ZRANGEBYSCORE', '-inf', now, 'LIMIT', 0,
-                          QUEUE_MOVES)
+                          BOUNDS.QUEUE_MOVES)
   checked[key] = true
   return uids
 end
 
 local function queue_pop(p, replica, a)
   local scheduler, holder = a[1], a[2]
-  local lease_ms, count, parked_ms = tonumber(a[3]), tonumber(a[4]), tonumber(a[5])
+  local lease_ms = int_arg(a[3], 1, BOUNDS.MAX_DURATION_MS)
+  local count = int_arg(a[4], 1, BOUNDS.QUEUE_MOVES)
+  local parked_ms = int_arg(a[5], 0, BOUNDS.MAX_DURATION_MS)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
-  if holder == nil or holder == '' or holder == '-' or string.find(holder, '%s') then
+  if not name_arg(holder) or holder == '-' then
     return nil, 'BADARG holder'
   end
-  if lease_ms == nil or lease_ms < 1 or lease_ms ~= math.floor(lease_ms) then
-    return nil, 'BADARG lease'
-  end
-  if count == nil or count < 1 or count > QUEUE_MOVES or count ~= math.floor(count) then
-    return nil, 'BADARG count'
-  end
-  if parked_ms == nil or parked_ms < 0 or parked_ms ~= math.floor(parked_ms) then
-    return nil, 'BADARG parked'
-  end
+  if lease_ms == nil then return nil, 'BADARG lease' end
+  if count == nil then return nil, 'BADARG count' end
+  if parked_ms == nil then return nil, 'BADARG parked' end
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now' end
   local parked_key = queue_key(p, scheduler, 'parked')
 
-  -- Reads (and every check: the reads of the queue's sorted sets check their types) first.
+  -- Reads (and every check: the reads of the queue's sorted sets check their types) first;
+  -- the heads first, so the byte budget serves them before the housekeeping.
   local strays = {}
+  local budget = { left = BOUNDS.POP_BYTES }
+  local heads = heads_of(p, scheduler, count, strays, budget)
+  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays, budget)
   local woken, seen = {}, nil
-  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays)
   if redis.call('ZCARD', parked_key) > 0 then
-    expect_type(p .. 'queues', 'hash')
-    local since = redis.call('HGET', p .. 'queues', scheduler)
-    if not since then since = '0-0' end
-    local helped, last = helpful_since(p, since)
-    if helped then
-      woken = load_all(p, redis.call('ZRANGE', parked_key, 0, QUEUE_MOVES - 1), 'parked',
-                       strays)
-      -- Every parked pod had its wake: the next call looks past this event.
-      if redis.call('ZCARD', parked_key) <= QUEUE_MOVES then seen = last end
-    else
-      seen = last
-    end
+    woken, seen = wake_parked(p, scheduler, parked_key, strays, budget)
   end
-  local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays)
-  local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays)
-  local heads = heads_of(p, scheduler, count, strays)
+  local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays, budget)
+  local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays, budget)
   if #woken + #flushed + #lapsed + #ended > 0 then  -- pods to activate, or to drop
     guard_sequence(p)
     expect_type(p .. 'queuedpods', 'set')
@@ -147,8 +168,9 @@ local function queue_pop(p, replica, a)
   -- come first, unless a higher priority came back (read again only then; a stray found now
   -- stays for the next call, which removes it).
   if #lapsed + #ended + #woken + #flushed > 0 then
-    heads = heads_of(p, scheduler, count, {})
+    heads = heads_of(p, scheduler, count, {}, budget)
   end
+  if #strays > 0 then forget_if_idle(p, scheduler) end
   local out = {}
   local deadline = now + lease_ms
   for j = 1, #heads do

@@ -2,11 +2,14 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id, scheduler, holder, uid, kind ("unschedulable": no node could
---          take it; "error": anything else, e.g. its Binding failed), attempt (the stream id
+--          take it; "error": anything else, e.g. its Binding failed; "unreadable": its msgpack
+--          could not be decoded, so it leaves the queue), attempt (the stream id
 --          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
 --          back-off ms, parked ms, [now ms]
--- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, events (read)
--- Reply    { "backoff"|"parked", due ms }, or { "gone", "" } (bound or deleted meanwhile) or
+-- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, helped (read)
+-- Reply    { "backoff"|"parked", due ms }, { "dropped", "" } (unreadable: record and place
+--          gone; sync queues the pod again with its next change or relist), or { "gone", "" }
+--          (bound or deleted meanwhile) or
 --          { "notheld", holder } (its lease lapsed and it is another's now, or it waits):
 --          nothing written then
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
@@ -16,19 +19,21 @@
 -- a change the attempt did not see is never missed. An error goes to back-off.
 local function queue_retry(p, replica, a)
   local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
-  local first_ms, longest_ms, parked_ms = tonumber(a[6]), tonumber(a[7]), tonumber(a[8])
+  local first_ms = int_arg(a[6], 0, BOUNDS.MAX_DURATION_MS)
+  local longest_ms = int_arg(a[7], 0, BOUNDS.MAX_DURATION_MS)
+  local parked_ms = int_arg(a[8], 0, BOUNDS.MAX_DURATION_MS)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
-  if holder == nil or holder == '' or holder == '-' then return nil, 'BADARG holder' end
-  if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
-  if kind ~= 'unschedulable' and kind ~= 'error' then return nil, 'BADARG kind' end
+  if not name_arg(holder) or holder == '-' then return nil, 'BADARG holder' end
+  if not name_arg(uid) then return nil, 'BADARG uid' end
+  if kind ~= 'unschedulable' and kind ~= 'error' and kind ~= 'unreadable' then
+    return nil, 'BADARG kind'
+  end
   if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
     return nil, 'BADARG attempt'
   end
-  for _, value in ipairs({ first_ms, longest_ms, parked_ms }) do
-    if value == nil or value < 0 or value ~= math.floor(value) then
-      return nil, 'BADARG backoff'
-    end
-  end
+  if first_ms == nil then return nil, 'BADARG backoff' end
+  if longest_ms == nil then return nil, 'BADARG max_backoff' end
+  if parked_ms == nil then return nil, 'BADARG parked' end
   local now = now_ms(a[9])
   if now == nil then return nil, 'BADARG now' end
   guard_queue(p, scheduler)
@@ -36,6 +41,10 @@ local function queue_retry(p, replica, a)
   if rec == nil then return { 'gone', '' } end
   if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
     return { 'notheld', rec.holder }
+  end
+  if kind == 'unreadable' then
+    queue_drop(p, rec)
+    return { 'dropped', '' }
   end
   local parked_key = queue_key(p, scheduler, 'parked')
   local park, seen = kind == 'unschedulable', nil
@@ -45,7 +54,7 @@ local function queue_retry(p, replica, a)
     else
       local helped, last = helpful_since(p, attempt)
       park = not helped
-      -- The first parked pod: the wake scan starts from the end of what was read here.
+      -- The first parked pod: its wake waits for a helpful event after the last one.
       if park and redis.call('ZCARD', parked_key) == 0 then seen = last end
     end
   end

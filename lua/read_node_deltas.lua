@@ -9,9 +9,8 @@
 --          others)
 -- Errors   BADARG generation
 local function read_node_deltas(p, replica, a)
-  local since = tonumber(a[1])
-  if since == nil or since < 0 or since ~= math.floor(since) then
-    return nil, 'BADARG generation'
-  end
+  local since = int_arg(a[1], 0, math.huge)
+  if since == nil then return nil, 'BADARG generation' end
+  if #a - 1 > BOUNDS.MAX_READ_NAMES then return nil, 'BADARG names' end
   return read_entries(p, a, 2, int_string(since))
 end

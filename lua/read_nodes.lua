@@ -11,5 +11,6 @@
 --          A name without an entry comes back with an empty hash.
 -- Errors   none
 local function read_nodes(p, replica, a)
+  if #a > BOUNDS.MAX_READ_NAMES then return nil, 'BADARG names' end
   return read_entries(p, a, 1, nil)
 end

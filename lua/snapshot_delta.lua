@@ -18,8 +18,11 @@
 -- Cost grows with the number of nodes and images changed since G, not with the cluster
 -- (with L = -1: with the zones alone; the names of the changed nodes are not sent either).
 local function snapshot_delta(p, replica, a)
-  local since, known_tree, limit = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
-  if since == nil or known_tree == nil or limit == nil then return nil, 'BADARG generation' end
+  local since = int_arg(a[1], -math.huge, math.huge)
+  local known_tree = int_arg(a[2], -math.huge, math.huge)
+  if since == nil or known_tree == nil then return nil, 'BADARG generation' end
+  local limit = int_arg(a[3], -1, BOUNDS.MAX_READ_NAMES)
+  if limit == nil then return nil, 'BADARG limit' end
   local since_text = int_string(since)
   local bound = '(' .. since_text
   expect_type(p .. 'nodegen', 'zset')

@@ -15,7 +15,7 @@ local function sync_node(p, replica, a)
   local rv, op, name = normal_rv(a[1]), a[2], a[3]
   if rv == nil then return nil, 'BADARG rv' end
   if op ~= 'set' and op ~= 'delete' then return nil, 'BADARG op' end
-  if name == nil or name == '' then return nil, 'BADARG name' end
+  if not name_arg(name) then return nil, 'BADARG name' end
   local vkey = p .. 'version:node:' .. name
   local dropped = stale_version(vkey, rv)
   if dropped ~= nil then return dropped, nil, 0 end

@@ -40,6 +40,7 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
   end
   queued.blob = blob
   if queued.scheduler ~= scheduler or queued.priority ~= priority then
+    local was = queued.scheduler
     queue_unlink(p, queued)
     queued.scheduler, queued.priority = scheduler, priority
     if queued.state == 'leased' then  -- its holder keeps it; the new queue gets it back
@@ -47,6 +48,10 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
       save_queued(queued)
     else
       queue_activate(p, queued)
+    end
+    if was ~= scheduler then
+      redis.call('HSETNX', p .. 'queues', scheduler, '0-0')  -- listed, as a new pod's is
+      forget_if_idle(p, was)
     end
   else
     save_queued(queued)
@@ -57,14 +62,17 @@ local function sync_pod(p, replica, a)
   local rv, op, uid = normal_rv(a[1]), a[2], a[3]
   if rv == nil then return nil, 'BADARG rv' end
   if op ~= 'set' and op ~= 'delete' and op ~= 'queue' then return nil, 'BADARG op' end
-  if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
+  if not name_arg(uid) then return nil, 'BADARG uid' end
   local scheduler, priority = a[4], a[5]
   if op == 'queue' then
     if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
     if not is_int(priority) or math.abs(tonumber(priority)) > 2147483648 then
       return nil, 'BADARG priority'
     end
-    if a[6] == nil or a[6] == '' then return nil, 'BADARG blob' end
+  end
+  -- The pod's msgpack ("set": a[5], "queue": a[6]): garbage would reach every reader.
+  if op ~= 'delete' and not valid_blob(op == 'set' and a[5] or a[6]) then
+    return nil, 'BADARG blob'
   end
   local vkey = p .. 'version:pod:' .. uid
   local dropped = stale_version(vkey, rv)

@@ -37,7 +37,7 @@ from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
-from schedcache.store.store import Client, Store, log_skipped
+from schedcache.store.store import Client, Store, sweep_reply
 from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
@@ -262,10 +262,10 @@ class Cache(StreamAudit):
         """
         expired: list[str] = []
         while True:
-            done, skipped = self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
-            expired += [uid.decode() for uid in done]
-            log_skipped(self.name, "expire", skipped)
-            if len(done) + len(skipped) < EXPIRE_BATCH:
+            reply = self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
+            done, _, more = sweep_reply(self.name, "expire", reply, EXPIRE_BATCH)
+            expired += done
+            if not more:
                 return expired
 
     def get_pod(self, pod: Pod | str) -> Pod:

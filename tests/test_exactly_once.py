@@ -36,8 +36,8 @@ def test_replies_of_every_shape_are_remembered(cache):
     seconds, _ = cache.client.time()
     cache.finish_binding(pod, now=seconds - 100)
     cleanup = commands.cleanup_assumed_pods(None, 10)
-    assert cache.run(cleanup) == [[b"p"], []]
-    assert cache.run(cleanup) == [[b"p"], []]  # a nested list reply, answered again
+    assert cache.run(cleanup) == [[b"p"], [], 0]
+    assert cache.run(cleanup) == [[b"p"], [], 0]  # a nested list reply, answered again
     node_tree = cache.node_tree()
     assert node_tree.next() == "n1"
 

@@ -124,6 +124,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.queued_pods,
         keys.queue_sequence,
         keys.queues,
+        keys.helped,
         *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
     ]
     return {name: spec_of(keys, name) for name in names}
@@ -270,6 +271,7 @@ def workload(cache: Cache) -> dict[str, str]:
         "queued_pods": keys.queued_pods,
         "queue_sequence": keys.queue_sequence,
         "queues": keys.queues,
+        "helped": keys.helped,
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

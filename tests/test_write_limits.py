@@ -15,7 +15,7 @@ import pytest
 
 from schedcache import Cache, Node, Pod, Snapshot
 from schedcache.errors import ValidationError
-from schedcache.model.values import Resource
+from schedcache.model.values import MAX_NODE_IMAGES, Resource
 from schedcache.store.events import MAX_ITEMS, MAX_PAYLOAD
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 
@@ -140,15 +140,17 @@ def test_a_node_the_reader_would_refuse_is_refused_at_write(cache: Cache, name: 
 
 
 def test_objects_just_under_the_limits_are_stored_and_read_back(cache: Cache):
-    """The boundary is the reader's: 65,536 labels / images are fine, and round-trip."""
+    """The boundary is the reader's: 65,536 labels are fine, and round-trip; a node's images
+    are bounded tighter (MAX_NODE_IMAGES: each is a write of the image index)."""
     populate(cache)
     labels = {f"k{i}": "v" for i in range(MAX_ITEMS)}
     pod = replace(WEB, labels=labels)
     cache.add_pod(pod)
-    node = replace(make_node("n2"), images=tuple(((f"i{i}",), 1) for i in range(MAX_ITEMS)))
+    images = tuple(((f"i{i}",), 1) for i in range(MAX_NODE_IMAGES))
+    node = replace(make_node("n2"), images=images)
     cache.add_node(node)
     assert cache.get_pod(pod).labels == labels
-    assert len(cache.get_node_info("n2").node.images) == MAX_ITEMS
+    assert len(cache.get_node_info("n2").node.images) == MAX_NODE_IMAGES
     assert len(cache.list_pods()) == 2
     assert cache.verify() == []
 
@@ -255,9 +257,9 @@ def test_the_largest_int64_quantities_are_still_accepted():
 @pytest.mark.parametrize(
     ("chunk_size", "reason"),
     [
-        (0, "0 is outside 1..10000"),
-        (-5, "-5 is outside 1..10000"),
-        (10_001, "10001 is outside 1..10000"),
+        (0, "0 is outside 1..1000"),
+        (-5, "-5 is outside 1..1000"),
+        (1_001, "1001 is outside 1..1000"),
         ("x", "'x' is not an integer"),
         (2.0, "2.0 is not an integer"),
         (True, "True is not an integer"),

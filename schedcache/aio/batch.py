@@ -34,6 +34,7 @@ from schedcache.store.batch import (
     judge,
     library_missing,
     refuse_stale,
+    split_groups,
     too_old_to_resend,
     unchecked_claims,
 )
@@ -94,8 +95,7 @@ class AsyncCommandBatch(BatchBuilder):
         ``unsettled``) when Redis stayed away longer than the retry policy allows."""
         batch, self.commands = self.commands, []
         now = time.monotonic()
-        size = self.chunk_size
-        groups = [SentGroup(batch[i : i + size], now) for i in range(0, len(batch), size)]
+        groups = [SentGroup(group, now) for group in split_groups(batch, self.chunk_size)]
         try:
             return await self._apply(groups)
         finally:

@@ -31,7 +31,7 @@ from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
-from schedcache.store.store import log_skipped
+from schedcache.store.store import sweep_reply
 from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
 from schedcache.views.nodetree import interleave, parse_tree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
@@ -284,10 +284,10 @@ class AsyncCache:
         """Expire the assumed pods whose deadline passed, in bounded batches."""
         expired: list[str] = []
         while True:
-            done, skipped = await self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
-            expired += [uid.decode() for uid in done]
-            log_skipped(self.name, "expire", skipped)
-            if len(done) + len(skipped) < EXPIRE_BATCH:
+            reply = await self.run(commands.cleanup_assumed_pods(now, EXPIRE_BATCH))
+            done, _, more = sweep_reply(self.name, "expire", reply, EXPIRE_BATCH)
+            expired += done
+            if not more:
                 return expired
 
     async def get_pod(self, pod: Pod | str) -> Pod:

@@ -13,7 +13,7 @@ from schedcache.cache import Cache
 from schedcache.cli.lifecycle import ready_cache, stop_on_signals
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
-from schedcache.ops.expiry import ExpiryWorker
+from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
 from schedcache.ops.leases import default_replica
 from schedcache.store.metrics import CacheCollector
 
@@ -58,7 +58,7 @@ def worker() -> None:
 )
 @click.option(
     "--batch",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1, MAX_BATCH),
     default=500,
     show_default=True,
     help="Pods expired per Lua call.",

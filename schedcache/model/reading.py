@@ -23,6 +23,7 @@ from schedcache.model.quantity import parse_quantity, round_away
 from schedcache.model.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
+    MAX_NODE_IMAGES,
     HostPort,
     NodeSelectorTerm,
     Requirement,
@@ -591,7 +592,9 @@ def _read_ready(r: _Reader, value: Any) -> str:
 
 
 def _read_images(r: _Reader, value: Any) -> tuple[tuple[tuple[str, ...], int], ...]:
+    """The node's images, up to MAX_NODE_IMAGES names in all (the rest is left out)."""
     out = []
+    taken = 0
     for i, img in enumerate(r.seq(value, "status.images")):
         path = f"status.images[{i}]"
         img = r.mapping(img, path)
@@ -602,6 +605,10 @@ def _read_images(r: _Reader, value: Any) -> tuple[tuple[tuple[str, ...], int], .
         size = r.integer(img.get("sizeBytes"), f"{path}.sizeBytes", high=INT64_MAX)
         if size < 0:
             raise r.fail(f"{path}.sizeBytes", "must not be negative")
+        if names and taken >= MAX_NODE_IMAGES:
+            break
+        names = names[: MAX_NODE_IMAGES - taken]
+        taken += len(names)
         out.append((names, size))
     return tuple(out)
 

@@ -23,7 +23,19 @@ from schedcache.model.podterms import (
     weighted_to_list,
 )
 from schedcache.model.reading import read_node, read_pod
-from schedcache.model.resources import HostPort, NodeSelectorTerm, Requirement, Resource, Toleration
+from schedcache.model.resources import (
+    MAX_NODE_IMAGES as MAX_NODE_IMAGES,  # re-exported: a node's limits, named from here too
+)
+from schedcache.model.resources import (
+    MAX_NODE_RESOURCES as MAX_NODE_RESOURCES,
+)
+from schedcache.model.resources import (
+    HostPort,
+    NodeSelectorTerm,
+    Requirement,
+    Resource,
+    Toleration,
+)
 
 __all__ = ["Node", "Pod", "Resource"]  # Resource: where most callers have it from
 

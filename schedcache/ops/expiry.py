@@ -26,7 +26,7 @@ from schedcache.errors import NotReplicated, ValidationError
 from schedcache.store import commands, metrics
 from schedcache.store.commands import seconds
 from schedcache.store.retry import RETRYABLE, backoff, call_with_retries
-from schedcache.store.store import Store, StoreCore, log_skipped, store_of
+from schedcache.store.store import Store, StoreCore, store_of, sweep_reply
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 ACTIONS = ("expire", "forget")
 MAX_INTERVAL = 3600.0  # seconds: a worker asleep longer is not expiring anything
-MAX_BATCH = 10_000  # pods per Lua call: one call holds Redis for its whole run
+MAX_BATCH = 1_000  # pods per Lua call (Lua's MAX_EXPIRY_LIMIT): one call holds Redis throughout
 
 
 @dataclass
@@ -70,16 +70,16 @@ class ExpiryRounds:
         return commands.forget_lapsed(self.batch)
 
     def take(self, action: str, reply: Any) -> tuple[list[str], bool]:
-        """The uids one call settled, and whether another call is due (it hit ``batch``)."""
-        uids, skipped = reply
+        """The uids one call settled, and whether another call is due (it hit ``batch``, or
+        its byte bound)."""
+        uids, skipped, more = sweep_reply(self.store.name, action, reply, self.batch)
         self.skipped_total += len(skipped)
-        log_skipped(self.store.name, action, skipped)
-        return [uid.decode() for uid in uids], len(uids) + len(skipped) >= self.batch
+        return uids, more
 
     def tolerate(self, error: NotReplicated) -> Any:
         """Applied all the same (fewer replicas confirmed it): carry on, but say so."""
         log.warning("%s; the worker carries on", error)
-        return _sweep_reply(error.reply)
+        return error.reply
 
     def report(self, expired: list[str], forgotten: list[str]) -> None:
         if forgotten:
@@ -178,10 +178,3 @@ class ExpiryWorker(ExpiryRounds):
                 raise
             self.stopping.wait(pause)
         log.info("expiry worker stopped after expiring %d pods", self.expired_total)
-
-
-def _sweep_reply(reply: object) -> tuple[list[bytes], list[bytes]]:
-    """``(done uids, skipped uids)`` of a sweep whose reply came with :class:`NotReplicated`."""
-    assert isinstance(reply, list) and len(reply) == 2, reply
-    done, skipped = reply
-    return list(done), list(skipped)

@@ -19,12 +19,13 @@ import secrets
 import socket
 from dataclasses import dataclass
 
+from schedcache.errors import CorruptRecord
 from schedcache.model.values import Pod
 from schedcache.store import commands
 from schedcache.store.queued import queue_lengths
 from schedcache.store.records import decode_object
 from schedcache.store.responses import as_text
-from schedcache.store.store import HasStore
+from schedcache.store.store import HasStore, log_skipped
 
 # Upstream's podInitialBackoffSeconds, podMaxBackoffSeconds and
 # podMaxInUnschedulablePodsDuration.
@@ -79,15 +80,23 @@ class SchedulingQueue:
 
     def pop(self, count: int = 1, now: float | None = None) -> list[QueuedPod]:
         """Lease up to ``count`` pods, highest priority first, then oldest (none: the queue
-        has nothing ready)."""
+        has nothing ready). A pod whose stored msgpack cannot be decoded is stepped over: it
+        leaves the queue (logged and counted as a skipped corrupt pod), and the rest are
+        returned."""
         command = commands.queue_pop(
             self.scheduler, self.holder, self.lease, count, self.parked, now
         )
         reply = self.store.run(command)
         popped = []
         for j in range(0, len(reply), 3):
-            what = functools.partial(str.format, "queued pod with uid {}", as_text(reply[j]))
-            pod = decode_object(reply[j + 2], what, Pod.from_dict)
+            uid = as_text(reply[j])
+            what = functools.partial(str.format, "queued pod with uid {}", uid)
+            try:
+                pod = decode_object(reply[j + 2], what, Pod.from_dict)
+            except CorruptRecord:
+                log_skipped(self.store.name, "pop from the queue", [reply[j]])
+                self.store.run(commands.queue_unreadable(self.scheduler, self.holder, uid))
+                continue
             popped.append(QueuedPod(pod, int(reply[j + 1])))
         return popped
 

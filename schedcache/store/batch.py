@@ -45,8 +45,44 @@ REFUSED = tuple(error for error in RETRYABLE if issubclass(error, ResponseError)
 # Groups sent but not yet answered before the batch stops to read a reply: bounds the memory
 # that unread replies take on both sides.
 WINDOW = 8
-# Commands per sc_batch call: one call holds Redis for its whole run (~10 us a command).
-MAX_CHUNK_SIZE = 10_000
+# Commands per sc_batch call: one call holds Redis for its whole run (~10-40 us a command), and
+# lua/batch.lua refuses more (MAX_BATCH_COMMANDS).
+MAX_CHUNK_SIZE = 1_000
+# Argument bytes per sc_batch call (lua/batch.lua's MAX_BATCH_BYTES): a group is cut before a
+# command that would pass it (200 pods of 0.8 MiB in one call would hold Redis for ~0.3 s).
+MAX_GROUP_BYTES = 4 * 1024 * 1024
+
+
+def command_bytes(command: Command) -> int:
+    """The bytes ``command`` adds to an ``sc_batch`` call's arguments, at least as many as
+    lua/batch.lua counts (its name, its argument count, its arguments)."""
+    total = len(command.name) + 8
+    for arg in command.args:
+        if isinstance(arg, bytes):
+            total += len(arg)
+        elif isinstance(arg, str):
+            total += len(arg) if arg.isascii() else len(arg.encode())
+        else:
+            total += 24  # an integer's digits
+    return total
+
+
+def split_groups(commands: list[Command], chunk_size: int) -> list[list[Command]]:
+    """``commands`` in ``sc_batch`` groups of at most ``chunk_size`` commands and
+    ``MAX_GROUP_BYTES`` bytes, in order."""
+    groups: list[list[Command]] = []
+    group: list[Command] = []
+    size = 0
+    for command in commands:
+        cost = command_bytes(command)
+        if group and (len(group) >= chunk_size or size + cost > MAX_GROUP_BYTES):
+            groups.append(group)
+            group, size = [], 0
+        group.append(command)
+        size += cost
+    if group:
+        groups.append(group)
+    return groups
 
 
 class SentGroup(list[Command]):
@@ -193,6 +229,7 @@ class CommandBatch(BatchBuilder):
         self.bare_claims = {}
         self.chunk_size = chunk_size
         self.group: list[Command] = []
+        self.group_bytes = 0  # command_bytes of self.group
         self.in_flight: deque[tuple[str, SentGroup]] = deque()
         self.sent: list[SentGroup] = []  # every group since the last execute(), in order
         self.answered: list[tuple[str, SentGroup, Any, Any]] = []
@@ -215,7 +252,11 @@ class CommandBatch(BatchBuilder):
 
     def add(self, command: Command) -> Self:
         self.store.check_permitted("batch")
+        cost = command_bytes(command)
+        if self.group and self.group_bytes + cost > MAX_GROUP_BYTES:
+            self._send_group()
         self.group.append(command)
+        self.group_bytes += cost
         self.count += 1
         if len(self.group) >= self.chunk_size:
             self._send_group()
@@ -293,6 +334,7 @@ class CommandBatch(BatchBuilder):
     def _send_group(self, sent_at: float | None = None) -> None:
         group = SentGroup(self.group, time.monotonic() if sent_at is None else sent_at)
         self.group = []
+        self.group_bytes = 0
         self.in_flight.append((derive_group_id(group), group))
         self.sent.append(group)
         try:

@@ -26,7 +26,7 @@ from schedcache.model.aggregates import (
     resource_pairs,
     spec_digest,
 )
-from schedcache.model.values import Node, Pod
+from schedcache.model.values import MAX_NODE_IMAGES, MAX_NODE_RESOURCES, Node, Pod
 from schedcache.store.records import pack_object
 
 Arg = str | int | bytes
@@ -330,12 +330,23 @@ def forget_lapsed(limit: int) -> Command:
 def _node_args(node: Node) -> tuple[Arg, ...]:
     if not isinstance(node, Node):
         raise ValidationError("node", "", f"expected a schedcache.Node, got {type(node).__name__}")
+    subject = node_subject(node.name)
+    name = _token(node.name, subject, "metadata.name")
+    blob = pack_object(node.to_dict(), subject)  # the reader's limits first
+    resources, images = resource_pairs(node.allocatable), image_pairs(node)
+    for path, pairs, limit in (
+        ("status.allocatable", resources, MAX_NODE_RESOURCES),
+        ("status.images", images, MAX_NODE_IMAGES),
+    ):
+        if len(pairs) > limit:
+            reason = f"{len(pairs)} names, over the {limit} a node may bring (values.MAX_NODE_*)"
+            raise ValidationError(subject, path, reason)
     return (
-        _token(node.name, node_subject(node.name), "metadata.name"),
+        name,
         node.zone_key,
-        pack_object(node.to_dict(), node_subject(node.name)),
-        *flatten(resource_pairs(node.allocatable)),
-        *flatten(image_pairs(node)),
+        blob,
+        *flatten(resources),
+        *flatten(images),
         spec_digest(node),
         *_node_labels(node),
     )
@@ -508,5 +519,23 @@ def queue_retry(
         milliseconds(longest, subject=subject, field="max_backoff"),
         milliseconds(parked, subject=subject, field="parked"),
         milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+    )
+    return Command("queue_retry", subject, args)
+
+
+def queue_unreadable(scheduler: str, holder: str, uid: str) -> Command:
+    """Give back the leased pod ``uid`` whose msgpack could not be decoded: it leaves the
+    queue (``sync`` queues it again with its next change or relist)."""
+    subject = f"queued pod with uid {uid}"
+    args = (
+        scheduler_name(scheduler, subject, "scheduler"),
+        _token(holder, subject, "holder"),
+        _token(uid, subject, "uid"),
+        "unreadable",
+        "",
+        "0",
+        "0",
+        "0",
+        "",
     )
     return Command("queue_retry", subject, args)

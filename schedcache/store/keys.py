@@ -91,7 +91,8 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     ),
     KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
     KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
-    KeySpec("queues", "hash", "scheduler -> the last event its parked pods were woken for"),
+    KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
+    KeySpec("helped", "string", "the id of the last event that could help a parked pod"),
     KeySpec("queue:<scheduler>:active", "zset", '"<seq>:<uid>" scored -priority: pop order'),
     KeySpec("queue:<scheduler>:leased", "zset", "uid -> lease deadline (ms) of popped pods"),
     KeySpec("queue:<scheduler>:backoff", "zset", "uid -> end of its back-off (ms)"),
@@ -302,6 +303,11 @@ class Keys:
     @property
     def queues(self) -> str:
         return self._key("queues")
+
+    @property
+    def helped(self) -> str:
+        """The id of the last event that could help a parked pod (lua/_queue.lua)."""
+        return self._key("helped")
 
     def queue(self, scheduler: str, state: str) -> str:
         """``scheduler``'s sorted set of pods in ``state`` (active, leased, backoff, parked)."""

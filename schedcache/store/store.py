@@ -400,3 +400,17 @@ def log_skipped(cache: str, action: str, uids: list[bytes]) -> None:
             len(uids),
             ", ".join(repr(uid.decode(errors="replace")) for uid in uids[:20]),
         )
+
+
+def sweep_reply(
+    cache: str, action: str, reply: object, limit: int
+) -> tuple[list[str], list[bytes], bool]:
+    """The uids an expiry call (``sc_cleanup_assumed_pods``, ``sc_forget_lapsed``) settled,
+    those it skipped as corrupt (logged and counted here), and whether more are due: it hit
+    ``limit``, or stopped at its byte bound (the reply's third item, 1; a library older than
+    that bound answers two items)."""
+    assert isinstance(reply, list) and len(reply) in (2, 3), reply
+    done, skipped = list(reply[0]), list(reply[1])
+    log_skipped(cache, action, skipped)
+    more = len(done) + len(skipped) >= limit or (len(reply) == 3 and int(reply[2]) == 1)
+    return [uid.decode() for uid in done], skipped, more
