@@ -85,7 +85,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     # group's pods, claimed by other replicas meanwhile, use them): terms under those keys on a
     # node changed since need not refuse the claim.
     keys: set[str] = {HOSTNAME, *(t.topology_key for t in pod.pod_anti_affinity)}
-    for i in cycle.infos:
+    for i in cycle.holders():
         for p in i.pods_with_required_anti_affinity:
             if p.uid != uid:
                 keys.update(t.topology_key for t in p.pod_anti_affinity)
