@@ -9,6 +9,14 @@ hold connections open cannot lock out kube-scheduler or the kubelet's probes; on
 connection is serving a request is the new one closed at once. A connection whose request has
 not arrived ``header_timeout`` seconds after it opened, or after its previous response, is
 closed. Each is counted. The body's own timeout is the handler's (:mod:`.server`).
+
+With TLS the site listens in plain TCP and each admitted connection does its handshake under
+the guard (``loop.start_tls``), so a handshake counts against ``max_connections`` from its
+first byte and the header timeout runs from the connection, not from the handshake's end:
+asyncio's own TLS server hands a connection over only once its handshake is done, so
+connections that never send a ClientHello were bounded by nothing, at ~300 KiB of buffers
+each (4,000 of them took the process from 68 to 1,266 MiB). A handshake that fails is counted
+and logged by :class:`~schedcache.extender.tls.Refusals`.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
+from schedcache.extender.tls import Refusals
+from schedcache.extender.trim import Trimmer
+
 CONNECTIONS = Gauge("schedcache_extender_connections", "Open connections to the extender.")
 CUT = Counter(
     "schedcache_extender_connections_cut_total",
@@ -32,12 +43,22 @@ CUT = Counter(
 
 
 class Guard:
-    """The open connections, and whether a request is being served on each."""
+    """The open connections (handshakes included), and whether a request is being served on
+    each; ``ssl_context``: every connection does its TLS handshake under the guard."""
 
-    def __init__(self, max_connections: int, header_timeout: float) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        header_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+        refusals: Refusals | None = None,
+    ) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.ssl_context = ssl_context
+        self.refusals = refusals or Refusals()
         self.open: dict[Any, GuardedProtocol] = {}  # aiohttp's handler -> its guard
+        self.trimmer = Trimmer(lambda: len(self.open))
 
     def request_started(self, handler: Any) -> None:
         guarded = self.open.get(handler)
@@ -75,6 +96,12 @@ class GuardedProtocol(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.admitted = False
         self.busy = False  # a request is being served
+        self.cut_by_guard = False  # evicted or timed out: not a TLS refusal
+        self.handed_over = False  # aiohttp has the connection (after the handshake, with TLS)
+        self.handshake: asyncio.Task[None] | None = None
+        # Decrypted bytes asyncio delivers as the handshake ends, before start_tls returns.
+        self.early: list[bytes] = []
+        self.early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -85,9 +112,57 @@ class GuardedProtocol(asyncio.Protocol):
             return
         self.admitted = True
         self.guard.open[self.inner] = self
+        self.guard.trimmer.opened()
         CONNECTIONS.inc()
+        self.arm()  # from the first byte: the handshake, then the request's headers
+        if self.guard.ssl_context is None:
+            self._hand_over(transport)
+        else:
+            self.handshake = asyncio.ensure_future(self._start_tls(transport))
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        """The TLS handshake of an admitted connection; aiohttp gets the connection once it
+        is done. A failed one is counted and logged (:class:`Refusals`), never raised."""
+        context = self.guard.ssl_context
+        assert context is not None
+        if not self.admitted or raw.is_closing():
+            # Cut before its handshake began (many connections accepted in one loop turn):
+            # a handshake started on a closed transport would keep its buffers until its own
+            # timer fired.
+            self._release(None)
+            return
+        peer = raw.get_extra_info("peername")
+        loop = asyncio.get_running_loop()
+        try:
+            wrapped = await loop.start_tls(
+                raw,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=self.guard.header_timeout,
+            )
+        except (OSError, TimeoutError, ConnectionError) as error:  # ssl.SSLError is an OSError
+            if not self.cut_by_guard:
+                self.guard.refusals.refused(error, peer)
+            raw.abort()
+            self._release(error)
+            _drop_traceback(error)
+            return
+        if not isinstance(wrapped, asyncio.Transport) or not self.admitted:
+            raw.abort()  # cut during its handshake
+            self._release(None)
+            return
+        self._hand_over(wrapped)
+
+    def _hand_over(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.handed_over = True
         self.inner.connection_made(transport)
-        self.arm()
+        early, self.early = self.early, []
+        for data in early:
+            self.inner.data_received(data)
+        if self.early_eof and self.inner.eof_received() is not True:
+            transport.close()
 
     def arm(self) -> None:
         self.disarm()
@@ -107,31 +182,56 @@ class GuardedProtocol(asyncio.Protocol):
 
     def cut(self) -> None:
         self.disarm()
+        self.cut_by_guard = True
         if self.transport is not None:
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        if self.admitted:
+        if self.handed_over:
             self.inner.data_received(data)
+        elif self.admitted:
+            self.early.append(data)  # at most one TLS read (256 KiB) before the hand-over
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.admitted else None
+        if self.handed_over:
+            keep: bool | None = self.inner.eof_received()
+            return keep
+        self.early_eof = self.admitted
+        return True  # keep it open until the hand-over answers
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release(exc)
+
+    def _release(self, exc: Exception | None) -> None:
+        """The connection is gone (closed, cut, or its handshake failed): once only."""
         self.disarm()
         if self.admitted:
             self.admitted = False
             self.guard.open.pop(self.inner, None)
             CONNECTIONS.dec()
-            self.inner.connection_lost(exc)
+            if self.handed_over:
+                self.inner.connection_lost(exc)
+            self.guard.trimmer.closed()
 
     def pause_writing(self) -> None:
-        if self.admitted:
+        if self.handed_over and self.admitted:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self.admitted:
+        if self.handed_over and self.admitted:
             self.inner.resume_writing()
+
+
+def _drop_traceback(error: BaseException | None) -> None:
+    """Break the cycle a failed handshake leaves (its exception's traceback holds start_tls's
+    frame, whose future holds the exception), so that the connection's TLS protocol and its
+    256 KiB buffer go at once, not at the next full collection: a flood of refused handshakes
+    otherwise kept them all (tests/test_extender_tls_flood.py)."""
+    seen = 0
+    while error is not None and seen < 8:  # the exception and what it was raised from
+        error.__traceback__ = None
+        error = error.__context__ or error.__cause__
+        seen += 1
 
 
 class GuardedSite(web.BaseSite):
@@ -167,16 +267,10 @@ class GuardedSite(web.BaseSite):
             return GuardedProtocol(server(), guard)
 
         loop = asyncio.get_running_loop()
-        # With TLS, the handshake comes before the protocol sees the connection: it gets the
-        # header timeout too (asyncio's default is 60 s).
-        handshake = guard.header_timeout if self._ssl_context is not None else None
-        self._server = await loop.create_server(
-            protocol,
-            sock=self._sock,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            ssl_handshake_timeout=handshake,
-        )
+        # Plain TCP: with TLS, each admitted connection's handshake runs under the guard
+        # (GuardedProtocol._start_tls), counted against the connection limit.
+        guard.ssl_context = self._ssl_context
+        self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
