@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench.common import positive, print_table, start_server, write_results
-from bench.e2e import SCHEDULER, api_server, pod
+from bench.e2e import SCHEDULER, api_server, cpu_seconds, pod, redis_cpu, wait_for
 
 CACHE = "bench-extender"
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,24 +128,6 @@ def client(
                 break
             refused += 1
     conn.send((time.perf_counter() - began, http_client.seconds, refused))
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def redis_cpu(url: str) -> float:
-    cpu = redis.Redis.from_url(url).info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
-
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def listening(port: int) -> bool:

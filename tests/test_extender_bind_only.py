@@ -45,6 +45,16 @@ def binding(name: str, node: str) -> dict[str, str]:
     return {"PodName": name, "PodNamespace": NS, "PodUID": f"uid-{name}", "Node": node}
 
 
+def refused_then_bound(server: RunningExtender, cache: Cache, name: str, reason: str) -> None:
+    """The bind of ``name`` onto n1 is refused for ``reason`` and writes nothing; the pod's
+    next cycle (kube-scheduler's retry) binds it onto n2."""
+    before = keyspace(cache.client, cache.keys.pattern)
+    status, answer = server.post("bind", binding(name, "n1"))
+    assert status == 200 and reason in answer["Error"]
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    assert server.post("bind", binding(name, "n2")) == (200, {"Error": ""})
+
+
 def test_two_replicas_binding_onto_one_node_claim_it_once_and_the_refused_pod_retries(
     make_cache: Callable[..., Cache], api_server: FakeApiServer, tmp_path: Path
 ) -> None:
@@ -61,11 +71,7 @@ def test_two_replicas_binding_onto_one_node_claim_it_once_and_the_refused_pod_re
         RunningExtender(Extender(b, binder(api_server, tmp_path))) as second,
     ):
         assert first.post("bind", binding("p1", "n1")) == (200, {"Error": ""})
-        before = keyspace(b.client, b.keys.pattern)
-        status, answer = second.post("bind", binding("p2", "n1"))
-        assert status == 200 and "no longer has room: cpu" in answer["Error"]
-        assert keyspace(b.client, b.keys.pattern) == before
-        assert second.post("bind", binding("p2", "n2")) == (200, {"Error": ""})
+        refused_then_bound(second, b, "p2", "no longer has room: cpu")
     assert api_server.get("Pod", "p1", NS)["spec"]["nodeName"] == "n1"
     assert api_server.get("Pod", "p2", NS)["spec"]["nodeName"] == "n2"
     assert [a.get_node_info(n).requested.milli_cpu for n in ("n1", "n2")] == [3000, 3000]
@@ -91,11 +97,7 @@ def test_a_bind_without_a_filter_keeps_existing_pods_anti_affinity(
     api_server.create(pending("web", "100m", labels={"app": "web"}))
     with RunningExtender(Extender(cache, binder(api_server, tmp_path))) as server:
         assert server.post("bind", binding("guard", "n1")) == (200, {"Error": ""})
-        before = keyspace(cache.client, cache.keys.pattern)
-        status, answer = server.post("bind", binding("web", "n1"))
-        assert status == 200 and "anti-affinity" in answer["Error"]
-        assert keyspace(cache.client, cache.keys.pattern) == before
-        assert server.post("bind", binding("web", "n2")) == (200, {"Error": ""})
+        refused_then_bound(server, cache, "web", "anti-affinity")
     assert api_server.get("Pod", "web", NS)["spec"]["nodeName"] == "n2"
 
 

@@ -186,3 +186,29 @@ def test_the_refusal_log_says_how_many_lines_it_stands_for() -> None:
     assert len(logged) == 2
     assert "10.0.0.7:4242" in logged[0] and "more" not in logged[0]
     assert "10.0.0.8:4343" in logged[1] and "(3 more such since the last line)" in logged[1]
+
+
+def test_a_client_gone_during_its_handshake_is_counted_not_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """TCP probes (a load balancer's, the kubelet's ``tcpSocket``) connect and close every few
+    seconds: counted as ``closed``, never a warning."""
+    with caplog.at_level(logging.WARNING, logger="schedcache.extender.tls"):
+        reason = Refusals().refused(ConnectionResetError("closed"), ("10.0.0.9", 80))
+    assert reason == "closed"
+    assert not caplog.records
+
+
+def test_a_handshake_that_does_not_end_within_the_read_timeout_is_cut_and_counted(
+    pki: Path,
+) -> None:
+    files = TlsFiles(str(pki / "server.crt"), str(pki / "server.key"), str(pki / "ca.crt"))
+    limits = Limits(header_timeout=0.5)
+    start = refused("handshake_timeout")
+    extender = Extender(Cache(connect(), "tls-timeout"))
+    with RunningExtender(extender, limits=limits, ssl_context=ReloadingContext(files).server) as s:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=5) as silent:
+            silent.sendall(b"\x16\x03\x01")  # the start of a ClientHello, never finished
+            assert silent.recv(1) == b""  # cut by the guard, within the timeout
+        assert tls_get(s.port, pki, "client")[0] == 200
+    assert refused("handshake_timeout") - start == 1

@@ -139,9 +139,10 @@ class GuardedProtocol(asyncio.Protocol):
                 self,
                 context,
                 server_side=True,
-                ssl_handshake_timeout=self.guard.header_timeout,
+                # The guard's own timer decides (_timed_out); asyncio's is a backstop.
+                ssl_handshake_timeout=self.guard.header_timeout + 1,
             )
-        except (OSError, TimeoutError, ConnectionError) as error:  # ssl.SSLError is an OSError
+        except Exception as error:  # ssl.SSLError, a reset, the backstop's timeout
             if not self.cut_by_guard:
                 self.guard.refusals.refused(error, peer)
             raw.abort()
@@ -178,6 +179,9 @@ class GuardedProtocol(asyncio.Protocol):
         self.timer = None
         if self.transport is not None and not self.transport.is_closing():
             CUT.labels("header_timeout").inc()
+            if self.handshake is not None and not self.handed_over:  # a TLS client too slow
+                peer = self.transport.get_extra_info("peername")
+                self.guard.refusals.refused(TimeoutError("no handshake in time"), peer)
             self.cut()
 
     def cut(self) -> None:

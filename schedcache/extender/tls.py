@@ -35,7 +35,8 @@ REFUSED = Counter(
     "TLS clients refused during the handshake, by reason: no_certificate (none sent), "
     "bad_certificate (not signed by --client-ca-file, expired, wrong usage), "
     "handshake_timeout (no handshake within --read-timeout), handshake_failed (not TLS, an "
-    "old version, closed midway).",
+    "old version), closed (the client closed the connection during its handshake; not "
+    "logged).",
     ["reason"],
 )
 # What each reason means in a log line.
@@ -44,7 +45,11 @@ REASONS = {
     "bad_certificate": "its certificate was not accepted",
     "handshake_timeout": "its handshake did not end in time",
     "handshake_failed": "its handshake failed",
+    "closed": "it closed the connection during its handshake",
 }
+# Counted, not logged: a TCP probe of the port (a load balancer's, the kubelet's tcpSocket)
+# closes without a handshake every few seconds.
+QUIET = frozenset({"closed"})
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,10 @@ def refusal_reason(error: BaseException) -> str:
             return "no_certificate"
         if "CERTIFICATE" in reason:  # unknown CA, expired, bad usage, ...
             return "bad_certificate"
-    if isinstance(error, TimeoutError) or "timed out" in str(error).lower():
+    if isinstance(error, TimeoutError) or "longer than" in str(error) or "timed out" in str(error):
         return "handshake_timeout"
+    if isinstance(error, (ConnectionResetError, BrokenPipeError)):
+        return "closed"  # the client went before its handshake ended: a TCP probe, a scan
     return "handshake_failed"
 
 
@@ -130,6 +137,9 @@ class Refusals:
         """Count (and maybe log) one refusal; its reason."""
         reason = refusal_reason(error)
         REFUSED.labels(reason).inc()
+        if reason in QUIET:
+            log.debug("extender: TLS client %s: %s", peer, REASONS[reason])
+            return reason
         now = self.clock()
         with self.lock:
             last = self.logged.get(reason)
