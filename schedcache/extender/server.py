@@ -196,7 +196,7 @@ class Route:
         try:
             answer = self.run(args)
             refused = isinstance(answer, dict) and bool(answer.get("Error"))
-            return refused, _dumps(answer).encode()
+            return refused, protocol.encode(answer)
         except (RetriesExhausted, RedisError) as error:
             raise Failure(503, "redis_unavailable", f"the cache is unreachable: {error}") from None
         except CacheError as error:

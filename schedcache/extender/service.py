@@ -48,6 +48,7 @@ from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import score_nodes
+from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
 from schedcache.store import commands
 from schedcache.views.columns import Columns
@@ -108,7 +109,6 @@ class Extender:
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
         self._remember(args)
-        passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
@@ -117,6 +117,13 @@ class Extender:
             verdicts = self.columns.filter_names(args.pod, self.snapshot, args.node_names)
             # Under the lock still: it serialises the verbs' CPU work, which keeps /healthz
             # answering under a flood (tests/test_extender_memory.py).
+            # Often every node fits (the one shared FITS verdict): then one comprehension
+            # answers; else each verdict in turn, in the caller's order.
+            judged = zip(args.node_names, verdicts, strict=True)
+            passed = [name for name, result in judged if result is FITS]
+            if len(passed) == len(verdicts):
+                return protocol.filter_result(args, passed, failed, unresolvable)
+            passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
                 if result is None:
                     unresolvable[name] = UNKNOWN_NODE
