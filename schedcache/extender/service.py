@@ -148,7 +148,7 @@ class Extender:
         then its prioritize scores on that snapshot, as kube-scheduler filters and scores one
         cycle on one snapshot (one Redis read a pod saved; the bind re-checks in Redis)."""
         uid, at = self.filtered
-        return uid == pod.uid and time.monotonic() - at < SAME_CYCLE
+        return bool(uid) and uid == pod.uid and time.monotonic() - at < SAME_CYCLE
 
     # -- bind -----------------------------------------------------------------------------
 
