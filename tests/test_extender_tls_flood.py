@@ -9,6 +9,7 @@ and logged in one rate-limited line."""
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import logging
 import socket
@@ -25,6 +26,7 @@ from schedcache import Cache, connect
 from schedcache.extender.limits import CONNECTION_BYTES, MIB, Limits
 from schedcache.extender.service import Extender
 from schedcache.extender.tls import Refusals, ReloadingContext, TlsFiles
+from schedcache.extender.trim import MIN_PEAK, Trimmer
 from tests.conftest import real_client
 from tests.extender_server import RunningExtender, extender_process
 from tests.factories import make_node
@@ -212,3 +214,34 @@ def test_a_handshake_that_does_not_end_within_the_read_timeout_is_cut_and_counte
             assert silent.recv(1) == b""  # cut by the guard, within the timeout
         assert tls_get(s.port, pki, "client")[0] == 200
     assert refused("handshake_timeout") - start == 1
+
+
+def test_freed_memory_is_given_back_once_connections_fall_to_half_their_peak() -> None:
+    """The trim policy: nothing for small peaks or small falls, at most one trim a second, and
+    a fall within that second trimmed a second later rather than never."""
+    open_now = [0]
+    trims: list[int] = []
+
+    async def scenario() -> None:
+        trimmer = Trimmer(lambda: open_now[0], trim=lambda: trims.append(open_now[0]), interval=0.2)
+        for count in range(1, 101):  # a burst of 100 connections
+            open_now[0] = count
+            trimmer.opened()
+        for count in (99, 70, 51):  # not yet half of the peak
+            open_now[0] = count
+            trimmer.closed()
+        assert trims == []
+        open_now[0] = 50
+        trimmer.closed()
+        assert trims == [50]  # at once
+        open_now[0] = 4
+        trimmer.closed()  # half of 50, within the interval: a little later
+        assert trims == [50]
+        await asyncio.sleep(0.3)
+        assert trims == [50, 4]
+
+    asyncio.run(scenario())
+    small = Trimmer(lambda: 0, trim=lambda: trims.append(-1))
+    small.peak = MIN_PEAK - 1
+    small.closed()
+    assert -1 not in trims
