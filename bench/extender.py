@@ -1,32 +1,37 @@
-"""``schedcache extender`` latency and throughput, as kube-scheduler would meet them.
+"""``schedcache extender`` driven as kube-scheduler drives it: pods/s and per-verb latency.
 
-A redis-server of its own (free loopback port) holds a cache of ``--nodes`` nodes (a tenth
-tainted, half with a zone label) and a few pods each; ``schedcache extender --no-api`` serves it
-in a process of its own (the bind's cache part only: the API call is excluded, as the target
-says). Clients keep one HTTP connection each, as kube-scheduler does.
+Each row, on a Redis of its own (a free loopback port, flushed between rows) and a fresh fake
+API server (tests/apiserver.py, a process of its own):
 
-1. latency, one client: filter and prioritize over all ``--nodes`` node names, and bind, p50/p99
-   (after one filter that builds the extender's snapshot: later calls catch it up
-   incrementally);
-2. binds/s with 1, 4 and 8 concurrent clients (processes), each binding its own pods (filtered
-   once beforehand over one node, so the extender knows them).
+1. the API server holds ``--nodes`` nodes (bench/e2e.py's template: 4 cpu, 32Gi, 110 pods),
+   ``--initial`` bound pods and ``--pods`` pending pods of scheduler ``bench`` (100m, 500Mi);
+2. one ``schedcache sync --no-queue`` (as deploy/ runs it) lists and watches them into the
+   cache;
+3. ``--extenders`` N ``schedcache extender`` processes with the API server's kubeconfig (the
+   sidecar deployment: one per kube-scheduler replica), and N clients (processes), client i
+   talking to extender i over one kept-alive connection, one pod after another, as
+   kube-scheduler's scheduling cycle does;
+4. per pod, profile ``full``: ``filter`` with ``--sample`` node names (kube-scheduler's sample:
+   it sends the nodes its own filters passed, ``percentageOfNodesToScore`` of them, starting
+   where the previous pod's search stopped), ``prioritize`` with those the filter kept, then
+   ``bind`` to the best; profile ``bind-only`` (deploy/overlays/bind-only): kube-scheduler
+   filters and scores in process, so the client picks the node itself (round robin over the
+   nodes) and calls ``bind`` alone. A bind answered with ``Error`` is retried (a new cycle),
+   as kube-scheduler retries a pod whose bind failed;
+5. the clock runs from the clients' start until every client has bound its pods: **pods/s**;
+   then checks on the API server's own objects: nodes over allocatable, Bindings refused as
+   already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
+   own (``INFO cpu``) over the measured phase, so it includes ``sync`` confirming each binding.
 
-Each is measured for several variants in one run, on the same Redis and cache: ``before``
-(the extender of ``--before``, a git revision, extracted with ``git archive`` and run from
-there), ``after`` (this tree, plain HTTP on loopback) and ``after+mTLS`` (this tree serving
-HTTPS and requiring client certificates, certificates made with ``openssl``; clients keep their
-TLS connection, as kube-scheduler's does).
+``--before REV`` adds rows for the extender of a git revision (``git archive``), the rest of the
+harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
 
-Prints a table and writes ``bench/results/extender.json``.
+    python bench/extender.py --nodes 5000 --pods 1000 --sample 500 --extenders 1 4 \\
+        --profiles full bind-only --before 54b1d0e
 
-    python bench/extender.py [--nodes 1000 --requests 300 --binds 2000 --before 9b39770]
-    python bench/extender.py --nodes 5000 --requests 200 --latency-only --before main
-
-(``--latency-only``: filter and prioritize on a large cluster, no binds/s and no mTLS variant;
-issue 34's columns are measured so, 5,000 nodes against the revision before them.)
-
-Targets (issue 17): filter over 1,000 node names p99 <= 20 ms; bind p99 <= 5 ms; binds/s grows
-from 1 to 4 clients.
+Prints a table and writes ``bench/results/extender.json``. Targets (issue 43), 5,000 nodes,
+500 names a call, one client: >= 300 pods/s through filter, prioritize and bind, >= 600 pods/s
+bind-only; four extenders and four clients >= 2x one.
 """
 
 from __future__ import annotations
@@ -37,11 +42,12 @@ import json
 import multiprocessing
 import os
 import socket
-import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -49,39 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import print_table, start_server, write_results
-from schedcache import Cache, Node, Pod
+from bench.common import positive, print_table, start_server, write_results
+from bench.e2e import SCHEDULER, api_server, cpu_seconds, pod, redis_cpu, wait_for
 
 CACHE = "bench-extender"
-
-
-def node(i: int) -> Node:
-    spec: dict[str, Any] = {}
-    if i % 10 == 0:
-        spec["taints"] = [{"key": "dedicated", "value": "batch", "effect": "NoSchedule"}]
-    labels = {"topology.kubernetes.io/zone": f"z{i % 3}"} if i % 2 else {}
-    return Node.from_k8s(
-        {
-            "kind": "Node",
-            "metadata": {"name": f"node-{i:04}", "labels": labels},
-            "spec": spec,
-            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
-        }
-    )
-
-
-def pod(name: str, node_name: str = "") -> dict[str, Any]:
-    requests = {"cpu": "10m", "memory": "16Mi"}
-    spec: dict[str, Any] = {
-        "containers": [{"name": "c", "image": "app:1", "resources": {"requests": requests}}]
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
-        "spec": spec,
-    }
+ROOT = Path(__file__).resolve().parent.parent
+VERBS = ("filter", "prioritize", "bind")
 
 
 def free_port() -> int:
@@ -90,34 +69,233 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-TLS: dict[str, str] = {}  # ca, cert, key: set for the mTLS variant (forked clients inherit it)
-
-
 class Client:
-    """One kept-alive HTTP (or mutual-TLS) connection to the extender."""
+    """One kept-alive HTTP connection to one extender, as kube-scheduler's extender client."""
 
     def __init__(self, port: int) -> None:
-        if TLS:
-            context = ssl.create_default_context(cafile=TLS["ca"])
-            context.load_cert_chain(TLS["cert"], TLS["key"])
-            self.connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                "127.0.0.1", port, timeout=30, context=context
-            )
-        else:
-            self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.seconds: dict[str, list[float]] = {verb: [] for verb in VERBS}
 
-    def post(self, verb: str, body: Any) -> tuple[float, Any]:
+    def post(self, verb: str, body: Any) -> Any:
         data = json.dumps(body)
         started = time.perf_counter()
         self.connection.request(
             "POST", f"/scheduler/{verb}", data, {"Content-Type": "application/json"}
         )
         response = self.connection.getresponse()
-        answer = json.loads(response.read())
-        elapsed = time.perf_counter() - started
+        data = response.read()
+        # The wire's time: this client's own JSON work (Python's, slower than kube-scheduler's
+        # Go) is left out on both sides.
+        self.seconds[verb].append(time.perf_counter() - started)
+        answer = json.loads(data)
         if response.status != 200:
             raise RuntimeError(f"{verb}: {response.status} {answer}")
-        return elapsed, answer
+        return answer
+
+
+def client(
+    port: int, index: int, args: argparse.Namespace, profile: str, conn: Connection, go: Any
+) -> None:
+    """Places its share of the pending pods, one after another; sends its timings back."""
+    names = [f"node-{i}" for i in range(args.nodes)]
+    mine = [f"measured-{i}" for i in range(index, args.pods, args.clients)]
+    http_client = Client(port)
+    start = index * len(names) // args.clients  # each replica's search starts elsewhere
+    refused = 0
+    conn.send("ready")
+    go.wait()
+    began = time.perf_counter()
+    for name in mine:
+        manifest = pod(name)
+        for _attempt in range(20):
+            if profile == "full":
+                sample = [names[(start + k) % len(names)] for k in range(args.sample)]
+                start = (start + args.sample) % len(names)
+                kept = http_client.post("filter", {"Pod": manifest, "NodeNames": sample})
+                feasible = kept["NodeNames"] or []
+                if not feasible:
+                    refused += 1
+                    continue
+                ranked = http_client.post("prioritize", {"Pod": manifest, "NodeNames": feasible})
+                chosen = max(ranked, key=lambda entry: entry["Score"])["Host"]
+            else:
+                chosen = names[start]
+                start = (start + 1) % len(names)
+            binding = {
+                "PodName": name,
+                "PodNamespace": "default",
+                "PodUID": f"uid-{name}",
+                "Node": chosen,
+            }
+            if not http_client.post("bind", binding)["Error"]:
+                break
+            refused += 1
+    conn.send((time.perf_counter() - began, http_client.seconds, refused))
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def cli(url: str, tree: Path, entry: str = "") -> tuple[list[str], dict[str, str]]:
+    """The CLI's command line from ``tree``; ``entry``: a script run instead of ``-m
+    schedcache.cli`` (``--wrap``: a profiler around the extender)."""
+    start = [entry] if entry else ["-m", "schedcache.cli"]
+    command = [sys.executable, *start, "--redis", url, "--cache", CACHE]
+    return command, {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def row(
+    args: argparse.Namespace, url: str, tree: Path, profile: str, extenders: int, directory: str
+) -> dict[str, Any]:
+    """One configuration: its pods/s, per-verb latency, checks and CPU."""
+    redis.Redis.from_url(url).flushdb()
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    setup = argparse.Namespace(nodes=args.nodes, initial=args.initial, measured=args.pods)
+    api = context.Process(target=api_server, args=(theirs, setup, directory, ""), daemon=True)
+    api.start()
+    kubeconfig = ours.recv()
+    command, env = cli(url, ROOT)
+    processes = [
+        subprocess.Popen(
+            [*command, "sync", "--kubeconfig", kubeconfig, "--no-queue"],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    cache = redis.Redis.from_url(url)
+    try:
+        wait_for(
+            lambda: cache.scard(f"{{{CACHE}}}:nodes") >= args.nodes,
+            300,
+            "sync's first list",
+        )
+        command, env = cli(url, tree, args.wrap)
+        ports = [free_port() for _ in range(extenders)]
+        for i, port in enumerate(ports):
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *command,
+                        "extender",
+                        "--kubeconfig",
+                        kubeconfig,
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--url-prefix",
+                        "/scheduler",
+                        "--scheduler-name",
+                        SCHEDULER,
+                        "--replica",
+                        f"extender-{i}",
+                    ],
+                    env=env,
+                    cwd=tree,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            wait_for(lambda port=port: listening(port), 60, "the extender")
+        warm(ports, args.nodes)
+        go = context.Event()
+        args.clients = extenders
+        pipes = []
+        workers = []
+        for i, port in enumerate(ports):
+            mine, its = context.Pipe()
+            worker = context.Process(target=client, args=(port, i, args, profile, its, go))
+            worker.start()
+            pipes.append(mine)
+            workers.append(worker)
+        for pipe in pipes:
+            assert pipe.recv() == "ready"
+        pids = [p.pid for p in processes] + [api.pid, *(w.pid for w in workers)]
+        slowlog_on(cache)
+        before = [cpu_seconds(pid) for pid in pids] + [redis_cpu(url)]
+        started = time.perf_counter()
+        go.set()
+        answers = [pipe.recv() for pipe in pipes]
+        seconds = time.perf_counter() - started
+        after = [cpu_seconds(pid) for pid in pids] + [redis_cpu(url)]
+        by_caller = slowlog_read(cache)
+        for worker in workers:
+            worker.join(30)
+        ours.send("check")
+        checks: dict[str, int] = ours.recv()
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+        ours.send("stop")
+        api.join(30)
+    used = [b - a for a, b in zip(before, after, strict=True)]
+    # sync, the extenders, the API server, the clients, Redis
+    harness = used[len(processes) :]
+    timings: dict[str, list[float]] = {verb: [] for verb in VERBS}
+    for _, seconds_of, _ in answers:
+        for verb in VERBS:
+            timings[verb] += seconds_of[verb]
+    result: dict[str, Any] = {
+        "pods/s": round(args.pods / seconds, 1),
+        "refused binds": sum(refused for _, _, refused in answers),
+        **checks,
+    }
+    for verb in VERBS:
+        if timings[verb]:
+            result[f"{verb} p50 ms"] = round(percentile(timings[verb], 50) * 1000, 2)
+            result[f"{verb} p99 ms"] = round(percentile(timings[verb], 99) * 1000, 2)
+    per_pod = 1e6 / args.pods
+    result["extender CPU us/pod"] = round(sum(used[1 : len(processes)]) * per_pod)
+    result["sync CPU us/pod"] = round(used[0] * per_pod)
+    result["API server CPU us/pod"] = round(harness[0] * per_pod)
+    result["clients CPU us/pod"] = round(sum(harness[1:-1]) * per_pod)
+    result["Redis CPU us/pod"] = round(used[-1] * per_pod)
+    for caller, microseconds in by_caller.items():
+        result[f"Redis us/pod {caller}"] = round(microseconds / args.pods)
+    return result
+
+
+# Which Redis calls a bind makes (its claim, its deadlines, a forget); the rest is the
+# snapshot's reads (filter, prioritize) and sync's writes.
+BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_finish_binding", b"sc_forget_pod"}
+SLOWLOG_MAX = 1_000_000
+
+
+def slowlog_on(server: redis.Redis) -> None:
+    """Every command into the slow log (its execution time, by the server): what each caller
+    costs Redis, without the network and the client."""
+    server.config_set("slowlog-max-len", SLOWLOG_MAX)
+    server.config_set("slowlog-log-slower-than", 0)
+    server.slowlog_reset()
+
+
+def slowlog_read(server: redis.Redis) -> dict[str, float]:
+    """Redis microseconds since :func:`slowlog_on`: the bind's functions, and the rest."""
+    entries = server.slowlog_get(SLOWLOG_MAX)
+    server.config_set("slowlog-log-slower-than", 10_000)
+    totals = {"bind": 0.0, "other": 0.0}
+    for entry in entries:
+        words = entry["command"].split()
+        bind = len(words) > 1 and words[0].upper() == b"FCALL" and words[1] in BIND_FUNCTIONS
+        totals["bind" if bind else "other"] += entry["duration"]
+        if bind:
+            name = words[1].decode()
+            totals[name] = totals.get(name, 0.0) + entry["duration"]
+            totals[name + " calls"] = totals.get(name + " calls", 0.0) + 1
+    return totals
+
+
+def warm(ports: list[int], nodes: int) -> None:
+    """One filter over every node per extender: its snapshot is built before the clock."""
+    names = [f"node-{i}" for i in range(nodes)]
+    for port in ports:
+        Client(port).post("filter", {"Pod": pod("warm-up"), "NodeNames": names})
 
 
 def percentile(values: list[float], p: int) -> float:
@@ -125,99 +303,12 @@ def percentile(values: list[float], p: int) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def latency(port: int, nodes: list[str], requests: int, tag: str) -> dict[str, dict[str, float]]:
-    client = Client(port)
-    client.post("filter", {"Pod": pod("warm-up"), "NodeNames": nodes})  # builds the snapshot
-    timings: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
-    for i in range(requests):
-        manifest = pod(f"{tag}lat-{i}")
-        args = {"Pod": manifest, "NodeNames": nodes}
-        seconds, answer = client.post("filter", args)
-        timings["filter"].append(seconds)
-        feasible = answer["NodeNames"]
-        seconds, ranked = client.post("prioritize", {"Pod": manifest, "NodeNames": feasible})
-        timings["prioritize"].append(seconds)
-        best = max(ranked, key=lambda entry: entry["Score"])["Host"]
-        name = f"{tag}lat-{i}"
-        binding = {"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}"}
-        seconds, result = client.post("bind", {**binding, "Node": best})
-        assert not result["Error"], result
-        timings["bind"].append(seconds)
-    return {
-        verb: {"p50 ms": percentile(v, 50) * 1000, "p99 ms": percentile(v, 99) * 1000}
-        for verb, v in timings.items()
-    }
-
-
-def binder(port: int, names: list[str], nodes: list[str], out: Any, go: Any) -> None:
-    client = Client(port)
-    for index, name in enumerate(names):  # known to the extender before the clock starts
-        client.post("filter", {"Pod": pod(name), "NodeNames": [nodes[index % len(nodes)]]})
-    out.put("ready")
-    go.wait()
-    started = time.perf_counter()
-    for index, name in enumerate(names):
-        body = {"PodName": name, "PodNamespace": "bench", "PodUID": f"uid-{name}"}
-        _, result = client.post("bind", {**body, "Node": nodes[index % len(nodes)]})
-        assert not result["Error"], result
-    out.put(time.perf_counter() - started)
-
-
-def throughput(port: int, nodes: list[str], clients: int, binds: int, tag: str) -> float:
-    context = multiprocessing.get_context("fork")
-    queues = [context.Queue() for _ in range(clients)]
-    go = context.Event()
-    share = binds // clients
-    processes = [
-        context.Process(
-            target=binder,
-            args=(port, [f"{tag}-{c}-{i}" for i in range(share)], nodes[c::clients], queues[c], go),
-        )
-        for c in range(clients)
-    ]
-    for process in processes:
-        process.start()
-    for q in queues:
-        assert q.get(timeout=300) == "ready"
-    started = time.perf_counter()
-    go.set()
-    for q in queues:
-        q.get(timeout=300)
-    elapsed = time.perf_counter() - started
-    for process in processes:
-        process.join()
-    return share * clients / elapsed
-
-
-def make_pki(directory: Path) -> dict[str, str]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=bench ca")
-    for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
-        run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        ext = f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n"
-        (directory / f"{name}.ext").write_text(ext)
-        run(
-            *("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key"),
-            *("-CAcreateserial", "-out", f"{name}.crt", "-days", "1", "-extfile", f"{name}.ext"),
-        )
-    return {
-        name: str(directory / name)
-        for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key")
-    }
-
-
 def extract(revision: str, directory: Path) -> Path:
-    """The tree of ``revision`` (``git archive``), to run the earlier extender from."""
-    root = Path(__file__).resolve().parent.parent
-    tree = directory / "before"
+    """The tree of ``revision`` (``git archive``), to run its extender from."""
+    tree = directory / f"tree-{revision}"
     tree.mkdir()
     archive = subprocess.run(
-        ["git", "-C", str(root), "archive", revision, "schedcache", "lua"],
+        ["git", "-C", str(ROOT), "archive", revision, "schedcache", "lua"],
         check=True,
         capture_output=True,
     ).stdout
@@ -225,157 +316,64 @@ def extract(revision: str, directory: Path) -> Path:
     return tree
 
 
-def measure(
-    args: argparse.Namespace, url: str, names: list[str], tree: Path, tag: str, extra: list[str]
-) -> tuple[dict[str, dict[str, float]], dict[int, float]]:
-    """Latency and binds/s of one extender, run from ``tree``."""
-    port = free_port()
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", url, "--cache", CACHE]
-    extender = subprocess.Popen(
-        [
-            *cli,
-            "extender",
-            "--no-api",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--url-prefix",
-            "/scheduler",
-            *extra,
-        ],
-        env={**os.environ, "PYTHONPATH": str(tree)},
-        cwd=tree,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        started = cpu_seconds(extender.pid)
-        lat = latency(port, names, args.requests, tag)
-        # Nodes the latency round did not fill (its binds go to the best-scored ones), and
-        # not tainted.
-        spare = [x for i, x in enumerate(names) if i % 10 and i >= args.nodes // 10]
-        clients = [] if args.latency_only else args.clients
-        rates = {n: throughput(port, spare, n, args.binds, f"{tag}{n}") for n in clients}
-        served = 1 + 3 * args.requests + sum(2 * (args.binds // n) * n for n in clients)
-        # CPU per request: what a shared machine's noise barely moves.
-        lat["cpu per request"] = {"us": (cpu_seconds(extender.pid) - started) / served * 1e6}
-    finally:
-        extender.terminate()
-        extender.wait(10)
-    return lat, rates
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process so far (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-Measured = tuple[dict[str, dict[str, float]], dict[int, float]]
-
-
-def best(old: Measured | None, new: Measured) -> Measured:
-    """The lower latencies and the higher rates of two rounds."""
-    if old is None:
-        return new
-    latency = {
-        verb: {key: min(value, new[0][verb][key]) for key, value in timings.items()}
-        for verb, timings in old[0].items()
-    }
-    return latency, {n: max(rate, new[1][n]) for n, rate in old[1].items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--binds", type=int, default=2000, help="per client count")
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8])
-    parser.add_argument("--port", type=int, default=6495)
+    parser.add_argument("--nodes", type=positive, default=5000)
+    parser.add_argument("--initial", type=int, default=1000, help="bound pods at the start")
+    parser.add_argument("--pods", type=positive, default=1000, help="pending pods to place")
+    parser.add_argument(
+        "--sample", type=positive, default=500, help="node names per filter call (full profile)"
+    )
+    parser.add_argument("--extenders", type=positive, nargs="+", default=[1])
+    parser.add_argument(
+        "--profiles", nargs="+", choices=("full", "bind-only"), default=["full", "bind-only"]
+    )
+    parser.add_argument("--port", type=int, default=6497, help="the bench's own redis-server")
     parser.add_argument("--before", default="", help="git revision to compare with")
     parser.add_argument(
-        "--latency-only",
-        action="store_true",
-        help="latency alone (no binds/s, no mTLS variant): filter/prioritize on large clusters",
+        "--wrap", default="", help="a Python script that runs schedcache.cli (a profiler)"
     )
-    parser.add_argument(
-        "--rounds", type=int, default=2, help="variants interleaved this many times; best kept"
-    )
+    parser.add_argument("--rounds", type=positive, default=1, help="rows repeated; medians kept")
     args = parser.parse_args()
-    results: dict[str, Any] = {}
+    if args.sample > args.nodes:
+        parser.error("--sample is more than --nodes")
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         server = start_server(directory, args.port)
         url = f"redis://127.0.0.1:{args.port}/0"
-        cache = Cache(redis.Redis.from_url(url), CACHE)
-        names = [f"node-{i:04}" for i in range(args.nodes)]
-        with cache.batch() as batch:
-            for i in range(args.nodes):
-                batch.add_node(node(i))
-            for i in range(args.nodes * 5):
-                batch.add_pod(Pod.from_k8s(pod(f"running-{i}", names[i % args.nodes])))
-        here = Path(__file__).resolve().parent.parent
-        pki = make_pki(Path(directory))
-        variants: list[tuple[str, Path, list[str]]] = []
+        trees = [("this tree", ROOT)]
         if args.before:
-            variants.append((f"before ({args.before})", extract(args.before, Path(directory)), []))
-        variants.append(("after", here, []))
-        tls = ["--tls-cert-file", pki["server.crt"], "--tls-private-key-file", pki["server.key"]]
-        if not args.latency_only:
-            variants.append(("after+mTLS", here, [*tls, "--client-ca-file", pki["ca.crt"]]))
+            trees.insert(0, (args.before, extract(args.before, Path(directory))))
         try:
-            # Interleaved rounds, the best of each kept: a shared machine's noise hits every
-            # variant alike rather than the one that ran while something else did.
-            for round_ in range(args.rounds):
-                for index, (label, tree, extra) in enumerate(variants):
-                    TLS.clear()
-                    if extra:
-                        TLS.update(ca=pki["ca.crt"], cert=pki["client.crt"], key=pki["client.key"])
-                    got = measure(args, url, names, tree, f"r{round_}v{index}-", extra)
-                    results[label] = best(results.get(label), got)
+            for profile in args.profiles:
+                for count in args.extenders:
+                    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in trees}
+                    for _ in range(args.rounds):  # alternating: noise hits both alike
+                        for label, tree in trees:
+                            got = row(args, url, tree, profile, count, directory)
+                            print(label, profile, count, got, flush=True)
+                            runs[label].append(got)
+                    for label, _ in trees:
+                        rows.append(
+                            {"extender": label, "profile": profile, "extenders": count}
+                            | medians(runs[label])
+                        )
         finally:
             server.terminate()
             server.wait()
+    columns = list(dict.fromkeys(key for r in rows for key in r))
     print_table(
-        f"extender latency over {args.nodes:,} node names ({args.requests} requests, 1 client)",
-        ["variant", "verb", "p50 ms", "p99 ms"],
-        [
-            [label, verb, f"{v['p50 ms']:.2f}", f"{v['p99 ms']:.2f}"]
-            for label, (lat, _) in results.items()
-            for verb, v in lat.items()
-            if "p50 ms" in v
-        ],
+        f"extender as kube-scheduler drives it: {args.nodes:,} nodes, {args.pods:,} pods, "
+        f"{args.sample} names a filter call",
+        columns,
+        [[r.get(c, "") for c in columns] for r in rows],
     )
-    print_table(
-        "extender CPU per request (all verbs, both phases; the least of the rounds)",
-        ["variant", "CPU us"],
-        [[label, f"{lat['cpu per request']['us']:.0f}"] for label, (lat, _) in results.items()],
-    )
-    first = next(iter(results.values()))[1]
-    if not args.latency_only:
-        print_table(
-            "binds/s (cache part; the API call excluded)",
-            ["variant", "clients", "binds/s", "vs first variant"],
-            [
-                [label, n, f"{rate:.0f}", f"{rate / first[n]:.2f}x"]
-                for label, (_, rates) in results.items()
-                for n, rate in rates.items()
-            ],
-        )
-    path = write_results(
-        "extender",
-        {
-            "args": vars(args),
-            "variants": {
-                label: {"latency": lat, "binds_per_s": rates}
-                for label, (lat, rates) in results.items()
-            },
-        },
-    )
+    path = write_results("extender", {"args": vars(args), "rows": rows})
     print(f"\nwritten to {path}")
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {key: round(statistics.median(r[key] for r in runs), 2) for key in runs[0]}
 
 
 if __name__ == "__main__":

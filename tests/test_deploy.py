@@ -144,10 +144,12 @@ def parse_with_the_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tupl
     replaced by a recorder, so nothing runs and nothing connects."""
     calls: list[tuple[str, Obj]] = []
 
-    def patch(command: click.Command, path: str) -> None:
-        if isinstance(command, click.Group):
-            for sub_name, sub in command.commands.items():
-                patch(sub, f"{path} {sub_name}")
+    def patch(command: click.Command | None, path: str) -> None:
+        assert command is not None, path
+        if isinstance(command, click.Group):  # the CLI's own list: subcommands load lazily
+            context = click.Context(command)
+            for sub_name in command.list_commands(context):
+                patch(command.get_command(context, sub_name), f"{path} {sub_name}")
             return
 
         def record(**params: Any) -> None:
@@ -155,8 +157,9 @@ def parse_with_the_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tupl
 
         monkeypatch.setattr(command, "callback", record)
 
-    for sub_name, sub in main.commands.items():
-        patch(sub, sub_name)
+    context = click.Context(main)
+    for sub_name in main.list_commands(context):
+        patch(main.get_command(context, sub_name), sub_name)
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 0 and len(calls) == 1, f"schedcache {argv}: {result.output}"
     return calls[0]
@@ -541,7 +544,7 @@ COMPONENT_USERS = {
     "expiry": "worker",
     "compact": "worker",
 }
-OWN_REDIS_WITH_USERS = ("redis-single", "prometheus", "shared-extender")
+OWN_REDIS_WITH_USERS = ("redis-single", "prometheus", "shared-extender", "bind-only")
 
 
 def test_every_container_finds_redis_in_the_secret_the_overlay_provides() -> None:

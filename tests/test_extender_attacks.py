@@ -9,7 +9,6 @@ import concurrent.futures
 import contextlib
 import http.client
 import json
-import logging
 import socket
 import ssl
 import subprocess
@@ -25,13 +24,11 @@ from urllib.parse import urlparse
 import pytest
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import REGISTRY
 from urllib3.exceptions import ReadTimeoutError
 
 from schedcache import Cache, connect
 from schedcache.cli import main
 from schedcache.errors import CorruptRecord, RetriesExhausted
-from schedcache.extender import handshake
 from schedcache.extender.forgetter import Forgetter
 from schedcache.extender.limits import Limits
 from schedcache.extender.service import Extender
@@ -114,66 +111,6 @@ def test_mtls_serves_only_clients_with_a_certificate_from_the_ca(
                 tls_get(server.port, ca, path, pki / f"{cert}.key" if cert else None)
         with pytest.raises(OSError):  # plain HTTP on the TLS port
             urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
-
-
-def refused(reason: str) -> float:
-    return (
-        REGISTRY.get_sample_value("schedcache_extender_tls_refused_total", {"reason": reason}) or 0
-    )
-
-
-def test_a_refused_tls_client_is_logged_and_counted(
-    cache: Cache, pki: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No certificate, one from another CA, plain HTTP on the TLS port: each refusal is a log
-    line naming the client and why, and ``schedcache_extender_tls_refused_total{reason}``
-    (asyncio's own TLS dropped them without a word)."""
-    monkeypatch.setattr(handshake.REFUSALS, "last", {})  # no line held back by earlier tests
-    files = TlsFiles(str(pki / "server.crt"), str(pki / "server.key"), str(pki / "ca.crt"))
-    reasons = ("no_client_certificate", "bad_client_certificate", "not_tls")
-    before = {reason: refused(reason) for reason in reasons}
-    caplog.set_level(logging.WARNING, logger="schedcache.extender.handshake")
-    with RunningExtender(Extender(cache), ssl_context=ReloadingContext(files).server) as server:
-        ca = pki / "ca.crt"
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            tls_get(server.port, ca, None, None)
-        with pytest.raises((ssl.SSLError, ConnectionError)):
-            tls_get(server.port, ca, pki / "stranger.crt", pki / "stranger.key")
-        with pytest.raises(OSError):
-            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=5)
-        assert tls_get(server.port, ca, pki / "client.crt", pki / "client.key") == 200
-        deadline = time.monotonic() + 5  # the server counts in its own thread
-        while time.monotonic() < deadline and any(refused(r) < before[r] + 1 for r in reasons):
-            time.sleep(0.05)
-    assert {r: refused(r) - before[r] for r in reasons} == dict.fromkeys(reasons, 1)
-    lines = [r.getMessage() for r in caplog.records if "TLS handshake" in r.getMessage()]
-    for reason in reasons:
-        (line,) = [line for line in lines if f"refused: {reason}:" in line]
-        assert line.startswith("extender: TLS handshake from 127.0.0.1:")
-    assert len(lines) == 3  # the good client is no refusal
-
-
-def test_refusal_lines_are_limited_per_reason_and_say_what_they_held_back(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    now = [1000.0]
-    monkeypatch.setattr(handshake.time, "monotonic", lambda: now[0])
-    log = handshake.RefusalLog(every=10)
-    caplog.set_level(logging.WARNING, logger="schedcache.extender.handshake")
-    before = refused("timeout")
-    for _ in range(3):
-        log.refused("10.0.0.9:4000", TimeoutError())
-    log.refused("10.0.0.9:4001", ConnectionResetError("reset"))
-    now[0] += 11
-    log.refused("10.0.0.9:4002", TimeoutError())
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == [
-        "extender: TLS handshake from 10.0.0.9:4000 refused: timeout: TimeoutError",
-        "extender: TLS handshake from 10.0.0.9:4001 refused: aborted: reset",
-        "extender: TLS handshake from 10.0.0.9:4002 refused: timeout: TimeoutError "
-        "(2 more since the last line)",
-    ]
-    assert refused("timeout") - before == 4
 
 
 def test_certificates_are_reloaded_when_their_files_change(

@@ -65,8 +65,11 @@ def test_readme_api_example_runs_and_matches_its_comments(capsys):
 def cli_commands(command: click.Command, path: tuple[str, ...] = ()) -> list:
     """(path, command) of every command of the CLI, groups included."""
     found = [(path, command)]
-    if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+    if isinstance(command, click.Group):  # the CLI's own list: subcommands load lazily
+        context = click.Context(command)
+        for name in sorted(command.list_commands(context)):
+            sub = command.get_command(context, name)
+            assert sub is not None, name
             found += cli_commands(sub, (*path, name))
     return found
 

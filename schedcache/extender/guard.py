@@ -10,9 +10,13 @@ connection is serving a request is the new one closed at once. A connection whos
 not arrived ``header_timeout`` seconds after it opened, or after its previous response, is
 closed. Each is counted. The body's own timeout is the handler's (:mod:`.server`).
 
-With TLS the site listens in plain TCP and each connection's handshake is done by
-:mod:`.handshake` (within the header timeout), so a refused client is logged and counted
-rather than dropped in silence; the limit applies once the handshake succeeded.
+With TLS the site listens in plain TCP and each admitted connection does its handshake under
+the guard (``loop.start_tls``), so a handshake counts against ``max_connections`` from its
+first byte and the header timeout runs from the connection, not from the handshake's end:
+asyncio's own TLS server hands a connection over only once its handshake is done, so
+connections that never send a ClientHello were bounded by nothing, at ~300 KiB of buffers
+each (4,000 of them took the process from 68 to 1,266 MiB). A handshake that fails is counted
+and logged by :class:`~schedcache.extender.tls.Refusals`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import Counter, Gauge
 
-from schedcache.extender.handshake import upgrade
+from schedcache.extender.tls import Refusals
+from schedcache.extender.trim import Trimmer
 
 CONNECTIONS = Gauge("schedcache_extender_connections", "Open connections to the extender.")
 CUT = Counter(
@@ -38,12 +43,22 @@ CUT = Counter(
 
 
 class Guard:
-    """The open connections, and whether a request is being served on each."""
+    """The open connections (handshakes included), and whether a request is being served on
+    each; ``ssl_context``: every connection does its TLS handshake under the guard."""
 
-    def __init__(self, max_connections: int, header_timeout: float) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        header_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+        refusals: Refusals | None = None,
+    ) -> None:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
+        self.ssl_context = ssl_context
+        self.refusals = refusals or Refusals()
         self.open: dict[Any, GuardedProtocol] = {}  # aiohttp's handler -> its guard
+        self.trimmer = Trimmer(lambda: len(self.open))
 
     def request_started(self, handler: Any) -> None:
         guarded = self.open.get(handler)
@@ -74,49 +89,81 @@ class Guard:
 class GuardedProtocol(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the limit and the header timeout."""
 
-    def __init__(self, inner: Any, guard: Guard, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, inner: Any, guard: Guard) -> None:
         self.inner = inner
         self.guard = guard
-        self.tls = tls  # None: plain; else the handshake comes first (.handshake)
         self.transport: asyncio.Transport | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.handshake: asyncio.Task[None] | None = None
-        # What the client sent between its handshake's end and our seeing that end (the
-        # handshake's task resumes a loop turn later): handed on at admission.
-        self.early: list[bytes] = []
         self.admitted = False
         self.busy = False  # a request is being served
+        self.cut_by_guard = False  # evicted or timed out: not a TLS refusal
+        self.handed_over = False  # aiohttp has the connection (after the handshake, with TLS)
+        self.handshake: asyncio.Task[None] | None = None
+        # Decrypted bytes asyncio delivers as the handshake ends, before start_tls returns.
+        self.early: list[bytes] = []
+        self.early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if self.tls is not None:
-            transport.pause_reading()  # the ClientHello waits for start_tls
-            loop = asyncio.get_running_loop()
-            self.handshake = loop.create_task(self._handshake(transport, self.tls))
-            return
-        self._admit(transport)
-
-    async def _handshake(self, transport: asyncio.Transport, tls: ssl.SSLContext) -> None:
-        upgraded = await upgrade(transport, self, tls, self.guard.header_timeout)
-        if upgraded is not None:
-            self._admit(upgraded)
-
-    def _admit(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        if transport.is_closing():  # gone between its handshake and now
-            return
         if not self.guard.make_room():
             CUT.labels("over_limit").inc()
             transport.abort()
             return
         self.admitted = True
         self.guard.open[self.inner] = self
+        self.guard.trimmer.opened()
         CONNECTIONS.inc()
+        self.arm()  # from the first byte: the handshake, then the request's headers
+        if self.guard.ssl_context is None:
+            self._hand_over(transport)
+        else:
+            self.handshake = asyncio.ensure_future(self._start_tls(transport))
+
+    async def _start_tls(self, raw: asyncio.Transport) -> None:
+        """The TLS handshake of an admitted connection; aiohttp gets the connection once it
+        is done. A failed one is counted and logged (:class:`Refusals`), never raised."""
+        context = self.guard.ssl_context
+        assert context is not None
+        if not self.admitted or raw.is_closing():
+            # Cut before its handshake began (many connections accepted in one loop turn):
+            # a handshake started on a closed transport would keep its buffers until its own
+            # timer fired.
+            self._release(None)
+            return
+        peer = raw.get_extra_info("peername")
+        loop = asyncio.get_running_loop()
+        try:
+            wrapped = await loop.start_tls(
+                raw,
+                self,
+                context,
+                server_side=True,
+                # The guard's own timer decides (_timed_out); asyncio's is a backstop.
+                ssl_handshake_timeout=self.guard.header_timeout + 1,
+            )
+        except Exception as error:  # ssl.SSLError, a reset, the backstop's timeout
+            if not self.cut_by_guard:
+                self.guard.refusals.refused(error, peer)
+            raw.abort()
+            self._release(error)
+            _drop_traceback(error)
+            return
+        if not isinstance(wrapped, asyncio.Transport) or not self.admitted:
+            raw.abort()  # cut during its handshake
+            self._release(None)
+            return
+        self._hand_over(wrapped)
+
+    def _hand_over(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.handed_over = True
         self.inner.connection_made(transport)
-        self.arm()
         early, self.early = self.early, []
         for data in early:
             self.inner.data_received(data)
+        if self.early_eof and self.inner.eof_received() is not True:
+            transport.close()
 
     def arm(self) -> None:
         self.disarm()
@@ -132,37 +179,63 @@ class GuardedProtocol(asyncio.Protocol):
         self.timer = None
         if self.transport is not None and not self.transport.is_closing():
             CUT.labels("header_timeout").inc()
+            if self.handshake is not None and not self.handed_over:  # a TLS client too slow
+                peer = self.transport.get_extra_info("peername")
+                self.guard.refusals.refused(TimeoutError("no handshake in time"), peer)
             self.cut()
 
     def cut(self) -> None:
         self.disarm()
+        self.cut_by_guard = True
         if self.transport is not None:
             self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
-        if self.admitted:
+        if self.handed_over:
             self.inner.data_received(data)
-        elif self.handshake is not None and self.transport is None:
-            self.early.append(data)
+        elif self.admitted:
+            self.early.append(data)  # at most one TLS read (256 KiB) before the hand-over
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received() if self.admitted else None
+        if self.handed_over:
+            keep: bool | None = self.inner.eof_received()
+            return keep
+        self.early_eof = self.admitted
+        return True  # keep it open until the hand-over answers
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._release(exc)
+
+    def _release(self, exc: Exception | None) -> None:
+        """The connection is gone (closed, cut, or its handshake failed): once only."""
         self.disarm()
         if self.admitted:
             self.admitted = False
             self.guard.open.pop(self.inner, None)
             CONNECTIONS.dec()
-            self.inner.connection_lost(exc)
+            if self.handed_over:
+                self.inner.connection_lost(exc)
+            self.guard.trimmer.closed()
 
     def pause_writing(self) -> None:
-        if self.admitted:
+        if self.handed_over and self.admitted:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self.admitted:
+        if self.handed_over and self.admitted:
             self.inner.resume_writing()
+
+
+def _drop_traceback(error: BaseException | None) -> None:
+    """Break the cycle a failed handshake leaves (its exception's traceback holds start_tls's
+    frame, whose future holds the exception), so that the connection's TLS protocol and its
+    256 KiB buffer go at once, not at the next full collection: a flood of refused handshakes
+    otherwise kept them all (tests/test_extender_tls_flood.py)."""
+    seen = 0
+    while error is not None and seen < 8:  # the exception and what it was raised from
+        error.__traceback__ = None
+        error = error.__context__ or error.__cause__
+        seen += 1
 
 
 class GuardedSite(web.BaseSite):
@@ -194,14 +267,13 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         guard = self._guard
 
-        tls = self._ssl_context
-
         def protocol() -> GuardedProtocol:
-            return GuardedProtocol(server(), guard, tls)
+            return GuardedProtocol(server(), guard)
 
         loop = asyncio.get_running_loop()
-        # Plain TCP even with TLS: each protocol does its handshake (within the header
-        # timeout), so a refusal is seen (.handshake).
+        # Plain TCP: with TLS, each admitted connection's handshake runs under the guard
+        # (GuardedProtocol._start_tls), counted against the connection limit.
+        guard.ssl_context = self._ssl_context
         self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIB = 1024 * 1024
+# What one open connection may hold, handshake included: asyncio's TLS read buffer (256 KiB,
+# zeroed, so resident), OpenSSL's state and aiohttp's handler; 470-620 KiB measured under a
+# flood of connections that never finish their handshake (tests/test_extender_tls_flood.py).
+CONNECTION_BYTES = 640 * 1024
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class Limits:
     def memory_ceiling(self, base: int = 160 * MIB) -> int:
         """The published ceiling of the process's resident memory: the base (interpreter,
         libraries, snapshot of a 1,000-node cache) plus, per request that may hold a body at
-        once, the body and its decoded form (Python objects take up to 10x the JSON)."""
+        once, the body and its decoded form (Python objects take up to 10x the JSON), plus
+        what each connection may hold (``CONNECTION_BYTES``; TLS handshakes count)."""
         bodies = (self.filter_concurrency + self.prioritize_concurrency) * self.max_body_bytes
         binds = self.bind_concurrency * self.max_bind_body_bytes
-        return base + 11 * (bodies + binds)
+        return base + 11 * (bodies + binds) + self.max_connections * CONNECTION_BYTES

@@ -129,15 +129,14 @@ class Route:
     async def handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         try:
-            answer = await self._answer(request)
+            refused, payload = await self._answer(request)
         except Failure as failure:
             REQUESTS.labels(self.verb, failure.reason).inc()
             return web.json_response(self._failed(f"{self.verb}: {failure}"), status=failure.status)
         finally:
             REQUEST_SECONDS.labels(self.verb).observe(time.perf_counter() - started)
-        refused = isinstance(answer, dict) and answer.get("Error")
         REQUESTS.labels(self.verb, "refused" if refused else "ok").inc()
-        return web.json_response(answer, dumps=_dumps)
+        return web.Response(body=payload, content_type="application/json", charset="utf-8")
 
     def _failed(self, error: str) -> dict[str, Any]:
         """The verb's own result with ``Error`` set: an ExtenderFilterResult for filter (no
@@ -153,7 +152,7 @@ class Route:
             }
         return {"Error": error}
 
-    async def _answer(self, request: web.Request) -> Any:
+    async def _answer(self, request: web.Request) -> tuple[bool, bytes]:
         length = request.content_length
         if length is not None and length > self.limit:
             raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
@@ -185,15 +184,19 @@ class Route:
             ) from None
         return b"".join(chunks)
 
-    def _decode_and_run(self, body: bytes) -> Any:
-        """In the verb's pool: decode, run, and turn every expected failure into a Failure."""
+    def _decode_and_run(self, body: bytes) -> tuple[bool, bytes]:
+        """In the verb's pool: decode, run, encode the answer (whether it is a refusal, and
+        its JSON: 5,000 scores take milliseconds to encode, which the event loop, answering
+        ``/healthz``, should not spend), and turn every expected failure into a Failure."""
         try:
             args = self.decode(protocol.decode_json(body))
         except ProtocolError as error:
             raise Failure(400, "bad_request", str(error)) from None
         del body
         try:
-            return self.run(args)
+            answer = self.run(args)
+            refused = isinstance(answer, dict) and bool(answer.get("Error"))
+            return refused, protocol.encode(answer)
         except (RetriesExhausted, RedisError) as error:
             raise Failure(503, "redis_unavailable", f"the cache is unreachable: {error}") from None
         except CacheError as error:

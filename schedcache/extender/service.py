@@ -33,6 +33,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -47,6 +48,7 @@ from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import score_nodes
+from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
 from schedcache.store import commands
 from schedcache.views.columns import Columns
@@ -56,6 +58,9 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
+# Seconds after a pod's filter call within which its prioritize call scores on the snapshot
+# the filter brought up to date (kube-scheduler sends both in one cycle, milliseconds apart).
+SAME_CYCLE = 1.0
 
 
 class Binder(Protocol):
@@ -96,19 +101,29 @@ class Extender:
         self.scheduler_names = scheduler_names
         self.forgetter = forgetter or Forgetter(cache)
         self.bind_timeout = bind_timeout
+        # The pod of the last filter call and when its snapshot update was: its prioritize
+        # call reuses that snapshot (_same_cycle).
+        self.filtered: tuple[str, float] = ("", 0.0)
 
     # -- filter and prioritize ------------------------------------------------------------
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
         self._remember(args)
-        passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
+            self.filtered = (args.pod.uid, time.monotonic())
             verdicts = self.columns.filter_names(args.pod, self.snapshot, args.node_names)
             # Under the lock still: it serialises the verbs' CPU work, which keeps /healthz
             # answering under a flood (tests/test_extender_memory.py).
+            # Often every node fits (the one shared FITS verdict): then one comprehension
+            # answers; else each verdict in turn, in the caller's order.
+            judged = zip(args.node_names, verdicts, strict=True)
+            passed = [name for name, result in judged if result is FITS]
+            if len(passed) == len(verdicts):
+                return protocol.filter_result(args, passed, failed, unresolvable)
+            passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
                 if result is None:
                     unresolvable[name] = UNKNOWN_NODE
@@ -123,9 +138,17 @@ class Extender:
     def prioritize(self, args: FilterArgs) -> list[dict[str, Any]]:
         self._remember(args)
         with self.snapshot_lock:
-            self.cache.update_snapshot(self.snapshot)
+            if not self._same_cycle(args.pod):
+                self.cache.update_snapshot(self.snapshot)
             totals = self.columns.score_names(args.pod, self.snapshot, args.node_names)
             return protocol.host_priorities(scaled(totals, args.node_names))
+
+    def _same_cycle(self, pod: Pod) -> bool:
+        """Whether the snapshot was brought up to date for this pod's filter call just now:
+        then its prioritize scores on that snapshot, as kube-scheduler filters and scores one
+        cycle on one snapshot (one Redis read a pod saved; the bind re-checks in Redis)."""
+        uid, at = self.filtered
+        return bool(uid) and uid == pod.uid and time.monotonic() - at < SAME_CYCLE
 
     # -- bind -----------------------------------------------------------------------------
 
@@ -137,7 +160,7 @@ class Extender:
             return protocol.bind_result(f"{who}: {refused}")
         placed = pod.with_node(args.node)
         try:
-            self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot())
+            self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot(placed))
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
         except RetriesExhausted:  # Redis away: the server answers 503
@@ -162,9 +185,18 @@ class Extender:
             log.warning("%s bound, but its deadline was not moved to the ttl: %s", who, error)
         return protocol.bind_result()
 
-    def _claim_snapshot(self) -> Snapshot:
-        """A private copy of the snapshot, caught up now: the claim judges the pod's inter-pod
-        rules (existing pods' anti-affinity included) on it and Redis re-checks them."""
+    def _claim_snapshot(self, pod: Pod) -> Snapshot | None:
+        """What the claim judges inter-pod rules on: nothing for a pod without rules of its own
+        while the snapshot knows no placed pod with required anti-affinity (Redis then takes
+        the bare claim, and refuses it as ``unchecked`` should such a pod have been placed
+        since: ``Cache.assume_pod`` judges it then); else a private copy of the snapshot,
+        caught up now, on which the pod's rules (existing pods' anti-affinity included) are
+        judged and which Redis re-checks."""
+        if (
+            not pod.has_inter_pod_rules
+            and not self.snapshot.have_pods_with_required_anti_affinity_list
+        ):
+            return None
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))

@@ -72,13 +72,18 @@ class ApiBinder:
         return headers
 
     def _post(self, path: str, body: Mapping[str, Any]) -> None:
+        self._request("POST", path, json.dumps(body).encode())
+
+    def _request(self, method: str, path: str, body: bytes | None = None) -> bytes:
+        """One request through the client's pool with its current credentials; the body of
+        a 2xx answer, else :class:`ApiException`."""
         headers = {**self._headers, **self._credentials()}
         host = self._configuration.host
         pool = self._pool.connection_from_url(host)  # the client's pool of that server
         response = pool.urlopen(
-            "POST",
+            method,
             urlsplit(host).path.rstrip("/") + path,
-            body=json.dumps(body).encode(),
+            body=body,
             headers=headers,
             timeout=self.timeout,
             preload_content=True,  # read whole: the connection goes back to the pool
@@ -89,6 +94,8 @@ class ApiBinder:
                 reason=response.reason,
                 body=response.data.decode("utf-8", "replace"),
             )
+        data: bytes = response.data
+        return data
 
     def _bound_to(self, namespace: str, name: str, uid: str) -> str:
         pod = self.read_pod(namespace, name)
@@ -96,13 +103,10 @@ class ApiBinder:
         return str(spec.get("nodeName") or "") if metadata.get("uid") == uid else ""
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
-        response: Any = self.api.read_namespaced_pod(
-            name, namespace, _preload_content=False, _request_timeout=self.timeout
-        )
-        try:
-            value = json.loads(response.data)
-        finally:
-            response.release_conn()
+        """The pod as the API server holds it now (a GET as ``read_namespaced_pod`` sends,
+        without its argument validation: 0.8 ms of CPU a call, more than the rest of it)."""
+        data = self._request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
+        value = json.loads(data)
         if not isinstance(value, Mapping):
             raise ValueError("the API server's pod is not an object")
         return value

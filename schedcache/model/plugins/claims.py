@@ -137,7 +137,7 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
             "domains": {},
             "anti_keys": {
                 t.topology_key
-                for i in cycle.infos
+                for i in cycle.holders()  # the nodes with such pods only
                 for p in i.pods_with_required_anti_affinity
                 if p.uid != uid
                 for t in p.pod_anti_affinity

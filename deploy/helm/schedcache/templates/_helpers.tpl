@@ -2,17 +2,19 @@
 {{/* The deploy/ overlay that the values' switches select. */}}
 {{- define "schedcache.overlay" -}}
 {{- $v := .Values -}}
-{{- if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.prometheus.enabled) "true") -}}
+{{- if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.extender.profile) "bind-only") (eq (toString $v.prometheus.enabled) "false") -}}
+bind-only
+{{- else if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.extender.profile) "full") (eq (toString $v.prometheus.enabled) "true") -}}
 prometheus
-{{- else if and (eq (toString $v.redis.mode) "external") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.prometheus.enabled) "false") -}}
+{{- else if and (eq (toString $v.redis.mode) "external") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.extender.profile) "full") (eq (toString $v.prometheus.enabled) "false") -}}
 redis-external
-{{- else if and (eq (toString $v.redis.mode) "sentinel") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.prometheus.enabled) "false") -}}
+{{- else if and (eq (toString $v.redis.mode) "sentinel") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.extender.profile) "full") (eq (toString $v.prometheus.enabled) "false") -}}
 redis-sentinel
-{{- else if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.prometheus.enabled) "false") -}}
+{{- else if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "sidecar") (eq (toString $v.extender.profile) "full") (eq (toString $v.prometheus.enabled) "false") -}}
 redis-single
-{{- else if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "shared") (eq (toString $v.prometheus.enabled) "false") -}}
+{{- else if and (eq (toString $v.redis.mode) "single") (eq (toString $v.extender.mode) "shared") (eq (toString $v.extender.profile) "full") (eq (toString $v.prometheus.enabled) "false") -}}
 shared-extender
 {{- else -}}
-{{- fail (printf "no overlay of deploy/ renders redis.mode=%v, extender.mode=%v, prometheus.enabled=%v; the combinations are: prometheus: redis.mode=single, extender.mode=sidecar, prometheus.enabled=true; redis-external: redis.mode=external, extender.mode=sidecar, prometheus.enabled=false; redis-sentinel: redis.mode=sentinel, extender.mode=sidecar, prometheus.enabled=false; redis-single: redis.mode=single, extender.mode=sidecar, prometheus.enabled=false; shared-extender: redis.mode=single, extender.mode=shared, prometheus.enabled=false" $v.redis.mode $v.extender.mode $v.prometheus.enabled) -}}
+{{- fail (printf "no overlay of deploy/ renders redis.mode=%v, extender.mode=%v, extender.profile=%v, prometheus.enabled=%v; the combinations are: bind-only: redis.mode=single, extender.mode=sidecar, extender.profile=bind-only, prometheus.enabled=false; prometheus: redis.mode=single, extender.mode=sidecar, extender.profile=full, prometheus.enabled=true; redis-external: redis.mode=external, extender.mode=sidecar, extender.profile=full, prometheus.enabled=false; redis-sentinel: redis.mode=sentinel, extender.mode=sidecar, extender.profile=full, prometheus.enabled=false; redis-single: redis.mode=single, extender.mode=sidecar, extender.profile=full, prometheus.enabled=false; shared-extender: redis.mode=single, extender.mode=shared, extender.profile=full, prometheus.enabled=false" $v.redis.mode $v.extender.mode $v.extender.profile $v.prometheus.enabled) -}}
 {{- end -}}
 {{- end -}}
