@@ -156,11 +156,6 @@ def event_row(event: Event, now_ms: int, names: PodNames) -> list[str]:
     ]
 
 
-def event_line(event: Event, names: PodNames | None = None) -> str:
-    """One event as ``history`` prints it (no alignment across lines)."""
-    return "   ".join(event_row(event, int(time.time() * 1000), names or PodNames()))
-
-
 class FollowTable:
     """``events --follow``'s table: later lines keep the first table's columns, as ``kubectl get
     -w``. The widths start from the header, the first rows and the longest event type; a later
@@ -431,9 +426,13 @@ def history_node(settings: Settings, name: str) -> None:
 
 
 def print_history(cache: Cache, shown: list[Event]) -> None:
-    """The events, and a note on stderr when older ones were compacted away."""
-    for event in shown:
-        click.echo(event_line(event))
+    """The events in ``events``' aligned columns (without its header line), pods named as
+    there, and a note on stderr when older ones were compacted away."""
+    names = PodNames(cache)
+    now_ms = int(time.time() * 1000)
+    text = table_text(EVENT_COLUMNS, [event_row(event, now_ms, names) for event in shown], True)
+    if text:
+        click.echo(text)
     start = history_start(cache.store)
     if start is not None:
         click.echo(f"note: events before {start} were compacted away", err=True)
