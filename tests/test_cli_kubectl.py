@@ -457,3 +457,19 @@ def test_age_is_unknown_rather_than_slow_on_a_long_stream(backend, kube, monkeyp
     assert ok(kube("get", "nodes")).splitlines()[1].split()[3] != "<unknown>"
     monkeypatch.setattr(objects, "AGE_EVENTS", 2)
     assert ok(kube("get", "nodes")).splitlines()[1].split()[3] == "<unknown>"
+
+
+def test_age_after_compaction_is_unknown_or_the_time_since_the_newest_change(backend, kube):
+    """What the README says AGE is after `compact`: the time since the object's first event
+    still in the stream, so `<unknown>` once all of them were trimmed, not its creation."""
+    assert ok(kube("checkpoint"))
+    assert ok(kube("compact"))
+    ages = {row.split()[0]: row.split()[4] for row in ok(kube("get", "pods")).splitlines()[1:]}
+    assert ages["web-0"] == "<unknown>", ages
+    changed = json.loads(kube.path.read_text())  # type: ignore[attr-defined]
+    changed["items"] = [item for item in changed["items"] if item["metadata"]["name"] == "web-1"]
+    changed["items"][0]["metadata"]["labels"]["tier"] = "front"
+    kube.path.write_text(json.dumps(changed))  # type: ignore[attr-defined]
+    assert ok(kube("load", str(kube.path)))  # type: ignore[attr-defined]
+    ages = {row.split()[0]: row.split()[4] for row in ok(kube("get", "pods")).splitlines()[1:]}
+    assert ages["web-0"] == "<unknown>" and ages["web-1"].endswith("s"), ages
