@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner, Result
@@ -473,3 +474,30 @@ def test_age_after_compaction_is_unknown_or_the_time_since_the_newest_change(bac
     assert ok(kube("load", str(kube.path)))  # type: ignore[attr-defined]
     ages = {row.split()[0]: row.split()[4] for row in ok(kube("get", "pods")).splitlines()[1:]}
     assert ages["web-0"] == "<unknown>" and ages["web-1"].endswith("s"), ages
+
+
+# Options of schedcache/cli/app.py still without a help text (that file is being changed
+# elsewhere): remove each from here once it has one.
+HELPLESS_IN_APP = {("demo", "--seed"), ("", "--log-level")}
+
+
+def test_every_option_says_what_it_does_in_its_help():
+    """Before: `whatif --help` and `explain pod --help` listed `-o, --output [text|json]`
+    with nothing saying what either gives."""
+
+    def commands(command: click.Command, path: str) -> Any:
+        yield path, command
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from commands(sub, f"{path} {name}".strip())
+
+    helpless = {
+        (path, option.opts[-1])
+        for path, command in commands(main, "")
+        for option in command.params
+        if isinstance(option, click.Option) and not option.hidden and not option.help
+    }
+    assert helpless <= HELPLESS_IN_APP, helpless - HELPLESS_IN_APP
+    for args in (["whatif"], ["explain", "pod"]):
+        shown = " ".join(CliRunner().invoke(main, [*args, "--help"]).output.split())
+        assert "json: " in shown and "[default: text]" in shown, shown

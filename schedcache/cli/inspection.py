@@ -361,7 +361,14 @@ def explain() -> None:
 
 @explain.command("pod")
 @click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: each claim and every node's verdict; json: the same as a list of claims.",
+)
 @click.option(
     "--full",
     is_flag=True,
