@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -198,6 +199,27 @@ def test_history_names_pods_and_refuses_unknown_objects(cache, run_cli):
         result = run_cli(*args)
         assert result.exit_code == 1 and result.stderr.startswith(message), result.output
         assert result.stdout == ""
+
+
+def test_history_aligns_its_columns_and_names_pods_in_uid_only_events(cache, run_cli):
+    """Before: one line per event joined by three spaces, so the columns wandered with each
+    TYPE's length, and a BindingFinished line showed the pod's uid where `events` showed its
+    namespace/name."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    pod = make_pod("web-0", "n1", "500m", "1Gi", namespace="prod")
+    cache.assume_pod(pod)
+    cache.finish_binding(pod)
+    cache.add_pod(pod)
+    for args in (("history", "pod", "prod/web-0"), ("history", "node", "n1")):
+        result = run_cli(*args)
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        types = [line.split()[1] for line in lines]
+        assert {"PodAssumed", "BindingFinished", "PodAdded"} <= set(types), lines
+        pod_lines = [line for line in lines if line.split()[1] != "NodeAdded"]
+        assert all(line.split()[4] == "prod/web-0" for line in pod_lines), lines
+        columns = {tuple(m.start() for m in re.finditer(r"\S+", line))[:5] for line in lines}
+        assert len(columns) == 1, lines  # ID, TYPE, AGE, REPLICA, object: each at one column
 
 
 def test_history_of_objects_whose_events_were_compacted_away(cache, run_cli):

@@ -100,6 +100,20 @@ def test_readme_says_how_to_get_redis_next_to_the_test_command():
         assert hint in around
 
 
+def test_readme_says_to_start_a_redis_before_its_first_redis_url_commands():
+    """Before: the first commands with `--redis redis://127.0.0.1:6379/0` came with no word
+    that a Redis must listen there, so on a clean machine they failed with `cannot reach
+    Redis`; and `apt-get install redis-server` was offered for releases whose Redis is 6."""
+    text = README.read_text()
+    first = text.index("--redis redis://127.0.0.1:6379/0")
+    block = text.rindex("```sh", 0, first)
+    before = " ".join(text[text.rindex("\n\n", 0, block - 2) : block].split())  # its paragraph
+    assert "redis-server --daemonize yes" in before and "Redis ≥ 7.0" in before
+    assert "Error: cannot reach Redis at" in before
+    prerequisites = " ".join(text[text.index("Prerequisites of the test command") :][:900].split())
+    assert "Ubuntu 22.04" in prerequisites and "too old" in prerequisites
+
+
 def test_readme_names_kubectl_with_kustomize_v5_as_a_prerequisite_of_the_tests():
     """tests/test_deploy*.py fail without kubectl >= 1.27 (kustomize v5): the README's list of
     what the test command needs must say so, and how to get it, not call kubectl optional."""

@@ -8,7 +8,9 @@ and the stream holds each change once however many feeders delivered it.
 
 from __future__ import annotations
 
+import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -493,6 +495,41 @@ def test_a_list_page_that_sends_nothing_times_out_backs_off_and_recovers(
     finally:
         server.release_lists()
         syncer.stop()
+
+
+def test_a_refused_connection_is_an_api_error_not_a_list_timeout(
+    make_cache: Callable[..., Cache], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: urllib3's NewConnectionError is a ConnectTimeoutError, so an API server that
+    refused at once was logged as "a list page sent nothing for 30 s" and counted as a list
+    timeout."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    caplog.set_level("WARNING", logger="schedcache.feed.sync")
+    cache = make_cache(replica="feeder")
+    syncer = Syncer(cache, api_client(str(kubeconfig)), FAST, "f").start()
+    try:
+        eventually(lambda: all(feed.counters.api_errors >= 2 for feed in syncer.feeds))
+    finally:
+        syncer.stop()
+    assert all(feed.counters.list_timeouts == 0 for feed in syncer.feeds)
+    unavailable = [m for m in (r.getMessage() for r in caplog.records) if "unavailable" in m]
+    assert unavailable and not any("sent nothing" in message for message in unavailable)
+    assert all("unavailable (MaxRetryError: " in message for message in unavailable), unavailable
 
 
 def test_sigterm_mid_list_exits_within_2_seconds(server: FakeApiServer, tmp_path: Path) -> None:

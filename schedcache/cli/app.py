@@ -313,6 +313,7 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="The least severe log records written (to stderr), any case.",
 )
 @click.option(
     "--log-format",

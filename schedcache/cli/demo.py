@@ -41,7 +41,13 @@ console = Console()
     show_default=True,
     help="Assumed-pod ttl, seconds (0: never expire).",
 )
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=1, show_default=True)
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**63 - 1),
+    default=1,
+    show_default=True,
+    help="Seed of the simulated cluster and its pods (the same seed, the same run).",
+)
 @click.option(
     "--mode",
     type=click.Choice(MODES),

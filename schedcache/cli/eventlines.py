@@ -3,8 +3,6 @@ inspection commands so that ``describe`` starts without their imports."""
 
 from __future__ import annotations
 
-import time
-
 from schedcache.cache import Cache
 from schedcache.cli.text import printable, zone_text
 from schedcache.cli.units import age
@@ -57,8 +55,3 @@ def event_row(event: Event, now_ms: int, names: PodNames) -> list[str]:
         printable(event.replica or "-"),
         event_text(event, names),
     ]
-
-
-def event_line(event: Event, names: PodNames | None = None) -> str:
-    """One event as ``history`` prints it (no alignment across lines)."""
-    return "   ".join(event_row(event, int(time.time() * 1000), names or PodNames()))

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 
 from schedcache.cache import Cache, Dump
-from schedcache.cli.eventlines import PodNames, event_line, event_row
+from schedcache.cli.eventlines import PodNames, event_row
 from schedcache.cli.params import Duration, Name, StreamId, TextParam
 from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, progress
@@ -316,7 +316,14 @@ def explain() -> None:
 
 @explain.command("pod")
 @click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: each claim and every node's verdict; json: the same as a list of claims.",
+)
 @click.option(
     "--full",
     is_flag=True,
@@ -381,9 +388,13 @@ def history_node(settings: Settings, name: str) -> None:
 
 
 def print_history(cache: Cache, shown: list[Event]) -> None:
-    """The events, and a note on stderr when older ones were compacted away."""
-    for event in shown:
-        click.echo(event_line(event))
+    """The events in ``events``' aligned columns (without its header line), pods named as
+    there, and a note on stderr when older ones were compacted away."""
+    names = PodNames(cache)
+    now_ms = int(time.time() * 1000)
+    text = table_text(EVENT_COLUMNS, [event_row(event, now_ms, names) for event in shown], True)
+    if text:
+        click.echo(text)
     start = history_start(cache.store)
     if start is not None:
         click.echo(f"note: events before {start} were compacted away", err=True)

@@ -52,7 +52,14 @@ SHOWN = 20  # differing placements listed in the text output
     type=click.Path(exists=True, dir_okay=False),
     help="Pending pods to place (JSON or YAML manifests); default: the pods claimed after --at.",
 )
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: the tables; json: every placement, reason and utilisation (docs/whatif.md).",
+)
 @click.option(
     "--html",
     "html_path",

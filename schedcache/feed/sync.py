@@ -837,10 +837,17 @@ def _background(name: str, fn: Callable[..., T], *args: Any) -> Future[T]:
 
 
 def _timed_out(error: BaseException) -> bool:
-    """Whether an API error is a request that timed out (urllib3 may wrap it in its retries)."""
-    reason = getattr(error, "reason", None)
+    """Whether an API error is a request that timed out (urllib3 may wrap it in its retries).
+
+    Not a refused or unresolvable connection: urllib3 makes ``NewConnectionError`` (and its
+    ``NameResolutionError``) a ``ConnectTimeoutError`` for old callers, but nothing waited
+    there, so it is no list page that sent nothing."""
     timeouts = (urllib3.exceptions.TimeoutError, TimeoutError)
-    return isinstance(error, timeouts) or isinstance(reason, timeouts)
+    refused = urllib3.exceptions.NewConnectionError
+    return any(
+        isinstance(cause, timeouts) and not isinstance(cause, refused)
+        for cause in (error, getattr(error, "reason", None))
+    )
 
 
 def _json(response: Any) -> dict[str, Any]:
