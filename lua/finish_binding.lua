@@ -8,9 +8,9 @@
 -- Errors   BADARG <what>
 -- Event    BindingFinished  uid, node, deadline ("" when it never expires)
 local function finish_binding(p, replica, a)
-  local uid, ttl = a[1], tonumber(a[3])
+  local uid, ttl = a[1], ms_arg(a[3], MAX_DURATION_MS)
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
-  if ttl == nil or ttl < 0 or ttl ~= math.floor(ttl) then return nil, 'BADARG ttl ' .. uid end
+  if ttl == nil then return nil, 'BADARG ttl ' .. uid end
   local now = now_ms(a[2])
   if now == nil then return nil, 'BADARG now ' .. uid end
   local rec = load_pod(p, uid, true)  -- it stays on its node

@@ -61,18 +61,19 @@ end
 
 local function queue_pop(p, replica, a)
   local scheduler, holder = a[1], a[2]
-  local lease_ms, count, parked_ms = tonumber(a[3]), tonumber(a[4]), tonumber(a[5])
+  local lease_ms, count = ms_arg(a[3], MAX_DURATION_MS), tonumber(a[4])
+  local parked_ms = ms_arg(a[5], MAX_DURATION_MS)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if holder == nil or holder == '' or holder == '-' or string.find(holder, '%s') then
     return nil, 'BADARG holder'
   end
-  if lease_ms == nil or lease_ms < 1 or lease_ms ~= math.floor(lease_ms) then
+  if lease_ms == nil or lease_ms < 1 then
     return nil, 'BADARG lease'
   end
   if count == nil or count < 1 or count > QUEUE_MOVES or count ~= math.floor(count) then
     return nil, 'BADARG count'
   end
-  if parked_ms == nil or parked_ms < 0 or parked_ms ~= math.floor(parked_ms) then
+  if parked_ms == nil then
     return nil, 'BADARG parked'
   end
   local now = now_ms(a[6])

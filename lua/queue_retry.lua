@@ -16,7 +16,8 @@
 -- a change the attempt did not see is never missed. An error goes to back-off.
 local function queue_retry(p, replica, a)
   local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
-  local first_ms, longest_ms, parked_ms = tonumber(a[6]), tonumber(a[7]), tonumber(a[8])
+  local first_ms = ms_arg(a[6], MAX_DURATION_MS)
+  local longest_ms, parked_ms = ms_arg(a[7], MAX_DURATION_MS), ms_arg(a[8], MAX_DURATION_MS)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if holder == nil or holder == '' or holder == '-' then return nil, 'BADARG holder' end
   if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
@@ -24,10 +25,8 @@ local function queue_retry(p, replica, a)
   if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
     return nil, 'BADARG attempt'
   end
-  for _, value in ipairs({ first_ms, longest_ms, parked_ms }) do
-    if value == nil or value < 0 or value ~= math.floor(value) then
-      return nil, 'BADARG backoff'
-    end
+  if first_ms == nil or longest_ms == nil or parked_ms == nil then
+    return nil, 'BADARG backoff'
   end
   local now = now_ms(a[9])
   if now == nil then return nil, 'BADARG now' end
