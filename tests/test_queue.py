@@ -287,6 +287,26 @@ def test_a_corrupt_queued_record_is_stepped_over_and_refuses_its_own_commands(
     assert keyspace(cache.client, cache.keys.pattern) == before
 
 
+def test_a_queued_record_whose_body_cannot_be_read_is_stepped_over_at_every_pop(
+    cache: Cache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record with a valid header and a body that is not a pod (sc_sync_pod takes any
+    non-empty blob from a raw FCALL): the pop raised CorruptRecord, losing the pods leased with
+    it until their lease lapsed, and again at each of its own lapses, so `good` never came."""
+    cache.client.fcall(
+        function_name("sync_pod"), 1, cache.keys.prefix, "r", "", "7", "queue", "bad", "ref",
+        "0", b"\x92\x01",
+    )  # fmt: skip
+    push(cache, pending("good"))
+    a = queue(cache, lease=1.0)
+    with caplog.at_level("WARNING", logger="schedcache.ops.queue"):
+        assert names(a.pop(5, now=T0)) == ["good"]
+    assert "queued pod with uid bad" in caplog.text and "stepped over" in caplog.text
+    a.retry(pending("good"), unschedulable=False, now=T0)
+    # Its lease lapsed: popped and stepped over again, the others still handed out.
+    assert names(a.pop(5, now=T0 + 30)) == ["good"]
+
+
 def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
     cache: Cache, client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

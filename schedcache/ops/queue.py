@@ -14,11 +14,13 @@ take it, else backing off, as upstream's scheduling queue does.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import secrets
 import socket
 from dataclasses import dataclass
 
+from schedcache.errors import CorruptRecord
 from schedcache.model.values import Pod
 from schedcache.store import commands
 from schedcache.store.queued import queue_lengths
@@ -34,6 +36,8 @@ MAX_PARKED = 300.0
 # A replica holds what it popped this long before it comes back to the queue: far longer than
 # one attempt takes, short enough that a dead replica's pods wait little.
 LEASE = 15.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,14 @@ class SchedulingQueue:
         popped = []
         for j in range(0, len(reply), 3):
             what = functools.partial(str.format, "queued pod with uid {}", as_text(reply[j]))
-            pod = decode_object(reply[j + 2], what, Pod.from_dict)
+            try:
+                pod = decode_object(reply[j + 2], what, Pod.from_dict)
+            except CorruptRecord as error:
+                # Stepped over (docs/queue.md): raising would lose the pods leased with it
+                # until their lease lapsed, again at each of its own lapses. It stays leased
+                # to this holder, comes back when that lapses, and is stepped over again.
+                log.warning("scheduling queue %s: %s; stepped over", self.scheduler, error)
+                continue
             popped.append(QueuedPod(pod, int(reply[j + 1])))
         return popped
 
