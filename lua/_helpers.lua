@@ -304,32 +304,24 @@ local function guard_node(p, node)
 end
 
 
--- Milliseconds as clients send them (commands.milliseconds): digits only (no sign, fraction,
--- exponent, hex, space, inf or nan: tonumber takes all of those) and at most `max`, so a
--- deadline (now + a duration) stays an exact integer in Lua's doubles, in Redis' int64 and in
--- the scores and PX it is written as. nil otherwise: the caller refuses the call (BADARG)
--- before its first write. The bounds are commands.MAX_NOW and MAX_TTL, in ms.
-local MAX_NOW_MS, MAX_DURATION_MS = 1e13, 1e12
+-- Times, durations and sweep limits as clients send them (commands.milliseconds): digits only
+-- (no sign, fraction, exponent, hex, space, inf or nan: tonumber takes all of those) and at
+-- most `max`, so a deadline (now + a duration) stays an exact integer in Lua's doubles, in
+-- Redis' int64 and in the scores and PX it is written as. nil otherwise: the caller refuses
+-- the call (BADARG) before its first write. BOUNDS: commands.MAX_NOW and MAX_TTL in ms, and
+-- the items a sweep (sc_cleanup_assumed_pods, sc_forget_lapsed) handles per call at most (the
+-- `--batch` bound of `schedcache worker expiry`). (Two locals: Lua allows 200 per chunk.)
+local BOUNDS = { now_ms = 1e13, duration_ms = 1e12, sweep = 10000 }
 
-local function ms_arg(arg, max)
+local function bounded_int(arg, max)
   if type(arg) ~= 'string' or #arg > 14 or not string.match(arg, '^%d+$') then return nil end
   local n = tonumber(arg)
   if n > max then return nil end
   return n
 end
 
--- Items a sweep (sc_cleanup_assumed_pods, sc_forget_lapsed) handles per call at most: the
--- `--batch` bound of `schedcache worker expiry`.
-local SWEEP_LIMIT = 10000
-
-local function sweep_limit(arg)
-  local n = ms_arg(arg, SWEEP_LIMIT)
-  if n == nil or n < 1 then return nil end
-  return n
-end
-
 local function now_ms(arg)
-  if arg ~= nil and arg ~= '' then return ms_arg(arg, MAX_NOW_MS) end
+  if arg ~= nil and arg ~= '' then return bounded_int(arg, BOUNDS.now_ms) end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end

@@ -60,7 +60,7 @@ local function assume_pod(p, replica, a)
   elseif check == 'fit' and bare_claim_unchecked(p) then
     return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' unchecked'
   end
-  local lease_ms = ms_arg(a[7] or '0', MAX_DURATION_MS)
+  local lease_ms = bounded_int(a[7] or '0', BOUNDS.duration_ms)
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
   local leasing = lease_ms > 0 and replica ~= ''
   -- The sets it writes, in one call: `pods`, `assumed`, its replica's claims and, leasing, the

@@ -13,8 +13,8 @@
 local function cleanup_assumed_pods(p, replica, a)
   local now = now_ms(a[1])
   if now == nil then return nil, 'BADARG now' end
-  local limit = sweep_limit(a[2])
-  if limit == nil then return nil, 'BADARG limit' end
+  local limit = bounded_int(a[2], BOUNDS.sweep)
+  if limit == nil or limit < 1 then return nil, 'BADARG limit' end
   local due = redis.call('ZRANGEBYSCORE', p .. 'deadlines', '-inf', '(' .. int_string(now),
                          'LIMIT', 0, limit)
   local expired, skipped = {}, {}

@@ -8,7 +8,7 @@
 -- Errors   BADARG <what>
 -- Event    BindingFinished  uid, node, deadline ("" when it never expires)
 local function finish_binding(p, replica, a)
-  local uid, ttl = a[1], ms_arg(a[3], MAX_DURATION_MS)
+  local uid, ttl = a[1], bounded_int(a[3], BOUNDS.duration_ms)
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
   if ttl == nil then return nil, 'BADARG ttl ' .. uid end
   local now = now_ms(a[2])

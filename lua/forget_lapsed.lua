@@ -14,8 +14,8 @@
 -- Errors   BADARG <what>; CORRUPT <key> <why> (a cache-wide key; nothing written)
 -- Event    PodForgotten  uid, node, gen, reason=lease-expired, owner=<replica>, data=stored blob
 local function forget_lapsed(p, replica, a)
-  local limit = sweep_limit(a[1])
-  if limit == nil then return nil, 'BADARG limit' end
+  local limit = bounded_int(a[1], BOUNDS.sweep)
+  if limit == nil or limit < 1 then return nil, 'BADARG limit' end
   local forgotten, skipped = {}, {}
   expect_type(p .. 'replicas', 'set')
   -- The lapsed replicas, each claim set checked before the first write.

@@ -61,8 +61,8 @@ end
 
 local function queue_pop(p, replica, a)
   local scheduler, holder = a[1], a[2]
-  local lease_ms, count = ms_arg(a[3], MAX_DURATION_MS), tonumber(a[4])
-  local parked_ms = ms_arg(a[5], MAX_DURATION_MS)
+  local lease_ms, count = bounded_int(a[3], BOUNDS.duration_ms), tonumber(a[4])
+  local parked_ms = bounded_int(a[5], BOUNDS.duration_ms)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if holder == nil or holder == '' or holder == '-' or string.find(holder, '%s') then
     return nil, 'BADARG holder'

@@ -16,8 +16,9 @@
 -- a change the attempt did not see is never missed. An error goes to back-off.
 local function queue_retry(p, replica, a)
   local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
-  local first_ms = ms_arg(a[6], MAX_DURATION_MS)
-  local longest_ms, parked_ms = ms_arg(a[7], MAX_DURATION_MS), ms_arg(a[8], MAX_DURATION_MS)
+  local longest = BOUNDS.duration_ms
+  local first_ms, longest_ms = bounded_int(a[6], longest), bounded_int(a[7], longest)
+  local parked_ms = bounded_int(a[8], longest)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if holder == nil or holder == '' or holder == '-' then return nil, 'BADARG holder' end
   if uid == nil or uid == '' or string.find(uid, '%s') then return nil, 'BADARG uid' end
