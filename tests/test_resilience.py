@@ -175,6 +175,32 @@ def test_a_feeder_relists_when_redis_comes_back_without_the_writes_it_applied(
     assert tracebacks(caplog.records) == []
 
 
+def test_quiet_feeders_relist_when_redis_restarts_empty(
+    rdb_server: Server, kube: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis restarted without persistence (nothing saved), the library loaded again by the
+    admin: before, nothing relisted and the cache stayed empty (a scheduler: "no nodes
+    available"); a feed whose watch is quiet (nodes) checks its progress all the same."""
+    caplog.set_level(logging.WARNING)
+    populate(kube, nodes=3, pods=4)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cache = Cache(connect(url_of(rdb_server)), name)
+    kubeconfig = str(kube.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
+    try:
+        assert syncer.wait_synced(15)
+        in_step(cache, kube)
+        time.sleep(0.3)
+        rdb_server.kill()
+        rdb_server.start()  # empty
+        Cache(connect(url_of(rdb_server)), name)  # the admin loads the library again
+        in_step(cache, kube, timeout=20)
+        assert [feed.counters.relists for feed in syncer.feeds] == [2, 2]
+    finally:
+        syncer.stop()
+    assert tracebacks(caplog.records) == []
+
+
 # -- item 2: the reference scheduler rides out Redis restarts ---------------------------------
 
 

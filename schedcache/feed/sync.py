@@ -693,8 +693,11 @@ class ResourceFeed:
             self._lost.set()
             self.close()  # wakes the watch: the next step relists
 
-    def _write_unwritten_progress(self) -> None:
-        if self.applied and self.applied != self._written:
+    def _write_progress_when_idle(self) -> None:
+        """A quiet watch writes its progress again every ``progress_every``: what its last
+        burst left unwritten, and the check that Redis still holds it (a quiet feed, the
+        nodes' often, would otherwise not notice lost writes until its next change)."""
+        if self.applied:
             self._applied(self.applied, force=True)
 
     def _relist_if_writes_lost(self) -> None:
@@ -744,8 +747,8 @@ class _Applier:
             idle = False
             with self.ready:
                 while not self.pending and not self.done and not idle:
-                    # A quiet watch still writes the progress its last burst left unwritten
-                    # (within progress_every), so Redis coming back without it is noticed.
+                    # A quiet watch still writes (and checks) its progress every
+                    # progress_every, so Redis coming back without it is noticed.
                     idle = not self.ready.wait(self.feed.settings.progress_every)
                 if not self.pending and self.done:
                     return
@@ -754,7 +757,7 @@ class _Applier:
                     self.pending[self.MAX_BATCH :],
                 )
             if not taken:
-                self.feed._write_unwritten_progress()
+                self.feed._write_progress_when_idle()
                 continue
             planned = [command for command, _, _ in taken if command is not None]
             try:
