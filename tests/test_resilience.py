@@ -142,6 +142,65 @@ def test_a_feeder_resumes_after_a_redis_restart_without_replay_or_relist(
     assert tracebacks(caplog.records) == []
 
 
+def test_a_feeder_relists_when_redis_comes_back_without_the_writes_it_applied(
+    rdb_server: Server, kube: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: Redis restarted from an older RDB (the changes after it gone, the retry policy
+    riding out the restart) and the feeder went on from the newest version it had applied:
+    the pods bound meanwhile were missing from the cache for good (verify clean, the cache
+    consistent), so a scheduler placed on nodes it thought free (2 nodes of 8 CPUs took 20
+    pods of 1 CPU). Now the feeder sees that Redis no longer holds the progress it wrote,
+    and relists."""
+    caplog.set_level(logging.WARNING)
+    populate(kube, nodes=3, pods=4)
+    cache = Cache(connect(url_of(rdb_server)), f"t-{uuid.uuid4().hex[:8]}")  # default retries
+    kubeconfig = str(kube.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
+    try:
+        assert syncer.wait_synced(15)
+        rdb_server.client().save()
+        for i in range(4):  # applied, then lost
+            kube.create(pod_obj(f"lost-{i}", f"n{i % 3}"))
+        in_step(cache, kube)
+        time.sleep(0.3)  # a quiet watch: its progress is written all the same
+        rdb_server.kill()
+        rdb_server.start()  # from the RDB saved before the lost-* pods
+        pods = syncer.feeds[1].counters
+        kube.create(pod_obj("after", "n0"))
+        in_step(cache, kube, timeout=20)
+        assert pods.relists == 2
+    finally:
+        syncer.stop()
+    assert any("Redis lost writes" in r.getMessage() for r in caplog.records)
+    assert tracebacks(caplog.records) == []
+
+
+def test_quiet_feeders_relist_when_redis_restarts_empty(
+    rdb_server: Server, kube: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis restarted without persistence (nothing saved), the library loaded again by the
+    admin: before, nothing relisted and the cache stayed empty (a scheduler: "no nodes
+    available"); a feed whose watch is quiet (nodes) checks its progress all the same."""
+    caplog.set_level(logging.WARNING)
+    populate(kube, nodes=3, pods=4)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cache = Cache(connect(url_of(rdb_server)), name)
+    kubeconfig = str(kube.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
+    try:
+        assert syncer.wait_synced(15)
+        in_step(cache, kube)
+        time.sleep(0.3)
+        rdb_server.kill()
+        rdb_server.start()  # empty
+        Cache(connect(url_of(rdb_server)), name)  # the admin loads the library again
+        in_step(cache, kube, timeout=20)
+        assert [feed.counters.relists for feed in syncer.feeds] == [2, 2]
+    finally:
+        syncer.stop()
+    assert tracebacks(caplog.records) == []
+
+
 # -- item 2: the reference scheduler rides out Redis restarts ---------------------------------
 
 
@@ -623,3 +682,34 @@ def test_a_stream_trimmed_past_the_seen_event_refuses_nothing(cache: Cache) -> N
     report = cache.update_snapshot(snap)
     assert not report.lost_writes
     assert pods_of(snap) == {"n1": {"web"}, "n2": {"later"}}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("name", ["sync", "scheduler"])
+def test_a_signal_while_the_kubeconfig_is_read_ends_the_command_with_status_0(
+    redis_server: Server, kube: FakeApiServer, tmp_path: Path, name: str, sig: int
+) -> None:
+    """Before: the handlers came after the kubernetes client's import and the kubeconfig
+    (about a second at start): SIGINT there ended it with click's "Aborted!" (exit 1), SIGTERM
+    with the signal's default action. The kubeconfig is a FIFO here, so the signal lands
+    while it is read, every time."""
+    content = kube.kubeconfig(tmp_path / "kubeconfig").read_text()
+    fifo = tmp_path / "kubeconfig.fifo"
+    os.mkfifo(fifo)
+    args = component(name, kube, tmp_path, "r-0")
+    args[args.index("--kubeconfig") + 1] = str(fifo)
+    cache = f"t-{uuid.uuid4().hex[:8]}"
+    process = start(cli(url_of(redis_server), cache, *args))
+    try:
+        with open(fifo, "w") as writer:  # returns once the command opened it to read
+            time.sleep(0.3)
+            process.send_signal(sig)
+            time.sleep(0.3)
+            writer.write(content)
+        process.wait(timeout=15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, process.err()
+    assert "Aborted" not in process.err()
+    assert not redis_server.client().exists(lease_key(cache, "r-0"))

@@ -16,7 +16,7 @@ import redis
 
 from schedcache import Cache, connect
 from schedcache.errors import ValidationError
-from schedcache.store.commands import MAX_NOW, MAX_TIMEOUT, MAX_TTL
+from schedcache.store.commands import MAX_NOW, MAX_TIMEOUT, MAX_TTL, Arg
 from schedcache.store.retry import RetryPolicy
 from tests.factories import keyspace, make_node, make_pod
 
@@ -100,3 +100,63 @@ def test_retry_policy_refuses_non_finite_negative_or_too_long_delays(field, valu
 def test_connect_refuses_bad_timeouts_before_connecting(field, value):
     with pytest.raises(ValidationError, match=rf"^connect: {field}: "):
         connect("redis://127.0.0.1:1/0", **{field: value})  # nothing listens: never reached
+
+
+# What a client other than schedcache's could send where the functions take milliseconds (or a
+# sweep's limit): tonumber() takes all of these, and each once got past the checks, some after
+# the first write (sc_assume_pod's lease went to SET PX after the pod was written: a pod record
+# without its event, its node's totals raised).
+RAW_BAD_MS = ["0.5", "1e3", "0x10", " 1", "-1", "inf", "nan", "1e300", "99999999999999999999"]
+
+
+def _raw_calls(pod_args: tuple[Arg, ...], bad: str) -> list[tuple[str, list[Arg]]]:
+    """(function, arguments) with ``bad`` in one time or limit argument each."""
+    uid, node, blob, contribution = pod_args
+    return [
+        ("assume_pod", [uid, node, blob, contribution, "", "", bad]),  # lease ms
+        ("finish_binding", ["p", "", bad]),  # ttl ms
+        ("finish_binding", ["p", bad, "1000"]),  # now ms
+        ("cleanup_assumed_pods", [bad, "10"]),
+        ("cleanup_assumed_pods", ["", bad]),  # limit
+        ("forget_lapsed", [bad]),  # limit
+        ("queue_pop", ["ref", "h", bad, "1", "0"]),  # lease ms
+        ("queue_pop", ["ref", "h", "1000", "1", bad]),  # parked ms
+        ("queue_pop", ["ref", "h", "1000", "1", "0", bad]),  # now ms
+        ("queue_retry", ["ref", "h", "q", "error", "", bad, "1", "1"]),  # back-off ms
+        ("queue_retry", ["ref", "h", "q", "error", "", "1", bad, "1"]),  # longest back-off ms
+        ("queue_retry", ["ref", "h", "q", "error", "", "1", "1", bad]),  # parked ms
+    ]
+
+
+@pytest.mark.parametrize("bad", RAW_BAD_MS)
+def test_the_functions_refuse_raw_times_and_limits_that_are_not_bounded_integers(
+    cache: Cache, bad: str
+) -> None:
+    from schedcache.store import commands
+    from schedcache.store.library import function_name
+
+    populate(cache)
+    pending = make_pod("q", "", "100m", "1Mi")
+    cache.run(commands.sync_pod_pending(pending, "ref", "7"))
+    fresh = make_pod("fresh", "n1", "100m", "1Mi")
+    pod_args = commands.assume_pod(fresh).args[:4]
+    before = keyspace(cache.client, cache.keys.pattern)
+    for function, args in _raw_calls(pod_args, bad):
+        with pytest.raises(redis.ResponseError, match=r"^BADARG ") as error:
+            cache.client.fcall(function_name(function), 1, cache.keys.prefix, "r", "", *args)
+        assert keyspace(cache.client, cache.keys.pattern) == before, (function, args, error)
+    assert cache.verify() == []
+
+
+def test_a_sweep_limit_past_the_worker_s_largest_batch_is_refused(cache: Cache) -> None:
+    """``schedcache worker expiry --batch`` takes at most MAX_BATCH: so do the functions."""
+    from schedcache.ops.expiry import MAX_BATCH
+    from schedcache.store.library import function_name
+
+    populate(cache)
+    call = cache.client.fcall
+    most, more = str(MAX_BATCH), str(MAX_BATCH + 1)
+    assert call(function_name("cleanup_assumed_pods"), 1, cache.keys.prefix, "r", "", "", most)
+    for function, args in [("cleanup_assumed_pods", ["", more]), ("forget_lapsed", [more])]:
+        with pytest.raises(redis.ResponseError, match=r"^BADARG limit"):
+            call(function_name(function), 1, cache.keys.prefix, "r", "", *args)

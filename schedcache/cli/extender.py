@@ -349,13 +349,15 @@ def scheduler(
             param_hint="--pod-max-backoff",
         )
     settings.refuse_embedded("schedcache scheduler")
+    stop = threading.Event()
+    # Before the kubeconfig and the kubernetes client's import: a signal there was a
+    # KeyboardInterrupt (SIGINT: "Aborted!", exit 1) or the default action (SIGTERM).
+    stop_on_signals(stop)
     api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
     try:
         from schedcache.scheduler.loop import STOP_WAIT, ReferenceScheduler
     except ImportError:
         raise click.ClickException(EXTENDER_MISSING) from None
-    stop = threading.Event()
-    stop_on_signals(stop)
     cache = ready_cache(
         settings,
         stop,

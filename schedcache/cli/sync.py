@@ -102,6 +102,9 @@ def sync(
     does."""
     if no_queue and queue_for:
         raise click.UsageError("--no-queue and --queue-for exclude each other")
+    stop = threading.Event()
+    if not once:  # before the kubernetes client's import and the kubeconfig: a signal there
+        stop_on_signals(stop)  # was a KeyboardInterrupt (SIGINT: "Aborted!", exit 1)
     try:
         from schedcache.feed import sync as feed
     except ImportError:
@@ -126,8 +129,6 @@ def sync(
     if once:
         _list_once(feed.Syncer(settings.cache(replica=replica), api, settings_, name=replica), feed)
         return
-    stop = threading.Event()
-    stop_on_signals(stop)
     cache = ready_cache(settings, stop, f"sync of cache {settings.cache_name}", replica=replica)
     if cache is None:
         click.echo("stopped before Redis answered", err=True)

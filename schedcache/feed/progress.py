@@ -39,6 +39,26 @@ def record_progress(cache: Cache, resource: str, version: str, by: str, now: flo
     )
 
 
+def progress_lost(cache: Cache, resource: str, by: str, written: str) -> bool:
+    """Whether Redis lost the progress ``by`` last wrote (``written``, "" for none): the
+    ``sync`` hash lacks it, or still names ``by`` with an older resourceVersion, so Redis came
+    back with fewer writes (an older RDB or AOF, a restore, a lagging replica, a restart
+    without persistence) and the changes the feeder applied before it may be gone too. Another
+    feeder's newer write in between hides it (each feeder checks its own), never a false
+    alarm: a feeder's progress only grows."""
+    if not written:
+        return False
+    stored = cache.client.hmget(cache.keys.sync, [f"{resource}:rv", f"{resource}:by"])
+    version, writer = (as_text(value) if value is not None else None for value in stored)
+    if version is None:
+        return True
+    return writer == by and _rv_order(version) < _rv_order(written)
+
+
+def _rv_order(version: str) -> tuple[int, str]:
+    return (len(version), version)  # decimal resourceVersions: longer is newer
+
+
 def read_progress(cache: Cache) -> list[Progress]:
     """Each resource's progress from the ``sync`` hash (none when nothing ever synced)."""
     fields = {as_text(k): as_text(v) for k, v in cache.client.hgetall(cache.keys.sync).items()}

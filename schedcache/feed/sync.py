@@ -57,7 +57,7 @@ from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, RetriesExhausted, ValidationError
-from schedcache.feed.progress import record_progress
+from schedcache.feed.progress import progress_lost, record_progress
 from schedcache.feed.reconcile import RESOURCES, held, removal
 from schedcache.feed.truncation import stored_pod
 from schedcache.model.manifests import subject
@@ -268,6 +268,8 @@ class ResourceFeed:
         self.response: Any = None  # the open watch, closed by close() to stop at once
         self.synced = threading.Event()  # set once the first list is applied
         self._progress_written = 0.0
+        self._written = ""  # the progress this feeder last wrote, as Redis took it
+        self._lost = threading.Event()  # Redis came back without it: relist
         self._labels = {"cache": cache.name, "resource": resource}
 
     # -- the API server ---------------------------------------------------------------------
@@ -495,6 +497,7 @@ class ResourceFeed:
         """Apply watch events from ``version`` until the watch ends; returns the newest
         resourceVersion seen. Raises :class:`Gone` on 410; after any other failure
         :attr:`applied` says how far the changes were applied."""
+        self._relist_if_writes_lost()
         timeout = self.settings.watch_timeout
         timeout = max(1, round(timeout * random.uniform(0.8, 1.0)))
         try:
@@ -529,13 +532,16 @@ class ResourceFeed:
                     version,
                 )
         except Exception:
-            if applier.error is None:  # else the applier closed the watch: its error counts
+            # Else the applier closed the watch (its error counts), or the feed did, having
+            # found that Redis lost writes (it relists).
+            if applier.error is None and not self._lost.is_set():
                 raise
         finally:
             self.response = None
             response.release_conn()
             applier.finish()  # what was read is applied before the watch resumes
         applier.check()
+        self._relist_if_writes_lost()
         if not self.stop.is_set():
             self._count("watch_restarts")
             metrics.SYNC_WATCH_RESTARTS.labels(**self._labels).inc()
@@ -656,11 +662,15 @@ class ResourceFeed:
         if not force and now - self._progress_written < self.settings.progress_every:
             return
         self._progress_written = now
+        written = self._written
+
+        def write() -> bool:
+            lost = progress_lost(self.cache, self.resource, self.name, written)
+            record_progress(self.cache, self.resource, version, self.name, now)
+            return lost
+
         try:
-            self.cache.store.retrying(
-                lambda: record_progress(self.cache, self.resource, version, self.name, now),
-                f"sync progress of {self.resource}",
-            )
+            lost = self.cache.store.retrying(write, f"sync progress of {self.resource}")
         except (redis.RedisError, OSError) as error:
             log.warning(
                 "%s of cache %s: progress (resourceVersion %s) not written: %s",
@@ -669,6 +679,31 @@ class ResourceFeed:
                 version,
                 _short(error),
             )
+            return
+        self._written = version
+        if lost:
+            log.warning(
+                "%s of cache %s: Redis lost writes (it no longer holds the progress, "
+                "resourceVersion %s, this feeder wrote: an older RDB or AOF, a restore, a "
+                "replica behind, a restart without persistence); relisting",
+                self.resource,
+                self.cache.name,
+                written,
+            )
+            self._lost.set()
+            self.close()  # wakes the watch: the next step relists
+
+    def _write_progress_when_idle(self) -> None:
+        """A quiet watch writes its progress again every ``progress_every``: what its last
+        burst left unwritten, and the check that Redis still holds it (a quiet feed, the
+        nodes' often, would otherwise not notice lost writes until its next change)."""
+        if self.applied:
+            self._applied(self.applied, force=True)
+
+    def _relist_if_writes_lost(self) -> None:
+        if self._lost.is_set():
+            self._lost.clear()
+            raise Gone("Redis lost writes this feeder applied")
 
 
 class _Applier:
@@ -709,15 +744,21 @@ class _Applier:
     def _run(self) -> None:
         seconds = metrics.SYNC_APPLY_SECONDS.labels(**self.feed._labels)
         while True:
+            idle = False
             with self.ready:
-                while not self.pending and not self.done:
-                    self.ready.wait()
-                if not self.pending:
+                while not self.pending and not self.done and not idle:
+                    # A quiet watch still writes (and checks) its progress every
+                    # progress_every, so Redis coming back without it is noticed.
+                    idle = not self.ready.wait(self.feed.settings.progress_every)
+                if not self.pending and self.done:
                     return
                 taken, self.pending = (
                     self.pending[: self.MAX_BATCH],
                     self.pending[self.MAX_BATCH :],
                 )
+            if not taken:
+                self.feed._write_progress_when_idle()
+                continue
             planned = [command for command, _, _ in taken if command is not None]
             try:
                 if len(planned) == 1:
