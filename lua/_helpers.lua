@@ -780,11 +780,21 @@ local function delete_pod(p, uid, rec)
 end
 
 -- Parses the common pod arguments: uid, node, blob, contribution.
+-- An object's msgpack as every write takes it (a pod's record and events, a node's entry, a
+-- queued pod): at most BOUNDS.MAX_BLOB_BYTES, and a msgpack map (fixmap, map 16, map 32), as
+-- every schedcache object is. Only the header is read (fakeredis has no cmsgpack, and a full
+-- decode would cost every claim): readers name a record whose body still cannot be read.
+local function valid_blob(blob)
+  if type(blob) ~= 'string' or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return false end
+  local first = string.byte(blob, 1)
+  return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
+end
+
 local function read_pod_args(p, a)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
   if uid == nil or uid == '' or #uid > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG uid' end
   if not name_arg(node) then return nil, 'BADARG node ' .. uid end
-  if blob == nil or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return nil, 'BADARG blob ' .. uid end
+  if not valid_blob(blob) then return nil, 'BADARG blob ' .. uid end
   if contribution ~= nil and #contribution > BOUNDS.MAX_BLOB_BYTES then
     return nil, 'BADARG contribution ' .. uid
   end

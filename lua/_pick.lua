@@ -33,7 +33,9 @@ local function read_candidates(a, first, blob)
     if node == nil or node == '' or string.find(node, '%s') then return nil, 'candidate-node' end
     local rest = a[at + 1]
     if rest == nil or (rest == '' and prefix == '') then return nil, 'candidate-blob' end
-    out[#out + 1] = { node = node, blob = prefix .. rest, reads = a[at + 2] or '',
+    local whole = prefix .. rest
+    if not valid_blob(whole) then return nil, 'candidate-blob' end
+    out[#out + 1] = { node = node, blob = whole, reads = a[at + 2] or '',
                       domains = a[at + 3] or '' }
   end
   return out

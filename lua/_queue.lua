@@ -41,15 +41,6 @@ local function queue_key(p, scheduler, part)
   return p .. 'queue:' .. scheduler .. ':' .. part
 end
 
--- A pod's msgpack as the queue takes it: at most BOUNDS.MAX_BLOB_BYTES (a pending pod costs Redis
--- that much at most), and a msgpack map (fixmap, map 16, map 32), as every schedcache object
--- is: anything else would be handed to a replica that cannot read it.
-local function valid_blob(blob)
-  if type(blob) ~= 'string' or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return false end
-  local first = string.byte(blob, 1)
-  return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
-end
-
 -- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
 -- it): 5,000 names once seen must not stay forever.
 local function forget_if_idle(p, scheduler)

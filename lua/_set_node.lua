@@ -13,7 +13,7 @@ local function set_node(p, replica, a, etype)
   local name, zone, blob = a[1], a[2], a[3]
   if not name_arg(name) then return nil, 'BADARG name' end
   if zone == nil or #zone > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG zone ' .. name end
-  if blob == nil or blob == '' or #blob > BOUNDS.MAX_BLOB_BYTES then return nil, 'BADARG blob ' .. name end
+  if not valid_blob(blob) then return nil, 'BADARG blob ' .. name end
   local allocatable, next_i = read_pairs(a, 4, 'allocatable', BOUNDS.MAX_NODE_RESOURCES)
   if allocatable == nil then return nil, next_i end
   local images, after = read_pairs(a, next_i, 'images', BOUNDS.MAX_NODE_IMAGES)

@@ -87,10 +87,12 @@ MALFORMED: list[tuple[str, list[Any], str]] = [
     ("sc_queue_retry", ["ref", "h", "u", "error", "", "1", "1", "1", "inf"], "BADARG now"),
     ("sc_queue_retry", ["ref", "h", TOO_LONG_NAME, "error", "", "1", "1", "1"], "BADARG uid"),
     ("sc_finish_binding", ["q", "", "inf"], "BADARG ttl"),
-    ("sc_assume_pod", ["new", "n1", "\x81\xa1a\x01", "", "", "", "inf"], "BADARG lease"),
-    ("sc_add_pod", [TOO_LONG_NAME, "n1", "\x81\xa1a\x01", ""], "BADARG uid"),
-    ("sc_add_pod", ["new", "n" * 1025, "\x81\xa1a\x01", ""], "BADARG node"),
+    ("sc_assume_pod", ["new", "n1", b"\x81\xa1a\x01", "", "", "", "inf"], "BADARG lease"),
+    ("sc_add_pod", [TOO_LONG_NAME, "n1", b"\x81\xa1a\x01", ""], "BADARG uid"),
+    ("sc_add_pod", ["new", "n" * 1025, b"\x81\xa1a\x01", ""], "BADARG node"),
     ("sc_add_pod", ["new", "n1", "x" * (1024 * 1024 + 1), ""], "BADARG blob"),
+    ("sc_add_pod", ["new", "n1", "garbage", ""], "BADARG blob"),  # not a msgpack map
+    ("sc_add_node", ["n2", "", "garbage", "0", "0"], "BADARG blob"),
     ("sc_cleanup_assumed_pods", ["", "1001"], "BADARG limit"),
     ("sc_cleanup_assumed_pods", ["inf", "10"], "BADARG now"),
     ("sc_forget_lapsed", ["1001"], "BADARG limit"),
@@ -310,6 +312,6 @@ def test_a_node_brings_at_most_a_thousand_image_names(cache: Cache) -> None:
     with pytest.raises(ValidationError, match=r"node n1: status\.images: 1001 names, over"):
         cache.update_node(node, more)
     assert keyspace(cache.client, cache.keys.pattern) == before
-    raw = ["n2", "", "\x80", "0", str(MAX_NODE_IMAGES + 1)]
+    raw = ["n2", "", b"\x80", "0", str(MAX_NODE_IMAGES + 1)]
     assert_refused(cache, "sc_add_node", raw, "BADARG images-count")
-    assert_refused(cache, "sc_add_node", ["n2", "", "\x80", "1001"], "BADARG allocatable-count")
+    assert_refused(cache, "sc_add_node", ["n2", "", b"\x80", "1001"], "BADARG allocatable-count")
