@@ -30,7 +30,13 @@ from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.commandset import command_table
 from schedcache.store.connection import ConnectionFailed
-from schedcache.store.library import library_commands, library_source, library_tag, lua_files
+from schedcache.store.library import (
+    function_name,
+    library_commands,
+    library_source,
+    library_tag,
+    lua_files,
+)
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port
 
@@ -345,10 +351,9 @@ def test_two_tenants_from_the_printed_rules_cannot_touch_or_hold_each_other(
     server: Server,
 ) -> None:
     """Tenant B's largest call (one ``sc_batch`` of the most commands the client sends in one,
-    ``MAX_CHUNK_SIZE``: the only cap that exists on 54b1d0e; the Lua functions' own caps are
-    another change's) is answered within 0.5 s, and tenant A's calls meanwhile never wait
-    longer. Measured here: 0.35-0.50 s, so this bound rests on that cap being lowered or
-    enforced in Lua (see the branch's report)."""
+    ``MAX_CHUNK_SIZE``, which is the Lua function's own cap) and a raw one far past that cap
+    (the issue's attack: refused whole, before anything runs) are answered within 0.5 s, and
+    tenant A's calls meanwhile never wait longer."""
     a_url = make_user(server, "tenant-a-sched", "two-a", "scheduler")
     b_url = make_user(server, "tenant-b-sched", "two-b", "scheduler")
     a, b = Cache(connect(a_url), "two-a", replica="a"), Cache(connect(b_url), "two-b", replica="b")
@@ -380,6 +385,9 @@ def test_two_tenants_from_the_printed_rules_cannot_touch_or_hold_each_other(
         with b.batch(chunk_size=MAX_CHUNK_SIZE) as batch:  # one sc_batch of the most commands
             for pod in pods:
                 batch.add_pod(pod)
+        raw = ["forget_pod", "0"] * (100 * MAX_CHUNK_SIZE)  # a hand-sent call past the cap
+        with pytest.raises(redis.exceptions.ResponseError, match=r"^BADARG commands"):
+            b.client.fcall(function_name("batch"), 1, b.keys.prefix, "b", "", *raw)
         time.sleep(0.2)
     finally:
         stop.set()
