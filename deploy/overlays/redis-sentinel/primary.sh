@@ -3,9 +3,11 @@
 # 2. else what this pod's own Sentinel last wrote to its file on the volume (a whole-set
 #    restart: no Sentinel is up yet, but each remembers the last primary it saw);
 # 3. else the first peer: the very first start of the set.
+# The Sentinels ask for their password (requirepass): the Secret's key sentinels-requirepass.
 PRIMARY=""
 for peer in $PEERS; do
-  PRIMARY=$(timeout 3 redis-cli -h "$peer" -p "$SENTINEL_PORT" --raw \
+  PRIMARY=$(REDISCLI_AUTH=$(cat "$USERS/sentinels-requirepass") timeout 3 \
+    redis-cli -h "$peer" -p "$SENTINEL_PORT" --raw \
     SENTINEL get-master-addr-by-name "$MASTER_NAME" 2>/dev/null | head -n 1) || PRIMARY=""
   case "$PRIMARY" in
     "" | *" "* | ERR* | *rror*) PRIMARY="" ;;

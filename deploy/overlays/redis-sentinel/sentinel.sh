@@ -3,7 +3,14 @@
 # volume: Sentinel rewrites it with what it learns (the current primary, its peers), so a
 # restarted Sentinel resumes from there. The first start writes it, monitoring the primary
 # primary.sh finds. Environment: as redis.sh, plus QUORUM and DOWN_AFTER_MS.
+#
+# Passwords, from the Secret schedcache-redis-users at every start (so a restart takes a
+# rotated one): the Sentinel logs in to Redis as the user `sentinel` (auth-user, auth-pass),
+# and asks its clients and its peers for sentinels-requirepass (requirepass; the clients' URL
+# carries it as ?sentinel_password=). Sentinel writes them into its file on the volume when
+# it rewrites it: the one place a password reaches a volume (docs/kubernetes.md).
 set -eu
+umask 077
 CONF="$DATA/sentinel/sentinel.conf"
 mkdir -p "$DATA/sentinel"
 if [ ! -s "$CONF" ]; then
@@ -21,4 +28,16 @@ END
   if [ -n "${BIND:-}" ]; then echo "bind $BIND" >> "$CONF.new"; fi
   mv "$CONF.new" "$CONF"
 fi
+for key in sentinel sentinels-requirepass; do
+  [ -s "$USERS/$key" ] || { echo "sentinel.sh: no password $key in $USERS" >&2; exit 1; }
+done
+# The passwords of the last start (or of Sentinel's rewrite of them) out, the Secret's in.
+grep -vE "^(requirepass |user default |sentinel (auth-user|auth-pass) $MASTER_NAME )" \
+  "$CONF" > "$CONF.new" || true
+cat >> "$CONF.new" <<END
+requirepass $(cat "$USERS/sentinels-requirepass")
+sentinel auth-user $MASTER_NAME sentinel
+sentinel auth-pass $MASTER_NAME $(cat "$USERS/sentinel")
+END
+mv "$CONF.new" "$CONF"
 exec redis-server "$CONF" --sentinel
