@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import click
 import redis
 from redis.exceptions import RedisClusterException
 
@@ -107,6 +108,20 @@ def ready_cache(
         if stop.is_set():
             return None
         raise
+
+
+def serve_until_stopped(
+    settings: Settings, what: str, **options: Any
+) -> tuple[Cache, threading.Event] | None:
+    """A long-running command's start: the stop event SIGTERM and SIGINT set, and the cache once
+    Redis answers (:func:`ready_cache`); None, said on stderr, when a signal came first."""
+    stop = threading.Event()
+    stop_on_signals(stop)
+    cache = ready_cache(settings, stop, what, **options)
+    if cache is None:
+        click.echo("stopped before Redis answered", err=True)
+        return None
+    return cache, stop
 
 
 def give_back_lease(cache: Cache) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -10,7 +9,7 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
-from schedcache.cli.lifecycle import ready_cache, stop_on_signals
+from schedcache.cli.lifecycle import serve_until_stopped
 from schedcache.cli.params import Duration, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
@@ -93,12 +92,10 @@ def worker_expiry(
         expiry = ExpiryWorker(once_cache, interval=interval, batch=batch)
         click.echo(f"expired {len(expiry.run_once())} pods")
         return
-    stop = threading.Event()
-    stop_on_signals(stop)
-    cache = ready_cache(settings, stop, "expiry worker", replica=name)
-    if cache is None:
-        click.echo("stopped before Redis answered", err=True)
+    started = serve_until_stopped(settings, "expiry worker", replica=name)
+    if started is None:
         return
+    cache, stop = started
     expiry = ExpiryWorker(cache, interval=interval, batch=batch)
     expiry.stopping = stop
     if metrics_port is not None:
@@ -148,12 +145,10 @@ def worker_compact(
             else "another worker holds the retention lease: nothing done"
         )
         return
-    stop = threading.Event()
-    stop_on_signals(stop)
-    cache = ready_cache(settings, stop, "compaction worker")
-    if cache is None:
-        click.echo("stopped before Redis answered", err=True)
+    started = serve_until_stopped(settings, "compaction worker")
+    if started is None:
         return
+    cache, stop = started
     failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
     click.echo(f"stopped; {failed} failed rounds", err=True)
 
@@ -167,12 +162,10 @@ def worker_compact(
 def metrics_command(settings: Settings, port: int, address: str) -> None:
     """Serve Prometheus metrics of the cache on /metrics until SIGTERM or Ctrl-C."""
     settings.refuse_embedded("schedcache metrics")
-    stop = threading.Event()
-    stop_on_signals(stop)
-    cache = ready_cache(settings, stop, "metrics")
-    if cache is None:
-        click.echo("stopped before Redis answered", err=True)
+    started = serve_until_stopped(settings, "metrics")
+    if started is None:
         return
+    cache, stop = started
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
     stop.wait()
