@@ -67,6 +67,7 @@ from schedcache.aio import (
     connect_async,
 )
 from schedcache.aio import store as aio_store
+from schedcache.cli import lifecycle as cli_lifecycle
 from schedcache.cli import serve as cli_serve
 from schedcache.cli.app import main
 from schedcache.errors import (
@@ -1880,7 +1881,7 @@ def _cli_metrics(ctx: Ctx) -> None:
         patch.setattr(cli_serve, "REGISTRY", registry)
         patch.setattr(cli_serve, "start_http_server", lambda *a, **k: served.append((a, k)))
         patch.setattr(signal, "signal", lambda number, handler: handlers.update({number: handler}))
-        patch.setattr(cli_serve, "threading", types.SimpleNamespace(Event=_ImmediateEvent))
+        patch.setattr(cli_lifecycle, "threading", types.SimpleNamespace(Event=_ImmediateEvent))
         result = ctx.cli("metrics", "--port", "9999", "--address", "127.0.0.1")
     assert result.exit_code == 0, result.output
     assert served == [((9999,), {"addr": "127.0.0.1"})] and set(handlers) == {
