@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,11 +16,10 @@ from schedcache.cli.lifecycle import (
     ready_cache,
     stop_on_signals,
 )
-from schedcache.cli.params import Name, Seconds
+from schedcache.cli.params import F, Name, Seconds
 from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
 
-F = TypeVar("F", bound=Callable[..., Any])
 API_TIMEOUT = 10.0  # seconds per API request of a bind (the Binding, the reads around it)
 # The Binding and the read that settles an unknown outcome must fit in the bind timeout.
 BIND_TIMEOUT_MIN = 2 * API_TIMEOUT + 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -30,7 +30,7 @@ from schedcache.cli.objects import (
     pod_object,
     pod_row,
 )
-from schedcache.cli.params import Name
+from schedcache.cli.params import F, Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
 from schedcache.cli.settings import Settings
 from schedcache.cli.text import node_status, printable
@@ -38,7 +38,6 @@ from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
 
-F = TypeVar("F", bound=Callable[..., Any])
 KINDS = {"pods": "pod", "pod": "pod", "po": "pod", "nodes": "node", "node": "node", "no": "node"}
 PLURAL = {"pod": "pods", "node": "nodes"}
 FIELDS = {

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from schedcache.cache import Cache, Dump
 from schedcache.cli.eventlines import PodNames, event_row
-from schedcache.cli.params import Duration, Name, StreamId, TextParam
+from schedcache.cli.params import Duration, Name, StreamId, TextParam, text_or_json_option
 from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, progress
 from schedcache.cli.text import printable
@@ -316,13 +316,8 @@ def explain() -> None:
 
 @explain.command("pod")
 @click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: each claim and every node's verdict; json: the same as a list of claims.",
+@text_or_json_option(
+    "text: each claim and every node's verdict; json: the same as a list of claims."
 )
 @click.option(
     "--full",

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 
-from schedcache.cli.params import Seconds
+from schedcache.cli.params import F, Seconds
 from schedcache.cli.text import one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def kube_options(command: F) -> F:

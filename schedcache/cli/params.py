@@ -4,7 +4,8 @@ naming the option, before anything connects to Redis."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
 
@@ -106,3 +107,18 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
     except ValidationError as error:
         raise click.BadParameter(printable(error.reason), ctx, param) from None
     return value
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def text_or_json_option(help: str) -> Callable[[F], F]:
+    """``-o/--output text|json`` (text by default), ``help`` saying what each gives."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help=help,
+    )

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
 from schedcache.cli.lifecycle import serve_until_stopped
-from schedcache.cli.params import Duration, Name, Seconds
+from schedcache.cli.params import Duration, F, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
 from schedcache.ops.leases import default_replica
@@ -18,8 +18,6 @@ from schedcache.store.metrics import CacheCollector
 
 if TYPE_CHECKING:
     from schedcache.cli.settings import Settings
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 # /metrics names caches, their sizes and scheduler names and asks no credentials: loopback

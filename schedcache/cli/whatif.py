@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from schedcache.cli.params import StreamId
+from schedcache.cli.params import StreamId, text_or_json_option
 from schedcache.cli.render import cell, print_table
 from schedcache.cli.text import printable, zone_text
 from schedcache.errors import ValidationError
@@ -52,13 +52,8 @@ SHOWN = 20  # differing placements listed in the text output
     type=click.Path(exists=True, dir_okay=False),
     help="Pending pods to place (JSON or YAML manifests); default: the pods claimed after --at.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: the tables; json: every placement, reason and utilisation (docs/whatif.md).",
+@text_or_json_option(
+    "text: the tables; json: every placement, reason and utilisation (docs/whatif.md)."
 )
 @click.option(
     "--html",
