@@ -37,6 +37,7 @@ from typing import Any
 
 from schedcache.errors import NodeNotFound
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
+from schedcache.model.plugins.podindex import PodIndex
 from schedcache.store import metrics
 from schedcache.store.fetch import (
     NodeObject,
@@ -99,6 +100,9 @@ class Snapshot:
     # Names of the nodes put in or taken out since a reader last emptied it (the snapshot
     # columns, views/columns.py, follow these instead of looking at every node).
     changed: set[str] = field(default_factory=set, repr=False)
+    # Counts per topology domain of the pods the inter-pod rules in use select, kept as the
+    # snapshot changes (every changed node marked): the rules' PreFilter reads them.
+    pod_index: PodIndex = field(default_factory=PodIndex, repr=False)
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -566,6 +570,7 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
     Redis (``sync``), into its fold state."""
     for name, info, versions, totals in decoded:
         snap.changed.add(name)
+        snap.pod_index.mark(name)
         if sync:
             _sync_state(snap.state, name, info, versions, totals)
         existing = snap.node_infos.get(name)

@@ -62,7 +62,6 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     if node is None:
         return "", ""
     memo = _memo(cycle)
-    live: list[tuple[str, Node]] = memo["live"]
     domains: dict[tuple[str, str], list[str]] = memo["domains"]
     parts: list[str] = []
     first_pod = False
@@ -73,7 +72,11 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
             return []
         found = domains.get((key, value))
         if found is None:
-            found = domains[(key, value)] = [name for name, n in live if n.labels.get(key) == value]
+            if cycle.index is not None:  # the index's members: no pass over the nodes
+                found = list(cycle.index.members.get((key, value), ()))
+            else:
+                found = [name for name, n in _live(cycle) if n.labels.get(key) == value]
+            domains[(key, value)] = found
         return found
 
     if pod.pod_affinity:
@@ -82,7 +85,7 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
             s.affinity[(t.topology_key, node.labels.get(t.topology_key, ""))] <= 0
             for t in pod.pod_affinity
         ):
-            names = [name for name, _ in live]  # held by the first-pod rule
+            names = [name for name, _ in _live(cycle)]  # held by the first-pod rule
             first_pod = True
         else:
             names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
@@ -128,12 +131,12 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
 
 def _memo(cycle: Cycle) -> dict[str, Any]:
     """What every claim of the cycle's pod reads alike, whichever node (candidates share it):
-    the live nodes, each (key, value)'s nodes once found, existing pods' anti-affinity keys."""
+    each (key, value)'s nodes once found, existing pods' anti-affinity keys."""
     memo: dict[str, Any] | None = cycle.state.get(_MEMO)
     if memo is None:
         uid = cycle.pod.uid
+        index = cycle.index
         memo = cycle.state[_MEMO] = {
-            "live": [(i.name, n) for i, n in cycle.nodes()],
             "domains": {},
             "anti_keys": {
                 t.topology_key
@@ -141,12 +144,27 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
                 for p in i.pods_with_required_anti_affinity
                 if p.uid != uid
                 for t in p.pod_anti_affinity
+            }
+            if index is None
+            else {  # the same keys, from the index's terms
+                key[1].topology_key
+                for key, terms in index.anti.items()
+                if len(terms.where) > (uid in terms.where)
             },
         }
     return memo
 
 
 _MEMO = "claims"
+
+
+def _live(cycle: Cycle) -> list[tuple[str, Node]]:
+    """The live nodes (once per cycle, and only when a rule reads them all)."""
+    memo = _memo(cycle)
+    found: list[tuple[str, Node]] | None = memo.get("live")
+    if found is None:
+        found = memo["live"] = [(i.name, n) for i, n in cycle.nodes()]
+    return found
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.podindex import PodIndex
 from schedcache.model.plugins.result import FilterResult
 from schedcache.model.podterms import PodAffinityTerm, WeightedTerm
 from schedcache.model.values import Pod
@@ -41,6 +43,9 @@ class State:
         self.anti: Counter[Pair] = Counter()
         affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
         uid = pod.uid
+        if cycle.index is not None:
+            self._from_index(pod, cycle.index)
+            return
         # Existing pods' terms: only the nodes holding pods with required anti-affinity.
         for info in cycle.holders():
             node = info.node
@@ -69,6 +74,34 @@ class State:
                         pod.namespace, other.namespace, other.labels
                     ):
                         self.anti[(term.topology_key, labels[term.topology_key])] += 1
+
+    def _from_index(self, pod: Pod, index: PodIndex) -> None:
+        """The same counts, read from the snapshot's index (O(topology pairs counted))."""
+        self.existing_anti = index.existing_anti(pod)
+        labels_of = index.labels.__getitem__
+        affinity, namespace = pod.pod_affinity, pod.namespace
+        for term in affinity:
+            counts = index.selected(
+                ("affinity", namespace, affinity),
+                partial(_all_select, affinity, namespace),
+                term.topology_key,
+            )
+            self.affinity.update(counts.without(pod.uid, labels_of))
+        for term in pod.pod_anti_affinity:
+            counts = index.selected(
+                ("anti", namespace, term),
+                partial(_term_selects, term, namespace),
+                term.topology_key,
+            )
+            self.anti.update(counts.without(pod.uid, labels_of))
+
+
+def _all_select(terms: Sequence[PodAffinityTerm], owner_namespace: str, other: Pod) -> bool:
+    return all(t.matches_pod(owner_namespace, other.namespace, other.labels) for t in terms)
+
+
+def _term_selects(term: PodAffinityTerm, owner_namespace: str, other: Pod) -> bool:
+    return term.matches_pod(owner_namespace, other.namespace, other.labels)
 
 
 def state(cycle: Cycle) -> State:
