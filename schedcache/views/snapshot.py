@@ -103,6 +103,10 @@ class Snapshot:
     # Counts per topology domain of the pods the inter-pod rules in use select, kept as the
     # snapshot changes (every changed node marked): the rules' PreFilter reads them.
     pod_index: PodIndex = field(default_factory=PodIndex, repr=False)
+    # The live nodes holding pods with affinity, with required anti-affinity (kept per changed
+    # node: the two lists above are filtered by them, with no look at every node's pods).
+    affinity_names: set[str] = field(default_factory=set, repr=False)
+    anti_names: set[str] = field(default_factory=set, repr=False)
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -583,6 +587,8 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         if existing is not None and not same_images:
             _unindex_images(snap, existing)
         if info is None or info.node is None:  # removed, or only a ghost/placeholder
+            snap.affinity_names.discard(name)
+            snap.anti_names.discard(name)
             snap.node_objects.pop(name, None)
             if existing is not None:
                 del snap.node_infos[name]
@@ -600,6 +606,12 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
             existing.__class__ = info.__class__
             existing.__dict__ = vars(info)
             info = existing
+        affinity, anti = _with_affinity(info)
+        for names, held in ((snap.affinity_names, affinity), (snap.anti_names, anti)):
+            if held:
+                names.add(name)
+            else:
+                names.discard(name)
         if not same_images:
             for image in info.image_states:
                 snap.image_nodes.setdefault(image, set()).add(name)
@@ -632,9 +644,10 @@ def _rebuild_lists(snap: Snapshot, flags: _Flags, report: SnapshotUpdate) -> Non
         snap.node_info_list = [snap.node_infos[name] for name in order if name in snap.node_infos]
         report.list_rebuilt = True
     if flags.membership or flags.affinity:
-        snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.pods_with_affinity]
+        affinity, anti = snap.affinity_names, snap.anti_names
+        snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.name in affinity]
         snap.have_pods_with_required_anti_affinity_list = [
-            i for i in snap.node_info_list if i.pods_with_required_anti_affinity
+            i for i in snap.node_info_list if i.name in anti
         ]
     if flags.membership or flags.pvc:
         snap.used_pvc_set = {key for info in snap.node_info_list for key in info.pvc_ref_counts}
