@@ -13,7 +13,8 @@ docs/constraints.md for why this is sound and what it costs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 from typing import Any
 
 from schedcache.model.nodeinfo import NodeInfo
@@ -65,6 +66,13 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     domains: dict[tuple[str, str], list[str]] = memo["domains"]
     parts: list[str] = []
     first_pod = False
+    texts: dict[Hashable, str] = memo["joined"]
+
+    def joined(key: Hashable, build: Callable[[], str]) -> str:
+        found = texts.get(key)
+        if found is None:
+            found = texts[key] = build()
+        return found
 
     def domain(key: str) -> list[str]:
         value = node.labels.get(key)
@@ -115,13 +123,26 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
         # pods leave: those two sets, not the whole cluster.
+        # (Both joined once per cycle and domain: the candidates in one zone share them.)
+        values = tuple(node.labels.get(c.topology_key) for c in constraints)
         parts.append(
-            _rule(TOPOLOGY_SPREAD, [n for c in constraints for n in domain(c.topology_key)])
+            joined(
+                (TOPOLOGY_SPREAD, values),
+                lambda: _rule(
+                    TOPOLOGY_SPREAD, [n for c in constraints for n in domain(c.topology_key)]
+                ),
+            )
         )
-        holders = podtopologyspread.state(cycle).holders
-        if holders:
-            parts.append(_rule(SPREAD_MINIMUM, holders))
-    lines = [" ".join([key, *domain(key)]) for key in sorted(keys) if key]
+        minimum = joined(
+            SPREAD_MINIMUM, lambda: _rule(SPREAD_MINIMUM, podtopologyspread.state(cycle).holders)
+        )
+        if minimum != "@" + SPREAD_MINIMUM:
+            parts.append(minimum)
+    lines = [
+        joined(("line", key, node.labels.get(key)), partial(_line, key, domain))
+        for key in sorted(keys)
+        if key
+    ]
     if first_pod:
         # A node not live at the snapshot (a placeholder filled in since) may hold a pod that
         # ends the first-pod rule: Lua refuses then (lua/_changes.lua).
@@ -138,6 +159,7 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
         index = cycle.index
         memo = cycle.state[_MEMO] = {
             "domains": {},
+            "joined": {},
             "anti_keys": {
                 t.topology_key
                 for i in cycle.holders()  # the nodes with such pods only
@@ -156,6 +178,10 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
 
 
 _MEMO = "claims"
+
+
+def _line(key: str, domain: Callable[[str], list[str]]) -> str:
+    return " ".join([key, *domain(key)])
 
 
 def _live(cycle: Cycle) -> list[tuple[str, Node]]:
