@@ -108,7 +108,9 @@ def compare(rng: random.Random, cache: Cache, snap: Snapshot, columns: Columns) 
         feasible = [info for info, ok in zip(columns.infos, fits, strict=True) if ok]
         if feasible and snap.pod_index.scoring == 0:
             rows = np.array([columns.infos.index(i) for i in feasible], dtype=np.int64)
-            by_name = dict(zip([i.name for i in feasible], columns.totals(pod, rows).tolist()))
+            by_name = dict(
+                zip([i.name for i in feasible], columns.totals(pod, rows).tolist(), strict=True)
+            )
             assert by_name == score_nodes(pod, feasible, cycle)
         masked += 1
     return masked
@@ -133,7 +135,7 @@ def test_the_index_gives_the_plugins_counts_as_the_snapshot_follows_the_cache(
         for pod in rng.sample(placed, 8):
             cache.remove_pod(pod)
             placed.remove(pod)
-        for i in range(10):
+        for _ in range(10):
             pod = a_pod(rng, f"q{rng.random()}", rng.choice(nodes).name)
             cache.add_pod(pod)
             placed.append(pod)
