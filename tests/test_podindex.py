@@ -82,18 +82,29 @@ def states(pod: Pod, snap: Snapshot, index: bool) -> tuple[Any, ...]:
     a = interpodaffinity.state(cycle)
     s = podtopologyspread.state(cycle)
     return (
-        +a.existing_anti,  # (+: entries at zero dropped, as a count of none)
-        +a.affinity,
-        +a.anti,
+        counted(a.existing_anti),
+        counted(a.affinity),
+        counted(a.anti),
+        bool(a.affinity),
         [dict(c) for c in s.counts],
         set(s.holders),
         cycle.repelling(),
     )
 
 
+def counted(counts: Any) -> dict[Any, int]:
+    """The pairs with a count (a Counter's or the index's Summed)."""
+    return {pair: n for pair, n in counts.items() if n}
+
+
 def compare(rng: random.Random, cache: Cache, snap: Snapshot, columns: Columns) -> int:
     """Incoming pods judged both ways; returns how many the rule masks judged."""
     cache.update_snapshot(snap)
+    # The lists kept per changed node equal the ones found by looking at every node.
+    listed = [i.name for i in snap.node_info_list if i.pods_with_affinity]
+    assert [i.name for i in snap.have_pods_with_affinity_list] == listed
+    listed = [i.name for i in snap.node_info_list if i.pods_with_required_anti_affinity]
+    assert [i.name for i in snap.have_pods_with_required_anti_affinity_list] == listed
     masked = 0
     for i in range(15):
         pod = a_pod(rng, f"in{rng.random()}", "")

@@ -23,7 +23,7 @@ columns cannot judge alone gets the per-node code there too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import imagelocality, interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.nodelocal import intolerable_prefer_no_schedule, node_refuses
+from schedcache.model.plugins.podindex import Pair, Source, Summed
 from schedcache.model.plugins.registry import WEIGHTS, filter_pod, score_nodes
 from schedcache.model.plugins.result import FITS, FilterResult
 from schedcache.model.values import Node, Pod
@@ -135,6 +136,8 @@ class Columns:
         self._shapes: dict[Any, tuple[Pod, Bools]] = {}  # node-local verdicts per pod shape
         # Per label key: the rows of each value (rebuilt when a node object changes).
         self._label_rows: dict[str, dict[str, list[int]]] = {}
+        # Per source of the pod index: the rows its pairs block, and how far its log was read.
+        self._masks: dict[int, tuple[Source, list[Pair], int, Bools]] = {}
 
     # -- keeping up with the snapshot --------------------------------------------------------
 
@@ -181,6 +184,7 @@ class Columns:
         self._objects = [None] * n
         self._shapes = {}
         self._label_rows = {}
+        self._masks = {}
         for row, info in enumerate(infos):
             self._fill(row, info)
 
@@ -201,6 +205,7 @@ class Columns:
         if node is not self._objects[row]:
             self._objects[row] = node
             self._label_rows.clear()
+            self._masks.clear()
             self.quiet[row] = node is not None and not node.unschedulable and not node.taints
             self.prefer_taints[row] = node is not None and any(
                 t[2] == "PreferNoSchedule" for t in node.taints
@@ -338,15 +343,17 @@ class Columns:
         pod = cycle.pod
         ok = self.live.copy()
         s = interpodaffinity.state(cycle)
-        for term in pod.pod_anti_affinity:
-            key = term.topology_key
-            self._block(ok, key, [v for (k, v), n in s.anti.items() if k == key and n > 0])
-        repelled: dict[str, list[str]] = {}
-        for (key, value), n in s.existing_anti.items():
-            if n > 0:
-                repelled.setdefault(key, []).append(value)
-        for key, values in repelled.items():
-            self._block(ok, key, values)
+        for counts in (s.anti, s.existing_anti):
+            if isinstance(counts, Summed) and not counts.extra:
+                for source in counts.sources:  # kept per source, following its log
+                    ok &= ~self._blocked(source)
+                continue
+            by_key: dict[str, list[str]] = {}
+            for (key, value), n in counts.items():
+                if n > 0:
+                    by_key.setdefault(key, []).append(value)
+            for key, values in by_key.items():
+                self._block(ok, key, values)
         constraints = podtopologyspread.hard_constraints(pod)
         if constraints:
             spread = podtopologyspread.state(cycle)
@@ -363,6 +370,25 @@ class Columns:
                 ]
                 self._block(ok, c.topology_key, skewed)
         return ok
+
+    def _blocked(self, source: Source) -> Bools:
+        """The rows in a topology pair that ``source`` counts (kept per source: only the
+        pairs its log names since are looked at again)."""
+        kept = self._masks.get(id(source))
+        if kept is None or kept[0] is not source or kept[1] is not source.log:
+            mask = np.zeros(len(self.infos), dtype=bool)
+            changed: Iterable[Pair] = list(source.pairs)
+        else:
+            _, _, position, mask = kept
+            changed = dict.fromkeys(source.log[position:])
+        for pair in changed:
+            rows = self._rows_of(pair[0]).get(pair[1])
+            if rows:
+                mask[rows] = source.pairs.get(pair, 0) > 0
+        if len(self._masks) > MAX_SHAPES:  # sources the index dropped: forgotten whole
+            self._masks.clear()
+        self._masks[id(source)] = (source, source.log, len(source.log), mask)
+        return mask
 
     def _rows_of(self, key: str) -> dict[str, list[int]]:
         found = self._label_rows.get(key)

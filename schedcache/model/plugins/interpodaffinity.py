@@ -16,7 +16,7 @@ from functools import partial
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
-from schedcache.model.plugins.podindex import PodIndex
+from schedcache.model.plugins.podindex import PodIndex, Summed
 from schedcache.model.plugins.result import FilterResult
 from schedcache.model.podterms import PodAffinityTerm, WeightedTerm
 from schedcache.model.values import Pod
@@ -38,9 +38,10 @@ class State:
 
     def __init__(self, cycle: Cycle) -> None:
         pod = cycle.pod
-        self.existing_anti: Counter[Pair] = Counter()
-        self.affinity: Counter[Pair] = Counter()
-        self.anti: Counter[Pair] = Counter()
+        # Counters of this pass, or the index's counts read as one (Summed: no copy).
+        self.existing_anti: Counter[Pair] | Summed = Counter()
+        self.affinity: Counter[Pair] | Summed = Counter()
+        self.anti: Counter[Pair] | Summed = Counter()
         affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
         uid = pod.uid
         if cycle.index is not None:
@@ -76,24 +77,31 @@ class State:
                         self.anti[(term.topology_key, labels[term.topology_key])] += 1
 
     def _from_index(self, pod: Pod, index: PodIndex) -> None:
-        """The same counts, read from the snapshot's index (O(topology pairs counted))."""
+        """The same counts, read from the snapshot's index with no copy (O(terms))."""
         self.existing_anti = index.existing_anti(pod)
-        labels_of = index.labels.__getitem__
         affinity, namespace = pod.pod_affinity, pod.namespace
-        for term in affinity:
-            counts = index.selected(
-                ("affinity", namespace, affinity),
-                partial(_all_select, affinity, namespace),
-                term.topology_key,
-            )
-            self.affinity.update(counts.without(pod.uid, labels_of))
-        for term in pod.pod_anti_affinity:
-            counts = index.selected(
-                ("anti", namespace, term),
-                partial(_term_selects, term, namespace),
-                term.topology_key,
-            )
-            self.anti.update(counts.without(pod.uid, labels_of))
+        self.affinity = index.summed(
+            pod,
+            [
+                index.selected(
+                    ("affinity", namespace, affinity),
+                    partial(_all_select, affinity, namespace),
+                    term.topology_key,
+                )
+                for term in affinity
+            ],
+        )
+        self.anti = index.summed(
+            pod,
+            [
+                index.selected(
+                    ("anti", namespace, term),
+                    partial(_term_selects, term, namespace),
+                    term.topology_key,
+                )
+                for term in pod.pod_anti_affinity
+            ],
+        )
 
 
 def _all_select(terms: Sequence[PodAffinityTerm], owner_namespace: str, other: Pod) -> bool:

@@ -28,6 +28,8 @@ from schedcache.model.values import Pod
 Pair = tuple[str, str]
 #: Selectors (Counts) kept at once; beyond, all are dropped and registered again on use.
 MAX_SELECTORS = 256
+#: Changed pairs a source logs before the log starts again (its readers then read it whole).
+MAX_LOG = 100_000
 
 
 def _add(counter: Counter[Pair], pair: Pair, delta: int) -> None:
@@ -39,20 +41,56 @@ def _add(counter: Counter[Pair], pair: Pair, delta: int) -> None:
         del counter[pair]
 
 
+class Source:
+    """Counts per topology pair (``pairs``) and the pairs changed, in order (``log``: a
+    reader that kept a view of ``pairs`` applies ``log[its position:]``; a new list object
+    once ``MAX_LOG`` long)."""
+
+    def __init__(self) -> None:
+        self.pairs: Counter[Pair] = Counter()
+        self.log: list[Pair] = []
+
+    def change(self, pair: Pair, delta: int) -> None:
+        _add(self.pairs, pair, delta)
+        if len(self.log) >= MAX_LOG:
+            self.log = []
+        self.log.append(pair)
+
+
+class Summed:
+    """Several sources' counts read as one, with no copy: a pair's count is the sum of the
+    sources' and of ``extra`` (the judged pod's own contributions, negative)."""
+
+    def __init__(self, sources: list[Source], extra: Counter[Pair] | None = None) -> None:
+        self.sources = sources
+        self.extra = extra or Counter()
+
+    def __getitem__(self, pair: Pair) -> int:
+        return sum(s.pairs.get(pair, 0) for s in self.sources) + self.extra.get(pair, 0)
+
+    def items(self) -> list[tuple[Pair, int]]:
+        """The pairs with a count other than 0."""
+        keys = dict.fromkeys(k for s in self.sources for k in s.pairs)
+        return [(k, n) for k in keys if (n := self[k])]
+
+    def __bool__(self) -> bool:
+        return any(n > 0 for _, n in self.items())
+
+
 def _scores_others(pod: Pod) -> bool:
     return bool(pod.preferred_pod_affinity or pod.preferred_pod_anti_affinity or pod.pod_affinity)
 
 
-class Counts:
+class Counts(Source):
     """Pods that ``test`` accepts: per node their uids, per ``key`` of the node's labels the
     total per value (``pairs``), and where each counted uid is."""
 
     def __init__(self, test: Callable[[Pod], bool], key: str) -> None:
+        super().__init__()
         self.test = test
         self.key = key
         self.per_node: dict[str, tuple[str, ...]] = {}
         self.where: dict[str, str] = {}
-        self.pairs: Counter[Pair] = Counter()
 
     def put(self, name: str, labels: Mapping[str, str], pods: Iterable[Pod], sign: int) -> None:
         value = labels.get(self.key)
@@ -67,28 +105,23 @@ class Counts:
                 for uid in uids:
                     self.where[uid] = name
         if uids and value is not None:
-            _add(self.pairs, (self.key, value), sign * len(uids))
+            self.change((self.key, value), sign * len(uids))
 
-    def without(self, uid: str, labels_of: Callable[[str], Mapping[str, str]]) -> Counter[Pair]:
-        """``pairs`` with pod ``uid`` left out (a copy only when it is counted)."""
+    def own(self, uid: str, labels_of: Callable[[str], Mapping[str, str]]) -> Counter[Pair]:
+        """Pod ``uid``'s contribution to ``pairs``, negated (empty when it is not counted)."""
         name = self.where.get(uid)
-        if name is None:
-            return self.pairs
-        out = Counter(self.pairs)
-        value = labels_of(name).get(self.key)
-        if value is not None:
-            _add(out, (self.key, value), -1)
-        return out
+        value = None if name is None else labels_of(name).get(self.key)
+        return Counter() if value is None else Counter({(self.key, value): -1})
 
 
-class AntiTerms:
+class AntiTerms(Source):
     """Existing pods' required anti-affinity terms of one (owner namespace, term): per
     (the term's key, value) how many pods carry it, and where each carrier is."""
 
     def __init__(self, namespace: str, term: PodAffinityTerm) -> None:
+        super().__init__()
         self.namespace = namespace
         self.term = term
-        self.pairs: Counter[Pair] = Counter()
         self.where: dict[str, list[Pair | None]] = {}  # uid -> the pair of each term it carries
 
 
@@ -169,7 +202,7 @@ class PodIndex:
                 value = labels.get(term.topology_key)
                 pair = None if value is None else (term.topology_key, value)
                 if pair is not None:
-                    _add(found.pairs, pair, sign)
+                    found.change(pair, sign)
                 if sign > 0:
                     found.where.setdefault(pod.uid, []).append(pair)
                 else:
@@ -189,22 +222,22 @@ class PodIndex:
                 found.put(name, labels, self.pods[name], 1)
         return found
 
-    def existing_anti(self, pod: Pod) -> Counter[Pair]:
+    def existing_anti(self, pod: Pod) -> Summed:
         """Per topology pair, existing pods' required anti-affinity terms that match ``pod``
         (InterPodAffinity's existingAntiAffinityCounts), ``pod`` itself left out."""
-        total: Counter[Pair] | None = None
-        shared = True  # total is an AntiTerms' own counter (not to be written)
+        sources: list[Source] = []
+        own: Counter[Pair] = Counter()
         for terms in self.anti.values():
-            if not terms.term.matches_pod(terms.namespace, pod.namespace, pod.labels):
-                continue
-            own = [pair for pair in terms.where.get(pod.uid, ()) if pair is not None]
-            if total is None and not own:
-                total = terms.pairs
-                continue
-            if total is None or shared:
-                total, shared = Counter(total or ()), False
-            for pair in own:
-                _add(total, pair, -1)
-            for pair, count in terms.pairs.items():
-                _add(total, pair, count)
-        return total if total is not None else Counter()
+            if terms.term.matches_pod(terms.namespace, pod.namespace, pod.labels):
+                sources.append(terms)
+                for pair in terms.where.get(pod.uid, ()):
+                    if pair is not None:
+                        own[pair] -= 1
+        return Summed(sources, own)
+
+    def summed(self, pod: Pod, counts: list[Counts]) -> Summed:
+        """``counts`` read as one, ``pod`` left out."""
+        own: Counter[Pair] = Counter()
+        for c in counts:
+            own.update(c.own(pod.uid, self.labels.__getitem__))
+        return Summed(list(counts), own)

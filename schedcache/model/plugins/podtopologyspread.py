@@ -95,7 +95,7 @@ class State:
         if len(set(keys)) == 1 and not any(_policy_can_exclude(pod, c) for c in self.constraints):
             values = index.values.get(keys[0], Counter())
             for i, counts in enumerate(self._indexed):
-                pairs = counts.without(pod.uid, index.labels.__getitem__)
+                pairs = index.summed(pod, [counts])
                 key = keys[i]
                 self.counts[i] = Counter({v: pairs[(key, v)] for v in values})
             self._lazy = pod.uid  # the holders found when asked (claims): the nodes counted
