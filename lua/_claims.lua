@@ -94,7 +94,8 @@ end
 
 -- Inter-pod rules (docs/constraints.md): optimistic, on node generations. The replica decided
 -- on a snapshot caught up to cache generation `since`; `reads` names, per rule, the nodes
--- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ...". The live cache
+-- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ..." (a spread rule's
+-- domain may be one word "~<key>=<value>" instead of its nodes: read_broken). The live cache
 -- still gives the same verdict when none of those nodes changed since `since` (any pod placed,
 -- removed or relabelled on a node bumps its generation), and when no other node changed
 -- since then gained a pod with required anti-affinity (the one rule that a pod on a node the
