@@ -80,26 +80,21 @@ class State:
         """The same counts, read from the snapshot's index with no copy (O(terms))."""
         self.existing_anti = index.existing_anti(pod)
         affinity, namespace = pod.pod_affinity, pod.namespace
+        all_select = partial(_all_select, affinity, namespace)
         self.affinity = index.summed(
             pod,
             [
-                index.selected(
-                    ("affinity", namespace, affinity),
-                    partial(_all_select, affinity, namespace),
-                    term.topology_key,
-                )
-                for term in affinity
+                index.selected(("affinity", namespace, affinity), all_select, t.topology_key)
+                for t in affinity
             ],
         )
         self.anti = index.summed(
             pod,
             [
                 index.selected(
-                    ("anti", namespace, term),
-                    partial(_term_selects, term, namespace),
-                    term.topology_key,
+                    ("anti", namespace, t), partial(_term_selects, t, namespace), t.topology_key
                 )
-                for term in pod.pod_anti_affinity
+                for t in pod.pod_anti_affinity
             ],
         )
 
