@@ -470,6 +470,11 @@ def main() -> None:
         # One profiler per request thread up to 3.11 hung the watches here; from 3.12 one
         # profiler sees every thread.
         parser.error("--api-profile needs Python 3.12+")
+    if "anti" in args.shapes and args.initial + args.measured > args.nodes:
+        parser.error(
+            "--shapes anti: every pod repels every other by hostname, so it needs "
+            "--initial + --measured <= --nodes"
+        )
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         server = None
