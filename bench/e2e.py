@@ -97,6 +97,7 @@ import redis  # noqa: E402
 
 from bench.common import print_table, start_server, write_results  # noqa: E402
 from bench.device.api_capacity import measure  # noqa: E402
+from bench.e2e_shapes import SHAPES, ratios, shaped  # noqa: E402
 from schedcache import Cache  # noqa: E402
 from schedcache.model.quantity import int_value, milli_value  # noqa: E402
 
@@ -117,14 +118,14 @@ CPU, MEMORY, PODS = "4", "32Gi", "110"
 POD_CPU, POD_MEMORY = "100m", "500Mi"
 
 
-def node(i: int) -> dict[str, Any]:
+def node(i: int, zones: tuple[str, ...] = SHAPES["basic"].zones) -> dict[str, Any]:
     return {
         "kind": "Node",
         "metadata": {
             "name": f"node-{i}",
             "labels": {
                 "kubernetes.io/hostname": f"node-{i}",
-                "topology.kubernetes.io/zone": f"zone-{i % 3}",
+                "topology.kubernetes.io/zone": zones[i % len(zones)],
             },
         },
         "status": {"allocatable": {"cpu": CPU, "memory": MEMORY, "pods": PODS}},
@@ -177,12 +178,13 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
                 raise
 
         server.bind = counting  # type: ignore[method-assign]
+        shape = SHAPES[args.shape]  # bench/e2e_shapes.py: labels, namespaces, rules
         for i in range(args.nodes):
-            server.create(node(i))
+            server.create(node(i, shape.zones))
         for i in range(args.initial):
-            server.create(pod(f"initial-{i}", f"node-{i % args.nodes}"))
+            server.create(shaped(pod(f"initial-{i}", f"node-{i % args.nodes}"), shape, False))
         for i in range(args.measured):
-            server.create(pod(f"measured-{i}"))
+            server.create(shaped(pod(f"measured-{i}"), shape, True))
         # The harness's own kubeconfig path per run: the capacity clients read it.
         conn.send(str(server.kubeconfig(Path(directory) / "kubeconfig")))
         while True:
@@ -198,7 +200,9 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
             elif message == "check":
                 for profiler in profiles:
                     profiler.disable()  # the placing only, not the checks and capacity
-                conn.send(_check(server.objects("Node"), server.objects("Pod"), refused))
+                pods = server.objects("Pod")
+                checks = _check(server.objects("Node"), pods, refused)
+                conn.send({**checks, "rules broken": shape.violations(pods)})
             else:  # ("capacity pods", n): pods no scheduler here places
                 names = [f"capacity-{i}" for i in range(message[1])]
                 for name in names:
@@ -362,6 +366,8 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
     processes = [context.Process(target=feeder, args=(args.url, kubeconfig, synced, stop))]
     ready = [context.Event() for _ in range(replicas)]
     profile = args.profile if replicas == 1 else ""
+    if profile and len(args.shapes) > 1:
+        profile = f"{profile}.{args.shape}"  # one file per shape
     processes += [
         context.Process(
             target=replica,
@@ -408,6 +414,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         ours.send("stop")
         api.join(30)
     return {
+        "shape": args.shape,
         "replicas": replicas,
         "nodes": args.nodes,
         "measured": args.measured,
@@ -451,11 +458,23 @@ def main() -> None:
     parser.add_argument("--name", default="e2e", help="results file: bench/results/NAME.json")
     parser.add_argument("--json", default="", help="results file (instead of --name's)")
     parser.add_argument("--tree", default="", help="import schedcache from this checkout")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        choices=sorted(SHAPES),
+        default=["basic"],
+        help="scheduler_perf shapes, each with every --replicas count (bench/e2e_shapes.py)",
+    )
     args = parser.parse_args()
     if args.api_profile and sys.version_info < (3, 12):
         # One profiler per request thread up to 3.11 hung the watches here; from 3.12 one
         # profiler sees every thread.
         parser.error("--api-profile needs Python 3.12+")
+    if "anti" in args.shapes and args.initial + args.measured > args.nodes:
+        parser.error(
+            "--shapes anti: every pod repels every other by hostname, so it needs "
+            "--initial + --measured <= --nodes"
+        )
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         server = None
@@ -465,22 +484,25 @@ def main() -> None:
             server, args.url = own_redis(directory)
             print(f"redis-server of the bench's own: {args.url}", flush=True)
         try:
-            for count in args.replicas:
-                row = run(count, args, directory)
-                rows.append(row)
-                print(row, flush=True)
-                path = _save(args, rows)
+            for shape in args.shapes:
+                args.shape = shape  # what run() and the API server's process build
+                for count in args.replicas:
+                    row = run(count, args, directory)
+                    rows.append(row)
+                    print(row, flush=True)
+                    path = _save(args, rows)
         finally:
             if server is not None:
                 server.terminate()
                 server.wait(30)
     columns = list(rows[0])
     print_table(
-        f"e2e (SchedulingBasic shape): {args.nodes:,} nodes, {args.initial:,} initial pods, "
-        f"{args.measured:,} measured",
+        f"e2e ({', '.join(SHAPES[s].upstream for s in args.shapes)}): {args.nodes:,} nodes, "
+        f"{args.initial:,} initial pods, {args.measured:,} measured",
         columns,
         [[row[c] for c in columns] for row in rows],
     )
+    print("\n".join(["", *ratios(rows)]))
     print(f"\nwritten to {path}")
 
 

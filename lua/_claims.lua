@@ -94,7 +94,8 @@ end
 
 -- Inter-pod rules (docs/constraints.md): optimistic, on node generations. The replica decided
 -- on a snapshot caught up to cache generation `since`; `reads` names, per rule, the nodes
--- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ...". The live cache
+-- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ..." (a spread rule's
+-- domain may be one word "~<key>=<value>" instead of its nodes: read_broken). The live cache
 -- still gives the same verdict when none of those nodes changed since `since` (any pod placed,
 -- removed or relabelled on a node bumps its generation), and when no other node changed
 -- since then gained a pod with required anti-affinity (the one rule that a pod on a node the
@@ -159,6 +160,23 @@ local function read_broken(p, node, padded, since, first_pod)
     end
     at = string.find(padded, word, at + 1, true)
   end
+  -- Domain words "~<key>=<value>" (a spread rule's domains under a key other than the
+  -- hostname, in place of their every node): the node reads as named there when its kept
+  -- label <key> is <value>, or its labels are not kept. They are the labels the snapshot saw:
+  -- a spec change since refused the spread claim already (spec_refusal). One HMGET per word.
+  at = string.find(padded, ' ~', 1, true)
+  while at ~= nil do
+    local key, value = string.match(padded, '^~([^=%s]+)=(%S*)', at + 1)
+    local have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
+    if not have[1] or have[2] == value then
+      local rule = nil
+      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+      if added == nil then added, removed = pod_changes_since(p, node, since) end
+      local needs = RULES[rule]
+      if needs == 'added' and added or needs == 'removed' and removed then return rule end
+    end
+    at = string.find(padded, ' ~', at + 1, true)
+  end
   return nil
 end
 
@@ -178,6 +196,16 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
     if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end
     for rule in string.gmatch(reads, '@(%S*)') do
       if not RULES[rule] then return nil end
+    end
+    -- Domain words: "~<key>=<value>", under a spread rule only ('@' is in no node name,
+    -- label key or value: it splits the rules).
+    for rule, body in string.gmatch(reads, '@(%S+)([^@]*)') do
+      if string.find(body, ' ~', 1, true) then
+        if string.sub(rule, 1, 15) ~= 'topology-spread' then return nil end
+        for word in string.gmatch(body, '~%S*') do
+          if not string.match(word, '^~[^=%s]+=') then return nil end
+        end
+      end
     end
   end
   local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',

@@ -83,6 +83,7 @@ class ScratchSnapshot(Snapshot):
         info = self.node_infos[node]
         placed = pod.with_node(node)
         self.changed.add(node)  # for the columns that follow it (what-if's summaries)
+        self.pod_index.mark(node)  # and for the inter-pod rules' counts
         self.generation += 1
         info.generation = self.generation
         info.pods.append(placed)

@@ -44,6 +44,7 @@ def _judged(
             pod,
             list(snap.node_infos.values()),
             anti_holders=snap.have_pods_with_required_anti_affinity_list,
+            index=snap.pod_index.sync(snap.node_infos),
         )
     rule = broken_rule(cycle, info)
     if rule is not None:

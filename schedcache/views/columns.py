@@ -23,7 +23,7 @@ columns cannot judge alone gets the per-node code there too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,10 @@ import numpy.typing as npt
 
 from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
-from schedcache.model.plugins import imagelocality
+from schedcache.model.plugins import imagelocality, interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.nodelocal import intolerable_prefer_no_schedule, node_refuses
+from schedcache.model.plugins.podindex import Pair, Source, Summed
 from schedcache.model.plugins.registry import WEIGHTS, filter_pod, score_nodes
 from schedcache.model.plugins.result import FITS, FilterResult
 from schedcache.model.values import Node, Pod
@@ -74,6 +75,21 @@ def columnar(pod: Pod) -> bool:
         or pod.preferred_pod_affinity
         or pod.preferred_pod_anti_affinity
         or pod.preferred_node_affinity
+    )
+
+
+def rules_columnar(pod: Pod) -> bool:
+    """Whether the columns judge ``pod`` with the inter-pod rule masks (:meth:`Columns.rules`):
+    :func:`columnar` but for required anti-affinity and DoNotSchedule spread constraints."""
+    return not (
+        pod.host_ports
+        or pod.requests.scalar_resources
+        or pod.node_name
+        or pod.pod_affinity
+        or pod.preferred_pod_affinity
+        or pod.preferred_pod_anti_affinity
+        or pod.preferred_node_affinity
+        or any(c.when_unsatisfiable != "DoNotSchedule" for c in pod.spread_constraints)
     )
 
 
@@ -118,6 +134,10 @@ class Columns:
         self.prefer_taints: Bools = np.zeros(0, dtype=bool)
         self.images: Bools = np.zeros(0, dtype=bool)
         self._shapes: dict[Any, tuple[Pod, Bools]] = {}  # node-local verdicts per pod shape
+        # Per label key: the rows of each value (rebuilt when a node object changes).
+        self._label_rows: dict[str, dict[str, list[int]]] = {}
+        # Per source of the pod index: the rows its pairs block, and how far its log was read.
+        self._masks: dict[int, tuple[Source, list[Pair], int, Bools]] = {}
 
     # -- keeping up with the snapshot --------------------------------------------------------
 
@@ -163,6 +183,8 @@ class Columns:
         self.images = np.zeros(n, dtype=bool)
         self._objects = [None] * n
         self._shapes = {}
+        self._label_rows = {}
+        self._masks = {}
         for row, info in enumerate(infos):
             self._fill(row, info)
 
@@ -182,6 +204,8 @@ class Columns:
         self.images[row] = bool(info.image_states)
         if node is not self._objects[row]:
             self._objects[row] = node
+            self._label_rows.clear()
+            self._masks.clear()
             self.quiet[row] = node is not None and not node.unschedulable and not node.taints
             self.prefer_taints[row] = node is not None and any(
                 t[2] == "PreferNoSchedule" for t in node.taints
@@ -277,8 +301,13 @@ class Columns:
         want = nodes_to_find(n, self.percentage)
         start = self.next_start % n
         cycle: Cycle | None = None
-        if columnar(pod) and not snap.have_pods_with_required_anti_affinity_list:
-            rotated = np.flatnonzero(np.roll(self.fits(pod), -start))
+        plain = columnar(pod) and not snap.have_pods_with_required_anti_affinity_list
+        if plain or rules_columnar(pod):
+            fits = self.fits(pod)
+            if not plain:  # the inter-pod rules as masks, from the snapshot's counts
+                cycle = self._cycle(pod, snap)
+                fits &= self.rules(cycle)
+            rotated = np.flatnonzero(np.roll(fits, -start))
             found = rotated[:want]
             processed = int(found[-1]) + 1 if len(found) == want else n
             rows: Ints = ((found + start) % n).astype(np.int64)
@@ -296,7 +325,9 @@ class Columns:
         self.next_start = (start + processed) % n
         if not len(rows):
             return self._unschedulable(pod, snap, cycle or self._cycle(pod, snap))
-        if cycle is None and not snap.have_pods_with_affinity_list:
+        if (cycle is None and not snap.have_pods_with_affinity_list) or (
+            cycle is not None and rules_columnar(pod) and _no_pod_scores(cycle)
+        ):
             scores = self.totals(pod, rows)
         else:
             candidates = [self.infos[row] for row in rows]
@@ -304,6 +335,76 @@ class Columns:
             scores = np.array([by_name[info.name] for info in candidates], dtype=np.int64)
         ranked = self._ranked(rows, scores)
         return Placement(node=ranked[0], nodes=live, judged=processed, ranked=ranked)
+
+    def rules(self, cycle: Cycle) -> Bools:
+        """Per row, whether InterPodAffinity's anti-affinity (the pod's and existing pods')
+        and PodTopologySpread's DoNotSchedule constraints let the pod through: their filters'
+        verdicts, from the PreFilter counts once per pod, in O(domains) steps."""
+        pod = cycle.pod
+        ok = self.live.copy()
+        s = interpodaffinity.state(cycle)
+        for counts in (s.anti, s.existing_anti):
+            if isinstance(counts, Summed) and not counts.extra:
+                for source in counts.sources:  # kept per source, following its log
+                    ok &= ~self._blocked(source)
+                continue
+            by_key: dict[str, list[str]] = {}
+            for (key, value), n in counts.items():
+                if n > 0:
+                    by_key.setdefault(key, []).append(value)
+            for key, values in by_key.items():
+                self._block(ok, key, values)
+        constraints = podtopologyspread.hard_constraints(pod)
+        if constraints:
+            spread = podtopologyspread.state(cycle)
+            for i, c in enumerate(constraints):
+                self_match = int(c.selector is not None and c.selector.matches(pod.labels))
+                low = spread.min_match(i)
+                rows = self._rows_of(c.topology_key)
+                has_key = np.zeros(len(ok), dtype=bool)
+                has_key[[r for found in rows.values() for r in found]] = True
+                ok &= has_key  # missing the key: unresolvable
+                # (A value no count holds counts 0: self_match - low <= 1 <= maxSkew passes.)
+                skewed = [
+                    v for v, n in spread.counts[i].items() if n + self_match - low > c.max_skew
+                ]
+                self._block(ok, c.topology_key, skewed)
+        return ok
+
+    def _blocked(self, source: Source) -> Bools:
+        """The rows in a topology pair that ``source`` counts (kept per source: only the
+        pairs its log names since are looked at again)."""
+        kept = self._masks.get(id(source))
+        if kept is None or kept[0] is not source or kept[1] is not source.log:
+            mask = np.zeros(len(self.infos), dtype=bool)
+            changed: Iterable[Pair] = list(source.pairs)
+        else:
+            _, _, position, mask = kept
+            changed = dict.fromkeys(source.log[position:])
+        for pair in changed:
+            rows = self._rows_of(pair[0]).get(pair[1])
+            if rows:
+                mask[rows] = source.pairs.get(pair, 0) > 0
+        if len(self._masks) > MAX_SHAPES:  # sources the index dropped: forgotten whole
+            self._masks.clear()
+        self._masks[id(source)] = (source, source.log, len(source.log), mask)
+        return mask
+
+    def _rows_of(self, key: str) -> dict[str, list[int]]:
+        found = self._label_rows.get(key)
+        if found is None:
+            found = self._label_rows[key] = {}
+            for row, node in enumerate(self._objects):
+                value = None if node is None else node.labels.get(key)
+                if value is not None:
+                    found.setdefault(value, []).append(row)
+        return found
+
+    def _block(self, ok: Bools, key: str, values: list[str]) -> None:
+        """Rows whose ``key`` label has one of ``values``: False in ``ok``."""
+        if values:
+            rows = self._rows_of(key)
+            ok[[r for v in values for r in rows.get(v, ())]] = False
 
     # -- judging one pod on named nodes (the extender) ---------------------------------------
 
@@ -381,6 +482,7 @@ class Columns:
             pod,
             list(snap.node_infos.values()),
             anti_holders=snap.have_pods_with_required_anti_affinity_list,
+            index=snap.pod_index.sync(snap.node_infos),
         )
 
     def _unschedulable(self, pod: Pod, snap: Snapshot, cycle: Cycle) -> Placement:
@@ -388,3 +490,11 @@ class Columns:
         infos: Sequence[NodeInfo] = [i for i in self.infos if i.node is not None]
         reasons = [r for info in infos for r in filter_pod(pod, info, cycle).reasons]
         return Placement(nodes=len(infos), judged=len(infos), reasons=reasons)
+
+
+def _no_pod_scores(cycle: Cycle) -> bool:
+    """Whether InterPodAffinity scores every node 0 for ``cycle``'s pod (no preferred terms of
+    its own, checked by :func:`rules_columnar`, and no pod scoring others: no existing pod with
+    preferred terms or required affinity) and PodTopologySpread scores nothing (no
+    ScheduleAnyway constraint): the columns' totals are then the profile's scores."""
+    return cycle.index is not None and cycle.index.scoring == 0

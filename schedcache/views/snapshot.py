@@ -27,6 +27,7 @@ Nothing in a snapshot is shared with another snapshot or with the cache's caller
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import time
@@ -37,6 +38,7 @@ from typing import Any
 
 from schedcache.errors import NodeNotFound
 from schedcache.model.nodeinfo import Dump, ImageStateSummary, NodeInfo
+from schedcache.model.plugins.podindex import PodIndex
 from schedcache.store import metrics
 from schedcache.store.fetch import (
     NodeObject,
@@ -99,6 +101,14 @@ class Snapshot:
     # Names of the nodes put in or taken out since a reader last emptied it (the snapshot
     # columns, views/columns.py, follow these instead of looking at every node).
     changed: set[str] = field(default_factory=set, repr=False)
+    # Counts per topology domain of the pods the inter-pod rules in use select, kept as the
+    # snapshot changes (every changed node marked): the rules' PreFilter reads them.
+    pod_index: PodIndex = field(default_factory=PodIndex, repr=False)
+    # The live nodes holding pods with affinity, with required anti-affinity (kept per changed
+    # node: the two lists above are filtered by them, with no look at every node's pods).
+    affinity_names: set[str] = field(default_factory=set, repr=False)
+    anti_names: set[str] = field(default_factory=set, repr=False)
+    node_rank: dict[str, int] = field(default_factory=dict, repr=False)  # in node_info_list
 
     def num_nodes(self) -> int:
         return len(self.node_info_list)
@@ -134,6 +144,7 @@ class _Flags:
     membership: bool = False
     affinity: bool = False
     pvc: bool = False
+    flipped: list[str] = field(default_factory=list)  # gained or lost pods with affinity
 
 
 def update_snapshot(store: Store, snap: Snapshot, *, replica_ok: bool = True) -> SnapshotUpdate:
@@ -566,6 +577,7 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
     Redis (``sync``), into its fold state."""
     for name, info, versions, totals in decoded:
         snap.changed.add(name)
+        snap.pod_index.mark(name)
         if sync:
             _sync_state(snap.state, name, info, versions, totals)
         existing = snap.node_infos.get(name)
@@ -578,6 +590,9 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
         if existing is not None and not same_images:
             _unindex_images(snap, existing)
         if info is None or info.node is None:  # removed, or only a ghost/placeholder
+            flags.membership |= name in snap.affinity_names or name in snap.anti_names
+            snap.affinity_names.discard(name)
+            snap.anti_names.discard(name)
             snap.node_objects.pop(name, None)
             if existing is not None:
                 del snap.node_infos[name]
@@ -595,6 +610,14 @@ def _commit_nodes(snap: Snapshot, decoded: list[Decoded], flags: _Flags, sync: b
             existing.__class__ = info.__class__
             existing.__dict__ = vars(info)
             info = existing
+        affinity, anti = _with_affinity(info)
+        for names, held in ((snap.affinity_names, affinity), (snap.anti_names, anti)):
+            if held != (name in names):
+                flags.flipped.append(name)
+            if held:
+                names.add(name)
+            else:
+                names.discard(name)
         if not same_images:
             for image in info.image_states:
                 snap.image_nodes.setdefault(image, set()).add(name)
@@ -625,12 +648,33 @@ def _rebuild_lists(snap: Snapshot, flags: _Flags, report: SnapshotUpdate) -> Non
         if missing:
             log.warning("nodes in the tree but not in the snapshot: %s", ", ".join(missing[:10]))
         snap.node_info_list = [snap.node_infos[name] for name in order if name in snap.node_infos]
+        snap.node_rank = {}  # found again when next needed
         report.list_rebuilt = True
-    if flags.membership or flags.affinity:
-        snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.pods_with_affinity]
+    if flags.membership:
+        affinity, anti = snap.affinity_names, snap.anti_names
+        snap.have_pods_with_affinity_list = [i for i in snap.node_info_list if i.name in affinity]
         snap.have_pods_with_required_anti_affinity_list = [
-            i for i in snap.node_info_list if i.pods_with_required_anti_affinity
+            i for i in snap.node_info_list if i.name in anti
         ]
+    elif flags.flipped:
+        # Only these nodes gained or lost pods with affinity: each put in (at its place in
+        # the node list's order) or taken out, with no look at every node.
+        if len(snap.node_rank) != len(snap.node_info_list):
+            snap.node_rank = {info.name: at for at, info in enumerate(snap.node_info_list)}
+        rank = snap.node_rank
+        for names, held in (
+            (snap.affinity_names, snap.have_pods_with_affinity_list),
+            (snap.anti_names, snap.have_pods_with_required_anti_affinity_list),
+        ):
+            for name in dict.fromkeys(flags.flipped):
+                if name not in rank:
+                    continue
+                at = bisect.bisect_left(held, rank[name], key=lambda i: rank.get(i.name, -1))
+                listed = at < len(held) and held[at].name == name
+                if name in names and not listed:
+                    held.insert(at, snap.node_infos[name])
+                elif name not in names and listed:
+                    del held[at]
     if flags.membership or flags.pvc:
         snap.used_pvc_set = {key for info in snap.node_info_list for key in info.pvc_ref_counts}
 

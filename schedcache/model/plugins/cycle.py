@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.podindex import PodIndex
 from schedcache.model.values import Node, Pod
 
 
@@ -27,6 +28,9 @@ class Cycle:
     #: The nodes holding pods with required anti-affinity, when the snapshot lists them
     #: (``have_pods_with_required_anti_affinity_list``); else found by looking at every node.
     anti_holders: Sequence[NodeInfo] | None = None
+    #: The snapshot's counts per topology domain, synced with ``infos`` (podindex.py): the
+    #: PreFilter states read them instead of passing over every pod.
+    index: PodIndex | None = None
 
     def holders(self) -> Sequence[NodeInfo]:
         if self.anti_holders is None:
@@ -42,6 +46,8 @@ class Cycle:
     def repelling(self) -> bool:
         """Whether any other pod has required anti-affinity (existing pods' terms to check)."""
         uid = self.pod.uid
+        if self.index is not None:
+            return any(len(t.where) > (uid in t.where) for t in self.index.anti.values())
         return any(p.uid != uid for i in self.holders() for p in i.pods_with_required_anti_affinity)
 
     def others(self, info: NodeInfo) -> Iterator[Pod]:

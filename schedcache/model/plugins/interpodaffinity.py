@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.plugins.podindex import PodIndex, Summed
 from schedcache.model.plugins.result import FilterResult
 from schedcache.model.podterms import PodAffinityTerm, WeightedTerm
 from schedcache.model.values import Pod
@@ -36,11 +38,15 @@ class State:
 
     def __init__(self, cycle: Cycle) -> None:
         pod = cycle.pod
-        self.existing_anti: Counter[Pair] = Counter()
-        self.affinity: Counter[Pair] = Counter()
-        self.anti: Counter[Pair] = Counter()
+        # Counters of this pass, or the index's counts read as one (Summed: no copy).
+        self.existing_anti: Counter[Pair] | Summed = Counter()
+        self.affinity: Counter[Pair] | Summed = Counter()
+        self.anti: Counter[Pair] | Summed = Counter()
         affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
         uid = pod.uid
+        if cycle.index is not None:
+            self._from_index(pod, cycle.index)
+            return
         # Existing pods' terms: only the nodes holding pods with required anti-affinity.
         for info in cycle.holders():
             node = info.node
@@ -69,6 +75,36 @@ class State:
                         pod.namespace, other.namespace, other.labels
                     ):
                         self.anti[(term.topology_key, labels[term.topology_key])] += 1
+
+    def _from_index(self, pod: Pod, index: PodIndex) -> None:
+        """The same counts, read from the snapshot's index with no copy (O(terms))."""
+        self.existing_anti = index.existing_anti(pod)
+        affinity, namespace = pod.pod_affinity, pod.namespace
+        all_select = partial(_all_select, affinity, namespace)
+        self.affinity = index.summed(
+            pod,
+            [
+                index.selected(("affinity", namespace, affinity), all_select, t.topology_key)
+                for t in affinity
+            ],
+        )
+        self.anti = index.summed(
+            pod,
+            [
+                index.selected(
+                    ("anti", namespace, t), partial(_term_selects, t, namespace), t.topology_key
+                )
+                for t in pod.pod_anti_affinity
+            ],
+        )
+
+
+def _all_select(terms: Sequence[PodAffinityTerm], owner_namespace: str, other: Pod) -> bool:
+    return all(t.matches_pod(owner_namespace, other.namespace, other.labels) for t in terms)
+
+
+def _term_selects(term: PodAffinityTerm, owner_namespace: str, other: Pod) -> bool:
+    return term.matches_pod(owner_namespace, other.namespace, other.labels)
 
 
 def state(cycle: Cycle) -> State:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import partial
 
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.nodelocal import matches_node_affinity, untolerated_taint
+from schedcache.model.plugins.podindex import Counts, PodIndex
 from schedcache.model.plugins.result import FilterResult
-from schedcache.model.podterms import SpreadConstraint
+from schedcache.model.podterms import LabelSelector, SpreadConstraint
 from schedcache.model.values import Node, Pod
 
 NAME = "PodTopologySpread"
@@ -56,8 +58,13 @@ class State:
         pod = cycle.pod
         self.constraints = constraints
         self.counts: list[Counter[str]] = [Counter() for _ in constraints]
-        self.holders: list[str] = []  # nodes holding pods that some constraint counts
+        self._holders: list[str] = []  # nodes holding pods that some constraint counts
+        self._lazy = ""  # the pod's uid when the holders are found from the index when asked
+        self._indexed: list[Counts] = []
         keys = [c.topology_key for c in constraints]
+        if cycle.index is not None:
+            self._from_index(cycle, cycle.index, keys)
+            return
         for info, node in cycle.nodes():
             labels = node.labels
             if any(key not in labels for key in keys):
@@ -70,13 +77,82 @@ class State:
                     self.counts[i][labels[constraint.topology_key]] += found
                     held = held or found > 0
             if held:
-                self.holders.append(info.name)
+                self._holders.append(info.name)
+
+    def _from_index(self, cycle: Cycle, index: PodIndex, keys: list[str]) -> None:
+        """The same counts from the snapshot's index: per domain straight from its totals when
+        every node carrying the key is counted (one key, no inclusion policy that can leave a
+        node out), else node by node from its per-node counts (no selector matched again)."""
+        pod = cycle.pod
+        self._indexed = [
+            index.selected(
+                ("spread", pod.namespace, c.selector),
+                partial(_spread_selects, pod.namespace, c.selector),
+                c.topology_key,
+            )
+            for c in self.constraints
+        ]
+        if len(set(keys)) == 1 and not any(_policy_can_exclude(pod, c) for c in self.constraints):
+            values = index.values.get(keys[0], Counter())
+            for i, counts in enumerate(self._indexed):
+                pairs = index.summed(pod, [counts])
+                key = keys[i]
+                self.counts[i] = Counter({v: pairs[(key, v)] for v in values})
+            self._lazy = pod.uid  # the holders found when asked (claims): the nodes counted
+            return
+        uid = pod.uid
+        for info, node in cycle.nodes():
+            labels = node.labels
+            if any(key not in labels for key in keys):
+                continue
+            held = False
+            for i, constraint in enumerate(self.constraints):
+                if counted(pod, constraint, node):
+                    uids = self._indexed[i].per_node.get(info.name, ())
+                    found = len(uids) - (uid in uids)
+                    self.counts[i][labels[constraint.topology_key]] += found
+                    held = held or found > 0
+            if held:
+                self._holders.append(info.name)
+
+    @property
+    def holders(self) -> list[str]:
+        """The nodes holding pods that some constraint counts."""
+        if self._lazy:
+            uid, self._lazy = self._lazy, ""
+            self._holders = list(
+                dict.fromkeys(
+                    name
+                    for counts in self._indexed
+                    for name, uids in counts.per_node.items()
+                    if len(uids) > (uid in uids)
+                )
+            )
+        return self._holders
 
     def min_match(self, i: int) -> int:
         counts = self.counts[i]
         if len(counts) < self.constraints[i].min_domains or not counts:
             return 0
         return min(counts.values())
+
+
+def _spread_selects(namespace: str, selector: LabelSelector | None, other: Pod) -> bool:
+    """Counted by a constraint of a pod in ``namespace`` (``matching``'s test)."""
+    return (
+        selector is not None
+        and other.namespace == namespace
+        and not other.terminating
+        and selector.matches(other.labels)
+    )
+
+
+def _policy_can_exclude(pod: Pod, constraint: SpreadConstraint) -> bool:
+    """Whether an inclusion policy may leave a node carrying the key out of the counts."""
+    honor_affinity = constraint.node_affinity_policy == "Honor" and bool(
+        pod.node_selector or pod.required_node_affinity
+    )
+    return honor_affinity or constraint.node_taints_policy == "Honor"
 
 
 def state(cycle: Cycle) -> State:
