@@ -9,7 +9,10 @@ For each replica count, on an empty Redis database and a fresh fake API server
 2. one ``schedcache sync`` feeder (a process) lists and watches them into the cache;
 3. ``--replicas`` reference schedulers (one process each, as ``schedcache scheduler`` runs
    them) start at once; the clock runs from their start until the API server holds every
-   measured pod bound: **pods/s**;
+   measured pod bound: **pods/s**; besides, from the API server's own clock of each measured
+   Binding: **start s** (the start to the first Binding: processes' warm-up, first snapshot),
+   **steady pods/s** (first to last Binding once the first 5 % are bound: the rate without
+   the start-up) and **redis µs/pod** over that same steady window (see ``redis_usec``);
 4. checks on the API server's own objects: nodes whose bound pods' requests exceed their
    allocatable (must be 0), Bindings refused because the pod was already bound (must be 0:
    two replicas placed the same pod), measured pods left unbound;
@@ -44,6 +47,7 @@ import argparse
 import cProfile
 import importlib.util
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -164,13 +168,16 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
 
     profiles = _profile_handlers() if profile else []
     refused: Counter[str] = Counter()
+    bind_times: list[float] = []  # time.monotonic() of each measured Binding (system-wide)
     with FakeApiServer() as server:
         bind = server.bind
 
         def counting(namespace: str, name: str, body: Any) -> Any:
             try:
                 answer = bind(namespace, name, body)
-                refused["bound"] += name.startswith("measured-")  # no scan of every pod a poll
+                if name.startswith("measured-"):  # no scan of every pod a poll
+                    refused["bound"] += 1
+                    bind_times.append(time.monotonic())
                 return answer
             except ApiError as error:
                 refused[f"{error.code}"] += 1
@@ -195,6 +202,8 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
                     profiles[0].enable()  # one profiler sees every thread (3.12+)
             elif message == "bound":
                 conn.send(refused["bound"])
+            elif message == "times":
+                conn.send(sorted(bind_times))
             elif message == "check":
                 for profiler in profiles:
                     profiler.disable()  # the placing only, not the checks and capacity
@@ -304,6 +313,37 @@ def redis_cpu(url: str) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
+def redis_usec(url: str) -> dict[str, int]:
+    """Microseconds Redis spent in each command so far (``INFO commandstats``' ``usec``).
+
+    Redis's own time in the commands (a Function's Lua included; not the reading and writing
+    of sockets, which ``redis cpu µs/pod`` adds), by command: always counted, at no cost,
+    whoever sends them (replicas, the feeder). The slow log at 0 would time the same calls,
+    but keeps only its last entries (128 by default: it would need polling) and costs Redis a
+    record per command. Both are wall time: on a loaded machine, a Redis descheduled in the
+    middle of a command counts the wait too (the CPU column beside it does not)."""
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["usec"]) for name, row in stats.items()}
+
+
+def steady(times: list[float], start: float, skip: float = 0.05) -> tuple[float, float]:
+    """(seconds from ``start`` to the first Binding, Bindings/s from the one that completes
+    the first ``skip`` of them to the last); sorted monotonic times, one a Binding."""
+    if not times:
+        return 0.0, 0.0
+    first = max(1, math.ceil(skip * len(times)))  # times[first - 1]: the first 5 % bound
+    span = times[-1] - times[first - 1]
+    rate = (len(times) - first) / span if span > 0 else 0.0
+    return times[0] - start, rate
+
+
+def usec_per_pod(before: dict[str, int], after: dict[str, int], pods: int) -> dict[str, float]:
+    """Redis µs a pod by command (the busiest first), between two ``redis_usec`` readings."""
+    delta = {name: after[name] - before.get(name, 0) for name in after}
+    busy = sorted(((d, n) for n, d in delta.items() if d > 0), reverse=True)
+    return {name: round(d / max(pods, 1), 1) for d, name in busy}
+
+
 def wait_for(check: Any, timeout: float, what: str) -> float:
     start = time.perf_counter()
     while not check():
@@ -386,12 +426,23 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         ours.send("go")
         go.set()
         # Past --timeout the row keeps the rate of what was bound (a budgeted run's last row).
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), time.monotonic()
+        # Redis's time in the steady window: read once the first 5 % are bound, then at the end.
+        warm = math.ceil(0.05 * args.measured)
+        usec_warm: tuple[int, dict[str, int], float] | None = None
         while (done := bound()) < args.measured and time.perf_counter() - start < args.timeout:
+            if usec_warm is None and done >= warm:
+                usec_warm = (done, redis_usec(args.url), redis_cpu(args.url))
             time.sleep(0.05)
         seconds = time.perf_counter() - start
+        usec_end = redis_usec(args.url)
         after = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
         used = [b - a for a, b in zip(before, after, strict=True)]
+        ours.send("times")
+        start_s, steady_rate = steady(ours.recv(), clock)
+        warm_done, usec_before, cpu_warm = usec_warm or (done, usec_end, after[-1])
+        steady_pods = max(done - warm_done, 1)
+        by_command = usec_per_pod(usec_before, usec_end, steady_pods)
         ours.send("check")
         checks: dict[str, int] = ours.recv()
         ours.send(("capacity pods", args.capacity))
@@ -416,6 +467,12 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "bound": done,  # = measured unless --timeout cut the row
         "seconds": round(seconds, 2),
         "pods/s": round(done / seconds, 1),
+        "start s": round(start_s, 2),
+        "steady pods/s": round(steady_rate, 1),
+        "redis µs/pod": round(sum(by_command.values())),
+        # Redis's CPU (its main thread's sockets too) in the same window: the figure that a
+        # loaded machine does not inflate (commandstats' usec is wall time, see redis_usec).
+        "redis cpu µs/pod": round(1e6 * (after[-1] - cpu_warm) / steady_pods),
         **checks,
         "API binds/s": round(capacity),
         # CPU seconds each part used while the pods were placed (this machine's cores are
@@ -425,6 +482,8 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "cpu sync": round(used[1], 1),
         "cpu redis": round(used[-1], 1),
         "row s": round(time.perf_counter() - started, 1),
+        # Not in the table: the steady window's Redis µs a pod, by command.
+        "redis µs/pod by command": by_command,
     }
 
 
@@ -474,7 +533,7 @@ def main() -> None:
             if server is not None:
                 server.terminate()
                 server.wait(30)
-    columns = list(rows[0])
+    columns = [c for c in rows[0] if not isinstance(rows[0][c], dict)]
     print_table(
         f"e2e (SchedulingBasic shape): {args.nodes:,} nodes, {args.initial:,} initial pods, "
         f"{args.measured:,} measured",
