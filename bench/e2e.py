@@ -432,7 +432,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
                 args.workers,
                 args.binding_process,
             ),
-            daemon=True,
+            daemon=not args.binding_process,  # a daemon may not start its binding process
         )
         for i in range(replicas)
     ]

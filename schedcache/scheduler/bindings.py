@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # finish_binding's waits while Redis is away: 1 s doubling to 30 s (the loop's own).
 FINISH_BACKOFF = (1.0, 30.0)
+# Seconds a binding process may take to start (a spawned interpreter and its imports).
+START_TIMEOUT = 60.0
 # The reader thread's answer for a Binding the process never answered (it died, or stopped).
 PROCESS_GONE = "the binding process ended"
 
@@ -57,6 +59,10 @@ class BindingProcess:
         )
         self.process.start()
         theirs.close()
+        # Ready once its client and cache are built: a replica is not ready before its binder.
+        if not self._conn.poll(START_TIMEOUT) or self._conn.recv() != "ready":
+            self.process.kill()
+            raise RuntimeError(f"the binding process of {replica} did not start")
         self._lock = threading.Lock()
         self._waiting: dict[str, tuple[Pod, Callable[[Pod, str], None]]] = {}
         self._reader = threading.Thread(target=self._read, name="schedcache-bind-answers")
@@ -111,6 +117,7 @@ def serve(
     answers = threading.Lock()
     slots = threading.BoundedSemaphore(workers)
     stop = threading.Event()
+    conn.send("ready")
 
     def answer(uid: str, why: str) -> None:
         with answers:
