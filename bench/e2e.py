@@ -290,7 +290,7 @@ def replica(
     if binding_process:
         from schedcache.scheduler.bindings import BindingProcess
 
-        options["bindings"] = BindingProcess(kubeconfig, url, CACHE, name, workers or 16)
+        options["bindings"] = BindingProcess(kubeconfig, url, CACHE, name, workers or 16, cache.ttl)
     loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, **options)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     ready.set()

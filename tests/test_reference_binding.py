@@ -77,7 +77,7 @@ def test_bindings_from_a_process_of_their_own_place_every_pod_once(
     kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
     server.create(node("a", "2"))
     server.create(node("b", "2"))
-    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", workers=4)
+    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
     failed: list[str] = []
     try:
         with fed_scheduler(cache, server, tmp_path, bindings=bindings) as scheduler:

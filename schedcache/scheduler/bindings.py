@@ -42,18 +42,25 @@ PROCESS_GONE = "the binding process ended"
 
 
 class BindingProcess:
-    """Bindings of one replica, ``workers`` at a time, in a spawned process: ``submit(pod,
-    done)`` calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty:
-    bound and finished); ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
+    """Bindings of one replica, ``workers`` at a time, in a spawned process (``ttl``: the
+    cache's, which ``finish_binding`` starts the claim's expiry with). ``submit(pod, done)``
+    calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty: bound and
+    finished); ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
 
     def __init__(
-        self, kubeconfig: str, redis_url: str, cache_name: str, replica: str, workers: int
+        self,
+        kubeconfig: str,
+        redis_url: str,
+        cache_name: str,
+        replica: str,
+        workers: int,
+        ttl: float = 30.0,
     ) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, theirs = context.Pipe()
         self.process = context.Process(
             target=serve,
-            args=(theirs, kubeconfig, redis_url, cache_name, replica, workers),
+            args=(theirs, kubeconfig, redis_url, cache_name, replica, workers, ttl),
             name=f"schedcache-bind-{replica}",
             daemon=True,
         )
@@ -109,10 +116,16 @@ class BindingProcess:
 
 
 def serve(
-    conn: Connection, kubeconfig: str, redis_url: str, cache_name: str, replica: str, workers: int
+    conn: Connection,
+    kubeconfig: str,
+    redis_url: str,
+    cache_name: str,
+    replica: str,
+    workers: int,
+    ttl: float,
 ) -> None:
     """The process: bind each pod received, then ``finish_binding``; answer (uid, why)."""
-    cache = Cache(redis.Redis.from_url(redis_url), cache_name, replica=replica)
+    cache = Cache(redis.Redis.from_url(redis_url), cache_name, ttl=ttl, replica=replica)
     binder = ApiBinder(api_client(kubeconfig))
     answers = threading.Lock()
     slots = threading.BoundedSemaphore(workers)
