@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from schedcache import Cache
-from schedcache.scheduler.bindings import BindingProcess
+from schedcache.scheduler.bindings import PROCESS_GONE, BindingProcess
 from schedcache.scheduler.loop import ReferenceScheduler
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client
@@ -94,6 +94,41 @@ def test_bindings_from_a_process_of_their_own_place_every_pod_once(
             eventually(lambda: all(cache.pod_state(f"uid-p{i}") == "added" for i in range(6)))
             assert failed == []
         assert not bindings.process.is_alive()  # closed when the loop stopped
+    finally:
+        bindings.close()
+        for key in client.scan_iter(match=f"*{name}*", count=1000):
+            client.delete(key)
+
+
+def test_a_binding_process_that_died_fails_the_bindings_and_the_loop_goes_on(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A dead binding process answers every Binding as failed: the claim is forgotten and the
+    pod given back, instead of the loop raising on the pipe or waiting for ever. Real Redis
+    only (see above)."""
+    client = real_client()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(client, name, replica="ref")
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    server.create(node("a", "2"))
+    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
+    bindings.process.kill()
+    bindings.process.join(10)
+    failed: list[str] = []
+    try:
+        with fed_scheduler(cache, server, tmp_path, bindings=bindings) as scheduler:
+            binding_failed = scheduler._binding_failed
+            scheduler._binding_failed = lambda p, why: (  # type: ignore[method-assign]
+                failed.append(f"{p.name}: {why}"),
+                binding_failed(p, why),
+            )
+            server.create(pending("p0", "500m"))
+            server.create(pending("p1", "500m"))
+            eventually(lambda: {f.split(":")[0] for f in failed} == {"p0", "p1"}, timeout=30)
+            assert all(f.endswith(PROCESS_GONE) for f in failed)
+            assert not scheduler.stop.is_set() and scheduler.bound == 0
+            eventually(lambda: "assumed" not in {cache.pod_state(f"uid-p{i}") for i in range(2)})
+            assert (server.get("Pod", "p0") or {})["spec"].get("nodeName") is None
     finally:
         bindings.close()
         for key in client.scan_iter(match=f"*{name}*", count=1000):

@@ -72,14 +72,25 @@ class BindingProcess:
             raise RuntimeError(f"the binding process of {replica} did not start")
         self._lock = threading.Lock()
         self._waiting: dict[str, tuple[Pod, Callable[[Pod, str], None]]] = {}
+        self._gone = False  # the reader saw the process end: nothing more is sent
         self._reader = threading.Thread(target=self._read, name="schedcache-bind-answers")
         self._reader.daemon = True
         self._reader.start()
 
     def submit(self, placed: Pod, done: Callable[[Pod, str], None]) -> None:
+        """Send ``placed`` to the process; a process that is gone answers ``PROCESS_GONE`` at
+        once (the loop forgets the claim and goes on)."""
         with self._lock:
-            self._waiting[placed.uid] = (placed, done)
-            self._conn.send(placed.to_dict())
+            sent = not self._gone
+            if sent:
+                self._waiting[placed.uid] = (placed, done)
+                try:
+                    self._conn.send(placed.to_dict())
+                except OSError:  # the process died: the reader thread ends too
+                    self._waiting.pop(placed.uid, None)
+                    sent = False
+        if not sent:
+            done(placed, PROCESS_GONE)
 
     def in_flight(self) -> set[str]:
         with self._lock:
@@ -96,6 +107,7 @@ class BindingProcess:
             if placed is not None and done is not None:
                 done(placed, why)
         with self._lock:
+            self._gone = True
             left, self._waiting = list(self._waiting.values()), {}
         for placed, done in left:
             done(placed, PROCESS_GONE)
