@@ -278,10 +278,12 @@ class Columns:
         start = self.next_start % n
         cycle: Cycle | None = None
         if columnar(pod) and not snap.have_pods_with_required_anti_affinity_list:
-            rotated = np.flatnonzero(np.roll(self.fits(pod), -start))
-            found = rotated[:want]
-            processed = int(found[-1]) + 1 if len(found) == want else n
-            rows: Ints = ((found + start) % n).astype(np.int64)
+            # The feasible rows from ``start`` on, wrapping round (no rotated copy of the mask).
+            feasible = np.flatnonzero(self.fits(pod))
+            split = int(np.searchsorted(feasible, start))
+            rows: Ints = np.concatenate((feasible[split:], feasible[:split]))[:want]
+            rows = rows.astype(np.int64, copy=False)
+            processed = int((rows[-1] - start) % n) + 1 if len(rows) == want else n
         else:
             cycle = self._cycle(pod, snap)
             picked, processed = [], 0
