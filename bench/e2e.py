@@ -9,7 +9,10 @@ For each replica count, on an empty Redis database and a fresh fake API server
 2. one ``schedcache sync`` feeder (a process) lists and watches them into the cache;
 3. ``--replicas`` reference schedulers (one process each, as ``schedcache scheduler`` runs
    them) start at once; the clock runs from their start until the API server holds every
-   measured pod bound: **pods/s**;
+   measured pod bound: **pods/s**; besides, from the API server's own clock of each measured
+   Binding: **start s** (the start to the first Binding: processes' warm-up, first snapshot),
+   **steady pods/s** (first to last Binding once the first 5 % are bound: the rate without
+   the start-up) and **redis µs/pod** over that same steady window (see ``redis_usec``);
 4. checks on the API server's own objects: nodes whose bound pods' requests exceed their
    allocatable (must be 0), Bindings refused because the pod was already bound (must be 0:
    two replicas placed the same pod), measured pods left unbound;
@@ -41,9 +44,11 @@ a reachable ``--url``) stops the bench with one line saying what.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import importlib.util
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -165,13 +170,16 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
 
     profiles = _profile_handlers() if profile else []
     refused: Counter[str] = Counter()
+    bind_times: list[float] = []  # time.monotonic() of each measured Binding (system-wide)
     with FakeApiServer() as server:
         bind = server.bind
 
         def counting(namespace: str, name: str, body: Any) -> Any:
             try:
                 answer = bind(namespace, name, body)
-                refused["bound"] += name.startswith("measured-")  # no scan of every pod a poll
+                if name.startswith("measured-"):  # no scan of every pod a poll
+                    refused["bound"] += 1
+                    bind_times.append(time.monotonic())
                 return answer
             except ApiError as error:
                 refused[f"{error.code}"] += 1
@@ -197,6 +205,8 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
                     profiles[0].enable()  # one profiler sees every thread (3.12+)
             elif message == "bound":
                 conn.send(refused["bound"])
+            elif message == "times":
+                conn.send(sorted(bind_times))
             elif message == "check":
                 for profiler in profiles:
                     profiler.disable()  # the placing only, not the checks and capacity
@@ -273,12 +283,18 @@ def replica(
     go: EventType,
     profile: str,
     workers: int | None,
+    binding_process: bool = False,
 ) -> None:
     from schedcache.scheduler.loop import ReferenceScheduler
 
     cache = Cache(redis.Redis.from_url(url), CACHE, replica=name)
-    # Only when asked: the tree before issue 34 bound in the loop (no such option).
-    options = {} if workers is None else {"binding_workers": workers}
+    # Only when asked: the tree before issue 34 bound in the loop (no such option), the tree
+    # before issue 40 had no binding process.
+    options: dict[str, Any] = {} if workers is None else {"binding_workers": workers}
+    if binding_process:
+        from schedcache.scheduler.bindings import BindingProcess
+
+        options["bindings"] = BindingProcess(kubeconfig, url, CACHE, name, workers or 16, cache.ttl)
     loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, **options)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     ready.set()
@@ -303,9 +319,50 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int | None) -> float:
+    """``cpu_seconds`` of ``pid`` and its live descendants (a replica's binding process)."""
+    total = cpu_seconds(pid)
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            with contextlib.suppress(OSError, IndexError):
+                total += tree_cpu_seconds(int(child))
+    return total
+
+
 def redis_cpu(url: str) -> float:
     cpu = redis.Redis.from_url(url).info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def redis_usec(url: str) -> dict[str, int]:
+    """Microseconds Redis spent in each command so far (``INFO commandstats``' ``usec``).
+
+    Redis's own time in the commands (a Function's Lua included; not the reading and writing
+    of sockets, which ``redis cpu µs/pod`` adds), by command: always counted, at no cost,
+    whoever sends them (replicas, the feeder). The slow log at 0 would time the same calls,
+    but keeps only its last entries (128 by default: it would need polling) and costs Redis a
+    record per command. Both are wall time: on a loaded machine, a Redis descheduled in the
+    middle of a command counts the wait too (the CPU column beside it does not)."""
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["usec"]) for name, row in stats.items()}
+
+
+def steady(times: list[float], start: float, skip: float = 0.05) -> tuple[float, float]:
+    """(seconds from ``start`` to the first Binding, Bindings/s from the one that completes
+    the first ``skip`` of them to the last); sorted monotonic times, one a Binding."""
+    if not times:
+        return 0.0, 0.0
+    first = max(1, math.ceil(skip * len(times)))  # times[first - 1]: the first 5 % bound
+    span = times[-1] - times[first - 1]
+    rate = (len(times) - first) / span if span > 0 else 0.0
+    return times[0] - start, rate
+
+
+def usec_per_pod(before: dict[str, int], after: dict[str, int], pods: int) -> dict[str, float]:
+    """Redis µs a pod by command (the busiest first), between two ``redis_usec`` readings."""
+    delta = {name: after[name] - before.get(name, 0) for name in after}
+    busy = sorted(((d, n) for n, d in delta.items() if d > 0), reverse=True)
+    return {name: round(d / max(pods, 1), 1) for d, name in busy}
 
 
 def wait_for(check: Any, timeout: float, what: str) -> float:
@@ -371,8 +428,17 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
     processes += [
         context.Process(
             target=replica,
-            args=(args.url, kubeconfig, f"replica-{i}", ready[i], go, profile, args.workers),
-            daemon=True,
+            args=(
+                args.url,
+                kubeconfig,
+                f"replica-{i}",
+                ready[i],
+                go,
+                profile,
+                args.workers,
+                args.binding_process,
+            ),
+            daemon=not args.binding_process,  # a daemon may not start its binding process
         )
         for i in range(replicas)
     ]
@@ -389,15 +455,29 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         for event in ready:
             event.wait(60)
         before = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
+        # The replicas' processes with their binding processes (--binding-process).
+        trees = [tree_cpu_seconds(p.pid) for p in processes[1:]]
         ours.send("go")
         go.set()
         # Past --timeout the row keeps the rate of what was bound (a budgeted run's last row).
-        start = time.perf_counter()
+        start, clock = time.perf_counter(), time.monotonic()
+        # Redis's time in the steady window: read once the first 5 % are bound, then at the end.
+        warm = math.ceil(0.05 * args.measured)
+        usec_warm: tuple[int, dict[str, int], float] | None = None
         while (done := bound()) < args.measured and time.perf_counter() - start < args.timeout:
+            if usec_warm is None and done >= warm:
+                usec_warm = (done, redis_usec(args.url), redis_cpu(args.url))
             time.sleep(0.05)
         seconds = time.perf_counter() - start
+        usec_end = redis_usec(args.url)
         after = [cpu_seconds(p.pid) for p in [api, *processes]] + [redis_cpu(args.url)]
         used = [b - a for a, b in zip(before, after, strict=True)]
+        trees = [tree_cpu_seconds(p.pid) - t for p, t in zip(processes[1:], trees, strict=True)]
+        ours.send("times")
+        start_s, steady_rate = steady(ours.recv(), clock)
+        warm_done, usec_before, cpu_warm = usec_warm or (done, usec_end, after[-1])
+        steady_pods = max(done - warm_done, 1)
+        by_command = usec_per_pod(usec_before, usec_end, steady_pods)
         ours.send("check")
         checks: dict[str, int] = ours.recv()
         ours.send(("capacity pods", args.capacity))
@@ -423,15 +503,25 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "bound": done,  # = measured unless --timeout cut the row
         "seconds": round(seconds, 2),
         "pods/s": round(done / seconds, 1),
+        "start s": round(start_s, 2),
+        "steady pods/s": round(steady_rate, 1),
+        "redis µs/pod": round(sum(by_command.values())),
+        # Redis's CPU (its main thread's sockets too) in the same window: the figure that a
+        # loaded machine does not inflate (commandstats' usec is wall time, see redis_usec).
+        "redis cpu µs/pod": round(1e6 * (after[-1] - cpu_warm) / steady_pods),
         **checks,
         "API binds/s": round(capacity),
         # CPU seconds each part used while the pods were placed (this machine's cores are
         # shared by all of them: the sum over the wall seconds is the cores kept busy).
-        "cpu replicas": round(sum(used[2:-1]), 1),
+        "cpu replicas": round(sum(trees), 1),  # binding processes included
+        # The scheduling loops' own processes (without their binding processes), a pod.
+        "loop ms/pod": round(1000 * sum(used[2:-1]) / max(done, 1), 2),
         "cpu API": round(used[0], 1),
         "cpu sync": round(used[1], 1),
         "cpu redis": round(used[-1], 1),
         "row s": round(time.perf_counter() - started, 1),
+        # Not in the table: the steady window's Redis µs a pod, by command.
+        "redis µs/pod by command": by_command,
     }
 
 
@@ -453,6 +543,11 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
+    parser.add_argument(
+        "--binding-process",
+        action="store_true",
+        help="each replica posts its Bindings from a process of its own",
+    )
     parser.add_argument("--profile", default="", help="cProfile file of the 1-replica run")
     parser.add_argument("--api-profile", default="", help="the API server's cProfile: P.rN.prof")
     parser.add_argument("--name", default="e2e", help="results file: bench/results/NAME.json")
@@ -495,7 +590,7 @@ def main() -> None:
             if server is not None:
                 server.terminate()
                 server.wait(30)
-    columns = list(rows[0])
+    columns = [c for c in rows[0] if not isinstance(rows[0][c], dict)]
     print_table(
         f"e2e ({', '.join(SHAPES[s].upstream for s in args.shapes)}): {args.nodes:,} nodes, "
         f"{args.initial:,} initial pods, {args.measured:,} measured",

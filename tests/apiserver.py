@@ -93,6 +93,8 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 KINDS = ("Node", "Pod")
 SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
 MAX_SNAPSHOTS = 16
+MAX_HEADERS, MAX_LINE = 100, 65536  # http.client's limits on a request's header lines
+_DATE: list[Any] = [0, ""]  # (second, its Date header): _Handler.date_time_string
 
 
 class Request(NamedTuple):
@@ -803,6 +805,40 @@ class _HttpServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
+class Headers:
+    """A request's headers by lower-cased name, read by ``read_headers``: ``get`` by any case,
+    as http.server's ``email.message.Message`` answers, for a fraction of its parse (the
+    email parser was the largest Python part of a Binding's CPU)."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._fields.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self._fields.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._fields
+
+
+def read_headers(rfile: Any) -> Headers:
+    """The header lines up to the blank one; the first of a repeated name counts (as
+    ``Message.get``). ValueError past http.client's limits (a line of 64 KiB, 100 lines)."""
+    fields: dict[str, str] = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = rfile.readline(MAX_LINE + 1)
+        if len(line) > MAX_LINE:
+            raise ValueError("Line too long")
+        if line in (b"\r\n", b"\n", b""):
+            return Headers(fields)
+        name, colon, value = line.decode("iso-8859-1").partition(":")
+        if colon:
+            fields.setdefault(name.strip().lower(), value.strip())
+    raise ValueError(f"got more than {MAX_HEADERS} headers")
+
+
 class _Handler(BaseHTTPRequestHandler):
     """HTTP/1.1 (keep-alive, chunked watches) front of a FakeApiServer."""
 
@@ -811,6 +847,40 @@ class _Handler(BaseHTTPRequestHandler):
     # from Nagle's algorithm, which held a second write until the client's delayed ACK (~40 ms).
     disable_nagle_algorithm = True
     server_api: FakeApiServer
+
+    def parse_request(self) -> bool:
+        """The request line and headers of HTTP/1.0 and 1.1 (http.server's parse, minus its
+        email parser, HTTP/0.9 and ``Expect: 100-continue``, which no client here sends);
+        a bad one answers 400 or 431 and closes the connection."""
+        self.command = ""
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if len(words) != 3 or words[2] not in ("HTTP/1.0", "HTTP/1.1"):
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({self.requestline!r})")
+            return False
+        self.command, path, self.request_version = words
+        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
+        try:
+            self.headers = read_headers(self.rfile)  # type: ignore[assignment]
+        except ValueError as error:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, str(error))
+            return False
+        connection = (self.headers.get("Connection") or "").lower()
+        self.close_connection = connection == "close" or (
+            self.request_version == "HTTP/1.0" and connection != "keep-alive"
+        )
+        return True
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The Date header, formatted once a second (http.server formats it per answer)."""
+        if timestamp is not None:
+            return super().date_time_string(timestamp)
+        now = int(time.time())
+        if _DATE[0] != now:
+            _DATE[:] = [now, super().date_time_string(now)]
+        return str(_DATE[1])
 
     def setup(self) -> None:
         super().setup()

@@ -657,6 +657,40 @@ def test_answers_on_a_kept_alive_connection_do_not_wait_for_delayed_acks(
     assert all(server.get("Pod", f"p{i}")["spec"]["nodeName"] == "n1" for i in range(40))
 
 
+def raw_exchange(server: FakeApiServer, request: bytes) -> bytes:
+    """Send ``request`` as is, read until the server closes or 1 s of silence."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=1) as sock:
+        sock.sendall(request)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            pass
+    return answer
+
+
+def test_headers_are_read_by_any_case_and_bad_requests_answered_as_http_server_did(
+    server: FakeApiServer,
+) -> None:
+    """The server reads headers without http.server's email parser: names in any case, the
+    connection kept alive on HTTP/1.1 and closed on ``Connection: close`` and HTTP/1.0, and a
+    malformed request line or too many header lines answered 400 / 431."""
+    server.create(pod("p0"))
+    get = b"GET /api/v1/namespaces/default/pods/p0 HTTP/1.1\r\nhost: x\r\n"
+    auth = f"aUtHoRiZaTiOn: Bearer {server.token}\r\n".encode()
+    two = raw_exchange(server, get + auth + b"\r\n" + get + auth + b"connection: close\r\n\r\n")
+    assert two.count(b"HTTP/1.1 200 OK") == 2 and two.count(b'"name":"p0"') == 2
+    old = raw_exchange(server, get.replace(b"HTTP/1.1", b"HTTP/1.0") + auth + b"\r\n")
+    assert old.startswith(b"HTTP/1.1 200 OK")  # and then closed: raw_exchange returned
+    assert raw_exchange(server, get + b"\r\n").startswith(b"HTTP/1.1 401")  # no token
+    # (No status line, as http.server answers a request line it cannot read: as HTTP/0.9.)
+    assert b"Error code: 400" in raw_exchange(server, b"GET /x HTTP/9\r\n\r\n")
+    flood = get + b"".join(b"x-%d: y\r\n" % i for i in range(101)) + b"\r\n"
+    assert raw_exchange(server, flood).startswith(b"HTTP/1.1 431")
+    assert server.get("Pod", "p0")["spec"].get("nodeName") is None  # nothing changed
+
+
 def test_many_clients_connecting_at_once_are_all_answered(server: FakeApiServer) -> None:
     """Eight scheduler replicas with 16 binding threads each connect at once; with
     socketserver's backlog of 5, connections past it were reset at their first request."""

@@ -13,6 +13,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REAL_REDIS_URL, real_client
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,11 @@ def test_it_runs_as_documented_on_a_redis_server_of_its_own(tmp_path):
     assert "redis-server of the bench's own: redis://127.0.0.1:" in done.stdout
     (row,) = json.loads(out.read_text())["rows"]
     assert (row["bound"], row["over allocatable"], row["bound twice"]) == (20, 0, 0)
+    # Issue 40: the start-up apart from the steady rate, and Redis's time a pod beside it.
+    assert 0 < row["start s"] < row["seconds"]
+    assert row["steady pods/s"] > 0 and row["redis µs/pod"] > 0 and row["redis cpu µs/pod"] > 0
+    assert row["redis µs/pod"] == pytest.approx(sum(row["redis µs/pod by command"].values()), abs=2)
+    assert "fcall" in row["redis µs/pod by command"]
     url = json.loads(out.read_text())["args"]["url"]
     port = url.rsplit(":", 1)[1].split("/")[0]
     ping = subprocess.run(["redis-cli", "-p", port, "ping"], capture_output=True, text=True)

@@ -47,6 +47,19 @@ def test_a_claim_that_lost_its_best_node_takes_the_next_candidate(make_cache):
     assert a.verify() == []
 
 
+def test_the_candidate_taken_stores_the_whole_pod_on_that_node(make_cache):
+    """The candidates' records are built from one dict of the pod, its node swapped: the one
+    stored is exactly the pod placed there, every field kept (labels, requests, priority)."""
+    a, b = make_cache(replica="a"), make_cache(replica="b")
+    nodes(a, "n1", "n2", "n3")
+    snap = decided(a)
+    b.assume_pod(make_pod("other", "n1", "1", "1Mi"), check_fit=True)  # n1 is full now
+    pod = make_pod("mine", "n1", "1", "1Mi", labels={"app": "web", "tier": "x"}, priority=7)
+    taken = a.assume_pod(pod, check_fit=True, snapshot=snap, candidates=("n2", "n3"))
+    assert taken == "n2"
+    assert a.get_pod(pod) == pod.with_node("n2")
+
+
 def test_a_rule_broken_on_the_best_node_meanwhile_moves_the_claim_to_the_next(make_cache):
     a, b = make_cache(replica="a"), make_cache(replica="b")
     nodes(a, "n1", "n2")

@@ -6,14 +6,17 @@ every backend; the API server is tests/apiserver.py through the official client.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from schedcache import Cache
+from schedcache.scheduler.bindings import PROCESS_GONE, BindingProcess
 from schedcache.scheduler.loop import ReferenceScheduler
 from tests.apiserver import FakeApiServer
+from tests.conftest import REAL_REDIS_URL, real_client
 from tests.scheduling import eventually, fed_scheduler, node, pending
 
 
@@ -60,3 +63,73 @@ def test_the_next_pod_is_claimed_while_a_binding_waits(
             assert {(server.get("Pod", n) or {})["spec"].get("nodeName") for n in binds} == nodes
     finally:
         release.set()
+
+
+def test_bindings_from_a_process_of_their_own_place_every_pod_once(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 40: ``BindingProcess`` posts the Bindings and finishes the claims from a process
+    of its own. Real Redis only: the process reaches the cache by URL, which fakeredis (one
+    process's memory) has none of; Redis Cluster is the store's business, not this one's."""
+    client = real_client()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(client, name, replica="ref")
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    server.create(node("a", "2"))
+    server.create(node("b", "2"))
+    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
+    failed: list[str] = []
+    try:
+        with fed_scheduler(cache, server, tmp_path, bindings=bindings) as scheduler:
+            binding_failed = scheduler._binding_failed
+            scheduler._binding_failed = lambda p, why: (  # type: ignore[method-assign]
+                failed.append(f"{p.name}: {why}"),
+                binding_failed(p, why),
+            )
+            for i in range(6):
+                server.create(pending(f"p{i}", "500m"))
+            eventually(lambda: scheduler.bound == 6, timeout=30)
+            pods = [server.get("Pod", f"p{i}") or {} for i in range(6)]
+            assert sorted(p["spec"].get("nodeName") for p in pods) == ["a"] * 3 + ["b"] * 3
+            eventually(lambda: all(cache.pod_state(f"uid-p{i}") == "added" for i in range(6)))
+            assert failed == []
+        assert not bindings.process.is_alive()  # closed when the loop stopped
+    finally:
+        bindings.close()
+        for key in client.scan_iter(match=f"*{name}*", count=1000):
+            client.delete(key)
+
+
+def test_a_binding_process_that_died_fails_the_bindings_and_the_loop_goes_on(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A dead binding process answers every Binding as failed: the claim is forgotten and the
+    pod given back, instead of the loop raising on the pipe or waiting for ever. Real Redis
+    only (see above)."""
+    client = real_client()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(client, name, replica="ref")
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    server.create(node("a", "2"))
+    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
+    bindings.process.kill()
+    bindings.process.join(10)
+    failed: list[str] = []
+    try:
+        with fed_scheduler(cache, server, tmp_path, bindings=bindings) as scheduler:
+            binding_failed = scheduler._binding_failed
+            scheduler._binding_failed = lambda p, why: (  # type: ignore[method-assign]
+                failed.append(f"{p.name}: {why}"),
+                binding_failed(p, why),
+            )
+            server.create(pending("p0", "500m"))
+            server.create(pending("p1", "500m"))
+            eventually(lambda: {f.split(":")[0] for f in failed} == {"p0", "p1"}, timeout=30)
+            assert all(f.endswith(PROCESS_GONE) for f in failed)
+            assert not scheduler.stop.is_set() and scheduler.bound == 0
+            eventually(lambda: "assumed" not in {cache.pod_state(f"uid-p{i}") for i in range(2)})
+            assert (server.get("Pod", "p0") or {})["spec"].get("nodeName") is None
+    finally:
+        bindings.close()
+        for key in client.scan_iter(match=f"*{name}*", count=1000):
+            client.delete(key)

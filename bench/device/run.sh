@@ -27,9 +27,12 @@
 #   --profile-measured N pods of the profiled 1-replica row (0: no such row)
 #   --rate N             the pods/s a row is guessed to place, for its estimate (default 300;
 #                        12 with --tree: the tree before issue 34)
+#   --binding-process    each replica binds from a process of its own (bench/e2e.py's option;
+#                        not with a --tree before issue 40); files get a bp- prefix
 set -uo pipefail
 budget=480
 tree="" replicas="1,2,4,8" measured="10000" nodes=5000 initial=1000 capacity=1 profiled=2000 rate=""
+bindopt=()
 while [ $# -gt 0 ]; do
   case $1 in
     --tree) tree=$2; shift 2 ;;
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
     --skip-capacity) capacity=0; shift ;;
     --profile-measured) profiled=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
+    --binding-process) bindopt=(--binding-process); shift ;;
     [0-9]*) budget=$1; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -47,6 +51,7 @@ done
 start=$(date +%s); deadline=$((start + budget))
 out=${OUT:-./out}; mkdir -p "$out"; out=$(cd "$out" && pwd)
 prefix=""; [ -n "$tree" ] && prefix="tree-"
+[ ${#bindopt[@]} -gt 0 ] && prefix="bp-$prefix"
 log="$out/${prefix}log.txt"
 exec > >(tee -a "$log") 2>&1
 left() { echo $((deadline - $(date +%s))); }
@@ -103,7 +108,7 @@ for i in "${!counts[@]}"; do
   timeout --kill-after=10 "$((remaining - 5))" python3 bench/e2e.py --url "$url" --flush \
     --nodes "$nodes" --initial "$initial" --measured "$m" --replicas "$r" \
     --capacity 2000 --capacity-clients 4x4 --timeout "$((remaining - 25))" \
-    "${treeopt[@]}" "${profile[@]}" --json "$out/${prefix}$name.json" | grep -v '^$'
+    "${treeopt[@]}" "${bindopt[@]}" "${profile[@]}" --json "$out/${prefix}$name.json" | grep -v '^$'
   echo "   row took $(( $(date +%s) - t0 ))s"
 done
 

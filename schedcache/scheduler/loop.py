@@ -43,9 +43,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
-import urllib3
 from kubernetes import client as kube_client
-from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, PodAlreadyExists
@@ -53,6 +51,7 @@ from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
 from schedcache.scheduler.binder import ApiBinder
+from schedcache.scheduler.bindings import BindingProcess, bind_and_finish, short
 from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
@@ -109,7 +108,8 @@ class ReferenceScheduler:
     pod that could not be placed, doubling to ``max_backoff``; ``percentage``: upstream's
     percentageOfNodesToScore (0: adaptive); ``binding_workers``: Bindings in flight;
     ``lease``: how long a popped pod is this replica's alone (it comes back to the queue
-    after, if this replica died before claiming it)."""
+    after, if this replica died before claiming it); ``bindings``: a process that posts the
+    Bindings instead of the pool (closed when ``run()`` ends)."""
 
     def __init__(
         self,
@@ -122,6 +122,7 @@ class ReferenceScheduler:
         percentage: int = 0,
         binding_workers: int = BINDING_WORKERS,
         lease: float = LEASE,
+        bindings: BindingProcess | None = None,
     ) -> None:
         self.cache = cache
         self.api = api
@@ -134,6 +135,7 @@ class ReferenceScheduler:
         self.snapshot = Snapshot()
         self.columns = Columns(percentage)
         self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")
+        self.bindings = bindings
         self._in_flight = threading.BoundedSemaphore(binding_workers)
         self._binds: dict[Future[None], str] = {}  # Bindings in flight: their pods' uids
         self.stop = threading.Event()
@@ -185,20 +187,22 @@ class ReferenceScheduler:
         return outcome
 
     def _bind(self, placed: Pod) -> None:
-        """The binding cycle, in the pool: bind, then ``finish_binding``; a failed Binding
-        forgets the claim and the pod backs off."""
+        """The binding cycle, in the pool: bind, then ``finish_binding``."""
         try:
-            try:
-                self.binder.bind(placed.namespace, placed.name, placed.uid, placed.node_name)
-            except ApiException as error:
-                self._binding_failed(placed, f"{error.status} {error.reason}")
+            why = bind_and_finish(self.binder, self.cache, placed, self.stop)
+        except (CacheError, *REDIS_AWAY) as error:
+            log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
+            self._in_flight.release()
+            return
+        self._binding_ended(placed, why)
+
+    def _binding_ended(self, placed: Pod, why: str) -> None:
+        """A Binding answered (``why`` empty: bound); a failed one forgets the claim and the
+        pod backs off."""
+        try:
+            if why:
+                self._binding_failed(placed, why)
                 return
-            except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
-                self._binding_failed(placed, f"{type(error).__name__}: {_short(error)}")
-                return
-            # Bound: the claim must learn it whatever Redis does meanwhile (a restart, a
-            # failover), so it is sent until Redis answers or the scheduler stops.
-            self._until_redis_answers(lambda: self.cache.finish_binding(placed))
             with self._lock:
                 self.bound += 1
                 self._reported.pop(placed.uid, None)
@@ -209,6 +213,9 @@ class ReferenceScheduler:
 
     def _submit(self, placed: Pod) -> None:
         self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
+        if self.bindings is not None:
+            self.bindings.submit(placed, self._binding_ended)
+            return
         with self._lock:
             future = self.binding.submit(self._bind, placed)
             self._binds[future] = placed.uid
@@ -225,6 +232,8 @@ class ReferenceScheduler:
         with self._lock:
             if pod.uid in self._binds.values():
                 return True
+        if self.bindings is not None and pod.uid in self.bindings.in_flight():
+            return True
         try:
             record = self.cache.get_pod_record(pod)
         except (CacheError, *REDIS_AWAY):
@@ -248,7 +257,7 @@ class ReferenceScheduler:
         delays = backoff(POD_INITIAL_BACKOFF, CACHE_MAX_BACKOFF, until=self.stop.is_set)
 
         def waiting(error: Exception, delay: float) -> None:
-            log.warning("Redis unavailable (%s); trying again in %.1f s", _short(error), delay)
+            log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)
 
         call_with_retries(call, delays, waiting, sleep=self.stop.wait)
 
@@ -275,6 +284,8 @@ class ReferenceScheduler:
             self._schedule_until_stopped()
         finally:
             self.stop.set()
+            if self.bindings is not None:
+                self.bindings.close(10.0 if stop_wait is None else stop_wait)
             if stop_wait is None:
                 self.binding.shutdown(wait=True)
             else:
@@ -320,7 +331,7 @@ class ReferenceScheduler:
             self._give_back(pod, unschedulable=False)
             return not isinstance(error, REDIS_AWAY)
         except REDIS_AWAY as error:  # a snapshot read Redis did not answer
-            log.warning("pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, _short(error))
+            log.warning("pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, short(error))
             self._give_back(pod, unschedulable=False)
             return False
         if outcome.node:
@@ -380,8 +391,3 @@ def arrivals_can_help(pod: Pod) -> bool:
     return bool(pod.pod_affinity) or any(
         c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
     )
-
-
-def _short(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__

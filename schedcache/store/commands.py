@@ -219,13 +219,17 @@ def _candidate_args(
             subject, "candidates", f"{len(candidates)} > {MAX_EXTRA_CANDIDATES} more nodes"
         )
     blobs: list[bytes] = []
+    # The pod's dict once, its node swapped per candidate: what pod.with_node(node).to_dict()
+    # gives (node_name keeps its place), without a Pod and a dict built per candidate.
+    placed = pod.with_node(pod.node_name or "-").to_dict()
     for i, candidate in enumerate(candidates):
         if not isinstance(candidate, tuple) or len(candidate) != 3:
             raise ValidationError(subject, f"candidates[{i}]", "expected (node, reads, domains)")
         node, reads, domains = candidate
         _token(node, subject, f"candidates[{i}]")
-        _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
-        blobs.append(pack_object(pod.with_node(node).to_dict(), subject))
+        if (reads, domains) != ("", ""):  # (nothing to check in two empty strings)
+            _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
+        blobs.append(pack_object({**placed, "node_name": node}, subject))
     shared = _shared_prefix(blob, blobs)
     out: list[Arg] = [len(candidates), shared]
     for (node, reads, domains), packed in zip(candidates, blobs, strict=True):

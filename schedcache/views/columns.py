@@ -307,10 +307,12 @@ class Columns:
             if not plain:  # the inter-pod rules as masks, from the snapshot's counts
                 cycle = self._cycle(pod, snap)
                 fits &= self.rules(cycle)
-            rotated = np.flatnonzero(np.roll(fits, -start))
-            found = rotated[:want]
-            processed = int(found[-1]) + 1 if len(found) == want else n
-            rows: Ints = ((found + start) % n).astype(np.int64)
+            # The feasible rows from ``start`` on, wrapping round (no rotated copy of the mask).
+            feasible = np.flatnonzero(fits)
+            split = int(np.searchsorted(feasible, start))
+            rows: Ints = np.concatenate((feasible[split:], feasible[:split]))[:want]
+            rows = rows.astype(np.int64, copy=False)
+            processed = int((rows[-1] - start) % n) + 1 if len(rows) == want else n
         else:
             cycle = self._cycle(pod, snap)
             picked, processed = [], 0

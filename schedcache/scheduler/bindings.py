@@ -1,0 +1,198 @@
+"""The binding cycle in a process of its own: a replica's Bindings and their ``finish_binding``
+off the scheduling loop's GIL.
+
+In one process the scheduling loop and its binding threads share one core: the POST (urllib3
+and http.client, their header parsing), the ``finish_binding`` call and the threads' GIL
+hand-offs were a third of a replica's CPU a pod. ``BindingProcess`` runs them in a spawned
+process with a pool of its own (its own Redis connection and API client, from the same Redis
+URL and kubeconfig); the loop sends each claimed pod down a pipe and learns from a reader
+thread how its Binding ended: ``""`` (bound, the claim finished) or why it failed (the loop
+then forgets the claim and gives the pod back, as with its own pool).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+import redis
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from schedcache.cache import Cache
+from schedcache.errors import CacheError
+from schedcache.feed.sync import api_client
+from schedcache.model.values import Pod
+from schedcache.scheduler.binder import ApiBinder
+from schedcache.store.retry import backoff, call_with_retries
+
+log = logging.getLogger(__name__)
+
+# finish_binding's waits while Redis is away: 1 s doubling to 30 s (the loop's own).
+FINISH_BACKOFF = (1.0, 30.0)
+# Seconds a binding process may take to start (a spawned interpreter and its imports).
+START_TIMEOUT = 60.0
+# The reader thread's answer for a Binding the process never answered (it died, or stopped).
+PROCESS_GONE = "the binding process ended"
+
+
+class BindingProcess:
+    """Bindings of one replica, ``workers`` at a time, in a spawned process (``ttl``: the
+    cache's, which ``finish_binding`` starts the claim's expiry with). ``submit(pod, done)``
+    calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty: bound and
+    finished); ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
+
+    def __init__(
+        self,
+        kubeconfig: str,
+        redis_url: str,
+        cache_name: str,
+        replica: str,
+        workers: int,
+        ttl: float = 30.0,
+    ) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, theirs = context.Pipe()
+        self.process = context.Process(
+            target=serve,
+            args=(theirs, kubeconfig, redis_url, cache_name, replica, workers, ttl),
+            name=f"schedcache-bind-{replica}",
+            daemon=True,
+        )
+        self.process.start()
+        theirs.close()
+        # Ready once its client and cache are built: a replica is not ready before its binder.
+        if not self._conn.poll(START_TIMEOUT) or self._conn.recv() != "ready":
+            self.process.kill()
+            raise RuntimeError(f"the binding process of {replica} did not start")
+        self._lock = threading.Lock()
+        self._waiting: dict[str, tuple[Pod, Callable[[Pod, str], None]]] = {}
+        self._gone = False  # the reader saw the process end: nothing more is sent
+        self._reader = threading.Thread(target=self._read, name="schedcache-bind-answers")
+        self._reader.daemon = True
+        self._reader.start()
+
+    def submit(self, placed: Pod, done: Callable[[Pod, str], None]) -> None:
+        """Send ``placed`` to the process; a process that is gone answers ``PROCESS_GONE`` at
+        once (the loop forgets the claim and goes on)."""
+        with self._lock:
+            sent = not self._gone
+            if sent:
+                self._waiting[placed.uid] = (placed, done)
+                try:
+                    self._conn.send(placed.to_dict())
+                except OSError:  # the process died: the reader thread ends too
+                    self._waiting.pop(placed.uid, None)
+                    sent = False
+        if not sent:
+            done(placed, PROCESS_GONE)
+
+    def in_flight(self) -> set[str]:
+        with self._lock:
+            return set(self._waiting)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                uid, why = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            with self._lock:
+                placed, done = self._waiting.pop(uid, (None, None))
+            if placed is not None and done is not None:
+                done(placed, why)
+        with self._lock:
+            self._gone = True
+            left, self._waiting = list(self._waiting.values()), {}
+        for placed, done in left:
+            done(placed, PROCESS_GONE)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Ask the process to end after the Bindings it holds (``timeout`` s at most)."""
+        try:
+            with self._lock:
+                self._conn.send(None)
+        except OSError:
+            pass
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout)
+        self._reader.join(timeout)
+        self._conn.close()
+
+
+def serve(
+    conn: Connection,
+    kubeconfig: str,
+    redis_url: str,
+    cache_name: str,
+    replica: str,
+    workers: int,
+    ttl: float,
+) -> None:
+    """The process: bind each pod received, then ``finish_binding``; answer (uid, why)."""
+    cache = Cache(redis.Redis.from_url(redis_url), cache_name, ttl=ttl, replica=replica)
+    binder = ApiBinder(api_client(kubeconfig))
+    answers = threading.Lock()
+    slots = threading.BoundedSemaphore(workers)
+    stop = threading.Event()
+    conn.send("ready")
+
+    def answer(uid: str, why: str) -> None:
+        with answers:
+            conn.send((uid, why))
+
+    def bind(placed: Pod) -> None:
+        try:
+            why = bind_and_finish(binder, cache, placed, stop)
+        except (CacheError, redis.RedisError, OSError) as error:  # bound: the feeder confirms
+            log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
+            why = ""
+        try:
+            answer(placed.uid, why)
+        finally:
+            slots.release()
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="schedcache-bind") as pool:
+        while True:
+            try:
+                message: Any = conn.recv()
+            except (EOFError, OSError):
+                break
+            if message is None:
+                break
+            slots.acquire()
+            pool.submit(bind, Pod.from_dict(message))
+        stop.set()  # a finish_binding waiting out Redis gives up: the feeder confirms the pod
+
+
+def bind_and_finish(binder: ApiBinder, cache: Cache, placed: Pod, stop: threading.Event) -> str:
+    """One binding cycle (the loop's pool and this process run the same): "" when bound, then
+    ``finish_binding`` sent until Redis answers (its error raised once ``stop`` is set); else
+    why the Binding failed (the loop then forgets the claim)."""
+    try:
+        binder.bind(placed.namespace, placed.name, placed.uid, placed.node_name)
+    except ApiException as error:
+        return f"{error.status} {error.reason}"
+    except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
+        return f"{type(error).__name__}: {short(error)}"
+
+    def waiting(error: Exception, delay: float) -> None:
+        log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)
+
+    # Bound: the claim must learn it whatever Redis does meanwhile (a restart, a failover).
+    delays = backoff(FINISH_BACKOFF[0], FINISH_BACKOFF[1], until=stop.is_set)
+    call_with_retries(lambda: cache.finish_binding(placed), delays, waiting, sleep=stop.wait)
+    return ""
+
+
+def short(error: BaseException) -> str:
+    """An error's first line, 200 characters at most, for one log line."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
