@@ -53,7 +53,9 @@ def _name(args: list[bytes]) -> str:
     return name
 
 
-def _one_row(tree: str, nodes: int, replicas: int, measured: int, initial: int, url: str) -> None:
+def _one_row(
+    tree: str, nodes: int, replicas: int, measured: int, initial: int, url: str, grind: int
+) -> None:
     """One e2e row (this process), its steady slow log grouped: a JSON line on stdout."""
     if tree:
         sys.argv += ["--tree", tree]  # bench/e2e.py imports the tree's schedcache at import
@@ -72,6 +74,8 @@ def _one_row(tree: str, nodes: int, replicas: int, measured: int, initial: int, 
             held = int(client.scard(key)) - initial
             if held >= STEADY_FROM * measured:
                 client.slowlog_reset()
+                if grind:
+                    _callgrind("-z", grind)
                 marks["placed at mark"] = held
                 marks["cpu at mark"] = cpu()
                 return
@@ -87,12 +91,15 @@ def _one_row(tree: str, nodes: int, replicas: int, measured: int, initial: int, 
         """e2e calls it right before the go and right after the last pod is bound."""
         calls["n"] += 1
         if calls["n"] == 1:
-            client.config_set("slowlog-log-slower-than", 0)
+            # Counting instructions, nothing else: the slow log's own work would be counted.
+            client.config_set("slowlog-log-slower-than", -1 if grind else 0)
             client.config_set("slowlog-max-len", 2_000_000)
             client.slowlog_reset()
             threading.Thread(target=watch, daemon=True).start()
         else:
             done.set()
+            if grind:
+                marks["instructions"] = _callgrind("-d", grind)
             marks["cpu at end"] = cpu()
             marks["entries"] = client.execute_command("SLOWLOG", "GET", -1)
             client.config_set("slowlog-log-slower-than", 10_000)
@@ -140,6 +147,7 @@ def _one_row(tree: str, nodes: int, replicas: int, measured: int, initial: int, 
                 "usec": usec,
                 "calls": count,
                 "inner": inner,
+                "instructions/pod": round(marks.get("instructions", 0) / pods),
                 "redis cpu us/pod": round(
                     1e6 * (marks.get("cpu at end", 0) - marks.get("cpu at mark", 0)) / pods
                 ),
@@ -156,45 +164,66 @@ def main() -> None:
     parser.add_argument("--initial", type=int, default=1000)
     parser.add_argument("--tree", default="", help="another checkout: its rows alternate")
     parser.add_argument("--name", default="redis_per_pod")
-    parser.add_argument("--row", nargs=5, help=argparse.SUPPRESS)  # tree nodes replicas . url
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count Redis' instructions per placed pod under callgrind (no breakdown)",
+    )
+    parser.add_argument("--keep", default="", help="keep callgrind's dumps in this folder")
+    parser.add_argument("--row", nargs=5, help=argparse.SUPPRESS)  # tree nodes replicas pid url
     args = parser.parse_args()
     if args.row:
-        tree, nodes, replicas, _, url = args.row
+        tree, nodes, replicas, pid, url = args.row
         tree = "" if tree == "-" else tree
         sys.argv = sys.argv[:1]
-        _one_row(tree, int(nodes), int(replicas), args.measured, args.initial, url)
+        _one_row(tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid))
         return
     trees = ["", args.tree] if args.tree else [""]
     results: list[dict[str, Any]] = []
     summary: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as directory:
-        port = _free_port()
-        server = start_server(directory, port)
-        url = f"redis://127.0.0.1:{port}/0"
-        try:
-            for nodes in args.nodes:
-                for replicas in args.replicas:
-                    for tree in trees:
-                        label = "this" if not tree else "before"
-                        result = _run_row(tree, nodes, replicas, args, url)
-                        result.update(tree=label, nodes=nodes, replicas=replicas)
-                        results.append(result)
-                        summary.append(_print(result))
-                        write_results(args.name, {"args": vars(args), "rows": results})
-        finally:
-            server.terminate()
-            server.wait(30)
+        for nodes in args.nodes:
+            for replicas in args.replicas:
+                for tree in trees:
+                    # A server per row: under callgrind, its counters are the row's alone.
+                    port = _free_port()
+                    out = Path(args.keep or directory) / f"callgrind-{port}.out"
+                    wrapper = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+                    server = start_server(directory, port, wrapper if args.instructions else None)
+                    url = f"redis://127.0.0.1:{port}/0"
+                    grind = server.pid if args.instructions else 0
+                    try:
+                        result = _run_row(tree, nodes, replicas, args, url, grind)
+                    finally:
+                        server.terminate()
+                        server.wait(60)
+                    label = "this" if not tree else "before"
+                    result.update(tree=label, nodes=nodes, replicas=replicas, load=_load())
+                    results.append(result)
+                    summary.append(_print(result))
+                    write_results(args.name, {"args": vars(args), "rows": results})
     print_table(
         f"steady Redis per placed pod ({args.measured:,} measured, load {_load()})",
-        ["tree", "nodes", "replicas", "pods/s", "calls/pod", "Redis us/pod", "Redis CPU us/pod"],
+        [
+            "tree",
+            "nodes",
+            "replicas",
+            "pods/s",
+            "calls/pod",
+            "Redis us/pod",
+            "Redis CPU us/pod",
+            "instructions/pod",
+        ],
         summary,
     )
 
 
-def _run_row(tree: str, nodes: int, replicas: int, args: argparse.Namespace, url: str) -> Any:
+def _run_row(
+    tree: str, nodes: int, replicas: int, args: argparse.Namespace, url: str, grind: int
+) -> Any:
     command = [sys.executable, __file__, "--measured", str(args.measured)]
     command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
-    command += [str(replicas), ".", url]
+    command += [str(replicas), str(grind), url]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in out.stdout.splitlines() if line.startswith('{"row"')]
@@ -216,9 +245,8 @@ def _print(result: dict[str, Any]) -> list[Any]:
         )
     total = sum(result["usec"].values())
     calls = sum(result["calls"].values())
-    rows.append(
-        ["total", round(calls / pods, 2), round(total / calls, 1), round(total / pods, 1), ""]
-    )
+    per_call = round(total / calls, 1) if calls else "-"
+    rows.append(["total", round(calls / pods, 2), per_call, round(total / pods, 1), ""])
     row = result["row"]
     print_table(
         f"{result['tree']} tree, {result['nodes']:,} nodes, {result['replicas']} replicas: "
@@ -235,7 +263,24 @@ def _print(result: dict[str, Any]) -> list[Any]:
         round(calls / pods, 2),
         round(total / pods, 1),
         result["redis cpu us/pod"],
+        result["instructions/pod"],
     ]
+
+
+def _callgrind(option: str, pid: int) -> int:
+    """``callgrind_control -z`` (zero) or ``-d`` (dump: the instructions since the zero)."""
+    subprocess.run(["callgrind_control", option, str(pid)], check=True, capture_output=True)
+    if option != "-d":
+        return 0
+    out = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    path = next(a for a in out if a.startswith(b"--callgrind-out-file="))
+    dump = Path(path.split(b"=", 1)[1].decode() + ".1")
+    for _ in range(1200):
+        if dump.exists() and "totals:" in dump.read_text():
+            break
+        time.sleep(0.05)
+    totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
+    return int(totals.split()[1])
 
 
 def _free_port() -> int:
