@@ -48,8 +48,9 @@ def _name(args: list[bytes]) -> str:
     if command not in ("FCALL", "FCALL_RO") or len(args) < 2:
         return command
     name = SUFFIX.sub("", args[1].decode()).removeprefix("sc_")
-    if name == "snapshot_delta" and len(args) >= 8:
-        return "snapshot_delta (head)" if args[7] == b"-1" else "snapshot_delta (catch-up)"
+    # FCALL_RO name 1 prefix replica id generation tree-generation limit
+    if name == "snapshot_delta" and len(args) >= 9:
+        return "snapshot_delta (head)" if args[8] == b"-1" else "snapshot_delta (catch-up)"
     return name
 
 
