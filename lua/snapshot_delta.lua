@@ -17,7 +17,7 @@
 -- Errors   BADARG <what>
 -- Cost grows with the number of nodes and images changed since G, not with the cluster
 -- (with L = -1: with the zones alone; the names of the changed nodes are not sent either).
--- The head read (L = -1) runs once per placed pod in every replica: it makes five calls plus
+-- The head read (L = -1) runs once per pod a replica places: it makes three calls plus
 -- one a zone, with `gen`, `treegen` and `incarnation` in one MGET (a key of another type, or
 -- a missing one, is told apart by GET only then).
 local function snapshot_delta(p, replica, a)
