@@ -69,8 +69,7 @@ end
 -- The id of the stream's last event ("" when it is empty): the point of the stream a read
 -- reflects (verify compares it with the fold at that point).
 local function last_event_id(p)
-  expect_type(p .. 'events', 'stream')
-  local last = redis.call('XREVRANGE', p .. 'events', '+', '-', 'COUNT', 1)[1]
+  local last = typed_read(p .. 'events', 'stream', 'XREVRANGE', '+', '-', 'COUNT', 1)[1]
   return last and last[1] or ''
 end
 

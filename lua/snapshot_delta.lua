@@ -17,6 +17,9 @@
 -- Errors   BADARG <what>
 -- Cost grows with the number of nodes and images changed since G, not with the cluster
 -- (with L = -1: with the zones alone; the names of the changed nodes are not sent either).
+-- The head read (L = -1) runs once per pod a replica places: it makes three calls plus
+-- one a zone, with `gen`, `treegen` and `incarnation` in one MGET (a key of another type, or
+-- a missing one, is told apart by GET only then).
 local function snapshot_delta(p, replica, a)
   local since = int_arg(a[1], -math.huge, math.huge)
   local known_tree = int_arg(a[2], -math.huge, math.huge)
@@ -25,17 +28,20 @@ local function snapshot_delta(p, replica, a)
   if limit == nil then return nil, 'BADARG limit' end
   local since_text = int_string(since)
   local bound = '(' .. since_text
-  expect_type(p .. 'nodegen', 'zset')
-  expect_type(p .. 'imagegen', 'zset')
-  local gen = stored_int(p .. 'gen', get_string(p .. 'gen'), 0)
+  local heads = redis.call('MGET', p .. 'gen', p .. 'treegen', p .. 'incarnation')
+  local gen_text = heads[1] or get_string(p .. 'gen')
+  local tree_text = heads[2] or get_string(p .. 'treegen')
+  local incarnation = heads[3] or get_string(p .. 'incarnation')
+  local gen = stored_int(p .. 'gen', gen_text, 0)
   local changed, images = {}, {}
   if limit >= 0 then
-    changed = redis.call('ZRANGEBYSCORE', p .. 'nodegen', bound, '+inf')
-    images = image_summaries(p, redis.call('ZRANGEBYSCORE', p .. 'imagegen', bound, '+inf'))
+    changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', bound, '+inf')
+    images = image_summaries(
+      p, typed_read(p .. 'imagegen', 'zset', 'ZRANGEBYSCORE', bound, '+inf'))
   end
   local tree = {}
   local live = 0
-  local tree_gen = stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0)
+  local tree_gen = stored_int(p .. 'treegen', tree_text, 0)
   if tree_gen ~= known_tree then tree = read_tree(p) end
   -- Each read is its key's type check (one call a zone, not two: this runs on every update).
   for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', 0, -1)) do
@@ -45,6 +51,5 @@ local function snapshot_delta(p, replica, a)
   if #changed <= limit then
     for j = 1, #changed do nodes[j] = read_node(p, changed[j], since_text) end
   end
-  return { gen, live, changed, images, tree, nodes,
-           get_string(p .. 'incarnation') or '', last_event_id(p) }
+  return { gen, live, changed, images, tree, nodes, incarnation or '', last_event_id(p) }
 end

@@ -178,6 +178,34 @@ def test_a_corrupt_event_refuses_the_update_and_leaves_the_snapshot_as_it_was(ma
     assert_matches_fresh(cache, snap)
 
 
+@pytest.mark.parametrize("key", ["gen", "treegen", "incarnation", "events"])
+def test_a_head_key_of_another_type_refuses_the_update_naming_it(make_cache, key):
+    """The head read takes `gen`, `treegen` and `incarnation` in one MGET, which answers nil
+    for a key of another type: that key is still refused by name (as corruption), the
+    snapshot left as it was, and every key as it was."""
+    cache = make_cache()
+    snap = populated(cache)
+    before = {name: info.pod_count for name, info in snap.node_infos.items()}
+    generation, seen = snap.generation, snap.last_id
+    full = cache.store.keys.prefix + key
+    saved = cache.client.dump(full)
+    cache.client.delete(full)
+    cache.client.rpush(full, "x")
+    keys = {k: cache.client.dump(k) for k in cache.client.keys(cache.store.keys.prefix + "*")}
+    with pytest.raises(CorruptRecord, match=key):
+        cache.update_snapshot(snap)
+    assert {
+        k: cache.client.dump(k) for k in cache.client.keys(cache.store.keys.prefix + "*")
+    } == keys
+    assert (snap.generation, snap.last_id) == (generation, seen)
+    assert {name: info.pod_count for name, info in snap.node_infos.items()} == before
+    cache.client.delete(full)
+    cache.client.restore(full, 0, saved)
+    report = cache.update_snapshot(snap)
+    assert report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+
 @given(
     cpu=st.sampled_from(["", "0", "100m", "2"]),
     ports=st.lists(st.sampled_from([80, 8080, 9090]), max_size=3),

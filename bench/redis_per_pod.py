@@ -1,0 +1,306 @@
+"""Redis time per placed pod, by function: what a pod's life costs Redis end to end (issue 40).
+
+Runs ``bench/e2e.py``'s shape (fake API server, one ``sync``, N reference schedulers, real
+Redis) once per (tree, nodes, replicas) and, in the steady state (from the moment the cache
+holds 5 % of the measured pods until the last is bound), records every command Redis ran in
+its slow log at a threshold of 0 µs: each entry is one command's own execution time, as
+Redis measures it (no network, no parsing), with its arguments. The table groups them by
+function (``FCALL``/``FCALL_RO``'s function, version suffix dropped; ``snapshot_delta`` split
+into its head read and its catch-ups) or by command, and prints calls per placed pod, µs per
+call and µs per placed pod; the total is the steady Redis µs per placed pod.
+
+    python bench/redis_per_pod.py --nodes 1000 5000 10000 --replicas 1 4 --measured 3000 \
+        [--tree /tmp/base-red40]
+
+``--tree DIR`` adds rows of another checkout (its ``schedcache`` and ``lua/``), alternating
+with this tree's in one run (each row a process of its own). Writes
+``bench/results/redis_per_pod.json`` (``--name``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import print_table, start_server, write_results  # noqa: E402
+
+STEADY_FROM = 0.05  # the share of measured pods in the cache when the steady state starts
+SUFFIX = re.compile(r"_v\d+(_[0-9a-f]+)?$")
+
+
+def _name(args: list[bytes]) -> str:
+    """The group of one slow log entry: the function (``snapshot_delta`` split in its head
+    read, limit -1, and its catch-ups), else the command."""
+    command = args[0].decode().upper()
+    if command not in ("FCALL", "FCALL_RO") or len(args) < 2:
+        return command
+    name = SUFFIX.sub("", args[1].decode()).removeprefix("sc_")
+    # FCALL_RO name 1 prefix replica id generation tree-generation limit
+    if name == "snapshot_delta" and len(args) >= 9:
+        return "snapshot_delta (head)" if args[8] == b"-1" else "snapshot_delta (catch-up)"
+    return name
+
+
+def _one_row(
+    tree: str, nodes: int, replicas: int, measured: int, initial: int, url: str, grind: int
+) -> None:
+    """One e2e row (this process), its steady slow log grouped: a JSON line on stdout."""
+    if tree:
+        sys.argv += ["--tree", tree]  # bench/e2e.py imports the tree's schedcache at import
+    import redis
+
+    import bench.e2e as e2e
+
+    client = redis.Redis.from_url(url)
+    marks: dict[str, Any] = {}
+    done = threading.Event()
+
+    def watch() -> None:
+        """Reset the slow log once the cache holds 5 % of the measured pods (start-up done)."""
+        key = "{" + e2e.CACHE + "}:pods"
+        while not done.is_set():
+            held = int(client.scard(key)) - initial
+            if held >= STEADY_FROM * measured:
+                client.slowlog_reset()
+                if grind:
+                    _callgrind("-i", grind)
+                    _callgrind("-z", grind)
+                marks["placed at mark"] = held
+                marks["cpu at mark"] = cpu()
+                return
+            time.sleep(0.005)
+
+    def cpu() -> float:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    calls = {"n": 0}
+
+    def redis_cpu(_url: str) -> float:
+        """e2e calls it right before the go and right after the last pod is bound."""
+        calls["n"] += 1
+        if calls["n"] == 1:
+            # Counting instructions, nothing else: the slow log's own work would be counted.
+            client.config_set("slowlog-log-slower-than", -1 if grind else 0)
+            client.config_set("slowlog-max-len", 2_000_000)
+            client.slowlog_reset()
+            threading.Thread(target=watch, daemon=True).start()
+        else:
+            done.set()
+            if grind:
+                marks["instructions"] = _callgrind("-d", grind)
+            marks["cpu at end"] = cpu()
+            marks["entries"] = client.execute_command("SLOWLOG", "GET", -1)
+            client.config_set("slowlog-log-slower-than", 10_000)
+        return cpu()
+
+    e2e.redis_cpu = redis_cpu
+    args = argparse.Namespace(
+        nodes=nodes,
+        initial=initial,
+        measured=measured,
+        capacity=100,
+        capacity_clients=(1, 2),
+        url=url,
+        timeout=900.0,
+        workers=None,
+        profile="",
+        api_profile="",
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        row = e2e.run(replicas, args, directory)
+    usec: dict[str, int] = defaultdict(int)
+    count: dict[str, int] = defaultdict(int)
+    inner: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    pending: dict[str, int] = defaultdict(int)
+    # Oldest first: the commands a script ran are logged (peer "?:0") before the script itself.
+    for entry in reversed(marks.get("entries", [])):
+        name = _name(entry[3])
+        if entry[4] == b"?:0":
+            pending[name] += 1
+            continue
+        if name in ("SLOWLOG", "CONFIG", "INFO", "SCARD", "FLUSHDB"):
+            pending.clear()
+            continue  # the bench's own
+        usec[name] += int(entry[2])
+        count[name] += 1
+        for command, n in pending.items():
+            inner[name][command] += n
+        pending.clear()
+    pods = row["bound"] - marks.get("placed at mark", 0)
+    print(
+        json.dumps(
+            {
+                "row": row,
+                "steady pods": pods,
+                "usec": usec,
+                "calls": count,
+                "inner": inner,
+                "instructions/pod": round(marks.get("instructions", 0) / pods),
+                "redis cpu us/pod": round(
+                    1e6 * (marks.get("cpu at end", 0) - marks.get("cpu at mark", 0)) / pods
+                ),
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--measured", type=int, default=3000)
+    parser.add_argument("--initial", type=int, default=1000)
+    parser.add_argument("--tree", default="", help="another checkout: its rows alternate")
+    parser.add_argument("--name", default="redis_per_pod")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count Redis' instructions per placed pod under callgrind (no breakdown)",
+    )
+    parser.add_argument("--keep", default="", help="keep callgrind's dumps in this folder")
+    parser.add_argument("--row", nargs=5, help=argparse.SUPPRESS)  # tree nodes replicas pid url
+    args = parser.parse_args()
+    if args.row:
+        tree, nodes, replicas, pid, url = args.row
+        tree = "" if tree == "-" else tree
+        sys.argv = sys.argv[:1]
+        _one_row(tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid))
+        return
+    trees = ["", args.tree] if args.tree else [""]
+    results: list[dict[str, Any]] = []
+    summary: list[list[Any]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        for nodes in args.nodes:
+            for replicas in args.replicas:
+                for tree in trees:
+                    # A server per row: under callgrind, its counters are the row's alone.
+                    port = _free_port()
+                    out = Path(args.keep or directory) / f"callgrind-{port}.out"
+                    # Instrumentation off until the steady state (the load and the list of
+                    # thousands of nodes then run a few times slower, not ~50 times).
+                    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+                    wrapper += [f"--callgrind-out-file={out}"]
+                    server = start_server(directory, port, wrapper if args.instructions else None)
+                    url = f"redis://127.0.0.1:{port}/0"
+                    grind = server.pid if args.instructions else 0
+                    try:
+                        result = _run_row(tree, nodes, replicas, args, url, grind)
+                    finally:
+                        server.terminate()
+                        server.wait(60)
+                    label = "this" if not tree else "before"
+                    result.update(tree=label, nodes=nodes, replicas=replicas, load=_load())
+                    results.append(result)
+                    summary.append(_print(result))
+                    write_results(args.name, {"args": vars(args), "rows": results})
+    print_table(
+        f"steady Redis per placed pod ({args.measured:,} measured, load {_load()})",
+        [
+            "tree",
+            "nodes",
+            "replicas",
+            "pods/s",
+            "calls/pod",
+            "Redis us/pod",
+            "Redis CPU us/pod",
+            "instructions/pod",
+        ],
+        summary,
+    )
+
+
+def _run_row(
+    tree: str, nodes: int, replicas: int, args: argparse.Namespace, url: str, grind: int
+) -> Any:
+    command = [sys.executable, __file__, "--measured", str(args.measured)]
+    command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
+    command += [str(replicas), str(grind), url]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in out.stdout.splitlines() if line.startswith('{"row"')]
+    if out.returncode or not lines:
+        raise SystemExit(f"row {tree or 'this'} {nodes} {replicas} failed:\n{out.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def _print(result: dict[str, Any]) -> list[Any]:
+    pods = result["steady pods"]
+    rows = []
+    for name, usec in sorted(result["usec"].items(), key=lambda item: -item[1]):
+        calls = result["calls"][name]
+        commands = result["inner"].get(name, {})
+        top = sorted(commands.items(), key=lambda item: -item[1])[:6]
+        within = " ".join(f"{c}:{n / calls:.1f}" for c, n in top)
+        rows.append(
+            [name, round(calls / pods, 2), round(usec / calls, 1), round(usec / pods, 1), within]
+        )
+    total = sum(result["usec"].values())
+    calls = sum(result["calls"].values())
+    per_call = round(total / calls, 1) if calls else "-"
+    rows.append(["total", round(calls / pods, 2), per_call, round(total / pods, 1), ""])
+    row = result["row"]
+    print_table(
+        f"{result['tree']} tree, {result['nodes']:,} nodes, {result['replicas']} replicas: "
+        f"{pods:,} steady pods, {row['pods/s']} pods/s, over allocatable "
+        f"{row.get('over allocatable', '?')}, bound twice {row.get('bound twice', '?')}",
+        ["function", "calls/pod", "us/call", "us/pod", "commands inside, per call"],
+        rows,
+    )
+    return [
+        result["tree"],
+        result["nodes"],
+        result["replicas"],
+        row["pods/s"],
+        round(calls / pods, 2),
+        round(total / pods, 1),
+        result["redis cpu us/pod"],
+        result["instructions/pod"],
+    ]
+
+
+def _callgrind(option: str, pid: int) -> int:
+    """``callgrind_control -i`` (instrumentation on), ``-z`` (zero) or ``-d`` (dump: the
+    instructions since the zero)."""
+    command = ["callgrind_control", option, *(["on"] if option == "-i" else []), str(pid)]
+    subprocess.run(command, check=True, capture_output=True)
+    if option != "-d":
+        return 0
+    out = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    path = next(a for a in out if a.startswith(b"--callgrind-out-file="))
+    dump = Path(path.split(b"=", 1)[1].decode() + ".1")
+    for _ in range(1200):
+        if dump.exists() and "totals:" in dump.read_text():
+            break
+        time.sleep(0.05)
+    totals = next(line for line in dump.read_text().splitlines() if line.startswith("totals:"))
+    return int(totals.split()[1])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()
