@@ -177,7 +177,9 @@ def assume_pod(
         if since is not None:
             rules = _rule_args(pod, since, reads, domains, incarnation, seen)
         rules += ("",) * (5 - len(rules))  # `seen`'s place kept: the candidates follow it
-        return Command("assume_pod", pod_subject(pod), (*args, fit_check(pod), "", lease, *rules, *extra))
+        return Command(
+            "assume_pod", pod_subject(pod), (*args, fit_check(pod), "", lease, *rules, *extra)
+        )
     if check_fit and expect_generation is not None:
         raise ValidationError(
             pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"

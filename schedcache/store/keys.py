@@ -278,6 +278,16 @@ class Keys:
     def replica_pods(self, replica: str) -> str:
         return self._key("replicapods:<replica>", replica=replica)
 
+    # -- nominations (lua/_nominations.lua) -------------------------------------------------
+
+    @property
+    def nominated(self) -> str:
+        return self._key("nominated")
+
+    @property
+    def nominated_nodes(self) -> str:
+        return self._key("nomnode")
+
     # -- feeders ----------------------------------------------------------------------------
 
     def pod_version(self, uid: str) -> str:

@@ -9,10 +9,15 @@ pod. Here the claim itself (``sc_assume_pod``) counts them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from schedcache.errors import ValidationError
 from schedcache.model.aggregates import contribution_string
 from schedcache.model.values import Pod
 from schedcache.store.commands import MAX_NOW, Command, milliseconds, pod_subject
+
+if TYPE_CHECKING:
+    from schedcache.store.store import Store
 
 #: A nomination's default life (s): long enough for victims' graceful termination (30 s by
 #: default) and the preemptor's next attempt; a preemptor that never comes back frees it then.
@@ -21,7 +26,9 @@ NOMINATION_TTL = 60.0
 MAX_PER_NODE = 16
 
 
-def nominate_pod(pod: Pod, node: str, ttl: float = NOMINATION_TTL, now: float | None = None) -> Command:
+def nominate_pod(
+    pod: Pod, node: str, ttl: float = NOMINATION_TTL, now: float | None = None
+) -> Command:
     """``sc_nominate_pod``: hold ``pod``'s requests on ``node`` for ``ttl`` seconds."""
     subject = pod_subject(pod)
     if not isinstance(node, str) or not node or len(node.split()) != 1:
@@ -50,3 +57,25 @@ def denominate_pod(pod: Pod, now: float | None = None) -> Command:
         subject,
         (pod.uid, milliseconds(now, subject=subject, field="now", maximum=MAX_NOW)),
     )
+
+
+def read_nomination(store: Store, uid: str) -> tuple[str, float] | None:
+    """The node ``uid`` is nominated to and the nomination's deadline (s since the epoch, the
+    server's clock), or None when it has none that is live."""
+    keys, client = store.keys, store.client
+
+    def read() -> tuple[Any, Any, Any]:
+        return (
+            client.hget(keys.nominated_nodes, uid),
+            client.zscore(keys.nominated, uid),
+            client.time(),
+        )
+
+    node, deadline, (seconds, micros) = store.retrying(read, "reading a nomination")
+    if node is None or deadline is None:
+        return None
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    if deadline <= now_ms:
+        return None
+    name = node.decode() if isinstance(node, bytes) else str(node)
+    return name, deadline / 1000.0

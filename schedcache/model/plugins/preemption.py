@@ -108,6 +108,12 @@ class Decision:
     reasons: list[str] = field(default_factory=list)
     message: str = ""
 
+    def summary(self) -> str:
+        """What the pod's Unschedulable message adds after upstream's FitError."""
+        if self.message or not self.node:
+            return self.message
+        return f"preemption: nominated to node {self.node}, evicting {len(self.victims)} pod(s)."
+
 
 def start_ms(pod: Pod) -> float:
     """Upstream's GetPodStartTime: ``status.startTime``; a pod not started yet counts as now
@@ -130,7 +136,8 @@ def split_by_budgets(pods: Sequence[Pod], budgets: Sequence[Budget]) -> tuple[li
     """Upstream's filterPodsWithPDBViolation: (violating, non-violating), order kept; each
     pod a budget covers takes one of its allowed disruptions (none if already disrupted)."""
     allowed = [budget.allowed for budget in budgets]
-    violating, fine = [], []
+    violating: list[Pod] = []
+    fine: list[Pod] = []
     for pod in pods:
         breaks = False
         for i, budget in enumerate(budgets):
@@ -251,7 +258,11 @@ def preempt(
         verdicts = {info.name: filter_pod(pod, info, cycle) for info in live}
     candidates: list[Candidate] = []
     reasons: list[str] = []
+    # upstream's minCandidateNodesPercentage (10) and minCandidateNodesAbsolute (100)
+    wanted = max(len(live) // 10, 100)
     for info in live:
+        if len(candidates) >= wanted:
+            break
         verdict = verdicts.get(info.name)
         if verdict is None or verdict.unresolvable:
             reasons.append(NOT_HELPFUL)
