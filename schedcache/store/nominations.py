@@ -62,14 +62,15 @@ def denominate_pod(pod: Pod, now: float | None = None) -> Command:
 def read_nomination(store: Store, uid: str) -> tuple[str, float] | None:
     """The node ``uid`` is nominated to and the nomination's deadline (s since the epoch, the
     server's clock), or None when it has none that is live."""
-    keys, client = store.keys, store.client
+    keys = store.keys
 
-    def read() -> tuple[Any, Any, Any]:
-        return (
-            client.hget(keys.nominated_nodes, uid),
-            client.zscore(keys.nominated, uid),
-            client.time(),
-        )
+    def read() -> list[Any]:
+        # The server holding the cache (in a cluster, its slot's primary: TIME has no key).
+        pipe = store.server().pipeline(transaction=False)
+        pipe.hget(keys.nominated_nodes, uid)
+        pipe.zscore(keys.nominated, uid)
+        pipe.time()
+        return list(pipe.execute())
 
     node, deadline, (seconds, micros) = store.retrying(read, "reading a nomination")
     if node is None or deadline is None:
