@@ -32,8 +32,8 @@ from schedcache.model.podterms import LabelSelector
 from schedcache.model.values import Pod
 
 #: upstream's messages (preemption.Evaluator) for nodes with no candidate.
-NO_VICTIMS = "No preemption victims found for incoming pod."
-NOT_HELPFUL = "Preemption is not helpful for scheduling."
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
 #: what a pod with ``preemptionPolicy: Never`` gets (PodEligibleToPreemptOthers).
 NEVER = "not eligible due to preemptionPolicy=Never."
 _MAX_INT32 = 2**31 - 1
@@ -252,7 +252,7 @@ def preempt(
     filteredNodesStatuses; judged here when not given; a node absent from it is unresolvable)."""
     live = [info for info in infos if info.node is not None]
     if pod.preempt_never:
-        return Decision(reasons=[NEVER] * len(live), message=_message(len(live), []))
+        return Decision(message=NEVER)
     if verdicts is None:
         cycle = Cycle(pod, list(infos))
         verdicts = {info.name: filter_pod(pod, info, cycle) for info in live}
