@@ -288,6 +288,9 @@ class Keys:
     def nominated_nodes(self) -> str:
         return self._key("nomnode")
 
+    def nominations(self, node: str) -> str:
+        return self._key("nom:<node>", node=node)
+
     # -- feeders ----------------------------------------------------------------------------
 
     def pod_version(self, uid: str) -> str:
