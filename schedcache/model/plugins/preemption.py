@@ -261,7 +261,8 @@ def preempt(
     # upstream's minCandidateNodesPercentage (10) and minCandidateNodesAbsolute (100)
     wanted = max(len(live) // 10, 100)
     for info in live:
-        if len(candidates) >= wanted:
+        # upstream's DryRunPreemption stops once it holds enough, one of them breaking no PDB
+        if len(candidates) >= wanted and any(not c.violations for c in candidates):
             break
         verdict = verdicts.get(info.name)
         if verdict is None or verdict.unresolvable:
