@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from schedcache import Cache
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
 from schedcache.errors import FitConflict, NodeNotFound, ValidationError
 from schedcache.extender.service import Extender
 from schedcache.feed.sync import Syncer, api_client
@@ -234,3 +237,14 @@ def test_the_extenders_preempt_verb_answers_upstreams_victims_from_the_cache(cac
         assert (status, answer) == (200, {"NodeNameToMetaVictims": {}})
         status, answer = server.post("preempt", {"Pod": preemptor, "NodeNameToVictims": [1]})
         assert status == 400
+
+
+def test_explain_shows_a_preemptors_nomination(
+    full: Cache, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 41: "pod pre has no claim" (exit 1)."""
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    nominate(full, make_pod("pre", "", cpu="2", mem="1Gi", priority=1000), "n1")
+    result = CliRunner().invoke(main, ["--cache", full.name, "explain", "pod", "pre"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("nominated to node n1 (preemption) until ")
