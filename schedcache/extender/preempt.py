@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from schedcache.errors import ValidationError
-from schedcache.extender.protocol import ProtocolError, field
+from schedcache.extender.protocol import ProtocolError, field, pod_arg
 from schedcache.model.plugins.preemption import select_victims
 from schedcache.model.values import Pod
 
@@ -37,13 +36,7 @@ class PreemptArgs:
 def preempt_args(document: Mapping[str, Any]) -> PreemptArgs:
     """``{Pod, NodeNameToVictims, NodeNameToMetaVictims}``: the nodes are the keys of either
     map (the meta one when both are given, as kube-scheduler sends one of them)."""
-    raw_pod = field(document, "Pod")
-    if not isinstance(raw_pod, Mapping):
-        raise ProtocolError("Pod: required, a v1.Pod object")
-    try:
-        pod = Pod.from_k8s(raw_pod)
-    except ValidationError as error:
-        raise ProtocolError(f"Pod: {error}") from None
+    pod, _ = pod_arg(document)
     for name in ("NodeNameToMetaVictims", "NodeNameToVictims"):
         nodes = field(document, name)
         if nodes is None:
