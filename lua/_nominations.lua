@@ -91,17 +91,18 @@ end
 -- as its claim lands) and up to NOM.PRUNE lapsed nominations as { uid, node }.
 function NOM.plan(p, uid, now)
   local lapsed = {}
-  local due = typed_read(p .. 'nominated', 'zset', 'ZRANGEBYSCORE', '-inf', int_string(now), 'LIMIT', 0,
-                         NOM.PRUNE)
+  local due = typed_read(p .. 'nominated', 'zset', 'ZRANGEBYSCORE', '-inf', int_string(now),
+                         'LIMIT', 0, NOM.PRUNE)
   for j = 1, #due do
     if due[j] ~= uid then
       lapsed[#lapsed + 1] = { due[j], typed_read(p .. 'nomnode', 'hash', 'HGET', due[j]) }
     end
   end
   local own = typed_read(p .. 'nomnode', 'hash', 'HGET', uid)
-  if own then typed_read(p .. 'nom:' .. own, 'hash', 'HLEN') end
+  if own then typed_read(p .. 'nom:' .. own, 'hash', 'HGET', uid) end
   for j = 1, #lapsed do
-    if lapsed[j][2] then typed_read(p .. 'nom:' .. lapsed[j][2], 'hash', 'HLEN') end
+    local uid_j, node_j = lapsed[j][1], lapsed[j][2]
+    if node_j then typed_read(p .. 'nom:' .. node_j, 'hash', 'HGET', uid_j) end
   end
   return { uid = uid, node = own, lapsed = lapsed }
 end
