@@ -76,6 +76,10 @@
 --   queued:<uid>           string "<state> <scheduler> <priority> <seq> <attempts> <due>
 --                                 <holder>\n<msgpack Pod>": a pending pod in the scheduling
 --                                 queue (_queue.lua)
+--   nominated              zset   uid -> deadline (ms) of every nomination (_nominations.lua)
+--   nomnode                hash   uid -> the node it is nominated to
+--   nom:<node>             hash   uid -> "<priority> <deadline ms> <contribution>": the room
+--                                 nominated pods hold on the node
 --   queuedpods             set    the uids of every queued pod
 --   queueseq               string the queue's arrival counter (INCR)
 --   queues                 hash   scheduler -> "<id>[ <score>]": the last helpful event its

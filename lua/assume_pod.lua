@@ -12,6 +12,8 @@
 --          docs/constraints.md). `since` "-": the pod has rules of its own nobody judged
 --          (refused as `unchecked`). `seen`: the id of the newest event that snapshot saw
 --          ("" for none); the claim is refused when the stream lost it (_history.lua).
+--          check "fit:<priority>": "fit", the claimer's priority given for the room nominated
+--          pods hold (_nominations.lua: refused as `nominated` when it would take it).
 --          `candidates` (with "fit" only): count (<= 7), the
 --          length of the blob prefix they share with `blob`, then per candidate node, blob
 --          rest, reads, domains: the first of the claim's node and the candidates that passes
@@ -45,11 +47,15 @@ local UNJUDGED = '-'
 
 -- "" when the pod may go on `args.node`, else the reasons it may not; nil and the error for
 -- malformed arguments. Reads only.
-local function refusal(p, args, check, a, reads, domains)
+local function refusal(p, args, check, a, reads, domains, nominated)
   if check ~= '' then
     local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6])
     if reasons == nil then return nil, 'BADARG check ' .. args.uid end
     if reasons ~= '' then return reasons end
+    if nominated and check == 'fit' then  -- room held for nominated pods (_nominations.lua)
+      reasons = NOM.conflicts(p, args.node, args.uid, args.contribution, nominated.priority)
+      if reasons ~= '' then return reasons end
+    end
   end
   local since = a[8] or ''
   if since == UNJUDGED then
@@ -72,7 +78,9 @@ local function assume_pod(p, replica, a)
   if rec ~= nil then
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
   end
-  local check = a[5] or ''
+  local check, priority = NOM.check_arg(a[5] or '')
+  if check == nil then return nil, 'BADARG check ' .. args.uid end
+  local nominated = NOM.any(p) and { priority = priority } or nil
   local candidates, bad = read_candidates(a, 13, args.blob)
   if candidates == nil or (#candidates > 0 and check ~= 'fit') then
     return nil, 'BADARG ' .. (bad or 'candidates') .. ' ' .. args.uid
@@ -81,14 +89,15 @@ local function assume_pod(p, replica, a)
   local lost = history_lost(p, a[12])  -- _history.lua
   if lost == nil then return nil, 'BADARG seen ' .. args.uid end
   if lost then return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' lost-writes' end
-  local reason, err = refusal(p, args, check, a, a[9], a[10])
+  local reason, err = refusal(p, args, check, a, a[9], a[10], nominated)
   if reason == nil then return nil, err end
   -- The ranked candidates, in order, when the claim's own node is refused.
   for j = 1, #candidates do
     if reason == '' then break end
     local there = candidate_args(p, args, candidates[j])
     if there ~= nil then
-      local why, failed = refusal(p, there, check, a, candidates[j].reads, candidates[j].domains)
+      local why, failed = refusal(p, there, check, a, candidates[j].reads, candidates[j].domains,
+                                  nominated)
       if why == nil then return nil, failed end
       if why == '' then
         args, reason = there, ''
@@ -100,6 +109,8 @@ local function assume_pod(p, replica, a)
   end
   local lease_ms = int_arg(a[7] or '0', 0, BOUNDS.MAX_DURATION_MS)
   if lease_ms == nil then return nil, 'BADARG lease ' .. args.uid end
+  -- The pod's own nomination, dropped as it lands (read now: writes come after every read).
+  if nominated then nominated = NOM.plan(p, args.uid, now_ms(nil)) end
   local leasing = lease_ms > 0 and replica ~= ''
   -- The sets it writes, in one call: `pods`, `assumed`, its replica's claims and, leasing, the
   -- replica set. In a batch most are checked already (guard_cache leaves those out); a single
@@ -122,6 +133,7 @@ local function assume_pod(p, replica, a)
     redis.call('SADD', p .. 'replicas', replica)
   end
   redis.call('SADD', p .. 'assumed', args.uid)
+  if nominated then NOM.settle(p, nominated) end
   emit(p, 'PodAssumed', replica,
        'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
   if #candidates > 0 then return { gen, args.node } end

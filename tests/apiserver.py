@@ -43,10 +43,12 @@ Covered (JSON only, ``Content-Type: application/json``):
   a strategic-merge patch of ``status.conditions``: conditions merge by ``type`` (the list's
   patch merge key), other status fields are replaced; emits MODIFIED. Any other patch content
   type, or a patch outside ``status``, answers 415/422.
+* ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` (``delete_namespaced_pod``): removes the pod
+  at once (no grace period), emits DELETED, answers the pod; 404 without it.
 * Authentication: a bearer token (the one ``kubeconfig()`` writes) unless ``token=None``;
   a missing or wrong one answers 401.
 
-Not covered: any other resource or verb (create/update/delete over HTTP, other PATCHes, DELETE,
+Not covered: any other resource or verb (create/update over HTTP, other PATCHes, other DELETEs,
 ``/apis``, discovery, ``/version``), protobuf, tables, YAML, ``pretty``,
 ``resourceVersionMatch``, ``sendInitialEvents``, list at an old ``resourceVersion``, label
 selectors, set-based field selectors, admission, validation or defaulting (objects are stored
@@ -905,6 +907,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._serve("PATCH")
 
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -949,6 +954,9 @@ class _Handler(BaseHTTPRequestHandler):
             if content_type != "application/strategic-merge-patch+json":
                 raise ApiError(415, "UnsupportedMediaType", f"{content_type} (fake api server)")
             return api.patch_status(params["namespace"], params["name"], self._read_json())
+        if method == "DELETE" and route == "get_pod":  # a preemption's victim (issue 41)
+            api.get_object("Pod", (params["namespace"], params["name"]))  # 404 when absent
+            return api.delete("Pod", params["name"], params["namespace"])
         if (method == "POST") != (route == "bind"):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported here")
         if route == "bind":

@@ -17,6 +17,7 @@ from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
+from schedcache.store.nominations import nominate_pod
 from tests.factories import make_node, make_pod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +122,9 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.node_version("n"),
         keys.sync,
         keys.queued("u"),
+        keys.nominated,
+        keys.nominated_nodes,
+        keys.nominations("n"),
         keys.queued_pods,
         keys.queue_sequence,
         keys.queues,
@@ -229,6 +233,8 @@ def workload(cache: Cache) -> dict[str, str]:
     popped = [queued.pod for queued in queue.pop(3)]
     queue.retry(popped[1], unschedulable=False)
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
+    # a preemptor's nomination (docs/preemption.md)
+    cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1"))
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -272,6 +278,9 @@ def workload(cache: Cache) -> dict[str, str]:
         "queue_sequence": keys.queue_sequence,
         "queues": keys.queues,
         "helped": keys.helped,
+        "nominated": keys.nominated,
+        "nominated_nodes": keys.nominated_nodes,
+        "nominations": keys.nominations("n1"),
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

@@ -87,9 +87,12 @@ def test_an_unschedulable_pod_is_told_why_and_waits_parked(
         found = condition(server, "big")
         assert found is not None
         assert found["status"] == "False" and found["reason"] == "Unschedulable"
+        # upstream's FitError with DefaultPreemption's PostFilter message (issue 41)
         assert found["message"] == (
             "0/2 nodes are available: 1 Insufficient cpu, "
-            "1 node(s) had untolerated taint {dedicated: gpu}."
+            "1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/2 nodes are "
+            "available: 1 No preemption victims found for incoming pod, 1 Preemption is not "
+            "helpful for scheduling."
         )
         time.sleep(2.0)
         # Nothing that could help happened (our own condition patch, a MODIFIED of the

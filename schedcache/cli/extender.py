@@ -17,6 +17,7 @@ from schedcache.cli.lifecycle import (
     stop_on_signals,
 )
 from schedcache.cli.params import F, Name, Seconds
+from schedcache.cli.serve import metrics_address_option, serve_metrics
 from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
 
@@ -320,6 +321,13 @@ def _hold_lease(cache: Cache) -> None:
     show_default=True,
     help="Bindings in flight at once (the scheduling loop goes on while they wait).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /metrics here (preemption attempts and victims, fit conflicts, commands).",
+)
+@metrics_address_option("--metrics-address")
 @click.pass_obj
 def scheduler(
     settings: Settings,
@@ -334,6 +342,8 @@ def scheduler(
     lease: float,
     percentage_of_nodes_to_score: int,
     binding_workers: int,
+    metrics_port: int | None,
+    metrics_address: str,
 ) -> None:
     """A reference scheduler replica in Python on the cache: pops the pending pods with
     --scheduler-name from the cache's scheduling queue (fed by `schedcache sync`, shared by
@@ -378,6 +388,8 @@ def scheduler(
         lease=lease,
     )
     loop.stop = stop
+    if metrics_port is not None:
+        serve_metrics(cache, metrics_port, metrics_address)
     click.echo(f"scheduling pods of {scheduler_name!r} on cache {cache.name}", err=True)
     loop.run(stop_wait=STOP_WAIT)
     give_back_lease(cache)  # a restart with the same --replica is not refused

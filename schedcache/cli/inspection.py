@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -29,6 +30,7 @@ from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.sim.explain import explain_events, pod_history, pod_name
 from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_stream_id
+from schedcache.store.nominations import read_nomination
 
 EVENT_COLUMNS = ("ID", "TYPE", "AGE", "REPLICA", "OBJECT AND FIELDS")
 
@@ -338,6 +340,13 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     compacted = found.compacted_before
     if compacted:
         click.echo(f"note: the events before {compacted} were compacted away", err=True)
+    nomination = read_nomination(cache.store, found.uid or ref) if output == "text" else None
+    if nomination is not None:  # a preemptor waiting for its victims (docs/preemption.md)
+        node, until = nomination
+        moment = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        click.echo(f"nominated to node {printable(node)} (preemption) until {moment}")
+        if not claims:
+            return
     if not claims:
         since = ""
         if found.searched_from and not compacted and not full:

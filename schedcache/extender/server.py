@@ -1,4 +1,5 @@
 """The extender's HTTP server (aiohttp): ``POST {prefix}/filter``, ``/prioritize``, ``/bind``,
+``/preempt`` (ProcessPreemption: :mod:`.preempt`; it holds filter's slots),
 ``GET /healthz`` (liveness), ``GET /readyz`` (Redis answers) and ``GET /metrics``.
 
 Bounded by construction (:class:`~schedcache.extender.limits.Limits`): each verb has its own
@@ -27,6 +28,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,7 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from redis.exceptions import RedisError
 
 from schedcache.errors import CacheError, RetriesExhausted
-from schedcache.extender import protocol
+from schedcache.extender import preempt, protocol
 from schedcache.extender.guard import Guard, GuardedSite
 from schedcache.extender.limits import Limits
 from schedcache.extender.protocol import ProtocolError
@@ -86,13 +88,17 @@ def make_app(
         "filter": (protocol.filter_args, extender.filter),
         "prioritize": (protocol.filter_args, extender.prioritize),
         "bind": (protocol.bind_args, extender.bind),
+        "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
     pools = [ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")]
+    semaphores: dict[str, asyncio.Semaphore] = {}
     for verb, (decode, run) in verbs.items():
-        slots = limits.concurrency(verb)
+        share = "filter" if verb == "preempt" else verb  # preempt holds filter's slots
+        slots = limits.concurrency(share)
         pool = ThreadPoolExecutor(slots, thread_name_prefix=f"schedcache-extender-{verb}")
         pools.append(pool)
-        route = Route(verb, decode, run, pool, asyncio.Semaphore(slots), limits)
+        semaphore = semaphores.setdefault(share, asyncio.Semaphore(slots))
+        route = Route(verb, decode, run, pool, semaphore, limits)
         app.router.add_post(f"{prefix}/{verb}", route.handle)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz(extender, pools[0]))

@@ -317,7 +317,19 @@ def read_pod(obj: Any, make: Callable[..., P]) -> P:
         containers=len(containers) + sum(c.sidecar for c in inits),
         created_ms=_read_created(r, meta),
         terminating=bool(meta.get("deletionTimestamp")),
+        preempt_never=_read_preemption_policy(r, spec) == "Never",
+        started_ms=_read_created(r, status, "startTime", "status.startTime"),
     )
+
+
+def _read_preemption_policy(r: _Reader, spec: Mapping[str, Any]) -> str:
+    """``spec.preemptionPolicy``: ``PreemptLowerPriority`` (the default) or ``Never``."""
+    policy = r.string(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
+    if policy not in ("", "PreemptLowerPriority", "Never"):
+        raise r.fail(
+            "spec.preemptionPolicy", f"{show(policy)} is not PreemptLowerPriority or Never"
+        )
+    return policy
 
 
 _TOLERATION_OPERATORS = ("", "Exists", "Equal")
@@ -481,13 +493,18 @@ def _read_ready_containers(r: _Reader, status: Mapping[str, Any], sidecars: set[
     return ready
 
 
-def _read_created(r: _Reader, meta: Mapping[str, Any]) -> int:
-    """``metadata.creationTimestamp`` (RFC 3339, as the API server writes it; a YAML reader may
-    have made it a datetime already) in ms since the epoch; 0 when absent."""
-    value = meta.get("creationTimestamp")
+def _read_created(
+    r: _Reader,
+    meta: Mapping[str, Any],
+    key: str = "creationTimestamp",
+    path: str = "metadata.creationTimestamp",
+) -> int:
+    """``metadata.creationTimestamp`` (or another time: ``key`` at ``path``; RFC 3339, as the
+    API server writes it; a YAML reader may have made it a datetime already) in ms since the
+    epoch; 0 when absent."""
+    value = meta.get(key)
     if value is None or value == "":
         return 0
-    path = "metadata.creationTimestamp"
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)

@@ -109,6 +109,10 @@ class Pod:
     created_ms: int = 0
     # metadata.deletionTimestamp is set: PodTopologySpread counts it no more (as upstream).
     terminating: bool = False
+    # spec.preemptionPolicy is Never (DefaultPreemption leaves other pods alone for it), and
+    # status.startTime in ms since the epoch (0: not started; preemption's tie-break).
+    preempt_never: bool = False
+    started_ms: int = 0
 
     @property
     def has_inter_pod_rules(self) -> bool:
@@ -208,6 +212,10 @@ class Pod:
             d["containers"] = [self.ready_containers, self.containers]
         if self.created_ms:
             d["created"] = self.created_ms
+        if self.preempt_never:
+            d["preempt_never"] = True
+        if self.started_ms:
+            d["started"] = self.started_ms
         return d
 
     @classmethod
@@ -258,6 +266,8 @@ class Pod:
             int(containers),
             int(get("created", 0)),
             bool(get("terminating", False)),
+            bool(get("preempt_never", False)),
+            int(get("started", 0)),
         )
 
 

@@ -52,6 +52,7 @@ from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
 from schedcache.scheduler.binder import ApiBinder
 from schedcache.scheduler.bindings import BindingProcess, bind_and_finish, short
+from schedcache.scheduler.preemption import Preemption
 from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
@@ -123,6 +124,7 @@ class ReferenceScheduler:
         binding_workers: int = BINDING_WORKERS,
         lease: float = LEASE,
         bindings: BindingProcess | None = None,
+        preemption: bool = True,
     ) -> None:
         self.cache = cache
         self.api = api
@@ -134,6 +136,8 @@ class ReferenceScheduler:
         self.attempts = attempts
         self.snapshot = Snapshot()
         self.columns = Columns(percentage)
+        # DefaultPreemption's PostFilter (scheduler/preemption.py), None when disabled.
+        self.preemption = Preemption(cache, api, scheduler_name) if preemption else None
         self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")
         self.bindings = bindings
         self._in_flight = threading.BoundedSemaphore(binding_workers)
@@ -159,6 +163,9 @@ class ReferenceScheduler:
             if not placement.node:
                 outcome.unschedulable = True
                 outcome.reason = fit_error(placement.nodes, placement.reasons)
+                if self.preemption is not None:  # PostFilter: the reasons say what it did
+                    decision = self.preemption.post_filter(pod, self.snapshot)
+                    outcome.reason += f" {decision.summary()}"
                 return outcome
             placed = pod.with_node(placement.node)
             # The snapshot carries the claim's inter-pod rules; a pod without any, in a cluster

@@ -177,7 +177,9 @@ def assume_pod(
         if since is not None:
             rules = _rule_args(pod, since, reads, domains, incarnation, seen)
         rules += ("",) * (5 - len(rules))  # `seen`'s place kept: the candidates follow it
-        return Command("assume_pod", pod_subject(pod), (*args, "fit", "", lease, *rules, *extra))
+        return Command(
+            "assume_pod", pod_subject(pod), (*args, fit_check(pod), "", lease, *rules, *extra)
+        )
     if check_fit and expect_generation is not None:
         raise ValidationError(
             pod_subject(pod), "check_fit", "choose check_fit or expect_generation, not both"
@@ -190,7 +192,7 @@ def assume_pod(
             )
         args += ("generation", expect_generation, lease)
     elif check_fit:
-        args += ("fit", "", lease)
+        args += (fit_check(pod), "", lease)
         if since is not None:
             args += _rule_args(pod, since, reads, domains, incarnation, seen)
         elif pod.has_inter_pod_rules:
@@ -202,6 +204,12 @@ def assume_pod(
     # else the function's defaults (no check, no lease) stand: each argument costs Redis ~1,500
     # instructions, 5 % of a plain claim for these three.
     return Command("assume_pod", pod_subject(pod), args)
+
+
+def fit_check(pod: Pod) -> str:
+    """A fit-checked claim's check argument: ``fit:<priority>`` for a pod of non-zero priority,
+    so Redis knows which nominated pods' room it may take (lua/_nominations.lua)."""
+    return f"fit:{pod.priority}" if pod.priority else "fit"
 
 
 #: Ranked candidates a claim may carry after its own node (lua/_pick.lua).

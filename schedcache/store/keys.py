@@ -89,6 +89,9 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
         "string",
         '"<state> <scheduler> <priority> <seq> <attempts> <due> <holder>\\n<msgpack Pod>"',
     ),
+    KeySpec("nominated", "zset", "uid -> deadline (ms) of every nomination (lua/_nominations.lua)"),
+    KeySpec("nomnode", "hash", "uid -> the node it is nominated to"),
+    KeySpec("nom:<node>", "hash", 'uid -> "<priority> <deadline ms> <contribution>"'),
     KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
     KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
     KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
@@ -274,6 +277,19 @@ class Keys:
 
     def replica_pods(self, replica: str) -> str:
         return self._key("replicapods:<replica>", replica=replica)
+
+    # -- nominations (lua/_nominations.lua) -------------------------------------------------
+
+    @property
+    def nominated(self) -> str:
+        return self._key("nominated")
+
+    @property
+    def nominated_nodes(self) -> str:
+        return self._key("nomnode")
+
+    def nominations(self, node: str) -> str:
+        return self._key("nom:<node>", node=node)
 
     # -- feeders ----------------------------------------------------------------------------
 

@@ -52,6 +52,16 @@ FIT_CONFLICTS = Counter(
 )
 
 
+PREEMPTION_ATTEMPTS = Counter(
+    "schedcache_preemption_attempts_total",
+    "DefaultPreemption PostFilter runs of this process (pods no node could take; "
+    "kube-scheduler's scheduler_preemption_attempts_total).",
+)
+PREEMPTION_VICTIMS = Counter(
+    "schedcache_preemption_victims_total",
+    "Pods this process deleted to make room for a higher-priority pod "
+    "(kube-scheduler's scheduler_preemption_victims, summed).",
+)
 SYNC_EVENTS = Counter(
     "schedcache_sync_events_total",
     "Objects a feeder (schedcache sync) handed to the cache, by result: applied, "

@@ -1,0 +1,120 @@
+-- Nominations (docs/preemption.md): a preemptor's room reserved on its nominated node until
+-- its claim lands, it is denominated, or its deadline passes. Other claims see it as upstream's
+-- addNominatedPods does: a claim of a pod whose priority is not above the nominee's must fit
+-- with the nominee's requests (and one pod slot) counted on the node; a higher-priority claim
+-- may take the room. Not part of the event-sourced state (like leases): a reservation of the
+-- scheduling cycle, never folded, replayed or audited.
+--
+-- Keys     nominated        zset  uid -> deadline (ms) of every nomination (the gate: a claim
+--                                 reads only its existence while no node has a nomination)
+--          nomnode          hash  uid -> nominated node
+--          nom:<node>       hash  uid -> "<priority> <deadline ms> <contribution>"
+-- Bounds   NOM.MAX_PER_NODE nominations a node holds (a claim reads them all); NOM.PRUNE lapsed
+--          nominations one call drops (its first writes are after every read).
+local NOM = {}
+NOM.MAX_PER_NODE = 16
+NOM.PRUNE = 16
+NOM.INT32 = 2147483648
+
+-- A claim's check argument: "fit", or "fit:<priority>" (the claimer's spec.priority, for the
+-- nominations); the check and the priority (0 when not given), nil for a malformed one.
+function NOM.check_arg(check)
+  if string.sub(check, 1, 4) ~= 'fit:' then return check, 0 end
+  local priority = int_arg(string.sub(check, 5), -NOM.INT32, NOM.INT32 - 1)
+  if priority == nil then return nil, 0 end
+  return 'fit', priority
+end
+
+-- Whether the cache holds any nomination: the one call the claim path makes without.
+function NOM.any(p)
+  return redis.call('EXISTS', p .. 'nominated') == 1
+end
+
+-- The live nominations on `node` other than `uid`'s, as { priority, deadline, parsed }.
+-- Reads only; bounded by NOM.MAX_PER_NODE (nominate refuses more).
+function NOM.on_node(p, node, uid, now)
+  local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
+  local live = {}
+  for j = 1, #entries, 2 do
+    if entries[j] ~= uid then
+      local priority, deadline, text = string.match(entries[j + 1], '^(%-?%d+) (%d+) ?(.*)$')
+      local parsed = priority and parse_contribution(text)
+      if parsed and tonumber(deadline) > now then
+        live[#live + 1] = { priority = tonumber(priority), parsed = parsed }
+      end
+    end
+  end
+  return live
+end
+
+-- "" when the claim of `uid` (priority `priority`, contribution `parsed`) fits `node` with the
+-- room of the nominees it may not take counted, else "nominated". Reads only.
+function NOM.conflicts(p, node, uid, parsed, priority)
+  local held, count = {}, 0
+  for _, n in ipairs(NOM.on_node(p, node, uid, now_ms(nil))) do
+    if n.priority >= priority then  -- upstream: nominated pods of equal or higher priority
+      count = count + 1
+      for k = 1, #n.parsed.fields do
+        local field = n.parsed.fields[k]
+        if string.sub(field, 1, 2) == 'r:' then
+          held[field] = (held[field] or 0) + tonumber(n.parsed.amounts[k])
+        end
+      end
+    end
+  end
+  if count == 0 then return '' end
+  for k = 1, #parsed.fields do
+    local field = parsed.fields[k]
+    if string.sub(field, 1, 2) == 'r:' then
+      held[field] = (held[field] or 0) + tonumber(parsed.amounts[k])
+    end
+  end
+  local nk = p .. 'node:' .. node
+  local wanted, amounts = { 'a:pods' }, {}
+  for field, amount in pairs(held) do
+    wanted[#wanted + 1] = field
+    wanted[#wanted + 1] = 'a:' .. string.sub(field, 3)
+    amounts[#amounts + 1] = amount
+  end
+  local state = redis.call('HMGET', nk, unpack(wanted))
+  for k = 1, #amounts do
+    if stored_int(nk, state[2 * k], 0) + amounts[k] > stored_int(nk, state[2 * k + 1], 0) then
+      return 'nominated'
+    end
+  end
+  local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
+  if pods + 1 + count > stored_int(nk, state[1], 0) then return 'nominated' end
+  return ''
+end
+
+-- What settling `uid` will write, read before any write: its own nomination's node (dropped
+-- as its claim lands) and up to NOM.PRUNE lapsed nominations as { uid, node }.
+function NOM.plan(p, uid, now)
+  local lapsed = {}
+  local due = typed_read(p .. 'nominated', 'zset', 'ZRANGEBYSCORE', '-inf', int_string(now),
+                         'LIMIT', 0, NOM.PRUNE)
+  for j = 1, #due do
+    if due[j] ~= uid then
+      lapsed[#lapsed + 1] = { due[j], typed_read(p .. 'nomnode', 'hash', 'HGET', due[j]) }
+    end
+  end
+  local own = typed_read(p .. 'nomnode', 'hash', 'HGET', uid)
+  if own then typed_read(p .. 'nom:' .. own, 'hash', 'HGET', uid) end
+  for j = 1, #lapsed do
+    local uid_j, node_j = lapsed[j][1], lapsed[j][2]
+    if node_j then typed_read(p .. 'nom:' .. node_j, 'hash', 'HGET', uid_j) end
+  end
+  return { uid = uid, node = own, lapsed = lapsed }
+end
+
+function NOM.drop(p, uid, node)
+  if node then redis.call('HDEL', p .. 'nom:' .. node, uid) end
+  redis.call('HDEL', p .. 'nomnode', uid)
+  redis.call('ZREM', p .. 'nominated', uid)
+end
+
+-- Writes what NOM.plan read: the nominations it names are gone.
+function NOM.settle(p, plan)
+  if plan.node then NOM.drop(p, plan.uid, plan.node) end
+  for j = 1, #plan.lapsed do NOM.drop(p, plan.lapsed[j][1], plan.lapsed[j][2] or false) end
+end

@@ -1,0 +1,82 @@
+"""Nominations held in the cache (lua/_nominations.lua, docs/preemption.md): a preemptor's
+room reserved on its nominated node, atomically for every replica's claims, until its claim
+lands, it is denominated, or its ttl lapses.
+
+kube-scheduler keeps ``nominatedNodeName`` in one process's memory (the nominator) and counts
+nominated pods of equal or higher priority in every filter of that node (addNominatedPods);
+with N replicas that memory is not shared, and the victims' room went to another replica's
+pod. Here the claim itself (``sc_assume_pod``) counts them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from schedcache.errors import ValidationError
+from schedcache.model.aggregates import contribution_string
+from schedcache.model.values import Pod
+from schedcache.store.commands import MAX_NOW, Command, milliseconds, pod_subject
+
+if TYPE_CHECKING:
+    from schedcache.store.store import Store
+
+#: A nomination's default life (s): long enough for victims' graceful termination (30 s by
+#: default) and the preemptor's next attempt; a preemptor that never comes back frees it then.
+NOMINATION_TTL = 60.0
+#: Nominations one node holds at most (NOM.MAX_PER_NODE in lua/_nominations.lua).
+MAX_PER_NODE = 16
+
+
+def nominate_pod(
+    pod: Pod, node: str, ttl: float = NOMINATION_TTL, now: float | None = None
+) -> Command:
+    """``sc_nominate_pod``: hold ``pod``'s requests on ``node`` for ``ttl`` seconds."""
+    subject = pod_subject(pod)
+    if not isinstance(node, str) or not node or len(node.split()) != 1:
+        raise ValidationError(subject, "status.nominatedNodeName", f"{node!r} is not a node name")
+    if not ttl or ttl <= 0:
+        raise ValidationError(subject, "ttl", f"{ttl!r}: a nomination needs a positive ttl")
+    return Command(
+        "nominate_pod",
+        subject,
+        (
+            pod.uid,
+            node,
+            pod.priority,
+            milliseconds(ttl, subject=subject, field="ttl"),
+            contribution_string(pod),
+            milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+        ),
+    )
+
+
+def denominate_pod(pod: Pod, now: float | None = None) -> Command:
+    """``sc_denominate_pod``: drop ``pod``'s nomination (and lapsed ones)."""
+    subject = pod_subject(pod)
+    return Command(
+        "denominate_pod",
+        subject,
+        (pod.uid, milliseconds(now, subject=subject, field="now", maximum=MAX_NOW)),
+    )
+
+
+def read_nomination(store: Store, uid: str) -> tuple[str, float] | None:
+    """The node ``uid`` is nominated to and the nomination's deadline (s since the epoch, the
+    server's clock), or None when it has none that is live."""
+    keys = store.keys
+
+    def read() -> list[Any]:
+        # The server holding the cache (in a cluster, its slot's primary: TIME has no key).
+        pipe = store.server().pipeline(transaction=False)
+        pipe.hget(keys.nominated_nodes, uid)
+        pipe.zscore(keys.nominated, uid)
+        pipe.time()
+        return list(pipe.execute())
+
+    node, deadline, (seconds, micros) = store.retrying(read, "reading a nomination")
+    if node is None or deadline is None:
+        return None
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    if deadline <= now_ms:
+        return None
+    name = node.decode() if isinstance(node, bytes) else str(node)
+    return name, deadline / 1000.0
