@@ -41,6 +41,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -265,6 +266,7 @@ def row(
 # snapshot's reads (filter, prioritize) and sync's writes.
 BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_finish_binding", b"sc_forget_pod"}
 SLOWLOG_MAX = 1_000_000
+TAG = re.compile(rb"_v[0-9]+_[0-9a-f]+$")
 
 
 def slowlog_on(server: redis.Redis) -> None:
@@ -282,12 +284,15 @@ def slowlog_read(server: redis.Redis) -> dict[str, float]:
     totals = {"bind": 0.0, "other": 0.0}
     for entry in entries:
         words = entry["command"].split()
-        bind = len(words) > 1 and words[0].upper() == b"FCALL" and words[1] in BIND_FUNCTIONS
+        # The functions' names carry the build's tag (sc_assume_pod_v5_...): this tree's or
+        # the --before tree's.
+        name = TAG.sub(b"", words[1]) if len(words) > 1 else b""
+        bind = words[0].upper() == b"FCALL" and name in BIND_FUNCTIONS
         totals["bind" if bind else "other"] += entry["duration"]
         if bind:
-            name = words[1].decode()
-            totals[name] = totals.get(name, 0.0) + entry["duration"]
-            totals[name + " calls"] = totals.get(name + " calls", 0.0) + 1
+            key = name.decode()
+            totals[key] = totals.get(key, 0.0) + entry["duration"]
+            totals[key + " calls"] = totals.get(key + " calls", 0.0) + 1
     return totals
 
 
