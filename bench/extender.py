@@ -264,7 +264,7 @@ def row(
 
 # Which Redis calls a bind makes (its claim, its deadlines, a forget); the rest is the
 # snapshot's reads (filter, prioritize) and sync's writes.
-BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_finish_binding", b"sc_forget_pod"}
+BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_timed_claim", b"sc_finish_binding", b"sc_forget_pod"}
 SLOWLOG_MAX = 1_000_000
 TAG = re.compile(rb"_v[0-9]+_[0-9a-f]+$")
 
