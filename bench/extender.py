@@ -201,7 +201,7 @@ def row(
                 )
             )
         for port in ports:
-            wait_for(lambda port=port: listening(port), 60, "the extender")
+            wait_for(lambda port=port: listening(port), 300, "the extender")
         warm(ports, args.nodes)
         go = context.Event()
         args.clients = extenders
@@ -257,6 +257,10 @@ def row(
     result["API server CPU us/pod"] = round(harness[0] * per_pod)
     result["clients CPU us/pod"] = round(sum(harness[1:-1]) * per_pod)
     result["Redis CPU us/pod"] = round(used[-1] * per_pod)
+    # Every process of the row together: what a pod costs the machine, and how many cores
+    # that kept busy (pods/s x CPU a pod): the rate a shared machine's free cores allow.
+    result["all CPU us/pod"] = round(sum(used) * per_pod)
+    result["cores busy"] = round(sum(used) / seconds, 2)
     for caller, microseconds in by_caller.items():
         result[f"Redis us/pod {caller}"] = round(microseconds / args.pods)
     return result

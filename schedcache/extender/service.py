@@ -21,8 +21,9 @@ the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all)
 be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
 whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
 as the 409 path does. The claim gets a deadline ``bind_timeout`` away in the claim's own call
-(``Cache.assume_pod(deadline=)``; moved to the cache's ttl once bound), so it never outlives an
-unfinished bind; a claim that must go
+(``Cache.assume_pod(deadline=)``), so it never outlives an unfinished bind; once bound, the pod
+keeps at least the cache's ttl for ``sync`` to confirm it (the deadline moves to the ttl when
+less is left: with the defaults, 60 s and 30 s, a bind costs Redis one call); a claim that must go
 and cannot be forgotten now (Redis away) is retried in the background until it lands
 (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
 filter call's, remembered by uid within ``remember_bytes``.
@@ -162,6 +163,7 @@ class Extender:
         # With an API server the claim gets its bind-timeout deadline in the same call
         # (lua/timed_claim.lua): whatever becomes of this bind, the claim is released then.
         deadline = None if self.binder is None else self.bind_timeout
+        claimed_at = time.monotonic()  # no later than Redis set the deadline
         try:
             self.cache.assume_pod(
                 placed,
@@ -184,6 +186,10 @@ class Extender:
             self._binding(args, placed)
         except Refused as refused:
             return protocol.bind_result(f"binding {who}: {refused}")
+        if time.monotonic() - claimed_at + self.cache.ttl <= self.bind_timeout:
+            # The claim's deadline still leaves the bound pod the cache's ttl (or more) for
+            # sync to confirm it: moving it would only shorten it, for a Redis call a bind.
+            return protocol.bind_result()
         try:
             self.cache.finish_binding(placed)
         except (RetriesExhausted, RedisError) as error:
