@@ -206,7 +206,8 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         confirm(client)
 
     # The extender's bind (issue 43), per pod: 0ae1dd3's three calls (the claim, its
-    # bind-timeout deadline, the cache's ttl once bound) against the timed claim and the ttl.
+    # bind-timeout deadline, the cache's ttl once bound) against the timed claim and the ttl
+    # (a bind timeout that leaves less than the ttl), and the timed claim alone (the defaults).
     claim = single(lambda p: commands.assume_pod(p, check_fit=True))
     deadline = single(lambda p: commands.finish_binding(p, None, BIND_TIMEOUT))
     timed = single(
@@ -253,6 +254,7 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         ),
         "extender bind: claim, deadline, ttl (3 calls)": Scenario(bind_in_three),
         "extender bind: timed claim, ttl (2 calls)": Scenario(bind_in_two),
+        "extender bind: timed claim (1 call: the deadline leaves the ttl)": Scenario(timed),
     }
 
 
