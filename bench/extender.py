@@ -41,6 +41,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -200,7 +201,7 @@ def row(
                 )
             )
         for port in ports:
-            wait_for(lambda port=port: listening(port), 60, "the extender")
+            wait_for(lambda port=port: listening(port), 300, "the extender")
         warm(ports, args.nodes)
         go = context.Event()
         args.clients = extenders
@@ -256,6 +257,10 @@ def row(
     result["API server CPU us/pod"] = round(harness[0] * per_pod)
     result["clients CPU us/pod"] = round(sum(harness[1:-1]) * per_pod)
     result["Redis CPU us/pod"] = round(used[-1] * per_pod)
+    # Every process of the row together: what a pod costs the machine, and how many cores
+    # that kept busy (pods/s x CPU a pod): the rate a shared machine's free cores allow.
+    result["all CPU us/pod"] = round(sum(used) * per_pod)
+    result["cores busy"] = round(sum(used) / seconds, 2)
     for caller, microseconds in by_caller.items():
         result[f"Redis us/pod {caller}"] = round(microseconds / args.pods)
     return result
@@ -263,8 +268,9 @@ def row(
 
 # Which Redis calls a bind makes (its claim, its deadlines, a forget); the rest is the
 # snapshot's reads (filter, prioritize) and sync's writes.
-BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_finish_binding", b"sc_forget_pod"}
+BIND_FUNCTIONS = {b"sc_assume_pod", b"sc_timed_claim", b"sc_finish_binding", b"sc_forget_pod"}
 SLOWLOG_MAX = 1_000_000
+TAG = re.compile(rb"_v[0-9]+_[0-9a-f]+$")
 
 
 def slowlog_on(server: redis.Redis) -> None:
@@ -282,12 +288,15 @@ def slowlog_read(server: redis.Redis) -> dict[str, float]:
     totals = {"bind": 0.0, "other": 0.0}
     for entry in entries:
         words = entry["command"].split()
-        bind = len(words) > 1 and words[0].upper() == b"FCALL" and words[1] in BIND_FUNCTIONS
+        # The functions' names carry the build's tag (sc_assume_pod_v5_...): this tree's or
+        # the --before tree's.
+        name = TAG.sub(b"", words[1]) if len(words) > 1 else b""
+        bind = words[0].upper() == b"FCALL" and name in BIND_FUNCTIONS
         totals["bind" if bind else "other"] += entry["duration"]
         if bind:
-            name = words[1].decode()
-            totals[name] = totals.get(name, 0.0) + entry["duration"]
-            totals[name + " calls"] = totals.get(name + " calls", 0.0) + 1
+            key = name.decode()
+            totals[key] = totals.get(key, 0.0) + entry["duration"]
+            totals[key + " calls"] = totals.get(key + " calls", 0.0) + 1
     return totals
 
 

@@ -60,6 +60,7 @@ PREFIX = "{bench}:"
 # (Redis keeps a sorted set of at most 128 members that way), whose ZADD scans it: the costliest
 # single call of a command there; from 129 nodes on it is a skiplist.
 NODES = 100
+BIND_TIMEOUT = 60.0  # the extender's --bind-timeout default
 
 
 def library_of(tree: str) -> str:
@@ -204,6 +205,24 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         assumed_and_finished(client)
         confirm(client)
 
+    # The extender's bind (issue 43), per pod: 0ae1dd3's three calls (the claim, its
+    # bind-timeout deadline, the cache's ttl once bound) against the timed claim and the ttl
+    # (a bind timeout that leaves less than the ttl), and the timed claim alone (the defaults).
+    claim = single(lambda p: commands.assume_pod(p, check_fit=True))
+    deadline = single(lambda p: commands.finish_binding(p, None, BIND_TIMEOUT))
+    timed = single(
+        lambda p: commands.timed_claim(commands.assume_pod(p, check_fit=True), BIND_TIMEOUT)
+    )
+
+    def bind_in_three(client: redis.Redis) -> None:
+        claim(client)
+        deadline(client)
+        finish(client)
+
+    def bind_in_two(client: redis.Redis) -> None:
+        timed(client)
+        finish(client)
+
     anti = [constrained_pod(p) for p in pods]
     nodes = [f"node-{i}" for i in range(NODES)]
 
@@ -233,6 +252,9 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         "assume_pod in sc_batch": Scenario(
             lambda c: batched(c, [commands.assume_pod(p) for p in pods])
         ),
+        "extender bind: claim, deadline, ttl (3 calls)": Scenario(bind_in_three),
+        "extender bind: timed claim, ttl (2 calls)": Scenario(bind_in_two),
+        "extender bind: timed claim (1 call: the deadline leaves the ttl)": Scenario(timed),
     }
 
 
@@ -301,6 +323,9 @@ def main() -> None:
     parser.add_argument(
         "--instructions", action="store_true", help="count instructions under callgrind"
     )
+    parser.add_argument(
+        "--only", default="", help="the kinds of command whose name contains this, only"
+    )
     args = parser.parse_args()
     global NODES
     NODES = args.nodes
@@ -308,7 +333,7 @@ def main() -> None:
         args.rounds = 1
     trees = [str(Path(t).resolve()) for t in (args.tree or ["."])]
     pods = [make_pod(i, host_port=True) for i in range(args.pods)]
-    kinds = scenarios(pods)
+    kinds = {name: kind for name, kind in scenarios(pods).items() if args.only in name}
     samples: dict[str, dict[str, list[float]]] = {t: {k: [] for k in kinds} for t in trees}
     unit = "instructions" if args.instructions else "us"
     with tempfile.TemporaryDirectory() as directory:

@@ -15,11 +15,11 @@ local function function_name(command) return 'sc_' .. command .. FUNCTION_SUFFIX
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
-                'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod' }
+                'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod', 'timed_claim' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
-                    NOM.nominate, NOM.denominate }
+                    NOM.nominate, NOM.denominate, TIMED_CLAIM.run }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -86,6 +86,7 @@ local WRITES = {
   add_pod = { 'nodegen', 'pods', 'events' },  -- all of them when it confirms (add_pod.lua)
   assume_pod = { 'nodegen', 'events' },
   finish_binding = { 'deadlines', 'events' },
+  timed_claim = { 'nodegen', 'deadlines', 'events' },  -- assume_pod's and finish_binding's
   tree_next = {},
   migrate = {},  -- it checks `nodes` itself, and writes node pod sets only
   queue_pop = {},  -- the queue's keys only (guard_queue)

@@ -139,9 +139,12 @@ class Cache(StreamAudit):
         expect_generation: int | None = None,
         snapshot: Snapshot | None = None,
         candidates: Sequence[str] = (),
+        deadline: float | None = None,
     ) -> str:
         """Book ``pod`` on ``pod.node_name`` before binding (the scheduler's decision); returns
-        the node it was booked on.
+        the node it was booked on. ``deadline``: seconds; the claim gets that deadline in the
+        same call, as ``finish_binding(pod, None, deadline)`` would set it after (the
+        extender's bind timeout: one round trip, ``lua/timed_claim.lua``).
 
         With replicas sharing the cache, claim optimistically: ``check_fit=True`` checks inside
         the script that the live node still has room (CPU, memory, ephemeral storage, pod
@@ -165,17 +168,16 @@ class Cache(StreamAudit):
             extra = [(node, "", "") for node in candidates]  # refused by the command
         try:
             try:
-                reply = self.run(
-                    commands.assume_pod(
-                        pod, check_fit, expect_generation, self.lease_to_take, *rules, extra
-                    )
+                claim = commands.assume_pod(
+                    pod, check_fit, expect_generation, self.lease_to_take, *rules, extra
                 )
+                reply = self.run(commands.timed_claim(claim, deadline))
             except FitConflict as conflict:
                 if conflict.reasons != (UNCHECKED,) or rules[0] is not None:
                     raise
                 # Pods with required anti-affinity are placed: judge their terms toward this
                 # pod on the cache's own snapshot, and claim again with what that read.
-                reply = self.judged_claim(pod, candidates)
+                reply = self.judged_claim(pod, candidates, deadline)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
@@ -198,12 +200,15 @@ class Cache(StreamAudit):
             return pod, (None, "", "", "", ""), [(node, "", "") for node in candidates]
         return self._own_claim_context(pod, candidates)
 
-    def judged_claim(self, pod: Pod, candidates: Sequence[str] = ()) -> Any:
+    def judged_claim(
+        self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None
+    ) -> Any:
         """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
         snapshot, brought up to date; the script's reply. What a batch sends again for a bare
         claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
         pod, rules, extra = self._own_claim_context(pod, candidates)
-        return self.run(commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra))
+        claim = commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
+        return self.run(commands.timed_claim(claim, deadline))
 
     def _own_claim_context(
         self, pod: Pod, candidates: Sequence[str] = ()

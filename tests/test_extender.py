@@ -360,3 +360,18 @@ def test_prioritize_scores_on_its_filters_snapshot_and_catches_up_for_another_po
     other.assume_pod(Pod.from_k8s(pod_manifest("big", "n1", "3", "6Gi", uid="uid-big")))
     after = {e["Host"]: e["Score"] for e in extender.prioritize(args("b"))}
     assert len(reads) == 2 and after["n1"] < after["n2"]
+
+
+def test_prioritize_reuses_filters_reading_of_the_same_pod_only() -> None:
+    """kube-scheduler sends one pod to filter, then the same to prioritize: the second
+    reading is the first's (issue 43: reading a pod cost 15x writing its JSON); a pod that
+    differs in any field is read afresh."""
+    manifest = pod_manifest("web", "", "500m", "1Gi")
+    filtered = protocol.filter_args({"Pod": manifest, "NodeNames": ["n1"]})
+    again = protocol.filter_args({"pod": json.loads(json.dumps(manifest)), "nodeNames": ["n2"]})
+    assert again.pod is filtered.pod
+    changed = json.loads(json.dumps(manifest))
+    changed["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
+    other = protocol.filter_args({"Pod": changed, "NodeNames": ["n1"]})
+    assert other.pod is not filtered.pod and other.pod.requests.milli_cpu == 2000
+    assert other.pod == Pod.from_k8s(changed) and filtered.pod == Pod.from_k8s(manifest)

@@ -43,6 +43,7 @@ from tests.conftest import REAL_REDIS_URL, real_client
 from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, pod_manifest
 from tests.tcp_proxy import FaultyProxy
+from tests.test_lua_bounds import command_calls
 from tests.test_security import _ca, _certificate
 
 NS = "team"
@@ -508,6 +509,27 @@ def test_a_bind_that_finished_keeps_the_caches_ttl_not_the_bind_timeout(
     assert ExpiryWorker(cache).run_once() == [] and cache.pod_state("uid-a") == "assumed"
 
 
+def test_a_bind_whose_deadline_leaves_the_ttl_is_one_redis_call(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """The claim's bind-timeout deadline (60 s) leaves the bound pod more than the cache's ttl
+    (10 s) for sync to confirm it: the bind makes one function call, the timed claim (issue 43:
+    the deadline set, then moved, was three), and the pod keeps its room until then."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+    extender = Extender(cache, api_binder(api_server, tmp_path), bind_timeout=60.0)
+    calls = command_calls(cache, "fcall")
+    with RunningExtender(extender) as server:
+        assert server.post("bind", binding("a", "n1")) == (200, {"Error": ""})
+    after = command_calls(cache, "fcall")
+    if calls is not None and after is not None:  # fakeredis keeps no count
+        assert after - calls == 1
+    deadline = cache.get_pod_record("uid-a").deadline_ms
+    assert deadline is not None and deadline > time.time() * 1000 + 50_000
+    assert api_server.get("Pod", "a", NS)["spec"]["nodeName"] == "n1"
+    assert ExpiryWorker(cache).run_once() == [] and cache.pod_state("uid-a") == "assumed"
+
+
 def test_a_bound_pod_is_answered_bound_even_when_its_deadline_cannot_move(
     cache: Cache, api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -521,7 +543,8 @@ def test_a_bound_pod_is_answered_bound_even_when_its_deadline_cannot_move(
         raise RetriesExhausted("Redis did not answer (test)")
 
     monkeypatch.setattr(cache, "finish_binding", unreachable)
-    extender = Extender(cache, api_binder(api_server, tmp_path), bind_timeout=30.0)
+    # A bind timeout under the cache's ttl (10 s): the deadline must move once bound.
+    extender = Extender(cache, api_binder(api_server, tmp_path), bind_timeout=5.0)
     with RunningExtender(extender) as server:
         assert server.post("bind", binding("a", "n1")) == (200, {"Error": ""})
     record = cache.get_pod_record("uid-a")

@@ -79,10 +79,7 @@ def pod_arg(document: Mapping[str, Any]) -> tuple[Pod, Mapping[str, Any]]:
     raw_pod = field(document, "Pod")
     if not isinstance(raw_pod, Mapping):
         raise ProtocolError("Pod: required, a v1.Pod object")
-    try:
-        return Pod.from_k8s(raw_pod), raw_pod
-    except ValidationError as error:
-        raise ProtocolError(f"Pod: {error}") from None
+    return LAST_POD.read(raw_pod), raw_pod
 
 
 def filter_args(document: Mapping[str, Any]) -> FilterArgs:
@@ -108,6 +105,35 @@ def filter_args(document: Mapping[str, Any]) -> FilterArgs:
             raise ProtocolError(f"Nodes.items[{index}].metadata.name: required")
         node_names.append(name)
     return FilterArgs(pod, node_names, True, list(items), raw_pod)
+
+
+class LastPod:
+    """The last pod read, by its JSON: kube-scheduler sends one pod to filter, then the same
+    to prioritize, and reading a pod (``Pod.from_k8s``) costs ~15x writing its JSON again
+    (230 against 15 us for a plain pod): prioritize reuses filter's. One entry, swapped whole
+    (thread-safe); the key is the pod's whole JSON, so only an identical pod is reused."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str, Pod] | None = None
+
+    def read(self, raw_pod: Mapping[str, Any]) -> Pod:
+        try:
+            key = json.dumps(raw_pod, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):  # not from JSON: read it, keep nothing
+            key = ""
+        last = self.last
+        if key and last is not None and last[0] == key:
+            return last[1]
+        try:
+            pod = Pod.from_k8s(raw_pod)
+        except ValidationError as error:
+            raise ProtocolError(f"Pod: {error}") from None
+        if key:
+            self.last = (key, pod)
+        return pod
+
+
+LAST_POD = LastPod()
 
 
 def bind_args(document: Mapping[str, Any]) -> BindArgs:

@@ -20,8 +20,10 @@ The pod a bind claims is the API server's, read at bind time: never one remember
 the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all) and it must not
 be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
 whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
-as the 409 path does. Before the Binding the claim gets a deadline ``bind_timeout`` away (moved
-to the cache's ttl once bound), so it never outlives an unfinished bind; a claim that must go
+as the 409 path does. The claim gets a deadline ``bind_timeout`` away in the claim's own call
+(``Cache.assume_pod(deadline=)``), so it never outlives an unfinished bind; once bound, the pod
+keeps at least the cache's ttl for ``sync`` to confirm it (the deadline moves to the ttl when
+less is left: with the defaults, 60 s and 30 s, a bind costs Redis one call); a claim that must go
 and cannot be forgotten now (Redis away) is retried in the background until it lands
 (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
 filter call's, remembered by uid within ``remember_bytes``.
@@ -50,7 +52,6 @@ from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import score_nodes
 from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
-from schedcache.store import commands
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
@@ -159,8 +160,17 @@ class Extender:
         except Refused as refused:
             return protocol.bind_result(f"{who}: {refused}")
         placed = pod.with_node(args.node)
+        # With an API server the claim gets its bind-timeout deadline in the same call
+        # (lua/timed_claim.lua): whatever becomes of this bind, the claim is released then.
+        deadline = None if self.binder is None else self.bind_timeout
+        claimed_at = time.monotonic()  # no later than Redis set the deadline
         try:
-            self.cache.assume_pod(placed, check_fit=True, snapshot=self._claim_snapshot(placed))
+            self.cache.assume_pod(
+                placed,
+                check_fit=True,
+                snapshot=self._claim_snapshot(placed),
+                deadline=deadline,
+            )
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
         except RetriesExhausted:  # Redis away: the server answers 503
@@ -172,11 +182,14 @@ class Extender:
             with self.pods_lock:
                 self._drop(pod.uid)
             return protocol.bind_result()
-        self._bound_in_time(placed)
         try:
             self._binding(args, placed)
         except Refused as refused:
             return protocol.bind_result(f"binding {who}: {refused}")
+        if time.monotonic() - claimed_at + self.cache.ttl <= self.bind_timeout:
+            # The claim's deadline still leaves the bound pod the cache's ttl (or more) for
+            # sync to confirm it: moving it would only shorten it, for a Redis call a bind.
+            return protocol.bind_result()
         try:
             self.cache.finish_binding(placed)
         except (RetriesExhausted, RedisError) as error:
@@ -200,17 +213,6 @@ class Extender:
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
             return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))
-
-    def _bound_in_time(self, placed: Pod) -> None:
-        """The claim gets a deadline in Redis before the Binding: ``bind_timeout`` from now
-        the expiry worker releases it unless this bind finished (the deadline then moves to
-        the cache's ttl) or the sync feed confirmed the pod. Durable: it holds whatever becomes
-        of this process, its lease or its forgets."""
-        try:
-            self.cache.run(commands.finish_binding(placed, None, self.bind_timeout))
-        except Exception:
-            self.forgetter.forget(placed)  # the claim must not stay without a bound
-            raise
 
     def _binding(self, args: BindArgs, placed: Pod) -> None:
         """The Binding; its outcome settled. Refused (and the claim forgotten, or left to the

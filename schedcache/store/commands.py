@@ -315,6 +315,21 @@ def forget_pod(pod: Pod) -> Command:
     return Command("forget_pod", pod_subject(pod), _pod_key_args(pod))
 
 
+def timed_claim(claim: Command, ttl: float | None) -> Command:
+    """``claim`` (an :func:`assume_pod` command) with the claim's deadline, ``ttl`` seconds
+    from Redis' clock, set in the same call (``lua/timed_claim.lua``): what
+    ``assume_pod`` then ``finish_binding(pod, None, ttl)`` write, in one round trip.
+    ``None``: the claim as it is."""
+    if ttl is None:
+        return claim
+    if claim.name != "assume_pod":
+        raise ValidationError(claim.subject, "claim", f"{claim.name} is not an assume_pod")
+    ttl_ms = milliseconds(ttl, subject=claim.subject, field="ttl")
+    if ttl_ms == "0":
+        raise ValidationError(claim.subject, "ttl", "a timed claim needs a ttl above 0")
+    return Command("timed_claim", claim.subject, (ttl_ms, *claim.args))
+
+
 def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:
     subject = pod_subject(pod)
     uid, _ = _pod_key_args(pod)

@@ -55,6 +55,7 @@ UNCHECKED = "unchecked"
 
 VERBS = {
     "assume_pod": "assumed",
+    "timed_claim": "assumed",
     "add_pod": "added",
     "update_pod": "updated",
     "remove_pod": "removed",
