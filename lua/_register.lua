@@ -15,10 +15,11 @@ local function function_name(command) return 'sc_' .. command .. FUNCTION_SUFFIX
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
-                'queue_pop', 'queue_retry' }
+                'queue_pop', 'queue_retry', 'gang_claim' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
-                    forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry }
+                    forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
+                    GANG.claim }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -84,6 +85,7 @@ end
 local WRITES = {
   add_pod = { 'nodegen', 'pods', 'events' },  -- all of them when it confirms (add_pod.lua)
   assume_pod = { 'nodegen', 'events' },
+  gang_claim = { 'nodegen', 'events' },  -- its sets with its replica's (gang_claim.lua)
   finish_binding = { 'deadlines', 'events' },
   tree_next = {},
   migrate = {},  -- it checks `nodes` itself, and writes node pod sets only
