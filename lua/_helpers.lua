@@ -91,6 +91,8 @@
 --                          zset   uid -> end of its back-off (ms)
 --   queue:<scheduler>:parked
 --                          zset   uid -> when an unschedulable pod returns anyway (ms)
+--   gangwait:<group>       hash   a pod group's members seen pending: uid -> msgpack Pod,
+--                                 since -> wait start (ms); written by Python (docs/gangs.md)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions

@@ -126,6 +126,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.queues,
         keys.helped,
         *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
+        keys.gang_wait("ns/g"),
     ]
     return {name: spec_of(keys, name) for name in names}
 

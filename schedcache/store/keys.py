@@ -97,6 +97,11 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("queue:<scheduler>:leased", "zset", "uid -> lease deadline (ms) of popped pods"),
     KeySpec("queue:<scheduler>:backoff", "zset", "uid -> end of its back-off (ms)"),
     KeySpec("queue:<scheduler>:parked", "zset", "uid -> when an unschedulable pod returns (ms)"),
+    KeySpec(
+        "gangwait:<group>",
+        "hash",
+        "a pod group's members seen pending: uid -> msgpack Pod, since -> wait start (ms)",
+    ),
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -291,6 +296,10 @@ class Keys:
 
     def queued(self, uid: str) -> str:
         return self._key("queued:<uid>", uid=uid)
+
+    def gang_wait(self, group: str) -> str:
+        """A pod group's wait (``<namespace>/<name>``; scheduler/gang.py, docs/gangs.md)."""
+        return self._key("gangwait:<group>", group=group)
 
     @property
     def queued_pods(self) -> str:

@@ -1,0 +1,292 @@
+"""Pod groups in the reference scheduler: a gang is placed whole or not at all (docs/gangs.md).
+
+Groups are named as scheduler-plugins' Coscheduling names them: a pod's label
+``scheduling.x-k8s.io/pod-group`` names a PodGroup (``scheduling.x-k8s.io/v1alpha1``) in its
+namespace, whose ``spec.minMember`` members must all be placeable before any is, and whose
+``spec.scheduleTimeoutSeconds`` bounds how long the group waits for them.
+
+A replica that pops a member records it in the group's wait (``gangwait:<group>`` in the
+cache, shared by every replica: the member's pod as popped, and when the wait began) and gives
+it back to the queue, backing off, until ``minMember`` members are pending: a waiting group
+holds no room. Then the replica that popped a member places every pending member on one
+scratch copy of its snapshot (each member counting the ones placed before it) and sends one
+gang claim (``Cache.assume_gang``): Redis checks every member against the live cache and
+writes all or nothing. A refused claim (another replica took the room) is decided again on a
+fresh snapshot, then the pod backs off; a group that cannot be placed on the snapshot is
+reported unschedulable, as a pod is. A wait longer than ``scheduleTimeoutSeconds`` is given up
+as Coscheduling does: the popped member is reported unschedulable and the wait begins again.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import urllib3
+from kubernetes import client as kube_client
+from kubernetes.client.exceptions import ApiException
+
+from schedcache.cache import Cache
+from schedcache.errors import FitConflict, PodAlreadyExists
+from schedcache.model.plugins.result import fit_error
+from schedcache.model.values import Pod
+from schedcache.sim.scratch import ScratchSnapshot
+from schedcache.store import metrics
+from schedcache.store.commands import pod_subject
+from schedcache.store.gang import MAX_GANG_MEMBERS
+from schedcache.store.records import decode_object, pack_object
+from schedcache.store.responses import as_bytes, as_text
+from schedcache.views.columns import Columns
+from schedcache.views.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+#: The label naming a pod's PodGroup (scheduler-plugins' Coscheduling).
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+POD_GROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+# Seconds a PodGroup read from the API server is used before it is read again.
+GROUP_REFRESH = 5.0
+# A wait's key outlives its group's timeout by this much (seconds), or lives this long when
+# the group has none: a group nobody pops again is forgotten.
+WAIT_KEPT = 600.0
+# The wait hash's field holding when the wait began (ms); every other field is a member's uid.
+SINCE = "since"
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """What the scheduler reads of a PodGroup: ``minMember`` and ``scheduleTimeoutSeconds``
+    (None: no timeout)."""
+
+    name: str  # "<namespace>/<name>"
+    min_member: int
+    timeout: float | None = None
+
+    @classmethod
+    def from_k8s(cls, obj: dict[str, Any]) -> PodGroup:
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        name = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        minimum = spec.get("minMember", 1)
+        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
+            minimum = 1  # the CRD's default and minimum
+        timeout = spec.get("scheduleTimeoutSeconds")
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
+            timeout = None
+        return cls(name, min(minimum, MAX_GANG_MEMBERS), timeout)
+
+
+def group_of(pod: Pod) -> str:
+    """``<namespace>/<group>`` of a pod labelled into a pod group, else ""."""
+    name = pod.labels.get(POD_GROUP_LABEL, "")
+    return f"{pod.namespace}/{name}" if name else ""
+
+
+class PodGroups:
+    """PodGroups read from the API server, each kept ``refresh`` seconds."""
+
+    def __init__(self, api: kube_client.CoreV1Api, refresh: float = GROUP_REFRESH) -> None:
+        self.custom = kube_client.CustomObjectsApi(api.api_client)
+        self.refresh = refresh
+        self._read: dict[str, tuple[float, PodGroup | None]] = {}
+
+    def get(self, group: str) -> PodGroup | None:
+        """The PodGroup ``group`` names; None when the API server has none (the pod waits)."""
+        now = time.monotonic()
+        kept = self._read.get(group)
+        if kept is not None and now - kept[0] < self.refresh:
+            return kept[1]
+        namespace, name = group.split("/", 1)
+        api_group, version, plural = POD_GROUP_API
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                api_group, version, namespace, plural, name, _request_timeout=(5, 10)
+            )
+            found: PodGroup | None = PodGroup.from_k8s(obj if isinstance(obj, dict) else {})
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("pod group %s: reading it: %s %s", group, error.status, error.reason)
+                return None  # not kept: read again next time
+            found = None
+        except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
+            log.warning("pod group %s: reading it: %s", group, error)
+            return None
+        self._read[group] = (now, found)
+        return found
+
+
+class Replica(Protocol):
+    """What the gang scheduler uses of the reference scheduler (scheduler/loop.py)."""
+
+    cache: Cache
+    snapshot: Snapshot
+    columns: Columns
+    attempts: int
+
+    def _submit(self, placed: Pod) -> None: ...
+    def _give_back(self, pod: Pod, unschedulable: bool) -> str: ...
+    def _report(self, pod: Pod, message: str) -> None: ...
+
+
+class GangWaits:
+    """The groups' waits in the cache (``gangwait:<group>``), shared by every replica."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def join(self, group: PodGroup, pod: Pod, now_ms: int) -> tuple[int, dict[str, Pod]]:
+        """Record ``pod`` in ``group``'s wait; when the wait began (ms) and every member
+        recorded, by uid."""
+        key = self.cache.keys.gang_wait(group.name)
+        client = self.cache.client
+        client.hsetnx(key, SINCE, now_ms)
+        client.hset(key, pod.uid, pack_object(pod.to_dict(), pod_subject(pod)))
+        kept = (group.timeout or 0) + WAIT_KEPT
+        client.pexpire(key, int(kept * 1000))
+        stored = client.hgetall(key)
+        members = {}
+        since = now_ms
+        for field, value in stored.items():
+            text = as_text(field)
+            if text == SINCE:
+                since = int(value)
+                continue
+            blob = as_bytes(value)
+            members[text] = decode_object(blob, lambda: f"{key} member {text}", Pod.from_dict)
+        return since, members
+
+    def leave(self, group: str, uids: list[str]) -> None:
+        if uids:
+            self.cache.client.hdel(self.cache.keys.gang_wait(group), *uids)
+
+    def restart(self, group: str) -> None:
+        """The wait timed out: it begins again with the next member popped."""
+        self.cache.client.delete(self.cache.keys.gang_wait(group))
+
+
+class GangScheduler:
+    """The gang half of one replica's loop: :meth:`attempt` handles a popped pod of a group."""
+
+    def __init__(self, replica: Replica, groups: PodGroups, clock: Callable[[], float]) -> None:
+        self.replica = replica
+        self.groups = groups
+        self.waits = GangWaits(replica.cache)
+        self.clock = clock
+        self.placed = 0  # gangs this replica claimed
+        self.refused = 0  # gang claims Redis refused
+        self.waiting = 0  # pods set aside while their group waited
+
+    def attempt(self, pod: Pod) -> bool | None:
+        """None when ``pod`` is in no group (the loop schedules it alone); else True once it
+        is handled (placed with its group, waiting, or given back)."""
+        name = group_of(pod)
+        if not name:
+            return None
+        cache = self.replica.cache
+        if cache.pod_state(pod) is not None:  # another replica's gang claim took it
+            return True
+        group = self.groups.get(name)
+        if group is None:
+            self._wait(pod, f'pod group "{name}" not found')
+            return True
+        now_ms = int(self.clock() * 1000)
+        since, members = self.waits.join(group, pod, now_ms)
+        pending, placed, gone = [], 0, []
+        for uid, member in sorted(members.items()):
+            if cache.pod_state(uid) is not None:
+                placed += 1  # claimed or bound: it counts, as Coscheduling counts it
+            elif cache.client.exists(cache.keys.queued(uid)):
+                pending.append(member)
+            else:
+                gone.append(uid)  # deleted (or bound and not yet seen): no member now
+        self.waits.leave(name, gone)
+        if placed + len(pending) < group.min_member:
+            if group.timeout is not None and now_ms - since > group.timeout * 1000:
+                metrics.GANG_TIMEOUTS.inc()
+                self.waits.restart(name)
+                self.replica._report(
+                    pod, f'pod group "{name}" timed out waiting for {group.min_member} members'
+                )
+                self.replica._give_back(pod, unschedulable=False)
+                return True
+            self._wait(pod, f"{placed + len(pending)}/{group.min_member} members of {name}")
+            return True
+        self._place(name, pod, pending[:MAX_GANG_MEMBERS])
+        return True
+
+    def _wait(self, pod: Pod, why: str) -> None:
+        self.waiting += 1
+        metrics.GANG_WAITS.inc()
+        log.info("pod %s/%s waits: %s", pod.namespace, pod.name, why)
+        self.replica._give_back(pod, unschedulable=False)
+
+    def _place(self, name: str, pod: Pod, members: list[Pod]) -> None:
+        """Decide every member on one snapshot and claim them all; decided again after a
+        refusal, then ``pod`` backs off."""
+        replica = self.replica
+        for _ in range(replica.attempts):
+            replica.cache.update_snapshot(replica.snapshot)
+            decided, why = decide(members, replica.snapshot, replica.columns.percentage)
+            if decided is None:
+                replica._report(pod, f'pod group "{name}": {why}')
+                replica._give_back(pod, unschedulable=True)
+                return
+            try:
+                replica.cache.assume_gang(decided, name, snapshot=replica.snapshot)
+            except FitConflict as conflict:
+                self.refused += 1
+                log.info("pod group %s: gang claim refused: %s", name, conflict)
+                continue
+            except PodAlreadyExists:  # another replica placed (part of) the group first
+                self.refused += 1
+                if replica.cache.pod_state(pod) is None:
+                    replica._give_back(pod, unschedulable=False)
+                return
+            self.placed += 1
+            self.waits.leave(name, [m.uid for m in decided])
+            for member in decided:
+                replica._submit(member)
+            return
+        replica._give_back(pod, unschedulable=False)
+
+
+def decide(
+    members: list[Pod], snap: Snapshot, percentage: int = 0
+) -> tuple[list[Pod] | None, str]:
+    """Every member on a node of ``snap``, each placed on a scratch copy counting the ones
+    before it; (None, why) when one fits nowhere."""
+    scratch = scratch_of(snap)
+    columns = Columns(percentage)
+    decided = []
+    for member in members:
+        placement = columns.place(member, scratch)
+        if not placement.node:
+            why = fit_error(placement.nodes, placement.reasons)
+            return None, f"member {member.namespace}/{member.name}: {why}"
+        scratch.place(member, placement.node)
+        decided.append(member.with_node(placement.node))
+    return decided, ""
+
+
+def scratch_of(snap: Snapshot) -> ScratchSnapshot:
+    """A copy of ``snap``'s nodes that placing pods on changes (the snapshot stays as it is)."""
+    infos = copy.deepcopy(snap.node_infos)
+
+    def same(listed: list[Any]) -> list[Any]:
+        return [infos[info.name] for info in listed]
+
+    return ScratchSnapshot(
+        generation=snap.generation,
+        node_infos=infos,
+        node_info_list=same(snap.node_info_list),
+        have_pods_with_affinity_list=same(snap.have_pods_with_affinity_list),
+        have_pods_with_required_anti_affinity_list=same(
+            snap.have_pods_with_required_anti_affinity_list
+        ),
+        used_pvc_set=set(snap.used_pvc_set),
+        image_states=dict(snap.image_states),
+        zones=snap.zones,
+    )
