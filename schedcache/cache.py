@@ -24,7 +24,6 @@ from schedcache.ops.leases import Lease
 from schedcache.store import commands, metrics
 from schedcache.store.batch import CommandBatch
 from schedcache.store.commands import Command, pod_ref
-from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.events import checked_stream_id
 from schedcache.store.fetch import (
     fetch_node_infos,
@@ -33,6 +32,7 @@ from schedcache.store.fetch import (
     read_generation,
     read_stream_length,
 )
+from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.keys import Keys
 from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED

@@ -195,7 +195,10 @@ def fcall_gang(cache: Cache, *args: Any) -> Any:
         (["0", "x", "", "", "1", *raw_member("a")], "BADARG reads"),
         (["0", "", "", "", "2", *raw_member("a"), "", "n1", b"\x81", "", "", ""], "BADARG uid"),
         (["0", "", "", "", "1", "a", "n1", b"not msgpack", "", "", ""], "BADARG blob a"),
-        (["0", "", "", "", "1", "a", "n1", b"x" * (MAX_GANG_BYTES + 1), "", "", ""], "BADARG bytes"),
+        (
+            ["0", "", "", "", "1", "a", "n1", b"x" * (MAX_GANG_BYTES + 1), "", "", ""],
+            "BADARG bytes",
+        ),
     ],
     ids=[
         "no members",

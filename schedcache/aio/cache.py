@@ -32,8 +32,8 @@ from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.commands import Command
 from schedcache.store.events import Event, decode_entry
-from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.fetch import node_infos_reads
+from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries

@@ -20,6 +20,7 @@ as Coscheduling does: the popped member is reported unschedulable and the wait b
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -154,8 +155,8 @@ class GangWaits:
             if text == SINCE:
                 since = int(value)
                 continue
-            blob = as_bytes(value)
-            members[text] = decode_object(blob, lambda: f"{key} member {text}", Pod.from_dict)
+            what = functools.partial(str.format, "{} member {}", key, text)
+            members[text] = decode_object(as_bytes(value), what, Pod.from_dict)
         return since, members
 
     def leave(self, group: str, uids: list[str]) -> None:
@@ -253,9 +254,7 @@ class GangScheduler:
         replica._give_back(pod, unschedulable=False)
 
 
-def decide(
-    members: list[Pod], snap: Snapshot, percentage: int = 0
-) -> tuple[list[Pod] | None, str]:
+def decide(members: list[Pod], snap: Snapshot, percentage: int = 0) -> tuple[list[Pod] | None, str]:
     """Every member on a node of ``snap``, each placed on a scratch copy counting the ones
     before it; (None, why) when one fits nowhere."""
     scratch = scratch_of(snap)

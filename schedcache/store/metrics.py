@@ -155,6 +155,7 @@ class CacheCollector(Collector):
                 pending.add_metric([self.store.name, scheduler, names.get(state, state)], count)
         yield pending
 
+
 # Gangs (docs/gangs.md).
 GANG_CLAIMS = Counter(
     "schedcache_gang_claims_total",
