@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from schedcache import Cache
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
+from schedcache.ops.gangwaits import GangWaits
 from schedcache.scheduler.gang import POD_GROUP_LABEL
 from tests.apiserver import FakeApiServer
+from tests.factories import make_node, make_pod
 from tests.racing import racing_schedulers
 from tests.scheduling import eventually, fed_scheduler, node, pending
 
@@ -150,3 +155,18 @@ def condition(server: FakeApiServer, name: str) -> dict[str, Any] | None:
         if found.get("type") == "PodScheduled":
             return dict(found)
     return None
+
+
+def test_explain_shows_a_member_waiting_for_its_group(
+    client: Any, cache: Cache, cache_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 4 of the issue: explain shows gang waits (before, a pod never assumed was an
+    error: "has no claim")."""
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    waiting = make_pod("g-0", "", "1", "1Mi", namespace="default", uid="uid-g-0")
+    GangWaits(cache).join("default/g", None, waiting, int(time.time() * 1000))
+    result = CliRunner().invoke(main, ["--cache", cache_name, "explain", "pod", "default/g-0"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("gang: waits with pod group default/g for ")
+    assert "holding no room; 1 members seen pending: default/g-0" in result.output

@@ -27,6 +27,7 @@ from schedcache.feed.progress import truncated_pods
 from schedcache.history.checkpoints import history_start, read_checkpoint_id
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
+from schedcache.ops.gangwaits import wait_text, waits_of
 from schedcache.sim.explain import explain_events, pod_history, pod_name
 from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_stream_id
 
@@ -331,13 +332,19 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     replica, and how the claim ended (confirmed, forgotten, expired, removed) after how long.
     A pod never assumed (only added by an informer) has nothing to explain: an error. With a
     checkpoint, the search starts where the pod's latest stay began (or at the checkpoint for a
-    pod it does not hold); --full searches the whole stream."""
+    pod it does not hold); --full searches the whole stream. A pod of a pod group waiting for
+    its minMember (docs/gangs.md) is shown waiting ("gang: ...", on stderr with -o json)."""
     cache = settings.existing_cache()
     found = pod_history(cache, ref, full=full)
     claims = explain_events(cache, found.events, found.checkpoint)
     compacted = found.compacted_before
     if compacted:
         click.echo(f"note: the events before {compacted} were compacted away", err=True)
+    waits = waits_of(cache, ref)
+    for wait in waits:
+        click.echo(wait_text(wait, int(time.time() * 1000)), err=output == "json")
+    if not claims and waits:
+        return
     if not claims:
         since = ""
         if found.searched_from and not compacted and not full:

@@ -20,7 +20,6 @@ as Coscheduling does: the popped member is reported unschedulable and the wait b
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -35,12 +34,10 @@ from schedcache.cache import Cache
 from schedcache.errors import FitConflict, PodAlreadyExists
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
+from schedcache.ops.gangwaits import GangWaits
 from schedcache.sim.scratch import ScratchSnapshot
 from schedcache.store import metrics
-from schedcache.store.commands import pod_subject
 from schedcache.store.gang import MAX_GANG_MEMBERS
-from schedcache.store.records import decode_object, pack_object
-from schedcache.store.responses import as_bytes, as_text
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
@@ -51,11 +48,6 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 # Seconds a PodGroup read from the API server is used before it is read again.
 GROUP_REFRESH = 5.0
-# A wait's key outlives its group's timeout by this much (seconds), or lives this long when
-# the group has none: a group nobody pops again is forgotten.
-WAIT_KEPT = 600.0
-# The wait hash's field holding when the wait began (ms); every other field is a member's uid.
-SINCE = "since"
 
 
 @dataclass(frozen=True)
@@ -132,42 +124,6 @@ class Replica(Protocol):
     def _report(self, pod: Pod, message: str) -> None: ...
 
 
-class GangWaits:
-    """The groups' waits in the cache (``gangwait:<group>``), shared by every replica."""
-
-    def __init__(self, cache: Cache) -> None:
-        self.cache = cache
-
-    def join(self, group: PodGroup, pod: Pod, now_ms: int) -> tuple[int, dict[str, Pod]]:
-        """Record ``pod`` in ``group``'s wait; when the wait began (ms) and every member
-        recorded, by uid."""
-        key = self.cache.keys.gang_wait(group.name)
-        client = self.cache.client
-        client.hsetnx(key, SINCE, now_ms)
-        client.hset(key, pod.uid, pack_object(pod.to_dict(), pod_subject(pod)))
-        kept = (group.timeout or 0) + WAIT_KEPT
-        client.pexpire(key, int(kept * 1000))
-        stored = client.hgetall(key)
-        members = {}
-        since = now_ms
-        for field, value in stored.items():
-            text = as_text(field)
-            if text == SINCE:
-                since = int(value)
-                continue
-            what = functools.partial(str.format, "{} member {}", key, text)
-            members[text] = decode_object(as_bytes(value), what, Pod.from_dict)
-        return since, members
-
-    def leave(self, group: str, uids: list[str]) -> None:
-        if uids:
-            self.cache.client.hdel(self.cache.keys.gang_wait(group), *uids)
-
-    def restart(self, group: str) -> None:
-        """The wait timed out: it begins again with the next member popped."""
-        self.cache.client.delete(self.cache.keys.gang_wait(group))
-
-
 class GangScheduler:
     """The gang half of one replica's loop: :meth:`attempt` handles a popped pod of a group."""
 
@@ -194,7 +150,7 @@ class GangScheduler:
             self._wait(pod, f'pod group "{name}" not found')
             return True
         now_ms = int(self.clock() * 1000)
-        since, members = self.waits.join(group, pod, now_ms)
+        since, members = self.waits.join(group.name, group.timeout, pod, now_ms)
         pending, placed, gone = [], 0, []
         for uid, member in sorted(members.items()):
             if cache.pod_state(uid) is not None:
