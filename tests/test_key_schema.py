@@ -13,6 +13,7 @@ import pytest
 from schedcache import Cache
 from schedcache.feed.progress import record_progress
 from schedcache.history.retention import retain
+from schedcache.ops.gangwaits import GangWaits
 from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
@@ -230,6 +231,7 @@ def workload(cache: Cache) -> dict[str, str]:
     popped = [queued.pod for queued in queue.pop(3)]
     queue.retry(popped[1], unschedulable=False)
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
+    GangWaits(cache).join("default/g", None, popped[0], 1000)  # a pod group's wait
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -273,6 +275,7 @@ def workload(cache: Cache) -> dict[str, str]:
         "queue_sequence": keys.queue_sequence,
         "queues": keys.queues,
         "helped": keys.helped,
+        "gang_wait": keys.gang_wait("default/g"),
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")
