@@ -159,6 +159,15 @@ def test_a_gang_at_the_member_cap_is_placed(cache: Cache) -> None:
     assert cache.pod_count() == MAX_GANG_MEMBERS
 
 
+def test_a_gang_over_the_member_cap_is_refused_whole_naming_group_and_cap(cache: Cache) -> None:
+    """Never claimed in parts: all or nothing holds for a gang one call cannot carry."""
+    cache.add_node(node("n1", cpu="300", pods="300"))
+    pods = [member(f"w{i}", "n1", "1") for i in range(MAX_GANG_MEMBERS + 1)]
+    refused_unchanged(
+        cache, pods, ValidationError, f"pod group {GROUP}: members: 257 members: 1 to 256"
+    )
+
+
 def test_more_members_than_the_cap_are_refused_before_sending(cache: Cache) -> None:
     pods = [member(f"w{i}", "n1") for i in range(MAX_GANG_MEMBERS + 1)]
     with pytest.raises(ValidationError, match=f"pod group {GROUP}: members"):

@@ -149,6 +149,28 @@ def test_a_group_waiting_past_its_timeout_is_reported(
         assert found["message"] == 'pod group "default/g" timed out waiting for 3 members'
 
 
+def test_a_group_over_the_gang_cap_is_reported_once_and_claims_nothing(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
+) -> None:
+    """minMember 300 > the 256 members one gang claim carries: before, the group was taken as
+    256 (claimed in parts, or waiting forever); now it is refused whole, once."""
+    server.create(node("n1", "4"))
+    server.create(pod_group("big", 300))
+    server.create(member("big-0", "big"))
+    with fed_scheduler(cache, server, tmp_path, retry_delay=0.1, max_backoff=0.3) as scheduler:
+        eventually(lambda: condition(server, "big-0") is not None, 10)
+        found = condition(server, "big-0")
+        assert found is not None and found["reason"] == "Unschedulable"
+        assert found["message"] == (
+            'pod group "default/big": minMember 300 is more than the 256 members '
+            "one gang claim places all or nothing"
+        )
+        time.sleep(1.0)  # parked, not spinning through the wait
+        assert scheduler.gangs.waiting == 0
+        assert in_cache(cache, ["big-0"]) == 0
+        assert GangWaits(cache).all() == []
+
+
 def condition(server: FakeApiServer, name: str) -> dict[str, Any] | None:
     pod = server.get("Pod", name) or {}
     for found in (pod.get("status") or {}).get("conditions") or []:

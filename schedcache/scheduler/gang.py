@@ -69,7 +69,17 @@ class PodGroup:
         timeout = spec.get("scheduleTimeoutSeconds")
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
             timeout = None
-        return cls(name, min(minimum, MAX_GANG_MEMBERS), timeout)
+        return cls(name, minimum, timeout)
+
+    def too_large(self) -> str:
+        """Why one gang claim cannot place this group all or nothing ("" when it can): a
+        ``minMember`` above the claim's cap would have to be claimed in parts."""
+        if self.min_member <= MAX_GANG_MEMBERS:
+            return ""
+        return (
+            f'pod group "{self.name}": minMember {self.min_member} is more than the '
+            f"{MAX_GANG_MEMBERS} members one gang claim places all or nothing"
+        )
 
 
 def group_of(pod: Pod) -> str:
@@ -149,6 +159,11 @@ class GangScheduler:
         if group is None:
             self._wait(pod, f'pod group "{name}" not found')
             return True
+        refused = group.too_large()
+        if refused:  # reported once (the report is kept), parked until the cluster changes
+            self.replica._report(pod, refused)
+            self.replica._give_back(pod, unschedulable=True)
+            return True
         now_ms = int(self.clock() * 1000)
         since, members = self.waits.join(group.name, group.timeout, pod, now_ms)
         pending, placed, gone = [], 0, []
@@ -171,6 +186,8 @@ class GangScheduler:
                 return True
             self._wait(pod, f"{placed + len(pending)}/{group.min_member} members of {name}")
             return True
+        # minMember <= MAX_GANG_MEMBERS (too_large): the first MAX_GANG_MEMBERS pending place
+        # the group's minMember whole; the rest come after it, as a placed group's extras.
         self._place(name, pod, pending[:MAX_GANG_MEMBERS])
         return True
 
