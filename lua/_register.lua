@@ -15,11 +15,11 @@ local function function_name(command) return 'sc_' .. command .. FUNCTION_SUFFIX
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
-                'queue_pop', 'queue_retry', 'gang_claim' }
+                'queue_pop', 'queue_retry', 'gang_claim', 'sync_podgroup' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
-                    GANG.claim }
+                    GANG.claim, PODGROUP.sync }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -91,6 +91,7 @@ local WRITES = {
   migrate = {},  -- it checks `nodes` itself, and writes node pod sets only
   queue_pop = {},  -- the queue's keys only (guard_queue)
   queue_retry = {},
+  sync_podgroup = {},  -- its group's keys only
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

@@ -12,9 +12,10 @@ Covered (JSON only, ``Content-Type: application/json``):
   ``PodList`` whose items carry no ``kind``/``apiVersion`` (as the real server's lists).
   ``resourceVersion`` is ignored on lists: every first page serves the current state.
 * ``GET /api/v1/nodes/{name}``, ``/api/v1/namespaces/{ns}/pods/{name}``; 404 ``Status``.
-* ``GET /apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}``: a PodGroup
-  (scheduler-plugins' Coscheduling), created with ``create({"kind": "PodGroup", ...})``; no list
-  or watch of it.
+* PodGroups (scheduler-plugins' Coscheduling CRD, ``scheduling.x-k8s.io/v1alpha1``), created
+  with ``create({"kind": "PodGroup", ...})``: ``GET .../namespaces/{ns}/podgroups/{name}``, and
+  list and watch (``/apis/scheduling.x-k8s.io/v1alpha1/podgroups``, also per namespace) as
+  pods'. ``podgroups_installed = False`` answers them 404, as a cluster without the CRD.
 * Pagination with ``limit`` and ``continue``: the first page of a list that does not fit takes a
   snapshot of the kind at the current rv; the token (base64 JSON of rv and offset) serves the
   later pages from that snapshot, so all pages are consistent at the list's rv however the
@@ -263,6 +264,7 @@ class FakeApiServer:
         self._lists_flowing = threading.Event()
         self._lists_flowing.set()
         self.watches_started = 0
+        self.podgroups_installed = True  # False: the PodGroup CRD is missing (404)
         self.bind_delay = 0.0  # seconds a Binding waits before it is applied (a slow server)
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
@@ -797,7 +799,14 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         "pod_status",
         re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/status"),
     ),
-    # scheduler-plugins' PodGroup (Coscheduling): GET of one (scheduler/gang.py).
+    # scheduler-plugins' PodGroup (Coscheduling): list, watch, GET of one.
+    ("list_podgroups", re.compile(r"/apis/scheduling\.x-k8s\.io/v1alpha1/podgroups")),
+    (
+        "list_podgroups",
+        re.compile(
+            r"/apis/scheduling\.x-k8s\.io/v1alpha1/namespaces/(?P<namespace>[^/]+)/podgroups"
+        ),
+    ),
     (
         "get_podgroup",
         re.compile(
@@ -898,11 +907,13 @@ class _Handler(BaseHTTPRequestHandler):
             binding = self._read_json()
             name = params.get("name") or (binding.get("metadata") or {}).get("name", "")
             return api.bind(params["namespace"], name, binding)
+        if route in ("list_podgroups", "get_podgroup") and not api.podgroups_installed:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if route in ("get_node", "get_pod", "get_podgroup"):
             kind = {"get_node": "Node", "get_pod": "Pod", "get_podgroup": "PodGroup"}[route]
             key = (params.get("namespace", ""), params["name"])
             return api.get_object(kind, key)
-        kind = "Node" if route == "list_nodes" else "Pod"
+        kind = {"list_nodes": "Node", "list_podgroups": "PodGroup"}.get(route, "Pod")
         selector = parse_field_selector(query.get("fieldSelector", ""))
         if query.get("watch") in ("1", "true"):
             self._watch(kind, params.get("namespace"), selector, query)

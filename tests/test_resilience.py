@@ -43,8 +43,14 @@ from tests.scheduling import fed_scheduler, node, pending
 from tests.servers import SentinelGroup, Server, free_port, wait_until
 from tests.test_sync import expected_state, in_step, node_obj, pod_obj, populate
 
+# Nodes and pods: the feeds these tests count (PodGroups: tests/test_podgroup_sync.py).
 FAST = SyncSettings(
-    page_size=7, watch_timeout=30, backoff=0.05, max_backoff=0.3, progress_every=0.05
+    page_size=7,
+    watch_timeout=30,
+    backoff=0.05,
+    max_backoff=0.3,
+    progress_every=0.05,
+    pod_groups=False,
 )
 # A retry policy that gives up quickly: the processes must ride out what lies beyond it.
 SHORT = RetryPolicy(attempts=3, within=0.3, first_delay=0.05, max_delay=0.1)

@@ -78,6 +78,13 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "version:node:<name>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
     ),
+    KeySpec(
+        "version:podgroup:<group>",
+        "string",
+        "newest resourceVersion a feeder applied (tombstone 1 h)",
+    ),
+    KeySpec("podgroup:<group>", "hash", "a PodGroup as sync fed it: min, timeout (s, or '')"),
+    KeySpec("podgroups", "set", "the PodGroups the cache holds: '<namespace>/<name>'"),
     KeySpec("sync", "hash", "feeders' progress: <resource>:rv, <resource>:at (ms), <resource>:by"),
     KeySpec("checkpoint", "hash", "the stored checkpoint: id, generation, chunk prefix, count"),
     KeySpec("checkpoint:<id>:<token>:<n>", "string", "chunk n of a checkpoint (msgpack)"),
@@ -296,6 +303,17 @@ class Keys:
 
     def queued(self, uid: str) -> str:
         return self._key("queued:<uid>", uid=uid)
+
+    def pod_group(self, group: str) -> str:
+        """A PodGroup fed by sync (``<namespace>/<name>``; store/podgroups.py)."""
+        return self._key("podgroup:<group>", group=group)
+
+    def pod_group_version(self, group: str) -> str:
+        return self._key("version:podgroup:<group>", group=group)
+
+    @property
+    def pod_groups(self) -> str:
+        return self._key("podgroups")
 
     def gang_wait(self, group: str) -> str:
         """A pod group's wait (``<namespace>/<name>``; scheduler/gang.py, docs/gangs.md)."""
