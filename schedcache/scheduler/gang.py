@@ -19,25 +19,18 @@ as Coscheduling does: the popped member is reported unschedulable and the wait b
 
 from __future__ import annotations
 
-import copy
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
-
-import urllib3
-from kubernetes import client as kube_client
-from kubernetes.client.exceptions import ApiException
+from typing import Protocol
 
 from schedcache.cache import Cache
 from schedcache.errors import FitConflict, PodAlreadyExists
-from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.gangwaits import GangWaits
-from schedcache.sim.scratch import ScratchSnapshot
+from schedcache.sim.gang import decide
 from schedcache.store import metrics
 from schedcache.store.gang import MAX_GANG_MEMBERS
+from schedcache.store.podgroups import PodGroup, read_pod_group
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
@@ -45,41 +38,6 @@ log = logging.getLogger(__name__)
 
 #: The label naming a pod's PodGroup (scheduler-plugins' Coscheduling).
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-POD_GROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-# Seconds a PodGroup read from the API server is used before it is read again.
-GROUP_REFRESH = 5.0
-
-
-@dataclass(frozen=True)
-class PodGroup:
-    """What the scheduler reads of a PodGroup: ``minMember`` and ``scheduleTimeoutSeconds``
-    (None: no timeout)."""
-
-    name: str  # "<namespace>/<name>"
-    min_member: int
-    timeout: float | None = None
-
-    @classmethod
-    def from_k8s(cls, obj: dict[str, Any]) -> PodGroup:
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        name = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-        minimum = spec.get("minMember", 1)
-        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 1:
-            minimum = 1  # the CRD's default and minimum
-        timeout = spec.get("scheduleTimeoutSeconds")
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
-            timeout = None
-        return cls(name, minimum, timeout)
-
-    def too_large(self) -> str:
-        """Why one gang claim cannot place this group all or nothing ("" when it can): a
-        ``minMember`` above the claim's cap would have to be claimed in parts."""
-        if self.min_member <= MAX_GANG_MEMBERS:
-            return ""
-        return (
-            f'pod group "{self.name}": minMember {self.min_member} is more than the '
-            f"{MAX_GANG_MEMBERS} members one gang claim places all or nothing"
-        )
 
 
 def group_of(pod: Pod) -> str:
@@ -89,36 +47,14 @@ def group_of(pod: Pod) -> str:
 
 
 class PodGroups:
-    """PodGroups read from the API server, each kept ``refresh`` seconds."""
+    """The PodGroups ``sync`` fed into the cache (store/podgroups.py): one HMGET a read."""
 
-    def __init__(self, api: kube_client.CoreV1Api, refresh: float = GROUP_REFRESH) -> None:
-        self.custom = kube_client.CustomObjectsApi(api.api_client)
-        self.refresh = refresh
-        self._read: dict[str, tuple[float, PodGroup | None]] = {}
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
 
     def get(self, group: str) -> PodGroup | None:
-        """The PodGroup ``group`` names; None when the API server has none (the pod waits)."""
-        now = time.monotonic()
-        kept = self._read.get(group)
-        if kept is not None and now - kept[0] < self.refresh:
-            return kept[1]
-        namespace, name = group.split("/", 1)
-        api_group, version, plural = POD_GROUP_API
-        try:
-            obj = self.custom.get_namespaced_custom_object(
-                api_group, version, namespace, plural, name, _request_timeout=(5, 10)
-            )
-            found: PodGroup | None = PodGroup.from_k8s(obj if isinstance(obj, dict) else {})
-        except ApiException as error:
-            if error.status != 404:
-                log.warning("pod group %s: reading it: %s %s", group, error.status, error.reason)
-                return None  # not kept: read again next time
-            found = None
-        except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
-            log.warning("pod group %s: reading it: %s", group, error)
-            return None
-        self._read[group] = (now, found)
-        return found
+        """The PodGroup ``group`` names; None when the cache holds none (the pod waits)."""
+        return read_pod_group(self.cache.client, self.cache.keys, group)
 
 
 class Replica(Protocol):
@@ -225,40 +161,3 @@ class GangScheduler:
                 replica._submit(member)
             return
         replica._give_back(pod, unschedulable=False)
-
-
-def decide(members: list[Pod], snap: Snapshot, percentage: int = 0) -> tuple[list[Pod] | None, str]:
-    """Every member on a node of ``snap``, each placed on a scratch copy counting the ones
-    before it; (None, why) when one fits nowhere."""
-    scratch = scratch_of(snap)
-    columns = Columns(percentage)
-    decided = []
-    for member in members:
-        placement = columns.place(member, scratch)
-        if not placement.node:
-            why = fit_error(placement.nodes, placement.reasons)
-            return None, f"member {member.namespace}/{member.name}: {why}"
-        scratch.place(member, placement.node)
-        decided.append(member.with_node(placement.node))
-    return decided, ""
-
-
-def scratch_of(snap: Snapshot) -> ScratchSnapshot:
-    """A copy of ``snap``'s nodes that placing pods on changes (the snapshot stays as it is)."""
-    infos = copy.deepcopy(snap.node_infos)
-
-    def same(listed: list[Any]) -> list[Any]:
-        return [infos[info.name] for info in listed]
-
-    return ScratchSnapshot(
-        generation=snap.generation,
-        node_infos=infos,
-        node_info_list=same(snap.node_info_list),
-        have_pods_with_affinity_list=same(snap.have_pods_with_affinity_list),
-        have_pods_with_required_anti_affinity_list=same(
-            snap.have_pods_with_required_anti_affinity_list
-        ),
-        used_pvc_set=set(snap.used_pvc_set),
-        image_states=dict(snap.image_states),
-        zones=snap.zones,
-    )

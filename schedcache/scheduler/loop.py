@@ -148,7 +148,7 @@ class ReferenceScheduler:
         # The Unschedulable message last patched, by uid (bounded: the oldest go first).
         self._reported: OrderedDict[str, str] = OrderedDict()
         # Pods of a pod group are placed with their group (scheduler/gang.py).
-        self.gangs = GangScheduler(self, PodGroups(api), time.time)
+        self.gangs = GangScheduler(self, PodGroups(cache), time.time)
 
     # -- scheduling one pod ----------------------------------------------------------------
 
