@@ -198,9 +198,9 @@ class Cache(StreamAudit):
         if snapshot is None:
             with self._claim_lock:
                 update_snapshot(self.store, self._claim_snapshot, replica_ok=False)
-                context, members = gang_context(self._claim_snapshot, pods)
+                context, members = gang_context(self._claim_snapshot, pods, group)
         else:
-            context, members = gang_context(snapshot, pods)
+            context, members = gang_context(snapshot, pods, group)
         command = gang_claim(group, members, self.lease_to_take, *context)
         try:
             self.run(command)

@@ -17,7 +17,7 @@ from schedcache.model.values import Pod
 from schedcache.store.gang import MAX_GANG_BYTES, MAX_GANG_MEMBERS, gang_claim
 from schedcache.store.library import function_name
 from schedcache.store.metrics import GANG_CLAIMS
-from tests.factories import keyspace, make_node, make_pod, port
+from tests.factories import keyspace, make_node, make_pod, pod_manifest, port
 
 # The contract: every test here runs on the sync Cache and on AsyncCache (tests/apis.py).
 BOTH_APIS = True
@@ -123,6 +123,106 @@ def test_a_member_the_live_cache_refuses_by_rule_refuses_the_gang(cache: Cache) 
         cache.assume_gang(gang, GROUP, snapshot=snap)
     assert info.value.reasons == ("existing-anti-affinity",)
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+# -- rules between members of the gang (judged before sending: views/gang.py) ------------------
+
+APART = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"role": "worker"}}, "topologyKey": HOST}
+        ]
+    }
+}
+TOGETHER = {
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"role": "ps"}}, "topologyKey": HOST}
+        ]
+    }
+}
+SPREAD = [
+    {
+        "maxSkew": 1,
+        "topologyKey": HOST,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"role": "worker"}},
+    }
+]
+
+
+def worker(name: str, node_name: str, **kwargs: Any) -> Pod:
+    return member(name, node_name, "100m", labels={"role": "worker"}, **kwargs)
+
+
+def spread_worker(name: str, node_name: str) -> Pod:
+    """A worker spread by host among the workers (DoNotSchedule, max skew 1)."""
+    labels = {"scheduling.x-k8s.io/pod-group": "train", "role": "worker"}
+    manifest = pod_manifest(name, node_name, "100m", "1Mi", labels=labels, namespace="default")
+    manifest["spec"]["topologySpreadConstraints"] = SPREAD
+    return Pod.from_k8s(manifest)
+
+
+@pytest.mark.parametrize(
+    ("gang", "refused", "rule"),
+    [
+        # w1's anti-affinity toward w0, placed before it on n1.
+        (
+            lambda: [worker("w0", "n1"), worker("w1", "n1", affinity=APART)],
+            "w1",
+            "pod-anti-affinity",
+        ),
+        # w0's anti-affinity toward w1, which comes after it on n1 (existing pods' terms).
+        (
+            lambda: [worker("w0", "n1", affinity=APART), worker("w1", "n1")],
+            "w1",
+            "existing-anti-affinity",
+        ),
+        # w0 needs a "ps" pod on its node; the gang's ps member is on n2.
+        (
+            lambda: [
+                member("ps", "n2", "100m", labels={"role": "ps"}),
+                worker("w0", "n1", affinity=TOGETHER),
+            ],
+            "w0",
+            "pod-affinity",
+        ),
+    ],
+    ids=["own-anti-affinity", "earlier-members-anti-affinity", "affinity"],
+)
+def test_a_member_breaking_a_rule_toward_earlier_members_refuses_the_gang(
+    cache: Cache, gang: Any, refused: str, rule: str
+) -> None:
+    """Before: Redis judged each member against the live cache alone, where the other members
+    are not yet: the gang was placed with its own rules broken."""
+    cache.add_node(node("n1"))
+    cache.add_node(node("n2"))
+    error = refused_unchanged(cache, gang(), FitConflict, f"member pod default/{refused} ")
+    assert error.reasons == (rule,)
+    assert str(error).endswith("counting the 1 members before it")
+
+
+def test_members_apart_or_together_as_their_rules_ask_are_placed(cache: Cache) -> None:
+    cache.add_node(node("n1"))
+    cache.add_node(node("n2"))
+    gang = [
+        worker("w0", "n1", affinity=APART),
+        worker("w1", "n2", affinity=APART),
+        member("ps", "n2", "100m", labels={"role": "ps"}),
+        member("w2", "n2", "100m", affinity=TOGETHER),
+    ]
+    assert cache.assume_gang(gang, GROUP) == ["n1", "n2", "n2", "n2"]
+    assert cache.verify() == []
+
+
+def test_a_spread_among_members_counts_the_members_before_each(cache: Cache) -> None:
+    cache.add_node(node("n1"))
+    cache.add_node(node("n2"))
+    lopsided = [spread_worker(f"w{i}", n) for i, n in enumerate(["n1", "n1", "n2"])]
+    error = refused_unchanged(cache, lopsided, FitConflict, "member pod default/w1 ")
+    assert error.reasons == ("topology-spread",)
+    even = [spread_worker(f"w{i}", n) for i, n in enumerate(["n1", "n2", "n1", "n2"])]
+    assert cache.assume_gang(even, GROUP) == ["n1", "n2", "n1", "n2"]
 
 
 def test_a_member_already_claimed_or_on_a_missing_node_refuses_the_gang(cache: Cache) -> None:

@@ -261,9 +261,9 @@ class AsyncCache:
         if snapshot is None:
             async with self._claim_lock:
                 await self.store.run_reads(update_reads(self._claim_snapshot, self.name))
-                context, members = gang_context(self._claim_snapshot, pods)
+                context, members = gang_context(self._claim_snapshot, pods, group)
         else:
-            context, members = gang_context(snapshot, pods)
+            context, members = gang_context(snapshot, pods, group)
         try:
             await self.run(gang_claim(group, members, self.lease_to_take, *context))
         except (FitConflict, PodAlreadyExists) as refused:
