@@ -97,6 +97,7 @@
 --                          string newest resourceVersion a feeder applied (tombstone 1 h)
 --   gangwait:<group>       hash   a pod group's members seen pending: uid -> msgpack Pod,
 --                                 since -> wait start (ms); written by Python (docs/gangs.md)
+--   gangwaits              set    the groups with a gangwait (Python; no SCAN for explain)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions

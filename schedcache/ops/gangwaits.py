@@ -43,14 +43,17 @@ class GangWaits:
         self.store = cache.store
 
     def all(self) -> list[GangWait]:
-        """Every group's wait (for ``explain``: a SCAN of the cache's wait keys)."""
+        """Every group's wait (for ``explain`` and ``whatif``): the groups the ``gangwaits``
+        set names (no SCAN, which no restricted user gets: ops/acl.py) whose wait is still
+        there (an expired one is skipped; nothing is written)."""
         keys = self.store.keys
-        start = len(keys.gang_wait(""))
         found = []
-        for key in sorted(self.store.client.scan_iter(match=keys.gang_wait("*"), count=1000)):
-            group = as_text(key)[start:]
+        for name in sorted(as_text(g) for g in self.store.client.smembers(keys.gang_waits)):
+            key = keys.gang_wait(name)
+            if not self.store.client.exists(key):
+                continue  # expired, or restarted and not joined again
             since, members = self._read(key, 0)
-            found.append(GangWait(group, since, tuple(members.values())))
+            found.append(GangWait(name, since, tuple(members.values())))
         return found
 
     def join(
@@ -62,8 +65,12 @@ class GangWaits:
         client = self.store.client
         client.hsetnx(key, SINCE, now_ms)
         client.hset(key, pod.uid, pack_object(pod.to_dict(), pod_subject(pod)))
-        kept = (timeout or 0) + WAIT_KEPT
-        client.pexpire(key, int(kept * 1000))
+        kept = int(((timeout or 0) + WAIT_KEPT) * 1000)
+        client.pexpire(key, kept)
+        client.sadd(self.store.keys.gang_waits, group)
+        # The set outlives every wait: its expiry set when it has none, else pushed later.
+        client.pexpire(self.store.keys.gang_waits, kept, nx=True)
+        client.pexpire(self.store.keys.gang_waits, kept, gt=True)
         return self._read(key, now_ms)
 
     def _read(self, key: Any, now_ms: int) -> tuple[int, dict[str, Pod]]:
@@ -86,6 +93,7 @@ class GangWaits:
     def restart(self, group: str) -> None:
         """The wait timed out: it begins again with the next member popped."""
         self.store.client.delete(self.store.keys.gang_wait(group))
+        self.store.client.srem(self.store.keys.gang_waits, group)
 
 
 def waits_of(cache: HasStore, ref: str) -> list[GangWait]:

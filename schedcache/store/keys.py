@@ -109,6 +109,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
         "hash",
         "a pod group's members seen pending: uid -> msgpack Pod, since -> wait start (ms)",
     ),
+    KeySpec("gangwaits", "set", "the groups with a gangwait:<group> (expires with the newest)"),
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -314,6 +315,11 @@ class Keys:
     @property
     def pod_groups(self) -> str:
         return self._key("podgroups")
+
+    @property
+    def gang_waits(self) -> str:
+        """The groups that have a wait (no SCAN: restricted users get none, ops/acl.py)."""
+        return self._key("gangwaits")
 
     def gang_wait(self, group: str) -> str:
         """A pod group's wait (``<namespace>/<name>``; scheduler/gang.py, docs/gangs.md)."""
