@@ -19,24 +19,13 @@ from schedcache.store.podgroups import PodGroup, read_pod_group
 from tests.apiserver import FakeApiServer
 from tests.factories import keyspace
 from tests.scheduling import FAST, eventually, node
+from tests.test_gang_scheduling import pod_group
 
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
     with FakeApiServer() as s:
         yield s
-
-
-def pod_group(name: str, min_member: int, timeout: int | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"minMember": min_member}
-    if timeout is not None:
-        spec["scheduleTimeoutSeconds"] = timeout
-    return {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }
 
 
 def held(cache: Cache, name: str) -> PodGroup | None:
