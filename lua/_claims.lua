@@ -8,8 +8,16 @@
 -- claim is linear in the node's fields plus the pod's ports (a read per port made 4,000
 -- wildcard ports against a node holding 4,000 others quadratic: 11.7 s). (Other fields may hold
 -- '|' too, a volume claim's name is the pod author's: only "p:" fields are indexed.)
-local function node_ports(nk)
+-- `before`: a gang's members placed before the claim's on the same node (sc_gang_claim).
+local function node_ports(nk, before)
   local held, any_ip = {}, {}
+  if before ~= nil then
+    for j = 1, #before.ports do
+      local name = before.ports[j]
+      held[name] = true
+      any_ip[string.match(name, '^p:.*|([^|]*|[^|]*)$')] = true
+    end
+  end
   for _, name in ipairs(typed_read(nk, 'hash', 'HKEYS')) do
     if string.sub(name, 1, 2) == 'p:' then
       held[name] = true
@@ -35,7 +43,9 @@ local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' 
 -- "" when the claim may go ahead, else comma-separated reasons; nil for an unknown check.
 -- A fit check reads the node in one HMGET: exists, a:pods, then each resource's requested and
 -- allocatable. A generation check reads the node's generation from `nodegen`.
-local function claim_conflicts(p, node, parsed, check, expected)
+-- `before` (a fit check of a gang's member, sc_gang_claim): what the members before it on the
+-- node add, { amounts = {field = n}, pods = n, ports = {field, ...} }, counted as placed.
+local function claim_conflicts(p, node, parsed, check, expected, before)
   local nk = p .. 'node:' .. node
   local wanted = { 'exists' }
   local fields, amounts = parsed.fields, parsed.amounts
@@ -72,13 +82,14 @@ local function claim_conflicts(p, node, parsed, check, expected)
     local prefix = string.sub(field, 1, 2)
     if prefix == 'r:' then
       local resource = string.sub(field, 3)
-      if stored_int(nk, state[k], 0) + tonumber(amount) > stored_int(nk, state[k + 1], 0) then
+      local held = stored_int(nk, state[k], 0) + (before and before.amounts[field] or 0)
+      if held + tonumber(amount) > stored_int(nk, state[k + 1], 0) then
         local name = RESOURCE_NAMES[resource] or string.sub(resource, 3)
         short[#short + 1] = name
       end
       k = k + 2
     elseif prefix == 'p:' then
-      ports = ports or node_ports(nk)
+      ports = ports or node_ports(nk, before)
       if port_conflict(ports, field) then
         local _, protocol, port = string.match(field, '^p:(.*)|([^|]*)|([^|]*)$')
         short[#short + 1] = 'port:' .. protocol .. '/' .. port
@@ -86,7 +97,7 @@ local function claim_conflicts(p, node, parsed, check, expected)
     end
   end
   local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
-  if pods + 1 > stored_int(nk, state[2], 0) then
+  if pods + 1 + (before and before.pods or 0) > stored_int(nk, state[2], 0) then
     short[#short + 1] = 'pods'
   end
   return table.concat(short, ',')

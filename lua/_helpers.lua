@@ -95,6 +95,13 @@
 --                          zset   uid -> end of its back-off (ms)
 --   queue:<scheduler>:parked
 --                          zset   uid -> when an unschedulable pod returns anyway (ms)
+--   podgroup:<group>       hash   a PodGroup fed by sync: min, timeout (s, or '')
+--   podgroups              set    '<namespace>/<name>' of every PodGroup held
+--   version:podgroup:<group>
+--                          string newest resourceVersion a feeder applied (tombstone 1 h)
+--   gangwait:<group>       hash   a pod group's members seen pending: uid -> msgpack Pod,
+--                                 since -> wait start (ms); written by Python (docs/gangs.md)
+--   gangwaits              set    the groups with a gangwait (Python; no SCAN for explain)
 --
 -- Commands return a value, or `nil, "<CODE> <detail...>"`. The registration wrapper turns the
 -- latter into an error reply; sc_batch collects it. Every command checks all preconditions

@@ -15,11 +15,12 @@ local function function_name(command) return 'sc_' .. command .. FUNCTION_SUFFIX
 local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update_pod',
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
-                'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod', 'timed_claim' }
+                'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod', 'timed_claim',
+                'gang_claim', 'sync_podgroup' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
-                    NOM.nominate, NOM.denominate, TIMED_CLAIM.run }
+                    NOM.nominate, NOM.denominate, TIMED_CLAIM.run, GANG.claim, PODGROUP.sync }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -85,6 +86,7 @@ end
 local WRITES = {
   add_pod = { 'nodegen', 'pods', 'events' },  -- all of them when it confirms (add_pod.lua)
   assume_pod = { 'nodegen', 'events' },
+  gang_claim = { 'nodegen', 'events' },  -- its sets with its replica's (gang_claim.lua)
   finish_binding = { 'deadlines', 'events' },
   timed_claim = { 'nodegen', 'deadlines', 'events' },  -- assume_pod's and finish_binding's
   tree_next = {},
@@ -93,6 +95,7 @@ local WRITES = {
   queue_retry = {},
   nominate_pod = {},  -- its own keys only (_nominations.lua)
   denominate_pod = {},
+  sync_podgroup = {},  -- its group's keys only
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

@@ -46,10 +46,11 @@ local LEASED_SETS = { 'pods', 'assumed', 'replicas' }
 local UNJUDGED = '-'
 
 -- "" when the pod may go on `args.node`, else the reasons it may not; nil and the error for
--- malformed arguments. Reads only.
-local function refusal(p, args, check, a, reads, domains, nominated)
+-- malformed arguments. Reads only. `nominated`: the claimer's priority when nominations exist
+-- (_nominations.lua); `before`: a gang's earlier members there (sc_gang_claim).
+local function refusal(p, args, check, a, reads, domains, nominated, before)
   if check ~= '' then
-    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6])
+    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6], before)
     if reasons == nil then return nil, 'BADARG check ' .. args.uid end
     if reasons ~= '' then return reasons end
     if nominated and check == 'fit' then  -- room held for nominated pods (_nominations.lua)

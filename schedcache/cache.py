@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from schedcache.errors import FitConflict, NodeNotFound, PodNotFound
+from schedcache.errors import FitConflict, NodeNotFound, PodAlreadyExists, PodNotFound
 from schedcache.history.audit import StreamAudit
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.selectors import parse_selector
@@ -32,6 +32,7 @@ from schedcache.store.fetch import (
     read_generation,
     read_stream_length,
 )
+from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.keys import Keys
 from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
@@ -39,6 +40,7 @@ from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, sweep_reply
 from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
+from schedcache.views.gang import gang_context
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
 
@@ -184,6 +186,32 @@ class Cache(StreamAudit):
             raise
         self.hold_lease()
         return taken_node(reply, pod)
+
+    def assume_gang(
+        self, pods: Sequence[Pod], group: str, snapshot: Snapshot | None = None
+    ) -> list[str]:
+        """Book every pod of the pod group ``group`` ("<namespace>/<name>") on its
+        ``node_name``, all or nothing, in one call (docs/gangs.md): each is checked as
+        ``assume_pod(check_fit=True)`` checks one (room, host ports, inter-pod rules judged on
+        ``snapshot``, else on this cache's own brought up to date), counting the members
+        before it on the same node; one refused, none is written. :class:`FitConflict` or
+        :class:`PodAlreadyExists` names the member and why. Returns the members' nodes."""
+        pods = list(pods)
+        if snapshot is None:
+            with self._claim_lock:
+                update_snapshot(self.store, self._claim_snapshot, replica_ok=False)
+                context, members = gang_context(self._claim_snapshot, pods, group)
+        else:
+            context, members = gang_context(snapshot, pods, group)
+        command = gang_claim(group, members, self.lease_to_take, *context)
+        try:
+            self.run(command)
+        except (FitConflict, PodAlreadyExists) as refused:
+            metrics.GANG_CLAIMS.labels("refused").inc()
+            raise named_member(refused, pods) from None
+        metrics.GANG_CLAIMS.labels("placed").inc()
+        self.hold_lease()
+        return [pod.node_name for pod in pods]
 
     def _claim_context(
         self, pod: Pod, snapshot: Snapshot | None, candidates: Sequence[str]

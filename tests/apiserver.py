@@ -12,6 +12,10 @@ Covered (JSON only, ``Content-Type: application/json``):
   ``PodList`` whose items carry no ``kind``/``apiVersion`` (as the real server's lists).
   ``resourceVersion`` is ignored on lists: every first page serves the current state.
 * ``GET /api/v1/nodes/{name}``, ``/api/v1/namespaces/{ns}/pods/{name}``; 404 ``Status``.
+* PodGroups (scheduler-plugins' Coscheduling CRD, ``scheduling.x-k8s.io/v1alpha1``), created
+  with ``create({"kind": "PodGroup", ...})``: ``GET .../namespaces/{ns}/podgroups/{name}``, and
+  list and watch (``/apis/scheduling.x-k8s.io/v1alpha1/podgroups``, also per namespace) as
+  pods'. ``podgroups_installed = False`` answers them 404, as a cluster without the CRD.
 * Pagination with ``limit`` and ``continue``: the first page of a list that does not fit takes a
   snapshot of the kind at the current rv; the token (base64 JSON of rv and offset) serves the
   later pages from that snapshot, so all pages are consistent at the list's rv however the
@@ -92,7 +96,9 @@ from urllib.parse import parse_qs, urlsplit
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 
-KINDS = ("Node", "Pod")
+KINDS = ("Node", "Pod", "PodGroup")
+# Kinds whose objects live in a namespace ("default" when the object names none).
+NAMESPACED = ("Pod", "PodGroup")
 SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
 MAX_SNAPSHOTS = 16
 MAX_HEADERS, MAX_LINE = 100, 65536  # http.client's limits on a request's header lines
@@ -181,12 +187,12 @@ def parse_field_selector(text: str) -> Selector:
 
 def object_key(kind: str, obj: Obj) -> Key:
     meta = obj.get("metadata", {})
-    return (meta.get("namespace", "") if kind == "Pod" else "", meta["name"])
+    return (meta.get("namespace", "") if kind in NAMESPACED else "", meta["name"])
 
 
 def name_key(kind: str, name: str, namespace: str | None) -> Key:
     """The key of a name: pods default to namespace "default", nodes have none."""
-    return ((namespace or "default") if kind == "Pod" else "", name)
+    return ((namespace or "default") if kind in NAMESPACED else "", name)
 
 
 def list_item(obj: Obj) -> Obj:
@@ -262,6 +268,7 @@ class FakeApiServer:
         self._lists_flowing = threading.Event()
         self._lists_flowing.set()
         self.watches_started = 0
+        self.podgroups_installed = True  # False: the PodGroup CRD is missing (404)
         self.bind_delay = 0.0  # seconds a Binding waits before it is applied (a slow server)
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
@@ -371,7 +378,7 @@ class FakeApiServer:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         stored = copy.deepcopy(obj)
         meta = stored.setdefault("metadata", {})
-        if kind == "Pod":
+        if kind in NAMESPACED:
             meta.setdefault("namespace", "default")
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -386,7 +393,7 @@ class FakeApiServer:
         """Replace an object by namespace/name and emit MODIFIED."""
         kind = obj["kind"]
         stored = copy.deepcopy(obj)
-        if kind == "Pod":
+        if kind in NAMESPACED:
             stored["metadata"].setdefault("namespace", "default")
         key = object_key(kind, stored)
         with self._cond:
@@ -796,6 +803,21 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         "pod_status",
         re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/status"),
     ),
+    # scheduler-plugins' PodGroup (Coscheduling): list, watch, GET of one.
+    ("list_podgroups", re.compile(r"/apis/scheduling\.x-k8s\.io/v1alpha1/podgroups")),
+    (
+        "list_podgroups",
+        re.compile(
+            r"/apis/scheduling\.x-k8s\.io/v1alpha1/namespaces/(?P<namespace>[^/]+)/podgroups"
+        ),
+    ),
+    (
+        "get_podgroup",
+        re.compile(
+            r"/apis/scheduling\.x-k8s\.io/v1alpha1/namespaces/(?P<namespace>[^/]+)"
+            r"/podgroups/(?P<name>[^/]+)"
+        ),
+    ),
 ]
 
 
@@ -963,11 +985,13 @@ class _Handler(BaseHTTPRequestHandler):
             binding = self._read_json()
             name = params.get("name") or (binding.get("metadata") or {}).get("name", "")
             return api.bind(params["namespace"], name, binding)
-        if route in ("get_node", "get_pod"):
-            kind = "Node" if route == "get_node" else "Pod"
+        if route in ("list_podgroups", "get_podgroup") and not api.podgroups_installed:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if route in ("get_node", "get_pod", "get_podgroup"):
+            kind = {"get_node": "Node", "get_pod": "Pod", "get_podgroup": "PodGroup"}[route]
             key = (params.get("namespace", ""), params["name"])
             return api.get_object(kind, key)
-        kind = "Node" if route == "list_nodes" else "Pod"
+        kind = {"list_nodes": "Node", "list_podgroups": "PodGroup"}.get(route, "Pod")
         selector = parse_field_selector(query.get("fieldSelector", ""))
         if query.get("watch") in ("1", "true"):
             self._watch(kind, params.get("namespace"), selector, query)

@@ -11,6 +11,8 @@ from click.testing import CliRunner, Result
 from schedcache import Cache
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
+from schedcache.ops.gangwaits import GangWaits
+from schedcache.store.podgroups import PodGroup, sync_pod_group
 from tests.factories import make_node, make_pod, pod_manifest
 
 
@@ -60,3 +62,36 @@ def test_the_text_output_gives_each_unschedulable_pods_reason(cache, run_cli, tm
             "  node_info_cache_test/big1",
             f"policy {policy!r} chose no node; 0/1 nodes are available: 1 Insufficient cpu.",
         ]
+
+
+def test_whatif_shows_the_groups_waiting_for_members_and_whether_they_fit(cache, run_cli):
+    """Issue 41, item 5: gang waits. Before, whatif said nothing of them (a waiting group
+    claims nothing, so no placement showed it)."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    _, at = ends(cache)
+    cache.assume_pod(make_pod("p", "n1", "100m", "1Mi"))
+    cache.run(sync_pod_group(PodGroup("default/g", 3), "5"))
+    waits = GangWaits(cache)
+    for name, cpu, group in (("g-0", "1", "g"), ("g-1", "1", "g"), ("h-0", "8", "h")):
+        pod = make_pod(name, "", cpu, "1Mi", namespace="default", uid=f"uid-{name}")
+        waits.join(f"default/{group}", None, pod, 1000)
+    result = run_cli("whatif", "--at", at)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index(
+        f"gang waits (holding no room); would the pending members fit together at {at}:"
+    )
+    assert [line.split("\t") for line in lines[start + 1 : start + 3]] == [
+        ["  default/g", "2/3 members pending", "fits: yes"],
+        [
+            "  default/h",
+            "1/? members pending (no PodGroup in the cache)",
+            "fits: no: member default/h-0: 0/1 nodes are available: 1 Insufficient cpu.",
+        ],
+    ]
+    shown = json.loads(run_cli("whatif", "--at", at, "-o", "json").output)["gang_waits"]
+    assert [(w["group"], w["min_member"], w["fits"]) for w in shown] == [
+        ("default/g", 3, True),
+        ("default/h", None, False),
+    ]
+    assert sorted(shown[0]["nodes"]) == ["default/g-0", "default/g-1"]

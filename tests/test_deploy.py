@@ -244,6 +244,14 @@ def granted(objects: list[Obj], account: str) -> set[str]:
     return roles
 
 
+# PodGroups (scheduler-plugins' Coscheduling CRD): sync feeds them, gangs read them.
+PODGROUPS_READ = {
+    "apiGroups": ["scheduling.x-k8s.io"],
+    "resources": ["podgroups"],
+    "verbs": ["get", "list", "watch"],
+}
+
+
 def rules_of(objects: list[Obj], role: str) -> list[Obj]:
     (found,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == role]
     return list(found["rules"])
@@ -261,11 +269,13 @@ def test_each_component_gets_only_the_api_access_the_docs_give_it() -> None:
     assert rules_of(objects, "schedcache-extender") == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        PODGROUPS_READ,
     ]
-    # The feeders: read nodes and pods.
+    # The feeders: read nodes, pods and PodGroups.
     assert granted(objects, "schedcache-sync") == {"ClusterRole/schedcache-sync@cluster"}
     assert rules_of(objects, "schedcache-sync") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        PODGROUPS_READ,
     ]
     # The workers (and the migrate Job, which runs as they do): nothing, and no token.
     assert granted(objects, "schedcache-worker") == set()

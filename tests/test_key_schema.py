@@ -13,11 +13,13 @@ import pytest
 from schedcache import Cache
 from schedcache.feed.progress import record_progress
 from schedcache.history.retention import retain
+from schedcache.ops.gangwaits import GangWaits
 from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
 from schedcache.store.nominations import nominate_pod
+from schedcache.store.podgroups import PodGroup, sync_pod_group
 from tests.factories import make_node, make_pod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +132,11 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.queues,
         keys.helped,
         *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
+        keys.gang_wait("ns/g"),
+        keys.gang_waits,
+        keys.pod_group("ns/g"),
+        keys.pod_group_version("ns/g"),
+        keys.pod_groups,
     ]
     return {name: spec_of(keys, name) for name in names}
 
@@ -235,6 +242,8 @@ def workload(cache: Cache) -> dict[str, str]:
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
     # a preemptor's nomination (docs/preemption.md)
     cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1"))
+    GangWaits(cache).join("default/g", None, popped[0], 1000)  # a pod group's wait
+    cache.run(sync_pod_group(PodGroup("default/g", 3), "11"))  # a PodGroup sync fed
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -281,6 +290,11 @@ def workload(cache: Cache) -> dict[str, str]:
         "nominated": keys.nominated,
         "nominated_nodes": keys.nominated_nodes,
         "nominations": keys.nominations("n1"),
+        "gang_wait": keys.gang_wait("default/g"),
+        "gang_waits": keys.gang_waits,
+        "pod_group": keys.pod_group("default/g"),
+        "pod_group_version": keys.pod_group_version("default/g"),
+        "pod_groups": keys.pod_groups,
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

@@ -28,7 +28,7 @@ import pytest
 
 from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, FitConflict, RetriesExhausted, ValidationError
-from schedcache.feed.sync import Syncer, SyncSettings, api_client
+from schedcache.feed.sync import Syncer, api_client
 from schedcache.model.values import Node, Pod
 from schedcache.ops.queue import QueuedPod
 from schedcache.scheduler.loop import ReferenceScheduler
@@ -41,11 +41,8 @@ from tests.apiserver import FakeApiServer
 from tests.factories import keyspace, make_node, make_pod
 from tests.scheduling import fed_scheduler, node, pending
 from tests.servers import SentinelGroup, Server, free_port, wait_until
-from tests.test_sync import expected_state, in_step, node_obj, pod_obj, populate
+from tests.test_sync import FAST, expected_state, in_step, node_obj, pod_obj, populate
 
-FAST = SyncSettings(
-    page_size=7, watch_timeout=30, backoff=0.05, max_backoff=0.3, progress_every=0.05
-)
 # A retry policy that gives up quickly: the processes must ride out what lies beyond it.
 SHORT = RetryPolicy(attempts=3, within=0.3, first_delay=0.05, max_delay=0.1)
 STOP_LIMIT = 2.0  # seconds from a signal to the process's end

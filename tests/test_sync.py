@@ -35,8 +35,14 @@ from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod
 
+# Nodes and pods: the feeds these tests count (PodGroups: tests/test_podgroup_sync.py).
 FAST = SyncSettings(
-    page_size=7, watch_timeout=30, backoff=0.05, max_backoff=0.3, progress_every=0.05
+    page_size=7,
+    watch_timeout=30,
+    backoff=0.05,
+    max_backoff=0.3,
+    progress_every=0.05,
+    pod_groups=False,
 )
 Obj = dict[str, Any]
 

@@ -19,7 +19,13 @@ from schedcache.aio.batch import AsyncCommandBatch
 from schedcache.aio.connection import sync_client_for
 from schedcache.aio.store import AsyncStore
 from schedcache.cache import EXPIRE_BATCH, Cache, cache_settings
-from schedcache.errors import FitConflict, NodeNotFound, PodNotFound, ValidationError
+from schedcache.errors import (
+    FitConflict,
+    NodeNotFound,
+    PodAlreadyExists,
+    PodNotFound,
+    ValidationError,
+)
 from schedcache.history.verify import Difference
 from schedcache.model.nodeinfo import Dump, NodeInfo
 from schedcache.model.values import Node, Pod
@@ -27,12 +33,14 @@ from schedcache.store import commands, metrics
 from schedcache.store.commands import Command
 from schedcache.store.events import Event, decode_entry
 from schedcache.store.fetch import node_infos_reads
+from schedcache.store.gang import gang_claim, named_member
 from schedcache.store.records import PodRecord, parse_pod_record
 from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes, stream_entries
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import sweep_reply
 from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
+from schedcache.views.gang import gang_context
 from schedcache.views.nodetree import interleave, parse_tree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, update_reads
 
@@ -243,6 +251,27 @@ class AsyncCache:
         return await self.run(
             commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
         )
+
+    async def assume_gang(
+        self, pods: Sequence[Pod], group: str, snapshot: Snapshot | None = None
+    ) -> list[str]:
+        """Book every pod of the pod group ``group`` on its node, all or nothing, in one call
+        (see :meth:`Cache.assume_gang`); the members' nodes."""
+        pods = list(pods)
+        if snapshot is None:
+            async with self._claim_lock:
+                await self.store.run_reads(update_reads(self._claim_snapshot, self.name))
+                context, members = gang_context(self._claim_snapshot, pods, group)
+        else:
+            context, members = gang_context(snapshot, pods, group)
+        try:
+            await self.run(gang_claim(group, members, self.lease_to_take, *context))
+        except (FitConflict, PodAlreadyExists) as refused:
+            metrics.GANG_CLAIMS.labels("refused").inc()
+            raise named_member(refused, pods) from None
+        metrics.GANG_CLAIMS.labels("placed").inc()
+        self.hold_lease()
+        return [pod.node_name for pod in pods]
 
     async def _own_claim_context(
         self, pod: Pod, candidates: Sequence[str] = ()

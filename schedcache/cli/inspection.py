@@ -28,6 +28,7 @@ from schedcache.feed.progress import truncated_pods
 from schedcache.history.checkpoints import history_start, read_checkpoint_id
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
+from schedcache.ops.gangwaits import wait_text, waits_of
 from schedcache.sim.explain import explain_events, pod_history, pod_name
 from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_stream_id
 from schedcache.store.nominations import read_nomination
@@ -333,7 +334,8 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     replica, and how the claim ended (confirmed, forgotten, expired, removed) after how long.
     A pod never assumed (only added by an informer) has nothing to explain: an error. With a
     checkpoint, the search starts where the pod's latest stay began (or at the checkpoint for a
-    pod it does not hold); --full searches the whole stream."""
+    pod it does not hold); --full searches the whole stream. A pod of a pod group waiting for
+    its minMember (docs/gangs.md) is shown waiting ("gang: ...", on stderr with -o json)."""
     cache = settings.existing_cache()
     found = pod_history(cache, ref, full=full)
     claims = explain_events(cache, found.events, found.checkpoint)
@@ -345,8 +347,11 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
         node, until = nomination
         moment = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         click.echo(f"nominated to node {printable(node)} (preemption) until {moment}")
-        if not claims:
-            return
+    waits = waits_of(cache, ref)  # a member waiting for its pod group (docs/gangs.md)
+    for wait in waits:
+        click.echo(wait_text(wait, int(time.time() * 1000)), err=output == "json")
+    if not claims and (nomination is not None or waits):
+        return
     if not claims:
         since = ""
         if found.searched_from and not compacted and not full:

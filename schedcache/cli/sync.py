@@ -73,6 +73,11 @@ KUBE_MISSING = (
     "`schedcache scheduler` pops from, e.g. behind kube-scheduler's extender).",
 )
 @click.option(
+    "--no-pod-groups",
+    is_flag=True,
+    help="Do not list and watch PodGroups (scheduling.x-k8s.io/v1alpha1; docs/gangs.md).",
+)
+@click.option(
     "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics here."
 )
 @metrics_address_option("--metrics-address")
@@ -90,11 +95,12 @@ def sync(
     once: bool,
     queue_for: tuple[str, ...],
     no_queue: bool,
+    no_pod_groups: bool,
     metrics_port: int | None,
     metrics_address: str,
 ) -> None:
-    """Keep the cache in step with a cluster, as kube-scheduler's informers: list Nodes and
-    non-terminated Pods, then watch them (bookmarks; 410 Gone relists and removes what
+    """Keep the cache in step with a cluster, as kube-scheduler's informers: list Nodes,
+    non-terminated Pods and PodGroups, then watch them (bookmarks; 410 Gone relists and removes what
     vanished): assigned pods into the cache, pending ones into the scheduling queue that
     `schedcache scheduler` replicas pop. Any number of feeders may sync one cache: each
     object's changes apply in resourceVersion order, once. Runs until SIGTERM or Ctrl-C (exit
@@ -116,6 +122,7 @@ def sync(
             max_backoff=max_backoff,
             list_timeout=list_timeout,
             queue_for=frozenset() if no_queue else frozenset(queue_for) or None,
+            pod_groups=not no_pod_groups,
         )
     except ValueError as error:  # a --queue-for that is no scheduler name
         raise click.BadParameter(str(error), param_hint="--queue-for") from None

@@ -22,6 +22,7 @@ from schedcache.model.values import Pod
 if TYPE_CHECKING:
     from schedcache.cache import Cache
     from schedcache.cli.settings import Settings
+    from schedcache.sim.gang import WaitingGroup
     from schedcache.sim.whatif import WhatIf
 
 WHATIF_MISSING = "schedcache whatif needs numpy (and plotly for --html): pip install " + (
@@ -77,6 +78,7 @@ def whatif(
     try:
         import numpy  # noqa: F401  # the built-in policies score on numpy arrays
 
+        from schedcache.sim.gang import waiting_groups
         from schedcache.sim.policies import BUILT_IN, load_policy
         from schedcache.sim.whatif import what_if
     except ImportError:
@@ -91,9 +93,11 @@ def whatif(
         raise click.ClickException(f"--until {until} is not after --at {at}")
     with contextlib.redirect_stdout(sys.stderr):  # what a policy prints stays out of -o json
         result = what_if(cache, at, chosen, pods, until)
+    waits = waiting_groups(cache, cache.at(at))
     if not result.pods:
         window = f"between {at} and {until}" if until else f"after {at}"
-        raise click.ClickException(f"no pods to place: none was claimed {window}")
+        waiting = f"; {_waits_line(waits)}" if waits else ""
+        raise click.ClickException(f"no pods to place: none was claimed {window}{waiting}")
     if html_path:
         from schedcache.sim.report import MISSING, write_report
 
@@ -102,9 +106,12 @@ def whatif(
         except ImportError:
             raise click.ClickException(MISSING) from None
     if output == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(
+            json.dumps({**result.to_dict(), "gang_waits": [w.to_dict() for w in waits]}, indent=2)
+        )
     else:
         _print(result)
+        _print_waits(waits, at)
     if html_path:
         click.echo(f"report written to {printable(html_path)}", err=output == "json")
 
@@ -197,3 +204,24 @@ def _print(result: WhatIf) -> None:
                     f"  {printable(result.pods[uid])}\t{printable(actual.get(uid) or '-')}"
                     f" -> {printable(mine)}"
                 )
+
+
+def _waits_line(waits: list[WaitingGroup]) -> str:
+    names = ", ".join(printable(w.group) for w in waits)
+    return f"{len(waits)} pod groups wait for members, claiming nothing: {names}"
+
+
+def _print_waits(waits: list[WaitingGroup], at: str) -> None:
+    """The pod groups waiting for members (docs/gangs.md): how many are pending of
+    ``minMember``, and whether those pending would fit, placed together, at ``at``."""
+    if not waits:
+        return
+    click.echo(f"gang waits (holding no room); would the pending members fit together at {at}:")
+    for wait in waits:
+        wanted = "?" if wait.min_member is None else str(wait.min_member)
+        short = "" if wait.min_member is not None else " (no PodGroup in the cache)"
+        fits = "yes" if wait.fits else f"no: {wait.why}"
+        click.echo(
+            f"  {printable(wait.group)}\t{len(wait.pending)}/{wanted} members pending{short}"
+            f"\tfits: {printable(fits)}"
+        )

@@ -2,17 +2,20 @@
 
 A list of Nodes speaks for every node of the cache; a list of Pods for the pods the informers
 put there (state ``added``) and for the pending pods in the scheduling queue, never for
-assumed ones: the scheduler placed those and no list holds them until their binding lands.
+assumed ones: the scheduler placed those and no list holds them until their binding lands. A
+list of PodGroups (``sync`` only) speaks for every PodGroup the cache holds.
 """
 
 from __future__ import annotations
 
 from schedcache.cache import Cache
+from schedcache.errors import ValidationError
 from schedcache.store import commands
 from schedcache.store.commands import Command
+from schedcache.store.podgroups import sync_pod_group_gone
 from schedcache.store.responses import as_text
 
-RESOURCES = ("nodes", "pods")
+RESOURCES = ("nodes", "pods", "podgroups")
 
 
 def held(cache: Cache, resource: str) -> set[str]:
@@ -21,6 +24,8 @@ def held(cache: Cache, resource: str) -> set[str]:
     client, keys = cache.client, cache.keys
     if resource == "nodes":
         return {as_text(name) for name in client.smembers(keys.nodes)}
+    if resource == "podgroups":
+        return {as_text(name) for name in client.smembers(keys.pod_groups)}
     pods = {as_text(uid) for uid in client.smembers(keys.pods)}
     queued = {as_text(uid) for uid in client.smembers(keys.queued_pods)}
     return (pods - {as_text(uid) for uid in client.smembers(keys.assumed)}) | queued
@@ -28,7 +33,12 @@ def held(cache: Cache, resource: str) -> set[str]:
 
 def removal(resource: str, key: str, version: str | None) -> Command:
     """The command removing node ``key`` or the pod with uid ``key``: at a list's
-    ``version`` (so a newer change another feeder applied wins), or unconditionally."""
+    ``version`` (so a newer change another feeder applied wins), or unconditionally; the
+    PodGroup ``key`` ("<namespace>/<name>") at a list's version only."""
+    if resource == "podgroups":
+        if version is None:
+            raise ValidationError(f"pod group {key}", "version", "removed at a list's version")
+        return sync_pod_group_gone(key, version)
     if version is not None:
         if resource == "nodes":
             return commands.sync_node_gone(key, version)

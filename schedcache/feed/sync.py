@@ -1,6 +1,7 @@
 """``schedcache sync``: keep a cache in step with a live cluster, as kube-scheduler's informers.
 
-For nodes and for pods not ``Succeeded``/``Failed``, a :class:`ResourceFeed` lists with
+For nodes, for pods not ``Succeeded``/``Failed`` and for PodGroups (scheduler-plugins'
+Coscheduling CRD; a cluster without it is synced without them), a :class:`ResourceFeed` lists with
 pagination, then watches from the list's resourceVersion with bookmarks. Assigned pods are the
 ones kube-scheduler's cache holds; pending ones go to the cache's scheduling queue, under their
 ``spec.schedulerName``, for that scheduler's replicas to pop (:mod:`schedcache.ops.queue`;
@@ -64,6 +65,8 @@ from schedcache.model.manifests import subject
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.commands import Command
+from schedcache.store.podgroups import API as POD_GROUPS
+from schedcache.store.podgroups import PodGroup, sync_pod_group, sync_pod_group_gone
 from schedcache.store.responses import as_text
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,9 @@ ASSIGNED_PODS = f"spec.nodeName!=,{NON_TERMINATED_PODS}"
 TERMINATED = frozenset({"Succeeded", "Failed"})
 DEFAULT_SCHEDULER = "default-scheduler"
 
+
+# Seconds between lists of a kind the API server does not serve (the PodGroup CRD missing).
+MISSING_KIND_RECHECK = 60.0
 
 # What a failing API server raises through the client (HTTP errors, sockets, bad JSON).
 API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError)
@@ -97,7 +103,7 @@ class SyncSettings:
     ``list_timeout``: seconds a list page may send nothing before it counts as failed (the
     socket read timeout of each list request; also its connect timeout); ``queue_for``: the
     scheduler names whose pending pods are queued (``None``: every name; empty: none, and only
-    assigned pods are listed and watched)."""
+    assigned pods are listed and watched); ``pod_groups``: list and watch PodGroups too."""
 
     page_size: int = 500
     watch_timeout: int = 300
@@ -106,6 +112,7 @@ class SyncSettings:
     progress_every: float = 1.0
     list_timeout: float = 30.0
     queue_for: frozenset[str] | None = None
+    pod_groups: bool = True
 
     def __post_init__(self) -> None:
         if self.queue_for is not None:
@@ -228,6 +235,15 @@ def node_command(event: str, obj: Mapping[str, Any]) -> Command:
     return commands.sync_node(node, _version(obj, f"node {node.name}"))
 
 
+def pod_group_command(event: str, obj: Mapping[str, Any]) -> Command:
+    """The command for a PodGroup seen in a list or a watch event."""
+    group = PodGroup.from_k8s(obj)
+    version = _version(obj, f"pod group {group.name}")
+    if event == "DELETED":
+        return sync_pod_group_gone(group.name, version)
+    return sync_pod_group(group, version)
+
+
 def _name(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
@@ -271,12 +287,16 @@ class ResourceFeed:
         self._written = ""  # the progress this feeder last wrote, as Redis took it
         self._lost = threading.Event()  # Redis came back without it: relist
         self._labels = {"cache": cache.name, "resource": resource}
+        self._missing_logged = False  # the PodGroup CRD's absence was logged (_kind_missing)
 
     # -- the API server ---------------------------------------------------------------------
 
     def _call(self, **options: Any) -> Any:
         if self.resource == "nodes":
             return self.api.list_node(_preload_content=False, **options)
+        if self.resource == "podgroups":
+            custom = kube_client.CustomObjectsApi(self.api.api_client)
+            return custom.list_cluster_custom_object(*POD_GROUPS, _preload_content=False, **options)
         queued = self.settings.queue_for is None or self.settings.queue_for
         return self.api.list_pod_for_all_namespaces(
             field_selector=NON_TERMINATED_PODS if queued else ASSIGNED_PODS,
@@ -287,6 +307,8 @@ class ResourceFeed:
     def _command(self, event: str, obj: Mapping[str, Any]) -> Command | None:
         if self.resource == "nodes":
             return node_command(event, obj)
+        if self.resource == "podgroups":
+            return pod_group_command(event, obj)
         command, cut = planned_pod(event, obj, self.settings.queue_for)
         if cut:
             self._count("truncated")
@@ -325,6 +347,10 @@ class ResourceFeed:
             except API_ERRORS as error:
                 if self.stop.is_set():
                     break
+                if self._kind_missing(error):
+                    listed = False
+                    self.stop.wait(MISSING_KIND_RECHECK)
+                    continue
                 self._count("api_errors")
                 metrics.SYNC_API_ERRORS.labels(**self._labels).inc()
                 stalled = _timed_out(error)
@@ -368,6 +394,24 @@ class ResourceFeed:
                 )
             self.stop.wait(delay)
             delay = min(self.settings.max_backoff, delay * 2)
+
+    def _kind_missing(self, error: BaseException) -> bool:
+        """Whether ``error`` says the API server has no PodGroups (404: the Coscheduling CRD is
+        not installed). Sync goes on without them: logged once, counted as synced, listed
+        again every MISSING_KIND_RECHECK seconds (the CRD installed later is then fed)."""
+        if self.resource != "podgroups" or getattr(error, "status", None) != 404:
+            return False
+        if not self._missing_logged:
+            self._missing_logged = True
+            log.warning(
+                "podgroups of cache %s: the API server has no %s/%s %s (the CRD is not "
+                "installed): syncing without them, listing again every %g s",
+                self.cache.name,
+                *POD_GROUPS,
+                MISSING_KIND_RECHECK,
+            )
+        self.synced.set()
+        return True
 
     def close(self) -> None:
         """Stop at once: the open watch is closed under the reading thread."""
@@ -491,6 +535,8 @@ class ResourceFeed:
         identity = str(command.args[2])
         if self.resource == "nodes":
             return self.cache.keys.node_version(identity)
+        if self.resource == "podgroups":
+            return self.cache.keys.pod_group_version(identity)
         return self.cache.keys.pod_version(identity)
 
     def watch(self, version: str) -> str:
@@ -798,6 +844,7 @@ class Syncer:
         self.feeds = [
             ResourceFeed(cache, api, resource, settings, self.stopping, name)
             for resource in RESOURCES
+            if settings.pod_groups or resource != "podgroups"
         ]
         self.threads: list[threading.Thread] = []
 
@@ -857,6 +904,8 @@ def _identity(resource: str, obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata")
     if not isinstance(metadata, Mapping):
         return ""
+    if resource == "podgroups":
+        return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
     return str(metadata.get("name" if resource == "nodes" else "uid", ""))
 
 

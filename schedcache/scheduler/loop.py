@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,6 +53,7 @@ from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
 from schedcache.scheduler.binder import ApiBinder
 from schedcache.scheduler.bindings import BindingProcess, bind_and_finish, short
+from schedcache.scheduler.gang import GangScheduler, PodGroups
 from schedcache.scheduler.preemption import Preemption
 from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.columns import Columns
@@ -151,6 +153,8 @@ class ReferenceScheduler:
         self._lock = threading.Lock()
         # The Unschedulable message last patched, by uid (bounded: the oldest go first).
         self._reported: OrderedDict[str, str] = OrderedDict()
+        # Pods of a pod group are placed with their group (scheduler/gang.py).
+        self.gangs = GangScheduler(self, PodGroups(cache), time.time)
 
     # -- scheduling one pod ----------------------------------------------------------------
 
@@ -328,6 +332,9 @@ class ReferenceScheduler:
         answer (the pod is given back if it can be, else its lease on it lapses)."""
         pod = queued.pod
         try:
+            handled = self.gangs.attempt(pod)
+            if handled is not None:
+                return handled
             outcome = self.schedule_one(pod)
         except PodAlreadyExists:  # another replica claimed it (after this one's lease lapsed)
             if not self._own_claim(pod):

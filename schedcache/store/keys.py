@@ -78,6 +78,13 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "version:node:<name>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
     ),
+    KeySpec(
+        "version:podgroup:<group>",
+        "string",
+        "newest resourceVersion a feeder applied (tombstone 1 h)",
+    ),
+    KeySpec("podgroup:<group>", "hash", "a PodGroup as sync fed it: min, timeout (s, or '')"),
+    KeySpec("podgroups", "set", "the PodGroups the cache holds: '<namespace>/<name>'"),
     KeySpec("sync", "hash", "feeders' progress: <resource>:rv, <resource>:at (ms), <resource>:by"),
     KeySpec("checkpoint", "hash", "the stored checkpoint: id, generation, chunk prefix, count"),
     KeySpec("checkpoint:<id>:<token>:<n>", "string", "chunk n of a checkpoint (msgpack)"),
@@ -100,6 +107,12 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("queue:<scheduler>:leased", "zset", "uid -> lease deadline (ms) of popped pods"),
     KeySpec("queue:<scheduler>:backoff", "zset", "uid -> end of its back-off (ms)"),
     KeySpec("queue:<scheduler>:parked", "zset", "uid -> when an unschedulable pod returns (ms)"),
+    KeySpec(
+        "gangwait:<group>",
+        "hash",
+        "a pod group's members seen pending: uid -> msgpack Pod, since -> wait start (ms)",
+    ),
+    KeySpec("gangwaits", "set", "the groups with a gangwait:<group> (expires with the newest)"),
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -307,6 +320,26 @@ class Keys:
 
     def queued(self, uid: str) -> str:
         return self._key("queued:<uid>", uid=uid)
+
+    def pod_group(self, group: str) -> str:
+        """A PodGroup fed by sync (``<namespace>/<name>``; store/podgroups.py)."""
+        return self._key("podgroup:<group>", group=group)
+
+    def pod_group_version(self, group: str) -> str:
+        return self._key("version:podgroup:<group>", group=group)
+
+    @property
+    def pod_groups(self) -> str:
+        return self._key("podgroups")
+
+    @property
+    def gang_waits(self) -> str:
+        """The groups that have a wait (no SCAN: restricted users get none, ops/acl.py)."""
+        return self._key("gangwaits")
+
+    def gang_wait(self, group: str) -> str:
+        """A pod group's wait (``<namespace>/<name>``; scheduler/gang.py, docs/gangs.md)."""
+        return self._key("gangwait:<group>", group=group)
 
     @property
     def queued_pods(self) -> str:

@@ -164,3 +164,22 @@ class CacheCollector(Collector):
             for state, count in states.items():
                 pending.add_metric([self.store.name, scheduler, names.get(state, state)], count)
         yield pending
+
+
+# Gangs (docs/gangs.md).
+GANG_CLAIMS = Counter(
+    "schedcache_gang_claims_total",
+    "Gang claims (a pod group's members claimed all or nothing in one call), by result: "
+    "placed, or refused (another replica took the room, or a member's rule broke).",
+    ["result"],
+)
+GANG_WAITS = Counter(
+    "schedcache_gang_waits_total",
+    "Times a reference scheduler set a group's pod aside because fewer than minMember of the "
+    "group's pods were pending (the group holds no room while it waits).",
+)
+GANG_TIMEOUTS = Counter(
+    "schedcache_gang_timeouts_total",
+    "Pod groups whose wait passed scheduleTimeoutSeconds: their pods were reported "
+    "unschedulable and went back to the queue.",
+)

@@ -84,6 +84,8 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
     """The exception for error reply ``text`` of ``command`` about ``subject``."""
     code, *detail = text.split(" ")
     verb = VERBS.get(command, command)
+    if command == "gang_claim" and code in ("PODEXISTS", "FITCONFLICT", "OVERFLOW"):
+        subject, verb = f"{subject} member with uid {detail[0]}", "assumed"  # store/gang.py
     if code == "PODEXISTS":
         _, state, node = detail
         return PodAlreadyExists(
