@@ -13,7 +13,7 @@
 -- them as they were, a status heartbeat, records no change). A node written without a digest
 -- (an older client) counts every write as a change.
 
-local SPEC_FIELD, DIGEST_FIELD = 'spec', 'sd'
+BOUNDS.SPEC_FIELD, BOUNDS.DIGEST_FIELD = 'spec', 'sd'
 
 -- The digest argument: '' (unknown) when absent, the integer text when valid, nil otherwise.
 local function spec_digest_arg(value)
@@ -27,10 +27,10 @@ end
 local function note_spec(nk, was_live, old_digest, digest, text)
   if was_live and digest ~= '' and old_digest == digest then return end
   if digest == '' then
-    redis.call('HDEL', nk, DIGEST_FIELD)
-    redis.call('HSET', nk, SPEC_FIELD, text)
+    redis.call('HDEL', nk, BOUNDS.DIGEST_FIELD)
+    redis.call('HSET', nk, BOUNDS.SPEC_FIELD, text)
   else
-    redis.call('HSET', nk, SPEC_FIELD, text, DIGEST_FIELD, digest)
+    redis.call('HSET', nk, BOUNDS.SPEC_FIELD, text, BOUNDS.DIGEST_FIELD, digest)
   end
 end
 
@@ -111,7 +111,7 @@ local function spec_refusal(p, changed, since, target, reads, domains)
   for j = 1, #changed do
     local x = changed[j]
     local nk = p .. 'node:' .. x
-    local at = typed_read(nk, 'hash', 'HMGET', SPEC_FIELD, 'exists')
+    local at = typed_read(nk, 'hash', 'HMGET', BOUNDS.SPEC_FIELD, 'exists')
     if stored_int(nk, at[1], 0) > after then
       if x == target or string.find(reads, '@topology-spread', 1, true) then
         return 'node-changed'
@@ -137,7 +137,7 @@ local REMOVED_FIELD = 'rm'
 
 local function pod_changes_since(p, node, since)
   local nk = p .. 'node:' .. node
-  local at = typed_read(nk, 'hash', 'HMGET', 'exists', REMOVED_FIELD, SPEC_FIELD)
+  local at = typed_read(nk, 'hash', 'HMGET', 'exists', REMOVED_FIELD, BOUNDS.SPEC_FIELD)
   if not at[1] then return true, true end
   local after = tonumber(since)
   if stored_int(nk, at[3], 0) > after then return true, true end

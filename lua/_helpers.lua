@@ -430,7 +430,7 @@ local call_gen_text = nil
 local pods_added = {}
 local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
-local PODS_PER_SADD = 500
+BOUNDS.PODS_PER_SADD = 500
 
 local function begin_call()
   call_gen = nil
@@ -512,7 +512,7 @@ local function call_in_slices(command, key, items, per_call)
 end
 
 -- Changed nodes per ZADD at the end of a call.
-local NODES_PER_ZADD = 200
+BOUNDS.NODES_PER_ZADD = 200
 
 -- Writes the call's last generation, adds the pods a batch added to `pods`, and records each
 -- changed node's generation in the generation index (the only place it is kept; a node that
@@ -526,7 +526,7 @@ local function end_call(p)
     for j = 1, #pods_order do
       if pods_added[pods_order[j]] then added[#added + 1] = pods_order[j] end
     end
-    call_in_slices('SADD', p .. 'pods', added, PODS_PER_SADD)
+    call_in_slices('SADD', p .. 'pods', added, BOUNDS.PODS_PER_SADD)
   end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]
@@ -538,7 +538,7 @@ local function end_call(p)
     scored[#scored + 1] = changed_gen[changed_nodes[j]]
     scored[#scored + 1] = changed_nodes[j]
   end
-  call_in_slices('ZADD', p .. 'nodegen', scored, 2 * NODES_PER_ZADD)
+  call_in_slices('ZADD', p .. 'nodegen', scored, 2 * BOUNDS.NODES_PER_ZADD)
 end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.
@@ -582,11 +582,11 @@ end
 -- Parsed contributions by their text, kept across calls. The pods of a cluster share a few
 -- request shapes, and a parse costs ~20,000 instructions (the gmatch, its captures, three
 -- tables) where this lookup costs a few hundred. Parsing is a pure function of the text, so
--- keeping its results changes no outcome. Bounded: texts up to CONTRIBUTION_KEPT_BYTES long,
--- and the whole memo dropped when it holds CONTRIBUTIONS_KEPT of them. The tables it hands out
+-- keeping its results changes no outcome. Bounded: texts up to BOUNDS.CONTRIBUTION_KEPT_BYTES long,
+-- and the whole memo dropped when it holds BOUNDS.CONTRIBUTIONS_KEPT of them. The tables it hands out
 -- are shared by every call: read them, never change them.
-local CONTRIBUTIONS_KEPT = 1000
-local CONTRIBUTION_KEPT_BYTES = 512
+BOUNDS.CONTRIBUTIONS_KEPT = 1000
+BOUNDS.CONTRIBUTION_KEPT_BYTES = 512
 local parsed_contributions = {}
 local contributions_kept = 0
 
@@ -594,8 +594,8 @@ local function parse_contribution(contribution)
   local parsed = parsed_contributions[contribution]
   if parsed ~= nil then return parsed end
   parsed = parse_contribution_text(contribution)
-  if parsed ~= nil and #contribution <= CONTRIBUTION_KEPT_BYTES then
-    if contributions_kept >= CONTRIBUTIONS_KEPT then
+  if parsed ~= nil and #contribution <= BOUNDS.CONTRIBUTION_KEPT_BYTES then
+    if contributions_kept >= BOUNDS.CONTRIBUTIONS_KEPT then
       parsed_contributions = {}
       contributions_kept = 0
     end
@@ -655,7 +655,7 @@ end
 -- The node fields a contribution changes must hold integers (HINCRBY fails on anything else,
 -- after earlier writes), and adding must not push a total past int64 (HINCRBY refuses that
 -- too). One HMGET checks both, before the first write. Returns the field that would overflow.
-local TOTAL_LIMIT = 9.0e18
+BOUNDS.TOTAL_LIMIT = 9.0e18
 
 -- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
 -- there is known to exist, and placing the pod skips ensure_node's HSETNX; the second value
@@ -684,7 +684,7 @@ local function check_fields(p, node, parsed, removing)
       local change = tonumber(amount)
       if removing then change = -change end
       local total = stored_int(nk, have, 0) + change
-      if total > TOTAL_LIMIT or total < -TOTAL_LIMIT then
+      if total > BOUNDS.TOTAL_LIMIT or total < -BOUNDS.TOTAL_LIMIT then
         -- Adding, the pod is refused (OVERFLOW); a stored total that taking a pod off would
         -- push past int64 is no total schedcache wrote.
         if removing then

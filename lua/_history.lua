@@ -6,14 +6,14 @@
 -- it still holds an older event (a stream trimmed past it says nothing either way).
 
 -- Longest digits of a stream id's parts ("<ms>-<seq>"): past them Redis rejects the id.
-local MAX_MS_DIGITS, MAX_SEQ_DIGITS = 15, 19
+BOUNDS.MAX_MS_DIGITS, BOUNDS.MAX_SEQ_DIGITS = 15, 19
 
 -- true when the events stream lost the event `seen`, false when it holds it (or `seen` is
 -- "", or was trimmed away), nil for a malformed id. Reads at most two entries.
 local function history_lost(p, seen)
   if seen == nil or seen == '' then return false end
   local ms, seq = string.match(seen, '^(%d+)%-(%d+)$')
-  if ms == nil or #ms > MAX_MS_DIGITS or #seq > MAX_SEQ_DIGITS then return nil end
+  if ms == nil or #ms > BOUNDS.MAX_MS_DIGITS or #seq > BOUNDS.MAX_SEQ_DIGITS then return nil end
   local events = p .. 'events'
   if #typed_read(events, 'stream', 'XRANGE', seen, seen, 'COUNT', 1) > 0 then return false end
   return #redis.call('XRANGE', events, '-', seen, 'COUNT', 1) > 0
