@@ -31,7 +31,6 @@ filter call's, remembered by uid within ``remember_bytes``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -165,12 +164,7 @@ class Extender:
         deadline = None if self.binder is None else self.bind_timeout
         claimed_at = time.monotonic()  # no later than Redis set the deadline
         try:
-            self.cache.assume_pod(
-                placed,
-                check_fit=True,
-                snapshot=self._claim_snapshot(placed),
-                deadline=deadline,
-            )
+            self._claim(placed, deadline)
         except FitConflict as conflict:
             return protocol.bind_result(f"{conflict}; retry the pod")
         except RetriesExhausted:  # Redis away: the server answers 503
@@ -198,21 +192,23 @@ class Extender:
             log.warning("%s bound, but its deadline was not moved to the ttl: %s", who, error)
         return protocol.bind_result()
 
-    def _claim_snapshot(self, pod: Pod) -> Snapshot | None:
-        """What the claim judges inter-pod rules on: nothing for a pod without rules of its own
-        while the snapshot knows no placed pod with required anti-affinity (Redis then takes
-        the bare claim, and refuses it as ``unchecked`` should such a pod have been placed
-        since: ``Cache.assume_pod`` judges it then); else a private copy of the snapshot,
-        caught up now, on which the pod's rules (existing pods' anti-affinity included) are
-        judged and which Redis re-checks."""
+    def _claim(self, pod: Pod, deadline: float | None) -> None:
+        """The claim, fit-checked. A pod without rules of its own is claimed bare while the
+        snapshot knows no placed pod with required anti-affinity (Redis then takes the bare
+        claim, and refuses it as ``unchecked`` should such a pod have been placed since:
+        ``Cache.assume_pod`` judges it then). Any other pod's rules (existing pods'
+        anti-affinity included) are judged on the snapshot caught up now, which Redis
+        re-checks; under the snapshot's lock, since the judgement reads the snapshot's pod
+        index (model/plugins/podindex.py), which other requests' catch-ups change."""
         if (
             not pod.has_inter_pod_rules
             and not self.snapshot.have_pods_with_required_anti_affinity_list
         ):
-            return None
+            self.cache.assume_pod(pod, check_fit=True, deadline=deadline)
+            return
         with self.snapshot_lock:
             self.cache.update_snapshot(self.snapshot)
-            return dataclasses.replace(self.snapshot, node_infos=dict(self.snapshot.node_infos))
+            self.cache.assume_pod(pod, check_fit=True, snapshot=self.snapshot, deadline=deadline)
 
     def _binding(self, args: BindArgs, placed: Pod) -> None:
         """The Binding; its outcome settled. Refused (and the claim forgotten, or left to the

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from schedcache.errors import FitConflict
 from schedcache.model.nodeinfo import NodeInfo
+from schedcache.model.plugins.podindex import PodIndex
 from schedcache.model.values import Pod
 from schedcache.store.gang import Member
 from schedcache.views.claims import claim_context
@@ -69,6 +70,11 @@ def with_members(snap: Snapshot, placed: dict[str, list[Pod]]) -> Snapshot:
     holders = [infos[i.name] for i in snap.have_pods_with_required_anti_affinity_list]
     known = {i.name for i in holders}
     holders += [infos[name] for name in repelling if name not in known]
+    # A pod index of its own (built from these infos when a rule reads it): the snapshot's
+    # counts the members before it on their nodes, and is shared with other readers.
     return dataclasses.replace(
-        snap, node_infos=infos, have_pods_with_required_anti_affinity_list=holders
+        snap,
+        node_infos=infos,
+        have_pods_with_required_anti_affinity_list=holders,
+        pod_index=PodIndex(),
     )
