@@ -45,6 +45,10 @@ Covered (JSON only, ``Content-Type: application/json``):
   type, or a patch outside ``status``, answers 415/422.
 * ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` (``delete_namespaced_pod``): removes the pod
   at once (no grace period), emits DELETED, answers the pod; 404 without it.
+* ``GET /apis/policy/v1/poddisruptionbudgets`` (and ``/namespaces/{ns}/...``): list and watch
+  of ``PodDisruptionBudget`` objects, as for pods (no get, no status subresource: a test sets
+  ``status.disruptionsAllowed`` with ``update``); ``refused[kind] = 403`` (or 404) makes that
+  kind's lists and watches answer it (RBAC without the kind, a cluster not serving it).
 * Authentication: a bearer token (the one ``kubeconfig()`` writes) unless ``token=None``;
   a missing or wrong one answers 401.
 
@@ -92,7 +96,8 @@ from urllib.parse import parse_qs, urlsplit
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 
-KINDS = ("Node", "Pod")
+KINDS = ("Node", "Pod", "PodDisruptionBudget")
+NAMESPACED = ("Pod", "PodDisruptionBudget")
 SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
 MAX_SNAPSHOTS = 16
 MAX_HEADERS, MAX_LINE = 100, 65536  # http.client's limits on a request's header lines
@@ -181,12 +186,12 @@ def parse_field_selector(text: str) -> Selector:
 
 def object_key(kind: str, obj: Obj) -> Key:
     meta = obj.get("metadata", {})
-    return (meta.get("namespace", "") if kind == "Pod" else "", meta["name"])
+    return (meta.get("namespace", "") if kind in NAMESPACED else "", meta["name"])
 
 
 def name_key(kind: str, name: str, namespace: str | None) -> Key:
     """The key of a name: pods default to namespace "default", nodes have none."""
-    return ((namespace or "default") if kind == "Pod" else "", name)
+    return ((namespace or "default") if kind in NAMESPACED else "", name)
 
 
 def list_item(obj: Obj) -> Obj:
@@ -263,6 +268,7 @@ class FakeApiServer:
         self._lists_flowing.set()
         self.watches_started = 0
         self.bind_delay = 0.0  # seconds a Binding waits before it is applied (a slow server)
+        self.refused: dict[str, int] = {}  # kind -> the HTTP status its lists and watches get
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -371,7 +377,7 @@ class FakeApiServer:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         stored = copy.deepcopy(obj)
         meta = stored.setdefault("metadata", {})
-        if kind == "Pod":
+        if kind in NAMESPACED:
             meta.setdefault("namespace", "default")
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -386,7 +392,7 @@ class FakeApiServer:
         """Replace an object by namespace/name and emit MODIFIED."""
         kind = obj["kind"]
         stored = copy.deepcopy(obj)
-        if kind == "Pod":
+        if kind in NAMESPACED:
             stored["metadata"].setdefault("namespace", "default")
         key = object_key(kind, stored)
         with self._cond:
@@ -796,7 +802,15 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
         "pod_status",
         re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/status"),
     ),
+    # policy/v1 PodDisruptionBudgets: list and watch only (issue 41, preemption)
+    ("list_pdbs", re.compile(r"/apis/policy/v1/poddisruptionbudgets")),
+    (
+        "list_pdbs",
+        re.compile(r"/apis/policy/v1/namespaces/(?P<namespace>[^/]+)/poddisruptionbudgets"),
+    ),
 ]
+#: The kind each list route serves.
+LIST_KINDS = {"list_nodes": "Node", "list_pods": "Pod", "list_pdbs": "PodDisruptionBudget"}
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -967,7 +981,10 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "Node" if route == "get_node" else "Pod"
             key = (params.get("namespace", ""), params["name"])
             return api.get_object(kind, key)
-        kind = "Node" if route == "list_nodes" else "Pod"
+        kind = LIST_KINDS[route]
+        if kind in api.refused:  # a cluster without the kind (404) or an RBAC refusal (403)
+            code = api.refused[kind]
+            raise ApiError(code, HTTPStatus(code).phrase.replace(" ", ""), f"{kind} refused")
         selector = parse_field_selector(query.get("fieldSelector", ""))
         if query.get("watch") in ("1", "true"):
             self._watch(kind, params.get("namespace"), selector, query)

@@ -16,6 +16,7 @@ from schedcache.history.retention import retain
 from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.budgets import sync_budget
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
 from schedcache.store.nominations import nominate_pod
 from tests.factories import make_node, make_pod
@@ -125,6 +126,8 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.nominated,
         keys.nominated_nodes,
         keys.nominations("n"),
+        keys.budgets,
+        keys.budget_version("ns/b"),
         keys.queued_pods,
         keys.queue_sequence,
         keys.queues,
@@ -235,6 +238,9 @@ def workload(cache: Cache) -> dict[str, str]:
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
     # a preemptor's nomination (docs/preemption.md)
     cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1"))
+    # a PodDisruptionBudget fed by sync (docs/preemption.md)
+    budget = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {}, "status": {}}
+    cache.run(sync_budget(budget, "11"))
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -281,6 +287,8 @@ def workload(cache: Cache) -> dict[str, str]:
         "nominated": keys.nominated,
         "nominated_nodes": keys.nominated_nodes,
         "nominations": keys.nominations("n1"),
+        "budgets": keys.budgets,
+        "budget_version": keys.budget_version("ns/b"),
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

@@ -31,6 +31,7 @@ from schedcache.errors import FitConflict
 from schedcache.model.plugins.preemption import Budget, Decision, preempt
 from schedcache.model.values import Pod
 from schedcache.store import metrics
+from schedcache.store.budgets import read_budgets
 from schedcache.store.nominations import NOMINATION_TTL, nominate_pod, read_nomination
 from schedcache.views.snapshot import Snapshot
 
@@ -55,20 +56,21 @@ def disruption_condition(scheduler_name: str, now: datetime | None = None) -> di
 
 class Preemption:
     """DefaultPreemption for one replica. ``budgets``: the PodDisruptionBudgets to respect
-    (what ``sync`` feeds; none by default); ``ttl``: a nomination's life (s)."""
+    (by default those ``sync`` keeps in the cache, read at each attempt); ``ttl``: a
+    nomination's life (s)."""
 
     def __init__(
         self,
         cache: Cache,
         api: kube_client.CoreV1Api,
         scheduler_name: str,
-        budgets: Callable[[], Sequence[Budget]] = tuple,
+        budgets: Callable[[], Sequence[Budget]] | None = None,
         ttl: float = NOMINATION_TTL,
     ) -> None:
         self.cache = cache
         self.api = api
         self.scheduler_name = scheduler_name
-        self.budgets = budgets
+        self.budgets = budgets or (lambda: read_budgets(cache.store))
         self.ttl = ttl
         self.attempts = 0  # PostFilter runs
         self.nominated = 0  # pods nominated
