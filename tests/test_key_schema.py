@@ -126,6 +126,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.nominated,
         keys.nominated_nodes,
         keys.nominations("n"),
+        keys.nomination_victims,
         keys.budgets,
         keys.budget_version("ns/b"),
         keys.queued_pods,
@@ -237,7 +238,7 @@ def workload(cache: Cache) -> dict[str, str]:
     queue.retry(popped[1], unschedulable=False)
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
     # a preemptor's nomination (docs/preemption.md)
-    cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1"))
+    cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1", victims=["ns/v"]))
     # a PodDisruptionBudget fed by sync (docs/preemption.md)
     budget = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {}, "status": {}}
     cache.run(sync_budget(budget, "11"))
@@ -287,6 +288,7 @@ def workload(cache: Cache) -> dict[str, str]:
         "nominated": keys.nominated,
         "nominated_nodes": keys.nominated_nodes,
         "nominations": keys.nominations("n1"),
+        "nomination_victims": keys.nomination_victims,
         "budgets": keys.budgets,
         "budget_version": keys.budget_version("ns/b"),
         **{

@@ -88,7 +88,8 @@ class Preemption:
         if not decision.node:
             return decision
         try:
-            self.cache.run(nominate_pod(pod, decision.node, self.ttl))
+            victims = [v.full_name for v in decision.victims]
+            self.cache.run(nominate_pod(pod, decision.node, self.ttl, victims=victims))
         except FitConflict as error:  # the node holds too many nominations already
             return Decision(message=f"preemption: {error}")
         self.nominated += 1

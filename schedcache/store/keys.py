@@ -92,6 +92,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("nominated", "zset", "uid -> deadline (ms) of every nomination (lua/_nominations.lua)"),
     KeySpec("nomnode", "hash", "uid -> the node it is nominated to"),
     KeySpec("nom:<node>", "hash", 'uid -> "<priority> <deadline ms> <contribution>"'),
+    KeySpec("nomvictims", "hash", 'uid -> a nominee\'s victims, "<namespace>/<name> ..."'),
     KeySpec("pdbs", "hash", '"<namespace>/<name>" -> a PodDisruptionBudget (lua/sync_budget.lua)'),
     KeySpec(
         "version:pdb:<key>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
@@ -294,6 +295,10 @@ class Keys:
 
     def nominations(self, node: str) -> str:
         return self._key("nom:<node>", node=node)
+
+    @property
+    def nomination_victims(self) -> str:
+        return self._key("nomvictims")
 
     # -- PodDisruptionBudgets (lua/sync_budget.lua) -----------------------------------------
 

@@ -9,6 +9,7 @@ pod. Here the claim itself (``sc_assume_pod``) counts them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from schedcache.errors import ValidationError
@@ -26,10 +27,20 @@ NOMINATION_TTL = 60.0
 MAX_PER_NODE = 16
 
 
+#: Bytes of victims' names a nomination keeps (NOM.VICTIM_BYTES): the first ones that fit.
+VICTIM_BYTES = 65536
+
+
 def nominate_pod(
-    pod: Pod, node: str, ttl: float = NOMINATION_TTL, now: float | None = None
+    pod: Pod,
+    node: str,
+    ttl: float = NOMINATION_TTL,
+    now: float | None = None,
+    victims: Sequence[str] = (),
 ) -> Command:
-    """``sc_nominate_pod``: hold ``pod``'s requests on ``node`` for ``ttl`` seconds."""
+    """``sc_nominate_pod``: hold ``pod``'s requests on ``node`` for ``ttl`` seconds;
+    ``victims`` (``namespace/name``) are kept with it for ``explain`` (as many as fit in
+    VICTIM_BYTES)."""
     subject = pod_subject(pod)
     if not isinstance(node, str) or not node or len(node.split()) != 1:
         raise ValidationError(subject, "status.nominatedNodeName", f"{node!r} is not a node name")
@@ -45,8 +56,22 @@ def nominate_pod(
             milliseconds(ttl, subject=subject, field="ttl"),
             contribution_string(pod),
             milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+            _victims(victims),
         ),
     )
+
+
+def _victims(names: Sequence[str]) -> str:
+    kept: list[str] = []
+    size = 0
+    for name in names:
+        if not name or len(name.split()) != 1:
+            continue
+        size += len(name.encode()) + 1
+        if size > VICTIM_BYTES:
+            break
+        kept.append(name)
+    return " ".join(kept)
 
 
 def denominate_pod(pod: Pod, now: float | None = None) -> Command:
@@ -80,3 +105,12 @@ def read_nomination(store: Store, uid: str) -> tuple[str, float] | None:
         return None
     name = node.decode() if isinstance(node, bytes) else str(node)
     return name, deadline / 1000.0
+
+
+def read_victims(store: Store, uid: str) -> list[str]:
+    """The victims (``namespace/name``) kept with ``uid``'s nomination, [] when none."""
+    name = store.keys.nomination_victims
+    text = store.retrying(lambda: store.client.hget(name, uid), "reading a nomination")
+    if text is None:
+        return []
+    return (text.decode() if isinstance(text, bytes) else str(text)).split()
