@@ -1,6 +1,7 @@
 -- sc_nominate_pod: reserve a preemptor's room on its nominated node (_nominations.lua,
 -- docs/preemption.md), as kube-scheduler's nominatedNodeName does inside one process, here for
--- every replica's claims. sc_denominate_pod: drop it (the pod gave up or was placed elsewhere).
+-- every replica's claims; the node's nominations of lower priority are dropped (upstream's
+-- prepareCandidate). sc_denominate_pod: drop it (the pod gave up or was placed elsewhere).
 -- Both drop up to NOM.PRUNE lapsed nominations of any node first.
 --
 -- KEYS[1]  cache prefix "{name}:"
@@ -39,10 +40,12 @@ function NOM.nominate(p, _, a)
     return nil, 'FITCONFLICT ' .. uid .. ' ' .. node .. ' nominations-full'
   end
   NOM.settle(p, plan)
-  -- The node's lapsed nominations (at most NOM.MAX_PER_NODE and those the plan reached): gone.
+  -- The node's lapsed nominations (at most NOM.MAX_PER_NODE and those the plan reached), and
+  -- those of lower priority (upstream's prepareCandidate clears them: the preemptor's victims
+  -- were chosen for it, not for them): gone.
   for j = 1, #entries, 2 do
-    local d = string.match(entries[j + 1], '^%-?%d+ (%d+)')
-    if entries[j] ~= uid and (d == nil or tonumber(d) <= now) then
+    local q, d = string.match(entries[j + 1], '^(%-?%d+) (%d+)')
+    if entries[j] ~= uid and (d == nil or tonumber(d) <= now or tonumber(q) < priority) then
       NOM.drop(p, entries[j], node)
     end
   end

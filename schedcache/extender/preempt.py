@@ -22,6 +22,7 @@ from schedcache.extender.protocol import ProtocolError, field, pod_arg
 from schedcache.model.plugins.preemption import select_victims
 from schedcache.model.values import Pod
 from schedcache.store.budgets import read_budgets
+from schedcache.store.nominations import read_nominated
 
 if TYPE_CHECKING:
     from schedcache.extender.service import Extender
@@ -56,6 +57,7 @@ def process_preemption(extender: Extender, args: PreemptArgs) -> dict[str, Any]:
     if args.pod.preempt_never:
         return {"NodeNameToMetaVictims": answer}
     budgets = read_budgets(extender.cache.store)  # what sync keeps (upstream's PDB lister)
+    nominated = read_nominated(extender.cache.store)  # held by every replica (addNominatedPods)
     with extender.snapshot_lock:
         extender.cache.update_snapshot(extender.snapshot)
         snapshot = extender.snapshot
@@ -64,7 +66,7 @@ def process_preemption(extender: Extender, args: PreemptArgs) -> dict[str, Any]:
             info = snapshot.node_infos.get(name)
             if info is None or info.node is None:
                 continue
-            found = select_victims(args.pod, info, infos, budgets)
+            found = select_victims(args.pod, info, infos, budgets, nominated.get(name, ()))
             if found is not None:
                 answer[name] = {
                     "Pods": [{"UID": victim.uid} for victim in found.victims],

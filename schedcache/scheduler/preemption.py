@@ -32,7 +32,12 @@ from schedcache.model.plugins.preemption import Budget, Decision, preempt
 from schedcache.model.values import Pod
 from schedcache.store import metrics
 from schedcache.store.budgets import read_budgets
-from schedcache.store.nominations import NOMINATION_TTL, nominate_pod, read_nomination
+from schedcache.store.nominations import (
+    NOMINATION_TTL,
+    nominate_pod,
+    read_nominated,
+    read_nomination,
+)
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -84,7 +89,9 @@ class Preemption:
             return Decision(node=node, message=f"nominated to node {node}: waiting for its room")
         self.attempts += 1
         metrics.PREEMPTION_ATTEMPTS.inc()
-        decision = preempt(pod, snapshot.node_info_list, self.budgets())
+        decision = preempt(
+            pod, snapshot.node_info_list, self.budgets(), nominated=read_nominated(self.cache.store)
+        )
         if not decision.node:
             return decision
         try:
