@@ -80,6 +80,9 @@
 --   nomnode                hash   uid -> the node it is nominated to
 --   nom:<node>             hash   uid -> "<priority> <deadline ms> <contribution>": the room
 --                                 nominated pods hold on the node
+--   nomvictims             hash   uid -> a nominee's victims "<ns>/<name> ..." (explain)
+--   pdbs                   hash   "<namespace>/<name>" -> a PodDisruptionBudget (sync_budget.lua)
+--   version:pdb:<key>      string newest resourceVersion a feeder applied (tombstone 1 h)
 --   queuedpods             set    the uids of every queued pod
 --   queueseq               string the queue's arrival counter (INCR)
 --   queues                 hash   scheduler -> "<id>[ <score>]": the last helpful event its

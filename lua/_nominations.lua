@@ -9,12 +9,15 @@
 --                                 reads only its existence while no node has a nomination)
 --          nomnode          hash  uid -> nominated node
 --          nom:<node>       hash  uid -> "<priority> <deadline ms> <contribution>"
+--          nomvictims       hash  uid -> the victims' "<namespace>/<name>", space-separated
+--                                 (what `explain pod` shows; at most NOM.VICTIM_BYTES)
 -- Bounds   NOM.MAX_PER_NODE nominations a node holds (a claim reads them all); NOM.PRUNE lapsed
 --          nominations one call drops (its first writes are after every read).
 local NOM = {}
 NOM.MAX_PER_NODE = 16
 NOM.PRUNE = 16
 NOM.INT32 = 2147483648
+NOM.VICTIM_BYTES = 65536
 
 -- A claim's check argument: "fit", or "fit:<priority>" (the claimer's spec.priority, for the
 -- nominations); the check and the priority (0 when not given), nil for a malformed one.
@@ -110,6 +113,7 @@ end
 function NOM.drop(p, uid, node)
   if node then redis.call('HDEL', p .. 'nom:' .. node, uid) end
   redis.call('HDEL', p .. 'nomnode', uid)
+  redis.call('HDEL', p .. 'nomvictims', uid)
   redis.call('ZREM', p .. 'nominated', uid)
 end
 

@@ -16,11 +16,12 @@ local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
                 'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod', 'timed_claim',
-                'gang_claim', 'sync_podgroup' }
+                'gang_claim', 'sync_podgroup', 'sync_budget' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
-                    NOM.nominate, NOM.denominate, TIMED_CLAIM.run, GANG.claim, PODGROUP.sync }
+                    NOM.nominate, NOM.denominate, TIMED_CLAIM.run, GANG.claim, PODGROUP.sync,
+                    PDB.sync }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -96,6 +97,7 @@ local WRITES = {
   nominate_pod = {},  -- its own keys only (_nominations.lua)
   denominate_pod = {},
   sync_podgroup = {},  -- its group's keys only
+  sync_budget = {},  -- its own keys only (sync_budget.lua)
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

@@ -1,13 +1,15 @@
 -- sc_nominate_pod: reserve a preemptor's room on its nominated node (_nominations.lua,
 -- docs/preemption.md), as kube-scheduler's nominatedNodeName does inside one process, here for
--- every replica's claims. sc_denominate_pod: drop it (the pod gave up or was placed elsewhere).
+-- every replica's claims; the node's nominations of lower priority are dropped (upstream's
+-- prepareCandidate). sc_denominate_pod: drop it (the pod gave up or was placed elsewhere).
 -- Both drop up to NOM.PRUNE lapsed nominations of any node first.
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     nominate: replica, command id, uid, node, priority (int32), ttl ms (> 0), the pod's
---          contribution (aggregates.py), [now ms]
+--          contribution (aggregates.py), [now ms], [victims: "<ns>/<name>" space-separated, at
+--          most NOM.VICTIM_BYTES, kept for explain]
 --          denominate: replica, command id, uid, [now ms]
--- Keys     nominated, nomnode, nom:<node>, node:<node>
+-- Keys     nominated, nomnode, nom:<node>, nomvictims, node:<node>
 -- Reply    nominate: the nomination's deadline (ms); denominate: 1 when the pod had one, else 0
 -- Errors   BADARG <what>                        malformed arguments (nothing written)
 --          NODENOTFOUND <node> missing          no live node of that name
@@ -26,19 +28,24 @@ function NOM.nominate(p, _, a)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now ' .. uid end
+  local victims = a[7] or ''
+  if #victims > NOM.VICTIM_BYTES then return nil, 'BADARG victims ' .. uid end
   if redis.call('HGET', p .. 'node:' .. node, 'exists') ~= '1' then
     return nil, 'NODENOTFOUND ' .. node .. ' missing'
   end
   local plan = NOM.plan(p, uid, now)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
+  typed_read(p .. 'nomvictims', 'hash', 'HEXISTS', uid)
   if #NOM.on_node(p, node, uid, now) >= NOM.MAX_PER_NODE then
     return nil, 'FITCONFLICT ' .. uid .. ' ' .. node .. ' nominations-full'
   end
   NOM.settle(p, plan)
-  -- The node's lapsed nominations (at most NOM.MAX_PER_NODE and those the plan reached): gone.
+  -- The node's lapsed nominations (at most NOM.MAX_PER_NODE and those the plan reached), and
+  -- those of lower priority (upstream's prepareCandidate clears them: the preemptor's victims
+  -- were chosen for it, not for them): gone.
   for j = 1, #entries, 2 do
-    local d = string.match(entries[j + 1], '^%-?%d+ (%d+)')
-    if entries[j] ~= uid and (d == nil or tonumber(d) <= now) then
+    local q, d = string.match(entries[j + 1], '^(%-?%d+) (%d+)')
+    if entries[j] ~= uid and (d == nil or tonumber(d) <= now or tonumber(q) < priority) then
       NOM.drop(p, entries[j], node)
     end
   end
@@ -47,6 +54,7 @@ function NOM.nominate(p, _, a)
   redis.call('HSET', p .. 'nom:' .. node, uid, value)
   redis.call('HSET', p .. 'nomnode', uid, node)
   redis.call('ZADD', p .. 'nominated', deadline, uid)
+  if victims ~= '' then redis.call('HSET', p .. 'nomvictims', uid, victims) end
   return deadline
 end
 

@@ -49,6 +49,10 @@ Covered (JSON only, ``Content-Type: application/json``):
   type, or a patch outside ``status``, answers 415/422.
 * ``DELETE /api/v1/namespaces/{ns}/pods/{name}`` (``delete_namespaced_pod``): removes the pod
   at once (no grace period), emits DELETED, answers the pod; 404 without it.
+* ``GET /apis/policy/v1/poddisruptionbudgets`` (and ``/namespaces/{ns}/...``): list and watch
+  of ``PodDisruptionBudget`` objects, as for pods (no get, no status subresource: a test sets
+  ``status.disruptionsAllowed`` with ``update``); ``refused[kind] = 403`` (or 404) makes that
+  kind's lists and watches answer it (RBAC without the kind, a cluster not serving it).
 * Authentication: a bearer token (the one ``kubeconfig()`` writes) unless ``token=None``;
   a missing or wrong one answers 401.
 
@@ -96,9 +100,9 @@ from urllib.parse import parse_qs, urlsplit
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 
-KINDS = ("Node", "Pod", "PodGroup")
+KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget")
 # Kinds whose objects live in a namespace ("default" when the object names none).
-NAMESPACED = ("Pod", "PodGroup")
+NAMESPACED = ("Pod", "PodGroup", "PodDisruptionBudget")
 SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
 MAX_SNAPSHOTS = 16
 MAX_HEADERS, MAX_LINE = 100, 65536  # http.client's limits on a request's header lines
@@ -270,6 +274,7 @@ class FakeApiServer:
         self.watches_started = 0
         self.podgroups_installed = True  # False: the PodGroup CRD is missing (404)
         self.bind_delay = 0.0  # seconds a Binding waits before it is applied (a slow server)
+        self.refused: dict[str, int] = {}  # kind -> the HTTP status its lists and watches get
         self.requests: list[Request] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -818,7 +823,20 @@ ROUTES: list[tuple[str, re.Pattern[str]]] = [
             r"/podgroups/(?P<name>[^/]+)"
         ),
     ),
+    # policy/v1 PodDisruptionBudgets: list and watch only (issue 41, preemption)
+    ("list_pdbs", re.compile(r"/apis/policy/v1/poddisruptionbudgets")),
+    (
+        "list_pdbs",
+        re.compile(r"/apis/policy/v1/namespaces/(?P<namespace>[^/]+)/poddisruptionbudgets"),
+    ),
 ]
+#: The kind each list route serves.
+LIST_KINDS = {
+    "list_nodes": "Node",
+    "list_pods": "Pod",
+    "list_podgroups": "PodGroup",
+    "list_pdbs": "PodDisruptionBudget",
+}
 
 
 class _HttpServer(ThreadingHTTPServer):
@@ -991,7 +1009,10 @@ class _Handler(BaseHTTPRequestHandler):
             kind = {"get_node": "Node", "get_pod": "Pod", "get_podgroup": "PodGroup"}[route]
             key = (params.get("namespace", ""), params["name"])
             return api.get_object(kind, key)
-        kind = {"list_nodes": "Node", "list_podgroups": "PodGroup"}.get(route, "Pod")
+        kind = LIST_KINDS[route]
+        if kind in api.refused:  # a cluster without the kind (404) or an RBAC refusal (403)
+            code = api.refused[kind]
+            raise ApiError(code, HTTPStatus(code).phrase.replace(" ", ""), f"{kind} refused")
         selector = parse_field_selector(query.get("fieldSelector", ""))
         if query.get("watch") in ("1", "true"):
             self._watch(kind, params.get("namespace"), selector, query)

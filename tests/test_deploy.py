@@ -271,11 +271,16 @@ def test_each_component_gets_only_the_api_access_the_docs_give_it() -> None:
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
         PODGROUPS_READ,
     ]
-    # The feeders: read nodes, pods and PodGroups.
+    # The feeders: read nodes, pods, PodGroups and PodDisruptionBudgets (preemption's, issue 41).
     assert granted(objects, "schedcache-sync") == {"ClusterRole/schedcache-sync@cluster"}
     assert rules_of(objects, "schedcache-sync") == [
         {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
         PODGROUPS_READ,
+        {
+            "apiGroups": ["policy"],
+            "resources": ["poddisruptionbudgets"],
+            "verbs": ["get", "list", "watch"],
+        },
     ]
     # The workers (and the migrate Job, which runs as they do): nothing, and no token.
     assert granted(objects, "schedcache-worker") == set()

@@ -17,6 +17,7 @@ from schedcache.ops.gangwaits import GangWaits
 from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.budgets import sync_budget
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
 from schedcache.store.nominations import nominate_pod
 from schedcache.store.podgroups import PodGroup, sync_pod_group
@@ -127,6 +128,9 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.nominated,
         keys.nominated_nodes,
         keys.nominations("n"),
+        keys.nomination_victims,
+        keys.budgets,
+        keys.budget_version("ns/b"),
         keys.queued_pods,
         keys.queue_sequence,
         keys.queues,
@@ -241,7 +245,10 @@ def workload(cache: Cache) -> dict[str, str]:
     queue.retry(popped[1], unschedulable=False)
     queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
     # a preemptor's nomination (docs/preemption.md)
-    cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1"))
+    cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1", victims=["ns/v"]))
+    # a PodDisruptionBudget fed by sync (docs/preemption.md)
+    budget = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {}, "status": {}}
+    cache.run(sync_budget(budget, "11"))
     GangWaits(cache).join("default/g", None, popped[0], 1000)  # a pod group's wait
     cache.run(sync_pod_group(PodGroup("default/g", 3), "11"))  # a PodGroup sync fed
     keys = cache.keys
@@ -295,6 +302,9 @@ def workload(cache: Cache) -> dict[str, str]:
         "pod_group": keys.pod_group("default/g"),
         "pod_group_version": keys.pod_group_version("default/g"),
         "pod_groups": keys.pod_groups,
+        "nomination_victims": keys.nomination_victims,
+        "budgets": keys.budgets,
+        "budget_version": keys.budget_version("ns/b"),
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

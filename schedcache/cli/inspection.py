@@ -31,7 +31,7 @@ from schedcache.model.values import Resource
 from schedcache.ops.gangwaits import wait_text, waits_of
 from schedcache.sim.explain import explain_events, pod_history, pod_name
 from schedcache.store.events import NODE_EVENTS, POD_EVENTS, Event, normal_stream_id
-from schedcache.store.nominations import read_nomination
+from schedcache.store.nominations import read_nomination, read_victims
 
 EVENT_COLUMNS = ("ID", "TYPE", "AGE", "REPLICA", "OBJECT AND FIELDS")
 
@@ -347,6 +347,9 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
         node, until = nomination
         moment = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         click.echo(f"nominated to node {printable(node)} (preemption) until {moment}")
+        victims = read_victims(cache.store, found.uid or ref)
+        names = ", ".join(printable(v) for v in victims) or "none"
+        click.echo(f"  victims: {names}")
     waits = waits_of(cache, ref)  # a member waiting for its pod group (docs/gangs.md)
     for wait in waits:
         click.echo(wait_text(wait, int(time.time() * 1000)), err=output == "json")

@@ -193,6 +193,13 @@ def _print(result: WhatIf) -> None:
             for uid in unschedulable[:SHOWN]:
                 why = outcome.reasons.get(uid) or "no reason recorded"
                 click.echo(f"  {printable(result.pods[uid])}\t{printable(why)}")
+                chosen = outcome.preemptions.get(uid)
+                if chosen and chosen["node"]:
+                    victims = ", ".join(chosen["victims"]) or "none"
+                    line = f"preemption: node {chosen['node']}, evicting {victims}"
+                    click.echo(f"    {printable(line)}")
+                elif chosen:
+                    click.echo(f"    {printable(chosen['message'])}")
     for outcome in result.outcomes[1:]:
         differing = result.differing(outcome.policy)
         if differing:

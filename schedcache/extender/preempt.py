@@ -7,7 +7,8 @@ answers, in ExtenderPreemptionResult ``{NodeNameToMetaVictims}``. Here each cand
 judged again on the cache's snapshot with upstream's SelectVictimsOnNode
 (:mod:`schedcache.model.plugins.preemption`): every replica behind the extender sees the same
 cluster (other replicas' claims included) and so the same victims; a node the cache does not
-know, or where evicting every pod of lower priority would not let the pod fit, is dropped.
+know, or where evicting every pod of lower priority would not let the pod fit, is dropped;
+``NumPDBViolations`` counts the PodDisruptionBudgets ``sync`` keeps in the cache.
 The work is bounded by the request: the nodes it names (its body is capped as filter's).
 """
 
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from schedcache.extender.protocol import ProtocolError, field, pod_arg
 from schedcache.model.plugins.preemption import select_victims
 from schedcache.model.values import Pod
+from schedcache.store.budgets import read_budgets
+from schedcache.store.nominations import read_nominated
 
 if TYPE_CHECKING:
     from schedcache.extender.service import Extender
@@ -53,6 +56,8 @@ def process_preemption(extender: Extender, args: PreemptArgs) -> dict[str, Any]:
     answer: dict[str, Any] = {}
     if args.pod.preempt_never:
         return {"NodeNameToMetaVictims": answer}
+    budgets = read_budgets(extender.cache.store)  # what sync keeps (upstream's PDB lister)
+    nominated = read_nominated(extender.cache.store)  # held by every replica (addNominatedPods)
     with extender.snapshot_lock:
         extender.cache.update_snapshot(extender.snapshot)
         snapshot = extender.snapshot
@@ -61,7 +66,7 @@ def process_preemption(extender: Extender, args: PreemptArgs) -> dict[str, Any]:
             info = snapshot.node_infos.get(name)
             if info is None or info.node is None:
                 continue
-            found = select_victims(args.pod, info, infos)
+            found = select_victims(args.pod, info, infos, budgets, nominated.get(name, ()))
             if found is not None:
                 answer[name] = {
                     "Pods": [{"UID": victim.uid} for victim in found.victims],

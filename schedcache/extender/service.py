@@ -45,6 +45,7 @@ from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, RetriesExhausted
 from schedcache.extender import protocol
 from schedcache.extender.forgetter import Forgetter
+from schedcache.extender.nominate import hold_nomination
 from schedcache.extender.protocol import MAX_SCORE, BindArgs, FilterArgs
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins.cycle import Cycle
@@ -109,6 +110,7 @@ class Extender:
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
         self._remember(args)
+        hold_nomination(self.cache, args)  # a nominated preemptor (docs/preemption.md)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         with self.snapshot_lock:

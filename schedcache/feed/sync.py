@@ -64,6 +64,7 @@ from schedcache.feed.truncation import stored_pod
 from schedcache.model.manifests import subject
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
+from schedcache.store.budgets import budget_key, budget_keys, sync_budget, sync_budget_gone
 from schedcache.store.commands import Command
 from schedcache.store.podgroups import API as POD_GROUPS
 from schedcache.store.podgroups import PodGroup, sync_pod_group, sync_pod_group_gone
@@ -77,6 +78,13 @@ NON_TERMINATED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 ASSIGNED_PODS = f"spec.nodeName!=,{NON_TERMINATED_PODS}"
 TERMINATED = frozenset({"Succeeded", "Failed"})
 DEFAULT_SCHEDULER = "default-scheduler"
+#: policy/v1 PodDisruptionBudgets, fed for preemption (docs/preemption.md); not in RESOURCES
+#: (``load --prune`` and the progress shown by ``stats`` speak for nodes and pods).
+BUDGETS = "poddisruptionbudgets"
+FEEDS = (*RESOURCES, BUDGETS)
+#: What a cluster answers a list of PodDisruptionBudgets when the kind is not served (404) or
+#: sync's role may not list it (403): logged once, the feed tries again quietly.
+NOT_SERVED = frozenset({403, 404})
 
 
 # Seconds between lists of a kind the API server does not serve (the PodGroup CRD missing).
@@ -270,8 +278,8 @@ class ResourceFeed:
         stop: threading.Event,
         name: str = "",
     ) -> None:
-        if resource not in RESOURCES:
-            raise ValidationError("sync", "resource", f"{resource!r} is not one of {RESOURCES}")
+        if resource not in FEEDS:
+            raise ValidationError("sync", "resource", f"{resource!r} is not one of {FEEDS}")
         self.cache, self.api, self.resource = cache, api, resource
         self.settings, self.stop = settings, stop
         self.name = name or cache.replica or "feeder"
@@ -288,6 +296,7 @@ class ResourceFeed:
         self._lost = threading.Event()  # Redis came back without it: relist
         self._labels = {"cache": cache.name, "resource": resource}
         self._missing_logged = False  # the PodGroup CRD's absence was logged (_kind_missing)
+        self._refused = False  # a 403/404 on the budgets' list was logged
 
     # -- the API server ---------------------------------------------------------------------
 
@@ -297,6 +306,11 @@ class ResourceFeed:
         if self.resource == "podgroups":
             custom = kube_client.CustomObjectsApi(self.api.api_client)
             return custom.list_cluster_custom_object(*POD_GROUPS, _preload_content=False, **options)
+        if self.resource == BUDGETS:
+            policy = kube_client.PolicyV1Api(self.api.api_client)
+            return policy.list_pod_disruption_budget_for_all_namespaces(
+                _preload_content=False, **options
+            )
         queued = self.settings.queue_for is None or self.settings.queue_for
         return self.api.list_pod_for_all_namespaces(
             field_selector=NON_TERMINATED_PODS if queued else ASSIGNED_PODS,
@@ -309,6 +323,9 @@ class ResourceFeed:
             return node_command(event, obj)
         if self.resource == "podgroups":
             return pod_group_command(event, obj)
+        if self.resource == BUDGETS:
+            version = _version(obj, f"poddisruptionbudget {budget_key(obj)}")
+            return sync_budget(obj, version, present=event != "DELETED")
         command, cut = planned_pod(event, obj, self.settings.queue_for)
         if cut:
             self._count("truncated")
@@ -350,6 +367,10 @@ class ResourceFeed:
                 if self._kind_missing(error):
                     listed = False
                     self.stop.wait(MISSING_KIND_RECHECK)
+                    continue
+                if self._not_served(error):
+                    self.synced.set()  # nothing to wait for: no budgets to read
+                    self.stop.wait(self.settings.max_backoff)
                     continue
                 self._count("api_errors")
                 metrics.SYNC_API_ERRORS.labels(**self._labels).inc()
@@ -413,6 +434,29 @@ class ResourceFeed:
         self.synced.set()
         return True
 
+    def _not_served(self, error: BaseException) -> bool:
+        """Whether ``error`` is a 404 (policy/v1 not served) or 403 (no RBAC) on the budgets:
+        logged once; sync goes on without them and lists them again every ``max_backoff``
+        seconds."""
+        if self.resource != BUDGETS or not isinstance(error, ApiException):
+            return False
+        if error.status not in NOT_SERVED:
+            return False
+        level = logging.DEBUG if self._refused else logging.WARNING
+        self._refused = True
+        log.log(
+            level,
+            "%s of cache %s: the API server answered %s (%s); preemption respects no "
+            "PodDisruptionBudget until sync may list them (get/list/watch on "
+            "poddisruptionbudgets.policy); trying again every %.0f s",
+            self.resource,
+            self.cache.name,
+            error.status,
+            error.reason,
+            self.settings.max_backoff,
+        )
+        return True
+
     def close(self) -> None:
         """Stop at once: the open watch is closed under the reading thread."""
         response = self.response
@@ -456,9 +500,14 @@ class ResourceFeed:
             )
         if applying is not None:
             applying.result()
-        cached = self.cache.store.retrying(lambda: held(self.cache, self.resource), "relist")
-        stale = sorted(cached - listed)
-        self._apply_batch([removal(self.resource, key, version) for key in stale])
+        if self.resource == BUDGETS:
+            cached = budget_keys(self.cache.store)
+            stale = sorted(cached - listed)
+            self._apply_batch([sync_budget_gone(key, version) for key in stale])
+        else:
+            cached = self.cache.store.retrying(lambda: held(self.cache, self.resource), "relist")
+            stale = sorted(cached - listed)
+            self._apply_batch([removal(self.resource, key, version) for key in stale])
         self._applied(version, force=True)
         log.info(
             "%s of cache %s: listed %d at resourceVersion %s, %d no longer there",
@@ -532,6 +581,8 @@ class ResourceFeed:
 
     def _version_key(self, command: Command) -> str:
         # sync_pod / sync_node arguments: (version, op, uid or name, ...)
+        if self.resource == BUDGETS:
+            return self.cache.keys.budget_version(str(command.args[1]))
         identity = str(command.args[2])
         if self.resource == "nodes":
             return self.cache.keys.node_version(identity)
@@ -846,10 +897,13 @@ class Syncer:
             for resource in RESOURCES
             if settings.pod_groups or resource != "podgroups"
         ]
+        #: PodDisruptionBudgets for preemption (docs/preemption.md): a feed of its own, as the
+        #: nodes' and pods', that a cluster refusing the list (403/404) does not hold back.
+        self.budgets = ResourceFeed(cache, api, BUDGETS, settings, self.stopping, name)
         self.threads: list[threading.Thread] = []
 
     def start(self) -> Syncer:
-        for feed in self.feeds:
+        for feed in (*self.feeds, self.budgets):
             thread = threading.Thread(
                 target=feed.run, name=f"schedcache-sync-{feed.resource}", daemon=True
             )
@@ -859,14 +913,14 @@ class Syncer:
 
     def list_once(self) -> None:
         """One relist of every resource, in this thread: the cache reconciled with the lists."""
-        for feed in self.feeds:
+        for feed in (*self.feeds, self.budgets):
             feed.relist()
             feed.synced.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Whether every resource finished its first list within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for feed in self.feeds:
+        for feed in (*self.feeds, self.budgets):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not feed.synced.wait(left):
                 return False
@@ -878,7 +932,7 @@ class Syncer:
         is a daemon thread and holds nothing that a stop must wait for (a partial list
         reconciles nothing)."""
         self.stopping.set()
-        for feed in self.feeds:
+        for feed in (*self.feeds, self.budgets):
             feed.close()
         deadline = time.monotonic() + timeout
         for thread in self.threads:
@@ -906,6 +960,11 @@ def _identity(resource: str, obj: Mapping[str, Any]) -> str:
         return ""
     if resource == "podgroups":
         return f"{metadata.get('namespace') or 'default'}/{metadata.get('name', '')}"
+    if resource == BUDGETS:
+        try:
+            return budget_key(obj)
+        except ValidationError:
+            return ""
     return str(metadata.get("name" if resource == "nodes" else "uid", ""))
 
 

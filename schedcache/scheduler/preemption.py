@@ -31,7 +31,13 @@ from schedcache.errors import FitConflict
 from schedcache.model.plugins.preemption import Budget, Decision, preempt
 from schedcache.model.values import Pod
 from schedcache.store import metrics
-from schedcache.store.nominations import NOMINATION_TTL, nominate_pod, read_nomination
+from schedcache.store.budgets import read_budgets
+from schedcache.store.nominations import (
+    NOMINATION_TTL,
+    nominate_pod,
+    read_nominated,
+    read_nomination,
+)
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -55,20 +61,21 @@ def disruption_condition(scheduler_name: str, now: datetime | None = None) -> di
 
 class Preemption:
     """DefaultPreemption for one replica. ``budgets``: the PodDisruptionBudgets to respect
-    (what ``sync`` feeds; none by default); ``ttl``: a nomination's life (s)."""
+    (by default those ``sync`` keeps in the cache, read at each attempt); ``ttl``: a
+    nomination's life (s)."""
 
     def __init__(
         self,
         cache: Cache,
         api: kube_client.CoreV1Api,
         scheduler_name: str,
-        budgets: Callable[[], Sequence[Budget]] = tuple,
+        budgets: Callable[[], Sequence[Budget]] | None = None,
         ttl: float = NOMINATION_TTL,
     ) -> None:
         self.cache = cache
         self.api = api
         self.scheduler_name = scheduler_name
-        self.budgets = budgets
+        self.budgets = budgets or (lambda: read_budgets(cache.store))
         self.ttl = ttl
         self.attempts = 0  # PostFilter runs
         self.nominated = 0  # pods nominated
@@ -82,11 +89,14 @@ class Preemption:
             return Decision(node=node, message=f"nominated to node {node}: waiting for its room")
         self.attempts += 1
         metrics.PREEMPTION_ATTEMPTS.inc()
-        decision = preempt(pod, snapshot.node_info_list, self.budgets())
+        decision = preempt(
+            pod, snapshot.node_info_list, self.budgets(), nominated=read_nominated(self.cache.store)
+        )
         if not decision.node:
             return decision
         try:
-            self.cache.run(nominate_pod(pod, decision.node, self.ttl))
+            victims = [v.full_name for v in decision.victims]
+            self.cache.run(nominate_pod(pod, decision.node, self.ttl, victims=victims))
         except FitConflict as error:  # the node holds too many nominations already
             return Decision(message=f"preemption: {error}")
         self.nominated += 1

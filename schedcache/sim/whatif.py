@@ -22,6 +22,7 @@ from schedcache.cache import Cache
 from schedcache.errors import PolicyError
 from schedcache.history.checkpoints import read_events
 from schedcache.model.nodeinfo import Dump, NodeInfo
+from schedcache.model.plugins.preemption import preempt
 from schedcache.model.plugins.registry import cycle_for, filter_pod
 from schedcache.model.plugins.result import FilterResult, fit_error
 from schedcache.model.values import Pod
@@ -94,6 +95,9 @@ class Outcome:
     reasons: dict[str, str]  # uid -> why it was not placed
     after: Utilisation
     seconds: float
+    # uid -> what DefaultPreemption would choose for a pod placed nowhere: {"node", "victims"}
+    # (the decision only: no victim is removed from the scratch; docs/whatif.md)
+    preemptions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def placed(self) -> int:
@@ -202,6 +206,7 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
     scratch = ScratchSnapshot.of(fresh_copy(state))
     placements: dict[str, str | None] = {}
     reasons: dict[str, str] = {}
+    preemptions: dict[str, dict[str, Any]] = {}
     names = list(scratch.node_infos)
     summarised = 0
     columns = Columns(percentage=100)  # built on the first summary, then kept up with place()
@@ -212,6 +217,8 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
         if node is None:
             summarised += 1
             reasons[pod.uid] = none_chosen(name, pod, scratch, summarised <= SUMMARISED, columns)
+            if summarised <= SUMMARISED:
+                preemptions[pod.uid] = would_preempt(pod, scratch)
             continue
         info = scratch.node_infos.get(node)
         if info is None:
@@ -228,7 +235,17 @@ def _run(name: str, policy: Policy, state: Dump, pods: list[Pod]) -> Outcome:
         placements[pod.uid] = node
     if pods:
         _check_untouched(name, scratch, names, None, pods[-1], everywhere=True)
-    return Outcome(name, placements, reasons, Utilisation.of(scratch), _since(started))
+    return Outcome(name, placements, reasons, Utilisation.of(scratch), _since(started), preemptions)
+
+
+def would_preempt(pod: Pod, scratch: ScratchSnapshot) -> dict[str, Any]:
+    """What upstream's DefaultPreemption would choose for ``pod`` on the scratch (no
+    PodDisruptionBudgets: the replayed moment has none): the node and its victims
+    (``namespace/name``), or no node and upstream's PostFilter message."""
+    decision = preempt(pod, scratch.node_info_list)
+    if not decision.node:
+        return {"node": None, "victims": [], "message": decision.message}
+    return {"node": decision.node, "victims": [v.full_name for v in decision.victims]}
 
 
 def none_chosen(

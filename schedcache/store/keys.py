@@ -99,6 +99,11 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("nominated", "zset", "uid -> deadline (ms) of every nomination (lua/_nominations.lua)"),
     KeySpec("nomnode", "hash", "uid -> the node it is nominated to"),
     KeySpec("nom:<node>", "hash", 'uid -> "<priority> <deadline ms> <contribution>"'),
+    KeySpec("nomvictims", "hash", 'uid -> a nominee\'s victims, "<namespace>/<name> ..."'),
+    KeySpec("pdbs", "hash", '"<namespace>/<name>" -> a PodDisruptionBudget (lua/sync_budget.lua)'),
+    KeySpec(
+        "version:pdb:<key>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
+    ),
     KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
     KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
     KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
@@ -303,6 +308,19 @@ class Keys:
 
     def nominations(self, node: str) -> str:
         return self._key("nom:<node>", node=node)
+
+    @property
+    def nomination_victims(self) -> str:
+        return self._key("nomvictims")
+
+    # -- PodDisruptionBudgets (lua/sync_budget.lua) -----------------------------------------
+
+    @property
+    def budgets(self) -> str:
+        return self._key("pdbs")
+
+    def budget_version(self, key: str) -> str:
+        return self._key("version:pdb:<key>", key=key)
 
     # -- feeders ----------------------------------------------------------------------------
 

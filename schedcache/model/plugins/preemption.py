@@ -195,14 +195,23 @@ def _copy(info: NodeInfo) -> NodeInfo:
 
 
 def select_victims(
-    pod: Pod, info: NodeInfo, infos: Sequence[NodeInfo], budgets: Sequence[Budget] = ()
+    pod: Pod,
+    info: NodeInfo,
+    infos: Sequence[NodeInfo],
+    budgets: Sequence[Budget] = (),
+    nominated: Sequence[Pod] = (),
 ) -> Candidate | None:
     """Upstream's SelectVictimsOnNode: the victims on ``info`` (None when evicting every pod of
-    lower priority would not let ``pod`` fit)."""
+    lower priority would not let ``pod`` fit). ``nominated``: the pods nominated to this node;
+    those of equal or higher priority hold their room in every verdict (addNominatedPods) and
+    are never victims."""
     trial = _Trial(pod, info, infos)
     lower = [p for p in info.pods if p.priority < pod.priority and p.uid != pod.uid]
     if not lower:
         return None
+    for other in nominated:
+        if other.priority >= pod.priority and other.uid != pod.uid:
+            trial.add(other)
     for victim in lower:
         trial.remove(victim)
     if not trial.verdict().fits:
@@ -246,10 +255,14 @@ def preempt(
     infos: Sequence[NodeInfo],
     budgets: Sequence[Budget] = (),
     verdicts: Mapping[str, FilterResult] | None = None,
+    nominated: Mapping[str, Sequence[Pod]] | None = None,
 ) -> Decision:
     """DefaultPreemption's PostFilter for ``pod`` over ``infos`` (a snapshot's node infos, in
     its node order). ``verdicts``: each node's filter result of the scheduling attempt (upstream's
-    filteredNodesStatuses; judged here when not given; a node absent from it is unresolvable)."""
+    filteredNodesStatuses; judged here when not given; a node absent from it is unresolvable).
+    ``nominated``: node -> the pods nominated to it (the cache's nominations), counted in the
+    dry run as upstream's addNominatedPods."""
+    nominated = nominated or {}
     live = [info for info in infos if info.node is not None]
     if pod.preempt_never:
         return Decision(message=NEVER)
@@ -268,7 +281,7 @@ def preempt(
         if verdict is None or verdict.unresolvable:
             reasons.append(NOT_HELPFUL)
             continue
-        found = select_victims(pod, info, infos, budgets)
+        found = select_victims(pod, info, infos, budgets, nominated.get(info.name, ()))
         if found is None:
             reasons.extend(_why_not(pod, info, infos))
             continue
