@@ -125,6 +125,8 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.queue_sequence,
         keys.queues,
         keys.helped,
+        keys.arrival_wakes,
+        keys.arrival_since,
         *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
     ]
     return {name: spec_of(keys, name) for name in names}
@@ -227,8 +229,10 @@ def workload(cache: Cache) -> dict[str, str]:
         cache.run(commands.sync_pod_pending(make_pod(name, ""), "sched", "10"))
     queue = SchedulingQueue(cache, "sched", holder="h", lease=1000)
     popped = [queued.pod for queued in queue.pop(3)]
-    queue.retry(popped[1], unschedulable=False)
-    queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
+    attempt = cache.last_events(1)[0].id
+    # Waiting for an arrival it was not waiting for during the attempt: back-off.
+    queue.retry(popped[1], unschedulable=True, attempt=attempt, wake=("app=x",))
+    queue.retry(popped[2], unschedulable=True, attempt=attempt)
     keys = cache.keys
     zones = [text(z) for z in cache.client.zrange(keys.tree_zones, 0, -1)]
     assert len(zones) == 1  # z1 (n2 and its zone z2 are gone)
@@ -272,6 +276,8 @@ def workload(cache: Cache) -> dict[str, str]:
         "queue_sequence": keys.queue_sequence,
         "queues": keys.queues,
         "helped": keys.helped,
+        "arrival_wakes": keys.arrival_wakes,
+        "arrival_since": keys.arrival_since,
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")
