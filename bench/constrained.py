@@ -1,8 +1,12 @@
 """Replicas scheduling a constrained workload on one cache: violations, conflicts, pods/s.
 
-``bench/replicas.py --constrained`` runs this. A third of the pods are anti-affine by hostname
-within groups of ``GROUP`` (no two of a group on one node), a third spread by zone in groups
-(maxSkew 1, DoNotSchedule), a third plain. Each replica process takes every n-th pod and does
+``bench/replicas.py --constrained`` runs this. Shape ``thirds``: a third of the pods are
+anti-affine by hostname within groups of ``GROUP`` (no two of a group on one node), a third
+spread by zone in groups (maxSkew 1, DoNotSchedule), a third plain, on nodes in 3 zones.
+Shape ``deployments`` (issue 38, "Done when" 2): deployments arriving whole, ``DEPLOYMENT``
+pods each, in turn anti-affine by hostname, spread by zone, spread by hostname (maxSkew 1,
+DoNotSchedule) and plain, on nodes in 4 zones. Each replica process takes every n-th pod (as
+the shared queue deals them) and does
 what the reference scheduler does: catch its snapshot up, run the default filters
 (InterPodAffinity and PodTopologySpread included) in one cycle, rank the nodes by score, claim
 the best with ``check_fit``, the snapshot and the next seven as candidates (the claim re-checks
@@ -31,8 +35,10 @@ from schedcache.model.values import Node
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-ZONES = 3
-GROUP = 10  # pods per anti-affinity or spread group
+ZONES = {"thirds": 3, "deployments": 4}
+GROUP = 10  # pods per anti-affinity or spread group (shape thirds)
+DEPLOYMENT = 30  # pods per deployment (shape deployments)
+KINDS = ("anti", "spread", "hspread", "plain")  # the deployments' kinds, in turn
 ATTEMPTS = 20  # decisions per pod (a conflict decides again on a fresher snapshot)
 # Nodes a claim names, best first: the chosen one and the next best (1: the chosen one only;
 # SCHEDCACHE_BENCH_CANDIDATES sets it, for a tree whose claims take no candidates).
@@ -63,9 +69,9 @@ class Outcome:
         return self.conflicts / self.placed if self.placed else 0.0
 
 
-def node(i: int) -> Node:
+def node(i: int, zones: int = ZONES["thirds"]) -> Node:
     name = f"node-{i:04}"
-    labels = {HOST: name, ZONE: f"zone-{i % ZONES}"}
+    labels = {HOST: name, ZONE: f"zone-{i % zones}"}
     return Node.from_k8s(
         {
             "metadata": {"name": name, "uid": name, "labels": labels},
@@ -74,8 +80,12 @@ def node(i: int) -> Node:
     )
 
 
-def pod(i: int) -> Pod:
-    kind, group = ("anti", "spread", "plain")[i % 3], (i // 3) // GROUP
+def pod(i: int, shape: str = "thirds") -> Pod:
+    if shape == "deployments":
+        group = i // DEPLOYMENT
+        kind = KINDS[group % len(KINDS)]
+    else:
+        kind, group = ("anti", "spread", "plain")[i % 3], (i // 3) // GROUP
     app = f"{kind}-{group}"
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]
@@ -86,11 +96,11 @@ def pod(i: int) -> Pod:
         spec["affinity"] = {
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
         }
-    elif kind == "spread":
+    elif kind in ("spread", "hspread"):
         spec["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
-                "topologyKey": ZONE,
+                "topologyKey": ZONE if kind == "spread" else HOST,
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": selector,
             }
@@ -99,9 +109,11 @@ def pod(i: int) -> Pod:
     return Pod.from_k8s({"metadata": metadata, "spec": spec})
 
 
-def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, out: Any) -> None:
+def replica(
+    url: str, name: str, index: int, count: int, pods: int, start: Any, out: Any, shape: str
+) -> None:
     cache = Cache(redis.Redis.from_url(url), name, replica=f"r{index}")
-    mine = [pod(i) for i in range(index, pods, count)]
+    mine = [pod(i, shape) for i in range(index, pods, count)]
     snap = Snapshot()
     placed = unschedulable = conflicts = 0
     reasons: Counter[str] = Counter()
@@ -147,22 +159,34 @@ def violations(cache: Cache) -> list[str]:
             found += [f"{app}: {n} holds {c}" for n, c in Counter(nodes).items() if c > 1]
         elif app.startswith("spread-"):
             zones = Counter(zone_of[n] for n in nodes)
-            counts = [zones.get(f"zone-{z}", 0) for z in range(ZONES)]
+            counts = [zones.get(z, 0) for z in sorted(set(zone_of.values()))]
             if max(counts) - min(counts) > 1:
                 found.append(f"{app}: zones {counts}")
+        elif app.startswith("hspread-"):
+            hosts = Counter(nodes)
+            counts = [hosts.get(n, 0) for n in zone_of]
+            if max(counts) - min(counts) > 1:
+                found.append(f"{app}: {max(counts)} on one node, {min(counts)} on another")
     return found
 
 
-def run(url: str, replicas: int, nodes: int, pods: int, name: str = "bench-constrained") -> Outcome:
+def run(
+    url: str,
+    replicas: int,
+    nodes: int,
+    pods: int,
+    name: str = "bench-constrained",
+    shape: str = "thirds",
+) -> Outcome:
     cache = Cache(redis.Redis.from_url(url), name, replica="setup")
     cache.clear()
     with cache.batch(chunk_size=500) as batch:
         for i in range(nodes):
-            batch.add_node(node(i))
+            batch.add_node(node(i, ZONES[shape]))
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     processes = [
-        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out))
+        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out, shape))
         for i in range(replicas)
     ]
     for process in processes:

@@ -92,3 +92,46 @@ function ARRIVALS.register(p, tokens, now, until_ms)
     end
   end
 end
+
+-- Pods placed on one node since a claim's snapshot whose labels a claim compares at most
+-- (more: taken as matching).
+BOUNDS.ARRIVED_PODS = 8
+
+-- The labels of a rule word of a claim's reads ("" or "<key>=<value>,...", _claims.lua).
+function ARRIVALS.valid_labels(labels)
+  if labels == '' then return true end
+  if string.find(labels, ',,', 1, true) or string.match(labels, '^,') or string.match(labels, ',$') then
+    return false
+  end
+  for item in string.gmatch(labels, '[^,]+') do
+    if not string.match(item, '^[^=]+=[^=]*$') then return false end
+  end
+  return true
+end
+
+-- Whether a pod placed on `node` since generation `since` may carry one of `labels`
+-- ("<key>=<value>,...": a pod the rule's selector selects carries one): true too when the node
+-- is gone or its spec changed since (pod_changes_since says so for every rule), when more than
+-- BOUNDS.ARRIVED_PODS were placed, or when one carries too many labels to compare. Reads only.
+function ARRIVALS.arrived(p, node, since, labels)
+  local nk = p .. 'node:' .. node
+  local at = typed_read(nk, 'hash', 'HMGET', 'exists', SPEC_FIELD)
+  if not at[1] or stored_int(nk, at[2], 0) > tonumber(since) then return true end
+  local uids = typed_read(p .. 'nodepods:' .. node, 'zset', 'ZRANGEBYSCORE', '(' .. since,
+                          '+inf', 'LIMIT', 0, BOUNDS.ARRIVED_PODS + 1)
+  if #uids > BOUNDS.ARRIVED_PODS then return true end
+  local wanted = { ['*'] = true }
+  for item in string.gmatch(labels, '[^,]+') do wanted[item] = true end
+  for j = 1, #uids do
+    local rec = load_pod(p, uids[j], true)
+    if rec == nil then return true end  -- an index without its record: assume the worst
+    local carried = rec.contribution.labels
+    -- None at all: a record of an older client, which sent no labels (a pod without labels
+    -- sends "-").
+    if #carried == 0 or #carried > BOUNDS.ARRIVAL_LABELS then return true end
+    for k = 1, #carried do
+      if wanted[carried[k]] then return true end
+    end
+  end
+  return false
+end

@@ -402,8 +402,19 @@ def test_malformed_wake_tokens_are_refused_and_nothing_changes(cache: Cache) -> 
     before = keyspace(cache.client, cache.keys.pattern)
     with pytest.raises(ValidationError, match="wake"):
         a.retry(popped.pod, unschedulable=True, attempt="0-0", now=T0, wake=("no-equals",))
-    args = ["r", "", "ref", "a", popped.pod.uid, "unschedulable", "0-0", "1000", "10000",
-            "300000", str(int(T0 * 1000))]
+    args = [
+        "r",
+        "",
+        "ref",
+        "a",
+        popped.pod.uid,
+        "unschedulable",
+        "0-0",
+        "1000",
+        "10000",
+        "300000",
+        str(int(T0 * 1000)),
+    ]
     for wake in ["bad", "a=1 " * 17, "=x"]:
         with pytest.raises(redis.ResponseError, match="BADARG wake"):
             cache.client.fcall(function_name("queue_retry"), 1, cache.keys.prefix, *args, wake)

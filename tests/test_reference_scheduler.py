@@ -210,7 +210,9 @@ def test_a_pod_waiting_for_its_affinitys_anchor_waits_parked_until_one_arrives(
         "labelSelector": {"matchLabels": {"app": "db"}},
         "topologyKey": "kubernetes.io/hostname",
     }
-    web["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    web["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
     server.create(web)
 
     def running(name: str, app: str) -> None:

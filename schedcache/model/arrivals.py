@@ -5,8 +5,10 @@ a pod its required affinity or DoNotSchedule spread selects is added. Lua never 
 so both sides are flattened into tokens it compares as strings (docs/queue.md):
 
 * an arriving pod's labels travel in its contribution as ``l:<key>=<value> 1`` (at most
-  ``ARRIVAL_LABELS``; a pod with more sends ``l:* 1``, "matches any token"); Lua keeps them
-  apart from the node's totals;
+  ``ARRIVAL_LABELS``; a pod with more sends ``l:* 1``, "matches any token"; one with none
+  ``l:- 1``); Lua keeps them apart from the node's totals; a claim's re-check compares the
+  labels of pods placed since its snapshot with what its rules select
+  (:func:`selector_labels`, lua/_claims.lua);
 * a parked pod waits for ``<key>=<value>`` tokens, one requirement each of its terms'
   selectors must have (a pod that matches the selector has that label), or ``*`` (any
   arrival) for a selector that pins no value. Namespaces are not compared: waking more pods
@@ -25,15 +27,21 @@ WAKE_TOKENS = 16
 ANY = "*"
 
 
+NONE = "-"  # a pod without labels (a record with no ``l:`` field is an older client's)
+
+
 def label_pairs(pod: Pod) -> list[tuple[str, int]]:
     """The ``l:`` fields of ``pod``'s contribution: its labels as Lua compares them."""
     if len(pod.labels) > ARRIVAL_LABELS:
         return [(f"l:{ANY}", 1)]
+    if not pod.labels:
+        return [(f"l:{NONE}", 1)]
     return [(f"l:{key}={value}", 1) for key, value in sorted(pod.labels.items())]
 
 
-def _selector_tokens(selector: LabelSelector | None) -> list[str]:
-    """Tokens of which a pod that ``selector`` selects carries at least one."""
+def selector_labels(selector: LabelSelector | None) -> list[str]:
+    """Tokens of which a pod that ``selector`` selects carries at least one (``[]``: it
+    selects none; ``["*"]``: no value is pinned)."""
     if selector is None:
         return []  # selects no pod: no arrival can help
     if selector.match_labels:
@@ -51,10 +59,10 @@ def wake_tokens(pod: Pod) -> tuple[str, ...]:
     constraint selects. Empty when no arrival can help it."""
     tokens: list[str] = []
     for term in pod.pod_affinity:
-        tokens += _selector_tokens(term.selector)
+        tokens += selector_labels(term.selector)
     for constraint in pod.spread_constraints:
         if constraint.when_unsatisfiable == "DoNotSchedule":
-            tokens += _selector_tokens(constraint.selector)
+            tokens += selector_labels(constraint.selector)
     unique = tuple(dict.fromkeys(tokens))
     if ANY in unique or len(unique) > WAKE_TOKENS:
         return (ANY,)

@@ -16,9 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from schedcache.model.arrivals import ANY, WAKE_TOKENS, selector_labels
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.podterms import LabelSelector
 from schedcache.model.values import Node
 
 #: Rule names as the claim and its FitConflict name them.
@@ -87,13 +89,10 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         else:
             names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
         parts.append(_rule(POD_AFFINITY, names))
-    if pod.pod_anti_affinity:
-        parts.append(
-            _rule(
-                POD_ANTI_AFFINITY,
-                [n for t in pod.pod_anti_affinity for n in domain(t.topology_key)],
-            )
-        )
+    # Per term, with the labels a pod it selects carries one of: a pod placed since that
+    # carries none cannot break it (lua/_claims.lua).
+    for t in pod.pod_anti_affinity:
+        parts.append(_rule(POD_ANTI_AFFINITY + _selected(t.selector), domain(t.topology_key)))
     # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
     # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
     # here only the keys those terms use, with the node's domain under each.
@@ -112,9 +111,8 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
     if constraints:
         # A count grows only in the node's own domain; the minimum falls only where matching
         # pods leave: those two sets, not the whole cluster.
-        parts.append(
-            _rule(TOPOLOGY_SPREAD, [n for c in constraints for n in domain(c.topology_key)])
-        )
+        for c in constraints:
+            parts.append(_rule(TOPOLOGY_SPREAD + _selected(c.selector), domain(c.topology_key)))
         holders = podtopologyspread.state(cycle).holders
         if holders:
             parts.append(_rule(SPREAD_MINIMUM, holders))
@@ -147,6 +145,15 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
 
 
 _MEMO = "claims"
+
+
+def _selected(selector: LabelSelector | None) -> str:
+    """``":<key>=<value>,..."``: the labels a pod ``selector`` selects carries one of, or ""
+    when that says nothing (no value pinned, or too many)."""
+    labels = selector_labels(selector)
+    if not labels or ANY in labels or len(labels) > WAKE_TOKENS:
+        return ""
+    return ":" + ",".join(labels)
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:
