@@ -11,7 +11,10 @@ what the reference scheduler does: catch its snapshot up, run the default filter
 (InterPodAffinity and PodTopologySpread included) in one cycle, rank the nodes by score, claim
 the best with ``check_fit``, the snapshot and the next seven as candidates (the claim re-checks
 the rules in Redis and takes the first that passes), and on a conflict decide again on a
-fresher snapshot. At the end, the cache's own pods are checked for
+fresher snapshot. Nodes of equal score are ranked by name (``ties="name"``: every replica
+ranks alike, as the reference scheduler does) or, ``ties="replica"``, in an order of each
+replica's own (a hash of the replica and the node: upstream picks at random among the best,
+and replicas then stop choosing the same node). At the end, the cache's own pods are checked for
 any broken rule (there must be none), and verify() must be clean.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -109,14 +113,30 @@ def pod(i: int, shape: str = "thirds") -> Pod:
     return Pod.from_k8s({"metadata": metadata, "spec": spec})
 
 
+def tie_break(index: int, ties: str) -> Any:
+    """The second sort key of a node among equal scores (see the module's docstring)."""
+    if ties == "replica":
+        return lambda node: zlib.crc32(f"{index}:{node}".encode())
+    return lambda node: node
+
+
 def replica(
-    url: str, name: str, index: int, count: int, pods: int, start: Any, out: Any, shape: str
+    url: str,
+    name: str,
+    index: int,
+    count: int,
+    pods: int,
+    start: Any,
+    out: Any,
+    shape: str,
+    ties: str = "name",
 ) -> None:
     cache = Cache(redis.Redis.from_url(url), name, replica=f"r{index}")
     mine = [pod(i, shape) for i in range(index, pods, count)]
     snap = Snapshot()
     placed = unschedulable = conflicts = 0
     reasons: Counter[str] = Counter()
+    tie = tie_break(index, ties)
     start.wait()
     for p in mine:
         for _ in range(ATTEMPTS):
@@ -129,7 +149,8 @@ def replica(
                 unschedulable += 1
                 break
             ranked = scores(p, feasible)  # type: ignore[arg-type]
-            best, *others = sorted(ranked, key=lambda n: (ranked[n], n), reverse=True)[:CANDIDATES]
+            order = sorted(ranked, key=lambda n: (ranked[n], tie(n)), reverse=True)
+            best, *others = order[:CANDIDATES]
             try:
                 cache.assume_pod(
                     p.with_node(best), check_fit=True, snapshot=snap, **claim_options(others)
@@ -177,6 +198,7 @@ def run(
     pods: int,
     name: str = "bench-constrained",
     shape: str = "thirds",
+    ties: str = "name",
 ) -> Outcome:
     cache = Cache(redis.Redis.from_url(url), name, replica="setup")
     cache.clear()
@@ -186,7 +208,7 @@ def run(
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     processes = [
-        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out, shape))
+        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out, shape, ties))
         for i in range(replicas)
     ]
     for process in processes:

@@ -64,6 +64,12 @@ def main() -> None:
         help="--constrained's workload (bench/constrained.py): deployments arriving whole",
     )
     parser.add_argument(
+        "--ties",
+        choices=("name", "replica"),
+        default="name",
+        help="--constrained: equal scores ranked by name, or in each replica's own order",
+    )
+    parser.add_argument(
         "--constrained", action="store_true", help="the inter-pod workload (bench/constrained.py)"
     )
     args = parser.parse_args()
@@ -164,7 +170,9 @@ def constrained_main(args: argparse.Namespace) -> None:
     pods = args.pods if args.pods != 20_000 else (720 if deployments else 900)
     rows, runs = [], []
     for count in [int(n) for n in args.replicas.split(",")]:
-        outcome = constrained.run(args.redis, count, nodes, pods, shape=args.shape)
+        outcome = constrained.run(
+            args.redis, count, nodes, pods, shape=args.shape, ties=args.ties
+        )
         runs.append({**asdict(outcome), "pods_per_second": outcome.pods_per_second})
         rows.append(
             [
@@ -201,6 +209,8 @@ def constrained_main(args: argparse.Namespace) -> None:
         rows,
     )
     name = "replicas_deployments" if deployments else "replicas_constrained"
+    if args.ties != "name":
+        name += f"_ties_{args.ties}"
     path = write_results(name, {"settings": vars(args), "runs": runs})
     print(f"\nwritten to {path}")
     if any(run["violations"] or not run["verify_clean"] for run in runs):
