@@ -170,9 +170,7 @@ def constrained_main(args: argparse.Namespace) -> None:
     pods = args.pods if args.pods != 20_000 else (720 if deployments else 900)
     rows, runs = [], []
     for count in [int(n) for n in args.replicas.split(",")]:
-        outcome = constrained.run(
-            args.redis, count, nodes, pods, shape=args.shape, ties=args.ties
-        )
+        outcome = constrained.run(args.redis, count, nodes, pods, shape=args.shape, ties=args.ties)
         runs.append({**asdict(outcome), "pods_per_second": outcome.pods_per_second})
         rows.append(
             [
