@@ -1,13 +1,20 @@
 """Replicas scheduling a constrained workload on one cache: violations, conflicts, pods/s.
 
-``bench/replicas.py --constrained`` runs this. A third of the pods are anti-affine by hostname
-within groups of ``GROUP`` (no two of a group on one node), a third spread by zone in groups
-(maxSkew 1, DoNotSchedule), a third plain. Each replica process takes every n-th pod and does
+``bench/replicas.py --constrained`` runs this. Shape ``thirds``: a third of the pods are
+anti-affine by hostname within groups of ``GROUP`` (no two of a group on one node), a third
+spread by zone in groups (maxSkew 1, DoNotSchedule), a third plain, on nodes in 3 zones.
+Shape ``deployments`` (issue 38, "Done when" 2): deployments arriving whole, ``DEPLOYMENT``
+pods each, in turn anti-affine by hostname, spread by zone, spread by hostname (maxSkew 1,
+DoNotSchedule) and plain, on nodes in 4 zones. Each replica process takes every n-th pod (as
+the shared queue deals them) and does
 what the reference scheduler does: catch its snapshot up, run the default filters
 (InterPodAffinity and PodTopologySpread included) in one cycle, rank the nodes by score, claim
 the best with ``check_fit``, the snapshot and the next seven as candidates (the claim re-checks
 the rules in Redis and takes the first that passes), and on a conflict decide again on a
-fresher snapshot. At the end, the cache's own pods are checked for
+fresher snapshot. Nodes of equal score are ranked by name (``ties="name"``: every replica
+ranks alike, as the reference scheduler does) or, ``ties="replica"``, in an order of each
+replica's own (a hash of the replica and the node: upstream picks at random among the best,
+and replicas then stop choosing the same node). At the end, the cache's own pods are checked for
 any broken rule (there must be none), and verify() must be clean.
 """
 
@@ -16,6 +23,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +39,10 @@ from schedcache.model.values import Node
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
-ZONES = 3
-GROUP = 10  # pods per anti-affinity or spread group
+ZONES = {"thirds": 3, "deployments": 4}
+GROUP = 10  # pods per anti-affinity or spread group (shape thirds)
+DEPLOYMENT = 30  # pods per deployment (shape deployments)
+KINDS = ("anti", "spread", "hspread", "plain")  # the deployments' kinds, in turn
 ATTEMPTS = 20  # decisions per pod (a conflict decides again on a fresher snapshot)
 # Nodes a claim names, best first: the chosen one and the next best (1: the chosen one only;
 # SCHEDCACHE_BENCH_CANDIDATES sets it, for a tree whose claims take no candidates).
@@ -63,9 +73,9 @@ class Outcome:
         return self.conflicts / self.placed if self.placed else 0.0
 
 
-def node(i: int) -> Node:
+def node(i: int, zones: int = ZONES["thirds"]) -> Node:
     name = f"node-{i:04}"
-    labels = {HOST: name, ZONE: f"zone-{i % ZONES}"}
+    labels = {HOST: name, ZONE: f"zone-{i % zones}"}
     return Node.from_k8s(
         {
             "metadata": {"name": name, "uid": name, "labels": labels},
@@ -74,8 +84,12 @@ def node(i: int) -> Node:
     )
 
 
-def pod(i: int) -> Pod:
-    kind, group = ("anti", "spread", "plain")[i % 3], (i // 3) // GROUP
+def pod(i: int, shape: str = "thirds") -> Pod:
+    if shape == "deployments":
+        group = i // DEPLOYMENT
+        kind = KINDS[group % len(KINDS)]
+    else:
+        kind, group = ("anti", "spread", "plain")[i % 3], (i // 3) // GROUP
     app = f"{kind}-{group}"
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]
@@ -86,11 +100,11 @@ def pod(i: int) -> Pod:
         spec["affinity"] = {
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
         }
-    elif kind == "spread":
+    elif kind in ("spread", "hspread"):
         spec["topologySpreadConstraints"] = [
             {
                 "maxSkew": 1,
-                "topologyKey": ZONE,
+                "topologyKey": ZONE if kind == "spread" else HOST,
                 "whenUnsatisfiable": "DoNotSchedule",
                 "labelSelector": selector,
             }
@@ -99,12 +113,30 @@ def pod(i: int) -> Pod:
     return Pod.from_k8s({"metadata": metadata, "spec": spec})
 
 
-def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, out: Any) -> None:
+def tie_break(index: int, ties: str) -> Any:
+    """The second sort key of a node among equal scores (see the module's docstring)."""
+    if ties == "replica":
+        return lambda node: zlib.crc32(f"{index}:{node}".encode())
+    return lambda node: node
+
+
+def replica(
+    url: str,
+    name: str,
+    index: int,
+    count: int,
+    pods: int,
+    start: Any,
+    out: Any,
+    shape: str,
+    ties: str = "name",
+) -> None:
     cache = Cache(redis.Redis.from_url(url), name, replica=f"r{index}")
-    mine = [pod(i) for i in range(index, pods, count)]
+    mine = [pod(i, shape) for i in range(index, pods, count)]
     snap = Snapshot()
     placed = unschedulable = conflicts = 0
     reasons: Counter[str] = Counter()
+    tie = tie_break(index, ties)
     start.wait()
     for p in mine:
         for _ in range(ATTEMPTS):
@@ -117,7 +149,8 @@ def replica(url: str, name: str, index: int, count: int, pods: int, start: Any, 
                 unschedulable += 1
                 break
             ranked = scores(p, feasible)  # type: ignore[arg-type]
-            best, *others = sorted(ranked, key=lambda n: (ranked[n], n), reverse=True)[:CANDIDATES]
+            order = sorted(ranked, key=lambda n: (ranked[n], tie(n)), reverse=True)
+            best, *others = order[:CANDIDATES]
             try:
                 cache.assume_pod(
                     p.with_node(best), check_fit=True, snapshot=snap, **claim_options(others)
@@ -147,22 +180,35 @@ def violations(cache: Cache) -> list[str]:
             found += [f"{app}: {n} holds {c}" for n, c in Counter(nodes).items() if c > 1]
         elif app.startswith("spread-"):
             zones = Counter(zone_of[n] for n in nodes)
-            counts = [zones.get(f"zone-{z}", 0) for z in range(ZONES)]
+            counts = [zones.get(z, 0) for z in sorted(set(zone_of.values()))]
             if max(counts) - min(counts) > 1:
                 found.append(f"{app}: zones {counts}")
+        elif app.startswith("hspread-"):
+            hosts = Counter(nodes)
+            counts = [hosts.get(n, 0) for n in zone_of]
+            if max(counts) - min(counts) > 1:
+                found.append(f"{app}: {max(counts)} on one node, {min(counts)} on another")
     return found
 
 
-def run(url: str, replicas: int, nodes: int, pods: int, name: str = "bench-constrained") -> Outcome:
+def run(
+    url: str,
+    replicas: int,
+    nodes: int,
+    pods: int,
+    name: str = "bench-constrained",
+    shape: str = "thirds",
+    ties: str = "name",
+) -> Outcome:
     cache = Cache(redis.Redis.from_url(url), name, replica="setup")
     cache.clear()
     with cache.batch(chunk_size=500) as batch:
         for i in range(nodes):
-            batch.add_node(node(i))
+            batch.add_node(node(i, ZONES[shape]))
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
     processes = [
-        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out))
+        ctx.Process(target=replica, args=(url, name, i, replicas, pods, start, out, shape, ties))
         for i in range(replicas)
     ]
     for process in processes:

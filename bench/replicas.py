@@ -22,6 +22,11 @@ pods anti-affine by hostname, a third spread by zone): violations (must be 0), c
 pods/s per replica count; writes ``bench/results/replicas_constrained.json``.
 
     python bench/replicas.py --constrained [--nodes 60] [--pods 900] [--replicas 1,2,4]
+
+``--constrained --shape deployments``: deployments of 30 pods arriving whole (hostname
+anti-affinity, zone spread, hostname spread, plain, in turn) on 160 nodes in 4 zones, 720 pods
+by default, dealt round-robin to the replicas; writes
+``bench/results/replicas_deployments.json``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,18 @@ def main() -> None:
         type=int,
         help="pods a replica schedules from one snapshot (1: update before every pod); "
         f"default per mode: {REFRESH_EVERY}",
+    )
+    parser.add_argument(
+        "--shape",
+        choices=("thirds", "deployments"),
+        default="thirds",
+        help="--constrained's workload (bench/constrained.py): deployments arriving whole",
+    )
+    parser.add_argument(
+        "--ties",
+        choices=("name", "replica"),
+        default="name",
+        help="--constrained: equal scores ranked by name, or in each replica's own order",
     )
     parser.add_argument(
         "--constrained", action="store_true", help="the inter-pod workload (bench/constrained.py)"
@@ -148,11 +165,12 @@ def constrained_main(args: argparse.Namespace) -> None:
     """``--constrained``: bench/constrained.py at each replica count."""
     from bench import constrained
 
-    nodes = args.nodes if args.nodes != 1000 else 60
-    pods = args.pods if args.pods != 20_000 else 900
+    deployments = args.shape == "deployments"
+    nodes = args.nodes if args.nodes != 1000 else (160 if deployments else 60)
+    pods = args.pods if args.pods != 20_000 else (720 if deployments else 900)
     rows, runs = [], []
     for count in [int(n) for n in args.replicas.split(",")]:
-        outcome = constrained.run(args.redis, count, nodes, pods)
+        outcome = constrained.run(args.redis, count, nodes, pods, shape=args.shape, ties=args.ties)
         runs.append({**asdict(outcome), "pods_per_second": outcome.pods_per_second})
         rows.append(
             [
@@ -167,9 +185,15 @@ def constrained_main(args: argparse.Namespace) -> None:
             ]
         )
         print(rows[-1], outcome.reasons, flush=True)
+    workload = (
+        "deployments of 30 arriving whole: hostname anti-affine, zone spread, hostname spread, "
+        "plain, in turn; 4 zones"
+        if deployments
+        else "1/3 hostname anti-affine, 1/3 zone spread, 1/3 plain"
+    )
     print_table(
-        f"{pods:,} constrained pods on {nodes:,} nodes (1/3 hostname anti-affine, 1/3 zone "
-        "spread, 1/3 plain), replica processes on one cache",
+        f"{pods:,} constrained pods on {nodes:,} nodes ({workload}), replica processes on one "
+        "cache",
         [
             "replicas",
             "placed",
@@ -182,7 +206,10 @@ def constrained_main(args: argparse.Namespace) -> None:
         ],
         rows,
     )
-    path = write_results("replicas_constrained", {"settings": vars(args), "runs": runs})
+    name = "replicas_deployments" if deployments else "replicas_constrained"
+    if args.ties != "name":
+        name += f"_ties_{args.ties}"
+    path = write_results(name, {"settings": vars(args), "runs": runs})
     print(f"\nwritten to {path}")
     if any(run["violations"] or not run["verify_clean"] for run in runs):
         sys.exit("a rule was broken")

@@ -123,6 +123,9 @@ local RULES = { ['pod-affinity'] = 'removed', ['pod-anti-affinity'] = 'added',
                 ['topology-spread-min'] = 'removed' }
 -- The rule a refusal names (the spread minimum's nodes are the spread rule's).
 local REPORTED = { ['topology-spread-min'] = 'topology-spread' }
+-- A rule word of `reads` may name, after a colon, the labels a pod must carry one of to
+-- matter to it ("@pod-anti-affinity:app=web,app=api"): then a pod placed since on a node it
+-- read breaks it only when that pod carries one (its record's `l:` fields, _wakes.lua).
 
 -- Whether a changed node (not among the reads) may now hold a pod whose required anti-affinity
 -- repels the incoming one: only if it has such terms (xt) under a topology key for which it
@@ -160,13 +163,15 @@ local function read_broken(p, node, padded, since, first_pod)
   local at = string.find(padded, word, 1, true)
   local added, removed = nil, nil
   while at ~= nil do
-    local rule = nil
+    local rule, labels = nil, ''
     for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+    rule, labels = string.match(rule, '^([^:]+):?(.*)$')
     if added == nil then added, removed = pod_changes_since(p, node, since) end
     local needs = RULES[rule]
     if rule == 'pod-affinity' and first_pod then needs = 'any' end
-    if needs == 'any' and (added or removed) or needs == 'added' and added
-        or needs == 'removed' and removed then
+    if needs == 'any' and (added or removed) or needs == 'removed' and removed
+        or needs == 'added' and added
+          and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
       return rule
     end
     at = string.find(padded, word, at + 1, true)
@@ -180,11 +185,15 @@ local function read_broken(p, node, padded, since, first_pod)
     local key, value = string.match(padded, '^~([^=%s]+)=(%S*)', at + 1)
     local have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
     if not have[1] or have[2] == value then
-      local rule = nil
+      local rule, labels = nil, ''
       for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
+      rule, labels = string.match(rule, '^([^:]+):?(.*)$')
       if added == nil then added, removed = pod_changes_since(p, node, since) end
       local needs = RULES[rule]
-      if needs == 'added' and added or needs == 'removed' and removed then return rule end
+      if needs == 'removed' and removed or needs == 'added' and added
+          and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
+        return rule
+      end
     end
     at = string.find(padded, ' ~', at + 1, true)
   end
@@ -206,7 +215,8 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   if reads ~= '' then
     if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end
     for rule in string.gmatch(reads, '@(%S*)') do
-      if not RULES[rule] then return nil end
+      local name, labels = string.match(rule, '^([^:]*):?(.*)$')
+      if not RULES[name] or not ARRIVALS.valid_labels(labels) then return nil end
     end
     -- Domain words: "~<key>=<value>", under a spread rule only ('@' is in no node name,
     -- label key or value: it splits the rules).

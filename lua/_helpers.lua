@@ -90,6 +90,9 @@
 --                                 a wake (_queue.lua)
 --   helped                 string the id of the last event that could help a parked pod
 --                                 (HELPFUL): the queue's wake compares ids, reading no event
+--   arrivalwakes           zset   "<key>=<value>" or "*" -> until when (ms) a parked pod
+--                                 waits for a pod with that label to arrive (_wakes.lua)
+--   arrivalsince           hash   the same token -> the stream id from which it is waited for
 --   queue:<scheduler>:active
 --                          zset   "<seq>:<uid>" scored -priority: pop order
 --   queue:<scheduler>:leased
@@ -406,7 +409,10 @@ local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUp
 local function emit(p, etype, replica, ...)
   local id = redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
                         'replica', replica, ...)
-  if HELPFUL[etype] then redis.call('SET', p .. 'helped', id) end
+  if HELPFUL[etype] or ARRIVALS.woke then
+    ARRIVALS.woke = false  -- set by a placement a parked pod waits for (_wakes.lua)
+    redis.call('SET', p .. 'helped', id)
+  end
   return id
 end
 
@@ -569,17 +575,23 @@ end
 -- schedcache/model/aggregates.py), parsed by parse_contribution into
 -- { fields = {...}, amounts = {...}, text = <the string> }: exactly pairs of a field and an
 -- integer, single-spaced (the matches must cover the whole string but for one separator
--- between neighbours), else nil. Amounts stay strings: no Lua number round trip.
+-- between neighbours), else nil. Amounts stay strings: no Lua number round trip. The pod's
+-- labels (`l:<key>=<value>`, arrivals.py) go to `labels`, not to the node's totals: the
+-- queue's wake compares them (_wakes.lua).
 local function parse_contribution_text(contribution)
-  local fields, amounts, covered = {}, {}, 0
+  local fields, amounts, labels, covered = {}, {}, {}, 0
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
     if not is_int(amount) then return nil end  -- HINCRBY would refuse it after earlier writes
     covered = covered + #field + #amount + 2
-    fields[#fields + 1] = field
-    amounts[#amounts + 1] = amount
+    if string.sub(field, 1, 2) == 'l:' then
+      labels[#labels + 1] = string.sub(field, 3)
+    else
+      fields[#fields + 1] = field
+      amounts[#amounts + 1] = amount
+    end
   end
   if covered ~= #contribution + 1 and contribution ~= '' then return nil end
-  return { fields = fields, amounts = amounts, text = contribution }
+  return { fields = fields, amounts = amounts, labels = labels, text = contribution }
 end
 
 -- Parsed contributions by their text, kept across calls. The pods of a cluster share a few
@@ -632,6 +644,7 @@ local function apply_contribution(p, nk, parsed, negate)
 end
 
 local function place_pod(p, uid, node, parsed)
+  ARRIVALS.note(p, parsed.labels)  -- reads only: a parked pod this arrival may help
   local gen, text = touch(p, node)  -- first: it may be the command's first write (touch)
   ensure_node(p, node)
   apply_contribution(p, p .. 'node:' .. node, parsed, false)

@@ -5,8 +5,11 @@
 --          take it; "error": anything else, e.g. its Binding failed; "unreadable": its msgpack
 --          could not be decoded, so it leaves the queue), attempt (the stream id
 --          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
---          back-off ms, parked ms, [now ms]
--- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, helped (read)
+--          back-off ms, parked ms, [now ms ("": Redis' clock)], [wake tokens: "" or up to
+--          BOUNDS.WAKE_TOKENS "<key>=<value>" or "*" separated by spaces: the arrivals that
+--          can help an unschedulable pod, _wakes.lua]
+-- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, helped (read),
+--          arrivalwakes, arrivalsince
 -- Reply    { "backoff"|"parked", due ms }, { "dropped", "" } (unreadable: record and place
 --          gone; sync queues the pod again with its next change or relist), or { "gone", "" }
 --          (bound or deleted meanwhile) or
@@ -16,7 +19,9 @@
 -- Its back-off doubles per attempt (upstream's podInitialBackoff to podMaxBackoff). An
 -- unschedulable pod is parked until an event that could help it, or `parked ms`; one such
 -- event since its attempt sends it to back-off at once (upstream's move request cycle), so
--- a change the attempt did not see is never missed. An error goes to back-off.
+-- a change the attempt did not see is never missed. An error goes to back-off. A pod with
+-- wake tokens is parked only when they were waited for since before its attempt (a matching
+-- arrival then set `helped`); else it backs off once, and they are waited for from now on.
 local function queue_retry(p, replica, a)
   local scheduler, holder, uid, kind, attempt = a[1], a[2], a[3], a[4], a[5] or ''
   local first_ms = int_arg(a[6], 0, BOUNDS.MAX_DURATION_MS)
@@ -36,7 +41,11 @@ local function queue_retry(p, replica, a)
   if parked_ms == nil then return nil, 'BADARG parked' end
   local now = now_ms(a[9])
   if now == nil then return nil, 'BADARG now' end
+  local tokens = ARRIVALS.parse(a[10])
+  if tokens == nil then return nil, 'BADARG wake' end
   guard_queue(p, scheduler)
+  local waits = kind == 'unschedulable' and #tokens > 0
+  if waits then ARRIVALS.guard(p) end
   local rec = load_queued(p, uid)
   if rec == nil then return { 'gone', '' } end
   if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
@@ -53,10 +62,13 @@ local function queue_retry(p, replica, a)
       park = false  -- what the attempt saw is unknown: it may have missed a change
     else
       local helped, last = helpful_since(p, attempt)
-      park = not helped
+      park = not helped and ARRIVALS.covered(p, tokens, attempt, now)
       -- The first parked pod: its wake waits for a helpful event after the last one.
       if park and redis.call('ZCARD', parked_key) == 0 then seen = last end
     end
+  end
+  if waits then
+    ARRIVALS.register(p, tokens, now, now + parked_ms + longest_ms)
   end
   rec.attempts = rec.attempts + 1
   local backoff = first_ms * 2 ^ math.min(rec.attempts - 1, 30)

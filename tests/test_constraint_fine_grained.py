@@ -105,3 +105,77 @@ def test_spread_does_not_count_terminating_pods_as_upstream(cache):
     with pytest.raises(FitConflict) as info:
         cache.assume_pod(spread("s-1", "n1"), check_fit=True, snapshot=decided(cache))
     assert info.value.reasons == ("topology-spread",)
+
+
+@pytest.mark.parametrize("labels", [{"app": "db"}, {}, {"tier": "web"}])
+def test_a_pod_arriving_in_the_domain_that_the_term_cannot_select_does_not_refuse(cache, labels):
+    """Issue 38 ("Done when" 2): a pod placed since the snapshot in an anti-affine target's
+    domain refused the claim whether or not it matched (Lua could not read labels). Its
+    record's labels now tell: one without the selector's label cannot break the rule."""
+    nodes(cache, {"n1": "z1", "n2": "z1"})
+    snap = decided(cache)
+    cache.add_pod(make_pod("arrived", "n2", labels=labels))
+    pod = make_pod(
+        "web-0", "n1", labels={"app": "web"}, affinity=required("podAntiAffinity", ZONE, "web")
+    )
+    cache.assume_pod(pod, check_fit=True, snapshot=snap)
+    assert cache.verify() == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "expressions"),
+    [
+        ({"app": "web"}, None),
+        ({"app": "web", "extra": "x"}, None),
+        ({"app": "api"}, [{"key": "app", "operator": "In", "values": ["web", "api"]}]),
+        ({"other": "x"}, [{"key": "app", "operator": "NotIn", "values": ["db"]}]),
+    ],
+)
+def test_a_pod_arriving_in_the_domain_that_the_term_may_select_still_refuses(
+    cache: Cache, labels: dict[str, str], expressions: list[dict[str, Any]] | None
+) -> None:
+    nodes(cache, {"n1": "z1", "n2": "z1"})
+    snap = decided(cache)
+    cache.add_pod(make_pod("arrived", "n2", labels=labels))
+    affinity = required("podAntiAffinity", ZONE, "web")
+    if expressions is not None:
+        term = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+        term["labelSelector"] = {"matchExpressions": expressions}
+    pod = make_pod("web-0", "n1", labels={"app": "web"}, affinity=affinity)
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(pod, check_fit=True, snapshot=snap)
+    assert info.value.reasons == ("pod-anti-affinity",)
+
+
+def test_spread_stands_when_a_pod_it_does_not_count_arrives_in_the_target_domain(cache):
+    nodes(cache, {"n1": "z1", "n2": "z2"})
+    snap = decided(cache)
+    cache.add_pod(make_pod("plain", "n1", labels={"app": "other"}))
+    cache.assume_pod(spread("s-0", "n1"), check_fit=True, snapshot=snap)
+    snap = decided(cache)
+    cache.add_pod(spread("s-1", "n1"))  # counted: z1 2 against z2 0 for s-2
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(spread("s-2", "n1"), check_fit=True, snapshot=snap)
+    assert info.value.reasons == ("topology-spread",)
+    assert cache.verify() == []
+
+
+def test_a_claim_on_a_node_where_an_older_client_placed_a_pod_since_refuses(cache):
+    """A record without labels (written by a client before them) may hold any pod."""
+    from schedcache.store import commands
+
+    nodes(cache, {"n1": "z1", "n2": "z1"})
+    snap = decided(cache)
+    arrived = make_pod("arrived", "n2", labels={"app": "web"})
+    command = commands.add_pod(arrived)
+    *args, contribution = command.args
+    pairs = str(contribution).split(" ")
+    old = " ".join(
+        f"{f} {a}" for f, a in zip(pairs[::2], pairs[1::2], strict=True) if f[:2] != "l:"
+    )
+    cache.run(commands.Command(command.name, command.subject, (*args, old)))
+    pod = make_pod(
+        "web-0", "n1", labels={"app": "web"}, affinity=required("podAntiAffinity", ZONE, "web")
+    )
+    with pytest.raises(FitConflict):
+        cache.assume_pod(pod, check_fit=True, snapshot=snap)

@@ -135,6 +135,8 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.queue_sequence,
         keys.queues,
         keys.helped,
+        keys.arrival_wakes,
+        keys.arrival_since,
         *(keys.queue("s", state) for state in ("active", "leased", "backoff", "parked")),
         keys.gang_wait("ns/g"),
         keys.gang_waits,
@@ -242,8 +244,10 @@ def workload(cache: Cache) -> dict[str, str]:
         cache.run(commands.sync_pod_pending(make_pod(name, ""), "sched", "10"))
     queue = SchedulingQueue(cache, "sched", holder="h", lease=1000)
     popped = [queued.pod for queued in queue.pop(3)]
-    queue.retry(popped[1], unschedulable=False)
-    queue.retry(popped[2], unschedulable=True, attempt=cache.last_events(1)[0].id)
+    attempt = cache.last_events(1)[0].id
+    # Waiting for an arrival it was not waiting for during the attempt: back-off.
+    queue.retry(popped[1], unschedulable=True, attempt=attempt, wake=("app=x",))
+    queue.retry(popped[2], unschedulable=True, attempt=attempt)
     # a preemptor's nomination (docs/preemption.md)
     cache.run(nominate_pod(make_pod("nominee", "", "10m", "1Mi"), "n1", victims=["ns/v"]))
     # a PodDisruptionBudget fed by sync (docs/preemption.md)
@@ -305,6 +309,8 @@ def workload(cache: Cache) -> dict[str, str]:
         "nomination_victims": keys.nomination_victims,
         "budgets": keys.budgets,
         "budget_version": keys.budget_version("ns/b"),
+        "arrival_wakes": keys.arrival_wakes,
+        "arrival_since": keys.arrival_since,
         **{
             f"queue {state}": keys.queue("sched", state)
             for state in ("active", "leased", "backoff", "parked")

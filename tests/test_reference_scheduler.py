@@ -196,3 +196,43 @@ def test_a_pod_repelled_by_anti_affinity_waits_parked_until_the_pod_leaves(
         assert scheduler.queue.lengths()["parked"] == 1
         server.delete("Pod", "db-0")
         eventually(lambda: bound_to(server, "db-1") == "only", 5)
+
+
+def test_a_pod_waiting_for_its_affinitys_anchor_waits_parked_until_one_arrives(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 38 item 4: a pod with required pod affinity was never parked (only backed off:
+    the arrival of an anchor woke no parked pod). Now it is parked after one back-off, a pod
+    its selector does not select leaves it parked, and an anchor arriving wakes it."""
+    only = node("only", "4")
+    only["metadata"]["labels"] = {"kubernetes.io/hostname": "only"}
+    server.create(only)
+    web = pending("web-1", "100m")
+    web["metadata"]["labels"] = {"app": "web"}
+    term = {
+        "labelSelector": {"matchLabels": {"app": "db"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    web["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    server.create(web)
+
+    def running(name: str, app: str) -> None:
+        pod = pending(name, "100m")
+        pod["metadata"]["labels"] = {"app": app}
+        pod["spec"]["nodeName"] = "only"
+        pod["status"] = {"phase": "Running"}
+        server.create(pod)
+
+    with fed_scheduler(cache, server, tmp_path, retry_delay=0.2, max_backoff=0.4) as scheduler:
+        eventually(lambda: scheduler.queue.lengths()["parked"] == 1, 5)
+        tries = scheduler.unschedulable
+        assert tries <= 2  # the first give-back backs off, the second parks
+        running("cache-0", "cache")  # not an anchor: it stays parked
+        eventually(lambda: cache.get_node_info("only").requested.milli_cpu == 100, 5)
+        time.sleep(1.0)  # backed off instead, it would have been tried twice more
+        assert scheduler.unschedulable == tries
+        assert scheduler.queue.lengths()["parked"] == 1
+        running("db-0", "db")
+        eventually(lambda: bound_to(server, "web-1") == "only", 5)

@@ -281,7 +281,13 @@ def _invariants(store: Store) -> list[Difference]:
             record = records.get(uid)
             if record is not None:
                 tokens = record.contribution.split()
-                totals.update({tokens[i]: int(tokens[i + 1]) for i in range(0, len(tokens), 2)})
+                totals.update(
+                    {
+                        tokens[i]: int(tokens[i + 1])
+                        for i in range(0, len(tokens), 2)
+                        if not tokens[i].startswith("l:")  # labels: no total (aggregates.py)
+                    }
+                )
         aggregates = {
             k: v for k, v in fields.items() if k not in NODE_META and not k.startswith("a:")
         }

@@ -19,6 +19,10 @@ exactly what was added (never the caller's copy). Fields:
 ``v:<ns>/<claim>`` pods using that PVC
 =================  =======================================================
 
+The contribution Lua takes also carries the pod's labels as ``l:<key>=<value> 1``
+(``arrivals.label_pairs``): the queue's wake compares them (docs/queue.md); Lua keeps them
+out of the node's hash, so they are no total.
+
 A node's allocatable is sent the same way, as ``cpu``, ``mem``, ``eph``, ``pods`` and
 ``s:<name>``, and stored under ``a:``.
 """
@@ -31,6 +35,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from schedcache.errors import ValidationError
+from schedcache.model.arrivals import label_pairs
 from schedcache.model.resources import HostPort
 from schedcache.model.values import Node, Pod, Resource
 
@@ -65,8 +70,9 @@ def pod_contribution(pod: Pod) -> Pairs:
 
 
 def contribution_string(pod: Pod) -> str:
-    """The contribution as Lua takes and stores it: ``"<field> <amount> <field> <amount> ..."``."""
-    pairs = pod_contribution(pod)
+    """The contribution as Lua takes and stores it: ``"<field> <amount> <field> <amount> ..."``,
+    the labels' ``l:`` fields last."""
+    pairs = pod_contribution(pod) + label_pairs(pod)
     text = " ".join(f"{field} {amount}" for field, amount in pairs)
     if len(text.split()) != 2 * len(pairs):  # a name with whitespace would shift the pairs
         bad = next(field for field, _ in pairs if len(field.split()) != 1)

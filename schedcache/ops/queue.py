@@ -101,11 +101,17 @@ class SchedulingQueue:
         return popped
 
     def retry(
-        self, pod: Pod, unschedulable: bool, attempt: str = "", now: float | None = None
+        self,
+        pod: Pod,
+        unschedulable: bool,
+        attempt: str = "",
+        now: float | None = None,
+        wake: tuple[str, ...] = (),
     ) -> Retry:
         """Give back a leased pod that was not placed: ``unschedulable`` (no node could take
         it: parked until a helpful event after ``attempt``, the stream id the attempt's
-        snapshot reflected) or not (back-off)."""
+        snapshot reflected) or not (back-off). ``wake``: the arrivals that can help it too
+        (``schedcache.model.arrivals.wake_tokens``; docs/queue.md)."""
         command = commands.queue_retry(
             self.scheduler,
             self.holder,
@@ -115,6 +121,7 @@ class SchedulingQueue:
             self.backoff,
             self.parked,
             now,
+            wake,
         )
         outcome, due = (as_text(part) for part in self.store.run(command))
         return Retry(outcome, int(due) if outcome in ("backoff", "parked") else None)

@@ -48,6 +48,7 @@ from kubernetes import client as kube_client
 
 from schedcache.cache import Cache
 from schedcache.errors import CacheError, FitConflict, PodAlreadyExists
+from schedcache.model.arrivals import wake_tokens
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
@@ -353,8 +354,9 @@ class ReferenceScheduler:
         if outcome.unschedulable:
             self.unschedulable += 1
             self._report(pod, outcome.reason)
-        # Parked until a helpful event, unless other pods' arrival could help it too.
-        retry = self._give_back(pod, outcome.unschedulable and not arrivals_can_help(pod))
+        # Parked until a helpful event: for a pod with required affinity or DoNotSchedule
+        # spread, also the arrival of a pod its selectors select (upstream's QueueingHints).
+        retry = self._give_back(pod, outcome.unschedulable, wake_tokens(pod))
         log.info(
             "pod %s/%s %s: %s (%s%s)",
             pod.namespace,
@@ -366,9 +368,10 @@ class ReferenceScheduler:
         )
         return True
 
-    def _give_back(self, pod: Pod, unschedulable: bool) -> str:
+    def _give_back(self, pod: Pod, unschedulable: bool, wake: tuple[str, ...] = ()) -> str:
         try:
-            return self.queue.retry(pod, unschedulable, self.snapshot.last_id or "").outcome
+            attempt = self.snapshot.last_id or ""
+            return self.queue.retry(pod, unschedulable, attempt, wake=wake).outcome
         except (CacheError, *REDIS_AWAY) as error:  # its lease lapses instead
             log.warning("pod %s/%s: back to the queue: %s", pod.namespace, pod.name, error)
             return "lease left to lapse"
@@ -395,13 +398,3 @@ class ReferenceScheduler:
             self._reported.move_to_end(pod.uid)
             while len(self._reported) > REPORTS_KEPT:
                 self._reported.popitem(last=False)
-
-
-def arrivals_can_help(pod: Pod) -> bool:
-    """Whether another pod's arrival (which wakes no parked pod) could make ``pod``
-    schedulable: an anchor for its required affinity, or pods raising the other domains of a
-    DoNotSchedule spread. Required anti-affinity, its own and other pods' toward it, is helped
-    only by pods leaving and nodes changing, which wake parked pods: such a pod is parked."""
-    return bool(pod.pod_affinity) or any(
-        c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread_constraints
-    )

@@ -26,6 +26,7 @@ from schedcache.model.aggregates import (
     resource_pairs,
     spec_digest,
 )
+from schedcache.model.arrivals import ANY, WAKE_TOKENS
 from schedcache.model.values import MAX_NODE_IMAGES, MAX_NODE_RESOURCES, Node, Pod
 from schedcache.store.records import pack_object
 
@@ -529,12 +530,16 @@ def queue_retry(
     backoff: tuple[float, float],
     parked: float,
     now: float | None,
+    wake: tuple[str, ...] = (),
 ) -> Command:
     """Give back the leased pod ``uid``: parked when no node could take it (``unschedulable``)
-    and no helpful event came after ``attempt`` (a stream id), else backing off."""
+    and no helpful event came after ``attempt`` (a stream id), else backing off. ``wake``:
+    the arrivals that can help it too (``arrivals.wake_tokens``)."""
     subject = f"queued pod with uid {uid}"
     if attempt and not re.fullmatch(r"\d+-\d+", attempt):
         raise ValidationError(subject, "attempt", f"{attempt!r} is not a stream id")
+    if len(wake) > WAKE_TOKENS or any(not _wake_token(token) for token in wake):
+        raise ValidationError(subject, "wake", f"{wake!r}: at most {WAKE_TOKENS} key=value or *")
     first, longest = backoff
     args = (
         scheduler_name(scheduler, subject, "scheduler"),
@@ -546,8 +551,15 @@ def queue_retry(
         milliseconds(longest, subject=subject, field="max_backoff"),
         milliseconds(parked, subject=subject, field="parked"),
         milliseconds(now, subject=subject, field="now", maximum=MAX_NOW),
+        " ".join(wake),
     )
     return Command("queue_retry", subject, args)
+
+
+def _wake_token(token: str) -> bool:
+    return token == ANY or (
+        "=" in token and not token.startswith("=") and len(token.split()) == 1 and len(token) < 400
+    )
 
 
 def queue_unreadable(scheduler: str, holder: str, uid: str) -> Command:

@@ -108,6 +108,8 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
     KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
     KeySpec("helped", "string", "the id of the last event that could help a parked pod"),
+    KeySpec("arrivalwakes", "zset", "'<key>=<value>' or '*' -> until when (ms) it is awaited"),
+    KeySpec("arrivalsince", "hash", "the same token -> the stream id it is awaited from"),
     KeySpec("queue:<scheduler>:active", "zset", '"<seq>:<uid>" scored -priority: pop order'),
     KeySpec("queue:<scheduler>:leased", "zset", "uid -> lease deadline (ms) of popped pods"),
     KeySpec("queue:<scheduler>:backoff", "zset", "uid -> end of its back-off (ms)"),
@@ -375,6 +377,16 @@ class Keys:
     def helped(self) -> str:
         """The id of the last event that could help a parked pod (lua/_queue.lua)."""
         return self._key("helped")
+
+    @property
+    def arrival_wakes(self) -> str:
+        """Labels parked pods wait for a pod with to arrive (lua/_wakes.lua)."""
+        return self._key("arrivalwakes")
+
+    @property
+    def arrival_since(self) -> str:
+        """The stream id each awaited label is awaited from (lua/_wakes.lua)."""
+        return self._key("arrivalsince")
 
     def queue(self, scheduler: str, state: str) -> str:
         """``scheduler``'s sorted set of pods in ``state`` (active, leased, backoff, parked)."""

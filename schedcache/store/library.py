@@ -29,7 +29,7 @@ from schedcache.store.keys import (
 )
 
 LIBRARY_PREFIX = "schedcache"  # every build's library is named schedcache_<tag>
-FIRST_PARTS = ("_helpers.lua",)
+FIRST_PARTS = ("_arrivals.lua", "_helpers.lua")
 LAST_PARTS = ("_register.lua",)
 
 

@@ -17,9 +17,11 @@ from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
 
+from schedcache.model.arrivals import ANY, WAKE_TOKENS, selector_labels
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.plugins import interpodaffinity, podtopologyspread
 from schedcache.model.plugins.cycle import Cycle
+from schedcache.model.podterms import LabelSelector
 from schedcache.model.values import Node
 
 #: Rule names as the claim and its FitConflict name them.
@@ -98,13 +100,10 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         else:
             names = [n for t in pod.pod_affinity for n in domain(t.topology_key)]
         parts.append(_rule(POD_AFFINITY, names))
-    if pod.pod_anti_affinity:
-        parts.append(
-            _rule(
-                POD_ANTI_AFFINITY,
-                [n for t in pod.pod_anti_affinity for n in domain(t.topology_key)],
-            )
-        )
+    # Per term, with the labels a pod it selects carries one of: a pod placed since that
+    # carries none cannot break it (lua/_claims.lua).
+    for t in pod.pod_anti_affinity:
+        parts.append(_rule(POD_ANTI_AFFINITY + _selected(t.selector), domain(t.topology_key)))
     # Existing pods' terms toward the pod: not read node by node. Lua reads, of each node
     # changed since the snapshot, its terms by topology key (may_repel in lua/_claims.lua);
     # here only the keys those terms use, with the node's domain under each.
@@ -125,26 +124,19 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         # pods leave: those two sets, not the whole cluster.
         # Under a key other than the hostname, a domain travels as one word "~<key>=<value>"
         # (lua/_claims.lua reads the changed nodes' kept labels), not as its every node: at
-        # 5,000 nodes in 3 zones a claim named ~3,000 nodes per candidate. (Both joined once
-        # per cycle and domain: the candidates in one zone share them.)
-        values = tuple(node.labels.get(c.topology_key) for c in constraints)
-        parts.append(
-            joined(
-                (TOPOLOGY_SPREAD, values),
-                lambda: _rule(
-                    TOPOLOGY_SPREAD,
-                    [
-                        word
-                        for c, value in zip(constraints, values, strict=True)
-                        for word in (
-                            domain(c.topology_key)
-                            if c.topology_key == HOSTNAME
-                            else [_domain_word(c.topology_key, value)]
-                        )
-                    ],
-                ),
+        # 5,000 nodes in 3 zones a claim named ~3,000 nodes per candidate. Per constraint,
+        # with the labels a pod it counts carries one of (a pod placed since that carries none
+        # cannot raise the count). (Joined once per cycle, rule and domain: the candidates in
+        # one zone share them.)
+        for c in constraints:
+            rule = TOPOLOGY_SPREAD + _selected(c.selector)
+            value = node.labels.get(c.topology_key)
+            parts.append(
+                joined(
+                    (rule, c.topology_key, value),
+                    partial(_spread_rule, rule, c.topology_key, value, domain),
+                )
             )
-        )
         minimum = joined(SPREAD_MINIMUM, lambda: _rule(SPREAD_MINIMUM, _minimum_reads(cycle)))
         if minimum != "@" + SPREAD_MINIMUM:
             parts.append(minimum)
@@ -222,6 +214,21 @@ def _live(cycle: Cycle) -> list[tuple[str, Node]]:
     if found is None:
         found = memo["live"] = [(i.name, n) for i, n in cycle.nodes()]
     return found
+
+
+def _spread_rule(rule: str, key: str, value: str | None, domain: Callable[[str], list[str]]) -> str:
+    """A spread constraint's reads: its hostname domain as the node, any other domain as one
+    word."""
+    return _rule(rule, domain(key) if key == HOSTNAME else [_domain_word(key, value)])
+
+
+def _selected(selector: LabelSelector | None) -> str:
+    """``":<key>=<value>,..."``: the labels a pod ``selector`` selects carries one of, or ""
+    when that says nothing (no value pinned, or too many)."""
+    labels = selector_labels(selector)
+    if not labels or ANY in labels or len(labels) > WAKE_TOKENS:
+        return ""
+    return ":" + ",".join(labels)
 
 
 def _rule(name: str, nodes: Sequence[str]) -> str:
