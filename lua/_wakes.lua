@@ -115,7 +115,7 @@ end
 -- BOUNDS.ARRIVED_PODS were placed, or when one carries too many labels to compare. Reads only.
 function ARRIVALS.arrived(p, node, since, labels)
   local nk = p .. 'node:' .. node
-  local at = typed_read(nk, 'hash', 'HMGET', 'exists', SPEC_FIELD)
+  local at = typed_read(nk, 'hash', 'HMGET', 'exists', BOUNDS.SPEC_FIELD)
   if not at[1] or stored_int(nk, at[2], 0) > tonumber(since) then return true end
   local uids = typed_read(p .. 'nodepods:' .. node, 'zset', 'ZRANGEBYSCORE', '(' .. since,
                           '+inf', 'LIMIT', 0, BOUNDS.ARRIVED_PODS + 1)
