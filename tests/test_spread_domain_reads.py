@@ -38,7 +38,7 @@ def test_a_zone_spread_claim_names_its_domains_not_their_nodes(cache: Cache) -> 
     snap = decided(cache)
     _, reads, _, _, _ = claim_context(snap, spread("new", "z0-n05", skew=3))
     count, minimum = reads.split(" @")
-    assert count == f"@topology-spread ~{ZONE}=z0"
+    assert count == f"@topology-spread:app=s ~{ZONE}=z0"  # its selector's labels (arrivals)
     assert sorted(minimum.split()) == ["topology-spread-min", *(f"~{ZONE}=z{z}" for z in range(3))]
     assert not any(name in reads for name in names)
 
