@@ -9,7 +9,8 @@
 --          them (one snapshot decided every member: one `since`, `incarnation` and `seen`).
 --          `since` "": no rules judged (refused as `unchecked` while placed pods have required
 --          anti-affinity, or for a member with rules of its own: "-" as assume_pod).
--- Keys     those of assume_pod, for every member
+-- Keys     those of assume_pod, for every member (a member's own nomination dropped as it
+--          lands, as assume_pod drops it; _nominations.lua)
 -- Reply    the generation each member's node has after the call, in member order
 -- Errors   PODEXISTS <uid> <state> <node>          a member is assumed or added already
 --          FITCONFLICT <uid> <node> <reason,...>    the first member refused (reasons as
@@ -65,11 +66,13 @@ function GANG.count(before, args)
     end
   end
   before.pods = before.pods + 1
+  before.uids[args.uid] = true
 end
 
 -- Every member checked (nothing written): their parsed arguments, or nil and the error.
 -- Members yield to every live nomination (they carry no priority of their own here): a gang
--- never takes room held for a preemptor (_nominations.lua).
+-- never takes room held for a preemptor (_nominations.lua), its members on one node counted
+-- together against that room.
 function GANG.check(p, members)
   local placed, on_node = {}, {}
   local nominated = NOM.any(p) and { priority = -2147483648 } or nil
@@ -88,7 +91,7 @@ function GANG.check(p, members)
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reason
     end
     if before == nil then
-      before = { amounts = {}, pods = 0, ports = {} }
+      before = { amounts = {}, pods = 0, ports = {}, uids = {} }
       on_node[args.node] = before
     end
     GANG.count(before, args)
@@ -110,6 +113,13 @@ function GANG.claim(p, replica, a)
   end
   local placed, refused = GANG.check(p, members)
   if placed == nil then return nil, refused end
+  -- A member's own nomination goes as its claim lands, as a single claim's does (read now:
+  -- writes come after every read); the first member's plan prunes lapsed ones.
+  local plans = {}
+  if NOM.any(p) then
+    local now = now_ms(nil)
+    for j = 1, #placed do plans[j] = NOM.plan(p, placed[j].uid, now, j > 1) end
+  end
   local leasing = lease_ms > 0 and replica ~= ''
   local claims = nil
   if replica ~= '' then claims = p .. 'replicapods:' .. replica end
@@ -120,6 +130,7 @@ function GANG.claim(p, replica, a)
     -- put_pod first: its INCR of `gen` is the first write (the wrapper left `gen` unchecked).
     local gen, text = put_pod(p, args, 'assumed', replica)
     redis.call('SADD', p .. 'assumed', args.uid)
+    if plans[j] then NOM.settle(p, plans[j]) end
     emit(p, 'PodAssumed', replica,
          'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
     out[j] = gen

@@ -1,0 +1,178 @@
+"""Issue 41's gang claims, nominations, PodGroups and the timed claim tried as a stranger
+would (branch rev41g): a gang against a nominated room, a nominee claiming through the gang
+and the timed claim, and raw calls with malformed arguments answering BADARG with nothing
+written. Every backend (fakeredis, Redis, Redis Cluster)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from schedcache import Cache
+from schedcache.errors import FitConflict
+from schedcache.model.values import Pod
+from schedcache.store import nominations
+from schedcache.store.library import function_name
+from tests.factories import keyspace, make_node, make_pod
+
+GROUP = "default/train"
+
+
+def member(name: str, node_name: str, cpu: str, priority: int = 0) -> Pod:
+    labels = {"scheduling.x-k8s.io/pod-group": "train"}
+    return make_pod(
+        name, node_name, cpu, "1Mi", labels=labels, namespace="default", priority=priority
+    )
+
+
+def nominate(cache: Cache, pod: Pod, node_name: str) -> Any:
+    return cache.run(nominations.nominate_pod(pod, node_name))
+
+
+@pytest.fixture
+def held(cache: Cache) -> Cache:
+    """Node n1: 6 cpu, 2 taken by a bound pod, 2 held for the nominee "pre" (priority 1000):
+    2 cpu left for anyone else."""
+    cache.add_node(make_node("n1", cpu="6", mem="8Gi"))
+    cache.add_pod(make_pod("bound", "n1", cpu="2", mem="1Gi"))
+    nominate(cache, make_pod("pre", "", cpu="2", mem="1Mi", priority=1000), "n1")
+    return cache
+
+
+def test_a_gang_whose_members_together_take_a_nominated_room_is_refused(held: Cache) -> None:
+    """Each member alone fits beside the held room; the two together take half of it. Failed
+    on main (3c54cba): the nomination check ignored the members before each on the node, and
+    the gang landed on the preemptor's room."""
+    before = keyspace(held.client, held.keys.pattern)
+    with pytest.raises(FitConflict) as refused:
+        held.assume_gang([member("w0", "n1", "2"), member("w1", "n1", "2")], GROUP)
+    assert refused.value.reasons == ("nominated",)
+    assert keyspace(held.client, held.keys.pattern) == before
+    # one member alone fits beside the held room
+    assert held.assume_gang([member("w0", "n1", "2")], GROUP) == ["n1"]
+
+
+def test_gang_members_together_cannot_take_a_nominated_pod_slot(cache: Cache) -> None:
+    """Pod slots as room: 4 pods, 1 bound, 1 held; two members fill the rest, three do not."""
+    cache.add_node(make_node("n1", cpu="8", mem="8Gi", pods="4"))
+    cache.add_pod(make_pod("bound", "n1", cpu="1", mem="1Mi"))
+    nominate(cache, make_pod("pre", "", cpu="1", mem="1Mi", priority=1000), "n1")
+    with pytest.raises(FitConflict, match="nominated"):
+        cache.assume_gang([member(f"w{i}", "n1", "100m") for i in range(3)], GROUP)
+    assert cache.pod_count() == 1
+    assert cache.assume_gang([member(f"w{i}", "n1", "100m") for i in range(2)], GROUP)
+
+
+def test_a_nominee_placed_by_a_gang_claim_drops_its_nomination(held: Cache) -> None:
+    """The nominee is a member of a gang: its claim is not held back by its own room, and its
+    nomination goes as its claim lands (as a single claim drops it). Failed on main: the
+    nomination stayed, holding the room a second time until it lapsed."""
+    pre = member("pre", "n1", "2", priority=1000)
+    assert held.assume_gang([pre, member("w1", "n1", "2")], GROUP) == ["n1", "n1"]
+    assert nominations.read_nomination(held.store, "pre") is None
+    assert not held.client.exists(held.keys.nominated, held.keys.nominated_nodes)
+
+
+def test_a_nominees_timed_claim_lands_on_its_room_and_drops_its_nomination(held: Cache) -> None:
+    """The extender's bind path (claim and deadline in one call) for the nominee itself."""
+    held.assume_pod(
+        make_pod("pre", "n1", cpu="2", mem="1Mi", priority=1000), check_fit=True, deadline=30.0
+    )
+    assert nominations.read_nomination(held.store, "pre") is None
+    with pytest.raises(FitConflict):  # the room is the nominee's now, as a claim
+        held.assume_pod(make_pod("low", "n1", cpu="3", mem="1Mi"), check_fit=True, deadline=30.0)
+
+
+def test_a_lower_priority_timed_claim_cannot_take_a_nominated_room(held: Cache) -> None:
+    before = keyspace(held.client, held.keys.pattern)
+    with pytest.raises(FitConflict, match="nominated"):
+        held.assume_pod(make_pod("low", "n1", cpu="3", mem="1Mi"), check_fit=True, deadline=30.0)
+    assert keyspace(held.client, held.keys.pattern) == before
+
+
+# -- raw calls: malformed -> BADARG, nothing written ------------------------------------------------
+
+
+def refused_raw(cache: Cache, command: str, args: list[Any], code: str) -> None:
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(redis.ResponseError, match=code):
+        cache.client.fcall(function_name(command), 1, cache.keys.prefix, "r", "", *args)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["1", "set", GROUP, "0", ""], "BADARG min"),
+        (["1", "set", GROUP, "-1", ""], "BADARG min"),
+        (["1", "set", GROUP, "2147483648", ""], "BADARG min"),
+        (["1", "set", GROUP, "1.5", ""], "BADARG min"),
+        (["1", "set", GROUP, "inf", ""], "BADARG min"),
+        (["1", "set", GROUP, "1e3", ""], "BADARG min"),
+        (["1", "set", GROUP, "2", "0"], "BADARG timeout"),
+        (["1", "set", GROUP, "2", "-5"], "BADARG timeout"),
+        (["1", "set", GROUP, "2", "nan"], "BADARG timeout"),
+        (["1", "set", GROUP, "2", "99999999999"], "BADARG timeout"),
+        (["1", "set", "train", "2", ""], "BADARG group"),
+        (["1", "set", "a/b/c", "2", ""], "BADARG group"),
+        (["1", "set", "a b/c", "2", ""], "BADARG group"),
+        (["1", "set", "/x", "2", ""], "BADARG group"),
+        (["1", "set", GROUP, "2"], "BADARG argc"),
+        (["1", "delete", GROUP, "2", ""], "BADARG argc"),
+        (["1", "put", GROUP, "2", ""], "BADARG op"),
+        (["-1", "set", GROUP, "2", ""], "BADARG rv"),
+        (["x", "set", GROUP, "2", ""], "BADARG rv"),
+    ],
+)
+def test_malformed_podgroups_answer_badarg_and_write_nothing(
+    cache: Cache, args: list[Any], code: str
+) -> None:
+    refused_raw(cache, "sync_podgroup", args, code)
+
+
+def test_a_non_utf8_podgroup_name_is_kept_or_refused_without_harm(cache: Cache) -> None:
+    """Bytes that are not UTF-8 in a group name: a name like any other to Redis."""
+    name = function_name("sync_podgroup")
+    reply = cache.client.fcall(
+        name, 1, cache.keys.prefix, "r", "", "1", "set", b"ns/\xff\xfe", "2", ""
+    )
+    assert reply[0] == b"applied"
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["u", "n1", "inf", "1000", "r:cpu 1"], "BADARG priority"),
+        (["u", "n1", "1.0", "1000", "r:cpu 1"], "BADARG priority"),
+        (["u", "n1", str(-(2**31) - 1), "1000", "r:cpu 1"], "BADARG priority"),
+        (["u", "n1", "1", "-5", "r:cpu 1"], "BADARG ttl"),
+        (["u", "n1", "1", "1e3", "r:cpu 1"], "BADARG ttl"),
+        (["u", "n1", "1", str(10**13), "r:cpu 1"], "BADARG ttl"),
+        (["u", "n1", "1", "1000", "r:cpu x"], "BADARG contribution"),
+        (["u", "n1", "1", "1000", "r:cpu " + "9" * 30], "BADARG contribution"),
+        (["", "n1", "1", "1000", "r:cpu 1"], "BADARG uid"),
+        (["u" * 2000, "n1", "1", "1000", "r:cpu 1"], "BADARG uid"),
+        (["u", "n1", "1", "1000", "r:cpu 1", "-1"], "BADARG now"),
+        (["u", "n1", "1"], "BADARG ttl"),
+    ],
+)
+def test_malformed_nominations_answer_badarg_and_write_nothing(
+    cache: Cache, args: list[Any], code: str
+) -> None:
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    refused_raw(cache, "nominate_pod", args, code)
+
+
+@pytest.mark.parametrize("ttl", ["0", "-1", "inf", "1.5", "1e3", "", str(10**13), "0x10"])
+def test_a_timed_claim_with_a_malformed_ttl_writes_nothing(cache: Cache, ttl: str) -> None:
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    from schedcache.store import commands
+
+    claim = commands.assume_pod(make_pod("p", "n1", cpu="1", mem="1Mi"), True, None, 0.0)
+    refused_raw(cache, "timed_claim", [ttl, *claim.args], "BADARG ttl")
+
+
+def test_a_timed_claim_with_no_claim_arguments_writes_nothing(cache: Cache) -> None:
+    refused_raw(cache, "timed_claim", ["1000"], "BADARG")
