@@ -5,6 +5,8 @@ written. Every backend (fakeredis, Redis, Redis Cluster)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,10 @@ from schedcache.errors import FitConflict
 from schedcache.model.values import Pod
 from schedcache.store import nominations
 from schedcache.store.library import function_name
+from schedcache.ops.gangwaits import GangWaits
+from tests.apiserver import FakeApiServer
 from tests.factories import keyspace, make_node, make_pod
+from tests.scheduling import eventually, fed_scheduler, node
 
 GROUP = "default/train"
 
@@ -176,3 +181,33 @@ def test_a_timed_claim_with_a_malformed_ttl_writes_nothing(cache: Cache, ttl: st
 
 def test_a_timed_claim_with_no_claim_arguments_writes_nothing(cache: Cache) -> None:
     refused_raw(cache, "timed_claim", ["1000"], "BADARG")
+
+
+# -- the reference scheduler: a placed group's later members ----------------------------------------
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as s:
+        yield s
+
+
+def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
+    cache: Cache, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """minMember 2 met (two members bound); a third member comes later (a Job scaled up, a
+    member recreated): Coscheduling lets it through, the group's minMember being met. Failed
+    on main: the placed members had left the group's wait, so the third counted 1/2 and waited
+    for ever; docs/gangs.md promised a placed group's extras are placed."""
+    from tests.test_gang_scheduling import bound, member as gang_member, pod_group
+
+    api.create(node("n1", "4"))
+    api.create(pod_group("g", 2))
+    api.create(gang_member("g-0", "g"))
+    api.create(gang_member("g-1", "g"))
+    with fed_scheduler(cache, api, tmp_path, retry_delay=0.1, max_backoff=0.3) as scheduler:
+        eventually(lambda: len(bound(api, ["g-0", "g-1"])) == 2)
+        api.create(gang_member("g-2", "g"))
+        eventually(lambda: bound(api, ["g-2"]) == ["g-2"], 10)
+        assert scheduler.gangs.placed == 2
+        assert GangWaits(cache).all() == []  # a placed group is not shown as waiting
