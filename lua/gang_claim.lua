@@ -16,8 +16,9 @@
 --          FITCONFLICT <uid> <node> <reason,...>    the first member refused (reasons as
 --            assume_pod's; counted with the members before it on the same node)
 --          OVERFLOW <uid> <node> <field>            as assume_pod
---          BADARG <what>   malformed arguments, more than MAX_GANG_MEMBERS members or
---                          MAX_GANG_BYTES bytes, the same uid twice
+--          BADARG <what>   malformed arguments, more than MAX_GANG_MEMBERS members,
+--                          MAX_GANG_BYTES bytes or MAX_GANG_FIELDS contribution fields, the
+--                          same uid twice
 --          Every check runs before the first write: an error writes nothing.
 -- Event    PodAssumed per member (uid, node, gen, data=blob): the records and events of N
 --          single claims, so finish_binding, forget, expiry, replay and verify work per member.
@@ -27,6 +28,10 @@ local GANG = { MEMBER_ARGS = 6, FIRST_MEMBER = 6 }
 -- checked before anything is read.
 BOUNDS.MAX_GANG_MEMBERS = 256
 BOUNDS.MAX_GANG_BYTES = 4 * 1048576
+-- Contribution fields (resources, host ports, ...) of all members together: each is read and
+-- written on its node (256 members of 200 host ports, 51,200 fields, held Redis 0.4-0.5 s;
+-- 4,096 take about 40 ms).
+BOUNDS.MAX_GANG_FIELDS = 4096
 
 -- The members as assume_pod's argument tables ({uid, node, blob, contribution, 'fit', '',
 -- lease, since, reads, domains, incarnation}); nil and the BADARG text when malformed. Reads
@@ -42,12 +47,17 @@ function GANG.members(a)
     return nil, 'BADARG members: 1 to ' .. BOUNDS.MAX_GANG_MEMBERS
   end
   if #a ~= GANG.FIRST_MEMBER - 1 + GANG.MEMBER_ARGS * count then return nil, 'BADARG argc' end
-  local members, uids = {}, {}
+  local members, uids, fields = {}, {}, 0
   for j = 0, count - 1 do
     local at = GANG.FIRST_MEMBER + GANG.MEMBER_ARGS * j
     local uid = a[at]
     if uids[uid] then return nil, 'BADARG duplicate ' .. uid end
     uids[uid] = true
+    local _, spaces = string.gsub(a[at + 3], ' ', '')  -- "<field> <amount>" pairs, spaced
+    fields = fields + math.floor((spaces + 1) / 2)
+    if fields > BOUNDS.MAX_GANG_FIELDS then
+      return nil, 'BADARG fields: more than ' .. BOUNDS.MAX_GANG_FIELDS
+    end
     members[j + 1] = { uid, a[at + 1], a[at + 2], a[at + 3], 'fit', '', a[1], a[2],
                        a[at + 4], a[at + 5], a[3] }
   end
@@ -61,6 +71,12 @@ function GANG.count(before, args)
     local field = fields[j]
     if string.sub(field, 1, 2) == 'p:' then
       before.ports[#before.ports + 1] = field
+      local table_ = before.port_table  -- node_ports' lookup tables, once built: kept current
+      if table_ ~= nil then
+        table_.held[field] = true
+        local protocol_port = string.match(field, '^p:.*|([^|]*|[^|]*)$')
+        if protocol_port ~= nil then table_.any_ip[protocol_port] = true end
+      end
     else
       before.amounts[field] = (before.amounts[field] or 0) + tonumber(amounts[j])
     end

@@ -211,3 +211,55 @@ def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
         eventually(lambda: bound(api, ["g-2"]) == ["g-2"], 10)
         assert scheduler.gangs.placed == 2
         assert GangWaits(cache).all() == []  # a placed group is not shown as waiting
+
+
+# -- bounded: a gang's contribution fields ----------------------------------------------------------
+
+
+def ported(name: str, ports: int, first: int) -> Pod:
+    from tests.factories import port
+
+    return make_pod(
+        name, "n1", "1m", "1Mi", ports=[port(first + i) for i in range(ports)], uid=name
+    )
+
+
+def test_a_gang_over_the_field_cap_is_refused_before_sending(cache: Cache) -> None:
+    """256 members of 200 host ports (4 MiB of arguments, under the byte cap) held Redis for
+    seconds on main (each member's port check rebuilt the node's and every earlier member's
+    ports); now the fields a gang carries are capped (MAX_GANG_FIELDS)."""
+    from schedcache.errors import ValidationError
+    from schedcache.store.gang import MAX_GANG_FIELDS
+
+    cache.add_node(make_node("n1", cpu="64", mem="64Gi", pods="1000"))
+    per = 60
+    pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // per + 1)]
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match=f"more than {MAX_GANG_FIELDS} requests"):
+        cache.assume_gang(pods, GROUP)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_redis_refuses_a_gang_over_the_field_cap_writing_nothing(cache: Cache) -> None:
+    from schedcache.store.gang import MAX_GANG_FIELDS, gang_claim
+
+    cache.add_node(make_node("n1", cpu="64", mem="64Gi", pods="1000"))
+    per = 60
+    pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // per + 1)]
+    half = len(pods) // 2
+    args: list[Any] = ["0", "", "", "", str(len(pods))]
+    for chunk in (pods[:half], pods[half:]):  # each half under the Python check's cap
+        args += list(gang_claim(GROUP, [(p, "", "") for p in chunk]).args[5:])
+    refused_raw(cache, "gang_claim", args, f"BADARG fields: more than {MAX_GANG_FIELDS}")
+
+
+def test_a_gang_at_the_field_cap_with_host_ports_is_placed(cache: Cache) -> None:
+    from schedcache.store.gang import MAX_GANG_FIELDS
+
+    cache.add_node(make_node("n1", cpu="64", mem="64Gi", pods="1000"))
+    per = 14  # with cpu and memory: 16 fields a member, 256 members
+    pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // (per + 2))]
+    assert cache.assume_gang(pods, GROUP) == ["n1"] * len(pods)
+    # the members' ports are counted together: one more asking a taken port is refused
+    with pytest.raises(FitConflict, match="port"):
+        cache.assume_gang([ported("late", 1, 1000)], GROUP)
