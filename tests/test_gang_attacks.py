@@ -263,3 +263,25 @@ def test_a_gang_at_the_field_cap_with_host_ports_is_placed(cache: Cache) -> None
     # the members' ports are counted together: one more asking a taken port is refused
     with pytest.raises(FitConflict, match="port"):
         cache.assume_gang([ported("late", 1, 1000)], GROUP)
+
+
+def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
+    cache: Cache, api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Members whose host ports together pass the gang claim's field cap: reported once,
+    parked, nothing claimed (before the cap, the call held Redis for seconds)."""
+    from tests.factories import port
+    from tests.test_gang_scheduling import condition, in_cache, member as gang_member, pod_group
+
+    api.create(node("n1", "64"))
+    api.create(pod_group("g", 2))
+    for m in range(2):
+        manifest = gang_member(f"g-{m}", "g", cpu="10m")
+        manifest["spec"]["containers"][0]["ports"] = [port(1000 + m * 2100 + i) for i in range(2100)]
+        api.create(manifest)
+    with fed_scheduler(cache, api, tmp_path, retry_delay=0.1, max_backoff=0.3):
+        eventually(lambda: any(condition(api, f"g-{m}") for m in range(2)), 10)
+        found = next(c for c in (condition(api, f"g-{m}") for m in range(2)) if c)
+        assert found["reason"] == "Unschedulable"
+        assert "more than 4096 requests and host ports" in found["message"]
+        assert in_cache(cache, ["g-0", "g-1"]) == 0

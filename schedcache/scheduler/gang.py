@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from schedcache.cache import Cache
-from schedcache.errors import FitConflict, PodAlreadyExists
+from schedcache.errors import FitConflict, PodAlreadyExists, ValidationError
 from schedcache.model.values import Pod
 from schedcache.ops.gangwaits import GangWaits
 from schedcache.sim.gang import decide
@@ -154,6 +154,10 @@ class GangScheduler:
                 return
             try:
                 replica.cache.assume_gang(decided, name, snapshot=replica.snapshot)
+            except ValidationError as error:  # more than one gang claim carries: never in parts
+                replica._report(pod, f'pod group "{name}": {error}')
+                replica._give_back(pod, unschedulable=True)
+                return
             except FitConflict as conflict:
                 self.refused += 1
                 log.info("pod group %s: gang claim refused: %s", name, conflict)
