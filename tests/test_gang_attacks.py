@@ -15,9 +15,9 @@ import redis
 from schedcache import Cache
 from schedcache.errors import FitConflict
 from schedcache.model.values import Pod
+from schedcache.ops.gangwaits import GangWaits
 from schedcache.store import nominations
 from schedcache.store.library import function_name
-from schedcache.ops.gangwaits import GangWaits
 from tests.apiserver import FakeApiServer
 from tests.factories import keyspace, make_node, make_pod
 from tests.scheduling import eventually, fed_scheduler, node
@@ -97,7 +97,7 @@ def test_a_lower_priority_timed_claim_cannot_take_a_nominated_room(held: Cache) 
     assert keyspace(held.client, held.keys.pattern) == before
 
 
-# -- raw calls: malformed -> BADARG, nothing written ------------------------------------------------
+# -- raw calls: malformed -> BADARG, nothing written -----------------------------------------------
 
 
 def refused_raw(cache: Cache, command: str, args: list[Any], code: str) -> None:
@@ -183,7 +183,7 @@ def test_a_timed_claim_with_no_claim_arguments_writes_nothing(cache: Cache) -> N
     refused_raw(cache, "timed_claim", ["1000"], "BADARG")
 
 
-# -- the reference scheduler: a placed group's later members ----------------------------------------
+# -- the reference scheduler: a placed group's later members ---------------------------------------
 
 
 @pytest.fixture
@@ -199,7 +199,8 @@ def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
     member recreated): Coscheduling lets it through, the group's minMember being met. Failed
     on main: the placed members had left the group's wait, so the third counted 1/2 and waited
     for ever; docs/gangs.md promised a placed group's extras are placed."""
-    from tests.test_gang_scheduling import bound, member as gang_member, pod_group
+    from tests.test_gang_scheduling import bound, pod_group
+    from tests.test_gang_scheduling import member as gang_member
 
     api.create(node("n1", "4"))
     api.create(pod_group("g", 2))
@@ -213,7 +214,7 @@ def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
         assert GangWaits(cache).all() == []  # a placed group is not shown as waiting
 
 
-# -- bounded: a gang's contribution fields ----------------------------------------------------------
+# -- bounded: a gang's contribution fields ---------------------------------------------------------
 
 
 def ported(name: str, ports: int, first: int) -> Pod:
@@ -271,13 +272,16 @@ def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
     """Members whose host ports together pass the gang claim's field cap: reported once,
     parked, nothing claimed (before the cap, the call held Redis for seconds)."""
     from tests.factories import port
-    from tests.test_gang_scheduling import condition, in_cache, member as gang_member, pod_group
+    from tests.test_gang_scheduling import condition, in_cache, pod_group
+    from tests.test_gang_scheduling import member as gang_member
 
     api.create(node("n1", "64"))
     api.create(pod_group("g", 2))
     for m in range(2):
         manifest = gang_member(f"g-{m}", "g", cpu="10m")
-        manifest["spec"]["containers"][0]["ports"] = [port(1000 + m * 2100 + i) for i in range(2100)]
+        manifest["spec"]["containers"][0]["ports"] = [
+            port(1000 + m * 2100 + i) for i in range(2100)
+        ]
         api.create(manifest)
     with fed_scheduler(cache, api, tmp_path, retry_delay=0.1, max_backoff=0.3):
         eventually(lambda: any(condition(api, f"g-{m}") for m in range(2)), 10)
