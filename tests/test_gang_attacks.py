@@ -187,13 +187,13 @@ def test_a_timed_claim_with_no_claim_arguments_writes_nothing(cache: Cache) -> N
 
 
 @pytest.fixture
-def api() -> Iterator[FakeApiServer]:
+def apiserver() -> Iterator[FakeApiServer]:
     with FakeApiServer() as s:
         yield s
 
 
 def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
-    cache: Cache, api: FakeApiServer, tmp_path: Path
+    cache: Cache, apiserver: FakeApiServer, tmp_path: Path
 ) -> None:
     """minMember 2 met (two members bound); a third member comes later (a Job scaled up, a
     member recreated): Coscheduling lets it through, the group's minMember being met. Failed
@@ -202,14 +202,14 @@ def test_a_member_created_after_its_group_was_placed_is_placed_as_an_extra(
     from tests.test_gang_scheduling import bound, pod_group
     from tests.test_gang_scheduling import member as gang_member
 
-    api.create(node("n1", "4"))
-    api.create(pod_group("g", 2))
-    api.create(gang_member("g-0", "g"))
-    api.create(gang_member("g-1", "g"))
-    with fed_scheduler(cache, api, tmp_path, retry_delay=0.1, max_backoff=0.3) as scheduler:
-        eventually(lambda: len(bound(api, ["g-0", "g-1"])) == 2)
-        api.create(gang_member("g-2", "g"))
-        eventually(lambda: bound(api, ["g-2"]) == ["g-2"], 10)
+    apiserver.create(node("n1", "4"))
+    apiserver.create(pod_group("g", 2))
+    apiserver.create(gang_member("g-0", "g"))
+    apiserver.create(gang_member("g-1", "g"))
+    with fed_scheduler(cache, apiserver, tmp_path, retry_delay=0.1, max_backoff=0.3) as scheduler:
+        eventually(lambda: len(bound(apiserver, ["g-0", "g-1"])) == 2)
+        apiserver.create(gang_member("g-2", "g"))
+        eventually(lambda: bound(apiserver, ["g-2"]) == ["g-2"], 10)
         assert scheduler.gangs.placed == 2
         assert GangWaits(cache).all() == []  # a placed group is not shown as waiting
 
@@ -267,7 +267,7 @@ def test_a_gang_at_the_field_cap_with_host_ports_is_placed(cache: Cache) -> None
 
 
 def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
-    cache: Cache, api: FakeApiServer, tmp_path: Path
+    cache: Cache, apiserver: FakeApiServer, tmp_path: Path
 ) -> None:
     """Members whose host ports together pass the gang claim's field cap: reported once,
     parked, nothing claimed (before the cap, the call held Redis for seconds)."""
@@ -275,17 +275,17 @@ def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
     from tests.test_gang_scheduling import condition, in_cache, pod_group
     from tests.test_gang_scheduling import member as gang_member
 
-    api.create(node("n1", "64"))
-    api.create(pod_group("g", 2))
+    apiserver.create(node("n1", "64"))
+    apiserver.create(pod_group("g", 2))
     for m in range(2):
         manifest = gang_member(f"g-{m}", "g", cpu="10m")
         manifest["spec"]["containers"][0]["ports"] = [
             port(1000 + m * 2100 + i) for i in range(2100)
         ]
-        api.create(manifest)
-    with fed_scheduler(cache, api, tmp_path, retry_delay=0.1, max_backoff=0.3):
-        eventually(lambda: any(condition(api, f"g-{m}") for m in range(2)), 10)
-        found = next(c for c in (condition(api, f"g-{m}") for m in range(2)) if c)
+        apiserver.create(manifest)
+    with fed_scheduler(cache, apiserver, tmp_path, retry_delay=0.1, max_backoff=0.3):
+        eventually(lambda: any(condition(apiserver, f"g-{m}") for m in range(2)), 10)
+        found = next(c for c in (condition(apiserver, f"g-{m}") for m in range(2)) if c)
         assert found["reason"] == "Unschedulable"
         assert "more than 4096 requests and host ports" in found["message"]
         assert in_cache(cache, ["g-0", "g-1"]) == 0
