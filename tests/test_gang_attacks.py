@@ -289,3 +289,29 @@ def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
         assert found["reason"] == "Unschedulable"
         assert "more than 4096 requests and host ports" in found["message"]
         assert in_cache(cache, ["g-0", "g-1"]) == 0
+
+
+# -- PodGroups and the CLI -------------------------------------------------------------------------
+
+
+def test_a_wait_with_the_longest_timeout_a_podgroup_may_hold_is_kept(cache: Cache) -> None:
+    """scheduleTimeoutSeconds 2^31-1 (the CRD's int32): the wait's expiry stays in range."""
+    from schedcache.store.podgroups import INT_MAX
+
+    waiting = make_pod("g-0", "", "1", "1Mi", namespace="default", uid="uid-g-0")
+    GangWaits(cache).join("default/g", INT_MAX, waiting, 1000)
+    assert cache.client.pttl(cache.keys.gang_wait("default/g")) > 0
+    assert [w.group for w in GangWaits(cache).all()] == ["default/g"]
+
+
+def test_two_namespaces_groups_of_one_name_wait_apart(cache: Cache) -> None:
+    from schedcache.scheduler.gang import group_of
+
+    labels = {"scheduling.x-k8s.io/pod-group": "train"}
+    a = make_pod("w", "", "1", "1Mi", namespace="a", uid="uid-a", labels=labels)
+    b = make_pod("w", "", "1", "1Mi", namespace="b", uid="uid-b", labels=labels)
+    assert (group_of(a), group_of(b)) == ("a/train", "b/train")
+    waits = GangWaits(cache)
+    waits.join(group_of(a), None, a, 1000)
+    _, members, _ = waits.join(group_of(b), None, b, 1000)
+    assert list(members) == ["uid-b"]
