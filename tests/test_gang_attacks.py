@@ -315,3 +315,23 @@ def test_two_namespaces_groups_of_one_name_wait_apart(cache: Cache) -> None:
     waits.join(group_of(a), None, a, 1000)
     _, members, _ = waits.join(group_of(b), None, b, 1000)
     assert list(members) == ["uid-b"]
+
+
+def test_a_killed_replicas_gang_claims_lapse_with_its_lease_all_members(
+    make_cache: Any,
+) -> None:
+    """The replica dies between the gang claim and the Bindings: its lease lapses and the
+    expiry worker forgets every member's claim; the room is free again."""
+    from schedcache.ops.expiry import ExpiryWorker
+
+    doomed = make_cache(replica="doomed", lease_ttl=0.3)
+    doomed.add_node(make_node("n1", cpu="2", mem="8Gi"))
+    gang = [member("w0", "n1", "1"), member("w1", "n1", "1")]
+    doomed.assume_gang(gang, GROUP)
+    doomed.close(release_lease=False)  # killed: no heartbeat, nothing given back
+    watcher = make_cache(replica="watch")
+    eventually(lambda: not watcher.client.exists(watcher.keys.lease("doomed")), 5)
+    ExpiryWorker(watcher, interval=0.5).run_once()
+    assert [watcher.pod_state(p) for p in gang] == [None, None]
+    watcher.assume_pod(make_pod("plain", "n1", cpu="2", mem="1Mi"), check_fit=True)
+    assert watcher.verify() == []
