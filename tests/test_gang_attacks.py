@@ -335,3 +335,30 @@ def test_a_killed_replicas_gang_claims_lapse_with_its_lease_all_members(
     assert [watcher.pod_state(p) for p in gang] == [None, None]
     watcher.assume_pod(make_pod("plain", "n1", cpu="2", mem="1Mi"), check_fit=True)
     assert watcher.verify() == []
+
+
+def test_explain_shows_a_member_whose_podgroup_does_not_exist_waiting(
+    client: Any,
+    cache: Cache,
+    cache_name: str,
+    apiserver: FakeApiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod naming a PodGroup nobody created waits (as Coscheduling's); before, explain
+    answered only "has no claim" and whatif listed nothing: the wait was not recorded."""
+    from click.testing import CliRunner
+
+    from schedcache.cli import app as cli_module
+    from schedcache.cli.app import main
+    from tests.test_gang_scheduling import member as gang_member
+
+    apiserver.create(node("n1", "4"))
+    apiserver.create(gang_member("orphan", "nope"))
+    with fed_scheduler(cache, apiserver, tmp_path, retry_delay=0.1, max_backoff=0.3):
+        eventually(lambda: bool(GangWaits(cache).all()), 10)
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    result = CliRunner().invoke(main, ["--cache", cache_name, "explain", "pod", "default/orphan"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("gang: waits with pod group default/nope for ")
+    assert cache.pod_count() == 0

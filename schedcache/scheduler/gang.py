@@ -92,7 +92,8 @@ class GangScheduler:
         if cache.pod_state(pod) is not None:  # another replica's gang claim took it
             return True
         group = self.groups.get(name)
-        if group is None:
+        if group is None:  # recorded, so explain and whatif show why it waits
+            self.waits.join(name, None, pod, int(self.clock() * 1000))
             self._wait(pod, f'pod group "{name}" not found')
             return True
         refused = group.too_large()
