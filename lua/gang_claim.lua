@@ -70,13 +70,7 @@ function GANG.count(before, args)
   for j = 1, #fields do
     local field = fields[j]
     if string.sub(field, 1, 2) == 'p:' then
-      before.ports[#before.ports + 1] = field
-      local table_ = before.port_table  -- node_ports' lookup tables, once built: kept current
-      if table_ ~= nil then
-        table_.held[field] = true
-        local protocol_port = string.match(field, '^p:.*|([^|]*|[^|]*)$')
-        if protocol_port ~= nil then table_.any_ip[protocol_port] = true end
-      end
+      before.ports[#before.ports + 1] = field  -- indexed by node_ports (_claims.lua)
     else
       before.amounts[field] = (before.amounts[field] or 0) + tonumber(amounts[j])
     end
@@ -100,16 +94,15 @@ function GANG.check(p, members)
     if rec ~= nil then
       return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
     end
-    local before = on_node[args.node]
+    -- Empty for a node's first member: its checks count nothing more, and the node's host
+    -- ports read for it are kept there for the members after it (node_ports).
+    local before = on_node[args.node] or { amounts = {}, pods = 0, ports = {}, uids = {} }
     local reason, failed = refusal(p, args, 'fit', m, m[9], m[10], nominated, before)
     if reason == nil then return nil, failed end
     if reason ~= '' then
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reason
     end
-    if before == nil then
-      before = { amounts = {}, pods = 0, ports = {}, uids = {} }
-      on_node[args.node] = before
-    end
+    on_node[args.node] = before
     GANG.count(before, args)
     placed[j] = args
   end

@@ -362,3 +362,22 @@ def test_explain_shows_a_member_whose_podgroup_does_not_exist_waiting(
     assert result.exit_code == 0, result.output
     assert result.output.startswith("gang: waits with pod group default/nope for ")
     assert cache.pod_count() == 0
+
+
+def test_a_gang_member_with_a_malformed_port_field_writes_nothing(cache: Cache) -> None:
+    """A raw call whose second member on a node carries a port field without protocol and
+    port (Python never sends one): refused or placed, never a Lua error after a write."""
+    from schedcache.store.gang import gang_claim
+
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    args: list[Any] = ["0", "", "", "", "3"]
+    for name, port_field in (("a", "p:0.0.0.0|TCP|80"), ("b", "p:bad"), ("c", "p:0.0.0.0|TCP|81")):
+        one = list(gang_claim(GROUP, [(member(name, "n1", "100m"), "", "")]).args[5:])
+        one[3] = f"{one[3]} {port_field} 1"
+        args += one
+    before = keyspace(cache.client, cache.keys.pattern)
+    try:
+        cache.client.fcall(function_name("gang_claim"), 1, cache.keys.prefix, "r", "", *args)
+    except redis.ResponseError as error:
+        assert "BADARG" in str(error) or "FITCONFLICT" in str(error), error
+        assert keyspace(cache.client, cache.keys.pattern) == before
