@@ -30,9 +30,10 @@ import redis
 from bench.common import function_name, positive, print_table, tree_servers, write_results
 from bench.server_time import library_of
 from schedcache import Node, Pod
-from schedcache.store import commands
+from schedcache.store import commands, nominations
 from schedcache.store.batch import group_args
 from schedcache.store.commands import Command
+from schedcache.store.gang import gang_claim
 
 PREFIX = "{worst}:"
 T0_MS = 1_700_000_000_000
@@ -226,7 +227,47 @@ def expiry() -> tuple[Call, Call]:
     return setup, lambda client: fcall(client, call)
 
 
+def gang_ports(members: int = 256, ports: int = 14) -> tuple[Call, Call]:
+    """A gang at the member cap on one node holding 4,000 host ports, each member asking
+    ``ports`` host ports of its own (with its cpu and memory, 16 fields a member: 4,096, the
+    cap of contribution fields a gang carries): every member's port check counts the ports of
+    the members before it."""
+    held = [{"containerPort": 1, "hostPort": 1_000 + i, "hostIP": "10.0.0.1"} for i in range(PORTS)]
+    gang = [
+        pod(
+            f"g{m}",
+            "n1",
+            [{"containerPort": 1, "hostPort": 10_000 + m * ports + i} for i in range(ports)],
+        )
+        for m in range(members)
+    ]
+
+    def setup(client: redis.Redis) -> None:
+        fcall(client, commands.add_node(node("n1")))
+        fcall(client, commands.add_pod(pod("held", "n1", held)))
+
+    claim = gang_claim("bench/g", [(p, "", "") for p in gang])
+    return setup, lambda client: fcall(client, claim)
+
+
+def gang_nominated(members: int = 256) -> tuple[Call, Call]:
+    """A gang at the member cap on one node holding 16 nominations (the cap): every member
+    reads and counts them."""
+    gang = [pod(f"g{m}", "n1") for m in range(members)]
+
+    def setup(client: redis.Redis) -> None:
+        fcall(client, commands.add_node(node("n1")))
+        for i in range(16):
+            nominee = pod(f"nom{i}", "")
+            fcall(client, nominations.nominate_pod(nominee, "n1", ttl=600, now=T0_MS / 1000 * 2))
+
+    claim = gang_claim("bench/g", [(p, "", "") for p in gang])
+    return setup, lambda client: fcall(client, claim)
+
+
 SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
+    "gang claim: 256 members x 14 ports on a node of 4,000": gang_ports,
+    "gang claim: 256 members, 16 nominations on the node": gang_nominated,
     "claim: 4,000 wildcard UDP ports vs 4,000 TCP held": host_ports,
     "sc_batch: 800 node updates + 200 claims with rules": batch_of_changes_and_claims,
     "queue pop: 300 pods of 0.8 MiB to move": queue_housekeeping,

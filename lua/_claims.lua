@@ -8,24 +8,35 @@
 -- claim is linear in the node's fields plus the pod's ports (a read per port made 4,000
 -- wildcard ports against a node holding 4,000 others quadratic: 11.7 s). (Other fields may hold
 -- '|' too, a volume claim's name is the pod author's: only "p:" fields are indexed.)
--- `before`: a gang's members placed before the claim's on the same node (sc_gang_claim).
+-- `before`: a gang's members placed before the claim's on the same node (sc_gang_claim); the
+-- tables built for its second member are kept in `before.port_table` and given each later
+-- member's ports once (rebuilt per member, 256 members of 14 ports on a node holding 4,000
+-- took 2 s).
 local function node_ports(nk, before)
-  local held, any_ip = {}, {}
-  if before ~= nil then
-    for j = 1, #before.ports do
+  local ports = before and before.port_table
+  if ports == nil then
+    ports = { held = {}, any_ip = {}, indexed = 0 }
+    local names = typed_read(nk, 'hash', 'HKEYS')
+    for j = 1, #names do
+      local name = names[j]
+      if string.sub(name, 1, 2) == 'p:' then
+        ports.held[name] = true
+        local protocol_port = string.match(name, '^p:.*|([^|]*|[^|]*)$')
+        if protocol_port ~= nil then ports.any_ip[protocol_port] = true end
+      end
+    end
+    if before ~= nil then before.port_table = ports end
+  end
+  if before ~= nil then  -- the members' ports not indexed yet (each is indexed once)
+    for j = ports.indexed + 1, #before.ports do
       local name = before.ports[j]
-      held[name] = true
-      any_ip[string.match(name, '^p:.*|([^|]*|[^|]*)$')] = true
-    end
-  end
-  for _, name in ipairs(typed_read(nk, 'hash', 'HKEYS')) do
-    if string.sub(name, 1, 2) == 'p:' then
-      held[name] = true
+      ports.held[name] = true
       local protocol_port = string.match(name, '^p:.*|([^|]*|[^|]*)$')
-      if protocol_port ~= nil then any_ip[protocol_port] = true end
+      if protocol_port ~= nil then ports.any_ip[protocol_port] = true end
     end
+    ports.indexed = #before.ports
   end
-  return { held = held, any_ip = any_ip }
+  return ports
 end
 
 -- Whether the pod's port `field` conflicts with the node's ports (`ports`, node_ports).

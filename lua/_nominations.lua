@@ -33,13 +33,14 @@ function NOM.any(p)
   return redis.call('EXISTS', p .. 'nominated') == 1
 end
 
--- The live nominations on `node` other than `uid`'s, as { priority, deadline, parsed }.
--- Reads only; bounded by NOM.MAX_PER_NODE (nominate refuses more).
-function NOM.on_node(p, node, uid, now)
+-- The live nominations on `node` other than `uid`'s (and those of the uids in `skip`, a set
+-- or nil), as { priority, deadline, parsed }. Reads only; bounded by NOM.MAX_PER_NODE
+-- (nominate refuses more).
+function NOM.on_node(p, node, uid, now, skip)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
   local live = {}
   for j = 1, #entries, 2 do
-    if entries[j] ~= uid then
+    if entries[j] ~= uid and not (skip and skip[entries[j]]) then
       local priority, deadline, text = string.match(entries[j + 1], '^(%-?%d+) (%d+) ?(.*)$')
       local parsed = priority and parse_contribution(text)
       if parsed and tonumber(deadline) > now then
@@ -51,10 +52,13 @@ function NOM.on_node(p, node, uid, now)
 end
 
 -- "" when the claim of `uid` (priority `priority`, contribution `parsed`) fits `node` with the
--- room of the nominees it may not take counted, else "nominated". Reads only.
-function NOM.conflicts(p, node, uid, parsed, priority)
+-- room of the nominees it may not take counted, else "nominated". `before`: what claims of the
+-- same call placed on the node before it (a gang's earlier members, claim_conflicts' shape,
+-- their uids in `before.uids`: a nominee among them is counted as a member, not twice), or
+-- nil. Reads only.
+function NOM.conflicts(p, node, uid, parsed, priority, before)
   local held, count = {}, 0
-  for _, n in ipairs(NOM.on_node(p, node, uid, now_ms(nil))) do
+  for _, n in ipairs(NOM.on_node(p, node, uid, now_ms(nil), before and before.uids)) do
     if n.priority >= priority then  -- upstream: nominated pods of equal or higher priority
       count = count + 1
       for k = 1, #n.parsed.fields do
@@ -66,6 +70,13 @@ function NOM.conflicts(p, node, uid, parsed, priority)
     end
   end
   if count == 0 then return '' end
+  local earlier = 0
+  if before then
+    earlier = before.pods
+    for field, amount in pairs(before.amounts) do
+      if string.sub(field, 1, 2) == 'r:' then held[field] = (held[field] or 0) + amount end
+    end
+  end
   for k = 1, #parsed.fields do
     local field = parsed.fields[k]
     if string.sub(field, 1, 2) == 'r:' then
@@ -86,16 +97,20 @@ function NOM.conflicts(p, node, uid, parsed, priority)
     end
   end
   local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
-  if pods + 1 + count > stored_int(nk, state[1], 0) then return 'nominated' end
+  if pods + earlier + 1 + count > stored_int(nk, state[1], 0) then return 'nominated' end
   return ''
 end
 
 -- What settling `uid` will write, read before any write: its own nomination's node (dropped
--- as its claim lands) and up to NOM.PRUNE lapsed nominations as { uid, node }.
-function NOM.plan(p, uid, now)
+-- as its claim lands) and up to NOM.PRUNE lapsed nominations as { uid, node } (none when
+-- `own_only`: a gang's later members, the first member's plan pruned them).
+function NOM.plan(p, uid, now, own_only)
   local lapsed = {}
-  local due = typed_read(p .. 'nominated', 'zset', 'ZRANGEBYSCORE', '-inf', int_string(now),
-                         'LIMIT', 0, NOM.PRUNE)
+  local due = {}
+  if not own_only then
+    due = typed_read(p .. 'nominated', 'zset', 'ZRANGEBYSCORE', '-inf', int_string(now),
+                     'LIMIT', 0, NOM.PRUNE)
+  end
   for j = 1, #due do
     if due[j] ~= uid then
       lapsed[#lapsed + 1] = { due[j], typed_read(p .. 'nomnode', 'hash', 'HGET', due[j]) }

@@ -54,7 +54,8 @@ local function refusal(p, args, check, a, reads, domains, nominated, before)
     if reasons == nil then return nil, 'BADARG check ' .. args.uid end
     if reasons ~= '' then return reasons end
     if nominated and check == 'fit' then  -- room held for nominated pods (_nominations.lua)
-      reasons = NOM.conflicts(p, args.node, args.uid, args.contribution, nominated.priority)
+      reasons = NOM.conflicts(p, args.node, args.uid, args.contribution, nominated.priority,
+                              before)
       if reasons ~= '' then return reasons end
     end
   end

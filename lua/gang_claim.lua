@@ -9,14 +9,16 @@
 --          them (one snapshot decided every member: one `since`, `incarnation` and `seen`).
 --          `since` "": no rules judged (refused as `unchecked` while placed pods have required
 --          anti-affinity, or for a member with rules of its own: "-" as assume_pod).
--- Keys     those of assume_pod, for every member
+-- Keys     those of assume_pod, for every member (a member's own nomination dropped as it
+--          lands, as assume_pod drops it; _nominations.lua)
 -- Reply    the generation each member's node has after the call, in member order
 -- Errors   PODEXISTS <uid> <state> <node>          a member is assumed or added already
 --          FITCONFLICT <uid> <node> <reason,...>    the first member refused (reasons as
 --            assume_pod's; counted with the members before it on the same node)
 --          OVERFLOW <uid> <node> <field>            as assume_pod
---          BADARG <what>   malformed arguments, more than MAX_GANG_MEMBERS members or
---                          MAX_GANG_BYTES bytes, the same uid twice
+--          BADARG <what>   malformed arguments, more than MAX_GANG_MEMBERS members,
+--                          MAX_GANG_BYTES bytes or MAX_GANG_FIELDS contribution fields, the
+--                          same uid twice
 --          Every check runs before the first write: an error writes nothing.
 -- Event    PodAssumed per member (uid, node, gen, data=blob): the records and events of N
 --          single claims, so finish_binding, forget, expiry, replay and verify work per member.
@@ -26,6 +28,10 @@ local GANG = { MEMBER_ARGS = 6, FIRST_MEMBER = 6 }
 -- checked before anything is read.
 BOUNDS.MAX_GANG_MEMBERS = 256
 BOUNDS.MAX_GANG_BYTES = 4 * 1048576
+-- Contribution fields (resources, host ports, ...) of all members together: each is read and
+-- written on its node (256 members of 200 host ports, 51,200 fields, held Redis 0.4-0.5 s;
+-- 4,096 take about 40 ms).
+BOUNDS.MAX_GANG_FIELDS = 4096
 
 -- The members as assume_pod's argument tables ({uid, node, blob, contribution, 'fit', '',
 -- lease, since, reads, domains, incarnation}); nil and the BADARG text when malformed. Reads
@@ -41,12 +47,17 @@ function GANG.members(a)
     return nil, 'BADARG members: 1 to ' .. BOUNDS.MAX_GANG_MEMBERS
   end
   if #a ~= GANG.FIRST_MEMBER - 1 + GANG.MEMBER_ARGS * count then return nil, 'BADARG argc' end
-  local members, uids = {}, {}
+  local members, uids, fields = {}, {}, 0
   for j = 0, count - 1 do
     local at = GANG.FIRST_MEMBER + GANG.MEMBER_ARGS * j
     local uid = a[at]
     if uids[uid] then return nil, 'BADARG duplicate ' .. uid end
     uids[uid] = true
+    local _, spaces = string.gsub(a[at + 3], ' ', '')  -- "<field> <amount>" pairs, spaced
+    fields = fields + math.floor((spaces + 1) / 2)
+    if fields > BOUNDS.MAX_GANG_FIELDS then
+      return nil, 'BADARG fields: more than ' .. BOUNDS.MAX_GANG_FIELDS
+    end
     members[j + 1] = { uid, a[at + 1], a[at + 2], a[at + 3], 'fit', '', a[1], a[2],
                        a[at + 4], a[at + 5], a[3] }
   end
@@ -59,17 +70,19 @@ function GANG.count(before, args)
   for j = 1, #fields do
     local field = fields[j]
     if string.sub(field, 1, 2) == 'p:' then
-      before.ports[#before.ports + 1] = field
+      before.ports[#before.ports + 1] = field  -- indexed by node_ports (_claims.lua)
     else
       before.amounts[field] = (before.amounts[field] or 0) + tonumber(amounts[j])
     end
   end
   before.pods = before.pods + 1
+  before.uids[args.uid] = true
 end
 
 -- Every member checked (nothing written): their parsed arguments, or nil and the error.
 -- Members yield to every live nomination (they carry no priority of their own here): a gang
--- never takes room held for a preemptor (_nominations.lua).
+-- never takes room held for a preemptor (_nominations.lua), its members on one node counted
+-- together against that room.
 function GANG.check(p, members)
   local placed, on_node = {}, {}
   local nominated = NOM.any(p) and { priority = -2147483648 } or nil
@@ -81,16 +94,15 @@ function GANG.check(p, members)
     if rec ~= nil then
       return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
     end
-    local before = on_node[args.node]
+    -- Empty for a node's first member: its checks count nothing more, and the node's host
+    -- ports read for it are kept there for the members after it (node_ports).
+    local before = on_node[args.node] or { amounts = {}, pods = 0, ports = {}, uids = {} }
     local reason, failed = refusal(p, args, 'fit', m, m[9], m[10], nominated, before)
     if reason == nil then return nil, failed end
     if reason ~= '' then
       return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reason
     end
-    if before == nil then
-      before = { amounts = {}, pods = 0, ports = {} }
-      on_node[args.node] = before
-    end
+    on_node[args.node] = before
     GANG.count(before, args)
     placed[j] = args
   end
@@ -110,6 +122,13 @@ function GANG.claim(p, replica, a)
   end
   local placed, refused = GANG.check(p, members)
   if placed == nil then return nil, refused end
+  -- A member's own nomination goes as its claim lands, as a single claim's does (read now:
+  -- writes come after every read); the first member's plan prunes lapsed ones.
+  local plans = {}
+  if NOM.any(p) then
+    local now = now_ms(nil)
+    for j = 1, #placed do plans[j] = NOM.plan(p, placed[j].uid, now, j > 1) end
+  end
   local leasing = lease_ms > 0 and replica ~= ''
   local claims = nil
   if replica ~= '' then claims = p .. 'replicapods:' .. replica end
@@ -120,6 +139,7 @@ function GANG.claim(p, replica, a)
     -- put_pod first: its INCR of `gen` is the first write (the wrapper left `gen` unchecked).
     local gen, text = put_pod(p, args, 'assumed', replica)
     redis.call('SADD', p .. 'assumed', args.uid)
+    if plans[j] then NOM.settle(p, plans[j]) end
     emit(p, 'PodAssumed', replica,
          'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
     out[j] = gen

@@ -23,8 +23,12 @@ from schedcache.store.store import HasStore
 # A wait's key outlives its group's timeout by this much (seconds), or lives this long when
 # the group has none: a group nobody pops again is forgotten.
 WAIT_KEPT = 600.0
-# The wait hash's field holding when the wait began (ms); every other field is a member's uid.
+# The wait hash's field holding when the wait began (ms); every other field is a member's uid
+# (a member seen pending), or PLACED and a uid: a member a gang claim of the group placed, which
+# counts toward ``minMember`` while the cache holds it (a placed group's later members are
+# placed as extras, as Coscheduling counts the group's assigned pods).
 SINCE = "since"
+PLACED = "placed:"
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,18 @@ class GangWaits:
             key = keys.gang_wait(name)
             if not self.store.client.exists(key):
                 continue  # expired, or restarted and not joined again
-            since, members = self._read(key, 0)
+            since, members, _ = self._read(key, 0)
+            if not members:
+                continue  # placed, or every member gone: nothing waits
             found.append(GangWait(name, since, tuple(members.values())))
         return found
 
     def join(
         self, group: str, timeout: float | None, pod: Pod, now_ms: int
-    ) -> tuple[int, dict[str, Pod]]:
+    ) -> tuple[int, dict[str, Pod], list[str]]:
         """Record ``pod`` in ``group``'s wait (kept ``timeout`` seconds and WAIT_KEPT more);
-        when the wait began (ms) and every member recorded, by uid."""
+        when the wait began (ms), every member recorded pending, by uid, and the uids of the
+        members the group's gang claims placed."""
         key = self.store.keys.gang_wait(group)
         client = self.store.client
         client.hsetnx(key, SINCE, now_ms)
@@ -73,27 +80,42 @@ class GangWaits:
         client.pexpire(self.store.keys.gang_waits, kept, gt=True)
         return self._read(key, now_ms)
 
-    def _read(self, key: Any, now_ms: int) -> tuple[int, dict[str, Pod]]:
+    def _read(self, key: Any, now_ms: int) -> tuple[int, dict[str, Pod], list[str]]:
         stored = self.store.client.hgetall(key)
-        members = {}
+        members, placed = {}, []
         since = now_ms
         for field, value in stored.items():
             text = as_text(field)
             if text == SINCE:
                 since = int(value)
                 continue
+            if text.startswith(PLACED):
+                placed.append(text[len(PLACED) :])
+                continue
             what = functools.partial(str.format, "{} member {}", key, text)
             members[text] = decode_object(as_bytes(value), what, Pod.from_dict)
-        return since, members
+        return since, members, placed
 
     def leave(self, group: str, uids: list[str]) -> None:
         if uids:
             self.store.client.hdel(self.store.keys.gang_wait(group), *uids)
 
-    def restart(self, group: str) -> None:
-        """The wait timed out: it begins again with the next member popped."""
-        self.store.client.delete(self.store.keys.gang_wait(group))
-        self.store.client.srem(self.store.keys.gang_waits, group)
+    def unplace(self, group: str, uids: list[str]) -> None:
+        """Members placed before that the cache no longer holds (deleted, or their claim
+        forgotten and back in the queue): they count no more."""
+        self.leave(group, [PLACED + uid for uid in uids])
+
+    def placed(self, group: str, uids: list[str]) -> None:
+        """A gang claim placed ``uids``: they leave the pending and count as placed; the wait
+        is over (the next one begins when a member is popped again)."""
+        key = self.store.keys.gang_wait(group)
+        self.store.client.hset(key, mapping={PLACED + uid: "1" for uid in uids})
+        self.store.client.hdel(key, SINCE, *uids)
+
+    def restart(self, group: str, uids: list[str]) -> None:
+        """The wait of the pending ``uids`` timed out: it begins again with the next member
+        popped (the placed members still count)."""
+        self.leave(group, [SINCE, *uids])
 
 
 def waits_of(cache: HasStore, ref: str) -> list[GangWait]:

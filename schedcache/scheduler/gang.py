@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from schedcache.cache import Cache
-from schedcache.errors import FitConflict, PodAlreadyExists
+from schedcache.errors import FitConflict, PodAlreadyExists, ValidationError
 from schedcache.model.values import Pod
 from schedcache.ops.gangwaits import GangWaits
 from schedcache.sim.gang import decide
@@ -92,7 +92,8 @@ class GangScheduler:
         if cache.pod_state(pod) is not None:  # another replica's gang claim took it
             return True
         group = self.groups.get(name)
-        if group is None:
+        if group is None:  # recorded, so explain and whatif show why it waits
+            self.waits.join(name, None, pod, int(self.clock() * 1000))
             self._wait(pod, f'pod group "{name}" not found')
             return True
         refused = group.too_large()
@@ -101,9 +102,17 @@ class GangScheduler:
             self.replica._give_back(pod, unschedulable=True)
             return True
         now_ms = int(self.clock() * 1000)
-        since, members = self.waits.join(group.name, group.timeout, pod, now_ms)
-        pending, placed, gone = [], 0, []
+        since, members, marked = self.waits.join(group.name, group.timeout, pod, now_ms)
+        pending: list[Pod] = []
+        gone: list[str] = []
+        # Members the group's gang claims placed count while the cache holds them.
+        unplaced = [uid for uid in marked if cache.pod_state(uid) is None]
+        self.waits.unplace(name, unplaced)
+        held = set(marked) - set(unplaced)
+        placed = len(held)
         for uid, member in sorted(members.items()):
+            if uid in held:
+                continue  # counted above
             if cache.pod_state(uid) is not None:
                 placed += 1  # claimed or bound: it counts, as Coscheduling counts it
             elif cache.client.exists(cache.keys.queued(uid)):
@@ -114,7 +123,7 @@ class GangScheduler:
         if placed + len(pending) < group.min_member:
             if group.timeout is not None and now_ms - since > group.timeout * 1000:
                 metrics.GANG_TIMEOUTS.inc()
-                self.waits.restart(name)
+                self.waits.restart(name, list(members))
                 self.replica._report(
                     pod, f'pod group "{name}" timed out waiting for {group.min_member} members'
                 )
@@ -146,6 +155,10 @@ class GangScheduler:
                 return
             try:
                 replica.cache.assume_gang(decided, name, snapshot=replica.snapshot)
+            except ValidationError as error:  # more than one gang claim carries: never in parts
+                replica._report(pod, f'pod group "{name}": {error}')
+                replica._give_back(pod, unschedulable=True)
+                return
             except FitConflict as conflict:
                 self.refused += 1
                 log.info("pod group %s: gang claim refused: %s", name, conflict)
@@ -156,7 +169,7 @@ class GangScheduler:
                     replica._give_back(pod, unschedulable=False)
                 return
             self.placed += 1
-            self.waits.leave(name, [m.uid for m in decided])
+            self.waits.placed(name, [m.uid for m in decided])
             for member in decided:
                 replica._submit(member)
             return

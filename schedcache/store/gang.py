@@ -27,6 +27,9 @@ from schedcache.store.commands import (
 MAX_GANG_MEMBERS = 256
 #: Bytes of one gang claim's arguments at most (BOUNDS.MAX_GANG_BYTES).
 MAX_GANG_BYTES = 4 * 1048576
+#: Contribution fields (resources, host ports, ...) of all members together at most
+#: (BOUNDS.MAX_GANG_FIELDS): each is read and written on its node inside the one call.
+MAX_GANG_FIELDS = 4096
 
 # One member's claim: the pod on its node, the nodes its rules read, their domains.
 Member = tuple[Pod, str, str]
@@ -53,6 +56,7 @@ def gang_claim(
     args: list[Arg] = [milliseconds(lease_ttl, subject=subject, field="lease_ttl")]
     args += ["" if since is None else since, incarnation, seen, len(members)]
     uids: set[str] = set()
+    fields = 0
     for pod, reads, domains in members:
         if not isinstance(pod, Pod):
             raise ValidationError(subject, "members", f"expected Pods, got {type(pod).__name__}")
@@ -60,6 +64,13 @@ def gang_claim(
             raise ValidationError(subject, "members", f"{pod_subject(pod)} is listed twice")
         uids.add(pod.uid)
         member = _placed_pod_args(pod, "assume")
+        fields += len(str(member[3]).split()) // 2
+        if fields > MAX_GANG_FIELDS:
+            raise ValidationError(
+                subject,
+                "members",
+                f"more than {MAX_GANG_FIELDS} requests and host ports together per gang claim",
+            )
         if since is not None:
             _rule_args(pod, since, reads, domains, incarnation, seen)
         elif pod.has_inter_pod_rules:

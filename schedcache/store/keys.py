@@ -117,7 +117,8 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "gangwait:<group>",
         "hash",
-        "a pod group's members seen pending: uid -> msgpack Pod, since -> wait start (ms)",
+        "a pod group's members seen pending: uid -> msgpack Pod, since -> wait start (ms);"
+        " placed:<uid> -> 1 for members its gang claims placed",
     ),
     KeySpec("gangwaits", "set", "the groups with a gangwait:<group> (expires with the newest)"),
 )
