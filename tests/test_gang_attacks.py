@@ -236,7 +236,7 @@ def test_a_gang_over_the_field_cap_is_refused_before_sending(cache: Cache) -> No
     per = 60
     pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // per + 1)]
     before = keyspace(cache.client, cache.keys.pattern)
-    with pytest.raises(ValidationError, match=f"more than {MAX_GANG_FIELDS} requests"):
+    with pytest.raises(ValidationError, match=f"more than {MAX_GANG_FIELDS} contribution fields"):
         cache.assume_gang(pods, GROUP)
     assert keyspace(cache.client, cache.keys.pattern) == before
 
@@ -255,11 +255,13 @@ def test_redis_refuses_a_gang_over_the_field_cap_writing_nothing(cache: Cache) -
 
 
 def test_a_gang_at_the_field_cap_with_host_ports_is_placed(cache: Cache) -> None:
+    from schedcache.model.aggregates import contribution_string
     from schedcache.store.gang import MAX_GANG_FIELDS
 
     cache.add_node(make_node("n1", cpu="64", mem="64Gi", pods="1000"))
-    per = 14  # with cpu and memory: 16 fields a member, 256 members
-    pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // (per + 2))]
+    per = 14  # with cpu, memory and the labels' field (l:-): 17 fields a member
+    fields = len(contribution_string(ported("g", per, 1000)).split()) // 2
+    pods = [ported(f"g{m}", per, 1000 + m * per) for m in range(MAX_GANG_FIELDS // fields)]
     assert cache.assume_gang(pods, GROUP) == ["n1"] * len(pods)
     # the members' ports are counted together: one more asking a taken port is refused
     with pytest.raises(FitConflict, match="port"):
@@ -287,7 +289,7 @@ def test_a_group_whose_members_carry_too_many_fields_is_reported_not_spun(
         eventually(lambda: any(condition(apiserver, f"g-{m}") for m in range(2)), 10)
         found = next(c for c in (condition(apiserver, f"g-{m}") for m in range(2)) if c)
         assert found["reason"] == "Unschedulable"
-        assert "more than 4096 requests and host ports" in found["message"]
+        assert "more than 4096 contribution fields" in found["message"]
         assert in_cache(cache, ["g-0", "g-1"]) == 0
 
 

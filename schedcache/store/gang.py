@@ -69,7 +69,8 @@ def gang_claim(
             raise ValidationError(
                 subject,
                 "members",
-                f"more than {MAX_GANG_FIELDS} requests and host ports together per gang claim",
+                f"more than {MAX_GANG_FIELDS} contribution fields (requests, host ports, labels) "
+                f"together per gang claim",
             )
         if since is not None:
             _rule_args(pod, since, reads, domains, incarnation, seen)
