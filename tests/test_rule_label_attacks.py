@@ -1,0 +1,52 @@
+"""Claims whose rules name the labels a term's selector pins (lua/_claims.lua,
+ARRIVALS.arrived) must still be refused when a pod that the selector DOES select was placed
+since the snapshot, whatever its label values hold. Review of issue 38's label checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedcache import Cache
+from schedcache.errors import FitConflict
+from schedcache.model.arrivals import wake_tokens
+from tests.factories import caught_up as decided
+from tests.factories import make_node, make_pod
+
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _anti(selector: dict[str, Any]) -> dict[str, Any]:
+    term = {"labelSelector": selector, "topologyKey": ZONE}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["web,o=z", "a=b", "web,"],
+    ids=["comma", "equals", "trailing-comma"],
+)
+def test_a_selected_pod_with_an_odd_label_value_placed_since_refuses_anti_affinity(
+    cache: Cache, value: str
+) -> None:
+    """A value with "," was split by Lua into tokens the arriving pod's label is not: the
+    claim was accepted next to the pod its anti-affinity selects; one with "=" was a BADARG
+    (the pod could never be claimed)."""
+    for name in ("n1", "n2"):
+        cache.add_node(make_node(name, "8", "8Gi", labels={HOST: name, ZONE: "z1"}))
+    snap = decided(cache)
+    cache.add_pod(make_pod("intruder", "n2", labels={"app": value}))
+    pod = make_pod("w", "n1", affinity=_anti({"matchLabels": {"app": value}}))
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(pod, check_fit=True, snapshot=snap)
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert cache.verify() == []
+
+
+def test_a_parked_pod_waits_for_any_arrival_when_its_selector_value_cannot_be_a_token() -> None:
+    """Lua splits wake tokens at whitespace: such a value waits for any arrival instead."""
+    term = {"labelSelector": {"matchLabels": {"app": "a=b"}}, "topologyKey": ZONE}
+    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    assert wake_tokens(make_pod("p", "", affinity=affinity)) == ("*",)
