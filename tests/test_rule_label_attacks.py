@@ -50,3 +50,19 @@ def test_a_parked_pod_waits_for_any_arrival_when_its_selector_value_cannot_be_a_
     term = {"labelSelector": {"matchLabels": {"app": "a=b"}}, "topologyKey": ZONE}
     affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
     assert wake_tokens(make_pod("p", "", affinity=affinity)) == ("*",)
+
+
+def test_a_pod_whose_label_value_holds_whitespace_is_placed_and_refuses_anti_affinity(
+    cache: Cache,
+) -> None:
+    """Its labels travel as "any label" (Lua splits words at whitespace): before, the pod could
+    not be added at all (ValidationError on its contribution's ``l:`` field)."""
+    for name in ("n1", "n2"):
+        cache.add_node(make_node(name, "8", "8Gi", labels={HOST: name, ZONE: "z1"}))
+    snap = decided(cache)
+    cache.add_pod(make_pod("intruder", "n2", labels={"app": "web", "note": "a b"}))
+    pod = make_pod("w", "n1", affinity=_anti({"matchLabels": {"app": "web"}}))
+    with pytest.raises(FitConflict) as info:
+        cache.assume_pod(pod, check_fit=True, snapshot=snap)
+    assert info.value.reasons == ("pod-anti-affinity",)
+    assert cache.verify() == []

@@ -40,7 +40,9 @@ _COMPARABLE = re.compile(r"[^=\s,]+=[^=\s,]*")
 
 def label_pairs(pod: Pod) -> list[tuple[str, int]]:
     """The ``l:`` fields of ``pod``'s contribution: its labels as Lua compares them."""
-    if len(pod.labels) > ARRIVAL_LABELS:
+    if len(pod.labels) > ARRIVAL_LABELS or any(
+        len(f"{key}={value}".split()) != 1 for key, value in pod.labels.items()
+    ):  # too many, or one Lua cannot read as one word: "matches any token"
         return [(f"l:{ANY}", 1)]
     if not pod.labels:
         return [(f"l:{NONE}", 1)]
