@@ -13,6 +13,7 @@ from schedcache.errors import FitConflict
 from schedcache.model.arrivals import wake_tokens
 from tests.factories import caught_up as decided
 from tests.factories import make_node, make_pod
+from tests.factories import zone_spread_pod as spread
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -25,15 +26,15 @@ def _anti(selector: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "value",
-    ["web,o=z", "a=b", "web,"],
-    ids=["comma", "equals", "trailing-comma"],
+    ["web,o=z", "a=b", "web,", "x@y"],
+    ids=["comma", "equals", "trailing-comma", "at"],
 )
 def test_a_selected_pod_with_an_odd_label_value_placed_since_refuses_anti_affinity(
     cache: Cache, value: str
 ) -> None:
     """A value with "," was split by Lua into tokens the arriving pod's label is not: the
     claim was accepted next to the pod its anti-affinity selects; one with "=" was a BADARG
-    (the pod could never be claimed)."""
+    (the pod could never be claimed). "@" held already (Lua's rule match is greedy)."""
     for name in ("n1", "n2"):
         cache.add_node(make_node(name, "8", "8Gi", labels={HOST: name, ZONE: "z1"}))
     snap = decided(cache)
@@ -65,4 +66,27 @@ def test_a_pod_whose_label_value_holds_whitespace_is_placed_and_refuses_anti_aff
     with pytest.raises(FitConflict) as info:
         cache.assume_pod(pod, check_fit=True, snapshot=snap)
     assert info.value.reasons == ("pod-anti-affinity",)
+    assert cache.verify() == []
+
+
+@pytest.mark.parametrize("zone", ["a b", "x@y", "x@topology-spread-min"], ids=["space", "at", "rule"])
+def test_a_zone_spread_claim_sees_pods_placed_since_in_a_zone_whose_value_is_no_word(
+    cache: Cache, zone: str
+) -> None:
+    """A domain travels as one word "~<key>=<value>"; Lua read a zone "a b" as "a" and missed
+    the pods placed since in it (accepted: 3 against 1 with maxSkew 1), and a zone with "@"
+    made the claim a BADARG. Such a domain's nodes are named instead."""
+    for name, value in (("n1", zone), ("n2", zone), ("n3", "zb")):
+        cache.add_node(make_node(name, "8", "8Gi", labels={HOST: name, ZONE: value}))
+    cache.add_pod(spread("s-0", "n3"))
+    snap = decided(cache)  # the zone 0, zb 1: s-2 and s-3 each fit there on the snapshot
+    cache.add_pod(spread("s-1", "n2"))
+    placed = 0
+    for name in ("s-2", "s-3"):
+        try:
+            cache.assume_pod(spread(name, "n1"), check_fit=True, snapshot=snap)
+            placed += 1
+        except FitConflict as error:
+            assert error.reasons == ("topology-spread",)
+    assert placed == 0  # a pod placed since in the target's zone refuses (coarse, as "za")
     assert cache.verify() == []
