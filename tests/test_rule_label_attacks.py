@@ -69,7 +69,9 @@ def test_a_pod_whose_label_value_holds_whitespace_is_placed_and_refuses_anti_aff
     assert cache.verify() == []
 
 
-@pytest.mark.parametrize("zone", ["a b", "x@y", "x@topology-spread-min"], ids=["space", "at", "rule"])
+@pytest.mark.parametrize(
+    "zone", ["a b", "x@y", "x@topology-spread-min"], ids=["space", "at", "rule"]
+)
 def test_a_zone_spread_claim_sees_pods_placed_since_in_a_zone_whose_value_is_no_word(
     cache: Cache, zone: str
 ) -> None:
