@@ -11,6 +11,7 @@ import pytest
 from schedcache import Cache
 from schedcache.errors import FitConflict
 from schedcache.model.arrivals import wake_tokens
+from schedcache.store import commands
 from tests.factories import caught_up as decided
 from tests.factories import make_node, make_pod
 from tests.factories import zone_spread_pod as spread
@@ -92,3 +93,31 @@ def test_a_zone_spread_claim_sees_pods_placed_since_in_a_zone_whose_value_is_no_
             assert error.reasons == ("topology-spread",)
     assert placed == 0  # a pod placed since in the target's zone refuses (coarse, as "za")
     assert cache.verify() == []
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        "@pod-affinity n2 @pod-anti-affinity:app=db n2 @pod-anti-affinity:app=web n2",
+        " ".join(["@pod-anti-affinity:app=db n2"] * 50 + ["@pod-anti-affinity n1 n2"]),
+        f"@pod-anti-affinity:app=db n2 @topology-spread:app=web ~{ZONE}=z1",
+        f"@topology-spread-min ~{ZONE}=z1 @topology-spread:app=web ~{ZONE}=z1",
+    ],
+    ids=["last-rule", "many-then-one", "word-after-name", "word-under-second-rule"],
+)
+def test_a_node_named_under_several_rules_refuses_by_the_one_its_change_breaks(
+    cache: Cache, reads: str
+) -> None:
+    """Each rule's words are searched once (lua/_claims.lua read_broken): the node named
+    under rules a pod placed since cannot break, then under one it can, still refuses."""
+    for name in ("n1", "n2"):
+        cache.add_node(make_node(name, "8", "8Gi", labels={HOST: name, ZONE: "z1"}))
+    snap = decided(cache)
+    cache.add_pod(make_pod("web-1", "n2", labels={"app": "web"}))
+    before = cache.verify()
+    command = commands.assume_pod(
+        make_pod("w", "n1"), check_fit=True, since=snap.generation, reads=reads
+    )
+    with pytest.raises(FitConflict):
+        cache.run(command)
+    assert cache.verify() == before == []
