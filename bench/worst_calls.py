@@ -198,6 +198,31 @@ def big_batch() -> tuple[Call, Call]:
     )
 
 
+def repeated_reads() -> tuple[Call, Call]:
+    """A claim whose reads name a changed node 3,000 times (~90 KB, what a raw FCALL may
+    send: no cap on the reads' bytes), each time under a rule the change there cannot break
+    (a pod placed since carries none of its labels)."""
+    labelled = Pod.from_k8s(
+        {
+            "metadata": {"name": "db", "namespace": "default", "uid": "db"},
+            "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "pause"}]},
+        }
+    )
+    reads = " ".join(["@pod-anti-affinity:app=web n2"] * 3_000)
+
+    def setup(client: redis.Redis) -> None:
+        for name in ("n1", "n2"):
+            fcall(client, commands.add_node(node(name)))
+
+    def call(client: redis.Redis) -> Any:
+        since = int(client.get(PREFIX + "gen") or 0)
+        fcall(client, commands.add_pod(labelled))  # untimed: the claim is the slowest call
+        claim = commands.assume_pod(pod("w", "n1"), check_fit=True, since=since, reads=reads)
+        return fcall(client, claim)
+
+    return setup, call
+
+
 def big_expiry() -> tuple[Call, Call]:
     """20 claims of ~0.8 MiB due: one expiry call (each expired pod's event carries it)."""
 
@@ -276,6 +301,7 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "node update: 1,000 images replaced (the cap)": node_images,
     "sc_batch: 5 pods of 0.8 MiB (4 MiB, the cap)": big_batch,
     "expiry: 20 due claims of 0.8 MiB in one call": big_expiry,
+    "claim: reads naming a changed node 3,000 times": repeated_reads,
 }
 
 

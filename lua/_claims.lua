@@ -166,47 +166,47 @@ local function may_repel(nk, node, domains)
 end
 
 -- The first rule that read `node` (a node changed since `since`) and that the change there
--- can break, or nil. Each place the node is named in `padded` (" <reads> ") belongs to the
--- last "@<rule>" before it. A first-pod affinity (no matching pod anywhere) breaks on a pod
--- placed too.
+-- can break, or nil. `padded` is " <reads> ": each "@<rule>" owns the words after it up to the
+-- next one, node names and domain words "~<key>=<value>" (a spread rule's domains under a
+-- key other than the hostname, in place of their every node): the node reads as named by a
+-- word when its kept label <key> is <value>, or its labels are not kept. They are the labels
+-- the snapshot saw: a spec change since refused the spread claim already (spec_refusal). A
+-- first-pod affinity (no matching pod anywhere) breaks on a pod placed too.
+-- One pass over the rules (each rule's words searched once: a claim naming a node 2,000 times
+-- took Redis 1.8 s when each place looked back over the reads for its rule), one HMGET per
+-- label key of the words.
 local function read_broken(p, node, padded, since, first_pod)
   local word = ' ' .. node .. ' '
-  local at = string.find(padded, word, 1, true)
-  local added, removed = nil, nil
-  while at ~= nil do
-    local rule, labels = nil, ''
-    for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
-    rule, labels = string.match(rule, '^([^:]+):?(.*)$')
-    if added == nil then added, removed = pod_changes_since(p, node, since) end
-    local needs = RULES[rule]
-    if rule == 'pod-affinity' and first_pod then needs = 'any' end
-    if needs == 'any' and (added or removed) or needs == 'removed' and removed
-        or needs == 'added' and added
-          and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
-      return rule
-    end
-    at = string.find(padded, word, at + 1, true)
+  if not string.find(padded, word, 1, true) and not string.find(padded, ' ~', 1, true) then
+    return nil
   end
-  -- Domain words "~<key>=<value>" (a spread rule's domains under a key other than the
-  -- hostname, in place of their every node): the node reads as named there when its kept
-  -- label <key> is <value>, or its labels are not kept. They are the labels the snapshot saw:
-  -- a spec change since refused the spread claim already (spec_refusal). One HMGET per word.
-  at = string.find(padded, ' ~', 1, true)
-  while at ~= nil do
-    local key, value = string.match(padded, '^~([^=%s]+)=(%S*)', at + 1)
-    local have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
-    if not have[1] or have[2] == value then
-      local rule, labels = nil, ''
-      for name in string.gmatch(string.sub(padded, 1, at), '@(%S+)') do rule = name end
-      rule, labels = string.match(rule, '^([^:]+):?(.*)$')
+  local added, removed, kept = nil, nil, {}
+  for ruled, body in string.gmatch(padded, '@(%S+)([^@]*)') do
+    local named = string.find(body, word, 1, true) ~= nil
+    if not named and string.find(body, ' ~', 1, true) then
+      for key, value in string.gmatch(body, ' ~([^=%s]+)=(%S*)') do
+        local have = kept[key]
+        if have == nil then
+          have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
+          kept[key] = have
+        end
+        if not have[1] or have[2] == value then
+          named = true
+          break
+        end
+      end
+    end
+    if named then
+      local rule, labels = string.match(ruled, '^([^:]+):?(.*)$')
       if added == nil then added, removed = pod_changes_since(p, node, since) end
       local needs = RULES[rule]
-      if needs == 'removed' and removed or needs == 'added' and added
-          and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
+      if rule == 'pod-affinity' and first_pod then needs = 'any' end
+      if needs == 'any' and (added or removed) or needs == 'removed' and removed
+          or needs == 'added' and added
+            and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
         return rule
       end
     end
-    at = string.find(padded, ' ~', at + 1, true)
   end
   return nil
 end

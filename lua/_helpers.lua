@@ -399,9 +399,10 @@ end
 
 -- Events that could help a pod parked as unschedulable (upstream's queueing hints for the
 -- plugins that park a pod on resources, taints, node affinity and ports: a node added or
--- changed, an assigned pod deleted or changed, and this cache's own releases of room).
-local HELPFUL = { NodeAdded = true, NodeUpdated = true, PodRemoved = true, PodUpdated = true,
-                  PodForgotten = true, PodExpired = true }
+-- changed, an assigned pod deleted or changed, and this cache's own releases of room; and, for
+-- PodTopologySpread, a node deleted: its domain may have held the minimum).
+local HELPFUL = { NodeAdded = true, NodeUpdated = true, NodeRemoved = true, PodRemoved = true,
+                  PodUpdated = true, PodForgotten = true, PodExpired = true }
 
 -- Appends an event: its type, the schema version, the replica, then the field/value pairs
 -- given (passed straight through: no table is built per event). A helpful one's id goes to

@@ -13,13 +13,14 @@ import pytest
 import redis
 
 from schedcache import Cache
-from schedcache.errors import CorruptRecord, ValidationError
+from schedcache.errors import CorruptRecord, FitConflict, ValidationError
+from schedcache.model.arrivals import wake_tokens
 from schedcache.model.values import Pod
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.library import function_name
 from schedcache.store.queued import queue_lengths
-from tests.factories import keyspace, make_node, make_pod
+from tests.factories import caught_up, keyspace, make_node, make_pod, zone_spread_pod
 
 T0 = 1_700_000_000.0  # a "now" in seconds, far from Redis' clock on purpose
 _versions = iter(range(100, 10**9))
@@ -419,3 +420,27 @@ def test_malformed_wake_tokens_are_refused_and_nothing_changes(cache: Cache) -> 
         with pytest.raises(redis.ResponseError, match="BADARG wake"):
             cache.client.fcall(function_name("queue_retry"), 1, cache.keys.prefix, *args, wake)
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_parked_spread_pod_is_woken_by_a_node_removed(cache: Cache) -> None:
+    """Upstream's PodTopologySpread requeues on a node deleted: a zone whose only node is full
+    holds the minimum at 0, so a zone-spread pod fits nowhere (1 + 1 - 0 > maxSkew) until that
+    node goes. NodeRemoved woke no parked pod: it stayed parked for `parked` seconds (300)."""
+    zone = "topology.kubernetes.io/zone"
+    for name, z, cpu in [("n1", "z1", "8"), ("n2", "z2", "8"), ("n3", "z3", "10m")]:
+        cache.add_node(make_node(name, cpu, "8Gi", labels={zone: z}))
+    cache.add_pod(zone_spread_pod("s-0", "n1"))
+    cache.add_pod(zone_spread_pod("s-1", "n2"))
+    pod = zone_spread_pod("s-2", "")
+    push(cache, pod)
+    a = queue(cache, backoff=(1.0, 1.0))
+    wake = wake_tokens(pod)
+    for now in (T0, T0 + 1):
+        (popped,) = a.pop(now=now)
+        a.retry(popped.pod, unschedulable=True, attempt=_last_id(cache), now=now, wake=wake)
+    assert a.lengths()["parked"] == 1
+    with pytest.raises(FitConflict):  # unschedulable indeed
+        cache.assume_pod(pod.with_node("n1"), check_fit=True, snapshot=caught_up(cache))
+    cache.remove_node(make_node("n3", "10m", "8Gi", labels={zone: "z3"}))
+    assert names(a.pop(now=T0 + 5)) == ["s-2"]
+    cache.assume_pod(pod.with_node("n1"), check_fit=True, snapshot=caught_up(cache))

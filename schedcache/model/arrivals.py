@@ -17,6 +17,8 @@ so both sides are flattened into tokens it compares as strings (docs/queue.md):
 
 from __future__ import annotations
 
+import re
+
 from schedcache.model.podterms import LabelSelector
 from schedcache.model.values import Pod
 
@@ -29,10 +31,18 @@ ANY = "*"
 
 NONE = "-"  # a pod without labels (a record with no ``l:`` field is an older client's)
 
+# A token Lua compares exactly: one "=", no whitespace (words are space-separated) and no ","
+# (a claim's rule joins its tokens with ","). Label values the API server accepts never hold
+# those, but the cache does not refuse them: a selector pinning such a value pins nothing Lua
+# can compare (a value "web,o=z" split at the "," let a matching pod through).
+_COMPARABLE = re.compile(r"[^=\s,]+=[^=\s,]*")
+
 
 def label_pairs(pod: Pod) -> list[tuple[str, int]]:
     """The ``l:`` fields of ``pod``'s contribution: its labels as Lua compares them."""
-    if len(pod.labels) > ARRIVAL_LABELS:
+    if len(pod.labels) > ARRIVAL_LABELS or any(
+        len(f"{key}={value}".split()) != 1 for key, value in pod.labels.items()
+    ):  # too many, or one Lua cannot read as one word: "matches any token"
         return [(f"l:{ANY}", 1)]
     if not pod.labels:
         return [(f"l:{NONE}", 1)]
@@ -46,10 +56,17 @@ def selector_labels(selector: LabelSelector | None) -> list[str]:
         return []  # selects no pod: no arrival can help
     if selector.match_labels:
         key, value = min(selector.match_labels)
-        return [f"{key}={value}"]
+        return _comparable([f"{key}={value}"])
     for key, operator, values in selector.expressions:
         if operator == "In":
-            return [f"{key}={value}" for value in values]
+            return _comparable([f"{key}={value}" for value in values])
+    return [ANY]
+
+
+def _comparable(tokens: list[str]) -> list[str]:
+    """``tokens``, or ``["*"]`` when Lua cannot compare one of them exactly."""
+    if all(_COMPARABLE.fullmatch(token) for token in tokens):
+        return tokens
     return [ANY]
 
 

@@ -13,6 +13,7 @@ docs/constraints.md for why this is sound and what it costs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any
@@ -182,10 +183,18 @@ def _memo(cycle: Cycle) -> dict[str, Any]:
 _MEMO = "claims"
 
 
-def _domain_word(key: str, value: str | None) -> str:
+def _domain_word(key: str, value: str | None) -> str | None:
     """A domain as one word of a spread rule's reads (a node lacking the key is judged
-    unresolvable on the snapshot already: never sent)."""
-    return f"~{key}={value or ''}"
+    unresolvable on the snapshot already: never sent); None when Lua cannot read it back as
+    one (whitespace splits words, "@" starts a rule, "=" ends the key): its nodes are named
+    then. A zone "a b" read as "a" let pods placed since in the target's zone pass unseen."""
+    if _WORD_KEY.fullmatch(key) and _WORD_VALUE.fullmatch(value or ""):
+        return f"~{key}={value or ''}"
+    return None
+
+
+_WORD_KEY = re.compile(r"[^\s=@]+")
+_WORD_VALUE = re.compile(r"[^\s@]*")
 
 
 def _minimum_reads(cycle: Cycle) -> list[str]:
@@ -195,12 +204,15 @@ def _minimum_reads(cycle: Cycle) -> list[str]:
     state = podtopologyspread.state(cycle)
     if any(c.topology_key == HOSTNAME for c in state.constraints):
         return state.holders
-    return [
+    words = [
         _domain_word(c.topology_key, value)
         for c, counts in zip(state.constraints, state.counts, strict=True)
         for value, count in counts.items()
         if count > 0
     ]
+    if None in words:
+        return state.holders
+    return [word for word in words if word is not None]
 
 
 def _line(key: str, domain: Callable[[str], list[str]]) -> str:
@@ -219,7 +231,8 @@ def _live(cycle: Cycle) -> list[tuple[str, Node]]:
 def _spread_rule(rule: str, key: str, value: str | None, domain: Callable[[str], list[str]]) -> str:
     """A spread constraint's reads: its hostname domain as the node, any other domain as one
     word."""
-    return _rule(rule, domain(key) if key == HOSTNAME else [_domain_word(key, value)])
+    word = None if key == HOSTNAME else _domain_word(key, value)
+    return _rule(rule, domain(key) if word is None else [word])
 
 
 def _selected(selector: LabelSelector | None) -> str:
