@@ -1,0 +1,143 @@
+"""Issue 41's preemption attacked as a stranger would (review): raw FCALLs that used to write
+what every later preemption choked on, and a preemptor deleted after evicting whose room stayed
+held. Every backend (fakeredis, Redis, Redis Cluster)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import redis
+
+from schedcache import Cache
+from schedcache.store import nominations
+from schedcache.store.budgets import read_budgets
+from schedcache.store.commands import sync_pod, sync_pod_pending
+from schedcache.store.library import function_name
+from tests.factories import keyspace, make_node, make_pod
+
+
+@pytest.fixture
+def full(cache: Cache) -> Cache:
+    """Node n1: 4 cpu, 2 of them taken by a bound pod."""
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    cache.add_pod(make_pod("bound", "n1", cpu="2", mem="1Gi"))
+    return cache
+
+
+def _fcall(cache: Cache, name: str, *args: object) -> object:
+    return cache.client.fcall(function_name(name), 1, f"{{{cache.name}}}:", "r", "", *args)
+
+
+@pytest.mark.parametrize(
+    ("args", "answer"),
+    [
+        # failed on 0ae1dd3: written, then every read_nominated (both preemptions) raised
+        # UnicodeDecodeError, and explain on the victims
+        ((b"u\xff", "n1", "1", "1000", "r:cpu 1"), "BADARG uid"),
+        (("u", "n1", "1", "1000", "r:cpu 1", "", b"ns/v\xc3"), "BADARG victims"),
+        (("u", "n1", "1", "1000", "r:cpu 1", "", b"ns/\xed\xa0\x80"), "BADARG victims"),
+        # held on 0ae1dd3
+        (("u", "n1", "inf", "1000", "r:cpu 1"), "BADARG priority"),
+        (("u", "n1", "1.5", "1000", "r:cpu 1"), "BADARG priority"),
+        (("u", "n1", str(-(2**31) - 1), "1000", "r:cpu 1"), "BADARG priority"),
+        (("u", "n1", "1", "-5", "r:cpu 1"), "BADARG ttl"),
+        (("u", "n1", "1", "1e9", "r:cpu 1"), "BADARG ttl"),
+        (("u", "n1", "1", str(10**13), "r:cpu 1"), "BADARG ttl"),
+        (("u", "n1", "1", "1000", "r:cpu 1", "-1"), "BADARG now"),
+        (("u", "n1", "1", "1000", "r:cpu 1", str(10**14)), "BADARG now"),
+        (("u", "n1", "1", "1000", "r:cpu 1", "", "x" * (nominations.VICTIM_BYTES + 1)),
+         "BADARG victims"),
+        (("u", "n1", "1", "1000", "r:cpu nan"), "BADARG contribution"),
+    ],
+)
+def test_raw_nominations_with_bad_arguments_answer_badarg_and_write_nothing(
+    full: Cache, args: tuple[object, ...], answer: str
+) -> None:
+    before = keyspace(full.client, f"{{{full.name}}}:*")
+    with pytest.raises(redis.ResponseError, match=answer):
+        _fcall(full, "nominate_pod", *args)
+    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+    assert nominations.read_nominated(full.store) == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "answer"),
+    [(("u", "-1"), "BADARG now"), (("u x",), "BADARG uid"), (("",), "BADARG uid")],
+)
+def test_raw_denominations_with_bad_arguments_write_nothing(
+    full: Cache, args: tuple[object, ...], answer: str
+) -> None:
+    nominations_pod = make_pod("pre", "", cpu="1", mem="1", priority=5)
+    full.run(nominations.nominate_pod(nominations_pod, "n1"))
+    before = keyspace(full.client, f"{{{full.name}}}:*")
+    with pytest.raises(redis.ResponseError, match=answer):
+        _fcall(full, "denominate_pod", *args)
+    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+
+
+@pytest.mark.parametrize(
+    ("args", "answer"),
+    [
+        # failed on 0ae1dd3: stored, and read_budgets (both preemptions) raised on them
+        (("5", "ns/b", "not json"), "BADARG body"),
+        (("5", "ns/b", b'{"spec":"\xff"}'), "BADARG body"),
+        (("5", b"ns/b\xff", "{}"), "BADARG key"),
+        # held on 0ae1dd3
+        (("-5", "ns/b", "{}"), "BADARG resourceVersion"),
+        (("1.5", "ns/b", "{}"), "BADARG resourceVersion"),
+        (("inf", "ns/b", "{}"), "BADARG resourceVersion"),
+        (("5", "nsb", "{}"), "BADARG key"),
+        (("5", "ns/b", "{" + " " * (1 << 20) + "}"), "BADARG body"),
+    ],
+)
+def test_raw_budgets_with_bad_arguments_answer_badarg_and_write_nothing(
+    full: Cache, args: tuple[object, ...], answer: str
+) -> None:
+    before = keyspace(full.client, f"{{{full.name}}}:*")
+    with pytest.raises(redis.ResponseError, match=answer):
+        _fcall(full, "sync_budget", *args)
+    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+    assert read_budgets(full.store) == []
+
+
+def test_a_budget_that_does_not_read_is_left_out_not_raised(
+    full: Cache, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failed on 0ae1dd3: a JSON budget whose expression has no key (sent by a raw FCALL)
+    raised KeyError out of read_budgets, so every preemption of every replica failed."""
+    bad = {"metadata": {"namespace": "ns", "name": "bad"},
+           "spec": {"selector": {"matchExpressions": [{}]}}}
+    good = {"metadata": {"namespace": "ns", "name": "good"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}}}, "status": {"disruptionsAllowed": 1}}
+    _fcall(full, "sync_budget", "5", "ns/bad", json.dumps(bad))
+    _fcall(full, "sync_budget", "5", "ns/good", json.dumps(good))
+    with caplog.at_level(logging.WARNING):
+        budgets = read_budgets(full.store)
+    assert [(b.namespace, b.name, b.allowed) for b in budgets] == [("ns", "good", 1)]
+    assert "ns/bad" in caplog.text
+
+
+def test_a_preemptor_deleted_after_evicting_releases_its_room(full: Cache) -> None:
+    """Failed on 0ae1dd3: the deleted preemptor's nomination held its room until the
+    deadline (60 s), so a pod of lower priority could not take the room its victims freed;
+    upstream's nominator forgets a deleted pod at once."""
+    pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
+    full.run(sync_pod_pending(pre, "default-scheduler", "10"))
+    full.run(nominations.nominate_pod(pre, "n1"))
+    assert nominations.read_nomination(full.store, pre.uid) is not None
+    full.run(sync_pod(pre, "11", present=False))
+    assert nominations.read_nomination(full.store, pre.uid) is None
+    assert nominations.read_nominated(full.store) == {}
+    full.assume_pod(make_pod("low", "n1", cpu="2", mem="1Gi", priority=0), check_fit=True)
+    assert full.pod_count() == 2
+
+
+def test_a_stale_deletion_of_a_preemptor_keeps_its_nomination(full: Cache) -> None:
+    """A deletion at or below the version applied is dropped, and drops nothing."""
+    pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
+    full.run(sync_pod_pending(pre, "default-scheduler", "10"))
+    full.run(nominations.nominate_pod(pre, "n1"))
+    full.run(sync_pod(pre, "9", present=False))
+    assert nominations.read_nomination(full.store, pre.uid) is not None
