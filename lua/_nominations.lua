@@ -28,6 +28,32 @@ function NOM.check_arg(check)
   return 'fit', priority
 end
 
+-- Whether `s` is UTF-8 (no overlong forms, no surrogates): names and victims stored here are
+-- read back as text by every replica's preemption and by explain. Bounded by #s.
+function NOM.utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, low, high = 1, 128, 191
+    if c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then low = 160 elseif c == 237 then high = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then low = 144 elseif c == 244 then high = 143 end
+    elseif c >= 128 then return false end
+    for k = i + 1, i + len - 1 do
+      local b = string.byte(s, k)
+      if b == nil or b < low or b > high then return false end
+      low, high = 128, 191
+    end
+    i = i + len
+  end
+  return true
+end
+
 -- Whether the cache holds any nomination: the one call the claim path makes without.
 function NOM.any(p)
   return redis.call('EXISTS', p .. 'nominated') == 1

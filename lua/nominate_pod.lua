@@ -7,7 +7,7 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     nominate: replica, command id, uid, node, priority (int32), ttl ms (> 0), the pod's
 --          contribution (aggregates.py), [now ms], [victims: "<ns>/<name>" space-separated, at
---          most NOM.VICTIM_BYTES, kept for explain]
+--          most NOM.VICTIM_BYTES, kept for explain]; uid and victims UTF-8 (read back as text)
 --          denominate: replica, command id, uid, [now ms]
 -- Keys     nominated, nomnode, nom:<node>, nomvictims, node:<node>
 -- Reply    nominate: the nomination's deadline (ms); denominate: 1 when the pod had one, else 0
@@ -17,7 +17,7 @@
 -- Event    none: a nomination is a reservation, not cache state (never replayed)
 function NOM.nominate(p, _, a)
   local uid, node = a[1], a[2]
-  if not name_arg(uid) then return nil, 'BADARG uid' end
+  if not name_arg(uid) or not NOM.utf8(uid) then return nil, 'BADARG uid' end
   if not name_arg(node) then return nil, 'BADARG node ' .. uid end
   local priority = int_arg(a[3] or '', -NOM.INT32, NOM.INT32 - 1)
   if priority == nil then return nil, 'BADARG priority ' .. uid end
@@ -29,7 +29,9 @@ function NOM.nominate(p, _, a)
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now ' .. uid end
   local victims = a[7] or ''
-  if #victims > NOM.VICTIM_BYTES then return nil, 'BADARG victims ' .. uid end
+  if #victims > NOM.VICTIM_BYTES or not NOM.utf8(victims) then
+    return nil, 'BADARG victims ' .. uid
+  end
   if redis.call('HGET', p .. 'node:' .. node, 'exists') ~= '1' then
     return nil, 'NODENOTFOUND ' .. node .. ' missing'
   end
