@@ -14,6 +14,7 @@
 -- Errors   BADARG <what>                        malformed arguments (nothing written)
 --          NODENOTFOUND <node> missing          no live node of that name
 --          FITCONFLICT <uid> <node> nominations-full  the node holds NOM.MAX_PER_NODE others
+--                                                of equal or higher priority
 -- Event    none: a nomination is a reservation, not cache state (never replayed)
 function NOM.nominate(p, _, a)
   local uid, node = a[1], a[2]
@@ -38,7 +39,12 @@ function NOM.nominate(p, _, a)
   local plan = NOM.plan(p, uid, now)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
   typed_read(p .. 'nomvictims', 'hash', 'HEXISTS', uid)
-  if #NOM.on_node(p, node, uid, now) >= NOM.MAX_PER_NODE then
+  -- Counted: the node's live nominations this one keeps (those of lower priority go below).
+  local kept = 0
+  for _, n in ipairs(NOM.on_node(p, node, uid, now)) do
+    if n.priority >= priority then kept = kept + 1 end
+  end
+  if kept >= NOM.MAX_PER_NODE then
     return nil, 'FITCONFLICT ' .. uid .. ' ' .. node .. ' nominations-full'
   end
   NOM.settle(p, plan)

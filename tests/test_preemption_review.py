@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 import redis
 
 from schedcache import Cache
+from schedcache.extender.service import Extender
 from schedcache.store import nominations
 from schedcache.store.budgets import read_budgets
 from schedcache.store.commands import sync_pod, sync_pod_pending
 from schedcache.store.library import function_name
-from tests.factories import keyspace, make_node, make_pod
+from tests.extender_server import RunningExtender
+from tests.factories import keyspace, make_node, make_pod, pod_manifest
 
 
 @pytest.fixture
@@ -141,3 +144,68 @@ def test_a_stale_deletion_of_a_preemptor_keeps_its_nomination(full: Cache) -> No
     full.run(nominations.nominate_pod(pre, "n1"))
     full.run(sync_pod(pre, "9", present=False))
     assert nominations.read_nomination(full.store, pre.uid) is not None
+
+
+# -- the extender's preempt verb, through the real HTTP server ---------------------------------
+
+def _pending(priority: object = 1000) -> dict[str, Any]:
+    manifest = pod_manifest("pre", "", "2", "100Mi", namespace="default", uid="uid-pre")
+    manifest["spec"]["priority"] = priority
+    return {**manifest, "kind": "Pod"}
+
+
+_MANY = {f"node-{i}": {"Pods": []} for i in range(10_000)}
+
+
+@pytest.mark.parametrize(
+    ("body", "raw"),
+    [
+        ({}, None),
+        ({"NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": [], "NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": {"spec": "x"}, "NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": _pending("high"), "NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": _pending(2.5), "NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": _pending(2**40), "NodeNameToMetaVictims": {"n1": {}}}, None),
+        ({"Pod": _pending(), "NodeNameToMetaVictims": "n1"}, None),
+        ({"Pod": _pending(), "NodeNameToVictims": {"n1": 1}, "NodeNameToMetaVictims": 3}, None),
+        (None, b"[1, 2]"),
+        (None, b"{\"Pod\": "),
+        (None, b"{\"Pod\": {}, \"NodeNameToMetaVictims\": {\"n1\": Infinity}}"),
+        (None, b"\xff\xfe"),
+    ],
+)
+def test_the_preempt_verb_answers_malformed_args_with_a_clear_4xx_and_writes_nothing(
+    full: Cache, body: Any, raw: bytes | None
+) -> None:
+    before = keyspace(full.client, f"{{{full.name}}}:*")
+    with RunningExtender(Extender(full), "/scheduler") as server:
+        status, answer = server.post("preempt", body, raw=raw)
+    assert 400 <= status < 500, (status, answer)
+    assert "Traceback" not in json.dumps(answer)
+    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+
+
+def test_the_preempt_verb_drops_ten_thousand_unknown_nodes_and_writes_nothing(
+    full: Cache,
+) -> None:
+    before = keyspace(full.client, f"{{{full.name}}}:*")
+    meta = {**_MANY, "n1": {"Pods": []}}
+    with RunningExtender(Extender(full), "/scheduler") as server:
+        status, answer = server.post("preempt", {"Pod": _pending(), "NodeNameToMetaVictims": meta})
+    assert status == 200
+    assert list(answer["NodeNameToMetaVictims"]) == ["n1"]
+    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+
+
+def test_a_node_full_of_lower_priority_nominations_takes_a_higher_priority_one(
+    full: Cache,
+) -> None:
+    """Failed on 0ae1dd3: sixteen priority-0 nominations (which the new nominee clears, as
+    upstream's prepareCandidate) refused a priority-1000 preemptor `nominations-full`."""
+    for i in range(nominations.MAX_PER_NODE):
+        low = make_pod(f"low{i}", "", cpu="1m", mem="1", priority=0)
+        full.run(nominations.nominate_pod(low, "n1"))
+    pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
+    full.run(nominations.nominate_pod(pre, "n1"))
+    assert [p.uid for p in nominations.read_nominated(full.store)["n1"]] == [pre.uid]
