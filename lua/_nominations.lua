@@ -59,7 +59,7 @@ function NOM.any(p)
   return redis.call('EXISTS', p .. 'nominated') == 1
 end
 
--- The live nominations on `node` other than `uid`'s, as { priority, deadline, parsed }.
+-- The live nominations on `node` other than `uid`'s, as { uid, priority, deadline, parsed }.
 -- Reads only; bounded by NOM.MAX_PER_NODE (nominate refuses more).
 function NOM.on_node(p, node, uid, now)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
@@ -69,7 +69,8 @@ function NOM.on_node(p, node, uid, now)
       local priority, deadline, text = string.match(entries[j + 1], '^(%-?%d+) (%d+) ?(.*)$')
       local parsed = priority and parse_contribution(text)
       if parsed and tonumber(deadline) > now then
-        live[#live + 1] = { priority = tonumber(priority), parsed = parsed }
+        live[#live + 1] = { uid = entries[j], priority = tonumber(priority),
+                            deadline = tonumber(deadline), parsed = parsed }
       end
     end
   end
@@ -80,8 +81,15 @@ end
 -- room of the nominees it may not take counted, else "nominated". Reads only.
 function NOM.conflicts(p, node, uid, parsed, priority)
   local held, count = {}, 0
+  -- A nominee of this node yields to those of equal priority nominated before it only (the
+  -- earlier deadline, then the smaller uid): two replicas that nominated one room for two
+  -- pods of equal priority would otherwise each wait for the other until both lapse.
+  local own = typed_read(p .. 'nom:' .. node, 'hash', 'HGET', uid)
+  local mine = own and tonumber(string.match(own, '^%-?%d+ (%d+)'))
   for _, n in ipairs(NOM.on_node(p, node, uid, now_ms(nil))) do
-    if n.priority >= priority then  -- upstream: nominated pods of equal or higher priority
+    local later = mine and n.priority == priority
+      and (n.deadline > mine or (n.deadline == mine and n.uid > uid))
+    if n.priority >= priority and not later then  -- upstream: nominees of equal or higher
       count = count + 1
       for k = 1, #n.parsed.fields do
         local field = n.parsed.fields[k]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import pytest
 import redis
 
 from schedcache import Cache
+from schedcache.errors import FitConflict
 from schedcache.extender.service import Extender
 from schedcache.store import nominations
 from schedcache.store.budgets import read_budgets
@@ -209,3 +211,23 @@ def test_a_node_full_of_lower_priority_nominations_takes_a_higher_priority_one(
     pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
     full.run(nominations.nominate_pod(pre, "n1"))
     assert [p.uid for p in nominations.read_nominated(full.store)["n1"]] == [pre.uid]
+
+
+def test_two_replicas_nominating_one_room_let_the_first_nominee_land(full: Cache) -> None:
+    """Two replicas preempting for pods of equal priority from snapshots taken before either
+    nomination both nominate n1, where the victims free room for one. Failed on 0ae1dd3: each
+    nominee's claim counted the other's nomination, so neither landed until both lapsed (and
+    neither preempts again while it holds one). Now the earlier nominee lands, the later one
+    is refused (no room), and nothing is bound twice into one room."""
+    now = time.time()
+    first = make_pod("pre1", "", cpu="2", mem="1Gi", priority=1000)
+    second = make_pod("pre2", "", cpu="2", mem="1Gi", priority=1000)
+    full.run(nominations.nominate_pod(first, "n1", now=now))
+    full.run(nominations.nominate_pod(second, "n1", now=now + 1))
+    with pytest.raises(FitConflict):
+        full.assume_pod(make_pod("pre2", "n1", cpu="2", mem="1Gi", priority=1000), check_fit=True)
+    full.assume_pod(make_pod("pre1", "n1", cpu="2", mem="1Gi", priority=1000), check_fit=True)
+    with pytest.raises(FitConflict):
+        full.assume_pod(make_pod("pre2", "n1", cpu="2", mem="1Gi", priority=1000), check_fit=True)
+    assert full.pod_count() == 2
+    assert nominations.read_nomination(full.store, first.uid) is None
