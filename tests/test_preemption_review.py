@@ -52,8 +52,10 @@ def _fcall(cache: Cache, name: str, *args: object) -> object:
         (("u", "n1", "1", str(10**13), "r:cpu 1"), "BADARG ttl"),
         (("u", "n1", "1", "1000", "r:cpu 1", "-1"), "BADARG now"),
         (("u", "n1", "1", "1000", "r:cpu 1", str(10**14)), "BADARG now"),
-        (("u", "n1", "1", "1000", "r:cpu 1", "", "x" * (nominations.VICTIM_BYTES + 1)),
-         "BADARG victims"),
+        (
+            ("u", "n1", "1", "1000", "r:cpu 1", "", "x" * (nominations.VICTIM_BYTES + 1)),
+            "BADARG victims",
+        ),
         (("u", "n1", "1", "1000", "r:cpu nan"), "BADARG contribution"),
     ],
 )
@@ -112,10 +114,15 @@ def test_a_budget_that_does_not_read_is_left_out_not_raised(
 ) -> None:
     """Failed on 0ae1dd3: a JSON budget whose expression has no key (sent by a raw FCALL)
     raised KeyError out of read_budgets, so every preemption of every replica failed."""
-    bad = {"metadata": {"namespace": "ns", "name": "bad"},
-           "spec": {"selector": {"matchExpressions": [{}]}}}
-    good = {"metadata": {"namespace": "ns", "name": "good"},
-            "spec": {"selector": {"matchLabels": {"a": "b"}}}, "status": {"disruptionsAllowed": 1}}
+    bad = {
+        "metadata": {"namespace": "ns", "name": "bad"},
+        "spec": {"selector": {"matchExpressions": [{}]}},
+    }
+    good = {
+        "metadata": {"namespace": "ns", "name": "good"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
     _fcall(full, "sync_budget", "5", "ns/bad", json.dumps(bad))
     _fcall(full, "sync_budget", "5", "ns/good", json.dumps(good))
     with caplog.at_level(logging.WARNING):
@@ -150,6 +157,7 @@ def test_a_stale_deletion_of_a_preemptor_keeps_its_nomination(full: Cache) -> No
 
 # -- the extender's preempt verb, through the real HTTP server ---------------------------------
 
+
 def _pending(priority: object = 1000) -> dict[str, Any]:
     manifest = pod_manifest("pre", "", "2", "100Mi", namespace="default", uid="uid-pre")
     manifest["spec"]["priority"] = priority
@@ -172,8 +180,8 @@ _MANY = {f"node-{i}": {"Pods": []} for i in range(10_000)}
         ({"Pod": _pending(), "NodeNameToMetaVictims": "n1"}, None),
         ({"Pod": _pending(), "NodeNameToVictims": {"n1": 1}, "NodeNameToMetaVictims": 3}, None),
         (None, b"[1, 2]"),
-        (None, b"{\"Pod\": "),
-        (None, b"{\"Pod\": {}, \"NodeNameToMetaVictims\": {\"n1\": Infinity}}"),
+        (None, b'{"Pod": '),
+        (None, b'{"Pod": {}, "NodeNameToMetaVictims": {"n1": Infinity}}'),
         (None, b"\xff\xfe"),
     ],
 )
