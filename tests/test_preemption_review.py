@@ -35,6 +35,14 @@ def _fcall(cache: Cache, name: str, *args: object) -> object:
     return cache.client.fcall(function_name(name), 1, f"{{{cache.name}}}:", "r", "", *args)
 
 
+def _refused_unchanged(cache: Cache, name: str, args: tuple[object, ...], answer: str) -> None:
+    """A raw FCALL of ``name`` is refused ``answer`` and every key of the cache is unchanged."""
+    before = keyspace(cache.client, f"{{{cache.name}}}:*")
+    with pytest.raises(redis.ResponseError, match=answer):
+        _fcall(cache, name, *args)
+    assert keyspace(cache.client, f"{{{cache.name}}}:*") == before
+
+
 @pytest.mark.parametrize(
     ("args", "answer"),
     [
@@ -62,10 +70,7 @@ def _fcall(cache: Cache, name: str, *args: object) -> object:
 def test_raw_nominations_with_bad_arguments_answer_badarg_and_write_nothing(
     full: Cache, args: tuple[object, ...], answer: str
 ) -> None:
-    before = keyspace(full.client, f"{{{full.name}}}:*")
-    with pytest.raises(redis.ResponseError, match=answer):
-        _fcall(full, "nominate_pod", *args)
-    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+    _refused_unchanged(full, "nominate_pod", args, answer)
     assert nominations.read_nominated(full.store) == {}
 
 
@@ -78,10 +83,7 @@ def test_raw_denominations_with_bad_arguments_write_nothing(
 ) -> None:
     nominations_pod = make_pod("pre", "", cpu="1", mem="1", priority=5)
     full.run(nominations.nominate_pod(nominations_pod, "n1"))
-    before = keyspace(full.client, f"{{{full.name}}}:*")
-    with pytest.raises(redis.ResponseError, match=answer):
-        _fcall(full, "denominate_pod", *args)
-    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+    _refused_unchanged(full, "denominate_pod", args, answer)
 
 
 @pytest.mark.parametrize(
@@ -102,10 +104,7 @@ def test_raw_denominations_with_bad_arguments_write_nothing(
 def test_raw_budgets_with_bad_arguments_answer_badarg_and_write_nothing(
     full: Cache, args: tuple[object, ...], answer: str
 ) -> None:
-    before = keyspace(full.client, f"{{{full.name}}}:*")
-    with pytest.raises(redis.ResponseError, match=answer):
-        _fcall(full, "sync_budget", *args)
-    assert keyspace(full.client, f"{{{full.name}}}:*") == before
+    _refused_unchanged(full, "sync_budget", args, answer)
     assert read_budgets(full.store) == []
 
 
