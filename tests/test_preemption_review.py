@@ -15,12 +15,16 @@ import redis
 from schedcache import Cache
 from schedcache.errors import FitConflict
 from schedcache.extender.service import Extender
+from schedcache.model.values import Pod
+from schedcache.scheduler.preemption import Preemption
 from schedcache.store import nominations
 from schedcache.store.budgets import read_budgets
 from schedcache.store.commands import sync_pod, sync_pod_pending
 from schedcache.store.library import function_name
+from schedcache.views.snapshot import Snapshot
 from tests.extender_server import RunningExtender
 from tests.factories import keyspace, make_node, make_pod, pod_manifest
+from tests.test_preemption import bound_pod
 
 
 @pytest.fixture
@@ -238,3 +242,37 @@ def test_two_replicas_nominating_one_room_let_the_first_nominee_land(full: Cache
         full.assume_pod(make_pod("pre2", "n1", cpu="2", mem="1Gi", priority=1000), check_fit=True)
     assert full.pod_count() == 2
     assert nominations.read_nomination(full.store, first.uid) is None
+
+
+class _Api:
+    """The API calls the PostFilter makes, recorded."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete_namespaced_pod(self, name: str, namespace: str, **_: Any) -> None:
+        self.deleted.append(f"{namespace}/{name}")
+
+    def patch_namespaced_pod_status(self, *_: Any, **__: Any) -> None:
+        return None
+
+
+def test_a_preemptor_whose_nominated_node_died_preempts_again(cache: Cache) -> None:
+    """Failed on 0ae1dd3: a preemptor nominated to a node since deleted kept "waiting for its
+    room" there until its nomination lapsed (60 s), preempting nothing elsewhere; upstream's
+    PodEligibleToPreemptOthers lets a pod whose nominated node is gone preempt again."""
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    cache.add_node(make_node("n2", cpu="2", mem="8Gi"))
+    cache.add_pod(Pod.from_k8s(bound_pod("low", "2", 0, "2026-01-01T00:00:00Z", "n2")))
+    pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
+    cache.run(nominations.nominate_pod(pre, "n1"))
+    cache.remove_node("n1")
+    api = _Api()
+    preemption = Preemption(cache, api, "ref", budgets=list)  # type: ignore[arg-type]
+    snapshot = Snapshot()
+    cache.update_snapshot(snapshot)
+    decision = preemption.post_filter(pre, snapshot)
+    assert decision.node == "n2"
+    assert api.deleted == ["default/low"]
+    assert nominations.read_nomination(cache.store, pre.uid) is not None
+    assert nominations.read_nomination(cache.store, pre.uid)[0] == "n2"  # type: ignore[index]
