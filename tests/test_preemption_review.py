@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from schedcache import Cache
+from schedcache.cli import app as cli_module
+from schedcache.cli.app import main
 from schedcache.errors import FitConflict
 from schedcache.extender.service import Extender
 from schedcache.model.values import Pod
@@ -276,3 +279,21 @@ def test_a_preemptor_whose_nominated_node_died_preempts_again(cache: Cache) -> N
     assert api.deleted == ["default/low"]
     assert nominations.read_nomination(cache.store, pre.uid) is not None
     assert nominations.read_nomination(cache.store, pre.uid)[0] == "n2"  # type: ignore[index]
+
+
+def test_explain_json_of_a_preemptor_not_yet_claimed_shows_its_nomination(
+    cache: Cache, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed on 0ae1dd3: text output showed the nomination, -o json answered "has no claim"
+    and exit 1 for the same pod. Now the nomination goes to stderr, as a gang's wait does."""
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    cache.add_node(make_node("n1", cpu="4", mem="8Gi"))
+    pre = make_pod("pre", "", cpu="2", mem="1Gi", priority=1000)
+    cache.run(nominations.nominate_pod(pre, "n1", victims=["default/low1"]))
+    result = CliRunner().invoke(
+        main, ["--cache", cache.name, "explain", "pod", "pre", "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("nominated to node n1 (preemption) until ")
+    assert "victims: default/low1" in result.stderr
