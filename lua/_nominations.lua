@@ -28,13 +28,39 @@ function NOM.check_arg(check)
   return 'fit', priority
 end
 
+-- Whether `s` is UTF-8 (no overlong forms, no surrogates): names and victims stored here are
+-- read back as text by every replica's preemption and by explain. Bounded by #s.
+function NOM.utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, low, high = 1, 128, 191
+    if c >= 194 and c <= 223 then len = 2
+    elseif c >= 224 and c <= 239 then
+      len = 3
+      if c == 224 then low = 160 elseif c == 237 then high = 159 end
+    elseif c >= 240 and c <= 244 then
+      len = 4
+      if c == 240 then low = 144 elseif c == 244 then high = 143 end
+    elseif c >= 128 then return false end
+    for k = i + 1, i + len - 1 do
+      local b = string.byte(s, k)
+      if b == nil or b < low or b > high then return false end
+      low, high = 128, 191
+    end
+    i = i + len
+  end
+  return true
+end
+
 -- Whether the cache holds any nomination: the one call the claim path makes without.
 function NOM.any(p)
   return redis.call('EXISTS', p .. 'nominated') == 1
 end
 
 -- The live nominations on `node` other than `uid`'s (and those of the uids in `skip`, a set
--- or nil), as { priority, deadline, parsed }. Reads only; bounded by NOM.MAX_PER_NODE
+-- or nil), as { uid, priority, deadline, parsed }. Reads only; bounded by NOM.MAX_PER_NODE
 -- (nominate refuses more).
 function NOM.on_node(p, node, uid, now, skip)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
@@ -44,7 +70,8 @@ function NOM.on_node(p, node, uid, now, skip)
       local priority, deadline, text = string.match(entries[j + 1], '^(%-?%d+) (%d+) ?(.*)$')
       local parsed = priority and parse_contribution(text)
       if parsed and tonumber(deadline) > now then
-        live[#live + 1] = { priority = tonumber(priority), parsed = parsed }
+        live[#live + 1] = { uid = entries[j], priority = tonumber(priority),
+                            deadline = tonumber(deadline), parsed = parsed }
       end
     end
   end
@@ -58,8 +85,15 @@ end
 -- nil. Reads only.
 function NOM.conflicts(p, node, uid, parsed, priority, before)
   local held, count = {}, 0
+  -- A nominee of this node yields to those of equal priority nominated before it only (the
+  -- earlier deadline, then the smaller uid): two replicas that nominated one room for two
+  -- pods of equal priority would otherwise each wait for the other until both lapse.
+  local own = typed_read(p .. 'nom:' .. node, 'hash', 'HGET', uid)
+  local mine = own and tonumber(string.match(own, '^%-?%d+ (%d+)'))
   for _, n in ipairs(NOM.on_node(p, node, uid, now_ms(nil), before and before.uids)) do
-    if n.priority >= priority then  -- upstream: nominated pods of equal or higher priority
+    local later = mine and n.priority == priority
+      and (n.deadline > mine or (n.deadline == mine and n.uid > uid))
+    if n.priority >= priority and not later then  -- upstream: nominees of equal or higher
       count = count + 1
       for k = 1, #n.parsed.fields do
         local field = n.parsed.fields[k]

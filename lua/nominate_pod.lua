@@ -7,17 +7,18 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     nominate: replica, command id, uid, node, priority (int32), ttl ms (> 0), the pod's
 --          contribution (aggregates.py), [now ms], [victims: "<ns>/<name>" space-separated, at
---          most NOM.VICTIM_BYTES, kept for explain]
+--          most NOM.VICTIM_BYTES, kept for explain]; uid and victims UTF-8 (read back as text)
 --          denominate: replica, command id, uid, [now ms]
 -- Keys     nominated, nomnode, nom:<node>, nomvictims, node:<node>
 -- Reply    nominate: the nomination's deadline (ms); denominate: 1 when the pod had one, else 0
 -- Errors   BADARG <what>                        malformed arguments (nothing written)
 --          NODENOTFOUND <node> missing          no live node of that name
 --          FITCONFLICT <uid> <node> nominations-full  the node holds NOM.MAX_PER_NODE others
+--                                                of equal or higher priority
 -- Event    none: a nomination is a reservation, not cache state (never replayed)
 function NOM.nominate(p, _, a)
   local uid, node = a[1], a[2]
-  if not name_arg(uid) then return nil, 'BADARG uid' end
+  if not name_arg(uid) or not NOM.utf8(uid) then return nil, 'BADARG uid' end
   if not name_arg(node) then return nil, 'BADARG node ' .. uid end
   local priority = int_arg(a[3] or '', -NOM.INT32, NOM.INT32 - 1)
   if priority == nil then return nil, 'BADARG priority ' .. uid end
@@ -29,14 +30,21 @@ function NOM.nominate(p, _, a)
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now ' .. uid end
   local victims = a[7] or ''
-  if #victims > NOM.VICTIM_BYTES then return nil, 'BADARG victims ' .. uid end
+  if #victims > NOM.VICTIM_BYTES or not NOM.utf8(victims) then
+    return nil, 'BADARG victims ' .. uid
+  end
   if redis.call('HGET', p .. 'node:' .. node, 'exists') ~= '1' then
     return nil, 'NODENOTFOUND ' .. node .. ' missing'
   end
   local plan = NOM.plan(p, uid, now)
   local entries = typed_read(p .. 'nom:' .. node, 'hash', 'HGETALL')
   typed_read(p .. 'nomvictims', 'hash', 'HEXISTS', uid)
-  if #NOM.on_node(p, node, uid, now) >= NOM.MAX_PER_NODE then
+  -- Counted: the node's live nominations this one keeps (those of lower priority go below).
+  local kept = 0
+  for _, n in ipairs(NOM.on_node(p, node, uid, now)) do
+    if n.priority >= priority then kept = kept + 1 end
+  end
+  if kept >= NOM.MAX_PER_NODE then
     return nil, 'FITCONFLICT ' .. uid .. ' ' .. node .. ' nominations-full'
   end
   NOM.settle(p, plan)

@@ -6,8 +6,9 @@
 -- read whole by preemption, never by a claim.
 --
 -- KEYS[1]  cache prefix "{name}:"
--- ARGV     replica, command id, resourceVersion, "<namespace>/<name>", the budget as preemption
---          reads it (JSON, at most BOUNDS.MAX_BLOB_BYTES; "" when deleted or no longer listed)
+-- ARGV     replica, command id, resourceVersion, "<namespace>/<name>" (UTF-8), the budget as
+--          preemption reads it (a JSON object in UTF-8, at most BOUNDS.MAX_BLOB_BYTES; "" when
+--          deleted or no longer listed)
 -- Keys     pdbs (hash "<namespace>/<name>" -> JSON), version:pdb:<namespace>/<name>
 -- Reply    { 'applied', 'set' | 'delete' } or { 'dropped', 'repeated' | 'stale', known }
 -- Errors   BADARG <what>   malformed arguments (nothing written)
@@ -18,11 +19,15 @@ function PDB.sync(p, _, a)
   local rv = normal_rv(a[1] or '')
   if rv == nil then return nil, 'BADARG resourceVersion' end
   local key = a[2]
-  if not name_arg(key) or not string.find(key, '/', 1, true) then
+  if not name_arg(key) or not string.find(key, '/', 1, true) or not NOM.utf8(key) then
     return nil, 'BADARG key'
   end
   local body = a[3] or ''
-  if #body > BOUNDS.MAX_BLOB_BYTES then return nil, 'BADARG body ' .. key end
+  -- Read back as JSON text by every replica's preemption: a JSON object in UTF-8, or "".
+  if #body > BOUNDS.MAX_BLOB_BYTES or (body ~= '' and not (string.sub(body, 1, 1) == '{'
+      and string.sub(body, -1) == '}' and NOM.utf8(body))) then
+    return nil, 'BADARG body ' .. key
+  end
   local vk = p .. 'version:pdb:' .. key
   local dropped = stale_version(vk, rv)
   if dropped then return dropped end

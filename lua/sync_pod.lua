@@ -8,7 +8,8 @@
 -- ARGV     replica, rv, op, uid, then for "set": node, blob, contribution (as sc_add_pod);
 --          for "queue": scheduler (spec.schedulerName), priority, blob
 -- Keys     version:pod:<uid>, queued:<uid> and the queue's keys, and those of sc_add_pod,
---          sc_update_pod or sc_remove_pod
+--          sc_update_pod or sc_remove_pod; for "delete", the pod's nomination and lapsed ones
+--          (nominated, nomnode, nom:<node>, nomvictims: _nominations.lua)
 -- Reply    {"applied", "add"|"update"|"remove"|"queue"|"requeue"|"dequeue"|"none", gen or ""}
 --          ("requeue": a queued pod's manifest or priority changed; "dequeue": a pod the
 --          cache does not hold left the queue; "none" for "queue": the pod is claimed already)
@@ -87,6 +88,9 @@ local function sync_pod(p, replica, a)
     record_version(vkey, rv, false)
     return { 'applied', action, '' }
   end
+  -- A deleted pod's nomination (a preemptor gone after evicting) holds no more room, as
+  -- upstream's nominator forgets a deleted pod (_nominations.lua; read before any write).
+  local nominated = op == 'delete' and NOM.any(p) and NOM.plan(p, uid, now_ms(nil)) or nil
   local action, result, err = 'none', '', nil
   if op == 'delete' then
     if rec ~= nil then
@@ -104,6 +108,7 @@ local function sync_pod(p, replica, a)
     end
   end
   if result == nil then return nil, err end
+  if nominated then NOM.settle(p, nominated) end
   if queued ~= nil then
     queue_drop(p, queued)
     if action == 'none' then action = 'dequeue' end

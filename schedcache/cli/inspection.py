@@ -335,21 +335,27 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     A pod never assumed (only added by an informer) has nothing to explain: an error. With a
     checkpoint, the search starts where the pod's latest stay began (or at the checkpoint for a
     pod it does not hold); --full searches the whole stream. A pod of a pod group waiting for
-    its minMember (docs/gangs.md) is shown waiting ("gang: ...", on stderr with -o json)."""
+    its minMember (docs/gangs.md) is shown waiting ("gang: ...", on stderr with -o json), and a
+    preemptor's nomination and victims (docs/preemption.md) first, on stderr with -o json."""
     cache = settings.existing_cache()
     found = pod_history(cache, ref, full=full)
     claims = explain_events(cache, found.events, found.checkpoint)
     compacted = found.compacted_before
     if compacted:
         click.echo(f"note: the events before {compacted} were compacted away", err=True)
-    nomination = read_nomination(cache.store, found.uid or ref) if output == "text" else None
-    if nomination is not None:  # a preemptor waiting for its victims (docs/preemption.md)
+    # A preemptor waiting for its victims (docs/preemption.md); on stderr with -o json, as a
+    # gang's wait: stdout keeps the list of claims.
+    nomination = read_nomination(cache.store, found.uid or ref)
+    if nomination is not None:
         node, until = nomination
         moment = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        click.echo(f"nominated to node {printable(node)} (preemption) until {moment}")
+        to_stderr = output == "json"
+        click.echo(
+            f"nominated to node {printable(node)} (preemption) until {moment}", err=to_stderr
+        )
         victims = read_victims(cache.store, found.uid or ref)
         names = ", ".join(printable(v) for v in victims) or "none"
-        click.echo(f"  victims: {names}")
+        click.echo(f"  victims: {names}", err=to_stderr)
     waits = waits_of(cache, ref)  # a member waiting for its pod group (docs/gangs.md)
     for wait in waits:
         click.echo(wait_text(wait, int(time.time() * 1000)), err=output == "json")

@@ -84,7 +84,10 @@ class Preemption:
     def post_filter(self, pod: Pod, snapshot: Snapshot) -> Decision:
         """Preempt for ``pod`` (no node could take it on ``snapshot``); the decision made."""
         held = read_nomination(self.cache.store, pod.uid)
-        if held is not None:  # its victims are leaving: wait for them, preempt nothing more
+        # Its victims are leaving: wait for them, preempt nothing more; unless the node is
+        # gone (upstream's PodEligibleToPreemptOthers), when the next nomination replaces it.
+        info = snapshot.node_infos.get(held[0]) if held is not None else None
+        if held is not None and info is not None and info.node is not None:
             node, _ = held
             return Decision(node=node, message=f"nominated to node {node}: waiting for its room")
         self.attempts += 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from schedcache.errors import ValidationError
 from schedcache.model.plugins.preemption import Budget
 from schedcache.store.commands import Command, resource_version
-from schedcache.store.responses import as_text
+from schedcache.store.responses import as_bytes, as_text
 
 if TYPE_CHECKING:
     from schedcache.store.store import Store
@@ -86,9 +86,10 @@ def read_budgets(store: Store) -> list[Budget]:
     name = store.keys.budgets
     stored = store.retrying(lambda: store.client.hgetall(name), "reading budgets")
     budgets = []
-    for key, body in sorted((as_text(k), as_text(v)) for k, v in stored.items()):
-        try:
-            budgets.append(Budget.from_k8s(json.loads(body)))
-        except (ValueError, TypeError, ValidationError, AttributeError) as error:
+    for raw_key, body in sorted(stored.items()):
+        key = as_bytes(raw_key).decode(errors="replace")
+        try:  # UnicodeDecodeError is a ValueError; KeyError: an expression without its key
+            budgets.append(Budget.from_k8s(json.loads(as_text(body))))
+        except (ValueError, TypeError, KeyError, ValidationError, AttributeError) as error:
             log.warning("poddisruptionbudget %s in the cache does not read: %s", key, error)
     return budgets
