@@ -5,15 +5,23 @@ changed since its snapshot (docs/constraints.md, "Namespace selectors")."""
 
 from __future__ import annotations
 
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from schedcache.errors import CacheError, FitConflict
+from schedcache.feed.sync import Syncer, api_client
 from schedcache.store.commands import Command
 from schedcache.store.namespaces import read_namespaces, sync_namespace
 from tests.factories import caught_up as decided
+from tests.apiserver import FakeApiServer
 from tests.factories import keyspace, make_node, make_pod
+from tests.scheduling import FAST, eventually
+from tests.scheduling import node as make_node_manifest
 
 HOST = "kubernetes.io/hostname"
 
@@ -118,3 +126,41 @@ def test_a_relabel_that_the_claim_did_not_read_refuses_nothing(make_cache):
     feeder.run(sync_namespace(namespace("shop", team="team1"), "4"))
     a.assume_pod(make_pod("web-0", "n1", affinity=plain_anti), check_fit=True, snapshot=snap)
     assert a.verify() == []
+
+
+def test_sync_feeds_namespace_labels_as_they_change(make_cache: Any, tmp_path: Path) -> None:
+    """Listed, then watched (a relabel, a new namespace, a deletion)."""
+    with FakeApiServer() as server:
+        server.create(namespace("shop", team="team1"))
+        cache = make_cache(replica="feed")
+        kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+        with Syncer(cache, api_client(kubeconfig), FAST, "feed") as syncer:
+            assert syncer.wait_synced(30)
+            eventually(lambda: read_namespaces(cache.store)[1] == {"shop": {"team": "team1"}}, 10)
+            server.update(namespace("shop", team="team2"))
+            server.create(namespace("bank"))
+            want = {"shop": {"team": "team2"}, "bank": {}}
+            eventually(lambda: read_namespaces(cache.store)[1] == want, 10)
+            server.delete("Namespace", "shop")
+            eventually(lambda: read_namespaces(cache.store)[1] == {"bank": {}}, 10)
+        assert read_namespaces(cache.store)[0] == 4  # listed, relabelled, added, deleted
+
+
+def test_a_refused_namespace_list_does_not_hold_sync_back(
+    make_cache: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RBAC without namespaces (403): nodes are synced, the refusal logged once."""
+    caplog.set_level(logging.WARNING, logger="schedcache.feed.sync")
+    with FakeApiServer() as server:
+        server.refused["Namespace"] = 403
+        server.create(make_node_manifest("n1", "4"))
+        cache = make_cache(replica="feed")
+        kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+        settings = replace(FAST, max_backoff=0.2)
+        with Syncer(cache, api_client(kubeconfig), settings, "feed") as syncer:
+            assert syncer.wait_synced(30)
+            eventually(lambda: cache.node_count() == 1, 10)
+            time.sleep(0.6)
+        refusals = [r for r in caplog.records if "namespaceSelector" in r.getMessage()]
+        assert len(refusals) == 1
+        assert read_namespaces(cache.store) == (0, {})

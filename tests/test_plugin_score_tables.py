@@ -210,8 +210,8 @@ Placed = tuple[str, dict[str, str] | None, dict[str, Any] | None]  # node, label
 # Left out (and why):
 # * "Affinity symmetry with namespace selector", "AntiAffinity symmetry with namespace
 #   selector", both "Affinity with pods matching NamespaceSelector" and both "Affinity with pods
-#   matching both NamespaceSelector and Namespaces fields": they select namespaces by the
-#   Namespace objects' labels, which the cache does not hold (docs/constraints.md, Limits);
+#   matching both NamespaceSelector and Namespaces fields": not yet ported (the cache holds
+#   Namespace labels since issue 38; their Namespaces are plugin_tables.NAMESPACES);
 # * "Ignore preferred terms of existing pods": the plugin's IgnorePreferredTermsOfExistingPods
 #   argument (no scheduler configuration here); its twin "Do not ignore ..." is ported;
 # * "invalid Affinity fails PreScore", "invalid AntiAffinity fails PreScore": upstream fails the

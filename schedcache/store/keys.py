@@ -335,6 +335,10 @@ class Keys:
     def namespaces(self) -> str:
         return self._key("namespaces")
 
+    @property
+    def namespace_generation(self) -> str:
+        return self._key("nsgen")
+
     def namespace_version(self, name: str) -> str:
         return self._key("version:ns:<name>", name=name)
 
