@@ -18,8 +18,8 @@ from schedcache.ops.leases import Lease
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.budgets import sync_budget
-from schedcache.store.namespaces import sync_namespace
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
+from schedcache.store.namespaces import sync_namespace
 from schedcache.store.nominations import nominate_pod
 from schedcache.store.podgroups import PodGroup, sync_pod_group
 from tests.factories import make_node, make_pod

@@ -17,8 +17,8 @@ from schedcache.errors import CacheError, FitConflict
 from schedcache.feed.sync import Syncer, api_client
 from schedcache.store.commands import Command
 from schedcache.store.namespaces import read_namespaces, sync_namespace
-from tests.factories import caught_up as decided
 from tests.apiserver import FakeApiServer
+from tests.factories import caught_up as decided
 from tests.factories import keyspace, make_node, make_pod
 from tests.scheduling import FAST, eventually
 from tests.scheduling import node as make_node_manifest
@@ -64,7 +64,7 @@ def test_sync_namespace_keeps_labels_versioned_and_bumps_the_generation_on_chang
 @pytest.mark.parametrize("labels", ["[1]", "team=t1", "x" * (2 << 20)])
 def test_sync_namespace_refuses_malformed_labels_and_changes_nothing(cache, labels):
     before = keyspace(cache.client, cache.keys.pattern)
-    with pytest.raises(CacheError, match="BADARG|labels"):
+    with pytest.raises(CacheError, match="labels a"):
         cache.run(Command("sync_namespace", "namespace a", ("5", "a", labels)))
     assert keyspace(cache.client, cache.keys.pattern) == before
 
