@@ -12,9 +12,10 @@ what the reference scheduler does: catch its snapshot up, run the default filter
 the best with ``check_fit``, the snapshot and the next seven as candidates (the claim re-checks
 the rules in Redis and takes the first that passes), and on a conflict decide again on a
 fresher snapshot. Nodes of equal score are ranked by name (``ties="name"``: every replica
-ranks alike, as the reference scheduler does) or, ``ties="replica"``, in an order of each
-replica's own (a hash of the replica and the node: upstream picks at random among the best,
-and replicas then stop choosing the same node). At the end, the cache's own pods are checked for
+ranks alike, as the reference scheduler did before issue 38) or, ``ties="replica"``, in an
+order of each replica's own (``views.columns.tie_rank``, a hash of the replica and the node, as
+the reference scheduler does now: upstream picks at random among the best, and replicas then
+stop choosing the same node). At the end, the cache's own pods are checked for
 any broken rule (there must be none), and verify() must be clean.
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +36,7 @@ from schedcache.extender.service import scores
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Node
+from schedcache.views.columns import tie_rank
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -115,8 +116,8 @@ def pod(i: int, shape: str = "thirds") -> Pod:
 
 def tie_break(index: int, ties: str) -> Any:
     """The second sort key of a node among equal scores (see the module's docstring)."""
-    if ties == "replica":
-        return lambda node: zlib.crc32(f"{index}:{node}".encode())
+    if ties == "replica":  # the reference scheduler's (views/columns.py)
+        return lambda node: tie_rank(f"r{index}", node)
     return lambda node: node
 
 

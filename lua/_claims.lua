@@ -240,6 +240,15 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
       end
     end
   end
+  -- A verdict that read namespace labels (a non-empty namespaceSelector) names the namespace
+  -- generation it saw ("@namespaces=<n>", a line of `domains`): any label change since
+  -- refuses it (sync_namespace.lua; the snapshot's next update reads the new labels).
+  if domains and string.find(domains, '@namespaces=', 1, true) then
+    local seen = string.match('\n' .. domains .. '\n', '\n@namespaces=(%d+)\n')
+    if seen == nil then return nil end
+    local gk = p .. 'nsgen'
+    if tostring(stored_int(gk, get_string(gk), 0)) ~= seen then return 'namespace-changed' end
+  end
   local changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf',
                              'LIMIT', 0, BOUNDS.MAX_CHANGED_NODES + 1)
   -- Changes earlier in the same sc_batch reach `nodegen` only when the call ends: they count

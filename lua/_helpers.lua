@@ -83,6 +83,9 @@
 --   nomvictims             hash   uid -> a nominee's victims "<ns>/<name> ..." (explain)
 --   pdbs                   hash   "<namespace>/<name>" -> a PodDisruptionBudget (sync_budget.lua)
 --   version:pdb:<key>      string newest resourceVersion a feeder applied (tombstone 1 h)
+--   namespaces             hash   namespace -> its labels, JSON (sync_namespace.lua)
+--   nsgen                  string bumped by every change of a namespace's labels (INCR)
+--   version:ns:<name>      string newest resourceVersion a feeder applied (tombstone 1 h)
 --   queuedpods             set    the uids of every queued pod
 --   queueseq               string the queue's arrival counter (INCR)
 --   queues                 hash   scheduler -> "<id>[ <score>]": the last helpful event its

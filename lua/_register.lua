@@ -16,12 +16,12 @@ local NAMES = { 'assume_pod', 'finish_binding', 'forget_pod', 'add_pod', 'update
                 'remove_pod', 'cleanup_assumed_pods', 'add_node', 'update_node', 'remove_node',
                 'batch', 'tree_next', 'forget_lapsed', 'sync_pod', 'sync_node', 'migrate',
                 'queue_pop', 'queue_retry', 'nominate_pod', 'denominate_pod', 'timed_claim',
-                'gang_claim', 'sync_podgroup', 'sync_budget' }
+                'gang_claim', 'sync_podgroup', 'sync_budget', 'sync_namespace' }
 local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod, remove_pod,
                     cleanup_assumed_pods, add_node, update_node, remove_node, batch, tree_next,
                     forget_lapsed, sync_pod, sync_node, migrate, queue_pop, queue_retry,
                     NOM.nominate, NOM.denominate, TIMED_CLAIM.run, GANG.claim, PODGROUP.sync,
-                    PDB.sync }
+                    PDB.sync, NSLABELS.sync }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
 local function run_command(fn, writes, p, replica, id, a)
@@ -98,6 +98,7 @@ local WRITES = {
   denominate_pod = {},
   sync_podgroup = {},  -- its group's keys only
   sync_budget = {},  -- its own keys only (sync_budget.lua)
+  sync_namespace = {},  -- its own keys only (sync_namespace.lua)
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.
@@ -114,8 +115,9 @@ redis.register_function {
 }
 
 -- Reads, callable with FCALL_RO (and on replicas). Not part of sc_batch.
-local READ_NAMES = { 'tree_read', 'read_nodes', 'read_node_deltas', 'snapshot_delta' }
-local READ_FUNCTIONS = { tree_read, read_nodes, read_node_deltas, snapshot_delta }
+local READ_NAMES = { 'tree_read', 'read_nodes', 'read_node_deltas', 'snapshot_delta',
+                     'read_namespaces' }
+local READ_FUNCTIONS = { tree_read, read_nodes, read_node_deltas, snapshot_delta, NSLABELS.read }
 for j = 1, #READ_NAMES do
   redis.register_function {
     function_name = function_name(READ_NAMES[j]),

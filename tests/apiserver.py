@@ -53,6 +53,8 @@ Covered (JSON only, ``Content-Type: application/json``):
   of ``PodDisruptionBudget`` objects, as for pods (no get, no status subresource: a test sets
   ``status.disruptionsAllowed`` with ``update``); ``refused[kind] = 403`` (or 404) makes that
   kind's lists and watches answer it (RBAC without the kind, a cluster not serving it).
+* ``GET /api/v1/namespaces``: list and watch of ``Namespace`` objects (cluster-scoped), as for
+  nodes; ``refused["Namespace"]`` as for budgets.
 * Authentication: a bearer token (the one ``kubeconfig()`` writes) unless ``token=None``;
   a missing or wrong one answers 401.
 
@@ -100,7 +102,7 @@ from urllib.parse import parse_qs, urlsplit
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 
-KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget")
+KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "Namespace")
 # Kinds whose objects live in a namespace ("default" when the object names none).
 NAMESPACED = ("Pod", "PodGroup", "PodDisruptionBudget")
 SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
@@ -798,6 +800,7 @@ def _shutdown(sock: socket.socket) -> None:
 
 ROUTES: list[tuple[str, re.Pattern[str]]] = [
     ("list_nodes", re.compile(r"/api/v1/nodes")),
+    ("list_namespaces", re.compile(r"/api/v1/namespaces")),  # their labels (issue 38)
     ("get_node", re.compile(r"/api/v1/nodes/(?P<name>[^/]+)")),
     ("list_pods", re.compile(r"/api/v1/pods")),
     ("list_pods", re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods")),
@@ -836,6 +839,7 @@ LIST_KINDS = {
     "list_pods": "Pod",
     "list_podgroups": "PodGroup",
     "list_pdbs": "PodDisruptionBudget",
+    "list_namespaces": "Namespace",
 }
 
 

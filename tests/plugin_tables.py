@@ -5,7 +5,7 @@ with labels, and one filter run over a whole snapshot."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from schedcache.model.nodeinfo import ImageStateSummary, NodeInfo
@@ -118,11 +118,24 @@ def snapshot(pods: list[Pod], nodes: list[Node]) -> list[NodeInfo]:
     return infos
 
 
+#: Upstream's Namespaces in its InterPodAffinity tables (filtering_test.go, scoring_test.go).
+NAMESPACES = {
+    "subteam1.team1": {"team": "team1"},
+    "subteam2.team1": {"team": "team1"},
+    "subteam1.team2": {"team": "team2"},
+    "subteam2.team2": {"team": "team2"},
+}
+
+
 def statuses(
-    plugin: Callable[[Cycle, NodeInfo], FilterResult | None], pod: Pod, infos: list[NodeInfo]
+    plugin: Callable[[Cycle, NodeInfo], FilterResult | None],
+    pod: Pod,
+    infos: list[NodeInfo],
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[tuple[str, ...] | None]:
-    """Per node, None (Success) or (code, reason) as upstream's framework.Status reads."""
-    cycle = Cycle(pod, infos)
+    """Per node, None (Success) or (code, reason) as upstream's framework.Status reads;
+    ``namespaces``: the cluster's Namespaces' labels (upstream's tables' by default)."""
+    cycle = Cycle(pod, infos, namespaces=NAMESPACES if namespaces is None else namespaces)
     out: list[tuple[str, ...] | None] = []
     for info in infos:
         result = plugin(cycle, info)

@@ -16,7 +16,7 @@ from schedcache.errors import ValidationError
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Node, Pod
-from schedcache.views.columns import Columns, columnar, nodes_to_find
+from schedcache.views.columns import Columns, columnar, nodes_to_find, tie_rank
 from tests.factories import node_manifest, pod_manifest
 
 TAINTS = [
@@ -230,3 +230,24 @@ def test_pods_the_columns_cannot_judge_alone_place_as_the_per_node_code(cache: C
         ranked = scores(pod, feasible, cycle)  # type: ignore[arg-type]
         assert placement.node == max(ranked, key=lambda name: (ranked[name], name))
         cache.assume_pod(pod.with_node(placement.node))
+
+
+def test_each_replica_breaks_ties_in_its_own_stable_order(cache: Cache) -> None:
+    """Issue 38: nodes of equal score ranked by a hash of replica and node (upstream picks at
+    random among the best), so replicas stop claiming the same node; one replica's order is
+    stable. Without ``ties`` the greatest name, as before. Fails before: no ``ties``."""
+    for i in range(40):
+        cache.add_node(Node.from_k8s(node_manifest(f"n{i:03}", "4", "8Gi")))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    pod = Pod.from_k8s(pod_manifest("p", "", "100m", "128Mi", uid="uid-p"))
+    names = [f"n{i:03}" for i in range(40)]
+    assert Columns(percentage=100).place(pod, snap).node == max(names)
+    chosen = {}
+    for replica in ("r0", "r1", "r2", "r3"):
+        placement = Columns(percentage=100, ties=replica).place(pod, snap)
+        want = sorted(names, key=lambda n, r=replica: tie_rank(r, n), reverse=True)
+        assert placement.ranked == tuple(want[: len(placement.ranked)])
+        assert Columns(percentage=100, ties=replica).place(pod, snap).node == placement.node
+        chosen[replica] = placement.node
+    assert len(set(chosen.values())) == 4  # four replicas, four first choices

@@ -271,10 +271,15 @@ def test_each_component_gets_only_the_api_access_the_docs_give_it() -> None:
         {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
         PODGROUPS_READ,
     ]
-    # The feeders: read nodes, pods, PodGroups and PodDisruptionBudgets (preemption's, issue 41).
+    # The feeders: read nodes, pods, namespaces (their labels, issue 38), PodGroups and
+    # PodDisruptionBudgets (preemption's, issue 41).
     assert granted(objects, "schedcache-sync") == {"ClusterRole/schedcache-sync@cluster"}
     assert rules_of(objects, "schedcache-sync") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": [""],
+            "resources": ["nodes", "pods", "namespaces"],
+            "verbs": ["get", "list", "watch"],
+        },
         PODGROUPS_READ,
         {
             "apiGroups": ["policy"],

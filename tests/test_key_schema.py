@@ -19,6 +19,7 @@ from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
 from schedcache.store.budgets import sync_budget
 from schedcache.store.keys import SCHEMA, Keys, KeySpec, _fill
+from schedcache.store.namespaces import sync_namespace
 from schedcache.store.nominations import nominate_pod
 from schedcache.store.podgroups import PodGroup, sync_pod_group
 from tests.factories import make_node, make_pod
@@ -131,6 +132,9 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.nomination_victims,
         keys.budgets,
         keys.budget_version("ns/b"),
+        keys.namespaces,
+        keys.namespace_generation,
+        keys.namespace_version("ns"),
         keys.queued_pods,
         keys.queue_sequence,
         keys.queues,
@@ -253,6 +257,8 @@ def workload(cache: Cache) -> dict[str, str]:
     # a PodDisruptionBudget fed by sync (docs/preemption.md)
     budget = {"metadata": {"name": "b", "namespace": "ns"}, "spec": {}, "status": {}}
     cache.run(sync_budget(budget, "11"))
+    # a Namespace's labels fed by sync (docs/constraints.md, "Namespace selectors")
+    cache.run(sync_namespace({"metadata": {"name": "ns", "labels": {"team": "a"}}}, "12"))
     GangWaits(cache).join("default/g", None, popped[0], 1000)  # a pod group's wait
     cache.run(sync_pod_group(PodGroup("default/g", 3), "11"))  # a PodGroup sync fed
     keys = cache.keys
@@ -295,6 +301,9 @@ def workload(cache: Cache) -> dict[str, str]:
         "sync": keys.sync,
         "queued": keys.queued("q3"),
         "queued_pods": keys.queued_pods,
+        "namespaces": keys.namespaces,
+        "namespace_generation": keys.namespace_generation,
+        "namespace_version": keys.namespace_version("ns"),
         "queue_sequence": keys.queue_sequence,
         "queues": keys.queues,
         "helped": keys.helped,

@@ -2,8 +2,8 @@
 interpodaffinity/filtering_test.go: TestRequiredAffinitySingleNode and
 TestRequiredAffinityMultipleNodes), case names kept. Upstream's PreFilter ``Skip`` (nothing to
 check) reads here as every node passing. Left out: the two cases whose label values upstream's
-PreFilter refuses (the manifest reader is not the API's validation), and the namespaceSelector
-cases that need namespace objects (test_namespace_selector_without_namespace_objects)."""
+PreFilter refuses (the manifest reader is not the API's validation). Namespaces are upstream's
+tables' (plugin_tables.NAMESPACES: the cache's, fed by sync)."""
 
 from __future__ import annotations
 
@@ -274,6 +274,21 @@ SINGLE_NODE = [
         ANTI,
     ),
     (
+        "affinity with NamespaceSelector",
+        make_pod(
+            labels=POD_LABEL2,
+            raw_affinity=[
+                {
+                    "labelSelector": expressions(("service", "In", ["securityscan", "value2"])),
+                    "namespaceSelector": expressions(("team", "In", ["team1"])),
+                    "topologyKey": "region",
+                }
+            ],
+        ),
+        [make_pod(namespace="subteam1.team1", labels=POD_LABEL, node="node1")],
+        None,
+    ),
+    (
         "affinity with non-matching NamespaceSelector",
         make_pod(
             labels=POD_LABEL2,
@@ -287,6 +302,22 @@ SINGLE_NODE = [
         ),
         [make_pod(namespace="subteam1.team2", labels=POD_LABEL, node="node1")],
         AFF,
+    ),
+    (
+        "anti-affinity with matching NamespaceSelector",
+        make_pod(
+            namespace="subteam1.team1",
+            labels=POD_LABEL2,
+            raw_anti=[
+                {
+                    "labelSelector": expressions(("service", "In", ["securityscan", "value2"])),
+                    "namespaceSelector": expressions(("team", "In", ["team1"])),
+                    "topologyKey": "zone",
+                }
+            ],
+        ),
+        [make_pod(namespace="subteam2.team1", labels=POD_LABEL, node="node1")],
+        ANTI,
     ),
     (
         "anti-affinity with matching all NamespaceSelector",
@@ -570,11 +601,10 @@ def test_required_affinity_multiple_nodes(name, pod, pods, nodes, want) -> None:
     assert statuses(interpodaffinity.filter, pod, snapshot(pods, nodes)) == want
 
 
-def test_namespace_selector_without_namespace_objects() -> None:
-    """The documented limitation (docs/constraints.md): the cache holds no Namespace objects,
-    so a non-empty namespaceSelector selects no namespace beyond the term's ``namespaces``.
-    Upstream's "affinity with NamespaceSelector" (namespace labelled team=team1) passes there;
-    here the term finds no pod, and the pod, not matching its own term, is refused."""
+def test_namespace_selector_selects_by_the_cache_namespace_labels() -> None:
+    """A non-empty namespaceSelector selects namespaces by the labels the cache holds: with no
+    Namespace known, "affinity with NamespaceSelector" finds no pod (the pod, not matching its
+    own term, is refused); relabelled into team1, the namespace's pod is selected."""
     pod = make_pod(
         labels=POD_LABEL2,
         raw_affinity=[
@@ -586,4 +616,7 @@ def test_namespace_selector_without_namespace_objects() -> None:
         ],
     )
     pods = [make_pod(namespace="subteam1.team1", labels=POD_LABEL, node="node1")]
-    assert statuses(interpodaffinity.filter, pod, snapshot(pods, [NODE1])) == [AFF]
+    assert statuses(interpodaffinity.filter, pod, snapshot(pods, [NODE1]), {}) == [AFF]
+    moved = {"subteam1.team1": {"team": "team2"}}
+    assert statuses(interpodaffinity.filter, pod, snapshot(pods, [NODE1]), moved) == [AFF]
+    assert statuses(interpodaffinity.filter, pod, snapshot(pods, [NODE1])) == [None]

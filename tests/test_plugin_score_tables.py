@@ -13,7 +13,7 @@ import pytest
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import plugin_scores
 from schedcache.model.values import Pod
-from tests.plugin_tables import make_node, snapshot
+from tests.plugin_tables import NAMESPACES, make_node, snapshot
 
 # -- NodeAffinity: TestNodeAffinityPriority -----------------------------------------------------
 
@@ -210,8 +210,8 @@ Placed = tuple[str, dict[str, str] | None, dict[str, Any] | None]  # node, label
 # Left out (and why):
 # * "Affinity symmetry with namespace selector", "AntiAffinity symmetry with namespace
 #   selector", both "Affinity with pods matching NamespaceSelector" and both "Affinity with pods
-#   matching both NamespaceSelector and Namespaces fields": they select namespaces by the
-#   Namespace objects' labels, which the cache does not hold (docs/constraints.md, Limits);
+#   matching both NamespaceSelector and Namespaces fields": not yet ported (the cache holds
+#   Namespace labels since issue 38; their Namespaces are plugin_tables.NAMESPACES);
 # * "Ignore preferred terms of existing pods": the plugin's IgnorePreferredTermsOfExistingPods
 #   argument (no scheduler configuration here); its twin "Do not ignore ..." is ported;
 # * "invalid Affinity fails PreScore", "invalid AntiAffinity fails PreScore": upstream fails the
@@ -377,7 +377,8 @@ def _inter_pod_scores(
 ) -> list[int]:
     pods = [_pod(labels, affinity, node) for node, labels, affinity in placed]
     infos = snapshot(pods, [make_node(n, labels) for n, labels in nodes])
-    scores = plugin_scores(pod, infos, Cycle(pod, infos))["InterPodAffinity"]
+    cycle = Cycle(pod, infos, namespaces=NAMESPACES)  # upstream's tables' Namespaces
+    scores = plugin_scores(pod, infos, cycle)["InterPodAffinity"]
     return [scores[n] for n, _ in nodes]
 
 
@@ -390,15 +391,16 @@ def test_preferred_affinity(name, pod, placed, nodes, want) -> None:
     assert _inter_pod_scores(pod, placed, nodes) == want
 
 
-# Left out: "with zero weight" (the HardPodAffinityWeight argument) and "with matching
-# NamespaceSelector" (Namespace objects' labels, not held by the cache).
+# Left out: "with zero weight" (the HardPodAffinityWeight argument).
 HARD_POD_AFFINITY_SYMMETRIC_WEIGHT = [
     ("with default weight", "default"),
+    ("with matching NamespaceSelector", "subteam1.team1"),
     ("with no matching namespace", "subteam1.team2"),
     ("with matching Namespaces", "subteam2.team2"),
 ]
 _HARD_WANT = {
     "with default weight": [100, 100, 0],
+    "with matching NamespaceSelector": [100, 100, 0],
     "with no matching namespace": [0, 0, 0],
     "with matching Namespaces": [100, 100, 0],
 }

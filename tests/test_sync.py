@@ -569,7 +569,7 @@ def test_a_malformed_watch_event_is_skipped_counted_and_the_watch_goes_past_it(
     from the same resourceVersion for ever and later events were never applied."""
     server.create(node_obj("n0"))
     (syncer,) = start_feeders(server)
-    assert server.wait_for_watches(3)  # nodes, pods, budgets
+    assert server.wait_for_watches(4)  # nodes, pods, budgets, namespaces
     watches = server.watches_started
     server.emit_raw("Pod", "MODIFIED", {"kind": "Pod", "metadata": "a-string"})
     server.emit_raw("Pod", "ADDED", {"kind": "Pod", "metadata": {"resourceVersion": [1]}})

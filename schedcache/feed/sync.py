@@ -66,6 +66,12 @@ from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.budgets import budget_key, budget_keys, sync_budget, sync_budget_gone
 from schedcache.store.commands import Command
+from schedcache.store.namespaces import (
+    namespace_name,
+    namespace_names,
+    sync_namespace,
+    sync_namespace_gone,
+)
 from schedcache.store.podgroups import API as POD_GROUPS
 from schedcache.store.podgroups import PodGroup, sync_pod_group, sync_pod_group_gone
 from schedcache.store.responses import as_text
@@ -81,7 +87,10 @@ DEFAULT_SCHEDULER = "default-scheduler"
 #: policy/v1 PodDisruptionBudgets, fed for preemption (docs/preemption.md); not in RESOURCES
 #: (``load --prune`` and the progress shown by ``stats`` speak for nodes and pods).
 BUDGETS = "poddisruptionbudgets"
-FEEDS = (*RESOURCES, BUDGETS)
+#: v1 Namespaces' labels, for non-empty namespaceSelectors (docs/constraints.md); not in
+#: RESOURCES either.
+NAMESPACES = "namespaces"
+FEEDS = (*RESOURCES, BUDGETS, NAMESPACES)
 #: What a cluster answers a list of PodDisruptionBudgets when the kind is not served (404) or
 #: sync's role may not list it (403): logged once, the feed tries again quietly.
 NOT_SERVED = frozenset({403, 404})
@@ -306,6 +315,8 @@ class ResourceFeed:
         if self.resource == "podgroups":
             custom = kube_client.CustomObjectsApi(self.api.api_client)
             return custom.list_cluster_custom_object(*POD_GROUPS, _preload_content=False, **options)
+        if self.resource == NAMESPACES:
+            return self.api.list_namespace(_preload_content=False, **options)
         if self.resource == BUDGETS:
             policy = kube_client.PolicyV1Api(self.api.api_client)
             return policy.list_pod_disruption_budget_for_all_namespaces(
@@ -326,6 +337,9 @@ class ResourceFeed:
         if self.resource == BUDGETS:
             version = _version(obj, f"poddisruptionbudget {budget_key(obj)}")
             return sync_budget(obj, version, present=event != "DELETED")
+        if self.resource == NAMESPACES:
+            version = _version(obj, f"namespace {namespace_name(obj)}")
+            return sync_namespace(obj, version, present=event != "DELETED")
         command, cut = planned_pod(event, obj, self.settings.queue_for)
         if cut:
             self._count("truncated")
@@ -369,7 +383,7 @@ class ResourceFeed:
                     self.stop.wait(MISSING_KIND_RECHECK)
                     continue
                 if self._not_served(error):
-                    self.synced.set()  # nothing to wait for: no budgets to read
+                    self.synced.set()  # nothing to wait for: no budgets (namespaces) to read
                     self.stop.wait(self.settings.max_backoff)
                     continue
                 self._count("api_errors")
@@ -435,15 +449,28 @@ class ResourceFeed:
         return True
 
     def _not_served(self, error: BaseException) -> bool:
-        """Whether ``error`` is a 404 (policy/v1 not served) or 403 (no RBAC) on the budgets:
-        logged once; sync goes on without them and lists them again every ``max_backoff``
-        seconds."""
-        if self.resource != BUDGETS or not isinstance(error, ApiException):
+        """Whether ``error`` is a 404 (policy/v1 not served) or 403 (no RBAC) on the budgets or
+        the namespaces: logged once; sync goes on without them and lists them again every
+        ``max_backoff`` seconds."""
+        if self.resource not in (BUDGETS, NAMESPACES) or not isinstance(error, ApiException):
             return False
         if error.status not in NOT_SERVED:
             return False
         level = logging.DEBUG if self._refused else logging.WARNING
         self._refused = True
+        if self.resource == NAMESPACES:
+            log.log(
+                level,
+                "%s of cache %s: the API server answered %s (%s); a non-empty "
+                "namespaceSelector selects no namespace by labels until sync may list them "
+                "(get/list/watch on namespaces); trying again every %.0f s",
+                self.resource,
+                self.cache.name,
+                error.status,
+                error.reason,
+                self.settings.max_backoff,
+            )
+            return True
         log.log(
             level,
             "%s of cache %s: the API server answered %s (%s); preemption respects no "
@@ -504,6 +531,9 @@ class ResourceFeed:
             cached = budget_keys(self.cache.store)
             stale = sorted(cached - listed)
             self._apply_batch([sync_budget_gone(key, version) for key in stale])
+        elif self.resource == NAMESPACES:
+            stale = sorted(namespace_names(self.cache.store) - listed)
+            self._apply_batch([sync_namespace_gone(key, version) for key in stale])
         else:
             cached = self.cache.store.retrying(lambda: held(self.cache, self.resource), "relist")
             stale = sorted(cached - listed)
@@ -583,6 +613,8 @@ class ResourceFeed:
         # sync_pod / sync_node arguments: (version, op, uid or name, ...)
         if self.resource == BUDGETS:
             return self.cache.keys.budget_version(str(command.args[1]))
+        if self.resource == NAMESPACES:
+            return self.cache.keys.namespace_version(str(command.args[1]))
         identity = str(command.args[2])
         if self.resource == "nodes":
             return self.cache.keys.node_version(identity)
@@ -900,10 +932,12 @@ class Syncer:
         #: PodDisruptionBudgets for preemption (docs/preemption.md): a feed of its own, as the
         #: nodes' and pods', that a cluster refusing the list (403/404) does not hold back.
         self.budgets = ResourceFeed(cache, api, BUDGETS, settings, self.stopping, name)
+        #: Namespaces' labels (docs/constraints.md), as the budgets: a 403 holds nothing back.
+        self.namespaces = ResourceFeed(cache, api, NAMESPACES, settings, self.stopping, name)
         self.threads: list[threading.Thread] = []
 
     def start(self) -> Syncer:
-        for feed in (*self.feeds, self.budgets):
+        for feed in (*self.feeds, self.budgets, self.namespaces):
             thread = threading.Thread(
                 target=feed.run, name=f"schedcache-sync-{feed.resource}", daemon=True
             )
@@ -913,14 +947,14 @@ class Syncer:
 
     def list_once(self) -> None:
         """One relist of every resource, in this thread: the cache reconciled with the lists."""
-        for feed in (*self.feeds, self.budgets):
+        for feed in (*self.feeds, self.budgets, self.namespaces):
             feed.relist()
             feed.synced.set()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Whether every resource finished its first list within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for feed in (*self.feeds, self.budgets):
+        for feed in (*self.feeds, self.budgets, self.namespaces):
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not feed.synced.wait(left):
                 return False
@@ -932,7 +966,7 @@ class Syncer:
         is a daemon thread and holds nothing that a stop must wait for (a partial list
         reconciles nothing)."""
         self.stopping.set()
-        for feed in (*self.feeds, self.budgets):
+        for feed in (*self.feeds, self.budgets, self.namespaces):
             feed.close()
         deadline = time.monotonic() + timeout
         for thread in self.threads:
@@ -965,6 +999,8 @@ def _identity(resource: str, obj: Mapping[str, Any]) -> str:
             return budget_key(obj)
         except ValidationError:
             return ""
+    if resource == NAMESPACES:
+        return str(metadata.get("name", ""))
     return str(metadata.get("name" if resource == "nodes" else "uid", ""))
 
 

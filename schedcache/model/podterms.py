@@ -85,10 +85,24 @@ class PodAffinityTerm:
     namespaces: tuple[str, ...] = ()
     namespace_selector: LabelSelector | None = None
 
-    def matches_pod(self, owner_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
+    @property
+    def reads_namespace_labels(self) -> bool:
+        """Whether the term selects namespaces by their labels (a non-empty
+        namespaceSelector): its verdicts depend on the cache's Namespaces."""
+        ns = self.namespace_selector
+        return ns is not None and bool(ns.match_labels or ns.expressions)
+
+    def matches_pod(
+        self,
+        owner_namespace: str,
+        namespace: str,
+        labels: Mapping[str, str],
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> bool:
         """Does a pod (``namespace``, ``labels``) match this term of a pod in
-        ``owner_namespace``? Namespace labels are not in the cache: a non-empty
-        namespaceSelector selects no namespace beyond ``namespaces`` (docs/constraints.md)."""
+        ``owner_namespace``? As upstream, the term's namespaces are ``namespaces`` and those
+        whose labels (``namespace_labels``, the cache's Namespaces) a non-empty
+        namespaceSelector selects; a namespace the cache does not hold is selected by none."""
         if self.selector is None:
             return False
         ns_selector = self.namespace_selector
@@ -96,7 +110,11 @@ class PodAffinityTerm:
             pass  # every namespace
         elif self.namespaces or ns_selector is not None:
             if namespace not in self.namespaces:
-                return False
+                if ns_selector is None or namespace_labels is None:
+                    return False
+                ns_labels = namespace_labels.get(namespace)
+                if ns_labels is None or not ns_selector.matches(ns_labels):
+                    return False
         elif namespace != owner_namespace:
             return False
         return self.selector.matches(labels)

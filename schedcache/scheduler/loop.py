@@ -138,7 +138,9 @@ class ReferenceScheduler:
         )
         self.attempts = attempts
         self.snapshot = Snapshot()
-        self.columns = Columns(percentage)
+        # Equal scores in this replica's own order (views/columns.py, tie_rank): replicas
+        # that ranked them alike raced for the same node.
+        self.columns = Columns(percentage, ties=cache.replica or scheduler_name)
         # DefaultPreemption's PostFilter (scheduler/preemption.py), None when disabled.
         self.preemption = Preemption(cache, api, scheduler_name) if preemption else None
         self.binding = ThreadPoolExecutor(binding_workers, thread_name_prefix="schedcache-bind")

@@ -104,6 +104,11 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec(
         "version:pdb:<key>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
     ),
+    KeySpec("namespaces", "hash", "namespace -> its labels, JSON (lua/sync_namespace.lua)"),
+    KeySpec("nsgen", "string", "bumped by every change of a namespace's labels (INCR)"),
+    KeySpec(
+        "version:ns:<name>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
+    ),
     KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
     KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
     KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
@@ -324,6 +329,19 @@ class Keys:
 
     def budget_version(self, key: str) -> str:
         return self._key("version:pdb:<key>", key=key)
+
+    # -- Namespaces (lua/sync_namespace.lua) -------------------------------------------------
+
+    @property
+    def namespaces(self) -> str:
+        return self._key("namespaces")
+
+    @property
+    def namespace_generation(self) -> str:
+        return self._key("nsgen")
+
+    def namespace_version(self, name: str) -> str:
+        return self._key("version:ns:<name>", name=name)
 
     # -- feeders ----------------------------------------------------------------------------
 

@@ -49,6 +49,10 @@ LOST_WRITES = "lost-writes"
 #: membership (lua/_changes.lua): decide again on a fresher one.
 NODE_CHANGED = "node-changed"
 
+#: A claim's rules read namespace labels (a non-empty namespaceSelector) that changed since
+#: its snapshot (lua/sync_namespace.lua): decide again on a fresher one.
+NAMESPACE_CHANGED = "namespace-changed"
+
 #: The refusal of a bare fit-checked claim (no rules judged) while pods with required
 #: anti-affinity are placed: the client judges on a snapshot and claims again (cache.py).
 UNCHECKED = "unchecked"
@@ -124,6 +128,11 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
             why = (
                 f"a node changed its labels, taints or membership since the snapshot the "
                 f"placement on node {node} was judged on (decide again on a fresh one)"
+            )
+        elif names == (NAMESPACE_CHANGED,):
+            why = (
+                f"a namespace's labels changed since the snapshot the placement on node {node} "
+                "was judged on, and its rules select namespaces by labels (decide again)"
             )
         elif names == ("node-missing",):
             why = f"node {node} is no longer in the cache"

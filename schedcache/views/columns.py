@@ -23,6 +23,7 @@ columns cannot judge alone gets the per-node code there too.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,16 +112,28 @@ class Placement:
     ranked: tuple[str, ...] = ()
 
 
+def tie_rank(replica: str, node: str) -> int:
+    """Where ``node`` stands among nodes of equal score for ``replica`` (greatest first): a
+    hash of both, stable for the replica. Upstream's selectHost picks at random among the best
+    scores (reservoir sampling), so any fixed order per replica is within its semantics; and
+    replicas that rank ties apart stop claiming the same node (issue 38: 0.053 decisions redone
+    per placed pod at 4 replicas when every replica ranked ties by name)."""
+    return zlib.crc32(f"{replica}:{node}".encode())
+
+
 class Columns:
     """Per-node arrays of one snapshot, in its ``node_info_list`` order."""
 
-    def __init__(self, percentage: int = 0) -> None:
+    def __init__(self, percentage: int = 0, ties: str = "") -> None:
+        """``ties``: the replica whose own order breaks ties among equal scores
+        (:func:`tie_rank`); "" ranks them by name (the greatest first)."""
         if type(percentage) is not int or not 0 <= percentage <= 100:
             # upstream's validation of percentageOfNodesToScore
             raise ValidationError(
                 "scheduler", "percentage", f"{percentage!r} must be an integer in [0, 100]"
             )
         self.percentage = percentage
+        self.ties = ties
         self.next_start = 0  # upstream's nextStartNodeIndex
         self._list: list[NodeInfo] | None = None
         self.infos: list[NodeInfo] = []
@@ -157,11 +170,15 @@ class Columns:
         self.infos = list(infos)
         self.names = [info.name for info in infos]
         self._row = {name: row for row, name in enumerate(self.names)}
-        # Each row's place in the names' order: the greatest name of a tie, in one argmax.
+        # Each row's place in the order that breaks ties (the names', or this replica's own:
+        # tie_rank): the first of a tie ranks greatest, in one argmax.
+        if self.ties:
+            keys = [tie_rank(self.ties, name) for name in self.names]
+            order = sorted(range(len(infos)), key=lambda row: (keys[row], self.names[row]))
+        else:
+            order = sorted(range(len(infos)), key=self.names.__getitem__)
         self._name_rank = np.empty(len(infos), dtype=np.int64)
-        self._name_rank[sorted(range(len(infos)), key=self.names.__getitem__)] = np.arange(
-            len(infos)
-        )
+        self._name_rank[order] = np.arange(len(infos))
         n = len(infos)
         self.columns = {
             name: np.zeros(n, dtype=np.int64)
@@ -471,8 +488,8 @@ class Columns:
 
     def _ranked(self, rows: Ints, scores: Ints) -> tuple[str, ...]:
         """The best ``RANKED`` nodes, best first: the highest score scaled to 0-10 as the
-        extender's ``scores``, then the raw score, then the greatest name (the first is the
-        node the reference scheduler always chose)."""
+        extender's ``scores``, then the raw score, then the tie order (the greatest name, or
+        the replica's own: :func:`tie_rank`; the first is the node the scheduler chooses)."""
         best = int(scores.max())
         scaled = 10 * scores // best if best > 0 else np.zeros_like(scores)
         order = np.lexsort((-self._name_rank[rows], -scores, -scaled))[:RANKED]

@@ -49,6 +49,7 @@ from schedcache.store.fetch import (
     node_info_from_entry,
 )
 from schedcache.store.fold import NodeState, PodState, ReplayState
+from schedcache.store.namespaces import parse_namespaces
 from schedcache.store.reads import STREAM_PAGE, Reads, run_reads, run_snapshot_reads
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
@@ -194,9 +195,20 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
         report.inconsistent = True
         _reset(snap)
         yield from _catch_up(cache, snap, report)
+    yield from _namespaces(snap)
     report.seconds = time.perf_counter() - started
     metrics.SNAPSHOT_UPDATE_SECONDS.observe(report.seconds)
     return report
+
+
+def _namespaces(snap: Snapshot) -> Reads[None]:
+    """The Namespaces' labels into the snapshot's index, re-read only when their generation
+    moved (one small read otherwise: lua/sync_namespace.lua)."""
+    index = snap.pod_index
+    reply = yield ("read_namespaces", (str(index.namespace_generation),))
+    generation, labels = parse_namespaces(reply)
+    if labels is not None:
+        index.set_namespaces(generation, labels)
 
 
 def changed_since(store: Store, snap: Snapshot) -> list[str]:

@@ -38,6 +38,9 @@ HOSTNAME = "kubernetes.io/hostname"
 #: A line of a claim's ``domains``: the pod's affinity held by upstream's first-pod rule ("@"
 #: starts no label key).
 FIRST_POD = "@first-pod"
+#: A line of a claim's ``domains``: the namespace generation a verdict that read namespace
+#: labels saw ("@namespaces=<n>", lua/_claims.lua).
+NAMESPACES = "@namespaces="
 
 _RULE_OF_REASON = {
     interpodaffinity.AFFINITY_RULES: POD_AFFINITY,
@@ -146,11 +149,38 @@ def claim_reads(cycle: Cycle, info: NodeInfo) -> tuple[str, str]:
         for key in sorted(keys)
         if key
     ]
+    if _reads_namespace_labels(cycle):
+        # Lua refuses the claim when any namespace's labels changed since (lua/_claims.lua).
+        lines.append(f"{NAMESPACES}{cycle.index.namespace_generation if cycle.index else 0}")
     if first_pod:
         # A node not live at the snapshot (a placeholder filled in since) may hold a pod that
         # ends the first-pod rule: Lua refuses then (lua/_changes.lua).
         lines.append(FIRST_POD)
     return " ".join(parts), "\n".join(lines)
+
+
+def _reads_namespace_labels(cycle: Cycle) -> bool:
+    """Whether the verdict read namespace labels: a required term of the pod, or an existing
+    pod's required anti-affinity term, with a non-empty namespaceSelector (once per cycle)."""
+    memo = _memo(cycle)
+    found: bool | None = memo.get("namespaces")
+    if found is None:
+        pod, uid = cycle.pod, cycle.pod.uid
+        terms = [*pod.pod_affinity, *pod.pod_anti_affinity]
+        if cycle.index is not None:
+            terms += [
+                t for (_, t), w in cycle.index.anti.items() if len(w.where) > (uid in w.where)
+            ]
+        else:
+            terms += [
+                t
+                for i in cycle.holders()
+                for p in i.pods_with_required_anti_affinity
+                if p.uid != uid
+                for t in p.pod_anti_affinity
+            ]
+        found = memo["namespaces"] = any(t.reads_namespace_labels for t in terms)
+    return found
 
 
 def _memo(cycle: Cycle) -> dict[str, Any]:

@@ -9,7 +9,7 @@ explaining or re-checking a placed pod judges it as if it were pending.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,13 @@ class Cycle:
     #: The snapshot's counts per topology domain, synced with ``infos`` (podindex.py): the
     #: PreFilter states read them instead of passing over every pod.
     index: PodIndex | None = None
+    #: The cache's Namespaces' labels (non-empty namespaceSelectors select by them); the
+    #: index's when not given.
+    namespaces: Mapping[str, Mapping[str, str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.namespaces is None and self.index is not None:
+            self.namespaces = self.index.namespace_labels
 
     def holders(self) -> Sequence[NodeInfo]:
         if self.anti_holders is None:

@@ -27,10 +27,15 @@ ANTI_AFFINITY_RULES = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 
 Pair = tuple[str, str]
+#: The cache's Namespaces' labels, by name (None: none read; non-empty namespaceSelectors
+#: then select nothing beyond their terms' namespaces).
+NamespaceLabels = Mapping[str, Mapping[str, str]] | None
 
 
-def matches_all(terms: Sequence[PodAffinityTerm], owner: Pod, other: Pod) -> bool:
-    return all(t.matches_pod(owner.namespace, other.namespace, other.labels) for t in terms)
+def matches_all(
+    terms: Sequence[PodAffinityTerm], owner: Pod, other: Pod, ns: NamespaceLabels = None
+) -> bool:
+    return all(t.matches_pod(owner.namespace, other.namespace, other.labels, ns) for t in terms)
 
 
 class State:
@@ -44,6 +49,7 @@ class State:
         self.anti: Counter[Pair] | Summed = Counter()
         affinity, anti = pod.pod_affinity, pod.pod_anti_affinity
         uid = pod.uid
+        ns = cycle.namespaces
         if cycle.index is not None:
             self._from_index(pod, cycle.index)
             return
@@ -58,7 +64,7 @@ class State:
                     continue
                 for term in other.pod_anti_affinity:
                     if term.topology_key in labels and term.matches_pod(
-                        other.namespace, pod.namespace, pod.labels
+                        other.namespace, pod.namespace, pod.labels, ns
                     ):
                         self.existing_anti[(term.topology_key, labels[term.topology_key])] += 1
         if not (affinity or anti):
@@ -66,13 +72,13 @@ class State:
         for info, node in cycle.nodes():
             labels = node.labels
             for other in cycle.others(info):
-                if affinity and matches_all(affinity, pod, other):
+                if affinity and matches_all(affinity, pod, other, ns):
                     for term in affinity:
                         if term.topology_key in labels:
                             self.affinity[(term.topology_key, labels[term.topology_key])] += 1
                 for term in anti:
                     if term.topology_key in labels and term.matches_pod(
-                        pod.namespace, other.namespace, other.labels
+                        pod.namespace, other.namespace, other.labels, ns
                     ):
                         self.anti[(term.topology_key, labels[term.topology_key])] += 1
 
@@ -80,7 +86,8 @@ class State:
         """The same counts, read from the snapshot's index with no copy (O(terms))."""
         self.existing_anti = index.existing_anti(pod)
         affinity, namespace = pod.pod_affinity, pod.namespace
-        all_select = partial(_all_select, affinity, namespace)
+        ns = index.namespace_labels
+        all_select = partial(_all_select, affinity, namespace, ns)
         self.affinity = index.summed(
             pod,
             [
@@ -92,19 +99,25 @@ class State:
             pod,
             [
                 index.selected(
-                    ("anti", namespace, t), partial(_term_selects, t, namespace), t.topology_key
+                    ("anti", namespace, t),
+                    partial(_term_selects, t, namespace, ns),
+                    t.topology_key,
                 )
                 for t in pod.pod_anti_affinity
             ],
         )
 
 
-def _all_select(terms: Sequence[PodAffinityTerm], owner_namespace: str, other: Pod) -> bool:
-    return all(t.matches_pod(owner_namespace, other.namespace, other.labels) for t in terms)
+def _all_select(
+    terms: Sequence[PodAffinityTerm], owner_namespace: str, ns: NamespaceLabels, other: Pod
+) -> bool:
+    return all(t.matches_pod(owner_namespace, other.namespace, other.labels, ns) for t in terms)
 
 
-def _term_selects(term: PodAffinityTerm, owner_namespace: str, other: Pod) -> bool:
-    return term.matches_pod(owner_namespace, other.namespace, other.labels)
+def _term_selects(
+    term: PodAffinityTerm, owner_namespace: str, ns: NamespaceLabels, other: Pod
+) -> bool:
+    return term.matches_pod(owner_namespace, other.namespace, other.labels, ns)
 
 
 def state(cycle: Cycle) -> State:
@@ -115,7 +128,9 @@ def state(cycle: Cycle) -> State:
     return found
 
 
-def satisfies_affinity(pod: Pod, s: State, labels: Mapping[str, str]) -> bool:
+def satisfies_affinity(
+    pod: Pod, s: State, labels: Mapping[str, str], ns: NamespaceLabels = None
+) -> bool:
     exist = True
     for term in pod.pod_affinity:
         value = labels.get(term.topology_key)
@@ -124,7 +139,7 @@ def satisfies_affinity(pod: Pod, s: State, labels: Mapping[str, str]) -> bool:
         if s.affinity[(term.topology_key, value)] <= 0:
             exist = False
     if not exist:
-        return not s.affinity and matches_all(pod.pod_affinity, pod, pod)
+        return not s.affinity and matches_all(pod.pod_affinity, pod, pod, ns)
     return True
 
 
@@ -137,7 +152,7 @@ def filter(cycle: Cycle, info: NodeInfo) -> FilterResult | None:
         return None
     s = state(cycle)
     labels = node.labels
-    if pod.pod_affinity and not satisfies_affinity(pod, s, labels):
+    if pod.pod_affinity and not satisfies_affinity(pod, s, labels, cycle.namespaces):
         return FilterResult((AFFINITY_RULES,), True)
     for term in pod.pod_anti_affinity:
         value = labels.get(term.topology_key)
@@ -170,19 +185,21 @@ def score_pairs(cycle: Cycle) -> Counter[Pair]:
     found = cycle.state.get(NAME + ".score")
     if isinstance(found, Counter):
         return found
-    pod = cycle.pod
+    pod, ns = cycle.pod, cycle.namespaces
     pairs: Counter[Pair] = Counter()
     for info, node in cycle.nodes():
         labels = node.labels
         for other in cycle.others(info):
-            contributions = _weighted_matches(pod, other, pod.preferred_pod_affinity, 1)
-            contributions += _weighted_matches(pod, other, pod.preferred_pod_anti_affinity, -1)
-            contributions += _weighted_matches(other, pod, other.preferred_pod_affinity, 1)
-            contributions += _weighted_matches(other, pod, other.preferred_pod_anti_affinity, -1)
+            contributions = _weighted_matches(pod, other, pod.preferred_pod_affinity, 1, ns)
+            contributions += _weighted_matches(pod, other, pod.preferred_pod_anti_affinity, -1, ns)
+            contributions += _weighted_matches(other, pod, other.preferred_pod_affinity, 1, ns)
+            contributions += _weighted_matches(
+                other, pod, other.preferred_pod_anti_affinity, -1, ns
+            )
             contributions += [
                 (term, HARD_POD_AFFINITY_WEIGHT)
                 for term in other.pod_affinity
-                if term.matches_pod(other.namespace, pod.namespace, pod.labels)
+                if term.matches_pod(other.namespace, pod.namespace, pod.labels, ns)
             ]
             for term, weight in contributions:
                 value = labels.get(term.topology_key)
@@ -193,13 +210,13 @@ def score_pairs(cycle: Cycle) -> Counter[Pair]:
 
 
 def _weighted_matches(
-    owner: Pod, target: Pod, terms: tuple[WeightedTerm, ...], sign: int
+    owner: Pod, target: Pod, terms: tuple[WeightedTerm, ...], sign: int, ns: NamespaceLabels
 ) -> list[tuple[PodAffinityTerm, int]]:
     """``owner``'s weighted terms that match ``target``, with their signed weights."""
     return [
         (w.term, sign * w.weight)
         for w in terms
-        if w.term.matches_pod(owner.namespace, target.namespace, target.labels)
+        if w.term.matches_pod(owner.namespace, target.namespace, target.labels, ns)
     ]
 
 

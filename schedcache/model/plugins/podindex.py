@@ -141,6 +141,18 @@ class PodIndex:
         self.scoring = 0
         self._dirty: set[str] = set()
         self._whole = True  # every node to read (a new index)
+        # The cache's Namespaces' labels and their generation (lua/sync_namespace.lua): the
+        # registered counts' tests read them, so a change drops the counts.
+        self.namespace_labels: Mapping[str, Mapping[str, str]] = {}
+        self.namespace_generation = 0
+
+    def set_namespaces(self, generation: int, labels: Mapping[str, Mapping[str, str]]) -> None:
+        """The Namespaces' labels at ``generation``: the counts registered by tests that read
+        the older labels are dropped (a term selecting namespaces by labels counts anew)."""
+        if generation == self.namespace_generation and labels == self.namespace_labels:
+            return
+        self.namespace_generation, self.namespace_labels = generation, labels
+        self.counts.clear()
 
     def mark(self, name: str) -> None:
         """The snapshot changed node ``name`` (its pods, its object, or it went away)."""
@@ -228,7 +240,9 @@ class PodIndex:
         sources: list[Source] = []
         own: Counter[Pair] = Counter()
         for terms in self.anti.values():
-            if terms.term.matches_pod(terms.namespace, pod.namespace, pod.labels):
+            if terms.term.matches_pod(
+                terms.namespace, pod.namespace, pod.labels, self.namespace_labels
+            ):
                 sources.append(terms)
                 for pair in terms.where.get(pod.uid, ()):
                     if pair is not None:
