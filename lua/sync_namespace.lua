@@ -15,10 +15,7 @@
 -- Reply    { 'applied', 'set' | 'delete' | 'same' } or { 'dropped', 'repeated' | 'stale', known }
 -- Errors   BADARG <what>   malformed arguments (nothing written)
 -- Event    none
---
--- sc_read_namespaces (read-only): ARGV replica, "", the `nsgen` the caller holds.
--- Reply    { nsgen } when unchanged, else { nsgen, { name, labels, ... } }
-local NSLABELS = {}
+
 
 function NSLABELS.sync(p, _, a)
   local rv = normal_rv(a[1] or '')
@@ -49,11 +46,3 @@ function NSLABELS.sync(p, _, a)
   if before == body then return { 'applied', 'same' } end
   return { 'applied', body == '' and 'delete' or 'set' }
 end
-
-function NSLABELS.read(p, _, a)
-  local gk = p .. 'nsgen'
-  local gen = tostring(stored_int(gk, get_string(gk), 0))
-  if (a[1] or '') == gen then return { gen } end
-  return { gen, typed_read(p .. 'namespaces', 'hash', 'HGETALL') }
-end
-

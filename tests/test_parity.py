@@ -1652,6 +1652,26 @@ def _async_follow(ctx: Ctx) -> None:
     on_async(ctx, body)
 
 
+@case("Cache.assume_gang", "AsyncCache.assume_gang")
+def _assume_gang(ctx: Ctx) -> None:
+    """A gang placed whole, and one that does not fit written not at all (docs/gangs.md)."""
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "2", "8Gi"))
+    assert cache.assume_gang([web(0), web(1)], f"{NS}/g") == ["n1", "n1"]
+    before = cache.dump()
+    with pytest.raises(FitConflict):
+        cache.assume_gang([web(2), web(3), web(4)], f"{NS}/h")  # 1 cpu left for 1.5
+    assert cache.dump() == before
+
+    async def body(aio: AsyncCache) -> None:
+        with pytest.raises(FitConflict):
+            await aio.assume_gang([web(5), web(6), web(7)], f"{NS}/i")
+        assert await aio.assume_gang([web(8), web(9)], f"{NS}/j") == ["n1", "n1"]
+
+    on_async(ctx, body)
+    assert cache.dump() != before and cache.verify() == []
+
+
 @case("cli scripts")
 def _cli_scripts(ctx: Ctx) -> None:
     lines = ok(ctx.cli("scripts")).splitlines()
