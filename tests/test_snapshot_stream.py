@@ -60,7 +60,8 @@ def test_a_snapshot_follows_the_stream_and_equals_a_fresh_one(cache):
 
 
 def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
-    """What crosses the wire: one head call and XRANGE pages, none of the nodes' pods."""
+    """What crosses the wire: one head call and XRANGE pages, none of the nodes' pods (and
+    the namespaces' generation, docs/constraints.md "Namespace selectors")."""
     cache = make_cache()
     snap = populated(cache)
     for j in range(5):
@@ -77,7 +78,7 @@ def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
         report = cache.update_snapshot(snap)
     finally:
         del cache.store.read_function
-    assert calls == ["snapshot_delta"] and report.events == 5
+    assert calls == ["snapshot_delta", "read_namespaces"] and report.events == 5
     assert_matches_fresh(cache, snap)
 
 
