@@ -117,10 +117,12 @@ class LastPod:
         self.last: tuple[str, Pod] | None = None
 
     def read(self, raw_pod: Mapping[str, Any]) -> Pod:
-        try:
-            key = json.dumps(raw_pod, separators=(",", ":"))
-        except (TypeError, ValueError, RecursionError):  # not from JSON: read it, keep nothing
-            key = ""
+        key = ""
+        if _few_labels(raw_pod):  # a pod of 50,000 labels is not written again for a key
+            try:
+                key = json.dumps(raw_pod, separators=(",", ":"))
+            except (TypeError, ValueError, RecursionError):  # not from JSON: keep nothing
+                key = ""
         last = self.last
         if key and last is not None and last[0] == key:
             return last[1]
@@ -131,6 +133,20 @@ class LastPod:
         if key:
             self.last = (key, pod)
         return pod
+
+
+def _few_labels(raw_pod: Mapping[str, Any], most: int = 256) -> bool:
+    """Whether the pod's labels and annotations are few enough to key it by its JSON cheaply
+    (the JSON of a pod of 50,000 labels costs the GIL what a /healthz answer waits for)."""
+    metadata = raw_pod.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return True
+    count = 0
+    for name in ("labels", "annotations"):
+        value = metadata.get(name)
+        if isinstance(value, Mapping):
+            count += len(value)
+    return count <= most
 
 
 LAST_POD = LastPod()
