@@ -94,6 +94,14 @@ FEEDS = (*RESOURCES, BUDGETS, NAMESPACES)
 #: What a cluster answers a list of PodDisruptionBudgets when the kind is not served (404) or
 #: sync's role may not list it (403): logged once, the feed tries again quietly.
 NOT_SERVED = frozenset({403, 404})
+#: What a cluster that refuses those lists loses, and the RBAC that sync lacks then.
+UNSERVED_CONSEQUENCE = {
+    "poddisruptionbudgets": (
+        "preemption respects no PodDisruptionBudget",
+        "poddisruptionbudgets.policy",
+    ),
+    "namespaces": ("a non-empty namespaceSelector selects no namespace by labels", "namespaces"),
+}
 
 
 # Seconds between lists of a kind the API server does not serve (the PodGroup CRD missing).
@@ -458,28 +466,15 @@ class ResourceFeed:
             return False
         level = logging.DEBUG if self._refused else logging.WARNING
         self._refused = True
-        if self.resource == NAMESPACES:
-            log.log(
-                level,
-                "%s of cache %s: the API server answered %s (%s); a non-empty "
-                "namespaceSelector selects no namespace by labels until sync may list them "
-                "(get/list/watch on namespaces); trying again every %.0f s",
-                self.resource,
-                self.cache.name,
-                error.status,
-                error.reason,
-                self.settings.max_backoff,
-            )
-            return True
         log.log(
             level,
-            "%s of cache %s: the API server answered %s (%s); preemption respects no "
-            "PodDisruptionBudget until sync may list them (get/list/watch on "
-            "poddisruptionbudgets.policy); trying again every %.0f s",
+            "%s of cache %s: the API server answered %s (%s); %s until sync may list them "
+            "(get/list/watch on %s); trying again every %.0f s",
             self.resource,
             self.cache.name,
             error.status,
             error.reason,
+            *UNSERVED_CONSEQUENCE[self.resource],
             self.settings.max_backoff,
         )
         return True
