@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from prometheus_client import REGISTRY
 
 from schedcache import Cache
 from schedcache.cli import app as cli_module
@@ -100,6 +101,11 @@ def test_three_replicas_racing_two_gangs_place_exactly_one_whole(
     assert watcher.verify() == []
 
 
+def counted(metric: str) -> float:
+    """This process's value of a counter (the test's scheduler runs in it)."""
+    return REGISTRY.get_sample_value(metric) or 0.0
+
+
 def test_a_group_waits_for_min_member_holding_no_room(
     cache: Cache, server: FakeApiServer, tmp_path: Path
 ) -> None:
@@ -107,8 +113,10 @@ def test_a_group_waits_for_min_member_holding_no_room(
     server.create(pod_group("g", 3))
     server.create(member("g-0", "g"))
     server.create(member("g-1", "g"))
+    waits_before = counted("schedcache_gang_waits_total")
     with fed_scheduler(cache, server, tmp_path, retry_delay=0.1, max_backoff=0.3) as scheduler:
         eventually(lambda: scheduler.gangs.waiting >= 3)
+        assert counted("schedcache_gang_waits_total") - waits_before >= 3  # the metric says so
         assert in_cache(cache, ["g-0", "g-1"]) == 0
         # The waiting group holds nothing: a 2-cpu pod takes the room it would need.
         server.create(pending("plain", "2"))
@@ -142,11 +150,13 @@ def test_a_group_waiting_past_its_timeout_is_reported(
     server.create(node("n1", "4"))
     server.create(pod_group("g", 3, timeout=1))
     server.create(member("g-0", "g"))
+    timeouts_before = counted("schedcache_gang_timeouts_total")
     with fed_scheduler(cache, server, tmp_path, retry_delay=0.2, max_backoff=0.4):
         eventually(lambda: condition(server, "g-0") is not None, 10)
         found = condition(server, "g-0")
         assert found is not None and found["reason"] == "Unschedulable"
         assert found["message"] == 'pod group "default/g" timed out waiting for 3 members'
+        assert counted("schedcache_gang_timeouts_total") - timeouts_before >= 1
 
 
 def test_a_group_over_the_gang_cap_is_reported_once_and_claims_nothing(

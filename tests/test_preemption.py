@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from prometheus_client import REGISTRY
 
 from schedcache import Cache
 from schedcache.cli import app as cli_module
@@ -171,6 +172,15 @@ def replicas(
         feeder.stop()
 
 
+def preemption_counts() -> tuple[float, float]:
+    """This process's ``schedcache_preemption_{attempts,victims}_total`` (every replica in a
+    test runs in it)."""
+    return (
+        REGISTRY.get_sample_value("schedcache_preemption_attempts_total") or 0.0,
+        REGISTRY.get_sample_value("schedcache_preemption_victims_total") or 0.0,
+    )
+
+
 def test_two_replicas_preempt_exactly_upstreams_victims_and_keep_the_room(
     make_cache: Any, tmp_path: Path
 ) -> None:
@@ -178,7 +188,8 @@ def test_two_replicas_preempt_exactly_upstreams_victims_and_keep_the_room(
     other. A 2-cpu priority-1000 pod needs two of them gone: upstream reprieves the most
     important (the earliest started) and evicts the two started last; the priority-2000 pod is
     never touched; a priority-0 pod created right after does not take the freed room.
-    Before issue 41 the pod was never placed."""
+    Before issue 41 the pod was never placed. The process's preemption metrics count it."""
+    attempts_before, victims_before = preemption_counts()
     with FakeApiServer() as server:
         server.create(node("n1", "4"))
         server.create(bound_pod("vip", "1", 2000, "2026-01-01T00:00:00Z"))
@@ -200,6 +211,9 @@ def test_two_replicas_preempt_exactly_upstreams_victims_and_keep_the_room(
             deletes = [r for r in server.requests if r.method == "DELETE"]
             assert sorted(r.path.rsplit("/", 1)[1] for r in deletes) == ["low1", "low2"]
             assert sum(s.preemption.evicted for s in schedulers if s.preemption) == 2
+            attempts, victims = preemption_counts()
+            assert victims - victims_before == 2  # as kube-scheduler's preemption_victims
+            assert attempts - attempts_before >= 1  # pre's PostFilter (late's tries may add)
         # each victim got DisruptionTarget (reason PreemptionByScheduler) before its DELETE
         for victim in ("low1", "low2"):
             paths = [(r.method, r.path) for r in server.requests if victim in r.path]
