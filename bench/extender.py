@@ -157,7 +157,9 @@ def row(
     redis.Redis.from_url(url).flushdb()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    setup = argparse.Namespace(nodes=args.nodes, initial=args.initial, measured=args.pods)
+    setup = argparse.Namespace(
+        nodes=args.nodes, initial=args.initial, measured=args.pods, shape="basic"
+    )
     api = context.Process(target=api_server, args=(theirs, setup, directory, ""), daemon=True)
     api.start()
     kubeconfig = ours.recv()
