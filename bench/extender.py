@@ -23,6 +23,9 @@ API server (tests/apiserver.py, a process of its own):
    already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
    own (``INFO cpu``) over the measured phase, so it includes ``sync`` confirming each binding.
 
+``--bind-pod-from-filter`` runs the extenders that have the option with it (a bind claims the
+pod its filter call decoded, without reading it from the API server).
+
 ``--before REV`` adds rows for the extender of a git revision (``git archive``), the rest of the
 harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
 
@@ -196,6 +199,7 @@ def row(
                         SCHEDULER,
                         "--replica",
                         f"extender-{i}",
+                        *extender_flags(args, tree),
                     ],
                     env=env,
                     cwd=tree,
@@ -302,6 +306,16 @@ def slowlog_read(server: redis.Redis) -> dict[str, float]:
     return totals
 
 
+def extender_flags(args: argparse.Namespace, tree: Path) -> list[str]:
+    """``--bind-pod-from-filter`` for the extenders of a tree that has it (--before's may not)."""
+    source = (tree / "schedcache" / "cli" / "extender.py").read_text()
+    return (
+        ["--bind-pod-from-filter"]
+        if args.bind_pod_from_filter and "--bind-pod-from" in source
+        else []
+    )
+
+
 def warm(ports: list[int], nodes: int) -> None:
     """One filter over every node per extender: its snapshot is built before the clock."""
     names = [f"node-{i}" for i in range(nodes)]
@@ -345,6 +359,11 @@ def main() -> None:
         "--wrap", default="", help="a Python script that runs schedcache.cli (a profiler)"
     )
     parser.add_argument("--rounds", type=positive, default=1, help="rows repeated; medians kept")
+    parser.add_argument(
+        "--bind-pod-from-filter",
+        action="store_true",
+        help="extenders that have it bind the pod their filter decoded, without an API GET",
+    )
     args = parser.parse_args()
     if args.sample > args.nodes:
         parser.error("--sample is more than --nodes")

@@ -118,7 +118,7 @@ class LastPod:
 
     def read(self, raw_pod: Mapping[str, Any]) -> Pod:
         key = ""
-        if _few_labels(raw_pod):  # a pod of 50,000 labels is not written again for a key
+        if few_labels(raw_pod):  # a pod of 50,000 labels is not written again for a key
             try:
                 key = json.dumps(raw_pod, separators=(",", ":"))
             except (TypeError, ValueError, RecursionError):  # not from JSON: keep nothing
@@ -135,7 +135,7 @@ class LastPod:
         return pod
 
 
-def _few_labels(raw_pod: Mapping[str, Any], most: int = 256) -> bool:
+def few_labels(raw_pod: Mapping[str, Any], most: int = 256) -> bool:
     """Whether the pod's labels and annotations are few enough to key it by its JSON cheaply
     (the JSON of a pod of 50,000 labels costs the GIL what a /healthz answer waits for)."""
     metadata = raw_pod.get("metadata")
@@ -225,6 +225,7 @@ __all__ = [
     "bind_result",
     "decode_json",
     "encode",
+    "few_labels",
     "field",
     "filter_args",
     "filter_result",
