@@ -197,12 +197,28 @@ def encode(answer: Any) -> bytes:
     HostPriorityList (prioritize's list, from :func:`host_priorities`) is written item by item:
     the generic encoder took 5.5 ms for 5,000 hosts, this 1.3 ms."""
     if isinstance(answer, list):
-        items = ",".join(
-            f'{{"Host":{encode_basestring_ascii(item["Host"])},"Score":{item["Score"]:d}}}'
-            for item in answer
-        )
-        return f"[{items}]".encode()
+        # Each host's '{"Host":"...","Score":' written once (node names recur from call to
+        # call), each score's ending too: per item, two lookups and a concatenation.
+        hosts, endings = _HOSTS, _SCORES
+        if len(hosts) > MAX_HOSTS:
+            hosts.clear()
+        items = []
+        for item in answer:
+            host, score = item["Host"], item["Score"]
+            start = hosts.get(host)
+            if start is None:
+                start = hosts[host] = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+            ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
+            items.append(start + (ending or f"{score:d}}}"))
+        return f"[{','.join(items)}]".encode()
     return json.dumps(answer, separators=(",", ":")).encode()
+
+
+# encode's pieces: each host's start (at most MAX_HOSTS kept: the names callers sent), and each
+# score's ending.
+MAX_HOSTS = 65_536
+_HOSTS: dict[str, str] = {}
+_SCORES = [f"{score:d}}}" for score in range(MAX_SCORE + 1)]
 
 
 def bind_result(error: str = "") -> dict[str, str]:

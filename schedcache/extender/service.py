@@ -136,10 +136,8 @@ class Extender:
             # answering under a flood (tests/test_extender_memory.py).
             # Often every node fits (the one shared FITS verdict): then one comprehension
             # answers; else each verdict in turn, in the caller's order.
-            judged = zip(args.node_names, verdicts, strict=True)
-            passed = [name for name, result in judged if result is FITS]
-            if len(passed) == len(verdicts):
-                return protocol.filter_result(args, passed, failed, unresolvable)
+            if verdicts.count(FITS) == len(verdicts):  # one pass in C
+                return protocol.filter_result(args, list(args.node_names), failed, unresolvable)
             passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
                 if result is None:
@@ -394,6 +392,7 @@ def scaled(totals: Mapping[str, int], names: list[str]) -> dict[str, int]:
     """0-10 per name of ``names``: its weighted score in ``totals`` scaled so the best scores
     10, as upstream's DefaultNormalizeScore scales; a name without one scores 0."""
     best = max(totals.values(), default=0)
-    return {
-        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0) for name in names
-    }
+    if not best:
+        return dict.fromkeys(names, 0)
+    get = totals.get
+    return {name: MAX_SCORE * get(name, 0) // best for name in names}
