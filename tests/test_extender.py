@@ -235,11 +235,14 @@ def test_a_bind_with_no_prior_filter_still_reads_the_pod_and_binds(
     cache: Cache, api_server: FakeApiServer, tmp_path: Path
 ) -> None:
     """A pod another replica filtered, one pushed out of the kept pods, one of over 256
-    labels, one whose bind is retried (its kept copy was taken): each is read, then bound."""
+    labels, one of over 64 KiB of JSON, one whose bind is retried (its kept copy was taken):
+    each is read, then bound."""
     cache.add_node(make_node("n1", "64", "64Gi"))
     crowded = pending("crowded", "100m")
     crowded["metadata"]["labels"] = {f"l{i}": "v" for i in range(300)}
-    for manifest in (pending("other", "100m"), crowded, pending("retried", "100m")):
+    large = pending("large", "100m")
+    large["metadata"]["annotations"] = {"note": "x" * service.KEPT_POD_BYTES}
+    for manifest in (pending("other", "100m"), crowded, large, pending("retried", "100m")):
         api_server.create(manifest)
     for i in range(service.FILTERED_PODS + 1):
         api_server.create(pending(f"p{i}", "10m"))
@@ -247,8 +250,9 @@ def test_a_bind_with_no_prior_filter_still_reads_the_pod_and_binds(
         for i in range(service.FILTERED_PODS + 1):
             extender.post("filter", {"Pod": pending(f"p{i}", "10m"), "NodeNames": ["n1"]})
         extender.post("filter", {"Pod": crowded, "NodeNames": ["n1"]})
+        extender.post("filter", {"Pod": large, "NodeNames": ["n1"]})
         extender.post("filter", {"Pod": pending("retried", "100m"), "NodeNames": ["n1"]})
-        for name in ("other", "p0", "p64", "crowded"):  # p64 was kept, p0 pushed out
+        for name in ("other", "p0", "p64", "crowded", "large"):  # p64 kept, p0 pushed out
             assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
         api_server.update({**pending("retried"), "spec": {"nodeName": "n9"}})  # raced
         _, answer = extender.post("bind", binding("retried", "n1"))
@@ -256,8 +260,8 @@ def test_a_bind_with_no_prior_filter_still_reads_the_pod_and_binds(
         _, answer = extender.post("bind", binding("retried", "n1"))
         assert "already bound" in answer["Error"]  # read this time
     # (the 409's own read: was it this bind that landed?)
-    assert pod_reads(api_server) == ["other", "p0", "crowded", "retried", "retried"]
-    for name in ("other", "p0", "p64", "crowded"):
+    assert pod_reads(api_server) == ["other", "p0", "crowded", "large", "retried", "retried"]
+    for name in ("other", "p0", "p64", "crowded", "large"):
         assert node_of(api_server, name) == "n1"
     assert cache.pod_state("uid-retried") is None
     assert cache.verify() == []

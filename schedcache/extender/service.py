@@ -21,18 +21,18 @@ The pod a bind claims is the API server's, read at bind time: never one remember
 decoded lately claims that pod, as kube-scheduler binds the pod object it scheduled, without
 reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted as kube-scheduler
 is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most 256 labels and
-annotations (several kube-scheduler clients on one extender), each taken by its bind; any other
-bind reads the pod. Either way its name, namespace and uid must all match
-the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all) and it must not
-be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
-whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
-as the 409 path does. The claim gets a deadline ``bind_timeout`` away in the claim's own call
-(``Cache.assume_pod(deadline=)``), so it never outlives an unfinished bind; once bound, the pod
-keeps at least the cache's ttl for ``sync`` to confirm it (the deadline moves to the ttl when
-less is left: with the defaults, 60 s and 30 s, a bind costs Redis one call); a claim that must go
-and cannot be forgotten now (Redis away) is retried in the background until it lands
-(:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
-filter call's, remembered by uid within ``remember_bytes``.
+annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one extender),
+each taken by its bind; any other bind reads the pod. Either way its name, namespace and uid
+must all match the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all)
+and it must not be bound yet. Errors name only what the caller sent (no uid, no response
+header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled by
+reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout`` away
+in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an unfinished
+bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it (the
+deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
+Redis one call); a claim that must go and cannot be forgotten now (Redis away) is retried in the
+background until it lands (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry
+runs) the pod is the filter call's, remembered by uid within ``remember_bytes``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ SAME_CYCLE = 1.0
 # --bind-pod-from-filter: how many filtered pods are kept for their binds (kube-scheduler binds
 # asynchronously, so a client may filter the next pods before the last one's bind arrives).
 FILTERED_PODS = 64
+KEPT_POD_BYTES = 64 * 1024  # a pod's JSON at most, to be kept: 64 of them hold ~4 MiB of JSON
 
 
 class Binder(Protocol):
@@ -312,13 +313,14 @@ class Extender:
 
     def _keep(self, args: FilterArgs) -> None:
         """``bind_pod_from_filter`` only: the pod this call decoded, for its bind (at most
-        FILTERED_PODS, the newest; none of over 256 labels and annotations)."""
+        FILTERED_PODS, the newest; none of over 256 labels and annotations, whose JSON
+        LastPod does not write, nor of over KEPT_POD_BYTES of JSON)."""
         if not self.bind_pod_from_filter:
             return
         pod = args.pod
         if not pod.uid:
             return
-        if not protocol.few_labels(args.raw_pod):
+        if not 0 < args.pod_bytes <= KEPT_POD_BYTES:
             with self.pods_lock:
                 self.decoded.pop(pod.uid, None)  # an older copy must not stand in for it
             return
