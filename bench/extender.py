@@ -23,6 +23,9 @@ API server (tests/apiserver.py, a process of its own):
    already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
    own (``INFO cpu``) over the measured phase, so it includes ``sync`` confirming each binding.
 
+``--bind-pod-from-filter`` adds full-profile rows of this tree's extenders with that option (a
+bind claims the pod its filter call decoded, without reading it from the API server).
+
 ``--before REV`` adds rows for the extender of a git revision (``git archive``), the rest of the
 harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
 
@@ -151,13 +154,21 @@ def cli(url: str, tree: Path, entry: str = "") -> tuple[list[str], dict[str, str
 
 
 def row(
-    args: argparse.Namespace, url: str, tree: Path, profile: str, extenders: int, directory: str
+    args: argparse.Namespace,
+    url: str,
+    tree: Path,
+    profile: str,
+    extenders: int,
+    directory: str,
+    flags: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One configuration: its pods/s, per-verb latency, checks and CPU."""
     redis.Redis.from_url(url).flushdb()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    setup = argparse.Namespace(nodes=args.nodes, initial=args.initial, measured=args.pods)
+    setup = argparse.Namespace(
+        nodes=args.nodes, initial=args.initial, measured=args.pods, shape="basic"
+    )
     api = context.Process(target=api_server, args=(theirs, setup, directory, ""), daemon=True)
     api.start()
     kubeconfig = ours.recv()
@@ -194,6 +205,7 @@ def row(
                         SCHEDULER,
                         "--replica",
                         f"extender-{i}",
+                        *flags,
                     ],
                     env=env,
                     cwd=tree,
@@ -343,6 +355,11 @@ def main() -> None:
         "--wrap", default="", help="a Python script that runs schedcache.cli (a profiler)"
     )
     parser.add_argument("--rounds", type=positive, default=1, help="rows repeated; medians kept")
+    parser.add_argument(
+        "--bind-pod-from-filter",
+        action="store_true",
+        help="add rows of this tree's extenders with --bind-pod-from-filter (full profile)",
+    )
     args = parser.parse_args()
     if args.sample > args.nodes:
         parser.error("--sample is more than --nodes")
@@ -350,19 +367,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         server = start_server(directory, args.port)
         url = f"redis://127.0.0.1:{args.port}/0"
-        trees = [("this tree", ROOT)]
+        trees: list[tuple[str, Path, tuple[str, ...]]] = [("this tree", ROOT, ())]
+        if args.bind_pod_from_filter:
+            trees.append(("this tree, --bind-pod-from-filter", ROOT, ("--bind-pod-from-filter",)))
         if args.before:
-            trees.insert(0, (args.before, extract(args.before, Path(directory))))
+            trees.insert(0, (args.before, extract(args.before, Path(directory)), ()))
         try:
             for profile in args.profiles:
                 for count in args.extenders:
-                    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in trees}
+                    # The option changes nothing without filter calls: no such rows for bind-only.
+                    kept = [t for t in trees if profile == "full" or not t[2]]
+                    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in kept}
                     for _ in range(args.rounds):  # alternating: noise hits both alike
-                        for label, tree in trees:
-                            got = row(args, url, tree, profile, count, directory)
+                        for label, tree, flags in kept:
+                            got = row(args, url, tree, profile, count, directory, flags)
                             print(label, profile, count, got, flush=True)
                             runs[label].append(got)
-                    for label, _ in trees:
+                    for label, *_ in kept:
                         rows.append(
                             {"extender": label, "profile": profile, "extenders": count}
                             | medians(runs[label])

@@ -13,12 +13,13 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from redis import Redis
 
 from schedcache import Cache
-from schedcache.extender import protocol
+from schedcache.extender import protocol, service
 from schedcache.extender.service import UNKNOWN_NODE, Extender
 from schedcache.feed.sync import api_client
 from schedcache.model.values import Node, Pod
@@ -180,6 +181,110 @@ def test_a_failed_binding_forgets_the_claim(
         assert status == 200 and "binding pod team/a" in answer["Error"]
         assert "409" in answer["Error"]
     assert cache.pod_state("uid-a") is None and cache.get_node_info("n1").requested.milli_cpu == 0
+
+
+def pod_reads(server: FakeApiServer) -> list[str]:
+    """The pods the API server was asked for by name (GETs of one pod)."""
+    prefix = f"/api/v1/namespaces/{NS}/pods/"
+    return [
+        r.path.removeprefix(prefix)
+        for r in server.requests
+        if r.method == "GET" and r.path.startswith(prefix) and "/" not in r.path[len(prefix) :]
+    ]
+
+
+def node_of(server: FakeApiServer, name: str) -> str | None:
+    obj = server.get("Pod", name, NS)
+    assert obj is not None
+    node: str | None = obj["spec"].get("nodeName")
+    return node
+
+
+def from_filter(cache: Cache, server: FakeApiServer, tmp_path: Path) -> Extender:
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    return Extender(
+        cache,
+        ApiBinder(api_client(kubeconfig)),
+        scheduler_names=frozenset({"default-scheduler"}),
+        bind_pod_from_filter=True,
+    )
+
+
+def test_a_bind_after_filter_claims_the_filtered_pod_without_reading_it(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """--bind-pod-from-filter: kube-scheduler binds the pod it filtered; two clients' pods in
+    flight at once (filter a, filter b, then their binds) are each bound without a GET."""
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    for name in ("a", "b"):
+        api_server.create(pending(name, "400m"))
+    with RunningExtender(from_filter(cache, api_server, tmp_path)) as extender:
+        for name in ("a", "b"):
+            extender.post("filter", {"Pod": pending(name, "400m"), "NodeNames": ["n1"]})
+            extender.post("prioritize", {"Pod": pending(name, "400m"), "NodeNames": ["n1"]})
+        for name in ("a", "b"):
+            assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+    assert pod_reads(api_server) == []
+    assert [node_of(api_server, n) for n in "ab"] == ["n1", "n1"]
+    assert cache.pod_state("uid-a") == cache.pod_state("uid-b") == "assumed"
+    assert cache.get_node_info("n1").requested.milli_cpu == 800
+    assert cache.verify() == []
+
+
+def test_a_bind_with_no_prior_filter_still_reads_the_pod_and_binds(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A pod another replica filtered, one pushed out of the kept pods, one of over 256
+    labels, one of over 64 KiB of JSON, one whose bind is retried (its kept copy was taken):
+    each is read, then bound."""
+    cache.add_node(make_node("n1", "64", "64Gi"))
+    crowded = pending("crowded", "100m")
+    crowded["metadata"]["labels"] = {f"l{i}": "v" for i in range(300)}
+    large = pending("large", "100m")
+    large["metadata"]["annotations"] = {"note": "x" * service.KEPT_POD_BYTES}
+    for manifest in (pending("other", "100m"), crowded, large, pending("retried", "100m")):
+        api_server.create(manifest)
+    for i in range(service.FILTERED_PODS + 1):
+        api_server.create(pending(f"p{i}", "10m"))
+    with RunningExtender(from_filter(cache, api_server, tmp_path)) as extender:
+        for i in range(service.FILTERED_PODS + 1):
+            extender.post("filter", {"Pod": pending(f"p{i}", "10m"), "NodeNames": ["n1"]})
+        extender.post("filter", {"Pod": crowded, "NodeNames": ["n1"]})
+        extender.post("filter", {"Pod": large, "NodeNames": ["n1"]})
+        extender.post("filter", {"Pod": pending("retried", "100m"), "NodeNames": ["n1"]})
+        for name in ("other", "p0", "p64", "crowded", "large"):  # p64 kept, p0 pushed out
+            assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+        api_server.update({**pending("retried"), "spec": {"nodeName": "n9"}})  # raced
+        _, answer = extender.post("bind", binding("retried", "n1"))
+        assert "409" in answer["Error"]  # the kept copy was unbound: the Binding refused
+        _, answer = extender.post("bind", binding("retried", "n1"))
+        assert "already bound" in answer["Error"]  # read this time
+    # (the 409's own read: was it this bind that landed?)
+    assert pod_reads(api_server) == ["other", "p0", "crowded", "large", "retried", "retried"]
+    for name in ("other", "p0", "p64", "crowded", "large"):
+        assert node_of(api_server, name) == "n1"
+    assert cache.pod_state("uid-retried") is None
+    assert cache.verify() == []
+
+
+def test_a_kept_pod_is_checked_as_the_api_servers_would_be(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """The kept pod answers for the bind's name and namespace only, and its schedulerName
+    must be served."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+    with RunningExtender(from_filter(cache, api_server, tmp_path)) as extender:
+        theirs = pending("a", "1", schedulerName="other")
+        extender.post("filter", {"Pod": theirs, "NodeNames": ["n1"]})
+        before = keyspace(cast(Redis, cache.client), cache.keys.pattern)
+        _, answer = extender.post("bind", binding("a", "n1"))
+        assert "schedulerName" in answer["Error"]
+        extender.post("filter", {"Pod": pending("a", "1"), "NodeNames": ["n1"]})
+        _, answer = extender.post("bind", {**binding("a", "n1"), "PodName": "b"})
+        assert "not found" in answer["Error"]  # another name: read, and absent
+        assert keyspace(cast(Redis, cache.client), cache.keys.pattern) == before
+    assert pod_reads(api_server) == ["b"]
 
 
 def test_three_clients_binding_concurrently_never_overfill_a_node(

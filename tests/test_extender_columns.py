@@ -53,6 +53,9 @@ def per_node(ext: Extender, args: FilterArgs) -> tuple[dict[str, Any], list[dict
     )
 
 
+TINY = {"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}
+
+
 def incoming(rng: random.Random, i: int) -> dict[str, Any]:
     """A pending pod's manifest: mostly plain (the columns judge it: requests, tolerations, a
     node selector, an image), some with host ports or inter-pod rules (the per-node code)."""
@@ -83,7 +86,7 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
     for i in range(40):
         cache.add_pod(random_pod(rng, f"p{i}", rng.choice(nodes).name))
     ext = Extender(cache)
-    judged = {"columnar": 0, "per-node": 0, "failed": 0, "passed": 0}
+    judged = {"columnar": 0, "per-node": 0, "failed": 0, "passed": 0, "all passed": 0}
     for round_ in range(6):
         if round_ == 2:  # a node tainted, one gone, one new
             tainted = node_manifest(nodes[5].name, "4", "8Gi", labels={"zone": "z2"})
@@ -107,6 +110,25 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
             expected_filter, expected_priorities = per_node(ext, args)
             assert json.dumps(filtered) == json.dumps(expected_filter)
             assert json.dumps(prioritized) == json.dumps(expected_priorities)
+            # As the wire writes them (protocol.encode's own writer for the priorities).
+            assert (
+                protocol.encode(prioritized)
+                == json.dumps(expected_priorities, separators=(",", ":")).encode()
+            )
+            # A pod of 1m that tolerates every taint, then again on the nodes it passed, twice
+            # over: every one passes (the columns' answer without a verdict per name).
+            small = {
+                **manifest,
+                "spec": {"containers": [TINY], "tolerations": [{"operator": "Exists"}]},
+            }
+            known = [name for name in names if name != "n999"]
+            for _ in range(2):
+                again = protocol.filter_args({"Pod": small, "NodeNames": known})
+                answers = (ext.filter(again), ext.prioritize(again))
+                expected = tuple(map(json.dumps, per_node(ext, again)))
+                assert tuple(map(json.dumps, answers)) == expected
+                known = answers[0]["NodeNames"] * 2
+            judged["all passed"] += bool(known) and answers[0]["NodeNames"] == again.node_names
             judged["columnar" if columnar(args.pod) else "per-node"] += 1
             judged["failed"] += len(filtered["FailedNodes"]) + len(
                 filtered["FailedAndUnresolvableNodes"]
@@ -117,4 +139,4 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
                 cache.add_pod(random_pod(rng, f"q{round_}-{i}", filtered["NodeNames"][0]))
     # Both paths, and both verdicts, were compared.
     assert judged["columnar"] > 40 and judged["per-node"] > 5
-    assert judged["failed"] > 100 and judged["passed"] > 100
+    assert judged["failed"] > 100 and judged["passed"] > 100 and judged["all passed"] > 10

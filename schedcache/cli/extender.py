@@ -138,6 +138,12 @@ def _tls_options(command: F) -> F:
     show_default=True,
     help="Seconds a claim may wait for its Binding; then the expiry worker releases it.",
 )
+@click.option(
+    "--bind-pod-from-filter",
+    is_flag=True,
+    help="A bind claims the pod this extender's filter decoded (same uid) without reading it "
+    "from the API server: trusts /filter's callers as kube-scheduler (docs/security.md).",
+)
 @ttl_option
 @click.pass_obj
 def extender(
@@ -158,6 +164,7 @@ def extender(
     max_connections: int,
     read_timeout: float,
     bind_timeout: float,
+    bind_pod_from_filter: bool,
     ttl: float,
 ) -> None:
     """Serve kube-scheduler's extender protocol (filter, prioritize, bind) on the cache, so
@@ -234,7 +241,11 @@ def extender(
             err=True,
         )
         served = Extender(
-            cache, binder, scheduler_names=frozenset(scheduler_names), bind_timeout=bind_timeout
+            cache,
+            binder,
+            scheduler_names=frozenset(scheduler_names),
+            bind_timeout=bind_timeout,
+            bind_pod_from_filter=bind_pod_from_filter,
         )
         serve(served, sock, url_prefix, limits, ssl_context)
     except Interrupted:

@@ -16,17 +16,23 @@
   forgets the pod and retries it); a failed API call forgets the claim.
 
 The pod a bind claims is the API server's, read at bind time: never one remembered from
-``/filter`` (a caller could send any requests there). Its name, namespace and uid must all match
-the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all) and it must not
-be bound yet. Errors name only what the caller sent (no uid, no response header). A Binding
-whose outcome is unknown (5xx, timeout, connection lost) is settled by reading where the pod is,
-as the 409 path does. The claim gets a deadline ``bind_timeout`` away in the claim's own call
-(``Cache.assume_pod(deadline=)``), so it never outlives an unfinished bind; once bound, the pod
-keeps at least the cache's ttl for ``sync`` to confirm it (the deadline moves to the ttl when
-less is left: with the defaults, 60 s and 30 s, a bind costs Redis one call); a claim that must go
-and cannot be forgotten now (Redis away) is retried in the background until it lands
-(:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry runs) the pod is the
-filter call's, remembered by uid within ``remember_bytes``.
+``/filter`` (a caller could send any requests there), unless ``bind_pod_from_filter``
+(``--bind-pod-from-filter``): then a bind whose uid a filter or prioritize call of this extender
+decoded lately claims that pod, as kube-scheduler binds the pod object it scheduled, without
+reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted as kube-scheduler
+is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most 256 labels and
+annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one extender),
+each taken by its bind; any other bind reads the pod. Either way its name, namespace and uid
+must all match the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all)
+and it must not be bound yet. Errors name only what the caller sent (no uid, no response
+header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled by
+reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout`` away
+in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an unfinished
+bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it (the
+deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
+Redis one call); a claim that must go and cannot be forgotten now (Redis away) is retried in the
+background until it lands (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry
+runs) the pod is the filter call's, remembered by uid within ``remember_bytes``.
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.sch
 # Seconds after a pod's filter call within which its prioritize call scores on the snapshot
 # the filter brought up to date (kube-scheduler sends both in one cycle, milliseconds apart).
 SAME_CYCLE = 1.0
+# --bind-pod-from-filter: how many filtered pods are kept for their binds (kube-scheduler binds
+# asynchronously, so a client may filter the next pods before the last one's bind arrives).
+FILTERED_PODS = 64
+KEPT_POD_BYTES = 64 * 1024  # a pod's JSON at most, to be kept: 64 of them hold ~4 MiB of JSON
 
 
 class Binder(Protocol):
@@ -87,6 +97,7 @@ class Extender:
         scheduler_names: frozenset[str] = frozenset(),
         forgetter: Forgetter | None = None,
         bind_timeout: float = 60.0,
+        bind_pod_from_filter: bool = False,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -105,11 +116,16 @@ class Extender:
         # The pod of the last filter call and when its snapshot update was: its prioritize
         # call reuses that snapshot (_same_cycle).
         self.filtered: tuple[str, float] = ("", 0.0)
+        # bind_pod_from_filter: uid -> the pod filter or prioritize decoded, and its
+        # spec.schedulerName (the bind checks it as it checks the API server's pod).
+        self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
+        self.decoded: OrderedDict[str, tuple[Pod, str]] = OrderedDict()
 
     # -- filter and prioritize ------------------------------------------------------------
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
         self._remember(args)
+        self._keep(args)
         hold_nomination(self.cache, args)  # a nominated preemptor (docs/preemption.md)
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
@@ -121,10 +137,8 @@ class Extender:
             # answering under a flood (tests/test_extender_memory.py).
             # Often every node fits (the one shared FITS verdict): then one comprehension
             # answers; else each verdict in turn, in the caller's order.
-            judged = zip(args.node_names, verdicts, strict=True)
-            passed = [name for name, result in judged if result is FITS]
-            if len(passed) == len(verdicts):
-                return protocol.filter_result(args, passed, failed, unresolvable)
+            if verdicts.count(FITS) == len(verdicts):  # one pass in C
+                return protocol.filter_result(args, list(args.node_names), failed, unresolvable)
             passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
                 if result is None:
@@ -139,6 +153,7 @@ class Extender:
 
     def prioritize(self, args: FilterArgs) -> list[dict[str, Any]]:
         self._remember(args)
+        self._keep(args)
         with self.snapshot_lock:
             if not self._same_cycle(args.pod):
                 self.cache.update_snapshot(self.snapshot)
@@ -249,6 +264,14 @@ class Extender:
 
     def _authoritative(self, args: BindArgs) -> Pod:
         """The pod to claim, checked against the bind: see the module docstring."""
+        kept = self._kept(args)
+        if kept is not None:
+            pod, served = kept
+            if self.scheduler_names and served not in self.scheduler_names:
+                raise Refused("its schedulerName is not served by this extender")
+            if pod.node_name:
+                raise Refused("already bound to a node")
+            return pod
         raw = self._read(args)
         metadata = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
@@ -287,6 +310,42 @@ class Extender:
             if getattr(error, "status", None) == 404:
                 raise Refused("not found in the API server") from None
             raise Refused(f"reading it: {_api_failure(error)}") from None
+
+    def _keep(self, args: FilterArgs) -> None:
+        """``bind_pod_from_filter`` only: the pod this call decoded, for its bind (at most
+        FILTERED_PODS, the newest; none of over 256 labels and annotations, whose JSON
+        LastPod does not write, nor of over KEPT_POD_BYTES of JSON)."""
+        if not self.bind_pod_from_filter:
+            return
+        pod = args.pod
+        if not pod.uid:
+            return
+        if not 0 < args.pod_bytes <= KEPT_POD_BYTES:
+            with self.pods_lock:
+                self.decoded.pop(pod.uid, None)  # an older copy must not stand in for it
+            return
+        spec = args.raw_pod.get("spec")
+        served = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+        entry = (pod, served if isinstance(served, str) and served else DEFAULT_SCHEDULER)
+        with self.pods_lock:
+            self.decoded[pod.uid] = entry
+            self.decoded.move_to_end(pod.uid)
+            while len(self.decoded) > FILTERED_PODS:
+                self.decoded.popitem(last=False)
+
+    def _kept(self, args: BindArgs) -> tuple[Pod, str] | None:
+        """The pod filter or prioritize decoded for this bind's uid, taken (a retried bind
+        reads the API server's), when its name and namespace are the bind's too."""
+        if not self.bind_pod_from_filter:
+            return None
+        with self.pods_lock:
+            kept = self.decoded.pop(args.pod_uid, None)
+        if kept is None or (kept[0].namespace, kept[0].name) != (
+            args.pod_namespace,
+            args.pod_name,
+        ):
+            return None
+        return kept
 
     def _remember(self, args: FilterArgs) -> None:
         """``--no-api`` only: the filter's pod, for the bind (bounded by its JSON's bytes)."""
@@ -335,6 +394,7 @@ def scaled(totals: Mapping[str, int], names: list[str]) -> dict[str, int]:
     """0-10 per name of ``names``: its weighted score in ``totals`` scaled so the best scores
     10, as upstream's DefaultNormalizeScore scales; a name without one scores 0."""
     best = max(totals.values(), default=0)
-    return {
-        name: (MAX_SCORE * totals[name] // best if best and name in totals else 0) for name in names
-    }
+    if not best:
+        return dict.fromkeys(names, 0)
+    get = totals.get
+    return {name: MAX_SCORE * get(name, 0) // best for name in names}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -447,8 +448,12 @@ class Columns:
                 else filter_pod(pod, info, cycle)
                 for name in names
             ]
-        fits: list[bool] = self.fits(pod).tolist()
+        fit = self.fits(pod)  # live nodes only
         row_of, rows = self._row, self.infos
+        found = self._rows_named(names)
+        if len(found) and found.min() >= 0 and fit[found].all():
+            return [FITS] * len(found)  # kube-scheduler's sample, often: no Python per name
+        fits: list[bool] = fit.tolist()
         verdicts: list[FilterResult | None] = []
         for name in names:
             row = row_of.get(name)
@@ -473,13 +478,19 @@ class Columns:
             infos = [snap.node_infos.get(name) for name in names]
             known = [info for info in infos if info is not None and info.node is not None]
             return score_nodes(pod, known, self._cycle(pod, snap))
-        row_of, rows = self._row, self.infos
-        found = [row for name in names if (row := row_of.get(name)) is not None]
-        found = [row for row in found if rows[row].node is not None]
-        if not found:
+        rows = self._rows_named(names)
+        rows = rows[rows >= 0]
+        rows = rows[self.live[rows]]
+        if not len(rows):
             return {}
-        totals: list[int] = self.totals(pod, np.array(found, dtype=np.int64)).tolist()
-        return dict(zip([self.names[row] for row in found], totals, strict=True))
+        totals: list[int] = self.totals(pod, rows).tolist()
+        return dict(zip(map(self.names.__getitem__, rows.tolist()), totals, strict=True))
+
+    def _rows_named(self, names: Sequence[str]) -> Ints:
+        """The row of each of ``names``, -1 for a name no row has: one pass in C (a
+        comprehension of lookups cost ~100 us at 500 names)."""
+        lookups = map(self._row.get, names, repeat(-1, len(names)))
+        return np.fromiter(lookups, dtype=np.int64, count=len(names))
 
     def _whole(self, snap: Snapshot) -> bool:
         """Whether the rows are ``snap``'s every node (its list and its map agree), so a name
