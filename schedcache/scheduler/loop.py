@@ -28,9 +28,8 @@ Redis going away (a restart, a failover) never ends the loop: a failed pop or sn
 backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
 when due (or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed
 while its reply was lost is found again as this replica's own (the pod's last claim here went
-unanswered) and bound. A claim decided on a snapshot
-that saw writes Redis lost is refused (``lost-writes``) and decided again on the snapshot,
-rebuilt by its next update.
+unanswered) and bound. A claim decided on a snapshot that saw writes Redis lost is refused
+(``lost-writes``) and decided again on the snapshot, rebuilt by its next update.
 """
 
 from __future__ import annotations
