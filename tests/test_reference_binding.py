@@ -6,15 +6,19 @@ every backend; the API server is tests/apiserver.py through the official client.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from schedcache import Cache
+from schedcache.ops.expiry import ExpiryWorker
+from schedcache.scheduler import bindings as binding_cycle
 from schedcache.scheduler.bindings import PROCESS_GONE, BindingProcess
 from schedcache.scheduler.loop import ReferenceScheduler
+from schedcache.store.metrics import COMMANDS
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client
 from tests.scheduling import eventually, fed_scheduler, node, pending
@@ -63,6 +67,95 @@ def test_the_next_pod_is_claimed_while_a_binding_waits(
             assert {(server.get("Pod", n) or {})["spec"].get("nodeName") for n in binds} == nodes
     finally:
         release.set()
+
+
+def sent(command: str) -> float:
+    """How many ``command`` calls this process's caches sent (the library's own counter)."""
+    return COMMANDS.labels(command, "applied")._value.get()  # type: ignore[no-any-return]
+
+
+def test_a_placed_pod_s_life_sends_no_finish_binding(
+    cache: Cache, server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Issue 40: the claim carries its deadline (one call), and a Binding that answers well
+    within it needs no ``finish_binding``: sync's confirmation is the pod's next call."""
+    server.create(node("a", "2"))
+    server.create(node("b", "2"))
+    claims, finishes = sent("timed_claim"), sent("finish_binding")
+    with fed_scheduler(cache, server, tmp_path) as scheduler:
+        for i in range(4):
+            server.create(pending(f"p{i}", "500m"))
+        eventually(lambda: all(cache.pod_state(f"uid-p{i}") == "added" for i in range(4)))
+        assert scheduler.bound == 4
+    assert sent("finish_binding") == finishes
+    assert sent("timed_claim") - claims == 4
+    pods = [server.get("Pod", f"p{i}") or {} for i in range(4)]
+    assert sorted(p["spec"].get("nodeName") for p in pods) == ["a", "a", "b", "b"]
+
+
+def test_an_assumed_pod_whose_binding_never_shows_up_still_expires(
+    make_cache: Callable[..., Cache],
+    server: FakeApiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Binding answered but lost (the pod never shows up bound): the claim keeps the room at
+    least the cache's ttl after the answer, for sync to confirm it, then the expiry worker
+    releases it, with no finish_binding sent. The allowance is cut to 1 s for the test."""
+    monkeypatch.setattr(binding_cycle, "BINDING_ALLOWANCE", 1.0)
+    cache = make_cache(ttl=2.0, replica="ref")
+    server.create(node("a", "2"))
+    answered: list[float] = []
+
+    def lost(scheduler: ReferenceScheduler) -> None:
+        def answer(*args: str) -> None:
+            answered.append(time.time())
+
+        scheduler.binder.bind = answer  # type: ignore[method-assign]
+
+    with fed_scheduler(cache, server, tmp_path, prepare=lost) as scheduler:
+        server.create(pending("ghost", "1500m"))
+        eventually(lambda: scheduler.bound == 1)
+        record = cache.get_pod_record("uid-ghost")
+        assert record.state == "assumed" and record.node == "a"
+        assert record.deadline_ms is not None
+        assert record.deadline_ms >= answered[0] * 1000 + 2_000 - 50  # the ttl after the answer
+    assert (server.get("Pod", "ghost") or {})["spec"].get("nodeName") is None
+    worker = ExpiryWorker(cache)
+    eventually(lambda: worker.run_once() == ["uid-ghost"], timeout=10)
+    assert cache.pod_state("uid-ghost") is None
+    assert cache.get_node_info("a").requested.milli_cpu == 0
+
+
+def test_a_binding_slower_than_its_allowance_sends_finish_binding(
+    make_cache: Callable[..., Cache],
+    server: FakeApiServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim's deadline would leave less than the ttl after a slow Binding: then, and only
+    then, ``finish_binding`` moves it to the ttl from the answer (the allowance cut to 0.2 s;
+    the Binding answers after 0.5 s and never lands, so sync leaves the claim as it is)."""
+    monkeypatch.setattr(binding_cycle, "BINDING_ALLOWANCE", 0.2)
+    cache = make_cache(ttl=30.0, replica="ref")
+    server.create(node("a", "2"))
+    answered: list[float] = []
+
+    def slow(scheduler: ReferenceScheduler) -> None:
+        def late(*args: str) -> None:
+            time.sleep(0.5)
+            answered.append(time.time())
+
+        scheduler.binder.bind = late  # type: ignore[method-assign]
+
+    finishes = sent("finish_binding")
+    with fed_scheduler(cache, server, tmp_path, prepare=slow) as scheduler:
+        server.create(pending("slow", "500m"))
+        eventually(lambda: scheduler.bound == 1)
+        assert sent("finish_binding") - finishes == 1
+        record = cache.get_pod_record("uid-slow")
+        assert record.state == "assumed" and record.deadline_ms is not None
+        assert record.deadline_ms >= answered[0] * 1000 + 30_000 - 50
 
 
 def test_bindings_from_a_process_of_their_own_place_every_pod_once(

@@ -113,7 +113,7 @@ def test_a_node_added_retries_a_parked_pod(
         assert scheduler.unschedulable == 1 and bound_to(server, "big") is None
         server.create(node("roomy", "4"))
         eventually(lambda: bound_to(server, "big") == "roomy", 5)
-        eventually(lambda: scheduler.bound == 1)  # counted once finish_binding returned
+        eventually(lambda: scheduler.bound == 1)  # counted once its Binding answered
         assert scheduler.unschedulable == 1
         # sync saw it bound: out of the queue.
         eventually(lambda: sum(scheduler.queue.lengths().values()) == 0)

@@ -12,6 +12,8 @@ from hypothesis import given
 
 from schedcache import Cache, Pod, Snapshot
 from schedcache.errors import CorruptRecord
+from schedcache.store.namespaces import sync_namespace
+from schedcache.views.snapshot import SnapshotUpdate
 from tests.factories import make_node, make_pod, port
 from tests.test_snapshot import AFFINITY, assert_matches_fresh
 
@@ -59,13 +61,9 @@ def test_a_snapshot_follows_the_stream_and_equals_a_fresh_one(cache):
     assert_matches_fresh(cache, snap)
 
 
-def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
-    """What crosses the wire: one head call and XRANGE pages, none of the nodes' pods (and
-    the namespaces' generation, docs/constraints.md "Namespace selectors")."""
-    cache = make_cache()
-    snap = populated(cache)
-    for j in range(5):
-        cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
+def functions_called(cache: Cache, snap: Snapshot) -> tuple[list[str], SnapshotUpdate]:
+    """The functions one ``update_snapshot`` of ``snap`` calls (XRANGE pages are no function
+    call), and its report."""
     calls: list[str] = []
     real = cache.store.read_function
 
@@ -78,7 +76,33 @@ def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
         report = cache.update_snapshot(snap)
     finally:
         del cache.store.read_function
-    assert calls == ["snapshot_delta", "read_namespaces"] and report.events == 5
+    return calls, report
+
+
+def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
+    """What crosses the wire: one head call (which also answers the namespaces' generation,
+    docs/constraints.md "Namespace selectors") and XRANGE pages, none of the nodes' pods."""
+    cache = make_cache()
+    snap = populated(cache)
+    for j in range(5):
+        cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
+    calls, report = functions_called(cache, snap)
+    assert calls == ["snapshot_delta"] and report.events == 5
+    assert_matches_fresh(cache, snap)
+
+
+def test_only_an_update_after_a_namespace_changed_reads_the_namespaces(make_cache):
+    """The head read carries ``nsgen``: the labels are read when it moved, and only then."""
+    cache = make_cache()
+    snap = populated(cache)
+    cache.run(sync_namespace({"metadata": {"name": "shop", "labels": {"team": "t1"}}}, "5"))
+    cache.add_pod(make_pod("more", "n1", "10m", "1Mi"))
+    calls, report = functions_called(cache, snap)
+    assert calls == ["snapshot_delta", "read_namespaces"] and report.events == 1
+    assert snap.pod_index.namespace_labels == {"shop": {"team": "t1"}}
+    assert snap.pod_index.namespace_generation == 1
+    calls, _ = functions_called(cache, snap)
+    assert calls == ["snapshot_delta"]  # unchanged since: no call for them
     assert_matches_fresh(cache, snap)
 
 
@@ -179,11 +203,11 @@ def test_a_corrupt_event_refuses_the_update_and_leaves_the_snapshot_as_it_was(ma
     assert_matches_fresh(cache, snap)
 
 
-@pytest.mark.parametrize("key", ["gen", "treegen", "incarnation", "events"])
+@pytest.mark.parametrize("key", ["gen", "treegen", "incarnation", "nsgen", "events"])
 def test_a_head_key_of_another_type_refuses_the_update_naming_it(make_cache, key):
-    """The head read takes `gen`, `treegen` and `incarnation` in one MGET, which answers nil
-    for a key of another type: that key is still refused by name (as corruption), the
-    snapshot left as it was, and every key as it was."""
+    """The head read takes `gen`, `treegen`, `incarnation` and `nsgen` in one MGET, which
+    answers nil for a key of another type: that key is still refused by name (as corruption),
+    the snapshot left as it was, and every key as it was."""
     cache = make_cache()
     snap = populated(cache)
     before = {name: info.pod_count for name, info in snap.node_infos.items()}
@@ -201,7 +225,8 @@ def test_a_head_key_of_another_type_refuses_the_update_naming_it(make_cache, key
     assert (snap.generation, snap.last_id) == (generation, seen)
     assert {name: info.pod_count for name, info in snap.node_infos.items()} == before
     cache.client.delete(full)
-    cache.client.restore(full, 0, saved)
+    if saved is not None:  # (no namespace yet: no `nsgen`)
+        cache.client.restore(full, 0, saved)
     report = cache.update_snapshot(snap)
     assert report.fell_back == ""
     assert_matches_fresh(cache, snap)

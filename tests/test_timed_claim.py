@@ -15,6 +15,7 @@ from schedcache.errors import FitConflict, ValidationError
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.store import commands
 from tests.factories import keyspace, make_node, make_pod
+from tests.test_constraint_candidates import HOST, HOST_ANTI, WEB, ZONE, decided
 from tests.test_lua_bounds import command_calls
 
 
@@ -51,6 +52,34 @@ def test_a_timed_claim_is_released_at_its_deadline(make_cache: Callable[..., Cac
     assert worker.run_once() == ["a"]
     assert cache.pod_state("a") is None
     assert cache.get_node_info("n1").requested.milli_cpu == 0
+
+
+def test_a_timed_claim_takes_candidates_and_rules_judged_on_a_snapshot(
+    make_cache: Callable[..., Cache],
+) -> None:
+    """What the reference scheduler's claim sends (issue 40): ``check_fit`` with the pod's
+    rules judged on its snapshot and the next best nodes, and the deadline, in one call."""
+    cache = make_cache(ttl=10.0)
+    for name in ("n1", "n2", "n3"):
+        cache.add_node(make_node(name, "2", "8Gi", labels={HOST: name, ZONE: "z1"}))
+    cache.add_pod(make_pod("web-0", "n2", "100m", "1Mi", labels=WEB))
+    snap = decided(cache)
+    make_cache(replica="b").assume_pod(make_pod("other", "n1", "2", "1Mi"), check_fit=True)
+    web = make_pod("web-1", "n1", "1", "1Mi", labels=WEB, affinity=HOST_ANTI)
+    before = command_calls(cache, "fcall")
+    started = time.time() * 1000
+    taken = cache.assume_pod(
+        web, check_fit=True, snapshot=snap, candidates=("n2", "n3"), deadline=30.0
+    )
+    after = command_calls(cache, "fcall")
+    if before is not None and after is not None:  # fakeredis keeps no count
+        assert after - before == 1
+    # n1 full (the other replica's claim), n2 holds a web pod (anti-affinity): n3.
+    assert taken == "n3"
+    record = cache.get_pod_record(web)
+    assert record.state == "assumed" and record.node == "n3" and record.binding_finished
+    assert record.deadline_ms is not None and record.deadline_ms > started + 29_000
+    assert cache.verify() == []
 
 
 def test_a_refused_timed_claim_writes_nothing(make_cache: Callable[..., Cache]) -> None:

@@ -1,13 +1,20 @@
-"""The binding cycle in a process of its own: a replica's Bindings and their ``finish_binding``
-off the scheduling loop's GIL.
+"""The binding cycle (:func:`bind_and_finish`), and that cycle in a process of its own: a
+replica's Bindings off the scheduling loop's GIL.
+
+The loop's claim carries its deadline (``Cache.assume_pod(deadline=claim_deadline(ttl))``:
+``BINDING_ALLOWANCE`` plus the cache's ttl, set by Redis in the claim's own call). A Binding
+that answers within the allowance leaves the bound pod at least the ttl for ``sync`` to
+confirm it, as ``finish_binding`` would: no Redis call after the Binding. A slower one sends
+``finish_binding`` (the deadline then moves to the ttl from now); an assumed pod whose Binding
+never shows up expires at its deadline all the same (the expiry worker).
 
 In one process the scheduling loop and its binding threads share one core: the POST (urllib3
-and http.client, their header parsing), the ``finish_binding`` call and the threads' GIL
-hand-offs were a third of a replica's CPU a pod. ``BindingProcess`` runs them in a spawned
-process with a pool of its own (its own Redis connection and API client, from the same Redis
-URL and kubeconfig); the loop sends each claimed pod down a pipe and learns from a reader
-thread how its Binding ended: ``""`` (bound, the claim finished) or why it failed (the loop
-then forgets the claim and gives the pod back, as with its own pool).
+and http.client, their header parsing), the ``finish_binding`` call (then sent every time) and
+the threads' GIL hand-offs were a third of a replica's CPU a pod. ``BindingProcess`` runs them
+in a spawned process with a pool of its own (its own Redis connection and API client, from the
+same Redis URL and kubeconfig); the loop sends each claimed pod down a pipe and learns from a
+reader thread how its Binding ended: ``""`` (bound) or why it failed (the loop then forgets the
+claim and gives the pod back, as with its own pool).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -35,6 +43,9 @@ log = logging.getLogger(__name__)
 
 # finish_binding's waits while Redis is away: 1 s doubling to 30 s (the loop's own).
 FINISH_BACKOFF = (1.0, 30.0)
+# Seconds a Binding may take, from its claim, and still need no finish_binding (the extender's
+# --bind-timeout default): the claim's deadline is this plus the cache's ttl.
+BINDING_ALLOWANCE = 60.0
 # Seconds a binding process may take to start (a spawned interpreter and its imports).
 START_TIMEOUT = 60.0
 # The reader thread's answer for a Binding the process never answered (it died, or stopped).
@@ -44,8 +55,8 @@ PROCESS_GONE = "the binding process ended"
 class BindingProcess:
     """Bindings of one replica, ``workers`` at a time, in a spawned process (``ttl``: the
     cache's, which ``finish_binding`` starts the claim's expiry with). ``submit(pod, done)``
-    calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty: bound and
-    finished); ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
+    calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty: bound);
+    ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
 
     def __init__(
         self,
@@ -77,15 +88,19 @@ class BindingProcess:
         self._reader.daemon = True
         self._reader.start()
 
-    def submit(self, placed: Pod, done: Callable[[Pod, str], None]) -> None:
-        """Send ``placed`` to the process; a process that is gone answers ``PROCESS_GONE`` at
-        once (the loop forgets the claim and goes on)."""
+    def submit(
+        self, placed: Pod, done: Callable[[Pod, str], None], claimed: float | None = None
+    ) -> None:
+        """Send ``placed`` (``claimed``: as :func:`bind_and_finish` takes it) to the process;
+        a process that is gone answers ``PROCESS_GONE`` at once (the loop forgets the claim and
+        goes on)."""
         with self._lock:
             sent = not self._gone
             if sent:
                 self._waiting[placed.uid] = (placed, done)
                 try:
-                    self._conn.send(placed.to_dict())
+                    # (time.monotonic is one clock for every process of the machine)
+                    self._conn.send((placed.to_dict(), claimed))
                 except OSError:  # the process died: the reader thread ends too
                     self._waiting.pop(placed.uid, None)
                     sent = False
@@ -136,7 +151,8 @@ def serve(
     workers: int,
     ttl: float,
 ) -> None:
-    """The process: bind each pod received, then ``finish_binding``; answer (uid, why)."""
+    """The process: bind each pod received (then ``finish_binding`` when it is due); answer
+    (uid, why)."""
     cache = Cache(redis.Redis.from_url(redis_url), cache_name, ttl=ttl, replica=replica)
     binder = ApiBinder(api_client(kubeconfig))
     answers = threading.Lock()
@@ -148,9 +164,9 @@ def serve(
         with answers:
             conn.send((uid, why))
 
-    def bind(placed: Pod) -> None:
+    def bind(placed: Pod, claimed: float | None) -> None:
         try:
-            why = bind_and_finish(binder, cache, placed, stop)
+            why = bind_and_finish(binder, cache, placed, stop, claimed)
         except (CacheError, redis.RedisError, OSError) as error:  # bound: the feeder confirms
             log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
             why = ""
@@ -168,20 +184,37 @@ def serve(
             if message is None:
                 break
             slots.acquire()
-            pool.submit(bind, Pod.from_dict(message))
+            pod, claimed = message
+            pool.submit(bind, Pod.from_dict(pod), claimed)
         stop.set()  # a finish_binding waiting out Redis gives up: the feeder confirms the pod
 
 
-def bind_and_finish(binder: ApiBinder, cache: Cache, placed: Pod, stop: threading.Event) -> str:
-    """One binding cycle (the loop's pool and this process run the same): "" when bound, then
-    ``finish_binding`` sent until Redis answers (its error raised once ``stop`` is set); else
-    why the Binding failed (the loop then forgets the claim)."""
+def claim_deadline(ttl: float) -> float | None:
+    """The deadline (seconds) the loop's claim carries: ``BINDING_ALLOWANCE`` plus the cache's
+    ``ttl``; None when the ttl is 0 (a bound pod never expires: ``finish_binding`` says so)."""
+    return BINDING_ALLOWANCE + ttl if ttl > 0 else None
+
+
+def bind_and_finish(
+    binder: ApiBinder,
+    cache: Cache,
+    placed: Pod,
+    stop: threading.Event,
+    claimed: float | None = None,
+) -> str:
+    """One binding cycle (the loop's pool and this process run the same): "" when bound; else
+    why the Binding failed (the loop then forgets the claim). ``claimed``: ``time.monotonic()``
+    before the claim with :func:`claim_deadline`'s deadline was sent (None: a claim without
+    one). Bound later than ``BINDING_ALLOWANCE`` after it, or with no deadline, the pod gets
+    ``finish_binding``, sent until Redis answers (its error raised once ``stop`` is set)."""
     try:
         binder.bind(placed.namespace, placed.name, placed.uid, placed.node_name)
     except ApiException as error:
         return f"{error.status} {error.reason}"
     except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
         return f"{type(error).__name__}: {short(error)}"
+    if claimed is not None and time.monotonic() - claimed <= BINDING_ALLOWANCE:
+        return ""  # the claim's deadline leaves the pod the ttl (or more) for sync to confirm
 
     def waiting(error: Exception, delay: float) -> None:
         log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)

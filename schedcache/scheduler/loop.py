@@ -7,11 +7,13 @@ snapshot (``Columns.place``: upstream's sample of the nodes filtered and scored,
 views/columns.py), claim the best with ``assume_pod(check_fit=True)`` (checked in Redis against
 the live node, so N replicas never overfill it), and hand the Binding to a bounded pool, as
 kube-scheduler's binding cycle: the next pod is placed meanwhile on a snapshot that already
-counts the claim; ``finish_binding`` when the Binding answers, else the claim is forgotten and
+counts the claim. The claim carries its deadline, set in the same call (the Binding's
+allowance plus the cache's ttl, scheduler/bindings.py): a Binding that answers in time costs
+Redis no more call, a slower one sends ``finish_binding``, a failed one forgets the claim and
 the pod goes back to the queue, backing off. A fit conflict (another replica was first) tries
 again on a refreshed snapshot. The cache learns the binding from ``schedcache sync``
 (confirming the claim, and taking the pod out of the queue); until then the claim holds the
-room, and expires after the cache's ttl if the pod never shows up bound.
+room, and expires at its deadline if the pod never shows up bound.
 
 A pod that could not be placed is handled as kube-scheduler's queue does: its reasons per node
 are logged once per attempt in upstream's summary form (``0/12 nodes are available: 3
@@ -24,10 +26,10 @@ inter-pod rules (which other pods' arrival can satisfy) backs off without parkin
 
 Redis going away (a restart, a failover) never ends the loop: a failed pop or snapshot read
 backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
-(or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed while its
-reply was lost is found again as this replica's own and bound. A claim decided on a snapshot
-that saw writes Redis lost is refused (``lost-writes``) and decided again on the snapshot,
-rebuilt by its next update.
+when due (or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed
+while its reply was lost is found again as this replica's own (the pod's last claim here went
+unanswered) and bound. A claim decided on a snapshot that saw writes Redis lost is refused
+(``lost-writes``) and decided again on the snapshot, rebuilt by its next update.
 """
 
 from __future__ import annotations
@@ -53,7 +55,12 @@ from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
 from schedcache.ops.queue import LEASE, QueuedPod, SchedulingQueue
 from schedcache.scheduler.binder import ApiBinder
-from schedcache.scheduler.bindings import BindingProcess, bind_and_finish, short
+from schedcache.scheduler.bindings import (
+    BindingProcess,
+    bind_and_finish,
+    claim_deadline,
+    short,
+)
 from schedcache.scheduler.gang import GangScheduler, PodGroups
 from schedcache.scheduler.preemption import Preemption
 from schedcache.store.retry import backoff, call_with_retries
@@ -74,8 +81,8 @@ BINDING_WORKERS = 16
 # Unschedulable messages remembered (so the same one is not patched again), newest kept.
 REPORTS_KEPT = 10_000
 # Seconds a stop waits for the Bindings in flight: a signal ends the process within 2 s (one
-# abandoned keeps its claim until the lease, given back at exit, or the deadline lets it go;
-# the feeder confirms a Binding that landed).
+# abandoned keeps its claim until its deadline lets it go, or, without one, until the lease,
+# given back at exit; the feeder confirms a Binding that landed).
 STOP_WAIT = 1.0
 # What a Redis outage raises past the store's retry policy (RetriesExhausted is a CacheError).
 REDIS_AWAY = (redis.RedisError, OSError)
@@ -147,6 +154,10 @@ class ReferenceScheduler:
         self.bindings = bindings
         self._in_flight = threading.BoundedSemaphore(binding_workers)
         self._binds: dict[Future[None], str] = {}  # Bindings in flight: their pods' uids
+        # The deadline each claim carries (None: the cache's ttl is 0, nothing expires), and
+        # the pods whose last claim got no answer, with when it was sent (newest last).
+        self.deadline = claim_deadline(cache.ttl)
+        self._unanswered: dict[str, float] = {}
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
@@ -181,6 +192,7 @@ class ReferenceScheduler:
             judged = (
                 pod.has_inter_pod_rules or self.snapshot.have_pods_with_required_anti_affinity_list
             )
+            claimed = time.monotonic()  # no later than Redis sets the claim's deadline
             try:
                 # The next best nodes ride along: a lost race for the best one takes the next
                 # that still passes every check, with no decision redone.
@@ -189,21 +201,27 @@ class ReferenceScheduler:
                     check_fit=True,
                     snapshot=self.snapshot if judged else None,
                     candidates=placement.ranked[1:],
+                    deadline=self.deadline,
                 )
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1
                 continue
-            self._submit(pod.with_node(taken))
+            except REDIS_AWAY:  # no answer: the claim may have landed all the same
+                self._unanswered[pod.uid] = claimed
+                while len(self._unanswered) > REPORTS_KEPT:
+                    del self._unanswered[next(iter(self._unanswered))]
+                raise
+            self._submit(pod.with_node(taken), claimed if self.deadline else None)
             outcome.node = taken
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
         return outcome
 
-    def _bind(self, placed: Pod) -> None:
-        """The binding cycle, in the pool: bind, then ``finish_binding``."""
+    def _bind(self, placed: Pod, claimed: float | None) -> None:
+        """The binding cycle, in the pool: bind, then ``finish_binding`` when due."""
         try:
-            why = bind_and_finish(self.binder, self.cache, placed, self.stop)
+            why = bind_and_finish(self.binder, self.cache, placed, self.stop, claimed)
         except (CacheError, *REDIS_AWAY) as error:
             log.warning("pod %s/%s: binding cycle: %s", placed.namespace, placed.name, error)
             self._in_flight.release()
@@ -225,13 +243,14 @@ class ReferenceScheduler:
         finally:
             self._in_flight.release()
 
-    def _submit(self, placed: Pod) -> None:
+    def _submit(self, placed: Pod, claimed: float | None = None) -> None:
+        """Hand ``placed``'s Binding on (``claimed``: see ``bind_and_finish``)."""
         self._in_flight.acquire()  # the pool is bounded: wait for a Binding to answer
         if self.bindings is not None:
-            self.bindings.submit(placed, self._binding_ended)
+            self.bindings.submit(placed, self._binding_ended, claimed)
             return
         with self._lock:
-            future = self.binding.submit(self._bind, placed)
+            future = self.binding.submit(self._bind, placed, claimed)
             self._binds[future] = placed.uid
         future.add_done_callback(self._bind_done)
 
@@ -243,6 +262,7 @@ class ReferenceScheduler:
         """Whether ``pod`` is already this replica's claim, its Binding now in flight: else a
         claim whose reply Redis lost (a restart, a failover: the retry policy gave up though
         the claim had landed), bound now instead of being left assumed for ever."""
+        claimed = self._unanswered.pop(pod.uid, None)
         with self._lock:
             if pod.uid in self._binds.values():
                 return True
@@ -252,8 +272,13 @@ class ReferenceScheduler:
             record = self.cache.get_pod_record(pod)
         except (CacheError, *REDIS_AWAY):
             return False
-        mine = record.claimer == self.cache.replica and bool(self.cache.replica)
-        if record.state != "assumed" or record.binding_finished or not mine:
+        # A claim with a deadline names no claimer (the deadline bounds it, not the lease):
+        # it is this replica's when its own claim of the pod went unanswered.
+        if record.claimer:
+            mine = record.claimer == self.cache.replica and not record.binding_finished
+        else:
+            mine = record.binding_finished and claimed is not None
+        if record.state != "assumed" or not mine:
             return False
         log.info(
             "pod %s/%s: this replica's claim on node %s landed though its reply was lost: "
@@ -262,7 +287,7 @@ class ReferenceScheduler:
             pod.name,
             record.node,
         )
-        self._submit(pod.with_node(record.node))
+        self._submit(pod.with_node(record.node), claimed if self.deadline else None)
         return True
 
     def _until_redis_answers(self, call: Callable[[], object]) -> None:

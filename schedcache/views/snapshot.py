@@ -2,11 +2,12 @@
 
 A scheduler reads the cluster only through a snapshot taken at the start of each cycle.
 ``update_snapshot`` follows the stream: one small atomic read (``sc_snapshot_delta`` with no
-nodes: the generation, the incarnation, the node tree when its membership changed, and the id
-of the stream's last event), then ``XRANGE`` pages of the events since the snapshot's last one,
-folded by the fold replay uses (``store/fold.py``: one code path for replay, ``verify``,
-``at()`` and snapshots), and only the nodes they touched projected again. Redis's cost is the
-events' (an ``XRANGE`` of them), the client's follows the events, not the nodes' pods.
+nodes: the generation, the incarnation, the node tree when its membership changed, the id of
+the stream's last event and the namespaces' generation, whose labels are read only when it
+moved), then ``XRANGE`` pages of the events since the snapshot's last one, folded by the fold
+replay uses (``store/fold.py``: one code path for replay, ``verify``, ``at()`` and
+snapshots), and only the nodes they touched projected again. Redis's cost is the events' (an
+``XRANGE`` of them), the client's follows the events, not the nodes' pods.
 
 The generation counters stay the source of truth for gaps. A snapshot whose last event is no
 longer in the stream (compacted away, or a stream of another incarnation), a new one, or one
@@ -166,8 +167,8 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
     """:func:`update_snapshot` without I/O: the reads it needs, for either transport."""
     started = time.perf_counter()
     report = SnapshotUpdate()
-    live = yield from _follow(snap, report)
-    if live is None:
+    head = yield from _follow(snap, report)
+    if head is None:
         if (yield from _history_lost(snap)):
             log.warning(
                 "cache %s no longer holds event %s that its snapshot saw (at generation %d): "
@@ -180,7 +181,8 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
             metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache).inc()
             report.lost_writes = report.inconsistent = True
             _reset(snap)
-        live = yield from _catch_up(cache, snap, report)
+        head = yield from _catch_up(cache, snap, report)
+    live, namespaces = head
     if len(snap.node_infos) != live or len(snap.node_info_list) != live:
         # As upstream's self-check, but recovering in the same call instead of failing it.
         log.warning(
@@ -194,17 +196,20 @@ def update_reads(snap: Snapshot, cache: str) -> Reads[SnapshotUpdate]:
         metrics.SNAPSHOT_INCONSISTENCIES.labels(cache=cache).inc()
         report.inconsistent = True
         _reset(snap)
-        yield from _catch_up(cache, snap, report)
-    yield from _namespaces(snap)
+        _, namespaces = yield from _catch_up(cache, snap, report)
+    yield from _namespaces(snap, namespaces)
     report.seconds = time.perf_counter() - started
     metrics.SNAPSHOT_UPDATE_SECONDS.observe(report.seconds)
     return report
 
 
-def _namespaces(snap: Snapshot) -> Reads[None]:
-    """The Namespaces' labels into the snapshot's index, re-read only when their generation
-    moved (one small read otherwise: lua/sync_namespace.lua)."""
+def _namespaces(snap: Snapshot, generation: int) -> Reads[None]:
+    """The Namespaces' labels into the snapshot's index, read only when their generation
+    (``generation``, the head read's: lua/sync_namespace.lua) is not the one it holds: an
+    update while they did not change makes no call for them."""
     index = snap.pod_index
+    if generation == index.namespace_generation:
+        return
     reply = yield ("read_namespaces", (str(index.namespace_generation),))
     generation, labels = parse_namespaces(reply)
     if labels is not None:
@@ -270,18 +275,23 @@ def _history_lost(snap: Snapshot) -> Reads[bool]:
     return bool(older)
 
 
-def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
+# What a head read tells an update besides the events: the live node count, and the
+# namespaces' generation.
+Head = tuple[int, int]
+
+
+def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[Head]:
     """Apply deltas until one fits inline (then the snapshot is exact at its generation).
-    Returns the live node count of the last delta."""
+    Returns the live node count and the namespaces' generation of the last delta."""
     flags = _Flags()
-    live = 0
+    live = namespaces = 0
     for _ in range(MAX_ROUNDS):
         report.rounds += 1
         reply = yield (
             "snapshot_delta",
             (snap.generation, snap.tree_generation, INLINE_NODES),
         )
-        generation, live, changed, images, tree, entries, incarnation, last = reply
+        generation, live, changed, images, tree, entries, incarnation, last, namespaces = reply
         incarnation = incarnation.decode()
         if snap.generation and (
             incarnation != snap.incarnation or int(generation) < snap.generation
@@ -343,18 +353,18 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[int]:
         flags = _Flags()
         if inline:
             break
-    return int(live)
+    return int(live), int(namespaces)
 
 
-def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
-    """Catch up by folding the events since ``snap.last_id``; returns the live node count,
-    or None (``report.fell_back`` says why) when the snapshot must be caught up from
-    generations, untouched then."""
+def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
+    """Catch up by folding the events since ``snap.last_id``; returns the live node count
+    and the namespaces' generation, or None (``report.fell_back`` says why) when the snapshot
+    must be caught up from generations, untouched then."""
     if snap.last_id is None:
         return None
     report.rounds += 1
     head = yield ("snapshot_delta", (snap.generation, snap.tree_generation, -1))
-    generation, live, _, _, tree, _, incarnation, last = head
+    generation, live, _, _, tree, _, incarnation, last, namespaces = head
     generation, last = int(generation), last.decode()
     behind = generation - snap.generation
     if incarnation.decode() != snap.incarnation or behind < 0 or not last:
@@ -395,7 +405,7 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[int | None]:
     snap.last_id = state.last_id = last
     snap.seen_id = last
     _rebuild_lists(snap, flags, report)
-    return int(live)
+    return int(live), int(namespaces)
 
 
 def _fold_pages(snap: Snapshot, last: str, report: SnapshotUpdate) -> Reads[bool]:
