@@ -56,6 +56,9 @@
 --                                 removals); one member scored -inf is no node
 --                                 (NODEGEN_SKIPLIST)
 --   events                 stream the history: type, v, replica, uid/node, gen, data, extras
+--   lastevent              string the id of the stream's last event, written with it (emit):
+--                                 the head read learns it without reading the event
+--                                 (last_event_id)
 --   cmd:<id>               string the reply of an applied command, for answering a retry
 --                                 (expires)
 --   absent                 set    never written: the type checks of several sets intersect
@@ -408,16 +411,40 @@ local HELPFUL = { NodeAdded = true, NodeUpdated = true, NodeRemoved = true, PodR
                   PodUpdated = true, PodForgotten = true, PodExpired = true }
 
 -- Appends an event: its type, the schema version, the replica, then the field/value pairs
--- given (passed straight through: no table is built per event). A helpful one's id goes to
--- `helped` (SET takes any key, so this write cannot fail after the XADD).
+-- given (passed straight through: no table is built per event). Its id goes to `lastevent`
+-- (last_event_id), a helpful one's to `helped` too (SET takes any key, so these writes cannot
+-- fail after the XADD).
 local function emit(p, etype, replica, ...)
   local id = redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
                         'replica', replica, ...)
+  redis.call('SET', p .. 'lastevent', id)
   if HELPFUL[etype] or ARRIVALS.woke then
     ARRIVALS.woke = false  -- set by a placement a parked pod waits for (_wakes.lua)
     redis.call('SET', p .. 'helped', id)
   end
   return id
+end
+
+-- The id of the stream's last event ("" when it is empty): the point of the stream a read
+-- reflects. `hint`: `lastevent` as the caller read it (false: missing; nil: read it here).
+-- emit keeps that key, so the event itself (its whole msgpack, converted into Lua tables by
+-- XREVRANGE: ~65,000 instructions) is not read. One check makes it safe against entries
+-- appended by anything else (a stream restored under the key, an XADD of a test): an XRANGE
+-- of what comes after it, empty unless so; then, as with no key (a cache written before
+-- it), the stream's last entry is read.
+local function last_event_id(p, hint)
+  local key, events = p .. 'lastevent', p .. 'events'
+  if hint == nil then hint = get_string(key) end
+  if hint then
+    local after = redis.pcall('XRANGE', events, '(' .. hint, '+', 'COUNT', 1)
+    if after.err == nil then
+      if after[1] == nil then return hint end
+    elseif string.find(tostring(after.err), 'WRONGTYPE', 1, true) == nil then
+      corrupt(key, 'is not a stream id')
+    end  -- a stream of another type: named by the read below
+  end
+  local last = typed_read(events, 'stream', 'XREVRANGE', '+', '-', 'COUNT', 1)[1]
+  return last and last[1] or ''
 end
 
 -- Nodes changed by the running call, with the generation of their last change. A call (one

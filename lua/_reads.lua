@@ -66,15 +66,9 @@ local function image_summaries(p, images)
   return out
 end
 
--- The id of the stream's last event ("" when it is empty): the point of the stream a read
--- reflects (verify compares it with the fold at that point).
-local function last_event_id(p)
-  local last = typed_read(p .. 'events', 'stream', 'XREVRANGE', '+', '-', 'COUNT', 1)[1]
-  return last and last[1] or ''
-end
-
 -- The entries of the nodes named by a[first], a[first + 1], ... (read_node with `since`), then
--- the spread of every image they name, then the id of the stream's last event.
+-- the spread of every image they name, then the id of the stream's last event (verify compares
+-- it with the fold at that point).
 local function read_entries(p, a, first, since)
   local out = {}
   local seen, images = {}, {}
