@@ -4,9 +4,9 @@
 local function read_tree(p)
   local out = { stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0) }
   expect_type(p .. 'treezones', 'zset')
-  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', 0, -1)) do
+  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', '0', '-1')) do
     expect_type(p .. 'treezone:' .. zone, 'zset')
-    out[#out + 1] = { zone, redis.call('ZRANGE', p .. 'treezone:' .. zone, 0, -1) }
+    out[#out + 1] = { zone, redis.call('ZRANGE', p .. 'treezone:' .. zone, '0', '-1') }
   end
   return out
 end
@@ -26,10 +26,10 @@ local function read_node(p, name, since)
   local index = p .. 'nodepods:' .. name
   local uids, every
   if since == nil then
-    uids, every = typed_read(index, 'zset', 'ZRANGE', 0, -1), {}
+    uids, every = typed_read(index, 'zset', 'ZRANGE', '0', '-1'), {}
   else
     uids = typed_read(index, 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf')
-    every = redis.call('ZRANGE', index, 0, -1)
+    every = redis.call('ZRANGE', index, '0', '-1')
   end
   local pods = {}
   for first = 1, #uids, RECORDS_PER_MGET do

@@ -20,7 +20,7 @@
 -- The head read (L = -1) runs once per pod a replica places: it makes three calls plus
 -- one a zone, with `gen`, `treegen`, `incarnation` and `lastevent` in one MGET (a key of
 -- another type, or a missing one, is told apart by GET only then); the stream's last id is
--- `lastevent`, checked by an XRANGE of what follows it (last_event_id: no event is read).
+-- `lastevent`, checked by an XREVRANGE down to it (last_event_id: no event is read).
 local function snapshot_delta(p, replica, a)
   local since = int_arg(a[1], -math.huge, math.huge)
   local known_tree = int_arg(a[2], -math.huge, math.huge)
@@ -47,7 +47,7 @@ local function snapshot_delta(p, replica, a)
   local tree_gen = stored_int(p .. 'treegen', tree_text, 0)
   if tree_gen ~= known_tree then tree = read_tree(p) end
   -- Each read is its key's type check (one call a zone, not two: this runs on every update).
-  for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', 0, -1)) do
+  for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', '0', '-1')) do
     live = live + typed_read(p .. 'treezone:' .. zone, 'zset', 'ZCARD')
   end
   local nodes = {}
