@@ -119,6 +119,9 @@ def _one_row(
         workers=None,
         profile="",
         api_profile="",
+        shape="basic",  # scheduler_perf's SchedulingBasic (bench/e2e_shapes.py)
+        shapes=["basic"],
+        binding_process=False,
     )
     with tempfile.TemporaryDirectory() as directory:
         row = e2e.run(replicas, args, directory)
