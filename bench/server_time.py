@@ -6,7 +6,8 @@ with this tree's argument encoding (the FCALL convention is the same in every tr
 it runs each kind of command on each server in turn, ``--rounds`` times, so both libraries see
 the same machine noise: add_pod, assume_pod (plain, with ``check_fit``, with a lease), one
 FCALL per command, the rest of a pod's life (finish_binding, add_pod confirming it in place,
-remove_pod; the commands before them run untimed) and add_pod/assume_pod inside ``sc_batch``.
+remove_pod; the commands before them run untimed), add_pod/assume_pod inside ``sc_batch``, and a
+replica's snapshot head read (``sc_snapshot_delta`` with limit -1, once per pod, after the claims).
 Reports the median and the minimum of the rounds' microseconds per command (the minimum is the
 figure least disturbed by other work on a shared machine) and their ratio to the first tree;
 writes
@@ -231,6 +232,17 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         return f"@pod-anti-affinity {pod.node_name}", f"{HOSTNAME} {pod.node_name}"
 
     every_node = "@topology-spread " + " ".join(nodes)
+
+    def head_reads(client: redis.Redis) -> None:
+        # A replica's head read (sc_snapshot_delta, limit -1) once per pod, the cache at rest:
+        # the stream's last event a claim (its pod's msgpack), as in a replica's loop.
+        generation, tree = client.mget(PREFIX + "gen", PREFIX + "treegen")
+        pipe = client.pipeline(transaction=False)
+        for _ in pods:
+            name = function_name(pipe, "snapshot_delta")
+            pipe.fcall_ro(name, 1, PREFIX, "bench", "", int(generation), int(tree or 0), -1)
+        pipe.execute()
+
     return {
         "add_pod": Scenario(single(commands.add_pod)),
         "assume_pod": Scenario(assume),
@@ -255,6 +267,7 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         "extender bind: claim, deadline, ttl (3 calls)": Scenario(bind_in_three),
         "extender bind: timed claim, ttl (2 calls)": Scenario(bind_in_two),
         "extender bind: timed claim (1 call: the deadline leaves the ttl)": Scenario(timed),
+        "snapshot_delta head read (limit -1)": Scenario(head_reads, setup=assume),
     }
 
 
@@ -274,7 +287,8 @@ def measure(client: redis.Redis, scenario: Scenario, count: int) -> float:
     client.config_resetstat()
     scenario.run(client)
     stats = client.info("commandstats")
-    return float(stats["cmdstat_fcall"]["usec"]) / count
+    calls = [stats[k]["usec"] for k in ("cmdstat_fcall", "cmdstat_fcall_ro") if k in stats]
+    return float(sum(calls)) / count
 
 
 def count_instructions(

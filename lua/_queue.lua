@@ -147,9 +147,9 @@ end
 
 -- The id of the stream's last event, or '0-0'.
 local function last_event_or_zero(p)
-  local last = redis.call('XREVRANGE', p .. 'events', '+', '-', 'COUNT', 1)
-  if #last == 0 then return '0-0' end
-  return last[1][1]
+  local last = last_event_id(p)
+  if last == '' then return '0-0' end
+  return last
 end
 
 -- Whether stream id `a` comes after stream id `b` (both "<ms>-<seq>").

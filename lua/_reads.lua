@@ -4,9 +4,9 @@
 local function read_tree(p)
   local out = { stored_int(p .. 'treegen', get_string(p .. 'treegen'), 0) }
   expect_type(p .. 'treezones', 'zset')
-  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', 0, -1)) do
+  for _, zone in ipairs(redis.call('ZRANGE', p .. 'treezones', '0', '-1')) do
     expect_type(p .. 'treezone:' .. zone, 'zset')
-    out[#out + 1] = { zone, redis.call('ZRANGE', p .. 'treezone:' .. zone, 0, -1) }
+    out[#out + 1] = { zone, redis.call('ZRANGE', p .. 'treezone:' .. zone, '0', '-1') }
   end
   return out
 end
@@ -26,10 +26,10 @@ local function read_node(p, name, since)
   local index = p .. 'nodepods:' .. name
   local uids, every
   if since == nil then
-    uids, every = typed_read(index, 'zset', 'ZRANGE', 0, -1), {}
+    uids, every = typed_read(index, 'zset', 'ZRANGE', '0', '-1'), {}
   else
     uids = typed_read(index, 'zset', 'ZRANGEBYSCORE', '(' .. since, '+inf')
-    every = redis.call('ZRANGE', index, 0, -1)
+    every = redis.call('ZRANGE', index, '0', '-1')
   end
   local pods = {}
   for first = 1, #uids, RECORDS_PER_MGET do
@@ -66,15 +66,9 @@ local function image_summaries(p, images)
   return out
 end
 
--- The id of the stream's last event ("" when it is empty): the point of the stream a read
--- reflects (verify compares it with the fold at that point).
-local function last_event_id(p)
-  local last = typed_read(p .. 'events', 'stream', 'XREVRANGE', '+', '-', 'COUNT', 1)[1]
-  return last and last[1] or ''
-end
-
 -- The entries of the nodes named by a[first], a[first + 1], ... (read_node with `since`), then
--- the spread of every image they name, then the id of the stream's last event.
+-- the spread of every image they name, then the id of the stream's last event (verify compares
+-- it with the fold at that point).
 local function read_entries(p, a, first, since)
   local out = {}
   local seen, images = {}, {}

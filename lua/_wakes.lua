@@ -71,20 +71,20 @@ end
 
 -- Waits for `tokens` until `until_ms` at least; a token not waited for now (new, or lapsed)
 -- is waited for from the stream's last event on. First drops up to BOUNDS.QUEUE_MOVES tokens
--- that lapsed before `now`. ARRIVALS.guard first.
+-- that lapsed before `now`. ARRIVALS.guard first. (The stream's last id is read first: its
+-- reads may refuse a corrupt `lastevent` or `events`, which must come before any write.)
 function ARRIVALS.register(p, tokens, now, until_ms)
   local key, since_key = p .. 'arrivalwakes', p .. 'arrivalsince'
+  local last = last_event_or_zero(p)
   local lapsed = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. int_string(now), 'LIMIT', 0,
                             BOUNDS.QUEUE_MOVES)
   for j = 1, #lapsed do
     redis.call('ZREM', key, lapsed[j])
     redis.call('HDEL', since_key, lapsed[j])
   end
-  local last = nil
   for j = 1, #tokens do
     local score = redis.call('ZSCORE', key, tokens[j])
     if not score or tonumber(score) < now then
-      last = last or last_event_or_zero(p)
       redis.call('HSET', since_key, tokens[j], last)
     end
     if not score or tonumber(score) < until_ms then

@@ -3,7 +3,7 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica (unused), node name, ...
 -- Keys     node:<name>, nodepods:<name> (zset), pod:<uid>, nodeimgs:<name>, nodegen, images,
---          imgnodes:<image>, events
+--          imgnodes:<image>, lastevent, events
 -- Reply    { { name, { hash field, value, ... }, { pod record, ... }, { image, ... },
 --              { uid of each record, ... }, {} }, ...,
 --            { image, size, live node count, ... },  -- every image named

@@ -4,8 +4,8 @@
 -- ARGV     replica (unused), generation G of the snapshot, the snapshot's tree generation,
 --          inline limit L (-1: the head alone, for a snapshot that follows the stream)
 -- Keys     gen, nodegen, imagegen, images, imgnodes:<image>, treegen, treezones,
---          treezone:<zone>, events (its last entry's id), nsgen, and those of sc_read_nodes
---          for the changed nodes
+--          treezone:<zone>, lastevent, events (its last entry's id), nsgen, and those of
+--          sc_read_nodes for the changed nodes
 -- Reply    { gen, live node count, { changed node, ... }, { image, size, count, ... },
 --            tree (as sc_tree_read, or {} when the tree generation is the one given),
 --            nodes (as sc_read_nodes without its last entry, but each with the records of
@@ -20,8 +20,9 @@
 -- Cost grows with the number of nodes and images changed since G, not with the cluster
 -- (with L = -1: with the zones alone; the names of the changed nodes are not sent either).
 -- The head read (L = -1) runs once per pod a replica places: it makes three calls plus
--- one a zone, with `gen`, `treegen`, `incarnation` and `nsgen` in one MGET (a key of another
--- type, or a missing one, is told apart by GET only then).
+-- one a zone, with `gen`, `treegen`, `incarnation`, `lastevent` and `nsgen` in one MGET (a
+-- key of another type, or a missing one, is told apart by GET only then); the stream's last
+-- id is `lastevent`, checked by an XREVRANGE down to it (last_event_id: no event is read).
 local function snapshot_delta(p, replica, a)
   local since = int_arg(a[1], -math.huge, math.huge)
   local known_tree = int_arg(a[2], -math.huge, math.huge)
@@ -30,12 +31,14 @@ local function snapshot_delta(p, replica, a)
   if limit == nil then return nil, 'BADARG limit' end
   local since_text = int_string(since)
   local bound = '(' .. since_text
-  local heads = redis.call('MGET', p .. 'gen', p .. 'treegen', p .. 'incarnation', p .. 'nsgen')
+  local heads = redis.call('MGET', p .. 'gen', p .. 'treegen', p .. 'incarnation',
+                          p .. 'lastevent', p .. 'nsgen')
   local gen_text = heads[1] or get_string(p .. 'gen')
   local tree_text = heads[2] or get_string(p .. 'treegen')
   local incarnation = heads[3] or get_string(p .. 'incarnation')
+  local last_hint = heads[4] or get_string(p .. 'lastevent')
   local gen = stored_int(p .. 'gen', gen_text, 0)
-  local nsgen = stored_int(p .. 'nsgen', heads[4] or get_string(p .. 'nsgen'), 0)
+  local nsgen = stored_int(p .. 'nsgen', heads[5] or get_string(p .. 'nsgen'), 0)
   local changed, images = {}, {}
   if limit >= 0 then
     changed = typed_read(p .. 'nodegen', 'zset', 'ZRANGEBYSCORE', bound, '+inf')
@@ -47,12 +50,13 @@ local function snapshot_delta(p, replica, a)
   local tree_gen = stored_int(p .. 'treegen', tree_text, 0)
   if tree_gen ~= known_tree then tree = read_tree(p) end
   -- Each read is its key's type check (one call a zone, not two: this runs on every update).
-  for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', 0, -1)) do
+  for _, zone in ipairs(typed_read(p .. 'treezones', 'zset', 'ZRANGE', '0', '-1')) do
     live = live + typed_read(p .. 'treezone:' .. zone, 'zset', 'ZCARD')
   end
   local nodes = {}
   if #changed <= limit then
     for j = 1, #changed do nodes[j] = read_node(p, changed[j], since_text) end
   end
-  return { gen, live, changed, images, tree, nodes, incarnation or '', last_event_id(p), nsgen }
+  return { gen, live, changed, images, tree, nodes, incarnation or '', last_event_id(p, last_hint),
+           nsgen }
 end

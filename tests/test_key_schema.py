@@ -112,6 +112,7 @@ def every_key(keys: Keys) -> dict[str, KeySpec]:
         keys.quarantine,
         keys.node_generations,
         keys.events,
+        keys.last_event,
         keys.command_reply("c"),
         keys.absent,
         keys.replicas,

@@ -129,6 +129,38 @@ def test_a_malformed_argument_is_refused_by_name_and_writes_nothing(
     assert_refused(cache, function, args, code)
 
 
+# Integer arguments take exactly what Redis' own INCR reads as one ('-' the only sign, no
+# leading zero, no space, within int64), whatever tonumber() would take (lua/_helpers.lua,
+# int_arg: a string.find without captures, then tonumber; the same inputs as string.match's).
+NOT_INTEGERS = ["+5", " 5", "5 ", "\n5", "5\n", "-0", "00", "07", "1e3", "0x10", "", "-", "--1"]
+NOT_INTEGERS += ["5.0", "inf", "nan", "9223372036854775808", "-9223372036854775809", "1" * 20]
+INTEGERS = ["0", "7", "-7", "1795907917197", "922337203685477580", "-922337203685477580"]
+INTEGERS += ["9223372036854775807", "-9223372036854775808", "1000000000000000000"]
+
+
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+def test_an_integer_argument_refuses_what_tonumber_would_take(cache: Cache, value: str) -> None:
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    cache.assume_pod(make_pod("q", "n1", "1m", "1Mi"))
+    assert_refused(cache, "sc_snapshot_delta", [value, "0", "-1"], "BADARG generation")
+    assert_refused(cache, "sc_snapshot_delta", ["0", "0", value], "BADARG limit")
+    assert_refused(cache, "sc_forget_lapsed", [value], "BADARG limit")
+    if value != "":  # (an empty `now` is the server's time)
+        assert_refused(cache, "sc_queue_pop", ["ref", "h", "1000", "1", "0", value], "BADARG now")
+
+
+@pytest.mark.parametrize("value", INTEGERS)
+def test_an_integer_argument_takes_every_int64(cache: Cache, value: str) -> None:
+    """Within its range: a generation is any int64 (the head read answers), a limit is not."""
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    reply = fcall(cache, "sc_snapshot_delta", value, "0", "-1")
+    assert int(reply[0]) == cache.generation()
+    if value in ("0", "7"):
+        assert fcall(cache, "sc_snapshot_delta", "0", "0", value)[0] == reply[0]
+    else:
+        assert_refused(cache, "sc_snapshot_delta", ["0", "0", value], "BADARG limit")
+
+
 def test_a_batch_at_the_cap_runs(cache: Cache) -> None:
     """The cap is a bound, not a ban: 1,000 commands in one call are applied."""
     batch = cache.batch(chunk_size=1000)

@@ -203,11 +203,11 @@ def test_a_corrupt_event_refuses_the_update_and_leaves_the_snapshot_as_it_was(ma
     assert_matches_fresh(cache, snap)
 
 
-@pytest.mark.parametrize("key", ["gen", "treegen", "incarnation", "nsgen", "events"])
+@pytest.mark.parametrize("key", ["gen", "treegen", "incarnation", "lastevent", "nsgen", "events"])
 def test_a_head_key_of_another_type_refuses_the_update_naming_it(make_cache, key):
-    """The head read takes `gen`, `treegen`, `incarnation` and `nsgen` in one MGET, which
-    answers nil for a key of another type: that key is still refused by name (as corruption),
-    the snapshot left as it was, and every key as it was."""
+    """The head read takes `gen`, `treegen`, `incarnation`, `lastevent` and `nsgen` in one
+    MGET, which answers nil for a key of another type: that key is still refused by name (as
+    corruption), the snapshot left as it was, and every key as it was."""
     cache = make_cache()
     snap = populated(cache)
     before = {name: info.pod_count for name, info in snap.node_infos.items()}
@@ -289,4 +289,111 @@ def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equal
     cache.add_pod(make_pod("after", "n1", "10m", "1Mi"))
     report = cache.update_snapshot(snap)
     assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+
+# -- the stream's last id, kept beside it (`lastevent`) -------------------------------------
+
+
+def stream_last(cache: Cache) -> str:
+    entries = cache.client.xrevrange(cache.store.keys.events, count=1)
+    return entries[0][0].decode() if entries else ""
+
+
+def head_last(cache: Cache, snap: Snapshot) -> str:
+    """The last event id the snapshots' head read answers."""
+    reply = cache.store.read_function("snapshot_delta", snap.generation, snap.tree_generation, -1)
+    return str(reply[-1].decode())
+
+
+def read_nodes_last(cache: Cache) -> str:
+    return str(cache.store.read_function("read_nodes", "n0")[-1].decode())
+
+
+def test_every_write_keeps_the_last_event_id_the_head_read_answers(make_cache):
+    """Each command that appends events (one, or several in a batch) leaves `lastevent` at the
+    stream's last id, and the head read and sc_read_nodes answer it."""
+    cache = make_cache()
+    snap = Snapshot()
+    assert head_last(cache, snap) == "" and cache.client.get(cache.keys.last_event) is None
+    steps = [
+        lambda: cache.add_node(make_node("n0", cpu="8", mem="8Gi", labels={"zone": "z0"})),
+        lambda: cache.add_pod(make_pod("a", "n0", "100m", "1Mi")),
+        lambda: cache.assume_pod(make_pod("b", "n0", "100m", "1Mi")),
+        lambda: cache.finish_binding(make_pod("b", "n0", "100m", "1Mi")),
+        lambda: cache.remove_pod(make_pod("a", "n0", "100m", "1Mi")),
+    ]
+    for step in steps:
+        step()
+        assert cache.client.get(cache.keys.last_event).decode() == stream_last(cache)
+        assert head_last(cache, snap) == read_nodes_last(cache) == stream_last(cache)
+    before = cache.stream_length()
+    with cache.batch() as batch:
+        for j in range(3):
+            batch.add_pod(make_pod(f"c{j}", "n0", "10m", "1Mi"))
+    assert cache.stream_length() == before + 3
+    assert cache.client.get(cache.keys.last_event).decode() == stream_last(cache)
+    assert head_last(cache, snap) == stream_last(cache)
+    cache.clear()
+    assert cache.is_empty() and head_last(cache, Snapshot()) == ""
+
+
+def test_a_cache_written_before_the_key_reads_its_last_event(make_cache):
+    """A cache written before `lastevent` existed (or one whose key went): the head read reads
+    the stream's last entry instead; snapshots follow the stream as before, and the next write
+    brings the key back."""
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    cache.client.delete(cache.keys.last_event)
+    assert head_last(cache, snap) == read_nodes_last(cache) == stream_last(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 8 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+    cache.add_pod(make_pod("later", "n0", "10m", "1Mi"))
+    assert cache.client.get(cache.keys.last_event).decode() == stream_last(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+
+def test_an_event_appended_by_another_client_is_not_missed(make_cache):
+    """The key is a hint: an entry after it (not written by the library) makes the head read
+    take the stream's real last entry, so a snapshot never stops short of it."""
+    cache = make_cache()
+    snap = populated(cache)
+    hint = cache.client.get(cache.keys.last_event).decode()
+    foreign = cache.client.xadd(cache.store.keys.events, {"type": "Bogus", "v": "2"}).decode()
+    assert foreign != hint
+    assert head_last(cache, snap) == read_nodes_last(cache) == foreign
+
+
+def test_compaction_keeps_the_last_event_the_key_names(make_cache):
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    cache.checkpoint()
+    assert cache.compact() > 0
+    assert cache.client.get(cache.keys.last_event).decode() == stream_last(cache) != ""
+    assert head_last(cache, snap) == stream_last(cache)
+
+
+@pytest.mark.parametrize("value", ["x", "", "1-2-3", "-1-0"])
+def test_a_last_event_key_that_is_no_stream_id_refuses_the_update_naming_it(make_cache, value):
+    """Another client's value there is corruption, named; nothing changes (the snapshot and
+    every key stay as they were), and the next write heals it."""
+    cache = make_cache()
+    snap = populated(cache)
+    cache.add_pod(make_pod("new", "n0", "10m", "1Mi"))
+    cache.client.set(cache.keys.last_event, value)
+    generation, seen = snap.generation, snap.last_id
+    keys = {k: cache.client.dump(k) for k in cache.client.keys(cache.store.keys.prefix + "*")}
+    with pytest.raises(CorruptRecord, match="lastevent: is not a stream id"):
+        cache.update_snapshot(snap)
+    assert (snap.generation, snap.last_id) == (generation, seen)
+    assert {
+        k: cache.client.dump(k) for k in cache.client.keys(cache.store.keys.prefix + "*")
+    } == keys
+    cache.add_pod(make_pod("later", "n0", "10m", "1Mi"))
+    assert cache.update_snapshot(snap).events == 2
     assert_matches_fresh(cache, snap)

@@ -67,6 +67,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
     KeySpec("quarantine", "zset", "uid -> time (ms): deadlines of corrupt pod records, set aside"),
     KeySpec("nodegen", "zset", "node name -> generation of its last change (with tombstones)"),
     KeySpec("events", "stream", "the history: one entry per applied command"),
+    KeySpec("lastevent", "string", "the id of the stream's last event, written with it"),
     KeySpec("cmd:<id>", "string", "the reply of an applied command, for a retry (expires)"),
     KeySpec("absent", "set", "never written: set type checks intersect with it (SINTER)"),
     KeySpec("replicas", "set", "replicas that hold (or held) a lease"),
@@ -282,6 +283,11 @@ class Keys:
     @property
     def events(self) -> str:
         return self._key("events")
+
+    @property
+    def last_event(self) -> str:
+        """The id of the stream's last event, written with it (lua/_helpers.lua, emit)."""
+        return self._key("lastevent")
 
     def command_reply(self, command_id: str) -> str:
         return self._key("cmd:<id>", id=command_id)
