@@ -301,9 +301,9 @@ def stream_last(cache: Cache) -> str:
 
 
 def head_last(cache: Cache, snap: Snapshot) -> str:
-    """The last event id the snapshots' head read answers."""
+    """The last event id the snapshots' head read answers (its eighth field; `nsgen` follows)."""
     reply = cache.store.read_function("snapshot_delta", snap.generation, snap.tree_generation, -1)
-    return str(reply[-1].decode())
+    return str(reply[7].decode())
 
 
 def read_nodes_last(cache: Cache) -> str:
