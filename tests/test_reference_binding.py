@@ -18,6 +18,7 @@ from schedcache.ops.expiry import ExpiryWorker
 from schedcache.scheduler import bindings as binding_cycle
 from schedcache.scheduler.bindings import PROCESS_GONE, BindingProcess
 from schedcache.scheduler.loop import ReferenceScheduler
+from schedcache.store.commands import MAX_TTL
 from schedcache.store.metrics import COMMANDS
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client
@@ -226,3 +227,15 @@ def test_a_binding_process_that_died_fails_the_bindings_and_the_loop_goes_on(
         bindings.close()
         for key in client.scan_iter(match=f"*{name}*", count=1000):
             client.delete(key)
+
+
+def test_a_ttl_too_long_for_a_deadline_claims_without_one() -> None:
+    """60 s plus a ttl past ``MAX_TTL`` would refuse every claim (no pod ever placed): such a
+    ttl claims as ``ttl=0`` does, without a deadline, ``finish_binding`` after each Binding."""
+    from schedcache.store.commands import MAX_TTL
+
+    allowance = binding_cycle.BINDING_ALLOWANCE
+    assert binding_cycle.claim_deadline(30.0) == allowance + 30.0
+    assert binding_cycle.claim_deadline(MAX_TTL - allowance) == MAX_TTL
+    assert binding_cycle.claim_deadline(MAX_TTL) is None
+    assert binding_cycle.claim_deadline(0.0) is None

@@ -37,6 +37,7 @@ from schedcache.errors import CacheError
 from schedcache.feed.sync import api_client
 from schedcache.model.values import Pod
 from schedcache.scheduler.binder import ApiBinder
+from schedcache.store.commands import MAX_TTL
 from schedcache.store.retry import backoff, call_with_retries
 
 log = logging.getLogger(__name__)
@@ -191,8 +192,10 @@ def serve(
 
 def claim_deadline(ttl: float) -> float | None:
     """The deadline (seconds) the loop's claim carries: ``BINDING_ALLOWANCE`` plus the cache's
-    ``ttl``; None when the ttl is 0 (a bound pod never expires: ``finish_binding`` says so)."""
-    return BINDING_ALLOWANCE + ttl if ttl > 0 else None
+    ``ttl``; None when the ttl is 0 (a bound pod never expires: ``finish_binding`` says so)
+    or so long that the sum would pass ``MAX_TTL`` (claims then carry no deadline, and every
+    Binding is followed by ``finish_binding``, as with no ttl)."""
+    return BINDING_ALLOWANCE + ttl if 0 < ttl <= MAX_TTL - BINDING_ALLOWANCE else None
 
 
 def bind_and_finish(

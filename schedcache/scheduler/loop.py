@@ -208,7 +208,9 @@ class ReferenceScheduler:
                 self.conflicts += 1
                 continue
             except REDIS_AWAY:  # no answer: the claim may have landed all the same
-                self._unanswered[pod.uid] = claimed
+                # The first unanswered claim's time is kept: a later try cannot have claimed
+                # again (refused while the first holds), so its deadline counts from the first.
+                self._unanswered.setdefault(pod.uid, claimed)
                 while len(self._unanswered) > REPORTS_KEPT:
                     del self._unanswered[next(iter(self._unanswered))]
                 raise
@@ -262,7 +264,7 @@ class ReferenceScheduler:
         """Whether ``pod`` is already this replica's claim, its Binding now in flight: else a
         claim whose reply Redis lost (a restart, a failover: the retry policy gave up though
         the claim had landed), bound now instead of being left assumed for ever."""
-        claimed = self._unanswered.pop(pod.uid, None)
+        claimed = self._unanswered.get(pod.uid)  # dropped once the record is read
         with self._lock:
             if pod.uid in self._binds.values():
                 return True
@@ -271,7 +273,8 @@ class ReferenceScheduler:
         try:
             record = self.cache.get_pod_record(pod)
         except (CacheError, *REDIS_AWAY):
-            return False
+            return False  # the remembered claim stays for the next pop to look again
+        self._unanswered.pop(pod.uid, None)
         # A claim with a deadline names no claimer (the deadline bounds it, not the lease):
         # it is this replica's when its own claim of the pod went unanswered.
         if record.claimer:
