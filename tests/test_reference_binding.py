@@ -232,8 +232,6 @@ def test_a_binding_process_that_died_fails_the_bindings_and_the_loop_goes_on(
 def test_a_ttl_too_long_for_a_deadline_claims_without_one() -> None:
     """60 s plus a ttl past ``MAX_TTL`` would refuse every claim (no pod ever placed): such a
     ttl claims as ``ttl=0`` does, without a deadline, ``finish_binding`` after each Binding."""
-    from schedcache.store.commands import MAX_TTL
-
     allowance = binding_cycle.BINDING_ALLOWANCE
     assert binding_cycle.claim_deadline(30.0) == allowance + 30.0
     assert binding_cycle.claim_deadline(MAX_TTL - allowance) == MAX_TTL
