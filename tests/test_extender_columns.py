@@ -140,3 +140,19 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
     # Both paths, and both verdicts, were compared.
     assert judged["columnar"] > 40 and judged["per-node"] > 5
     assert judged["failed"] > 100 and judged["passed"] > 100 and judged["all passed"] > 10
+
+
+def test_prioritize_answers_keep_only_names_a_node_can_have() -> None:
+    """The answer's writer keeps each host's JSON start for the next call, but only of names a
+    node can have (a DNS subdomain): a stranger's prioritize of megabyte-long names, a new one
+    each call, is answered exactly as ``json.dumps`` writes it and keeps nothing (before, each
+    call kept its name and its escaped copy: ~21 MiB a call, past the memory ceiling in ~40)."""
+    long_name = "\u00e9" * 100_000
+    answer = protocol.host_priorities({long_name: 3, "node-1.zone-a": 7})
+    kept_before = dict(protocol._HOSTS)
+    written = protocol.encode(answer)
+    assert written == json.dumps(answer, separators=(",", ":")).encode()
+    assert long_name not in protocol._HOSTS
+    assert set(protocol._HOSTS) - set(kept_before) <= {"node-1.zone-a"}
+    assert "node-1.zone-a" in protocol._HOSTS
+    assert max(map(len, protocol._HOSTS)) <= 253

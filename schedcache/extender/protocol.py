@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -221,16 +222,20 @@ def encode(answer: Any) -> bytes:
             host, score = item["Host"], item["Score"]
             start = hosts.get(host)
             if start is None:
-                start = hosts[host] = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+                start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+                if _KEPT_HOST.fullmatch(host):  # a name a node can have: bounded, kept
+                    hosts[host] = start
             ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
             items.append(start + (ending or f"{score:d}}}"))
         return f"[{','.join(items)}]".encode()
     return json.dumps(answer, separators=(",", ":")).encode()
 
 
-# encode's pieces: each host's start (at most MAX_HOSTS kept: the names callers sent), and each
-# score's ending.
-MAX_HOSTS = 65_536
+# encode's pieces: each host's start (at most MAX_HOSTS kept, of the names callers sent those
+# a node can have: a DNS subdomain of at most 253 characters, so ~10 MiB at most; any other
+# name, up to a body's megabytes, is written but not kept), and each score's ending.
+MAX_HOSTS = 16_384
+_KEPT_HOST = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _HOSTS: dict[str, str] = {}
 _SCORES = [f"{score:d}}}" for score in range(MAX_SCORE + 1)]
 
