@@ -146,7 +146,8 @@ def test_prioritize_answers_keep_only_names_a_node_can_have() -> None:
     """The answer's writer keeps each host's JSON start for the next call, but only of names a
     node can have (a DNS subdomain): a stranger's prioritize of megabyte-long names, a new one
     each call, is answered exactly as ``json.dumps`` writes it and keeps nothing (before, each
-    call kept its name and its escaped copy: ~21 MiB a call, past the memory ceiling in ~40)."""
+    call kept its name and its escaped copy: ~21 MiB a call, past the memory ceiling in ~40),
+    and one call of more names than it keeps leaves it at its bound."""
     long_name = "\u00e9" * 100_000
     answer = protocol.host_priorities({long_name: 3, "node-1.zone-a": 7})
     kept_before = dict(protocol._HOSTS)
@@ -156,3 +157,8 @@ def test_prioritize_answers_keep_only_names_a_node_can_have() -> None:
     assert set(protocol._HOSTS) - set(kept_before) <= {"node-1.zone-a"}
     assert "node-1.zone-a" in protocol._HOSTS
     assert max(map(len, protocol._HOSTS)) <= 253
+    many = protocol.host_priorities(
+        {f"node-{i:09}": i % 101 for i in range(protocol.MAX_HOSTS + 5)}
+    )
+    assert protocol.encode(many) == json.dumps(many, separators=(",", ":")).encode()
+    assert len(protocol._HOSTS) <= protocol.MAX_HOSTS  # one call of many names: still bounded

@@ -215,15 +215,16 @@ def encode(answer: Any) -> bytes:
         # Each host's '{"Host":"...","Score":' written once (node names recur from call to
         # call), each score's ending too: per item, two lookups and a concatenation.
         hosts, endings = _HOSTS, _SCORES
-        if len(hosts) > MAX_HOSTS:
-            hosts.clear()
+        if len(hosts) >= MAX_HOSTS:
+            hosts.clear()  # full: the names of today's calls take its room again
         items = []
         for item in answer:
             host, score = item["Host"], item["Score"]
             start = hosts.get(host)
             if start is None:
                 start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
-                if _KEPT_HOST.fullmatch(host):  # a name a node can have: bounded, kept
+                # A name a node can have, while there is room: bounded, kept.
+                if len(hosts) < MAX_HOSTS and _KEPT_HOST.fullmatch(host):
                     hosts[host] = start
             ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
             items.append(start + (ending or f"{score:d}}}"))
