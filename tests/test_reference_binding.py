@@ -94,6 +94,22 @@ def test_a_placed_pod_s_life_sends_no_finish_binding(
     assert sorted(p["spec"].get("nodeName") for p in pods) == ["a", "a", "b", "b"]
 
 
+def lost_bindings(
+    answered: list[float], after: float = 0.0
+) -> Callable[[ReferenceScheduler], None]:
+    """A ``prepare`` for ``fed_scheduler``: the scheduler's Bindings are answered (after
+    ``after`` seconds, each answer's time appended to ``answered``) and never land."""
+
+    def prepare(scheduler: ReferenceScheduler) -> None:
+        def answer(*args: str) -> None:
+            time.sleep(after)
+            answered.append(time.time())
+
+        scheduler.binder.bind = answer  # type: ignore[method-assign]
+
+    return prepare
+
+
 def test_an_assumed_pod_whose_binding_never_shows_up_still_expires(
     make_cache: Callable[..., Cache],
     server: FakeApiServer,
@@ -108,13 +124,7 @@ def test_an_assumed_pod_whose_binding_never_shows_up_still_expires(
     server.create(node("a", "2"))
     answered: list[float] = []
 
-    def lost(scheduler: ReferenceScheduler) -> None:
-        def answer(*args: str) -> None:
-            answered.append(time.time())
-
-        scheduler.binder.bind = answer  # type: ignore[method-assign]
-
-    with fed_scheduler(cache, server, tmp_path, prepare=lost) as scheduler:
+    with fed_scheduler(cache, server, tmp_path, prepare=lost_bindings(answered)) as scheduler:
         server.create(pending("ghost", "1500m"))
         eventually(lambda: scheduler.bound == 1)
         record = cache.get_pod_record("uid-ghost")
@@ -142,15 +152,10 @@ def test_a_binding_slower_than_its_allowance_sends_finish_binding(
     server.create(node("a", "2"))
     answered: list[float] = []
 
-    def slow(scheduler: ReferenceScheduler) -> None:
-        def late(*args: str) -> None:
-            time.sleep(0.5)
-            answered.append(time.time())
-
-        scheduler.binder.bind = late  # type: ignore[method-assign]
-
     finishes = sent("finish_binding")
-    with fed_scheduler(cache, server, tmp_path, prepare=slow) as scheduler:
+    with fed_scheduler(
+        cache, server, tmp_path, prepare=lost_bindings(answered, after=0.5)
+    ) as scheduler:
         server.create(pending("slow", "500m"))
         eventually(lambda: scheduler.bound == 1)
         assert sent("finish_binding") - finishes == 1

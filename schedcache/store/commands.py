@@ -27,6 +27,7 @@ from schedcache.model.aggregates import (
     spec_digest,
 )
 from schedcache.model.arrivals import ANY, WAKE_TOKENS
+from schedcache.model.selectors import is_dns_subdomain
 from schedcache.model.values import MAX_NODE_IMAGES, MAX_NODE_RESOURCES, Node, Pod
 from schedcache.store.records import pack_object
 
@@ -469,7 +470,6 @@ def sync_node_gone(name: str, version: str) -> Command:
 
 # -- the scheduling queue (lua/_queue.lua) -------------------------------------------------
 
-_SCHEDULER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # The queue's limits, as lua/_queue.lua has them.
 QUEUE_BATCH_LIMIT = 100
 PRIORITY_LIMIT = 2**31
@@ -478,7 +478,7 @@ PRIORITY_LIMIT = 2**31
 def scheduler_name(value: object, subject: str, field: str = "spec.schedulerName") -> str:
     """A scheduler name (a DNS subdomain, as the API server validates ``spec.schedulerName``):
     part of the queue's key names."""
-    if not isinstance(value, str) or not _SCHEDULER_NAME.match(value):
+    if not isinstance(value, str) or not is_dns_subdomain(value):
         raise ValidationError(
             subject, field, f"{value!r} is not a scheduler name (a DNS subdomain, <= 253 chars)"
         )
