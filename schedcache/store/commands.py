@@ -264,6 +264,10 @@ def _shared_prefix(first: bytes, others: Sequence[bytes]) -> int:
 
 #: ``since`` of a fit-checked claim whose pod's own rules were not judged (lua/assume_pod.lua).
 UNJUDGED = "-"
+# A claim's reads and domains together at most (BOUNDS.MAX_READS_BYTES, lua/_claims.lua, with
+# the two characters Lua pads them with): a claim at 5,000 nodes that read every node carries
+# ~105 KB, at 10,000 nodes ~220 KB.
+MAX_READS_BYTES = 1024 * 1024 - 2
 
 
 def _rule_args(
@@ -279,6 +283,12 @@ def _rule_args(
             raise ValidationError(subject, name, f"expected a string, got {type(text).__name__}")
     if reads and (not reads.startswith("@") or any(c in reads for c in "\r\n\t")):
         raise ValidationError(subject, "reads", 'must be "@<rule> <node> ..." on one line')
+    if len(reads) + len(domains) > MAX_READS_BYTES // 4 and (  # (encoded only when long)
+        len(reads.encode()) + len(domains.encode()) > MAX_READS_BYTES
+    ):
+        raise ValidationError(
+            subject, "reads", f"reads and domains pass {MAX_READS_BYTES} bytes together"
+        )
     if not seen:
         return (since, reads, domains, incarnation)
     if not isinstance(seen, str) or not STREAM_ID.fullmatch(seen):
