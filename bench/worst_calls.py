@@ -329,6 +329,7 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "expiry: 20 due claims of 0.8 MiB in one call": big_expiry,
     "claim: reads naming a changed node 3,000 times": repeated_reads,
     "claim: 1 MiB of reads (the cap), 250 nodes changed since": long_reads((1 << 20) - 2),
+    "claim: 1 MiB of reads (the cap), 100 nodes changed since": long_reads((1 << 20) - 2, 100),
     "claim: 100 KB of reads, 250 nodes changed since": long_reads(100_000),
     "claim: 16 MiB of reads, 250 nodes changed since": long_reads(16 << 20),
 }

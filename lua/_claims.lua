@@ -128,11 +128,12 @@ end
 -- (more is 'stale': decide again on a fresher snapshot, where fewer nodes changed since).
 -- The work counts a byte checked by a pattern as READS_CHECK_COST bytes searched plainly for
 -- a changed node's name (measured: ~40 ms a MB checked, ~2.4 ms a MB searched), so a call
--- spends at most ~80 ms on them. Before, a 50 MB `reads` with 250 nodes changed held Redis
--- 22 s; a claim at 5,000 nodes that read every node carries ~105 KB.
+-- spends at most ~0.3 s on them, and a gang at its 4 MiB cap of arguments (64 MiB of work
+-- to check) still has room to search. Before, a 50 MB `reads` with 250 nodes changed held
+-- Redis 22 s; a claim at 5,000 nodes that read every node carries ~105 KB.
 BOUNDS.MAX_CHANGED_NODES = 256
 BOUNDS.MAX_READS_BYTES = 1048576
-BOUNDS.MAX_READS_SCAN = 33554432
+BOUNDS.MAX_READS_SCAN = 134217728
 BOUNDS.READS_CHECK_COST = 16
 -- Per rule of `reads`, the change on a node it read that can break it: a pod placed there
 -- (`added`: a matching pod in the target's domain, for anti-affinity and a spread count),

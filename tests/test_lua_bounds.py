@@ -248,12 +248,14 @@ def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
     """Each node changed since the snapshot is searched for in the reads: past the call's
     budget (BOUNDS.MAX_READS_SCAN) the claim is refused ``stale``, before any search, and the
     same claim decided on a fresher snapshot (fewer nodes changed since) is taken."""
-    for i in range(40):
-        cache.add_node(make_node(f"n{i}", "4", "1Gi"))
+    batch = cache.batch()
+    for i in range(121):
+        batch.add_node(make_node(f"n{i}", "4", "1Gi"))
+    batch.execute()
     since = cache.generation()
     batch = cache.batch()
-    for i in range(1, 40):  # 39 nodes changed since: 39 searches of ~1 MB
-        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
+    for i in range(1, 121):  # 120 nodes changed since: 120 searches of ~1 MB, past 128 MiB
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))  # with the check's 16
     batch.execute()
     pod = make_pod("web", "n0", "1m", "1Mi")
     reads = reads_naming(1, commands.MAX_READS_BYTES - 100)  # names n0 only: no rule broken
