@@ -43,7 +43,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import RedisError
 
@@ -60,6 +60,9 @@ from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from schedcache.extender.pending import PendingPods
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,7 @@ class Extender:
         forgetter: Forgetter | None = None,
         bind_timeout: float = 60.0,
         bind_pod_from_filter: bool = False,
+        pending: PendingPods | None = None,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -122,6 +126,8 @@ class Extender:
         # spec.schedulerName (the bind checks it as it checks the API server's pod).
         self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
         self.decoded: OrderedDict[str, tuple[Pod, str]] = OrderedDict()
+        # The pending pods' watch (pending.py): the API server's pods, decoded ahead of binds.
+        self.pending = pending if binder is not None else None
 
     # -- filter and prioritize ------------------------------------------------------------
 
@@ -266,7 +272,10 @@ class Extender:
 
     def _authoritative(self, args: BindArgs) -> Pod:
         """The pod to claim, checked against the bind: see the module docstring."""
-        kept = self._kept(args)
+        kept = self._kept(args)  # taken either way: the watched copy comes first
+        watched = self._watched(args)
+        if watched is not None:
+            kept = watched
         if kept is not None:
             pod, served = kept
             if self.scheduler_names and served not in self.scheduler_names:
@@ -338,6 +347,19 @@ class Extender:
             self.decoded.move_to_end(pod.uid)
             while len(self.decoded) > FILTERED_PODS:
                 self.decoded.popitem(last=False)
+
+    def _watched(self, args: BindArgs) -> tuple[Pod, str] | None:
+        """The pending pods' watch's copy of this bind's uid, when its name and namespace are
+        the bind's too and the watch is current (pending.py)."""
+        if self.pending is None:
+            return None
+        entry = self.pending.get(args.pod_uid)
+        if entry is None or (entry.pod.namespace, entry.pod.name) != (
+            args.pod_namespace,
+            args.pod_name,
+        ):
+            return None
+        return entry.pod, entry.served
 
     def _kept(self, args: BindArgs) -> tuple[Pod, str] | None:
         """The pod filter or prioritize decoded for this bind's uid, taken (a retried bind
