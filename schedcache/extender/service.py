@@ -15,21 +15,25 @@
   ``finish_binding``. A fit conflict answers an error and writes nothing (kube-scheduler
   forgets the pod and retries it); a failed API call forgets the claim.
 
-The pod a bind claims is the API server's, read at bind time: never one remembered from
-``/filter`` (a caller could send any requests there), unless ``bind_pod_from_filter``
-(``--bind-pod-from-filter``): then a bind whose uid a filter or prioritize call of this extender
-decoded lately claims that pod, as kube-scheduler binds the pod object it scheduled, without
-reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted as kube-scheduler
-is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most 256 labels and
-annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one extender),
-each taken by its bind; any other bind reads the pod. Either way its name, namespace and uid
-must all match the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all)
-and it must not be bound yet. Errors name only what the caller sent (no uid, no response
-header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled by
-reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout`` away
-in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an unfinished
-bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it (the
-deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
+The pod a bind claims is the API server's: never one remembered from ``/filter`` (a caller could
+send any requests there). With ``pending`` (:class:`.pending.PendingPods`, the extender's
+list-watch of the unscheduled pods, on by default with an API server) a bind whose uid, name and
+namespace are a watched pod's claims that copy, decoded at watch time, as kube-scheduler binds
+the pod its informer holds (no API GET, no decoding on the bind's path; what a lagging copy
+means: pending.py); else the pod is read at bind time. With ``bind_pod_from_filter``
+(``--bind-pod-from-filter``), a bind the watch cannot serve whose uid a filter or prioritize
+call of this extender decoded lately claims that pod, as kube-scheduler binds the pod object it
+scheduled, without reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted
+as kube-scheduler is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most
+256 labels and annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one
+extender), each taken by its bind; any other bind reads the pod. Either way its name, namespace
+and uid must all match the bind, its ``schedulerName`` must be served (``scheduler_names``;
+empty: all) and it must not be bound yet. Errors name only what the caller sent (no uid, no
+response header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled
+by reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout``
+away in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an
+unfinished bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it
+(the deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
 Redis one call); a claim that must go and cannot be forgotten now (Redis away) is retried in the
 background until it lands (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry
 runs) the pod is the filter call's, remembered by uid within ``remember_bytes``.
