@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from prometheus_client import REGISTRY
 from redis import Redis
 
 from schedcache import Cache
@@ -58,6 +59,11 @@ def watching(
     return served, watch
 
 
+def binds_from(source: str) -> float:
+    value = REGISTRY.get_sample_value("schedcache_extender_bind_pods_total", {"source": source})
+    return value or 0.0
+
+
 def pod_lists(server: FakeApiServer) -> int:
     """Lists (not watches) of the unscheduled pods."""
     return sum(
@@ -82,6 +88,7 @@ def test_a_watched_pod_is_bound_without_reading_it_and_leaves_the_watch(
         api_server.create(pending("b", "400m"))
         api_server.create(pending("c", "400m"))
         eventually(lambda: watch.get("uid-c") is not None)
+        counted = binds_from("watch"), binds_from("api")
         with RunningExtender(served) as extender:
             for name in ("a", "b"):
                 assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
@@ -90,6 +97,7 @@ def test_a_watched_pod_is_bound_without_reading_it_and_leaves_the_watch(
             assert status == 200 and "cpu" in answer["Error"]
             assert keyspace(cast(Redis, cache.client), cache.keys.pattern) == before
         assert pod_reads(api_server) == []
+        assert (binds_from("watch"), binds_from("api")) == (counted[0] + 3, counted[1])
         assert [node_of(api_server, n) for n in "abc"] == ["n1", "n1", None]
         assert cache.pod_state("uid-a") == cache.pod_state("uid-b") == "assumed"
         assert cache.get_node_info("n1").requested.milli_cpu == 800

@@ -46,6 +46,8 @@ from typing import Any, NamedTuple
 import urllib3
 from kubernetes import client as kube_client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import Counter as Metric
+from prometheus_client import Gauge
 
 from schedcache.errors import CacheError
 from schedcache.feed.sync import API_ERRORS, _json, _lines
@@ -63,6 +65,12 @@ BACKOFF, MAX_BACKOFF = 0.5, 30.0
 WATCH_TIMEOUT = 300  # seconds a watch asks for (jittered down to 80 %), as sync's
 PAGE_SIZE = 500
 LIST_TIMEOUT = 60.0
+
+
+KEPT = Gauge("schedcache_extender_pending_pods", "Pending pods the extender's watch keeps.")
+RELISTS = Metric(
+    "schedcache_extender_pending_relists_total", "Lists of the pending pods (the first included)."
+)
 
 
 class Watched(NamedTuple):
@@ -100,6 +108,7 @@ class PendingPods:
         self.stop = threading.Event()
         self.response: Any = None
         self.thread: threading.Thread | None = None
+        KEPT.set_function(lambda: len(self.pods))
 
     # -- what binds read -------------------------------------------------------------------
 
@@ -182,6 +191,7 @@ class PendingPods:
     def relist(self) -> None:
         """Every unscheduled pod (paginated), swapped in whole once listed."""
         self.counters["relists"] += 1
+        RELISTS.inc()
         while True:
             pods, size, version = self._list()
             if version:

@@ -49,6 +49,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from schedcache.cache import Cache
@@ -81,6 +82,12 @@ FILTERED_PODS = 64
 # A pod's JSON at most, to be kept: decoded, a pod takes up to ~3x its JSON (203 KiB measured
 # for 64 KiB of node-affinity terms), so 64 kept hold ~3 MiB at most; real pods are a few KiB.
 KEPT_POD_BYTES = 16 * 1024
+BIND_PODS = Counter(
+    "schedcache_extender_bind_pods_total",
+    "Binds by where their pod came from: the pending pods' watch, the filter call "
+    "(--bind-pod-from-filter) or the API server read at bind time.",
+    ["source"],
+)
 
 
 class Binder(Protocol):
@@ -281,12 +288,14 @@ class Extender:
         if watched is not None:
             kept = watched
         if kept is not None:
+            BIND_PODS.labels("watch" if watched is not None else "filter").inc()
             pod, served = kept
             if self.scheduler_names and served not in self.scheduler_names:
                 raise Refused("its schedulerName is not served by this extender")
             if pod.node_name:
                 raise Refused("already bound to a node")
             return pod
+        BIND_PODS.labels("api" if self.binder is not None else "filter").inc()
         raw = self._read(args)
         metadata = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
