@@ -23,8 +23,11 @@ API server (tests/apiserver.py, a process of its own):
    already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
    own (``INFO cpu``) over the measured phase, so it includes ``sync`` confirming each binding.
 
-``--bind-pod-from-filter`` adds full-profile rows of this tree's extenders with that option (a
-bind claims the pod its filter call decoded, without reading it from the API server).
+``--bind-pod-from-filter`` adds full-profile rows of this tree's extenders with that option and
+``--no-pending-watch`` (a bind claims the pod its filter call decoded, without reading it from
+the API server; the watch's copy would come first). This tree's own rows bind from the pending
+pods' watch (on by default); the pending pods exist before the extenders start, so their
+decoding by the watch falls before the measured phase (docs/extender.md, fourth round).
 
 ``--before REV`` adds rows for the extender of a git revision (``git archive``), the rest of the
 harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
@@ -369,7 +372,9 @@ def main() -> None:
         url = f"redis://127.0.0.1:{args.port}/0"
         trees: list[tuple[str, Path, tuple[str, ...]]] = [("this tree", ROOT, ())]
         if args.bind_pod_from_filter:
-            trees.append(("this tree, --bind-pod-from-filter", ROOT, ("--bind-pod-from-filter",)))
+            # Without the pending pods' watch, whose copy a bind would take first.
+            flags = ("--bind-pod-from-filter", "--no-pending-watch")
+            trees.append(("this tree, --bind-pod-from-filter", ROOT, flags))
         if args.before:
             trees.insert(0, (args.before, extract(args.before, Path(directory)), ()))
         try:

@@ -42,7 +42,8 @@ Covered (JSON only, ``Content-Type: application/json``):
 * ``POST /api/v1/namespaces/{ns}/pods/{name}/binding`` (``create_namespaced_pod_binding``) and
   ``POST /api/v1/namespaces/{ns}/bindings`` (``create_namespaced_binding``, pod named by the
   Binding's ``metadata.name``): sets ``spec.nodeName``, emits MODIFIED, answers 201 with a
-  success ``Status``; 404 without the pod, 409 ``Conflict`` when it is already bound.
+  success ``Status``; 404 without the pod, 409 ``Conflict`` when it is already bound or the
+  Binding's ``metadata.uid`` (a precondition, when given) is not the pod's.
 * ``PATCH /api/v1/namespaces/{ns}/pods/{name}/status`` (``patch_namespaced_pod_status``) with
   a strategic-merge patch of ``status.conditions``: conditions merge by ``type`` (the list's
   patch merge key), other status fields are replaced; emits MODIFIED. Any other patch content
@@ -610,6 +611,15 @@ class FakeApiServer:
             old = self._objects["Pod"].get((namespace, name))
             if old is None:
                 raise ApiError(404, "NotFound", f'pods "{name}" not found')
+            wanted = (body.get("metadata") or {}).get("uid")
+            if wanted and wanted != old["metadata"].get("uid"):
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{name}": Precondition '
+                    f"failed: UID in precondition: {wanted}, UID in object meta: "
+                    f"{old['metadata'].get('uid')}",
+                )
             bound_to = (old.get("spec") or {}).get("nodeName")
             if bound_to:
                 raise ApiError(

@@ -146,6 +146,12 @@ def _tls_options(command: F) -> F:
     help="A bind claims the pod this extender's filter decoded (same uid) without reading it "
     "from the API server: trusts /filter's callers as kube-scheduler (docs/security.md).",
 )
+@click.option(
+    "--no-pending-watch",
+    is_flag=True,
+    help="Do not list and watch the unscheduled pods: every bind reads its pod from the API "
+    "server (a GET) instead of the watch's copy (docs/extender.md).",
+)
 @ttl_option
 @click.pass_obj
 def extender(
@@ -167,6 +173,7 @@ def extender(
     read_timeout: float,
     bind_timeout: float,
     bind_pod_from_filter: bool,
+    no_pending_watch: bool,
     ttl: float,
 ) -> None:
     """Serve kube-scheduler's extender protocol (filter, prioritize, bind) on the cache, so
@@ -175,6 +182,7 @@ def extender(
     settings.refuse_embedded("schedcache extender")
     try:
         from schedcache.extender.guard import bind_socket
+        from schedcache.extender.pending import PendingPods
         from schedcache.extender.server import serve
         from schedcache.extender.service import Binder, Extender
         from schedcache.extender.tls import ReloadingContext, TlsFiles
@@ -201,11 +209,14 @@ def extender(
         except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
             raise click.ClickException(f"the TLS files cannot be used: {error}") from None
     binder: Binder | None = None
+    pending: PendingPods | None = None
     if not no_api:
         from schedcache.scheduler.binder import ApiBinder
 
         api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING, " (or --no-api)")
         binder = ApiBinder(api, timeout=API_TIMEOUT)
+        if not no_pending_watch:
+            pending = PendingPods(api, frozenset(scheduler_names))
     limits = Limits(
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
@@ -242,12 +253,15 @@ def extender(
             f"{scheme}://{host}:{bound_port}{url_prefix}",
             err=True,
         )
+        if pending is not None:
+            pending.start()  # binds read their pod from the API server until it has listed
         served = Extender(
             cache,
             binder,
             scheduler_names=frozenset(scheduler_names),
             bind_timeout=bind_timeout,
             bind_pod_from_filter=bind_pod_from_filter,
+            pending=pending,
         )
         serve(served, sock, url_prefix, limits, ssl_context)
     except Interrupted:
@@ -255,6 +269,8 @@ def extender(
     finally:
         if served is not None:
             served.forgetter.stop()
+        if pending is not None:
+            pending.close()
         give_back_lease(cache)  # a restart with the same --replica is not refused
 
 

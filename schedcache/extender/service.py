@@ -15,21 +15,25 @@
   ``finish_binding``. A fit conflict answers an error and writes nothing (kube-scheduler
   forgets the pod and retries it); a failed API call forgets the claim.
 
-The pod a bind claims is the API server's, read at bind time: never one remembered from
-``/filter`` (a caller could send any requests there), unless ``bind_pod_from_filter``
-(``--bind-pod-from-filter``): then a bind whose uid a filter or prioritize call of this extender
-decoded lately claims that pod, as kube-scheduler binds the pod object it scheduled, without
-reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted as kube-scheduler
-is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most 256 labels and
-annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one extender),
-each taken by its bind; any other bind reads the pod. Either way its name, namespace and uid
-must all match the bind, its ``schedulerName`` must be served (``scheduler_names``; empty: all)
-and it must not be bound yet. Errors name only what the caller sent (no uid, no response
-header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled by
-reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout`` away
-in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an unfinished
-bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it (the
-deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
+The pod a bind claims is the API server's: never one remembered from ``/filter`` (a caller could
+send any requests there). With ``pending`` (:class:`.pending.PendingPods`, the extender's
+list-watch of the unscheduled pods, on by default with an API server) a bind whose uid, name and
+namespace are a watched pod's claims that copy, decoded at watch time, as kube-scheduler binds
+the pod its informer holds (no API GET, no decoding on the bind's path; what a lagging copy
+means: pending.py); else the pod is read at bind time. With ``bind_pod_from_filter``
+(``--bind-pod-from-filter``), a bind the watch cannot serve whose uid a filter or prioritize
+call of this extender decoded lately claims that pod, as kube-scheduler binds the pod object it
+scheduled, without reading it (an API GET a bind saved); a caller of ``/filter`` is then trusted
+as kube-scheduler is (docs/security.md). Kept by uid, the last ``FILTERED_PODS`` pods of at most
+256 labels and annotations and ``KEPT_POD_BYTES`` of JSON (several kube-scheduler clients on one
+extender), each taken by its bind; any other bind reads the pod. Either way its name, namespace
+and uid must all match the bind, its ``schedulerName`` must be served (``scheduler_names``;
+empty: all) and it must not be bound yet. Errors name only what the caller sent (no uid, no
+response header). A Binding whose outcome is unknown (5xx, timeout, connection lost) is settled
+by reading where the pod is, as the 409 path does. The claim gets a deadline ``bind_timeout``
+away in the claim's own call (``Cache.assume_pod(deadline=)``), so it never outlives an
+unfinished bind; once bound, the pod keeps at least the cache's ttl for ``sync`` to confirm it
+(the deadline moves to the ttl when less is left: with the defaults, 60 s and 30 s, a bind costs
 Redis one call); a claim that must go and cannot be forgotten now (Redis away) is retried in the
 background until it lands (:mod:`.forgetter`). Without an API server (``--no-api``: tests, dry
 runs) the pod is the filter call's, remembered by uid within ``remember_bytes``.
@@ -43,8 +47,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from prometheus_client import Counter
 from redis.exceptions import RedisError
 
 from schedcache.cache import Cache
@@ -61,6 +66,9 @@ from schedcache.model.values import Pod
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
+if TYPE_CHECKING:
+    from schedcache.extender.pending import PendingPods
+
 log = logging.getLogger(__name__)
 
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
@@ -74,6 +82,12 @@ FILTERED_PODS = 64
 # A pod's JSON at most, to be kept: decoded, a pod takes up to ~3x its JSON (203 KiB measured
 # for 64 KiB of node-affinity terms), so 64 kept hold ~3 MiB at most; real pods are a few KiB.
 KEPT_POD_BYTES = 16 * 1024
+BIND_PODS = Counter(
+    "schedcache_extender_bind_pods_total",
+    "Binds by where their pod came from: the pending pods' watch, the filter call "
+    "(--bind-pod-from-filter) or the API server read at bind time.",
+    ["source"],
+)
 
 
 class Binder(Protocol):
@@ -100,6 +114,7 @@ class Extender:
         forgetter: Forgetter | None = None,
         bind_timeout: float = 60.0,
         bind_pod_from_filter: bool = False,
+        pending: PendingPods | None = None,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -122,6 +137,8 @@ class Extender:
         # spec.schedulerName (the bind checks it as it checks the API server's pod).
         self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
         self.decoded: OrderedDict[str, tuple[Pod, str]] = OrderedDict()
+        # The pending pods' watch (pending.py): the API server's pods, decoded ahead of binds.
+        self.pending = pending if binder is not None else None
 
     # -- filter and prioritize ------------------------------------------------------------
 
@@ -266,14 +283,19 @@ class Extender:
 
     def _authoritative(self, args: BindArgs) -> Pod:
         """The pod to claim, checked against the bind: see the module docstring."""
-        kept = self._kept(args)
+        kept = self._kept(args)  # taken either way: the watched copy comes first
+        watched = self._watched(args)
+        if watched is not None:
+            kept = watched
         if kept is not None:
+            BIND_PODS.labels("watch" if watched is not None else "filter").inc()
             pod, served = kept
             if self.scheduler_names and served not in self.scheduler_names:
                 raise Refused("its schedulerName is not served by this extender")
             if pod.node_name:
                 raise Refused("already bound to a node")
             return pod
+        BIND_PODS.labels("api" if self.binder is not None else "filter").inc()
         raw = self._read(args)
         metadata = raw.get("metadata") or {}
         spec = raw.get("spec") or {}
@@ -338,6 +360,19 @@ class Extender:
             self.decoded.move_to_end(pod.uid)
             while len(self.decoded) > FILTERED_PODS:
                 self.decoded.popitem(last=False)
+
+    def _watched(self, args: BindArgs) -> tuple[Pod, str] | None:
+        """The pending pods' watch's copy of this bind's uid, when its name and namespace are
+        the bind's too and the watch is current (pending.py)."""
+        if self.pending is None:
+            return None
+        entry = self.pending.get(args.pod_uid)
+        if entry is None or (entry.pod.namespace, entry.pod.name) != (
+            args.pod_namespace,
+            args.pod_name,
+        ):
+            return None
+        return entry.pod, entry.served
 
     def _kept(self, args: BindArgs) -> tuple[Pod, str] | None:
         """The pod filter or prioritize decoded for this bind's uid, taken (a retried bind

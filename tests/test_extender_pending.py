@@ -1,0 +1,317 @@
+"""The bind's pod served from the pending pods' watch (schedcache/extender/pending.py), on every
+backend, against the list/watch/binding test API server with the official client: a watched
+pod is bound without an API GET, and whatever the watch lags behind is handled as before."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from prometheus_client import REGISTRY
+from redis import Redis
+
+from schedcache import Cache
+from schedcache.extender import pending as pending_module
+from schedcache.extender.pending import PendingPods
+from schedcache.extender.service import Extender
+from schedcache.feed.sync import api_client
+from schedcache.scheduler.binder import ApiBinder
+from tests.apiserver import FakeApiServer
+from tests.conftest import real_client
+from tests.extender_server import RunningExtender, extender_process
+from tests.factories import keyspace, make_node
+from tests.scheduling import eventually
+from tests.test_extender import NS, binding, node_of, pending, pod_reads
+
+
+@pytest.fixture
+def api_server() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def watching(
+    cache: Cache,
+    server: FakeApiServer,
+    tmp_path: Path,
+    stale_after: float = pending_module.STALE_AFTER,
+    **options: Any,
+) -> tuple[Extender, PendingPods]:
+    """An extender whose binds read the pending pods' watch (started; listed on return)."""
+    kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
+    api = api_client(kubeconfig)
+    watch = PendingPods(api, frozenset({"default-scheduler"}), stale_after=stale_after).start()
+    eventually(watch.current)
+    served = Extender(
+        cache,
+        ApiBinder(api),
+        scheduler_names=frozenset({"default-scheduler"}),
+        pending=watch,
+        **options,
+    )
+    return served, watch
+
+
+def binds_from(source: str) -> float:
+    value = REGISTRY.get_sample_value("schedcache_extender_bind_pods_total", {"source": source})
+    return value or 0.0
+
+
+def pod_lists(server: FakeApiServer) -> int:
+    """Lists (not watches) of the unscheduled pods."""
+    return sum(
+        1
+        for r in server.requests
+        if r.method == "GET"
+        and r.path == "/api/v1/pods"
+        and r.query.get("fieldSelector") == "spec.nodeName="
+        and r.query.get("watch") not in ("true", "1")
+    )
+
+
+def test_a_watched_pod_is_bound_without_reading_it_and_leaves_the_watch(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Pods listed before the extender started and pods added after: each bind claims the
+    API server's pod with no GET and binds it; bound, it leaves the watch."""
+    cache.add_node(make_node("n1", "1", "8Gi"))
+    api_server.create(pending("a", "400m"))
+    served, watch = watching(cache, api_server, tmp_path)
+    try:
+        api_server.create(pending("b", "400m"))
+        api_server.create(pending("c", "400m"))
+        eventually(lambda: watch.get("uid-c") is not None)
+        counted = binds_from("watch"), binds_from("api")
+        with RunningExtender(served) as extender:
+            for name in ("a", "b"):
+                assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+            before = keyspace(cast(Redis, cache.client), cache.keys.pattern)
+            status, answer = extender.post("bind", binding("c", "n1"))  # 1.2 cpu > 1
+            assert status == 200 and "cpu" in answer["Error"]
+            assert keyspace(cast(Redis, cache.client), cache.keys.pattern) == before
+        assert pod_reads(api_server) == []
+        assert (binds_from("watch"), binds_from("api")) == (counted[0] + 3, counted[1])
+        assert [node_of(api_server, n) for n in "abc"] == ["n1", "n1", None]
+        assert cache.pod_state("uid-a") == cache.pod_state("uid-b") == "assumed"
+        assert cache.get_node_info("n1").requested.milli_cpu == 800
+        eventually(lambda: watch.get("uid-a") is None and watch.get("uid-b") is None)
+        assert watch.get("uid-c") is not None  # still pending: kept
+        api_server.delete("Pod", "c", NS)
+        eventually(lambda: watch.get("uid-c") is None)
+        assert watch.pods == {} and watch.bytes == 0
+        assert cache.verify() == []
+    finally:
+        watch.close()
+
+
+def test_the_watched_pod_is_the_api_servers_not_the_filter_callers(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """With --bind-pod-from-filter as well, the watch's copy comes first: a /filter caller
+    that sent the pod with 100m cannot have the API server's 8-cpu pod claimed on 4 cpus."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("big", "8"))
+    api_server.create(pending("small", "1"))
+    served, watch = watching(cache, api_server, tmp_path, bind_pod_from_filter=True)
+    try:
+        with RunningExtender(served) as extender:
+            extender.post("filter", {"Pod": pending("big", "100m"), "NodeNames": ["n1"]})
+            _, answer = extender.post("bind", binding("big", "n1"))
+            assert "cpu" in answer["Error"]
+            extender.post("filter", {"Pod": pending("small", "1"), "NodeNames": ["n1"]})
+            assert extender.post("bind", binding("small", "n1")) == (200, {"Error": ""})
+        assert served.decoded == {}  # the filter's copies were taken all the same
+        assert pod_reads(api_server) == []
+        assert node_of(api_server, "big") is None and node_of(api_server, "small") == "n1"
+        assert cache.get_node_info("n1").requested.milli_cpu == 1000
+    finally:
+        watch.close()
+
+
+def test_a_pod_changed_behind_a_lagging_watch_is_handled_as_before(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """The watch stopped (its copies stale, still served): a pod recreated with another uid
+    is read (uid differs) and bound; the old uid's bind is refused by the Binding's uid
+    precondition; a pod bound elsewhere meanwhile gets the Binding's 409; a pod deleted
+    meanwhile the Binding's 404; each refused bind forgets its claim."""
+    cache.add_node(make_node("n1", "8", "8Gi"))
+    for name in ("recreated", "raced", "gone"):
+        api_server.create(pending(name, "1"))
+    served, watch = watching(cache, api_server, tmp_path)
+    watch.close()  # no more events: what it holds goes stale
+    assert watch.current() and watch.get("uid-raced") is not None
+    api_server.delete("Pod", "recreated", NS)
+    api_server.create({**pending("recreated", "1"), "metadata": {"name": "recreated",
+                       "namespace": NS, "uid": "uid-recreated-2"}})  # fmt: skip
+    api_server.update({**pending("raced", "1"), "spec": {"nodeName": "n9"}})
+    api_server.delete("Pod", "gone", NS)
+    with RunningExtender(served) as extender:
+        new = {**binding("recreated", "n1"), "PodUID": "uid-recreated-2"}
+        assert extender.post("bind", new) == (200, {"Error": ""})
+        _, answer = extender.post("bind", binding("recreated", "n1"))  # the old uid
+        assert "409" in answer["Error"]
+        _, answer = extender.post("bind", binding("raced", "n1"))
+        assert "409" in answer["Error"]
+        _, answer = extender.post("bind", binding("gone", "n1"))
+        assert "404" in answer["Error"]
+    # the new uid's read; the 409s' own reads (was it this bind that landed?)
+    assert pod_reads(api_server) == ["recreated", "recreated", "raced"]
+    assert node_of(api_server, "recreated") == "n1" and node_of(api_server, "raced") == "n9"
+    assert cache.pod_state("uid-recreated-2") == "assumed"
+    for uid in ("uid-recreated", "uid-raced", "uid-gone"):
+        assert cache.pod_state(uid) is None
+    assert cache.get_node_info("n1").requested.milli_cpu == 1000
+    assert cache.verify() == []
+
+
+def test_pods_beyond_the_bounds_or_undecodable_are_read_and_refused_as_before(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod of over POD_BYTES of JSON, one past PENDING_PODS, one of another scheduler and
+    one that cannot be decoded are not kept: their binds GET the pod, as without the watch."""
+    monkeypatch.setattr(pending_module, "PENDING_PODS", 3)
+    cache.add_node(make_node("n1", "64", "64Gi"))
+    for name in ("p0", "p1"):
+        api_server.create(pending(name, "100m"))
+    large = pending("large", "100m")
+    large["metadata"]["annotations"] = {"note": "x" * pending_module.POD_BYTES}
+    api_server.create(large)
+    api_server.create(pending("theirs", "100m", schedulerName="other"))
+    broken = pending("broken", "100m")
+    broken["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    api_server.create(broken)
+    served, watch = watching(cache, api_server, tmp_path)
+    try:
+        api_server.create(pending("p2", "100m"))
+        api_server.create(pending("p3", "100m"))  # the fourth kept: over the cap
+        eventually(lambda: watch.get("uid-p2") is not None and watch.counters["full"] == 1)
+        assert set(watch.pods) == {"uid-p0", "uid-p1", "uid-p2"}
+        with RunningExtender(served) as extender:
+            for name in ("p0", "p1", "p2", "p3", "large"):
+                assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+            _, answer = extender.post("bind", binding("theirs", "n1"))
+            assert "schedulerName" in answer["Error"]
+            _, answer = extender.post("bind", binding("broken", "n1"))
+            assert answer["Error"].startswith("pod team/broken: ") and "lots" in answer["Error"]
+        assert pod_reads(api_server) == ["p3", "large", "theirs", "broken"]
+        assert watch.counters["too_large"] == 1 and watch.counters["undecodable"] == 1
+        for name in ("p0", "p1", "p2", "p3", "large"):
+            assert node_of(api_server, name) == "n1"
+        assert cache.pod_state("uid-theirs") is None and cache.pod_state("uid-broken") is None
+    finally:
+        watch.close()
+
+
+def test_a_cut_watch_resumes_and_a_410_or_a_long_outage_relists(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A dropped watch resumes from its resourceVersion (no relist); a compacted history (410)
+    relists; an API server away for longer than stale_after makes binds read (the watch
+    serves nothing), and relists once back. Pods created meanwhile are kept each time."""
+    cache.add_node(make_node("n1", "64", "64Gi"))
+    served, watch = watching(cache, api_server, tmp_path, stale_after=0.3)
+    try:
+        assert pod_lists(api_server) == 1
+        api_server.drop_watches()
+        api_server.create(pending("after-cut", "100m"))
+        eventually(lambda: watch.get("uid-after-cut") is not None)
+        assert pod_lists(api_server) == 1
+        assert api_server.wait_for_watches(1)
+        with watch.lock:  # a pod whose deletion the watch missed: only a relist removes it
+            watch.pods["uid-missed"] = watch.pods["uid-after-cut"]
+        status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+        api_server.emit_raw("Pod", "ERROR", status)
+        api_server.create(pending("after-410", "100m"))
+        eventually(lambda: watch.get("uid-after-410") is not None)
+        eventually(lambda: watch.get("uid-missed") is None)
+        assert pod_lists(api_server) == 2
+        lists = pod_lists(api_server)
+        api_server.down()
+        eventually(lambda: not watch.current())
+        assert watch.get("uid-after-cut") is None  # binds read the pod now
+        api_server.create(pending("during-outage", "100m"))
+        api_server.up()
+        eventually(lambda: watch.get("uid-during-outage") is not None, timeout=20)
+        assert pod_lists(api_server) == lists + 1  # relisted, not resumed
+        with RunningExtender(served) as extender:
+            for name in ("after-cut", "after-410", "during-outage"):
+                assert extender.post("bind", binding(name, "n1")) == (200, {"Error": ""})
+        assert pod_reads(api_server) == []
+        assert cache.verify() == []
+    finally:
+        watch.close()
+
+
+def test_binds_before_the_first_list_read_the_pod(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """The API server's list stalls: binds GET their pod meanwhile and are bound."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "100m"))
+    kubeconfig = str(api_server.kubeconfig(tmp_path / "kubeconfig"))
+    api = api_client(kubeconfig)
+    api_server.stall_lists()
+    watch = PendingPods(api).start()
+    try:
+        eventually(lambda: pod_lists(api_server) == 1)
+        with RunningExtender(Extender(cache, ApiBinder(api), pending=watch)) as extender:
+            assert extender.post("bind", binding("a", "n1")) == (200, {"Error": ""})
+        assert not watch.current() and pod_reads(api_server) == ["a"]
+        assert node_of(api_server, "a") == "n1"
+    finally:
+        api_server.release_lists()
+        watch.close()
+
+
+def bind_through(port: int, name: str) -> dict[str, Any]:
+    body = json.dumps(binding(name, "n1")).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/bind", data=body)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-pending-watch",)])
+def test_the_command_watches_pending_pods_unless_told_not_to(
+    api_server: FakeApiServer, tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    """``schedcache extender --kubeconfig`` lists and watches the pending pods and binds from
+    them (no GET); ``--no-pending-watch`` lists nothing and GETs."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    cache = Cache(real_client(), name)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("late", "100m"))
+    kubeconfig = str(api_server.kubeconfig(tmp_path / "kubeconfig"))
+    process, port = extender_process(name, "--kubeconfig", kubeconfig, *flags)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the extender did not come up"
+                time.sleep(0.1)
+        if not flags:
+            eventually(lambda: pod_lists(api_server) == 1 and api_server.open_watches == 1)
+        else:
+            time.sleep(1.0)  # time enough for a list, were one made
+        assert bind_through(port, "late") == {"Error": ""}
+        assert pod_lists(api_server) == (0 if flags else 1)
+        assert pod_reads(api_server) == (["late"] if flags else [])
+        assert node_of(api_server, "late") == "n1"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err
+    finally:
+        process.kill()
+        cache.clear()
