@@ -15,6 +15,9 @@ MIB = 1024 * 1024
 # zeroed, so resident), OpenSSL's state and aiohttp's handler; 470-620 KiB measured under a
 # flood of connections that never finish their handshake (tests/test_extender_tls_flood.py).
 CONNECTION_BYTES = 640 * 1024
+# What the pending pods' watch may hold (extender/pending.py): PENDING_BYTES (16 MiB) of pods'
+# JSON, decoded: up to 5.2x measured.
+PENDING_WATCH_BYTES = 6 * 16 * MIB
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,14 @@ class Limits:
     def body_limit(self, verb: str) -> int:
         return self.max_bind_body_bytes if verb == "bind" else self.max_body_bytes
 
-    def memory_ceiling(self, base: int = 160 * MIB) -> int:
+    def memory_ceiling(self, base: int = 160 * MIB, pending_watch: bool = True) -> int:
         """The published ceiling of the process's resident memory: the base (interpreter,
         libraries, snapshot of a 1,000-node cache) plus, per request that may hold a body at
         once, the body and its decoded form (Python objects take up to 10x the JSON), plus
-        what each connection may hold (``CONNECTION_BYTES``; TLS handshakes count)."""
+        what each connection may hold (``CONNECTION_BYTES``; TLS handshakes count), plus the
+        pending pods' watch's pods (``pending_watch``: an API server and no
+        ``--no-pending-watch``)."""
         bodies = (self.filter_concurrency + self.prioritize_concurrency) * self.max_body_bytes
         binds = self.bind_concurrency * self.max_bind_body_bytes
-        return base + 11 * (bodies + binds) + self.max_connections * CONNECTION_BYTES
+        watch = PENDING_WATCH_BYTES if pending_watch else 0
+        return base + 11 * (bodies + binds) + self.max_connections * CONNECTION_BYTES + watch

@@ -51,7 +51,7 @@ from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 
 from schedcache.errors import CacheError
-from schedcache.feed.sync import API_ERRORS, _json, _lines
+from schedcache.feed.sync import API_ERRORS, response_json, watch_lines
 from schedcache.model.values import Pod
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ class PendingPods:
             if token:
                 options["_continue"] = token
             try:
-                page = _json(self._call(**options))
+                page = response_json(self._call(**options))
             except ApiException as error:
                 if error.status == 410:
                     return {}, 0, ""
@@ -261,7 +261,7 @@ class PendingPods:
         self.response = response
         self.down_since = None
         try:
-            for line in _lines(response):
+            for line in watch_lines(response):
                 if self.stop.is_set():
                     break
                 self._event(line)

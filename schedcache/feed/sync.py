@@ -583,7 +583,7 @@ class ResourceFeed:
         }
         if token:
             options["_continue"] = token
-        return _json(self._call(**options))
+        return response_json(self._call(**options))
 
     def _unapplied(self, planned: list[Command], version: str) -> list[Command]:
         """``planned`` without the objects the cache already holds at ``version`` or newer
@@ -639,7 +639,7 @@ class ResourceFeed:
         self.response = response
         applier = _Applier(self)
         try:
-            for line in _lines(response):
+            for line in watch_lines(response):
                 if self.stop.is_set():
                     break
                 applier.check()
@@ -1030,7 +1030,8 @@ def _timed_out(error: BaseException) -> bool:
     )
 
 
-def _json(response: Any) -> dict[str, Any]:
+def response_json(response: Any) -> dict[str, Any]:
+    """A list or get answer's JSON object (the connection released either way)."""
     try:
         value = json.loads(response.data)
     finally:
@@ -1040,7 +1041,7 @@ def _json(response: Any) -> dict[str, Any]:
     return value
 
 
-def _lines(response: Any) -> Iterator[bytes]:
+def watch_lines(response: Any) -> Iterator[bytes]:
     """The lines of a chunked watch response as they arrive."""
     pending = b""
     for chunk in response.stream(amt=None, decode_content=False):
