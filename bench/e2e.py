@@ -284,6 +284,7 @@ def replica(
     profile: str,
     workers: int | None,
     binding_process: bool = False,
+    pop_batch: int | None = None,
 ) -> None:
     from schedcache.scheduler.loop import ReferenceScheduler
 
@@ -291,6 +292,8 @@ def replica(
     # Only when asked: the tree before issue 34 bound in the loop (no such option), the tree
     # before issue 40 had no binding process.
     options: dict[str, Any] = {} if workers is None else {"binding_workers": workers}
+    if pop_batch is not None:  # (the tree before batched pops has no such option)
+        options["pop_batch"] = pop_batch
     if binding_process:
         from schedcache.scheduler.bindings import BindingProcess
 
@@ -437,6 +440,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
                 profile,
                 args.workers,
                 args.binding_process,
+                getattr(args, "pop_batch", None),
             ),
             daemon=not args.binding_process,  # a daemon may not start its binding process
         )
@@ -543,6 +547,9 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
+    parser.add_argument(
+        "--pop-batch", type=int, help="pods a replica pops a call at most (its default: 8)"
+    )
     parser.add_argument(
         "--binding-process",
         action="store_true",

@@ -333,6 +333,15 @@ def _hold_lease(cache: Cache) -> None:
     help="Bindings in flight at once (the scheduling loop goes on while they wait).",
 )
 @click.option(
+    "--pop-batch",
+    type=click.IntRange(1, 100),
+    default=8,
+    show_default=True,
+    help="Pods popped from the queue a call at most: starts at 1 and doubles while pops come "
+    "back full; a pod of higher priority queued meanwhile waits behind at most this many "
+    "less one.",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -353,6 +362,7 @@ def scheduler(
     lease: float,
     percentage_of_nodes_to_score: int,
     binding_workers: int,
+    pop_batch: int,
     metrics_port: int | None,
     metrics_address: str,
 ) -> None:
@@ -397,6 +407,7 @@ def scheduler(
         percentage=percentage_of_nodes_to_score,
         binding_workers=binding_workers,
         lease=lease,
+        pop_batch=pop_batch,
     )
     loop.stop = stop
     if metrics_port is not None:
