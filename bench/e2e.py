@@ -298,7 +298,9 @@ def replica(
     if binding_process:
         from schedcache.scheduler.bindings import BindingProcess
 
-        options["bindings"] = BindingProcess(kubeconfig, url, CACHE, name, workers or 16, cache.ttl)
+        # (a tree before `schedcache scheduler --binding-process` took these in its constructor)
+        started = getattr(BindingProcess, "from_url", BindingProcess)
+        options["bindings"] = started(kubeconfig, url, CACHE, name, workers or 16, cache.ttl)
     loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, **options)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
     ready.set()

@@ -223,6 +223,32 @@ def repeated_reads() -> tuple[Call, Call]:
     return setup, call
 
 
+def long_reads(size: int, changed: int = 250) -> Callable[[], tuple[Call, Call]]:
+    """A claim of ``size`` bytes of reads (naming nodes the cache does not hold: what a raw
+    FCALL may send, the library's own check skipped) with ``changed`` nodes changed since its
+    snapshot: each changed node was searched for in the whole reads."""
+
+    def scenario() -> tuple[Call, Call]:
+        words = " ".join(f"x{i:07d}" for i in range(size // 9 + 1))
+        reads = ("@pod-anti-affinity " + words)[:size].rstrip()
+
+        def setup(client: redis.Redis) -> None:
+            for i in range(changed + 1):
+                fcall(client, commands.add_node(node(f"n{i}")))
+
+        def call(client: redis.Redis) -> Any:
+            since = int(client.get(PREFIX + "gen") or 0)
+            for i in range(1, changed + 1):  # untimed: the claim is the slowest call
+                fcall(client, commands.add_pod(pod(f"f{i}", f"n{i}")))
+            claim = commands.assume_pod(pod("w", "n0"), check_fit=True, since=since, reads="@x")
+            args = tuple(reads if arg == "@x" else arg for arg in claim.args)
+            return fcall(client, Command(claim.name, claim.subject, args))
+
+        return setup, call
+
+    return scenario
+
+
 def big_expiry() -> tuple[Call, Call]:
     """20 claims of ~0.8 MiB due: one expiry call (each expired pod's event carries it)."""
 
@@ -302,6 +328,10 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "sc_batch: 5 pods of 0.8 MiB (4 MiB, the cap)": big_batch,
     "expiry: 20 due claims of 0.8 MiB in one call": big_expiry,
     "claim: reads naming a changed node 3,000 times": repeated_reads,
+    "claim: 1 MiB of reads (the cap), 250 nodes changed since": long_reads((1 << 20) - 2),
+    "claim: 1 MiB of reads (the cap), 100 nodes changed since": long_reads((1 << 20) - 2, 100),
+    "claim: 100 KB of reads, 250 nodes changed since": long_reads(100_000),
+    "claim: 16 MiB of reads, 250 nodes changed since": long_reads(16 << 20),
 }
 
 

@@ -487,6 +487,9 @@ local pods_order = {}
 BOUNDS.PODS_PER_SADD = 500
 
 local function begin_call()
+  -- What the call may still search of claims' reads (lua/_claims.lua: rule_conflicts; set
+  -- there, BOUNDS.MAX_READS_SCAN, before any call runs).
+  BOUNDS.scan_left = BOUNDS.MAX_READS_SCAN
   call_gen = nil
   incr_gen = nil
   batching = false

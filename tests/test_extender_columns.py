@@ -10,6 +10,8 @@ import json
 import random
 from typing import Any
 
+import pytest
+
 from schedcache import Cache
 from schedcache.extender import protocol
 from schedcache.extender.protocol import FilterArgs
@@ -162,3 +164,23 @@ def test_prioritize_answers_keep_only_names_a_node_can_have() -> None:
     )
     assert protocol.encode(many) == json.dumps(many, separators=(",", ":")).encode()
     assert len(protocol._HOSTS) <= protocol.MAX_HOSTS  # one call of many names: still bounded
+
+
+def test_a_full_set_of_host_starts_is_cleared_at_most_once_a_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster of more nodes than the writer keeps: once full, its kept starts stay for
+    ``HOSTS_KEPT_FOR`` seconds (before, every call of such a cluster cleared and refilled them),
+    then make room for the names of the calls after; every answer is ``json.dumps``'s."""
+    clock = [1_000.0]
+    monkeypatch.setattr(protocol.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(protocol, "_HOSTS", {})
+    monkeypatch.setattr(protocol, "_HOSTS_FULL", [0.0])
+    first = protocol.host_priorities({f"a-{i}": i % 11 for i in range(protocol.MAX_HOSTS)})
+    second = protocol.host_priorities({f"b-{i}": i % 11 for i in range(100)})
+    for answer in (first, second, first):
+        assert protocol.encode(answer) == json.dumps(answer, separators=(",", ":")).encode()
+        assert set(protocol._HOSTS) == {item["Host"] for item in first}  # full, kept
+    clock[0] += protocol.HOSTS_KEPT_FOR
+    assert protocol.encode(second) == json.dumps(second, separators=(",", ":")).encode()
+    assert set(protocol._HOSTS) == {item["Host"] for item in second}  # cleared once, refilled

@@ -208,6 +208,67 @@ def test_claims_after_many_node_changes_in_one_batch_are_stale_not_read_node_by_
     assert all(isinstance(error, FitConflict) and error.reasons == ("stale",) for error in refused)
 
 
+def reads_naming(count: int, size: int) -> str:
+    """A claim's reads of one anti-affinity rule: nodes ``n0..n<count-1>`` and filler names
+    (``x<i>``, nodes the cache does not hold) up to ``size`` characters."""
+    names = [f"n{i}" for i in range(count)]
+    text = "@pod-anti-affinity " + " ".join(names)
+    filler = " ".join(f"x{i:07d}" for i in range(size // 9 + 1))
+    text = (text + " " + filler)[:size]
+    return text[:-1] + "z" if text.endswith(" ") else text  # exactly `size` characters
+
+
+def test_a_claims_reads_are_bounded_in_bytes_by_name_and_change_nothing(cache: Cache) -> None:
+    """Reads and domains over 1 MiB together: refused by the library (ValidationError naming
+    ``reads``) and by Redis for a caller that skips it (BADARG reads), nothing written. Before,
+    a 50 MB ``reads`` with 250 nodes changed held Redis 22 s in one call."""
+    cache.add_node(make_node("n0", "4", "1Gi"))
+    since = cache.generation()
+    cache.add_node(make_node("n1", "4", "1Gi"))
+    pod = make_pod("big", "n0", "1m", "1Mi")
+    too_long = reads_naming(2, commands.MAX_READS_BYTES + 1)
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError) as refused:
+        commands.assume_pod(pod, check_fit=True, since=since, reads=too_long)
+    assert refused.value.field == "reads"
+    fits = commands.assume_pod(pod, check_fit=True, since=since, reads=reads_naming(2, 1000))
+    raw = list(fits.args)
+    raw[raw.index(reads_naming(2, 1000))] = too_long
+    with pytest.raises(redis.ResponseError, match="BADARG reads big"):
+        fcall(cache, "sc_assume_pod", *raw)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    at_the_bound = reads_naming(1, commands.MAX_READS_BYTES)  # n1 (changed) not read
+    assert cache.run(commands.assume_pod(pod, check_fit=True, since=since, reads=at_the_bound))
+    assert cache.pod_state("big") == "assumed"
+
+
+def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
+    cache: Cache,
+) -> None:
+    """Each node changed since the snapshot is searched for in the reads: past the call's
+    budget (BOUNDS.MAX_READS_SCAN) the claim is refused ``stale``, before any search, and the
+    same claim decided on a fresher snapshot (fewer nodes changed since) is taken."""
+    batch = cache.batch()
+    for i in range(121):
+        batch.add_node(make_node(f"n{i}", "4", "1Gi"))
+    batch.execute()
+    since = cache.generation()
+    batch = cache.batch()
+    for i in range(1, 121):  # 120 nodes changed since: 120 searches of ~1 MB, past 128 MiB
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))  # with the check's 16
+    batch.execute()
+    pod = make_pod("web", "n0", "1m", "1Mi")
+    reads = reads_naming(1, commands.MAX_READS_BYTES - 100)  # names n0 only: no rule broken
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(FitConflict) as refused:
+        cache.run(commands.assume_pod(pod, check_fit=True, since=since, reads=reads))
+    assert refused.value.reasons == ("stale",)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+    fresh = cache.generation()
+    assert cache.run(commands.assume_pod(pod, check_fit=True, since=fresh, reads=reads))
+    assert cache.pod_state("web") == "assumed"
+
+
 # -- the queue (issue 39, item 7) ---------------------------------------------------------------
 
 T0 = 1_700_000_000.0

@@ -277,6 +277,10 @@ def test_replicas_popping_at_once_never_get_the_same_pod(cache: Cache) -> None:
     ("command", "field"),
     [
         (lambda: commands.sync_pod_pending(pending("p"), "Not_A_Name", "5"), "spec.schedulerName"),
+        # Not DNS subdomains, as the API server's validation refuses them too.
+        (lambda: commands.sync_pod_pending(pending("p"), "a..b", "5"), "spec.schedulerName"),
+        (lambda: commands.sync_pod_pending(pending("p"), "a-.b", "5"), "spec.schedulerName"),
+        (lambda: commands.sync_pod_pending(pending("p"), "a" * 254, "5"), "spec.schedulerName"),
         (lambda: commands.sync_pod_pending(make_pod("p", "n1"), "ref", "5"), "spec.nodeName"),
         (
             lambda: commands.sync_pod_pending(

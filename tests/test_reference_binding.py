@@ -23,6 +23,7 @@ from schedcache.store.metrics import COMMANDS
 from tests.apiserver import FakeApiServer
 from tests.conftest import REAL_REDIS_URL, real_client
 from tests.scheduling import eventually, fed_scheduler, node, pending
+from tests.test_resilience import cli, component, start, stop
 
 
 @pytest.fixture
@@ -94,6 +95,22 @@ def test_a_placed_pod_s_life_sends_no_finish_binding(
     assert sorted(p["spec"].get("nodeName") for p in pods) == ["a", "a", "b", "b"]
 
 
+def lost_bindings(
+    answered: list[float], after: float = 0.0
+) -> Callable[[ReferenceScheduler], None]:
+    """A ``prepare`` for ``fed_scheduler``: the scheduler's Bindings are answered (after
+    ``after`` seconds, each answer's time appended to ``answered``) and never land."""
+
+    def prepare(scheduler: ReferenceScheduler) -> None:
+        def answer(*args: str) -> None:
+            time.sleep(after)
+            answered.append(time.time())
+
+        scheduler.binder.bind = answer  # type: ignore[method-assign]
+
+    return prepare
+
+
 def test_an_assumed_pod_whose_binding_never_shows_up_still_expires(
     make_cache: Callable[..., Cache],
     server: FakeApiServer,
@@ -108,13 +125,7 @@ def test_an_assumed_pod_whose_binding_never_shows_up_still_expires(
     server.create(node("a", "2"))
     answered: list[float] = []
 
-    def lost(scheduler: ReferenceScheduler) -> None:
-        def answer(*args: str) -> None:
-            answered.append(time.time())
-
-        scheduler.binder.bind = answer  # type: ignore[method-assign]
-
-    with fed_scheduler(cache, server, tmp_path, prepare=lost) as scheduler:
+    with fed_scheduler(cache, server, tmp_path, prepare=lost_bindings(answered)) as scheduler:
         server.create(pending("ghost", "1500m"))
         eventually(lambda: scheduler.bound == 1)
         record = cache.get_pod_record("uid-ghost")
@@ -142,15 +153,10 @@ def test_a_binding_slower_than_its_allowance_sends_finish_binding(
     server.create(node("a", "2"))
     answered: list[float] = []
 
-    def slow(scheduler: ReferenceScheduler) -> None:
-        def late(*args: str) -> None:
-            time.sleep(0.5)
-            answered.append(time.time())
-
-        scheduler.binder.bind = late  # type: ignore[method-assign]
-
     finishes = sent("finish_binding")
-    with fed_scheduler(cache, server, tmp_path, prepare=slow) as scheduler:
+    with fed_scheduler(
+        cache, server, tmp_path, prepare=lost_bindings(answered, after=0.5)
+    ) as scheduler:
         server.create(pending("slow", "500m"))
         eventually(lambda: scheduler.bound == 1)
         assert sent("finish_binding") - finishes == 1
@@ -171,7 +177,7 @@ def test_bindings_from_a_process_of_their_own_place_every_pod_once(
     kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
     server.create(node("a", "2"))
     server.create(node("b", "2"))
-    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
+    bindings = BindingProcess.from_url(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
     failed: list[str] = []
     try:
         with fed_scheduler(cache, server, tmp_path, bindings=bindings) as scheduler:
@@ -205,7 +211,7 @@ def test_a_binding_process_that_died_fails_the_bindings_and_the_loop_goes_on(
     cache = Cache(client, name, replica="ref")
     kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
     server.create(node("a", "2"))
-    bindings = BindingProcess(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
+    bindings = BindingProcess.from_url(kubeconfig, REAL_REDIS_URL, name, "ref", 4, cache.ttl)
     bindings.process.kill()
     bindings.process.join(10)
     failed: list[str] = []
@@ -237,3 +243,53 @@ def test_a_ttl_too_long_for_a_deadline_claims_without_one() -> None:
     assert binding_cycle.claim_deadline(MAX_TTL - allowance) == MAX_TTL
     assert binding_cycle.claim_deadline(MAX_TTL) is None
     assert binding_cycle.claim_deadline(0.0) is None
+
+
+def spawned_children(pid: int) -> list[str]:
+    """The command lines of ``pid``'s child processes that multiprocessing spawned."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                line = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:  # it ended meanwhile
+                continue
+            if b"multiprocessing" in line:
+                found.append(line.decode(errors="replace"))
+    return found
+
+
+def test_the_scheduler_command_posts_bindings_from_a_process_of_its_own(
+    server: FakeApiServer, tmp_path: Path
+) -> None:
+    """``schedcache scheduler --binding-process``: the replica binds every pod, its Bindings
+    posted by a spawned process made with the command's own settings, which ends with the
+    command. Real Redis only: the processes share the cache through a server (the CLI refuses
+    the embedded backend for the scheduler)."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    server.create(node("a", "2"))
+    server.create(node("b", "2"))
+    sync = start(cli(REAL_REDIS_URL, name, *component("sync", server, tmp_path, "sync-1")))
+    command = [*component("scheduler", server, tmp_path, "ref-1"), "--binding-process"]
+    scheduler = start(cli(REAL_REDIS_URL, name, *command))
+    try:
+        for i in range(6):
+            server.create(pending(f"p{i}", "500m"))
+        bound = lambda: [  # noqa: E731
+            (server.get("Pod", f"p{i}") or {})["spec"].get("nodeName") for i in range(6)
+        ]
+        eventually(lambda: all(bound()), timeout=60)
+        assert sorted(bound()) == ["a"] * 3 + ["b"] * 3
+        assert scheduler.poll() is None, scheduler.err()
+        assert spawned_children(scheduler.pid), "no binding process"
+        took, err = stop(scheduler)
+        assert scheduler.returncode == 0 and took < 15, err
+        assert "6 bound" in err
+    finally:
+        for process in (scheduler, sync):
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        client = real_client()
+        for key in client.scan_iter(match=f"*{name}*", count=1000):
+            client.delete(key)

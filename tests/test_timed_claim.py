@@ -18,11 +18,10 @@ from tests.factories import keyspace, make_node, make_pod
 from tests.test_constraint_candidates import HOST, HOST_ANTI, WEB, ZONE, decided
 from tests.test_lua_bounds import command_calls
 
+BOTH_APIS = True  # every test taking `cache` runs on Cache and on AsyncCache (tests/apis.py)
 
-def test_a_timed_claim_is_the_claim_and_its_deadline_in_one_call(
-    make_cache: Callable[..., Cache],
-) -> None:
-    cache = make_cache(ttl=10.0)
+
+def test_a_timed_claim_is_the_claim_and_its_deadline_in_one_call(cache: Cache) -> None:
     cache.add_node(make_node("n1", "4", "8Gi"))
     before = command_calls(cache, "fcall")
     started = time.time() * 1000
@@ -41,9 +40,8 @@ def test_a_timed_claim_is_the_claim_and_its_deadline_in_one_call(
     assert cache.get_node_info("n1").requested.milli_cpu == 1000
 
 
-def test_a_timed_claim_is_released_at_its_deadline(make_cache: Callable[..., Cache]) -> None:
+def test_a_timed_claim_is_released_at_its_deadline(cache: Cache) -> None:
     """The bind that never finishes: its claim goes at the deadline, lease or not."""
-    cache = make_cache(ttl=10.0)
     cache.add_node(make_node("n1", "4", "8Gi"))
     cache.assume_pod(make_pod("a", "n1", "1", "1Gi"), check_fit=True, deadline=1.0)
     worker = ExpiryWorker(cache)
@@ -82,8 +80,7 @@ def test_a_timed_claim_takes_candidates_and_rules_judged_on_a_snapshot(
     assert cache.verify() == []
 
 
-def test_a_refused_timed_claim_writes_nothing(make_cache: Callable[..., Cache]) -> None:
-    cache = make_cache()
+def test_a_refused_timed_claim_writes_nothing(cache: Cache) -> None:
     cache.add_node(make_node("n1", "1", "8Gi"))
     cache.assume_pod(make_pod("a", "n1", "800m", "1Gi"), check_fit=True, deadline=30.0)
     before = keyspace(cache.client, cache.keys.pattern)

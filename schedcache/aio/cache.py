@@ -211,12 +211,13 @@ class AsyncCache:
         expect_generation: int | None = None,
         snapshot: Snapshot | None = None,
         candidates: Sequence[str] = (),
+        deadline: float | None = None,
     ) -> str:
         """Book ``pod`` on ``pod.node_name`` (or the first of ``candidates`` that passes every
         check) before binding and return the node (see :meth:`Cache.assume_pod`). With
         ``check_fit``, the pod's inter-pod rules are judged on ``snapshot`` (else, when
         needed, on a private one brought up to date here) and re-checked in Redis, as the sync
-        cache does."""
+        cache does. ``deadline``: seconds; the claim gets that deadline in the same call."""
         rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
         extra = [(node, "", "") for node in candidates]
         if check_fit and expect_generation is None:
@@ -224,18 +225,18 @@ class AsyncCache:
                 pod, rules, extra = ranked_contexts(snapshot, pod, candidates)
             elif pod.has_inter_pod_rules:
                 pod, rules, extra = await self._own_claim_context(pod, candidates)
-        command = commands.assume_pod(
+        claim = commands.assume_pod(
             pod, check_fit, expect_generation, self.lease_to_take, *rules, extra
         )
         try:
             try:
-                reply = await self.run(command)
+                reply = await self.run(commands.timed_claim(claim, deadline))
             except FitConflict as conflict:
                 if conflict.reasons != (UNCHECKED,) or rules[0] is not None:
                     raise
                 # Pods with required anti-affinity are placed: judge their terms toward this
                 # pod on the cache's own snapshot, and claim again with what that read.
-                reply = await self.judged_claim(pod, candidates)
+                reply = await self.judged_claim(pod, candidates, deadline)
         except FitConflict as conflict:
             for reason in conflict.reasons:
                 metrics.FIT_CONFLICTS.labels(reason).inc()
@@ -243,14 +244,15 @@ class AsyncCache:
         self.hold_lease()
         return taken_node(reply, pod)
 
-    async def judged_claim(self, pod: Pod, candidates: Sequence[str] = ()) -> Any:
+    async def judged_claim(
+        self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None
+    ) -> Any:
         """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
         snapshot, brought up to date; the script's reply. What a batch sends again for a bare
         claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
         pod, rules, extra = await self._own_claim_context(pod, candidates)
-        return await self.run(
-            commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
-        )
+        claim = commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
+        return await self.run(commands.timed_claim(claim, deadline))
 
     async def assume_gang(
         self, pods: Sequence[Pod], group: str, snapshot: Snapshot | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ BIND_TIMEOUT_MIN = 2 * API_TIMEOUT + 1
 if TYPE_CHECKING:
     from schedcache.cache import Cache
     from schedcache.cli.settings import Settings
+    from schedcache.scheduler.bindings import BindingProcess
 
 EXTENDER_MISSING = (
     "schedcache extender needs aiohttp and the Kubernetes client: pip install "
@@ -265,6 +267,26 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _binding_process(
+    settings: Settings,
+    cache: Cache,
+    kube: tuple[str | None, str | None, bool],
+    workers: int,
+) -> BindingProcess:
+    """``--binding-process``: the Bindings' process, its cache opened with these settings as
+    the replica's (same name, replica, ttl), its API client from the same kubeconfig."""
+    from schedcache.feed.sync import api_client
+    from schedcache.scheduler.bindings import BindingProcess
+
+    open_cache = functools.partial(settings.cache, replica=cache.replica, ttl=cache.ttl)
+    try:
+        return BindingProcess(
+            open_cache, functools.partial(api_client, *kube), cache.replica, workers
+        )
+    except RuntimeError as error:  # it could not reach Redis or read the kubeconfig
+        raise click.ClickException(str(error)) from None
+
+
 def _hold_lease(cache: Cache) -> None:
     """Take the replica's lease now: refused while another live process holds the name."""
     lease = cache.lease
@@ -342,6 +364,13 @@ def _hold_lease(cache: Cache) -> None:
     "less one.",
 )
 @click.option(
+    "--binding-process/--no-binding-process",
+    default=False,
+    show_default=True,
+    help="Post the Bindings from a process of its own (its own Redis connection and API "
+    "client, with these settings): the scheduling loop keeps its core (docs/performance.md).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -363,6 +392,7 @@ def scheduler(
     percentage_of_nodes_to_score: int,
     binding_workers: int,
     pop_batch: int,
+    binding_process: bool,
     metrics_port: int | None,
     metrics_address: str,
 ) -> None:
@@ -398,6 +428,11 @@ def scheduler(
     if cache is None:
         click.echo("stopped before Redis answered", err=True)
         exit_now(0)
+    bindings = None
+    if binding_process:
+        bindings = _binding_process(
+            settings, cache, (kubeconfig, context, in_cluster), binding_workers
+        )
     loop = ReferenceScheduler(
         cache,
         api,
@@ -408,6 +443,7 @@ def scheduler(
         binding_workers=binding_workers,
         lease=lease,
         pop_batch=pop_batch,
+        bindings=bindings,
     )
     loop.stop = stop
     if metrics_port is not None:

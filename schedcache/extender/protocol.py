@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from schedcache.errors import ValidationError
+from schedcache.model.selectors import is_dns_subdomain
 from schedcache.model.values import Pod
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
@@ -215,8 +216,10 @@ def encode(answer: Any) -> bytes:
         # Each host's '{"Host":"...","Score":' written once (node names recur from call to
         # call), each score's ending too: per item, two lookups and a concatenation.
         hosts, endings = _HOSTS, _SCORES
-        if len(hosts) >= MAX_HOSTS:
-            hosts.clear()  # full: the names of today's calls take its room again
+        if len(hosts) >= MAX_HOSTS and time.monotonic() - _HOSTS_FULL[0] >= HOSTS_KEPT_FOR:
+            # Full for a period: the names of today's calls take its room again (a cluster of
+            # more nodes than it holds would otherwise refill it on every call).
+            hosts.clear()
         items = []
         for item in answer:
             host, score = item["Host"], item["Score"]
@@ -224,8 +227,10 @@ def encode(answer: Any) -> bytes:
             if start is None:
                 start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
                 # A name a node can have, while there is room: bounded, kept.
-                if len(hosts) < MAX_HOSTS and _KEPT_HOST.fullmatch(host):
+                if len(hosts) < MAX_HOSTS and is_dns_subdomain(host):
                     hosts[host] = start
+                    if len(hosts) == MAX_HOSTS:
+                        _HOSTS_FULL[0] = time.monotonic()
             ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
             items.append(start + (ending or f"{score:d}}}"))
         return f"[{','.join(items)}]".encode()
@@ -236,7 +241,8 @@ def encode(answer: Any) -> bytes:
 # a node can have: a DNS subdomain of at most 253 characters, so ~10 MiB at most; any other
 # name, up to a body's megabytes, is written but not kept), and each score's ending.
 MAX_HOSTS = 16_384
-_KEPT_HOST = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+HOSTS_KEPT_FOR = 60.0  # seconds a full set of host starts is kept before it may be cleared
+_HOSTS_FULL = [0.0]  # when it was last filled (time.monotonic)
 _HOSTS: dict[str, str] = {}
 _SCORES = [f"{score:d}}}" for score in range(MAX_SCORE + 1)]
 

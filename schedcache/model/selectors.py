@@ -15,6 +15,7 @@ from schedcache.errors import ValidationError
 __all__ = [
     "Requirement",
     "Selector",
+    "is_dns_subdomain",
     "label_key_error",
     "label_value_error",
     "parse_selector",
@@ -40,13 +41,19 @@ EXISTS, NOT_EXISTS, EQUALS, DOUBLE_EQUALS, NOT_EQUALS, IN, NOT_IN = (
 )
 
 
+def is_dns_subdomain(value: str) -> bool:
+    """Whether ``value`` is a lowercase RFC 1123 DNS subdomain of at most 253 characters: what
+    the API server requires of a label key's prefix, a node's name and ``spec.schedulerName``."""
+    return len(value) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(value) is not None
+
+
 def label_key_error(key: str) -> str | None:
     """Why ``key`` is not a qualified name (``[prefix/]name``), or None if it is valid."""
     prefix, slash, name = key.rpartition("/")
     if slash:
         if not prefix:
             return "prefix part must be non-empty"
-        if len(prefix) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(prefix):
+        if not is_dns_subdomain(prefix):
             return f"prefix {prefix!r} must be a lowercase DNS subdomain of at most 253 characters"
     if not name:
         return "name part must be non-empty"

@@ -11,14 +11,16 @@ never shows up expires at its deadline all the same (the expiry worker).
 In one process the scheduling loop and its binding threads share one core: the POST (urllib3
 and http.client, their header parsing), the ``finish_binding`` call (then sent every time) and
 the threads' GIL hand-offs were a third of a replica's CPU a pod. ``BindingProcess`` runs them
-in a spawned process with a pool of its own (its own Redis connection and API client, from the
-same Redis URL and kubeconfig); the loop sends each claimed pod down a pipe and learns from a
-reader thread how its Binding ended: ``""`` (bound) or why it failed (the loop then forgets the
-claim and gives the pod back, as with its own pool).
+in a spawned process with a pool of its own (its own Redis connection and API client, made
+with the replica's settings: ``schedcache scheduler --binding-process``); the loop sends each
+claimed pod down a pipe and learns from a reader thread how its Binding ended: ``""`` (bound)
+or why it failed (the loop then forgets the claim and gives the pod back, as with its own
+pool).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import threading
@@ -54,25 +56,44 @@ PROCESS_GONE = "the binding process ended"
 
 
 class BindingProcess:
-    """Bindings of one replica, ``workers`` at a time, in a spawned process (``ttl``: the
-    cache's, which ``finish_binding`` starts the claim's expiry with). ``submit(pod, done)``
-    calls ``done(pod, why)`` from a reader thread once it answered (``why`` empty: bound);
-    ``close()`` ends it (answers still due get ``PROCESS_GONE``)."""
+    """Bindings of one replica, ``workers`` at a time, in a spawned process. ``open_cache`` and
+    ``open_api`` (picklable: they are called in that process) give it its own cache, the
+    replica's (same name, replica and ttl, which ``finish_binding`` starts the claim's expiry
+    with), and its API client. ``submit(pod, done)`` calls ``done(pod, why)`` from a reader
+    thread once it answered (``why`` empty: bound); ``close()`` ends it (answers still due get
+    ``PROCESS_GONE``). :meth:`from_url`: from a Redis URL and a kubeconfig file."""
 
-    def __init__(
-        self,
+    @classmethod
+    def from_url(
+        cls,
         kubeconfig: str,
         redis_url: str,
         cache_name: str,
         replica: str,
         workers: int,
         ttl: float = 30.0,
+    ) -> BindingProcess:
+        """The process of a cache reached by ``redis_url`` (a plain Redis: ``redis://``,
+        ``rediss://``, ``unix://``) and an API server's ``kubeconfig``."""
+        return cls(
+            functools.partial(url_cache, redis_url, cache_name, replica, ttl),
+            functools.partial(api_client, kubeconfig),
+            replica,
+            workers,
+        )
+
+    def __init__(
+        self,
+        open_cache: Callable[[], Cache],
+        open_api: Callable[[], Any],
+        replica: str,
+        workers: int,
     ) -> None:
         context = multiprocessing.get_context("spawn")
         self._conn, theirs = context.Pipe()
         self.process = context.Process(
             target=serve,
-            args=(theirs, kubeconfig, redis_url, cache_name, replica, workers, ttl),
+            args=(theirs, open_cache, open_api, workers),
             name=f"schedcache-bind-{replica}",
             daemon=True,
         )
@@ -143,19 +164,21 @@ class BindingProcess:
         self._conn.close()
 
 
+def url_cache(redis_url: str, cache_name: str, replica: str, ttl: float) -> Cache:
+    """:meth:`BindingProcess.from_url`'s cache."""
+    return Cache(redis.Redis.from_url(redis_url), cache_name, ttl=ttl, replica=replica)
+
+
 def serve(
     conn: Connection,
-    kubeconfig: str,
-    redis_url: str,
-    cache_name: str,
-    replica: str,
+    open_cache: Callable[[], Cache],
+    open_api: Callable[[], Any],
     workers: int,
-    ttl: float,
 ) -> None:
     """The process: bind each pod received (then ``finish_binding`` when it is due); answer
     (uid, why)."""
-    cache = Cache(redis.Redis.from_url(redis_url), cache_name, ttl=ttl, replica=replica)
-    binder = ApiBinder(api_client(kubeconfig))
+    cache = open_cache()
+    binder = ApiBinder(open_api())
     answers = threading.Lock()
     slots = threading.BoundedSemaphore(workers)
     stop = threading.Event()
