@@ -55,7 +55,14 @@ def _name(args: list[bytes]) -> str:
 
 
 def _one_row(
-    tree: str, nodes: int, replicas: int, measured: int, initial: int, url: str, grind: int
+    tree: str,
+    nodes: int,
+    replicas: int,
+    measured: int,
+    initial: int,
+    url: str,
+    grind: int,
+    pop_batch: int | None = None,
 ) -> None:
     """One e2e row (this process), its steady slow log grouped: a JSON line on stdout."""
     if tree:
@@ -128,6 +135,7 @@ def _one_row(
         shape="basic",
         shapes=["basic"],
         binding_process=False,
+        pop_batch=pop_batch,
     )
     with tempfile.TemporaryDirectory() as directory:
         row = e2e.run(replicas, args, directory)
@@ -181,21 +189,36 @@ def main() -> None:
         help="count Redis' instructions per placed pod under callgrind (no breakdown)",
     )
     parser.add_argument("--keep", default="", help="keep callgrind's dumps in this folder")
-    parser.add_argument("--row", nargs=5, help=argparse.SUPPRESS)  # tree nodes replicas pid url
+    parser.add_argument(
+        "--pop-batch",
+        type=int,
+        nargs="+",
+        default=[],
+        help="this tree's rows once per value: pods a replica pops a call at most (the other "
+        "tree's rows keep its default)",
+    )
+    # tree nodes replicas pid url pop-batch
+    parser.add_argument("--row", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
-        tree, nodes, replicas, pid, url = args.row
+        tree, nodes, replicas, pid, url, batch = args.row
         tree = "" if tree == "-" else tree
         sys.argv = sys.argv[:1]
-        _one_row(tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid))
+        pop_batch = None if batch == "-" else int(batch)
+        _one_row(
+            tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid), pop_batch
+        )
         return
-    trees = ["", args.tree] if args.tree else [""]
     results: list[dict[str, Any]] = []
     summary: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as directory:
         for nodes in args.nodes:
             for replicas in args.replicas:
-                for tree in trees:
+                # The other tree's row amid this tree's (alternating, as the load moves).
+                runs: list[tuple[str, int | None]] = [("", b) for b in args.pop_batch or [None]]
+                if args.tree:
+                    runs.insert((len(runs) + 1) // 2, (args.tree, None))
+                for tree, batch in runs:
                     # A server per row: under callgrind, its counters are the row's alone.
                     port = _free_port()
                     out = Path(args.keep or directory) / f"callgrind-{port}.out"
@@ -207,11 +230,13 @@ def main() -> None:
                     url = f"redis://127.0.0.1:{port}/0"
                     grind = server.pid if args.instructions else 0
                     try:
-                        result = _run_row(tree, nodes, replicas, args, url, grind)
+                        result = _run_row(tree, nodes, replicas, args, url, grind, batch)
                     finally:
                         server.terminate()
                         server.wait(60)
                     label = "this" if not tree else "before"
+                    if batch is not None:
+                        label += f" K={batch}"
                     result.update(tree=label, nodes=nodes, replicas=replicas, load=_load())
                     results.append(result)
                     summary.append(_print(result))
@@ -233,11 +258,17 @@ def main() -> None:
 
 
 def _run_row(
-    tree: str, nodes: int, replicas: int, args: argparse.Namespace, url: str, grind: int
+    tree: str,
+    nodes: int,
+    replicas: int,
+    args: argparse.Namespace,
+    url: str,
+    grind: int,
+    batch: int | None = None,
 ) -> Any:
     command = [sys.executable, __file__, "--measured", str(args.measured)]
     command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
-    command += [str(replicas), str(grind), url]
+    command += [str(replicas), str(grind), url, "-" if batch is None else str(batch)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in out.stdout.splitlines() if line.startswith('{"row"')]

@@ -3,14 +3,16 @@
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id, scheduler, holder, uid, kind ("unschedulable": no node could
 --          take it; "error": anything else, e.g. its Binding failed; "unreadable": its msgpack
---          could not be decoded, so it leaves the queue), attempt (the stream id
+--          could not be decoded, so it leaves the queue; "untried": popped in a batch and
+--          not attempted, e.g. the replica stopped: back to its place in the active queue,
+--          no attempt counted), attempt (the stream id
 --          the attempt's snapshot reflected, "" when unknown), first back-off ms, longest
 --          back-off ms, parked ms, [now ms ("": Redis' clock)], [wake tokens: "" or up to
 --          BOUNDS.WAKE_TOKENS "<key>=<value>" or "*" separated by spaces: the arrivals that
 --          can help an unschedulable pod, _wakes.lua]
 -- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, helped (read),
 --          arrivalwakes, arrivalsince
--- Reply    { "backoff"|"parked", due ms }, { "dropped", "" } (unreadable: record and place
+-- Reply    { "backoff"|"parked", due ms }, { "active", "" } (untried), { "dropped", "" } (unreadable: record and place
 --          gone; sync queues the pod again with its next change or relist), or { "gone", "" }
 --          (bound or deleted meanwhile) or
 --          { "notheld", holder } (its lease lapsed and it is another's now, or it waits):
@@ -30,7 +32,8 @@ local function queue_retry(p, replica, a)
   if not valid_scheduler(scheduler) then return nil, 'BADARG scheduler' end
   if not name_arg(holder) or holder == '-' then return nil, 'BADARG holder' end
   if not name_arg(uid) then return nil, 'BADARG uid' end
-  if kind ~= 'unschedulable' and kind ~= 'error' and kind ~= 'unreadable' then
+  if kind ~= 'unschedulable' and kind ~= 'error' and kind ~= 'unreadable'
+      and kind ~= 'untried' then
     return nil, 'BADARG kind'
   end
   if attempt ~= '' and not string.match(attempt, '^%d+%-%d+$') then
@@ -54,6 +57,14 @@ local function queue_retry(p, replica, a)
   if kind == 'unreadable' then
     queue_drop(p, rec)
     return { 'dropped', '' }
+  end
+  if kind == 'untried' then  -- its old seq: back where it was, ahead of those queued since
+    queue_unlink(p, rec)
+    rec.state, rec.holder = 'active', '-'
+    redis.call('ZADD', queue_key(p, scheduler, 'active'), -tonumber(rec.priority),
+               active_member(rec))
+    save_queued(rec)
+    return { 'active', '' }
   end
   local parked_key = queue_key(p, scheduler, 'parked')
   local park, seen = kind == 'unschedulable', nil

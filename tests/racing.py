@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from schedcache import Cache
 from schedcache.feed.sync import Syncer, SyncSettings, api_client
@@ -14,10 +15,15 @@ from schedcache.scheduler.loop import ReferenceScheduler
 
 @contextmanager
 def racing_schedulers(
-    make_cache: Callable[..., Cache], kubeconfig: str, count: int, scheduler_name: str = "ref"
+    make_cache: Callable[..., Cache],
+    kubeconfig: str,
+    count: int,
+    scheduler_name: str = "ref",
+    **options: Any,
 ) -> Iterator[list[ReferenceScheduler]]:
     """``count`` replicas scheduling ``scheduler_name``'s pods, each in a thread, once a feeder
-    has listed the cluster; all stopped (and the feeder) when the block ends."""
+    has listed the cluster (``options``: the replicas' own); all stopped (and the feeder) when
+    the block ends."""
     feeder = Syncer(make_cache(replica="feed"), api_client(kubeconfig), SyncSettings())
     feeder.start()
     try:
@@ -27,7 +33,7 @@ def racing_schedulers(
                 make_cache(replica=f"{scheduler_name}-{i}"),
                 api_client(kubeconfig),
                 scheduler_name,
-                retry_delay=0.2,
+                **{"retry_delay": 0.2, **options},
             )
             for i in range(count)
         ]

@@ -105,6 +105,38 @@ def test_a_lapsed_lease_hands_the_pod_to_another_replica(cache: Cache) -> None:
     assert b.lengths()["leased"] == 1
 
 
+def test_a_pod_given_back_untried_returns_to_its_place_with_no_attempt_counted(
+    cache: Cache,
+) -> None:
+    """The tail of a batch a replica popped and did not attempt (it stopped, or lost Redis):
+    back ahead of the pods queued since, at once (not after its lease), attempts unchanged;
+    refused and nothing written once it is not this replica's."""
+    for name in ("p1", "p2", "p3"):
+        push(cache, pending(name))
+    a, b = queue(cache, "a"), queue(cache, "b")
+    first, second, third = a.pop(3, now=T0)
+    assert a.retry(first.pod, unschedulable=False, now=T0).outcome == "backoff"
+    push(cache, pending("later"))
+    assert a.untried(third.pod).outcome == "active"
+    assert a.untried(second.pod).outcome == "active"
+    assert a.lengths() == {"active": 3, "leased": 0, "backoff": 1, "parked": 0}
+    again = b.pop(3, now=T0 + 0.5)  # within a's lease: given back, not lapsed
+    assert names(again) == ["p2", "p3", "later"]
+    assert [queued.attempts for queued in again] == [0, 0, 0]
+
+    def queue_state() -> dict[bytes, Any]:  # all but the reply remembered by command id
+        return {
+            k: v for k, v in keyspace(cache.client, cache.keys.pattern).items() if b":cmd:" not in k
+        }
+
+    before = queue_state()
+    assert a.untried(again[0].pod).outcome == "notheld"  # b's now
+    assert queue_state() == before
+    cache.assume_pod(again[0].pod.with_node("n1"), check_fit=False)
+    assert bind(cache, again[0].pod, "n1")[1] == b"add"
+    assert b.untried(again[0].pod).outcome == "gone"
+
+
 def test_a_claimed_pod_stays_out_until_bound_and_returns_when_its_claim_is_forgotten(
     cache: Cache,
 ) -> None:

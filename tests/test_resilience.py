@@ -215,8 +215,8 @@ def test_the_scheduler_rides_out_redis_restarts_after_a_pop_and_during_a_binding
     def kill_redis_at_moments(scheduler: ReferenceScheduler) -> None:
         pop, bind = scheduler.queue.pop, scheduler.binder.bind
 
-        def pop_then_kill() -> list[QueuedPod]:
-            popped = pop()
+        def pop_then_kill(count: int = 1) -> list[QueuedPod]:
+            popped = pop(count)
             if popped and not outages:  # between the pop and the snapshot read
                 outages.append("after a pop")
                 redis_server.kill()

@@ -371,6 +371,15 @@ def _hold_lease(cache: Cache) -> None:
     help="Bindings in flight at once (the scheduling loop goes on while they wait).",
 )
 @click.option(
+    "--pop-batch",
+    type=click.IntRange(1, 100),
+    default=8,
+    show_default=True,
+    help="Pods popped from the queue a call at most: starts at 1 and doubles while pops come "
+    "back full; a pod of higher priority queued meanwhile waits behind at most this many "
+    "less one.",
+)
+@click.option(
     "--binding-process/--no-binding-process",
     default=False,
     show_default=True,
@@ -398,6 +407,7 @@ def scheduler(
     lease: float,
     percentage_of_nodes_to_score: int,
     binding_workers: int,
+    pop_batch: int,
     binding_process: bool,
     metrics_port: int | None,
     metrics_address: str,
@@ -448,6 +458,7 @@ def scheduler(
         percentage=percentage_of_nodes_to_score,
         binding_workers=binding_workers,
         lease=lease,
+        pop_batch=pop_batch,
         bindings=bindings,
     )
     loop.stop = stop

@@ -48,7 +48,8 @@ class QueuedPod:
 @dataclass(frozen=True)
 class Retry:
     """Where a pod given back went: ``backoff`` or ``parked`` (until ``due``, ms since the
-    epoch), ``gone`` (bound or deleted meanwhile), ``notheld`` (its lease had lapsed)."""
+    epoch), ``active`` (given back untried), ``gone`` (bound or deleted meanwhile),
+    ``notheld`` (its lease had lapsed)."""
 
     outcome: str
     due_ms: int | None = None
@@ -125,6 +126,14 @@ class SchedulingQueue:
         )
         outcome, due = (as_text(part) for part in self.store.run(command))
         return Retry(outcome, int(due) if outcome in ("backoff", "parked") else None)
+
+    def untried(self, pod: Pod) -> Retry:
+        """Give back a leased pod this replica did not attempt (the tail of a batch popped
+        with ``count`` > 1, when the replica stops or Redis went away): it goes back to its
+        place in the active queue, ahead of the pods queued since, and no attempt counts."""
+        command = commands.queue_untried(self.scheduler, self.holder, pod.uid)
+        outcome, _ = (as_text(part) for part in self.store.run(command))
+        return Retry(outcome)
 
     def lengths(self) -> dict[str, int]:
         """Pods per state (``active``, ``leased``, ``backoff``, ``parked``)."""

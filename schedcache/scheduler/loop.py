@@ -24,6 +24,17 @@ Insufficient cpu, 9 node(s) had untolerated taint {k: v}.``), the pod gets a
 doubling to 10 s (upstream's podInitialBackoffSeconds and podMaxBackoffSeconds). A pod with
 inter-pod rules (which other pods' arrival can satisfy) backs off without parking.
 
+Pods are popped in batches of up to ``pop_batch`` a call (one FCALL and one pass of the queue's
+housekeeping for several pods). The batch starts at one pod and doubles while pops come back
+full (a queue that is short, or a deployment that just arrived, is shared between replicas
+rather than taken whole by the first to poll), and falls back to what the last pop found. The
+batch is attempted in order; a pod of higher priority queued meanwhile waits behind at most
+``pop_batch - 1`` pods of it. Every pod of a batch is leased together: once half the lease has
+passed (slow attempts: API calls of preemption or reports), or when the scheduler stops, the
+pods not yet attempted are given back untried (to their place in the queue, no attempt
+counted), as they are when Redis goes away mid-batch and the first of them can still be given
+back (else their leases lapse, as one popped pod's does).
+
 Redis going away (a restart, a failover) never ends the loop: a failed pop or snapshot read
 backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
 when due (or ``forget_pod`` when it failed) is sent until Redis answers; a claim that landed
@@ -63,6 +74,7 @@ from schedcache.scheduler.bindings import (
 )
 from schedcache.scheduler.gang import GangScheduler, PodGroups
 from schedcache.scheduler.preemption import Preemption
+from schedcache.store.commands import QUEUE_BATCH_LIMIT
 from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
@@ -84,6 +96,11 @@ REPORTS_KEPT = 10_000
 # abandoned keeps its claim until its deadline lets it go, or, without one, until the lease,
 # given back at exit; the feeder confirms a Binding that landed).
 STOP_WAIT = 1.0
+# Pods popped a call at most (the queue's call takes 1..QUEUE_BATCH_LIMIT): docs/performance.md,
+# "Batched pops", for the choice.
+POP_BATCH = 8
+# Share of the lease a batch's attempts may start within; the rest is left for the last one.
+BATCH_LEASE_SHARE = 0.5
 # What a Redis outage raises past the store's retry policy (RetriesExhausted is a CacheError).
 REDIS_AWAY = (redis.RedisError, OSError)
 
@@ -120,7 +137,8 @@ class ReferenceScheduler:
     percentageOfNodesToScore (0: adaptive); ``binding_workers``: Bindings in flight;
     ``lease``: how long a popped pod is this replica's alone (it comes back to the queue
     after, if this replica died before claiming it); ``bindings``: a process that posts the
-    Bindings instead of the pool (closed when ``run()`` ends)."""
+    Bindings instead of the pool (closed when ``run()`` ends); ``pop_batch``: pods popped a
+    call at most (1..100; the module's docstring says how the batch adapts)."""
 
     def __init__(
         self,
@@ -135,7 +153,18 @@ class ReferenceScheduler:
         lease: float = LEASE,
         bindings: BindingProcess | None = None,
         preemption: bool = True,
+        pop_batch: int = POP_BATCH,
     ) -> None:
+        if (
+            isinstance(pop_batch, bool)
+            or not isinstance(pop_batch, int)
+            or not 1 <= pop_batch <= QUEUE_BATCH_LIMIT
+        ):
+            raise ValueError(
+                f"reference scheduler {scheduler_name}: pop_batch: {pop_batch!r} is not in "
+                f"1..{QUEUE_BATCH_LIMIT}"
+            )
+        self.pop_batch = pop_batch
         self.cache = cache
         self.api = api
         self.binder = ApiBinder(api)
@@ -164,6 +193,8 @@ class ReferenceScheduler:
         self.unschedulable = 0  # attempts that found no node
         self.lost = 0  # pods another replica claimed first (its lease on them had lapsed)
         self.cache_errors = 0  # failed pops of the queue
+        self.pops = 0  # pops that leased pods
+        self.untried = 0  # pods of a batch given back untried
         self._lock = threading.Lock()
         # The Unschedulable message last patched, by uid (bounded: the oldest go first).
         self._reported: OrderedDict[str, str] = OrderedDict()
@@ -338,24 +369,56 @@ class ReferenceScheduler:
 
     def _schedule_until_stopped(self) -> None:
         idle, trouble = IDLE_WAIT[0], POD_INITIAL_BACKOFF
+        batch = 1  # doubles while pops come back full, up to pop_batch
         while not self.stop.is_set():
+            leased = time.monotonic()  # no later than Redis starts the lease
             try:
-                popped = self.queue.pop()
+                popped = self.queue.pop(batch)
             except (CacheError, *REDIS_AWAY) as error:  # Redis away: back off
                 self.cache_errors += 1
                 log.warning("popping the scheduling queue: %s; again in %.0f s", error, trouble)
                 self.stop.wait(trouble)
                 trouble = min(CACHE_MAX_BACKOFF, trouble * 2)
+                batch = 1
                 continue
             trouble = POD_INITIAL_BACKOFF
             if not popped:
                 self.stop.wait(idle)
                 idle = min(IDLE_WAIT[1], idle * 2)
+                batch = 1
                 continue
             idle = IDLE_WAIT[0]
-            for queued in popped:
-                if not self.attempt(queued):  # Redis away: the pop backs off
-                    break
+            self.pops += 1
+            full = len(popped) >= batch
+            batch = min(self.pop_batch, batch * 2) if full else len(popped)
+            self._attempt_batch(popped, leased + self.queue.lease * BATCH_LEASE_SHARE)
+
+    def _attempt_batch(self, popped: list[QueuedPod], horizon: float) -> None:
+        """Attempt the pods of one pop in order; those not attempted when the scheduler stops,
+        or past ``horizon`` (monotonic), are given back untried, as after Redis went away
+        (then only while Redis answers: a Redis away leaves them to their lease)."""
+        for j, queued in enumerate(popped):
+            if j and (self.stop.is_set() or time.monotonic() > horizon):
+                self._give_back_untried(popped[j:])
+                return
+            if not self.attempt(queued):  # Redis away: the pop backs off
+                self._give_back_untried(popped[j + 1 :])
+                return
+
+    def _give_back_untried(self, rest: list[QueuedPod]) -> None:
+        """Give ``rest`` back to the queue untried; once Redis does not answer, the others are
+        left to their lease (it lapses: they come back to the queue then)."""
+        for j, queued in enumerate(rest):
+            try:
+                self.queue.untried(queued.pod)
+            except (CacheError, *REDIS_AWAY) as error:
+                log.warning(
+                    "%d pods popped and not attempted left to their lease: %s",
+                    len(rest) - j,
+                    short(error),
+                )
+                return
+            self.untried += 1
 
     def attempt(self, queued: QueuedPod) -> bool:
         """One scheduling attempt of a pod popped from the queue; a pod not placed goes back

@@ -572,6 +572,24 @@ def _wake_token(token: str) -> bool:
     )
 
 
+def queue_untried(scheduler: str, holder: str, uid: str) -> Command:
+    """Give back the leased pod ``uid`` unattempted (popped in a batch, then the replica
+    stopped or lost Redis first): back to its place in the active queue, no attempt counted."""
+    subject = f"queued pod with uid {uid}"
+    args = (
+        scheduler_name(scheduler, subject, "scheduler"),
+        _token(holder, subject, "holder"),
+        _token(uid, subject, "uid"),
+        "untried",
+        "",
+        "0",
+        "0",
+        "0",
+        "",
+    )
+    return Command("queue_retry", subject, args)
+
+
 def queue_unreadable(scheduler: str, holder: str, uid: str) -> Command:
     """Give back the leased pod ``uid`` whose msgpack could not be decoded: it leaves the
     queue (``sync`` queues it again with its next change or relist)."""
