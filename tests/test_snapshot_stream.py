@@ -260,8 +260,9 @@ def test_a_pods_sums_read_from_its_stored_dict_equal_the_pods_own(
 def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equals(
     make_cache, monkeypatch
 ):
-    """The first pages are folded, then the events the next page starts from are trimmed:
-    the update goes on from generations (re-reading every node the folded pages touched)."""
+    """The first page (the head read's own) is folded, then the events the next page starts
+    from are trimmed: the update goes on from generations (re-reading every node the folded
+    page touched)."""
     import schedcache.store.reads as reads
     import schedcache.views.snapshot as snapshot_module
 
@@ -269,12 +270,14 @@ def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equal
     snap = populated(cache)
     churn(cache)
     monkeypatch.setattr(snapshot_module, "STREAM_PAGE_SIZE", 2)
+    monkeypatch.setattr(snapshot_module, "INLINE_EVENTS", 2)
     real = reads.answer
     pages = []
 
     def trims_after_the_first_page(store, read):
         reply = real(store, read)
-        if read[0] == reads.STREAM_PAGE:
+        if read[0] == reads.HEAD_READ and read[1][2] == -1:  # a head read following the stream
+            assert len(reply[9]) == 3  # the snapshot's last event and two after it
             pages.append(reply)
             if len(pages) == 1:  # everything but the last event goes
                 last = store.client.xrevrange(store.keys.events, count=1)[0][0]

@@ -63,6 +63,11 @@ INLINE_NODES = 200
 MAX_ROUNDS = 5
 # Stream entries per XRANGE page.
 STREAM_PAGE_SIZE = 1000
+# Stream events the head read answers inline (the catch-up's first page, in the same call,
+# after the snapshot's own last event): a catch-up of at most this many events is one call.
+# Through the function each entry costs Redis ~4x what XRANGE's does (converted into Lua
+# tables and back), so a longer one reads XRANGE pages after these.
+INLINE_EVENTS = 128
 # A snapshot more generations behind than this many per pod it holds (plus STREAM_BEHIND_MIN)
 # is caught up from generations instead. Measured (bench/snapshot.py --threshold, 1,000 nodes,
 # 23,000 pods, events spread over every node): reading every node cost the client 70 ms and
@@ -291,7 +296,7 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[Head]
             "snapshot_delta",
             (snap.generation, snap.tree_generation, INLINE_NODES),
         )
-        generation, live, changed, images, tree, entries, incarnation, last, namespaces = reply
+        generation, live, changed, images, tree, entries, incarnation, last, namespaces, _ = reply
         incarnation = incarnation.decode()
         if snap.generation and (
             incarnation != snap.incarnation or int(generation) < snap.generation
@@ -363,8 +368,11 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     if snap.last_id is None:
         return None
     report.rounds += 1
-    head = yield ("snapshot_delta", (snap.generation, snap.tree_generation, -1))
-    generation, live, _, _, tree, _, incarnation, last, namespaces = head
+    head = yield (
+        "snapshot_delta",
+        (snap.generation, snap.tree_generation, -1, snap.last_id, INLINE_EVENTS + 1),
+    )
+    generation, _, _, _, tree, _, incarnation, last, namespaces, page = head
     generation, last = int(generation), last.decode()
     behind = generation - snap.generation
     if incarnation.decode() != snap.incarnation or behind < 0 or not last:
@@ -376,7 +384,7 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     state = snap.state
     touched, touched_images = state.track()
     try:
-        if not (yield from _fold_pages(snap, last, report)):
+        if not (yield from _fold_pages(snap, last, report, page)):
             _abandon(snap, touched, touched_images)
             return None
         held = snap.node_infos.get
@@ -405,17 +413,31 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     snap.last_id = state.last_id = last
     snap.seen_id = last
     _rebuild_lists(snap, flags, report)
-    return int(live), int(namespaces)
+    # The head read does not count the live nodes when it sends a page (lua/snapshot_delta.lua):
+    # they are the node tree's, which the snapshot holds at the cache's tree generation.
+    live = sum(len(nodes) for nodes in snap.zones.values())
+    return live, int(namespaces)
 
 
-def _fold_pages(snap: Snapshot, last: str, report: SnapshotUpdate) -> Reads[bool]:
+def _fold_pages(
+    snap: Snapshot, last: str, report: SnapshotUpdate, inline: Sequence[Any] = ()
+) -> Reads[bool]:
     """Fold the events after ``snap.last_id`` up to ``last`` into the snapshot's fold state,
-    a page at a time; False (``report.fell_back`` says why) when the stream cannot give them
-    all. Each page starts at the last event folded: present, the stream is the same one and
-    nothing the snapshot lacks was trimmed."""
+    a page at a time, the first one ``inline`` (the head read's, as the function sends it)
+    when given; False (``report.fell_back`` says why) when the stream cannot give them all.
+    Each page starts at the last event folded: present, the stream is the same one and nothing
+    the snapshot lacks was trimmed."""
     first = snap.last_id
+    page: Sequence[tuple[bytes, Mapping[bytes, bytes]]] | None = None
+    if inline:
+        page = [(entry[0], _fields(entry[1])) for entry in inline]
+    elif first != last:
+        # Asked for, the head read sends a page whenever the stream moved past `first` and
+        # holds it or an entry after it; none: trimmed past it, or another stream.
+        page = []
     while first is not None and first != last:
-        page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
+        if page is None:
+            page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
         if not page or page[0][0].decode() != first:
             report.fell_back = f"event {first} is no longer in the stream"
             return False
@@ -425,7 +447,14 @@ def _fold_pages(snap: Snapshot, last: str, report: SnapshotUpdate) -> Reads[bool
         snap.state.fold_entries(page[1:])
         report.events += len(page) - 1
         first = page[-1][0].decode()
+        page = None
     return True
+
+
+def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """An entry's fields as XRANGE's reply has them, from a function's flat list."""
+    it = iter(flat)
+    return dict(zip(it, it, strict=True))
 
 
 def _abandon(snap: Snapshot, touched: set[str], touched_images: set[str]) -> None:
