@@ -91,6 +91,79 @@ def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
     assert_matches_fresh(cache, snap)
 
 
+def reads_made(cache: Cache, snap: Snapshot, monkeypatch) -> tuple[list[str], SnapshotUpdate]:
+    """Every read one ``update_snapshot`` of ``snap`` sends (functions and XRANGE pages alike:
+    what the sync driver answers), and its report."""
+    import schedcache.store.reads as reads
+
+    sent: list[str] = []
+    real = reads.answer
+
+    def spy(store, read):
+        sent.append(read[0])
+        return real(store, read)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(reads, "answer", spy)
+        report = cache.update_snapshot(snap)
+    return sent, report
+
+
+def test_a_catch_up_of_a_few_events_is_one_call(make_cache, monkeypatch):
+    """The head read answers the events after the snapshot's last one itself: one call, no
+    XRANGE, whether the node tree moved or not (its live count is the tree's)."""
+    cache = make_cache()
+    snap = populated(cache)
+    for j in range(5):
+        cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == ["snapshot_delta"] and report.events == 5 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+    cache.add_node(make_node("n9", cpu="8", mem="8Gi", labels={"zone": "z9"}))
+    cache.add_pod(make_pod("on9", "n9", "10m", "1Mi"))
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == ["snapshot_delta"] and report.events == 2 and not report.inconsistent
+    assert "n9" in snap.node_infos and any("n9" in nodes for nodes in snap.zones.values())
+    assert_matches_fresh(cache, snap)
+    sent, report = reads_made(cache, snap, monkeypatch)  # nothing since
+    assert sent == ["snapshot_delta"] and report.events == 0
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_catch_up_past_the_inline_page_reads_the_rest_in_pages(make_cache, monkeypatch):
+    import schedcache.views.snapshot as snapshot_module
+
+    cache = make_cache()
+    snap = populated(cache)
+    monkeypatch.setattr(snapshot_module, "INLINE_EVENTS", 3)
+    monkeypatch.setattr(snapshot_module, "STREAM_PAGE_SIZE", 4)
+    for j in range(10):
+        cache.add_pod(make_pod(f"more{j}", f"n{j % 3}", "10m", "1Mi"))
+    cache.remove_node("n2")
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == ["snapshot_delta", "XRANGE", "XRANGE"]  # 3 inline, then 4 and 4
+    assert report.events == 11 and report.fell_back == ""
+    assert "n2" not in snap.node_infos and len(snap.get("n0").pods) == 7
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_snapshot_whose_last_event_was_trimmed_by_the_head_read_falls_back(
+    make_cache, monkeypatch
+):
+    """Trimmed between updates past the snapshot's last event: the inline page does not start
+    with it, so the update reads generations (and says so), ending equal all the same."""
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    last = cache.client.xrevrange(cache.store.keys.events, count=1)[0][0]
+    cache.client.xtrim(cache.store.keys.events, minid=last, approximate=False)
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert "no longer in the stream" in report.fell_back and report.events == 0
+    assert sent[0] == "snapshot_delta" and sent.count("snapshot_delta") == 2  # then generations
+    assert not report.lost_writes  # (nothing older held either: trimmed, not lost)
+    assert_matches_fresh(cache, snap)
+
+
 def test_only_an_update_after_a_namespace_changed_reads_the_namespaces(make_cache):
     """The head read carries ``nsgen``: the labels are read when it moved, and only then."""
     cache = make_cache()
