@@ -364,11 +364,6 @@ BOUNDS.EXPIRY_BYTES = 2 * 1048576
 -- Node names one read (sc_read_nodes, sc_read_node_deltas) and one inline delta
 -- (sc_snapshot_delta's limit) take at most: each node costs its pods' records.
 BOUNDS.MAX_READ_NAMES = 200
--- Stream entries the head read (sc_snapshot_delta given the snapshot's last event id) answers
--- inline at most: the client's XRANGE page (views/snapshot.py STREAM_PAGE_SIZE + 1) is the cap.
--- Each entry is converted into Lua tables and back (~4x an XRANGE's cost per entry), so the
--- client asks for fewer; a catch-up longer than that reads XRANGE pages after it.
-BOUNDS.MAX_STREAM_PAGE = 1001
 
 -- A decimal integer argument within [low, high], as a number; nil for anything else. Not
 -- tonumber alone: it takes "inf" (which passes a floor check), "nan", "1e3", " 7" and "0x10".

@@ -51,7 +51,13 @@ from schedcache.store.fetch import (
 )
 from schedcache.store.fold import NodeState, PodState, ReplayState
 from schedcache.store.namespaces import parse_namespaces
-from schedcache.store.reads import STREAM_PAGE, Reads, run_reads, run_snapshot_reads
+from schedcache.store.reads import (
+    FOLLOW_READ,
+    STREAM_PAGE,
+    Reads,
+    run_reads,
+    run_snapshot_reads,
+)
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
 
@@ -63,11 +69,6 @@ INLINE_NODES = 200
 MAX_ROUNDS = 5
 # Stream entries per XRANGE page.
 STREAM_PAGE_SIZE = 1000
-# Stream events the head read answers inline (the catch-up's first page, in the same call,
-# after the snapshot's own last event): a catch-up of at most this many events is one call.
-# Through the function each entry costs Redis ~4x what XRANGE's does (converted into Lua
-# tables and back), so a longer one reads XRANGE pages after these.
-INLINE_EVENTS = 128
 # A snapshot more generations behind than this many per pod it holds (plus STREAM_BEHIND_MIN)
 # is caught up from generations instead. Measured (bench/snapshot.py --threshold, 1,000 nodes,
 # 23,000 pods, events spread over every node): reading every node cost the client 70 ms and
@@ -296,7 +297,7 @@ def _catch_up(cache: str, snap: Snapshot, report: SnapshotUpdate) -> Reads[Head]
             "snapshot_delta",
             (snap.generation, snap.tree_generation, INLINE_NODES),
         )
-        generation, live, changed, images, tree, entries, incarnation, last, namespaces, _ = reply
+        generation, live, changed, images, tree, entries, incarnation, last, namespaces = reply
         incarnation = incarnation.decode()
         if snap.generation and (
             incarnation != snap.incarnation or int(generation) < snap.generation
@@ -368,11 +369,11 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     if snap.last_id is None:
         return None
     report.rounds += 1
-    head = yield (
-        "snapshot_delta",
-        (snap.generation, snap.tree_generation, -1, snap.last_id, INLINE_EVENTS + 1),
+    head, page = yield (
+        FOLLOW_READ,
+        ((snap.generation, snap.tree_generation, -1), snap.last_id, STREAM_PAGE_SIZE + 1),
     )
-    generation, _, _, _, tree, _, incarnation, last, namespaces, page = head
+    generation, _, _, _, tree, _, incarnation, last, namespaces = head
     generation, last = int(generation), last.decode()
     behind = generation - snap.generation
     if incarnation.decode() != snap.incarnation or behind < 0 or not last:
@@ -413,48 +414,61 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     snap.last_id = state.last_id = last
     snap.seen_id = last
     _rebuild_lists(snap, flags, report)
-    # The head read does not count the live nodes when it sends a page (lua/snapshot_delta.lua):
-    # they are the node tree's, which the snapshot holds at the cache's tree generation.
+    # The head read (limit -1) does not count the live nodes (lua/snapshot_delta.lua): they
+    # are the node tree's, which the snapshot holds at the cache's tree generation.
     live = sum(len(nodes) for nodes in snap.zones.values())
     return live, int(namespaces)
 
 
 def _fold_pages(
-    snap: Snapshot, last: str, report: SnapshotUpdate, inline: Sequence[Any] = ()
+    snap: Snapshot,
+    last: str,
+    report: SnapshotUpdate,
+    ahead: Sequence[tuple[bytes, Mapping[bytes, bytes]]] | None = None,
 ) -> Reads[bool]:
     """Fold the events after ``snap.last_id`` up to ``last`` into the snapshot's fold state,
-    a page at a time, the first one ``inline`` (the head read's, as the function sends it)
-    when given; False (``report.fell_back`` says why) when the stream cannot give them all.
-    Each page starts at the last event folded: present, the stream is the same one and nothing
-    the snapshot lacks was trimmed."""
+    a page at a time, the first one ``ahead`` when given (read with the head, up to the
+    stream's end then: cut at ``last``); False (``report.fell_back`` says why) when the stream
+    cannot give them all. Each page starts at the last event folded: present, the stream is
+    the same one and nothing the snapshot lacks was trimmed."""
     first = snap.last_id
-    page: Sequence[tuple[bytes, Mapping[bytes, bytes]]] | None = None
-    if inline:
-        page = [(entry[0], _fields(entry[1])) for entry in inline]
-    elif first != last:
-        # Asked for, the head read sends a page whenever the stream moved past `first` and
-        # holds it or an entry after it; none: trimmed past it, or another stream.
-        page = []
+    page = ahead
     while first is not None and first != last:
+        read_ahead = page is not None
         if page is None:
             page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
         if not page or page[0][0].decode() != first:
             report.fell_back = f"event {first} is no longer in the stream"
             return False
-        if len(page) == 1:  # (ends before `last`: only if the stream was cut after `first`)
+        entries, page = page[1:], None
+        if read_ahead:
+            # Events written after the head read (between its two commands) are the next
+            # update's; an ahead page that does not reach `last` is read on from its end.
+            entries = _up_to(entries, last)
+            if not entries:
+                continue
+        elif not entries:  # (ends before `last`: only if the stream was cut after `first`)
             report.fell_back = f"the stream ends before event {last}"
             return False
-        snap.state.fold_entries(page[1:])
-        report.events += len(page) - 1
-        first = page[-1][0].decode()
-        page = None
+        snap.state.fold_entries(entries)
+        report.events += len(entries)
+        first = entries[-1][0].decode()
     return True
 
 
-def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
-    """An entry's fields as XRANGE's reply has them, from a function's flat list."""
-    it = iter(flat)
-    return dict(zip(it, it, strict=True))
+def _up_to(
+    entries: Sequence[tuple[bytes, Mapping[bytes, bytes]]], last: str
+) -> Sequence[tuple[bytes, Mapping[bytes, bytes]]]:
+    """``entries`` (in stream order) up to the id ``last``."""
+    if not entries or entries[-1][0].decode() == last:
+        return entries
+    bound = _stream_id(last)
+    return [entry for entry in entries if _stream_id(entry[0].decode()) <= bound]
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence)
 
 
 def _abandon(snap: Snapshot, touched: set[str], touched_images: set[str]) -> None:
