@@ -212,6 +212,24 @@ def test_a_snapshot_whose_last_event_was_trimmed_falls_back(make_cache, monkeypa
     assert_matches_fresh(cache, snap)
 
 
+def library_loaded(cache: Cache) -> bool:
+    listed = cache.client.function_list()  # (a Cluster client's: by node)
+    return any(listed.values()) if isinstance(listed, dict) else bool(listed)
+
+
+def test_a_catch_up_reloads_the_library_when_the_server_lost_it(cache):
+    """The head read sent with its page (a pipeline of its own, both APIs) reloads the library
+    as every read does, and the update goes on from the stream."""
+    snap = populated(cache)
+    cache.add_pod(make_pod("more", "n1", "10m", "1Mi"))
+    cache.client.function_flush()
+    assert not library_loaded(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert library_loaded(cache)
+    assert_matches_fresh(cache, snap)
+
+
 def test_only_an_update_after_a_namespace_changed_reads_the_namespaces(make_cache):
     """The head read carries ``nsgen``: the labels are read when it moved, and only then."""
     cache = make_cache()

@@ -4,7 +4,8 @@ A scheduler reads the cluster only through a snapshot taken at the start of each
 ``update_snapshot`` follows the stream: one small atomic read (``sc_snapshot_delta`` with no
 nodes: the generation, the incarnation, the node tree when its membership changed, the id of
 the stream's last event and the namespaces' generation, whose labels are read only when it
-moved), then ``XRANGE`` pages of the events since the snapshot's last one, folded by the fold
+moved) sent with the first ``XRANGE`` page of the events since the snapshot's last one (one
+round trip: ``FOLLOW_READ``; more pages after it when there are more), folded by the fold
 replay uses (``store/fold.py``: one code path for replay, ``verify``, ``at()`` and
 snapshots), and only the nodes they touched projected again. Redis's cost is the events' (an
 ``XRANGE`` of them), the client's follows the events, not the nodes' pods.
