@@ -23,10 +23,12 @@
 -- Errors   BADARG <what>
 -- Cost grows with the number of nodes and images changed since G, not with the cluster
 -- (with L = -1: constant, the tree aside; the names of the changed nodes are not sent either).
--- The head read (L = -1) runs once per pod a replica places: it makes three calls (the
--- tree's when it changed), with `gen`, `treegen`, `incarnation`, `lastevent` and `nsgen` in one MGET (a
--- key of another type, or a missing one, is told apart by GET only then); the stream's last
--- id is `lastevent`, checked by an XREVRANGE down to it (last_event_id: no event is read).
+-- The head read (L = -1) runs once per pod a replica places: it makes three calls (and the
+-- tree's when it changed), with `gen`, `treegen`, `incarnation`, `lastevent` and `nsgen` in
+-- one MGET (a key of another type, or a missing one, is told apart by GET only then); the
+-- stream's last id is `lastevent`, checked by an XREVRANGE down to it (last_event_id: no
+-- event is read). The snapshot sends its XRANGE of the new events with it (one round trip):
+-- answered here instead, a catch-up of one event cost Redis 1.3 times, of ten 2.2 times.
 local function snapshot_delta(p, replica, a)
   local since = int_arg(a[1], -math.huge, math.huge)
   local known_tree = int_arg(a[2], -math.huge, math.huge)

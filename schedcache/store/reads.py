@@ -11,8 +11,8 @@ order are the same). The asyncio driver answers ``Ahead`` with ``None`` and read
 One read is a plain command rather than a function: ``(STREAM_PAGE, (first, last, count))``
 is ``XRANGE`` of the cache's event stream (a snapshot following the stream). Through a function
 the same entries cost Redis 4.4 times as much (each converted to Lua tables and back; answered
-by ``sc_snapshot_delta`` itself, one event made the head read 1.3 times, ten 2.2 times the head
-read and its ``XRANGE``). So a snapshot's catch-up, ``(FOLLOW_READ, (head args, first,
+by ``sc_snapshot_delta`` itself, a catch-up of one event cost Redis 1.3 times the head read
+and its ``XRANGE``, of ten 2.2 times). So a snapshot's catch-up, ``(FOLLOW_READ, (head args, first,
 count))``, is the head read and an ``XRANGE`` from the snapshot's last event to the stream's
 end, sent together: one round trip, answered ``(head reply, page)`` with the page as
 ``XRANGE`` parses it. They are two commands, not one atomic read: the page may end past the
