@@ -13,6 +13,7 @@ from hypothesis import given
 from schedcache import Cache, Pod, Snapshot
 from schedcache.errors import CorruptRecord
 from schedcache.store.namespaces import sync_namespace
+from schedcache.store.reads import FOLLOW_READ
 from schedcache.views.snapshot import SnapshotUpdate
 from tests.factories import make_node, make_pod, port
 from tests.test_snapshot import AFFINITY, assert_matches_fresh
@@ -64,18 +65,21 @@ def test_a_snapshot_follows_the_stream_and_equals_a_fresh_one(cache):
 def functions_called(cache: Cache, snap: Snapshot) -> tuple[list[str], SnapshotUpdate]:
     """The functions one ``update_snapshot`` of ``snap`` calls (XRANGE pages are no function
     call), and its report."""
+    import schedcache.store.reads as reads
+
     calls: list[str] = []
-    real = cache.store.read_function
+    real = reads.answer
 
-    def spy(name, *args):
-        calls.append(name)
-        return real(name, *args)
+    def spy(store, read):
+        if read[0] != reads.STREAM_PAGE:  # (the head read's page, sent with it, is none either)
+            calls.append("snapshot_delta" if read[0] == FOLLOW_READ else read[0])
+        return real(store, read)
 
-    cache.store.read_function = spy  # type: ignore[method-assign]
+    reads.answer = spy
     try:
         report = cache.update_snapshot(snap)
     finally:
-        del cache.store.read_function
+        reads.answer = real
     return calls, report
 
 
@@ -88,6 +92,141 @@ def test_a_catch_up_from_the_stream_reads_no_node(make_cache):
         cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
     calls, report = functions_called(cache, snap)
     assert calls == ["snapshot_delta"] and report.events == 5
+    assert_matches_fresh(cache, snap)
+
+
+def reads_made(cache: Cache, snap: Snapshot, monkeypatch) -> tuple[list[str], SnapshotUpdate]:
+    """Every read one ``update_snapshot`` of ``snap`` sends (functions and XRANGE pages alike:
+    what the sync driver answers), and its report."""
+    import schedcache.store.reads as reads
+
+    sent: list[str] = []
+    real = reads.answer
+
+    def spy(store, read):
+        sent.append(read[0])
+        return real(store, read)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(reads, "answer", spy)
+        report = cache.update_snapshot(snap)
+    return sent, report
+
+
+def test_a_catch_up_of_a_few_events_is_one_call(make_cache, monkeypatch):
+    """The head read and the page of events after the snapshot's last one go together (one
+    round trip): no other read, whether the node tree moved or not (the live count is the
+    tree's), or nothing happened."""
+    cache = make_cache()
+    snap = populated(cache)
+    for j in range(5):
+        cache.add_pod(make_pod(f"more{j}", "n1", "10m", "1Mi"))
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == [FOLLOW_READ] and report.events == 5 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+    cache.add_node(make_node("n9", cpu="8", mem="8Gi", labels={"zone": "z9"}))
+    cache.add_pod(make_pod("on9", "n9", "10m", "1Mi"))
+    cache.remove_node("n0")
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == [FOLLOW_READ] and report.events == 3 and not report.inconsistent
+    assert "n9" in snap.node_infos and any("n9" in nodes for nodes in snap.zones.values())
+    assert "n0" not in snap.node_infos
+    assert_matches_fresh(cache, snap)
+    sent, report = reads_made(cache, snap, monkeypatch)  # nothing since
+    assert sent == [FOLLOW_READ] and report.events == 0
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_catch_up_past_the_first_page_reads_the_rest_in_pages(make_cache, monkeypatch):
+    import schedcache.views.snapshot as snapshot_module
+
+    cache = make_cache()
+    snap = populated(cache)
+    monkeypatch.setattr(snapshot_module, "STREAM_PAGE_SIZE", 4)
+    for j in range(10):
+        cache.add_pod(make_pod(f"more{j}", f"n{j % 3}", "10m", "1Mi"))
+    cache.remove_node("n2")
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == [FOLLOW_READ, "XRANGE", "XRANGE"]  # 4 with the head, then 4 and 3
+    assert report.events == 11 and report.fell_back == ""
+    assert "n2" not in snap.node_infos and len(snap.get("n0").pods) == 7
+    assert_matches_fresh(cache, snap)
+
+
+def test_events_written_between_the_head_and_its_page_are_the_next_updates(make_cache, monkeypatch):
+    """The head read and its page are two commands: a write between them lands in the page
+    past the head's last event. The update stops at the head's point (its generation), and
+    the next one folds the rest; a page that ends before that point is read on."""
+    import schedcache.store.reads as reads
+
+    cache = make_cache()
+    snap = populated(cache)
+    cache.add_pod(make_pod("before", "n1", "10m", "1Mi"))
+    real = reads.answer
+
+    def a_write_between(store, read):
+        if read[0] != FOLLOW_READ:
+            return real(store, read)
+        head, _ = real(store, read)
+        cache.add_pod(make_pod("between", "n0", "10m", "1Mi"))
+        return head, store.client.xrange(store.keys.events, read[1][1], "+")
+
+    monkeypatch.setattr(reads, "answer", a_write_between)
+    report = cache.update_snapshot(snap)
+    monkeypatch.undo()
+    assert report.events == 1 and report.fell_back == ""
+    assert "between" not in {p.uid for p in snap.get("n0").pods}
+    assert snap.generation == cache.generation() - 1
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert_matches_fresh(cache, snap)
+
+    cache.add_pod(make_pod("later", "n2", "10m", "1Mi"))
+
+    def a_short_page(store, read):
+        if read[0] != FOLLOW_READ:
+            return real(store, read)
+        head, page = real(store, read)
+        return head, page[:1]  # the snapshot's own event only
+
+    monkeypatch.setattr(reads, "answer", a_short_page)
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert sent == [FOLLOW_READ, "XRANGE"] and report.events == 1 and report.fell_back == ""
+    monkeypatch.undo()
+    assert_matches_fresh(cache, snap)
+
+
+def test_a_snapshot_whose_last_event_was_trimmed_falls_back(make_cache, monkeypatch):
+    """Trimmed between updates past the snapshot's last event: the page read with the head
+    does not start with it, so the update reads generations (and says so), equal all the
+    same."""
+    cache = make_cache()
+    snap = populated(cache)
+    churn(cache)
+    last = cache.client.xrevrange(cache.store.keys.events, count=1)[0][0]
+    cache.client.xtrim(cache.store.keys.events, minid=last, approximate=False)
+    sent, report = reads_made(cache, snap, monkeypatch)
+    assert "no longer in the stream" in report.fell_back and report.events == 0
+    assert sent[0] == FOLLOW_READ and "snapshot_delta" in sent  # then generations
+    assert not report.lost_writes  # (nothing older held either: trimmed, not lost)
+    assert_matches_fresh(cache, snap)
+
+
+def library_loaded(cache: Cache) -> bool:
+    listed = cache.client.function_list()  # (a Cluster client's: by node)
+    return any(listed.values()) if isinstance(listed, dict) else bool(listed)
+
+
+def test_a_catch_up_reloads_the_library_when_the_server_lost_it(cache):
+    """The head read sent with its page (a pipeline of its own, both APIs) reloads the library
+    as every read does, and the update goes on from the stream."""
+    snap = populated(cache)
+    cache.add_pod(make_pod("more", "n1", "10m", "1Mi"))
+    cache.client.function_flush()
+    assert not library_loaded(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert library_loaded(cache)
     assert_matches_fresh(cache, snap)
 
 
@@ -260,8 +399,9 @@ def test_a_pods_sums_read_from_its_stored_dict_equal_the_pods_own(
 def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equals(
     make_cache, monkeypatch
 ):
-    """The first pages are folded, then the events the next page starts from are trimmed:
-    the update goes on from generations (re-reading every node the folded pages touched)."""
+    """The first page (read with the head) is folded, then the events the next page starts
+    from are trimmed: the update goes on from generations (re-reading every node the folded
+    page touched)."""
     import schedcache.store.reads as reads
     import schedcache.views.snapshot as snapshot_module
 
@@ -274,7 +414,8 @@ def test_a_stream_compacted_midway_through_a_catch_up_falls_back_and_still_equal
 
     def trims_after_the_first_page(store, read):
         reply = real(store, read)
-        if read[0] == reads.STREAM_PAGE:
+        if read[0] == reads.FOLLOW_READ:
+            assert len(reply[1]) == 3  # the snapshot's last event and two after it
             pages.append(reply)
             if len(pages) == 1:  # everything but the last event goes
                 last = store.client.xrevrange(store.keys.events, count=1)[0][0]

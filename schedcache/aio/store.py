@@ -34,7 +34,9 @@ from schedcache.store.library import (
     needs_loading,
 )
 from schedcache.store.reads import (
+    FOLLOW_READ,
     HEAD_READ,
+    HEADS,
     REPLICA_FAILURES,
     STREAM_PAGE,
     Ahead,
@@ -364,8 +366,8 @@ class AsyncStore(StoreCore):
                     step = reads.send(None)
                     continue
                 reply = await self._answer(step, replica)
-                if floor is not None and step[0] == HEAD_READ:
-                    check_floor(reply, floor)
+                if floor is not None and step[0] in HEADS:
+                    check_floor(step[0], reply, floor)
                 step = reads.send(reply)
         except StopIteration as done:
             result: T = done.value
@@ -379,9 +381,37 @@ class AsyncStore(StoreCore):
             if replica is not None:
                 return await replica.execute_command(*words)
             return await self._server(*words)
+        if name == FOLLOW_READ:
+            return await self._follow_pair(replica, *args)
         if replica is not None:
             return await replica.execute_command("FCALL_RO", *self.read_args(name, *args))
         return await self.read_function(name, *args)
+
+    async def _follow_pair(
+        self, replica: Any, head_args: tuple[Any, ...], first: str, count: int
+    ) -> tuple[Any, Any]:
+        """A ``FOLLOW_READ``: the head read and the stream's page after ``first``, in one
+        pipeline (one round trip; in a Cluster one after the other, the head first)."""
+        page = ("XRANGE", self.keys.events, first, "+", "COUNT", count)
+        if replica is None and isinstance(self.client, RedisCluster):
+            return await self.read_function(HEAD_READ, *head_args), await self._server(*page)
+        server = replica if replica is not None else self.client
+        for attempt in range(2):
+            pipe = server.pipeline(transaction=False)
+            pipe.execute_command("FCALL_RO", *self.read_args(HEAD_READ, *head_args))
+            pipe.execute_command(*page)
+            head, entries = await pipe.execute(raise_on_error=False)
+            if isinstance(head, redis.ResponseError):
+                if replica is not None:
+                    raise head  # (the replica's failure: the primary is read instead)
+                if attempt == 0 and is_missing_function(head):
+                    await self.ensure_loaded()
+                    continue
+                raise translate("read", f"cache {self.name}", head) from None
+            if isinstance(entries, redis.ResponseError):
+                raise entries
+            return head, entries
+        raise AssertionError("unreachable")
 
     async def read_function(self, name: str, *args: Any) -> Any:
         """``FCALL_RO sc_<name>``, reloading the library once if the server lost it."""

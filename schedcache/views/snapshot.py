@@ -4,7 +4,8 @@ A scheduler reads the cluster only through a snapshot taken at the start of each
 ``update_snapshot`` follows the stream: one small atomic read (``sc_snapshot_delta`` with no
 nodes: the generation, the incarnation, the node tree when its membership changed, the id of
 the stream's last event and the namespaces' generation, whose labels are read only when it
-moved), then ``XRANGE`` pages of the events since the snapshot's last one, folded by the fold
+moved) sent with the first ``XRANGE`` page of the events since the snapshot's last one (one
+round trip: ``FOLLOW_READ``; more pages after it when there are more), folded by the fold
 replay uses (``store/fold.py``: one code path for replay, ``verify``, ``at()`` and
 snapshots), and only the nodes they touched projected again. Redis's cost is the events' (an
 ``XRANGE`` of them), the client's follows the events, not the nodes' pods.
@@ -51,7 +52,13 @@ from schedcache.store.fetch import (
 )
 from schedcache.store.fold import NodeState, PodState, ReplayState
 from schedcache.store.namespaces import parse_namespaces
-from schedcache.store.reads import STREAM_PAGE, Reads, run_reads, run_snapshot_reads
+from schedcache.store.reads import (
+    FOLLOW_READ,
+    STREAM_PAGE,
+    Reads,
+    run_reads,
+    run_snapshot_reads,
+)
 from schedcache.store.store import Store
 from schedcache.views.nodetree import interleave, parse_tree
 
@@ -363,8 +370,11 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     if snap.last_id is None:
         return None
     report.rounds += 1
-    head = yield ("snapshot_delta", (snap.generation, snap.tree_generation, -1))
-    generation, live, _, _, tree, _, incarnation, last, namespaces = head
+    head, page = yield (
+        FOLLOW_READ,
+        ((snap.generation, snap.tree_generation, -1), snap.last_id, STREAM_PAGE_SIZE + 1),
+    )
+    generation, _, _, _, tree, _, incarnation, last, namespaces = head
     generation, last = int(generation), last.decode()
     behind = generation - snap.generation
     if incarnation.decode() != snap.incarnation or behind < 0 or not last:
@@ -376,7 +386,7 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     state = snap.state
     touched, touched_images = state.track()
     try:
-        if not (yield from _fold_pages(snap, last, report)):
+        if not (yield from _fold_pages(snap, last, report, page)):
             _abandon(snap, touched, touched_images)
             return None
         held = snap.node_infos.get
@@ -405,27 +415,61 @@ def _follow(snap: Snapshot, report: SnapshotUpdate) -> Reads[Head | None]:
     snap.last_id = state.last_id = last
     snap.seen_id = last
     _rebuild_lists(snap, flags, report)
-    return int(live), int(namespaces)
+    # The head read (limit -1) does not count the live nodes (lua/snapshot_delta.lua): they
+    # are the node tree's, which the snapshot holds at the cache's tree generation.
+    live = sum(len(nodes) for nodes in snap.zones.values())
+    return live, int(namespaces)
 
 
-def _fold_pages(snap: Snapshot, last: str, report: SnapshotUpdate) -> Reads[bool]:
+def _fold_pages(
+    snap: Snapshot,
+    last: str,
+    report: SnapshotUpdate,
+    ahead: Sequence[tuple[bytes, Mapping[bytes, bytes]]] | None = None,
+) -> Reads[bool]:
     """Fold the events after ``snap.last_id`` up to ``last`` into the snapshot's fold state,
-    a page at a time; False (``report.fell_back`` says why) when the stream cannot give them
-    all. Each page starts at the last event folded: present, the stream is the same one and
-    nothing the snapshot lacks was trimmed."""
+    a page at a time, the first one ``ahead`` when given (read with the head, up to the
+    stream's end then: cut at ``last``); False (``report.fell_back`` says why) when the stream
+    cannot give them all. Each page starts at the last event folded: present, the stream is
+    the same one and nothing the snapshot lacks was trimmed."""
     first = snap.last_id
+    page = ahead
     while first is not None and first != last:
-        page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
+        read_ahead = page is not None
+        if page is None:
+            page = yield (STREAM_PAGE, (first, last, STREAM_PAGE_SIZE + 1))
         if not page or page[0][0].decode() != first:
             report.fell_back = f"event {first} is no longer in the stream"
             return False
-        if len(page) == 1:  # (ends before `last`: only if the stream was cut after `first`)
+        entries, page = page[1:], None
+        if read_ahead:
+            # Events written after the head read (between its two commands) are the next
+            # update's; an ahead page that does not reach `last` is read on from its end.
+            entries = _up_to(entries, last)
+            if not entries:
+                continue
+        elif not entries:  # (ends before `last`: only if the stream was cut after `first`)
             report.fell_back = f"the stream ends before event {last}"
             return False
-        snap.state.fold_entries(page[1:])
-        report.events += len(page) - 1
-        first = page[-1][0].decode()
+        snap.state.fold_entries(entries)
+        report.events += len(entries)
+        first = entries[-1][0].decode()
     return True
+
+
+def _up_to(
+    entries: Sequence[tuple[bytes, Mapping[bytes, bytes]]], last: str
+) -> Sequence[tuple[bytes, Mapping[bytes, bytes]]]:
+    """``entries`` (in stream order) up to the id ``last``."""
+    if not entries or entries[-1][0].decode() == last:
+        return entries
+    bound = _stream_id(last)
+    return [entry for entry in entries if _stream_id(entry[0].decode()) <= bound]
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence)
 
 
 def _abandon(snap: Snapshot, touched: set[str], touched_images: set[str]) -> None:
