@@ -144,12 +144,15 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
     assert judged["failed"] > 100 and judged["passed"] > 100 and judged["all passed"] > 10
 
 
-def test_prioritize_answers_keep_only_names_a_node_can_have() -> None:
+def test_prioritize_answers_keep_only_names_a_node_can_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The answer's writer keeps each host's JSON start for the next call, but only of names a
     node can have (a DNS subdomain): a stranger's prioritize of megabyte-long names, a new one
     each call, is answered exactly as ``json.dumps`` writes it and keeps nothing (before, each
     call kept its name and its escaped copy: ~21 MiB a call, past the memory ceiling in ~40),
     and one call of more names than it keeps leaves it at its bound."""
+    monkeypatch.setattr(protocol, "_HOSTS", {})  # (earlier tests may have filled it)
     long_name = "\u00e9" * 100_000
     answer = protocol.host_priorities({long_name: 3, "node-1.zone-a": 7})
     kept_before = dict(protocol._HOSTS)
