@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import socket
 import threading
 import time
@@ -51,7 +50,7 @@ from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 
 from schedcache.errors import CacheError
-from schedcache.feed.sync import API_ERRORS, response_json, watch_lines
+from schedcache.feed.sync import API_ERRORS, Gone, open_watch, response_json, watch_lines
 from schedcache.model.values import Pod
 
 log = logging.getLogger(__name__)
@@ -81,10 +80,6 @@ class Watched(NamedTuple):
     pod: Pod
     served: str
     size: int
-
-
-class Gone(Exception):
-    """410: the resourceVersion is older than the API server's history: relist."""
 
 
 class PendingPods:
@@ -245,19 +240,7 @@ class PendingPods:
     def watch(self, version: str) -> None:
         """Apply watch events from ``version`` until the watch ends (:attr:`version` follows
         them). Raises :class:`Gone` on 410."""
-        timeout = max(1, round(WATCH_TIMEOUT * random.uniform(0.8, 1.0)))
-        try:
-            response = self._call(
-                watch=True,
-                resource_version=version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _request_timeout=(10, timeout + 60),
-            )
-        except ApiException as error:
-            if error.status == 410:
-                raise Gone(f"watch from {version} answered 410") from None
-            raise
+        response = open_watch(self._call, version, WATCH_TIMEOUT)
         self.response = response
         self.down_since = None
         try:

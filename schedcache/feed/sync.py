@@ -622,20 +622,7 @@ class ResourceFeed:
         resourceVersion seen. Raises :class:`Gone` on 410; after any other failure
         :attr:`applied` says how far the changes were applied."""
         self._relist_if_writes_lost()
-        timeout = self.settings.watch_timeout
-        timeout = max(1, round(timeout * random.uniform(0.8, 1.0)))
-        try:
-            response = self._call(
-                watch=True,
-                resource_version=version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _request_timeout=(10, timeout + 60),
-            )
-        except ApiException as error:
-            if error.status == 410:
-                raise Gone(f"watch from {version} answered 410") from None
-            raise
+        response = open_watch(self._call, version, self.settings.watch_timeout)
         self.response = response
         applier = _Applier(self)
         try:
@@ -1028,6 +1015,25 @@ def _timed_out(error: BaseException) -> bool:
         isinstance(cause, timeouts) and not isinstance(cause, refused)
         for cause in (error, getattr(error, "reason", None))
     )
+
+
+def open_watch(call: Callable[..., Any], version: str, timeout: float) -> Any:
+    """The response of a watch (``call``: a list call of the client) from ``version``, with
+    bookmarks, asking for ``timeout`` seconds jittered down to 80 % (as kube's reflector, so
+    that many watchers do not all come back at once). Raises :class:`Gone` on 410."""
+    seconds = max(1, round(timeout * random.uniform(0.8, 1.0)))
+    try:
+        return call(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=seconds,
+            _request_timeout=(10, seconds + 60),
+        )
+    except ApiException as error:
+        if error.status == 410:
+            raise Gone(f"watch from {version} answered 410") from None
+        raise
 
 
 def response_json(response: Any) -> dict[str, Any]:

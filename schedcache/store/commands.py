@@ -575,30 +575,23 @@ def _wake_token(token: str) -> bool:
 def queue_untried(scheduler: str, holder: str, uid: str) -> Command:
     """Give back the leased pod ``uid`` unattempted (popped in a batch, then the replica
     stopped or lost Redis first): back to its place in the active queue, no attempt counted."""
-    subject = f"queued pod with uid {uid}"
-    args = (
-        scheduler_name(scheduler, subject, "scheduler"),
-        _token(holder, subject, "holder"),
-        _token(uid, subject, "uid"),
-        "untried",
-        "",
-        "0",
-        "0",
-        "0",
-        "",
-    )
-    return Command("queue_retry", subject, args)
+    return _queue_give_back("untried", scheduler, holder, uid)
 
 
 def queue_unreadable(scheduler: str, holder: str, uid: str) -> Command:
     """Give back the leased pod ``uid`` whose msgpack could not be decoded: it leaves the
     queue (``sync`` queues it again with its next change or relist)."""
+    return _queue_give_back("unreadable", scheduler, holder, uid)
+
+
+def _queue_give_back(kind: str, scheduler: str, holder: str, uid: str) -> Command:
+    """``sc_queue_retry`` of a ``kind`` that takes no attempt, back-off nor wake."""
     subject = f"queued pod with uid {uid}"
     args = (
         scheduler_name(scheduler, subject, "scheduler"),
         _token(holder, subject, "holder"),
         _token(uid, subject, "uid"),
-        "unreadable",
+        kind,
         "",
         "0",
         "0",
