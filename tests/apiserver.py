@@ -24,7 +24,7 @@ Covered (JSON only, ``Content-Type: application/json``):
   compacted rv answers 410 ``Expired``; unlike the real server, that ``Status`` carries no
   fresh (inconsistent) continue token. Snapshots are kept until ``compact()`` (at most 16).
 * ``fieldSelector``: ``=``, ``==`` and ``!=`` terms joined by ``,`` (AND) on ``spec.nodeName``,
-  ``status.phase``, ``metadata.name``, ``metadata.namespace`` (a missing field is ``""``); any
+  ``spec.schedulerName``, ``status.phase``, ``metadata.name``, ``metadata.namespace`` (a missing field is ``""``); any
   other field answers 400 as the real server does. ``labelSelector`` is IGNORED (logged only).
 * Watch: the list URLs with ``watch=1|true``, ``resourceVersion``, ``allowWatchBookmarks``,
   ``timeoutSeconds``. A 200 chunked stream of one JSON event per line: every event after the
@@ -106,7 +106,13 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for nodes
 KINDS = ("Node", "Pod", "PodGroup", "PodDisruptionBudget", "Namespace")
 # Kinds whose objects live in a namespace ("default" when the object names none).
 NAMESPACED = ("Pod", "PodGroup", "PodDisruptionBudget")
-SELECTABLE_FIELDS = ("spec.nodeName", "status.phase", "metadata.name", "metadata.namespace")
+SELECTABLE_FIELDS = (
+    "spec.nodeName",
+    "spec.schedulerName",
+    "status.phase",
+    "metadata.name",
+    "metadata.namespace",
+)
 MAX_SNAPSHOTS = 16
 MAX_HEADERS, MAX_LINE = 100, 65536  # http.client's limits on a request's header lines
 _DATE: list[Any] = [0, ""]  # (second, its Date header): _Handler.date_time_string
@@ -169,10 +175,13 @@ def gone(message: str) -> ApiError:
 
 
 def field_value(obj: Obj, path: str) -> str:
-    """The string at a dotted path, "" when missing (as the real server's field sets)."""
+    """The string at a dotted path, "" when missing (as the real server's field sets; a pod's
+    ``spec.schedulerName`` is ``default-scheduler`` then: the real server defaults it)."""
     value: Any = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
+    if value is None and path == "spec.schedulerName":
+        return "default-scheduler"
     return "" if value is None else str(value)
 
 

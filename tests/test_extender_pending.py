@@ -71,7 +71,7 @@ def pod_lists(server: FakeApiServer) -> int:
         for r in server.requests
         if r.method == "GET"
         and r.path == "/api/v1/pods"
-        and r.query.get("fieldSelector") == "spec.nodeName="
+        and r.query.get("fieldSelector", "").startswith("spec.nodeName=")
         and r.query.get("watch") not in ("true", "1")
     )
 
@@ -315,3 +315,100 @@ def test_the_command_watches_pending_pods_unless_told_not_to(
     finally:
         process.kill()
         cache.clear()
+
+
+# -- bounds and staleness found by review (a stranger's pods, a hung watch, a relist) ---------
+
+
+def pod_list_queries(server: FakeApiServer) -> list[dict[str, str]]:
+    """The query of every list (not watch) of pods, in order."""
+    return [
+        dict(r.query)
+        for r in server.requests
+        if r.method == "GET" and r.path == "/api/v1/pods" and r.query.get("watch") != "true"
+    ]
+
+
+def test_one_served_scheduler_is_selected_by_the_api_server(
+    api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """With one scheduler name the list and the watch select it on the server
+    (``spec.schedulerName``): another scheduler's pending pods, which a stranger can create
+    and leave pending for ever, are never sent to the extender."""
+    api_server.create(pending("mine", "100m"))
+    other = pending("theirs", "100m")
+    other["spec"]["schedulerName"] = "someone-else"
+    api_server.create(other)
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api, frozenset({"default-scheduler"})).start()
+    try:
+        eventually(lambda: watch.get("uid-mine") is not None)
+        selectors = {q.get("fieldSelector") for q in pod_list_queries(api_server)}
+        assert selectors == {"spec.nodeName=,spec.schedulerName=default-scheduler"}
+        assert watch.get("uid-theirs") is None and watch.counters["undecodable"] == 0
+    finally:
+        watch.close()
+
+
+def test_a_list_page_past_its_byte_bound_is_read_again_a_pod_at_a_time(
+    api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of pods larger than PAGE_BYTES is not read whole (a stranger's 500 pods of
+    1.5 MiB held ~3 GiB at a list): the same pods are listed again one a page, and every one
+    within the bounds is kept."""
+    monkeypatch.setattr(pending_module, "PAGE_BYTES", 8 * 1024)
+    for i in range(6):
+        manifest = pending(f"p{i}", "100m")
+        manifest["metadata"]["annotations"] = {"pad": "x" * 3000}  # ~3.5 KB each: 2 a page
+        api_server.create(manifest)
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api).start()
+    try:
+        eventually(watch.current)
+        assert all(watch.get(f"uid-p{i}") is not None for i in range(6))
+        assert watch.counters["large_pages"] == 1
+        limits = [q.get("limit") for q in pod_list_queries(api_server)]
+        assert limits[0] == str(pending_module.PAGE_SIZE) and limits[1:] == ["1"] * 6
+    finally:
+        watch.close()
+
+
+def test_a_silent_watch_stops_serving_until_it_hears_again(
+    api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A watch connection that hangs without closing (a black-holed load balancer) sends
+    nothing, not even bookmarks: past ``idle_after`` binds read their pod (before, the copies
+    were served until the read timeout, ~6 minutes); the next line serves them again."""
+    api_server.create(pending("a", "100m"))
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api, idle_after=0.5).start()
+    try:
+        eventually(lambda: watch.get("uid-a") is not None)
+        eventually(lambda: not watch.current(), timeout=5)
+        assert watch.get("uid-a") is None
+        api_server.create(pending("b", "100m"))
+        eventually(lambda: watch.get("uid-b") is not None)
+        assert watch.get("uid-a") is not None
+    finally:
+        watch.close()
+
+
+def test_a_relist_drops_the_kept_pods_first(api_server: FakeApiServer, tmp_path: Path) -> None:
+    """A 410 relists: the pods kept before are dropped at once (binds read their pod while it
+    lists), so the old set and the new one are never held together."""
+    api_server.create(pending("a", "100m"))
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api).start()
+    try:
+        eventually(lambda: watch.get("uid-a") is not None)
+        assert api_server.wait_for_watches(1)
+        api_server.stall_lists()
+        status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+        api_server.emit_raw("Pod", "ERROR", status)
+        eventually(lambda: not watch.current())
+        assert watch.pods == {} and watch.bytes == 0 and watch.get("uid-a") is None
+        api_server.release_lists()
+        eventually(lambda: watch.get("uid-a") is not None)
+    finally:
+        api_server.release_lists()
+        watch.close()

@@ -16,8 +16,9 @@ MIB = 1024 * 1024
 # flood of connections that never finish their handshake (tests/test_extender_tls_flood.py).
 CONNECTION_BYTES = 640 * 1024
 # What the pending pods' watch may hold (extender/pending.py): PENDING_BYTES (16 MiB) of pods'
-# JSON, decoded: up to 5.2x measured.
-PENDING_WATCH_BYTES = 6 * 16 * MIB
+# JSON, decoded (up to 5.2x measured), and one list page of at most PAGE_BYTES (4 MiB) with
+# its decoded form (up to 10x, as a body). A relist drops the kept pods before it lists.
+PENDING_WATCH_BYTES = 6 * 16 * MIB + 11 * 4 * MIB
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 
 from schedcache.errors import CacheError
-from schedcache.feed.sync import API_ERRORS, Gone, open_watch, response_json, watch_lines
+from schedcache.feed.sync import API_ERRORS, Gone, open_watch, watch_lines
 from schedcache.model.values import Pod
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,16 @@ POD_BYTES = 16 * 1024  # one pod's JSON at most, as --bind-pod-from-filter's KEP
 STALE_AFTER = 5.0  # seconds the watch may be down before binds read the API server again
 BACKOFF, MAX_BACKOFF = 0.5, 30.0
 WATCH_TIMEOUT = 300  # seconds a watch asks for (jittered down to 80 %), as sync's
-PAGE_SIZE = 500
+PAGE_SIZE = 100
+# A list page's JSON at most (read no further; the page is then read again a pod at a time: a
+# pod is at most ~1.5 MiB, etcd's request limit): a stranger's 500 pods of 1.5 MiB, pending for
+# ever, held ~3 GiB at a list of 500-pod pages.
+PAGE_BYTES = 4 * 1024 * 1024
 LIST_TIMEOUT = 60.0
+# Seconds the watch may go without a line (an event or a bookmark: the API server sends one at
+# least every minute to a watch that allows them) before binds read their pod again; the watch
+# connection's read timeout is a little longer (a hung connection is dropped, then resumed).
+IDLE_AFTER = 70.0
 
 
 KEPT = Gauge("schedcache_extender_pending_pods", "Pending pods the extender's watch keeps.")
@@ -90,10 +98,18 @@ class PendingPods:
         api: kube_client.CoreV1Api,
         scheduler_names: frozenset[str] = frozenset(),
         stale_after: float = STALE_AFTER,
+        idle_after: float = IDLE_AFTER,
     ) -> None:
         self.api = api
         self.scheduler_names = scheduler_names
         self.stale_after = stale_after
+        self.idle_after = idle_after
+        # The list's and watch's selector: the unscheduled pods, of the one scheduler served
+        # when there is one (the API server filters: another scheduler's pods are never read).
+        self.selector = UNSCHEDULED
+        if len(scheduler_names) == 1:
+            self.selector += f",spec.schedulerName={next(iter(scheduler_names))}"
+        self.heard = 0.0  # when the watch last sent a line (or was opened)
         self.pods: dict[str, Watched] = {}
         self.bytes = 0
         self.lock = threading.Lock()
@@ -115,10 +131,14 @@ class PendingPods:
         return self.pods.get(uid)
 
     def current(self) -> bool:
-        """Listed, and the watch not down for more than ``stale_after`` seconds."""
+        """Listed, the watch not down for more than ``stale_after`` seconds, and not silent
+        for more than ``idle_after`` (a connection that hangs without closing)."""
         down = self.down_since
-        return self.listed.is_set() and (
-            down is None or time.monotonic() - down <= self.stale_after
+        now = time.monotonic()
+        return (
+            self.listed.is_set()
+            and (down is None or now - down <= self.stale_after)
+            and now - self.heard <= self.idle_after
         )
 
     # -- the thread ------------------------------------------------------------------------
@@ -181,13 +201,17 @@ class PendingPods:
 
     def _call(self, **options: Any) -> Any:
         return self.api.list_pod_for_all_namespaces(
-            field_selector=UNSCHEDULED, _preload_content=False, **options
+            field_selector=self.selector, _preload_content=False, **options
         )
 
     def relist(self) -> None:
-        """Every unscheduled pod (paginated), swapped in whole once listed."""
+        """Every unscheduled pod (paginated), swapped in whole once listed. The pods kept
+        before are dropped first (binds read their pod meanwhile): one set is held at a time."""
         self.counters["relists"] += 1
         RELISTS.inc()
+        self.listed.clear()
+        with self.lock:
+            self.pods, self.bytes = {}, 0
         while True:
             pods, size, version = self._list()
             if version:
@@ -195,6 +219,7 @@ class PendingPods:
         with self.lock:
             self.pods, self.bytes, self.version = pods, size, version
         self.down_since = None
+        self.heard = time.monotonic()
         self.listed.set()
         log.info("pending pods: listed %d at resourceVersion %s", len(pods), version)
 
@@ -204,19 +229,27 @@ class PendingPods:
         pods: dict[str, Watched] = {}
         size = 0
         token: str | None = None
+        one_by_one = 0  # pages of one pod still to read (after a page past PAGE_BYTES)
         while not self.stop.is_set():
             options: dict[str, Any] = {
-                "limit": PAGE_SIZE,
+                "limit": 1 if one_by_one else PAGE_SIZE,
                 "_request_timeout": (LIST_TIMEOUT, LIST_TIMEOUT),
             }
             if token:
                 options["_continue"] = token
             try:
-                page = response_json(self._call(**options))
+                page = capped_json(self._call(**options), PAGE_BYTES)
             except ApiException as error:
                 if error.status == 410:
                     return {}, 0, ""
                 raise
+            if page is None:  # past PAGE_BYTES: the same pods again, one a page
+                if one_by_one:
+                    raise ValueError(f"one pod's JSON passes {PAGE_BYTES} bytes")
+                self.counters["large_pages"] += 1
+                one_by_one = PAGE_SIZE
+                continue
+            one_by_one = max(0, one_by_one - 1)
             metadata = page.get("metadata")
             metadata = metadata if isinstance(metadata, Mapping) else {}
             for item in page.get("items") or []:
@@ -240,13 +273,15 @@ class PendingPods:
     def watch(self, version: str) -> None:
         """Apply watch events from ``version`` until the watch ends (:attr:`version` follows
         them). Raises :class:`Gone` on 410."""
-        response = open_watch(self._call, version, WATCH_TIMEOUT)
+        response = open_watch(self._call, version, WATCH_TIMEOUT, self.idle_after + 5)
         self.response = response
         self.down_since = None
+        self.heard = time.monotonic()
         try:
             for line in watch_lines(response):
                 if self.stop.is_set():
                     break
+                self.heard = time.monotonic()
                 self._event(line)
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as error:
             # Cut mid-stream (a load balancer, the server restarting): a new watch resumes
@@ -319,6 +354,21 @@ class PendingPods:
         if not pod.uid:
             return None
         return Watched(pod, served, size)
+
+
+def capped_json(response: Any, cap: int) -> dict[str, Any] | None:
+    """A list answer's JSON object, or None when it passes ``cap`` bytes (not read further:
+    the connection is dropped)."""
+    try:
+        data = response.read(cap + 1, decode_content=True)
+        if len(data) > cap:
+            return None
+    finally:
+        response.release_conn()
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError(f"the API server answered {type(value).__name__}, not an object")
+    return value
 
 
 class _Stopped(Exception):

@@ -1017,10 +1017,13 @@ def _timed_out(error: BaseException) -> bool:
     )
 
 
-def open_watch(call: Callable[..., Any], version: str, timeout: float) -> Any:
+def open_watch(
+    call: Callable[..., Any], version: str, timeout: float, read_timeout: float | None = None
+) -> Any:
     """The response of a watch (``call``: a list call of the client) from ``version``, with
     bookmarks, asking for ``timeout`` seconds jittered down to 80 % (as kube's reflector, so
-    that many watchers do not all come back at once). Raises :class:`Gone` on 410."""
+    that many watchers do not all come back at once); a read waits ``read_timeout`` seconds at
+    most (default: the watch's time and a minute). Raises :class:`Gone` on 410."""
     seconds = max(1, round(timeout * random.uniform(0.8, 1.0)))
     try:
         return call(
@@ -1028,7 +1031,7 @@ def open_watch(call: Callable[..., Any], version: str, timeout: float) -> Any:
             resource_version=version,
             allow_watch_bookmarks=True,
             timeout_seconds=seconds,
-            _request_timeout=(10, seconds + 60),
+            _request_timeout=(10, seconds + 60 if read_timeout is None else read_timeout),
         )
     except ApiException as error:
         if error.status == 410:
