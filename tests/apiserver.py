@@ -24,8 +24,9 @@ Covered (JSON only, ``Content-Type: application/json``):
   compacted rv answers 410 ``Expired``; unlike the real server, that ``Status`` carries no
   fresh (inconsistent) continue token. Snapshots are kept until ``compact()`` (at most 16).
 * ``fieldSelector``: ``=``, ``==`` and ``!=`` terms joined by ``,`` (AND) on ``spec.nodeName``,
-  ``spec.schedulerName``, ``status.phase``, ``metadata.name``, ``metadata.namespace`` (a missing field is ``""``); any
-  other field answers 400 as the real server does. ``labelSelector`` is IGNORED (logged only).
+  ``spec.schedulerName``, ``status.phase``, ``metadata.name``, ``metadata.namespace`` (a
+  missing field is ``""``, a pod's scheduler ``default-scheduler``); any other field answers
+  400 as the real server does. ``labelSelector`` is IGNORED (logged only).
 * Watch: the list URLs with ``watch=1|true``, ``resourceVersion``, ``allowWatchBookmarks``,
   ``timeoutSeconds``. A 200 chunked stream of one JSON event per line: every event after the
   rv from the kept history, then live ones; ``resourceVersion`` unset or ``"0"`` starts with a
