@@ -223,14 +223,21 @@ def repeated_reads() -> tuple[Call, Call]:
     return setup, call
 
 
-def long_reads(size: int, changed: int = 250) -> Callable[[], tuple[Call, Call]]:
-    """A claim of ``size`` bytes of reads (naming nodes the cache does not hold: what a raw
+def long_reads(
+    size: int, changed: int = 250, named: bool = False
+) -> Callable[[], tuple[Call, Call]]:
+    """A claim of ``size`` bytes of reads (naming nodes the cache does not hold, or with
+    ``named`` every changed node under each of many rules its change cannot break: what a raw
     FCALL may send, the library's own check skipped) with ``changed`` nodes changed since its
     snapshot: each changed node was searched for in the whole reads."""
 
     def scenario() -> tuple[Call, Call]:
-        words = " ".join(f"x{i:07d}" for i in range(size // 9 + 1))
-        reads = ("@pod-anti-affinity " + words)[:size].rstrip()
+        if named:
+            rule = "@pod-anti-affinity:app=web " + " ".join(f"n{i}" for i in range(1, changed + 1))
+            reads = " ".join([rule] * (size // (len(rule) + 1)))
+        else:
+            words = " ".join(f"x{i:07d}" for i in range(size // 9 + 1))
+            reads = ("@pod-anti-affinity " + words)[:size].rstrip()
 
         def setup(client: redis.Redis) -> None:
             for i in range(changed + 1):
@@ -331,6 +338,8 @@ SCENARIOS: dict[str, Callable[[], tuple[Call, Call]]] = {
     "claim: 1 MiB of reads (the cap), 250 nodes changed since": long_reads((1 << 20) - 2),
     "claim: 1 MiB of reads (the cap), 100 nodes changed since": long_reads((1 << 20) - 2, 100),
     "claim: 100 KB of reads, 250 nodes changed since": long_reads(100_000),
+    "claim: 1 MiB of rules naming 100 changed nodes": long_reads((1 << 20) - 2, 100, named=True),
+    "claim: 100 KB of rules naming 100 changed nodes": long_reads(100_000, 100, named=True),
     "claim: 16 MiB of reads, 250 nodes changed since": long_reads(16 << 20),
 }
 

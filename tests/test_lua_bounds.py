@@ -17,6 +17,7 @@ from schedcache.errors import FitConflict, ValidationError
 from schedcache.model.values import MAX_NODE_IMAGES
 from schedcache.ops.queue import SchedulingQueue
 from schedcache.store import commands
+from schedcache.store.gang import gang_claim
 from schedcache.store.library import function_name
 from schedcache.store.metrics import CacheCollector
 from tests.factories import keyspace, make_node, make_pod, port
@@ -249,12 +250,12 @@ def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
     budget (BOUNDS.MAX_READS_SCAN) the claim is refused ``stale``, before any search, and the
     same claim decided on a fresher snapshot (fewer nodes changed since) is taken."""
     batch = cache.batch()
-    for i in range(121):
+    for i in range(251):
         batch.add_node(make_node(f"n{i}", "4", "1Gi"))
     batch.execute()
     since = cache.generation()
     batch = cache.batch()
-    for i in range(1, 121):  # 120 nodes changed since: 120 searches of ~1 MB, past 128 MiB
+    for i in range(1, 251):  # 250 nodes changed since: 250 searches of ~1 MB, past 256 MiB
         batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))  # with the check's 16
     batch.execute()
     pod = make_pod("web", "n0", "1m", "1Mi")
@@ -267,6 +268,38 @@ def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
     fresh = cache.generation()
     assert cache.run(commands.assume_pod(pod, check_fit=True, since=fresh, reads=reads))
     assert cache.pod_state("web") == "assumed"
+
+
+def test_a_gang_of_large_reads_a_few_node_changes_after_its_snapshot_is_taken(
+    cache: Cache,
+) -> None:
+    """The budget is the call's, its members together: a gang of 64 members of ~50 KB of reads
+    each (a rule read on ~2,000 nodes of real-length names) with 30 nodes changed since its
+    snapshot is taken (a 128 MiB budget refused it `stale` at its 58th member: review); and
+    a claim of 1 MiB of rules naming 100 changed nodes, each a pass over every rule (1.9 s of
+    Redis before), is refused `stale` once the passes spend the budget."""
+    batch = cache.batch()
+    for i in range(101):
+        batch.add_node(make_node(f"n{i}", "64", "64Gi"))
+    batch.execute()
+    since = cache.generation()
+    batch = cache.batch()
+    for i in range(1, 101):  # 100 nodes changed: the gang's reads name none of them
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
+    batch.execute()
+    reads = reads_naming(1, 50_000)
+    members = [(make_pod(f"m{i}", "n0", "1m", "1Mi"), reads, "") for i in range(64)]
+    # (30 of the 100 changed: the gang's snapshot is the generation after the 70th placement)
+    after_70 = since + 70
+    assert cache.run(gang_claim("default/g", members, since=after_70))
+    assert cache.pod_state("m63") == "assumed"
+    rule = "@pod-anti-affinity:app=web " + " ".join(f"n{i}" for i in range(1, 101))
+    named = " ".join([rule] * (commands.MAX_READS_BYTES // (len(rule) + 1)))
+    with pytest.raises(FitConflict) as refused:
+        cache.run(
+            commands.assume_pod(make_pod("w", "n0", "1m", "1Mi"), True, since=since, reads=named)
+        )
+    assert refused.value.reasons == ("stale",)
 
 
 # -- the queue (issue 39, item 7) ---------------------------------------------------------------
