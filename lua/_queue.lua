@@ -31,10 +31,14 @@ BOUNDS.QUEUE_MOVES = 100
 -- pod's msgpack (up to BOUNDS.MAX_BLOB_BYTES), so 300 pods of 0.9 MiB made one pop 2 s.
 BOUNDS.POP_BYTES = 2 * 1048576
 
--- A spec.schedulerName (a DNS subdomain): it is part of key names.
+-- A spec.schedulerName (a DNS subdomain, as the API server and the library check it:
+-- model/selectors.is_dns_subdomain): it is part of key names.
 local function valid_scheduler(name)
   return type(name) == 'string' and #name <= 253
     and string.match(name, '^[a-z0-9][-a-z0-9.]*$') ~= nil
+    and string.match(name, '[a-z0-9]$') ~= nil
+    and not string.find(name, '..', 1, true) and not string.find(name, '.-', 1, true)
+    and not string.find(name, '-.', 1, true)
 end
 
 local function queue_key(p, scheduler, part)

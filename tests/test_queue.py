@@ -365,6 +365,11 @@ def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
     ("function", "args", "code"),
     [
         ("queue_pop", ["Bad_Name", "h", "1000", "1", "0"], "BADARG scheduler"),
+        # Not DNS subdomains: refused by Redis as by the library (they name queue keys).
+        ("queue_pop", ["a..b", "h", "1000", "1", "0"], "BADARG scheduler"),
+        ("queue_pop", ["a-.b", "h", "1000", "1", "0"], "BADARG scheduler"),
+        ("queue_pop", ["ref-", "h", "1000", "1", "0"], "BADARG scheduler"),
+        ("sync_pod", ["7", "queue", "u", "a.", "0", "blob"], "BADARG scheduler"),
         ("queue_pop", ["ref", "h", "0", "1", "0"], "BADARG lease"),
         ("queue_pop", ["ref", "h", "1000", "101", "0"], "BADARG count"),
         ("queue_retry", ["ref", "h", "u", "maybe", "", "1", "1", "1"], "BADARG kind"),

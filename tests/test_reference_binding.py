@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from schedcache import Cache
+from schedcache.cli.app import main
 from schedcache.ops.expiry import ExpiryWorker
 from schedcache.scheduler import bindings as binding_cycle
 from schedcache.scheduler.bindings import PROCESS_GONE, BindingProcess
@@ -293,3 +295,18 @@ def test_the_scheduler_command_posts_bindings_from_a_process_of_its_own(
         client = real_client()
         for key in client.scan_iter(match=f"*{name}*", count=1000):
             client.delete(key)
+
+
+def test_the_binding_process_is_refused_on_the_embedded_backend(tmp_path: Path) -> None:
+    """``--embedded --binding-process``: the binding process would open an embedded Redis of
+    its own (its finish_binding calls lost to another store): a usage error, exit 2, nothing
+    started."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("{}")
+    result = CliRunner().invoke(
+        main,
+        ["--embedded", "scheduler", "--scheduler-name", "ref", "--kubeconfig", str(kubeconfig),
+         "--binding-process"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--binding-process needs --redis" in result.output

@@ -424,6 +424,11 @@ def scheduler(
             param_hint="--pod-max-backoff",
         )
     settings.refuse_embedded("schedcache scheduler")
+    if binding_process and not settings.is_shared():
+        raise click.UsageError(
+            "--binding-process needs --redis: the binding process would open an embedded "
+            "Redis of its own, not this one",
+        )
     stop = threading.Event()
     # Before the kubeconfig and the kubernetes client's import: a signal there was a
     # KeyboardInterrupt (SIGINT: "Aborted!", exit 1) or the default action (SIGTERM).
