@@ -210,7 +210,8 @@ def test_a_failed_primary_comes_back_as_a_replica_and_a_whole_restart_keeps_the_
     # Sentinels promote a replica, and acknowledged writes survive.
     pods.kill(0, "redis")
     pods.kill(0, "sentinel")
-    eventually(lambda: pods.primary(1) != HOSTS[0], "a replica is promoted")
+    # (down-after, the vote and the promotion: seconds; over 20 s once on a loaded 2-core CI run)
+    eventually(lambda: pods.primary(1) != HOSTS[0], "a replica is promoted", timeout=60.0)
     promoted = pods.primary(1)
     cache.add_node(make_node("n2", "4", "8Gi"))
     assert cache.node_count() == 2

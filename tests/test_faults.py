@@ -243,7 +243,10 @@ def test_single_commands_survive_random_cuts_exactly_once(names, seed: int) -> N
 
 @pytest.mark.parametrize("seed", [2])
 def test_batches_survive_random_cuts_exactly_once(names, seed: int) -> None:
-    steps = workload(COMMANDS, seed)
+    # Twice the commands, and each cut point at least 3 times: batches send several commands
+    # a chunk and the proxy decides per chunk, so on a loaded machine (chunks coalesce) the
+    # 300-command run once drew 11 cuts ({'before': 5, 'mid': 2, 'after': 4}, CI).
+    steps = workload(2 * COMMANDS, seed)
     control = run_control(names("control"), steps)
     proxy = FaultyProxy(*target(), rate=CUT_RATE, seed=seed)
     try:
@@ -258,7 +261,7 @@ def test_batches_survive_random_cuts_exactly_once(names, seed: int) -> None:
                 pytest.fail(f"seed {seed}, batch {number}: {error!r}")
             assert [r.error for r in results if not r.ok] == [], f"seed {seed}, batch {number}"
             assert len(results) == len(part)
-        assert_every_point_hit(proxy)
+        assert_every_point_hit(proxy, at_least=3)
         assert_same_as_control(direct(cache.name), control, proxy)
     finally:
         proxy.close()
