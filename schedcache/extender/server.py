@@ -86,7 +86,8 @@ def make_app(
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         "filter": (protocol.filter_args, extender.filter),
-        "prioritize": (protocol.filter_args, extender.prioritize),
+        # its HostPriorityList written straight from the scores (protocol.encode_scores)
+        "prioritize": (protocol.filter_args, _encoded(extender.prioritize_scores)),
         "bind": (protocol.bind_args, extender.bind),
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
@@ -201,6 +202,8 @@ class Route:
         del body
         try:
             answer = self.run(args)
+            if isinstance(answer, bytes):  # written already (prioritize)
+                return False, answer
             refused = isinstance(answer, dict) and bool(answer.get("Error"))
             return refused, protocol.encode(answer)
         except (RetriesExhausted, RedisError) as error:
@@ -213,6 +216,11 @@ class Route:
         except Exception:
             log.exception("extender %s: unexpected error", self.verb)
             raise Failure(500, "internal", "internal error (logged by the extender)") from None
+
+
+def _encoded(scores: Callable[[Any], dict[str, int]]) -> Verb:
+    """A verb answering a HostPriorityList's JSON, written from its scores."""
+    return lambda args: protocol.encode_scores(scores(args))
 
 
 def _guarded(guard: Guard) -> Any:

@@ -3,6 +3,7 @@ not carry. Needs the ``kube`` extra (the official client)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Mapping
@@ -86,7 +87,18 @@ class ApiBinder:
         return pool, base
 
     def _post(self, path: str, body: Mapping[str, Any]) -> None:
-        self._request("POST", path, json.dumps(body).encode())
+        data = json.dumps(body).encode()
+        headers = {**self._headers, **self._credentials()}
+        pool, base = self._server()
+        answer = _kept_alive(pool, "POST", base + path, data, headers, self.timeout)
+        if answer is None:  # no live kept-alive connection (or a proxy): urllib3's own path
+            self._request("POST", path, data)
+            return
+        status, reason, content = answer
+        if not 200 <= status < 300:
+            raise ApiException(
+                status=status, reason=reason, body=content.decode("utf-8", "replace")
+            )
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> bytes:
         """One request through the client's pool with its current credentials; the body of
@@ -123,3 +135,35 @@ class ApiBinder:
         if not isinstance(value, Mapping):
             raise ValueError("the API server's pod is not an object")
         return value
+
+
+def _kept_alive(
+    pool: Any, method: str, url: str, body: bytes, headers: Mapping[str, str], timeout: float
+) -> tuple[int, str, bytes] | None:
+    """One request on a live kept-alive connection of urllib3's ``pool`` (its TLS set up when
+    the pool connected it), written and read by ``http.client`` itself, without urllib3's
+    request and response layers (its timeout, retry and header objects: 145 -> 65 us of
+    client CPU a Binding). ``None``, touching nothing, when the pool holds no live
+    connection or goes through a proxy: urllib3's own ``urlopen`` then connects (and
+    retries the connection) as before. An error after the request is written raises, closing
+    the connection, as urllib3 does for a POST (its ``Retry`` resends no POST after a read
+    error): the caller then finds out where the pod is."""
+    if getattr(pool, "proxy", None) is not None:
+        return None
+    conn = pool._get_conn()  # a live one, or a new one not connected yet
+    if conn.sock is None:
+        pool._put_conn(conn)
+        return None
+    try:
+        conn.timeout = timeout
+        conn.sock.settimeout(timeout)
+        http.client.HTTPConnection.request(conn, method, url, body, dict(headers))
+        response = http.client.HTTPConnection.getresponse(conn)
+        content = response.read()
+        answer = response.status, response.reason, content
+    except BaseException:
+        conn.close()
+        raise
+    finally:
+        pool._put_conn(conn)
+    return answer
