@@ -220,7 +220,7 @@ def encode(answer: Any) -> bytes:
 def encode_scores(scores: Mapping[str, int]) -> bytes:
     """The HostPriorityList ``[{Host, Score}]`` of ``scores`` (host -> score, in its order),
     written straight from the mapping: the bytes ``encode(host_priorities(scores))`` writes,
-    without building a dict per host first (500 hosts: 136 -> 78 us with the scaling)."""
+    without building a dict per host first (500 hosts, the scaling included: ~140 -> ~86 us)."""
     return _encode_pairs(scores.items())
 
 
