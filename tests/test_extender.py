@@ -437,6 +437,25 @@ def test_answers_are_written_byte_for_byte_as_json_dumps_writes_them(answer: Any
     assert protocol.encode(answer) == json.dumps(answer, separators=(",", ":")).encode()
 
 
+@pytest.mark.parametrize(
+    "scores",
+    [
+        {},
+        {"node-1": 10, 'n\u00e9"\\\n\u2028': 0, "x" * 300: 7},
+        {f"node-{i}": i % 11 for i in range(5000)},
+        {"a": 11, "b": -1, "c": 10**20},  # outside 0-10: written, not taken from the table
+    ],
+)
+def test_scores_are_written_as_the_host_priority_list_json_dumps_writes(
+    scores: dict[str, int],
+) -> None:
+    """prioritize's answer is written straight from its scores: the bytes of its
+    HostPriorityList through json.dumps, in the scores' order."""
+    expected = json.dumps(protocol.host_priorities(scores), separators=(",", ":")).encode()
+    assert protocol.encode_scores(scores) == expected
+    assert protocol.encode_scores(scores) == protocol.encode(protocol.host_priorities(scores))
+
+
 def test_prioritize_scores_on_its_filters_snapshot_and_catches_up_for_another_pod(
     cache: Cache, make_cache: Callable[..., Cache], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -313,6 +313,32 @@ def test_a_body_over_the_limit_is_413_json_and_counted(cache: Cache) -> None:
         assert 'result="too_large",verb="filter"' in server.get("/metrics")[1]
 
 
+def test_a_body_that_arrived_whole_with_its_headers_is_still_bounded(cache: Cache) -> None:
+    """A body already received when its handler runs is taken without waiting, and still
+    refused past the limit: chunked (no Content-Length to refuse it by) or not."""
+    limits = Limits(max_body_bytes=8 * 1024)
+    with RunningExtender(Extender(cache), limits=limits) as server:
+        raw = json.dumps({"Pod": pending("x"), "NodeNames": ["n" * 60] * 200}).encode()
+        chunks = b"".join(
+            b"%x\r\n%s\r\n" % (len(raw[i : i + 4096]), raw[i : i + 4096])
+            for i in range(0, len(raw), 4096)
+        )
+        request = b"POST /filter HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(request + chunks + b"0\r\n\r\n")  # one write: all of it at once
+            reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 413") and b"over 8192 bytes" in reply
+        small = json.dumps({"Pod": pending("y"), "NodeNames": ["roomy"]}).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(
+                b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(small), small)
+            )
+            reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 200") and b'"NodeNames"' in reply
+        assert healthz_seconds(server) < 1.0
+
+
 def _post_chunked(port: int, path: str, body: bytes) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:

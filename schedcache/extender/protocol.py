@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -210,31 +210,41 @@ def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
 
 def encode(answer: Any) -> bytes:
     """An answer's JSON, as ``json.dumps`` with compact separators writes it. A
-    HostPriorityList (prioritize's list, from :func:`host_priorities`) is written item by item:
-    the generic encoder took 5.5 ms for 5,000 hosts, this 1.3 ms."""
+    HostPriorityList (prioritize's list, from :func:`host_priorities`) is written item by item
+    (:func:`encode_scores`): the generic encoder took 5.5 ms for 5,000 hosts, this 1.3 ms."""
     if isinstance(answer, list):
-        # Each host's '{"Host":"...","Score":' written once (node names recur from call to
-        # call), each score's ending too: per item, two lookups and a concatenation.
-        hosts, endings = _HOSTS, _SCORES
-        if len(hosts) >= MAX_HOSTS and time.monotonic() - _HOSTS_FULL[0] >= HOSTS_KEPT_FOR:
-            # Full for a period: the names of today's calls take its room again (a cluster of
-            # more nodes than it holds would otherwise refill it on every call).
-            hosts.clear()
-        items = []
-        for item in answer:
-            host, score = item["Host"], item["Score"]
-            start = hosts.get(host)
-            if start is None:
-                start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
-                # A name a node can have, while there is room: bounded, kept.
-                if len(hosts) < MAX_HOSTS and is_dns_subdomain(host):
-                    hosts[host] = start
-                    if len(hosts) == MAX_HOSTS:
-                        _HOSTS_FULL[0] = time.monotonic()
-            ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
-            items.append(start + (ending or f"{score:d}}}"))
-        return f"[{','.join(items)}]".encode()
+        return _encode_pairs([(item["Host"], item["Score"]) for item in answer])
     return json.dumps(answer, separators=(",", ":")).encode()
+
+
+def encode_scores(scores: Mapping[str, int]) -> bytes:
+    """The HostPriorityList ``[{Host, Score}]`` of ``scores`` (host -> score, in its order),
+    written straight from the mapping: the bytes ``encode(host_priorities(scores))`` writes,
+    without building a dict per host first (500 hosts, the scaling included: ~140 -> ~86 us)."""
+    return _encode_pairs(scores.items())
+
+
+def _encode_pairs(pairs: Iterable[tuple[str, Any]]) -> bytes:
+    # Each host's '{"Host":"...","Score":' written once (node names recur from call to call),
+    # each score's ending too: per item, two lookups and a concatenation.
+    hosts, endings = _HOSTS, _SCORES
+    if len(hosts) >= MAX_HOSTS and time.monotonic() - _HOSTS_FULL[0] >= HOSTS_KEPT_FOR:
+        # Full for a period: the names of today's calls take its room again (a cluster of
+        # more nodes than it holds would otherwise refill it on every call).
+        hosts.clear()
+    items = []
+    for host, score in pairs:
+        start = hosts.get(host)
+        if start is None:
+            start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+            # A name a node can have, while there is room: bounded, kept.
+            if len(hosts) < MAX_HOSTS and is_dns_subdomain(host):
+                hosts[host] = start
+                if len(hosts) == MAX_HOSTS:
+                    _HOSTS_FULL[0] = time.monotonic()
+        ending = endings[score] if type(score) is int and 0 <= score <= MAX_SCORE else None
+        items.append(start + (ending or f"{score:d}}}"))
+    return f"[{','.join(items)}]".encode()
 
 
 # encode's pieces: each host's start (at most MAX_HOSTS kept, of the names callers sent those
@@ -267,6 +277,7 @@ __all__ = [
     "bind_result",
     "decode_json",
     "encode",
+    "encode_scores",
     "field",
     "filter_args",
     "filter_result",

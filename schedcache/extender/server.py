@@ -86,7 +86,8 @@ def make_app(
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         "filter": (protocol.filter_args, extender.filter),
-        "prioritize": (protocol.filter_args, extender.prioritize),
+        # its HostPriorityList written straight from the scores (protocol.encode_scores)
+        "prioritize": (protocol.filter_args, _encoded(extender.prioritize_scores)),
         "bind": (protocol.bind_args, extender.bind),
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
@@ -131,6 +132,10 @@ class Route:
         self.slots = slots
         self.limits = limits
         self.limit = limits.body_limit(verb)
+        # The verb's metric children, looked up once (a labels() call takes a lock and builds
+        # a key on every request).
+        self.seconds = REQUEST_SECONDS.labels(verb)
+        self.answered = {False: REQUESTS.labels(verb, "ok"), True: REQUESTS.labels(verb, "refused")}
 
     async def handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -140,8 +145,8 @@ class Route:
             REQUESTS.labels(self.verb, failure.reason).inc()
             return web.json_response(self._failed(f"{self.verb}: {failure}"), status=failure.status)
         finally:
-            REQUEST_SECONDS.labels(self.verb).observe(time.perf_counter() - started)
-        REQUESTS.labels(self.verb, "refused" if refused else "ok").inc()
+            self.seconds.observe(time.perf_counter() - started)
+        self.answered[refused].inc()
         return web.Response(body=payload, content_type="application/json", charset="utf-8")
 
     def _failed(self, error: str) -> dict[str, Any]:
@@ -162,11 +167,14 @@ class Route:
         length = request.content_length
         if length is not None and length > self.limit:
             raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
-        try:
-            async with asyncio.timeout(self.limits.queue_timeout):
-                await self.slots.acquire()
-        except TimeoutError:
-            raise Failure(503, "busy", "too many requests at once; try again") from None
+        if self.slots.locked():
+            try:
+                async with asyncio.timeout(self.limits.queue_timeout):
+                    await self.slots.acquire()
+            except TimeoutError:
+                raise Failure(503, "busy", "too many requests at once; try again") from None
+        else:
+            await self.slots.acquire()  # a free slot is taken at once: no timer
         try:
             body = await self._body(request)
             loop = asyncio.get_running_loop()
@@ -175,8 +183,17 @@ class Route:
             self.slots.release()
 
     async def _body(self, request: web.Request) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
+        content = request.content
+        if content.is_eof():  # the whole body arrived already (with its headers): no timer
+            body = content.read_nowait()
+            if len(body) > self.limit:
+                raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+            if content.at_eof():
+                return body
+            chunks = [body]  # (not all of it read at once: the rest as below)
+        else:
+            chunks = []
+        size = sum(map(len, chunks))
         try:
             async with asyncio.timeout(self.limits.body_timeout):
                 async for chunk in request.content.iter_any():
@@ -201,6 +218,8 @@ class Route:
         del body
         try:
             answer = self.run(args)
+            if isinstance(answer, bytes):  # written already (prioritize)
+                return False, answer
             refused = isinstance(answer, dict) and bool(answer.get("Error"))
             return refused, protocol.encode(answer)
         except (RetriesExhausted, RedisError) as error:
@@ -213,6 +232,11 @@ class Route:
         except Exception:
             log.exception("extender %s: unexpected error", self.verb)
             raise Failure(500, "internal", "internal error (logged by the extender)") from None
+
+
+def _encoded(scores: Callable[[Any], dict[str, int]]) -> Verb:
+    """A verb answering a HostPriorityList's JSON, written from its scores."""
+    return lambda args: protocol.encode_scores(scores(args))
 
 
 def _guarded(guard: Guard) -> Any:

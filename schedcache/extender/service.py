@@ -171,13 +171,18 @@ class Extender:
         return protocol.filter_result(args, passed, failed, unresolvable)
 
     def prioritize(self, args: FilterArgs) -> list[dict[str, Any]]:
+        return protocol.host_priorities(self.prioritize_scores(args))
+
+    def prioritize_scores(self, args: FilterArgs) -> dict[str, int]:
+        """prioritize's scores, host -> 0-10 in the call's order: the server writes them with
+        :func:`protocol.encode_scores`, without a dict per host."""
         self._remember(args)
         self._keep(args)
         with self.snapshot_lock:
             if not self._same_cycle(args.pod):
                 self.cache.update_snapshot(self.snapshot)
             totals = self.columns.score_names(args.pod, self.snapshot, args.node_names)
-            return protocol.host_priorities(scaled(totals, args.node_names))
+            return scaled(totals, args.node_names)
 
     def _same_cycle(self, pod: Pod) -> bool:
         """Whether the snapshot was brought up to date for this pod's filter call just now:
