@@ -150,8 +150,8 @@ def _kept_alive(
     connects (and retries the connection) as before. An error once the request is being
     written raises, closing the connection, as urllib3 does for a POST (its ``Retry`` resends
     no POST after a read error): the caller then finds out where the pod is."""
-    if getattr(pool, "proxy", None) is not None:
-        return None
+    if getattr(pool, "proxy", None) is not None or not hasattr(pool, "_put_conn"):
+        return None  # (a proxy; or a urllib3 without these private methods: its public path)
     conn = pool._get_conn()  # a live one, or a new one not connected yet
     if conn.sock is None:
         pool._put_conn(conn)
