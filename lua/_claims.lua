@@ -117,26 +117,28 @@ end
 -- Inter-pod rules (docs/constraints.md): optimistic, on node generations. The replica decided
 -- on a snapshot caught up to cache generation `since`; `reads` names, per rule, the nodes
 -- whose pods that decision read: "@<rule> <node> <node> ... @<rule> ..." (a spread rule's
--- domain may be one word "~<key>=<value>" instead of its nodes: read_broken). The live cache
+-- domain may be one word "~<key>=<value>" instead of its nodes: rules_broken). The live cache
 -- still gives the same verdict when none of those nodes changed since `since` (any pod placed,
 -- removed or relabelled on a node bumps its generation), and when no other node changed
 -- since then gained a pod with required anti-affinity (the one rule that a pod on a node the
 -- decision did not read can break: an existing pod's anti-affinity toward the incoming pod).
 -- Bounded: the reads and domains of one claim by BOUNDS.MAX_READS_BYTES (more is malformed);
 -- the nodes changed since `since` by BOUNDS.MAX_CHANGED_NODES; and the work on reads and
--- domains by BOUNDS.MAX_READS_SCAN a call, a claim's candidates and a gang's members together
--- (more is 'stale': decide again on a fresher snapshot, where fewer nodes changed since).
--- The work counts a byte checked or passed over by a pattern (the arguments' check; a pass
--- over the rules for a changed node they name) as READS_CHECK_COST bytes searched plainly for
--- a changed node's name (measured: ~40 ms a MB checked, ~19 ms a MB passed, ~2.4 ms a MB
--- searched), so a call spends at most ~0.6 s on them, and a gang at its 4 MiB cap of
--- arguments (64 MiB of work to check) still has room to search. Before, a 50 MB `reads` with
--- 250 nodes changed held Redis 22 s; a claim at 5,000 nodes that read every node carries
--- ~105 KB.
+-- domains by BOUNDS.MAX_READS_SCAN a call, a claim's candidates, an sc_batch's claims and a
+-- gang's members together (more is 'stale': decide again on a fresher snapshot, where fewer
+-- nodes changed since). The work counts a byte checked by a pattern as READS_CHECK_COST bytes
+-- searched plainly (measured: ~40 ms a MB checked, ~2.4 ms a MB searched), and per changed
+-- node the reads' and domains' length (searched for it) and READS_RULE_COST per rule, domain
+-- word and domain line (what each may read of the node). Before, a 16 MiB `reads` with 250
+-- nodes changed held Redis 12 s; a claim at 5,000 nodes that read every node carries ~105 KB.
 BOUNDS.MAX_CHANGED_NODES = 256
 BOUNDS.MAX_READS_BYTES = 1048576
 BOUNDS.MAX_READS_SCAN = 268435456
 BOUNDS.READS_CHECK_COST = 16
+-- What one changed node costs a claim per rule, domain word and domain line, in the same
+-- units: a rule may read whether a pod carrying its labels arrived (up to 8 records), a word
+-- or a line one kept label (~10 us on this machine's Redis).
+BOUNDS.READS_RULE_COST = 4096
 -- Per rule of `reads`, the change on a node it read that can break it: a pod placed there
 -- (`added`: a matching pod in the target's domain, for anti-affinity and a spread count),
 -- one taken off (`removed`: the anchor of an affinity, a pod the spread minimum counted), or
@@ -155,73 +157,106 @@ local REPORTED = { ['topology-spread-min'] = 'topology-spread' }
 -- shares the target's domain. `domains`: "<key> <node> ...\n<key> <node> ...", per topology key
 -- of the anti-affinity terms the decision saw, the nodes sharing the target's value. A term
 -- under any other key (xt more than those counted) is taken as repelling (decide again).
-local function may_repel(nk, node, domains)
-  local keys, lists = {}, {}
-  for line in string.gmatch(domains, '[^\n]+') do
-    local key, rest = string.match(line, '^(%S+)(.*)$')
-    if key ~= nil then
-      keys[#keys + 1] = key
-      lists[#lists + 1] = rest .. ' '
-    end
-  end
-  local wanted = { 'anti', 'xt' }
-  for j = 1, #keys do wanted[#wanted + 1] = 'x:' .. keys[j] end
-  local have = typed_read(nk, 'hash', 'HMGET', unpack(wanted))
+local function may_repel(nk, node, parsed)
+  local have = typed_read(nk, 'hash', 'HMGET', 'anti', 'xt')
   if stored_int(nk, have[1], 0) <= 0 then return false end
   local terms, counted = stored_int(nk, have[2], 0), 0
-  for j = 1, #keys do
-    local n = stored_int(nk, have[j + 2], 0)
-    counted = counted + n
-    if n > 0 and string.find(lists[j], ' ' .. node .. ' ', 1, true) then return true end
+  local keys, lists = parsed[1], parsed[2]
+  -- The key's counts BOUNDS.PODS_PER_SADD fields an HMGET (unpack is bounded).
+  for j = 1, #keys, BOUNDS.PODS_PER_SADD do
+    local last = math.min(#keys, j + BOUNDS.PODS_PER_SADD - 1)
+    local fields = {}
+    for k = j, last do fields[#fields + 1] = 'x:' .. keys[k] end
+    local got = typed_read(nk, 'hash', 'HMGET', unpack(fields))
+    for k = j, last do
+      local n = stored_int(nk, got[k - j + 1], 0)
+      counted = counted + n
+      if n > 0 and string.find(lists[k], ' ' .. node .. ' ', 1, true) then return true end
+    end
   end
   return terms == 0 or terms > counted
 end
 
--- The first rule that read `node` (a node changed since `since`) and that the change there
--- can break, or nil. `padded` is " <reads> ": each "@<rule>" owns the words after it up to the
--- next one, node names and domain words "~<key>=<value>" (a spread rule's domains under a
--- key other than the hostname, in place of their every node): the node reads as named by a
--- word when its kept label <key> is <value>, or its labels are not kept. They are the labels
--- the snapshot saw: a spec change since refused the spread claim already (spec_refusal). A
--- first-pod affinity (no matching pod anywhere) breaks on a pod placed too.
--- One pass over the rules (each rule's words searched once: a claim naming a node 2,000 times
--- took Redis 1.8 s when each place looked back over the reads for its rule), one HMGET per
--- label key of the words.
-local function read_broken(p, node, padded, since, first_pod)
-  local word = ' ' .. node .. ' '
-  if not string.find(padded, word, 1, true) and not string.find(padded, ' ~', 1, true) then
-    return nil
+-- The first rule that read a node of `changed` (nodes changed since `since`) and that the
+-- change there can break, or nil. `padded` is " <reads> ": each "@<rule>" owns the words after
+-- it up to the next one, node names and domain words "~<key>=<value>" (a spread rule's domains
+-- under a key other than the hostname, in place of their every node): a node reads as named
+-- by a word when its kept label <key> is <value>, or its labels are not kept. They are the
+-- labels the snapshot saw: a spec change since refused the spread claim already
+-- (spec_refusal). A first-pod affinity (no matching pod anywhere) breaks on a pod placed too.
+-- One pass over the rules a claim, each rule's body searched for each changed node plainly
+-- (a pass a changed node held Redis 1.9-3.6 s for 1 MiB of rules naming 100 changed nodes;
+-- each place looking back over the reads for its rule, 1.8 s for a node named 2,000 times);
+-- per changed node once: its pod changes, one HMGET per label key of the words, whether a
+-- pod carrying given labels arrived. The caller's budget paid for all of it (rule_conflicts).
+local function rules_broken(p, changed, padded, since, first_pod)
+  local tilde = string.find(padded, ' ~', 1, true) ~= nil
+  local words, any = {}, tilde
+  for j = 1, #changed do
+    local word = ' ' .. changed[j] .. ' '
+    if string.find(padded, word, 1, true) then
+      words[j] = word
+      any = true
+    end
   end
-  -- A pass over every rule: the call's budget pays for it as for a check (a claim of 1 MiB
-  -- of rules naming 100 changed nodes held Redis 1.9 s).
-  local pass = #padded * BOUNDS.READS_CHECK_COST
-  if pass > BOUNDS.scan_left then return 'stale' end
-  BOUNDS.scan_left = BOUNDS.scan_left - pass
-  local added, removed, kept = nil, nil, {}
+  if not any then return nil end
+  local seen = {}  -- j -> what was read of changed[j]: pod changes, kept labels, arrivals
   for ruled, body in string.gmatch(padded, '@(%S+)([^@]*)') do
-    local named = string.find(body, word, 1, true) ~= nil
-    if not named and string.find(body, ' ~', 1, true) then
+    local rule, labels = string.match(ruled, '^([^:]+):?(.*)$')
+    local needs = RULES[rule]
+    if rule == 'pod-affinity' and first_pod then needs = 'any' end
+    local wanted = nil  -- this rule's domain words: key -> { value -> true }
+    if tilde and string.find(body, ' ~', 1, true) then
+      wanted = {}
       for key, value in string.gmatch(body, ' ~([^=%s]+)=(%S*)') do
-        local have = kept[key]
-        if have == nil then
-          have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
-          kept[key] = have
+        local values = wanted[key]
+        if values == nil then
+          values = {}
+          wanted[key] = values
         end
-        if not have[1] or have[2] == value then
-          named = true
-          break
-        end
+        values[value] = true
       end
     end
-    if named then
-      local rule, labels = string.match(ruled, '^([^:]+):?(.*)$')
-      if added == nil then added, removed = pod_changes_since(p, node, since) end
-      local needs = RULES[rule]
-      if rule == 'pod-affinity' and first_pod then needs = 'any' end
-      if needs == 'any' and (added or removed) or needs == 'removed' and removed
-          or needs == 'added' and added
-            and (labels == '' or ARRIVALS.arrived(p, node, since, labels)) then
-        return rule
+    for j = 1, #changed do
+      local node = changed[j]
+      local named = words[j] ~= nil and string.find(body, words[j], 1, true) ~= nil
+      local read = seen[j]
+      if read == nil and (named or wanted ~= nil) then
+        read = { kept = {}, arrived = {} }
+        seen[j] = read
+      end
+      if not named and wanted ~= nil then
+        for key, values in pairs(wanted) do
+          local have = read.kept[key]
+          if have == nil then
+            have = typed_read(p .. 'nodelabels:' .. node, 'hash', 'HMGET', 'ln', 'l:' .. key)
+            read.kept[key] = have
+          end
+          if not have[1] or values[have[2]] then
+            named = true
+            break
+          end
+        end
+      end
+      if named then
+        if read.added == nil then
+          local added, removed = pod_changes_since(p, node, since)
+          read.added, read.removed = added or false, removed or false
+        end
+        local added, removed = read.added, read.removed
+        local broken = needs == 'any' and (added or removed) or needs == 'removed' and removed
+        if not broken and needs == 'added' and added then
+          broken = labels == ''
+          if not broken then
+            local arrived = read.arrived[labels]
+            if arrived == nil then
+              arrived = ARRIVALS.arrived(p, node, since, labels) and true or false
+              read.arrived[labels] = arrived
+            end
+            broken = arrived
+          end
+        end
+        if broken then return rule end
       end
     end
   end
@@ -245,11 +280,13 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   local checking = size * BOUNDS.READS_CHECK_COST
   if checking > BOUNDS.scan_left then return 'stale' end
   BOUNDS.scan_left = BOUNDS.scan_left - checking
+  local rules, words = 0, 0  -- how many rules and domain words: their work per changed node
   if reads ~= '' then
     if string.sub(reads, 1, 1) ~= '@' or string.find(reads, '[\r\n\t]') then return nil end
     for rule in string.gmatch(reads, '@(%S*)') do
       local name, labels = string.match(rule, '^([^:]*):?(.*)$')
       if not RULES[name] or not ARRIVALS.valid_labels(labels) then return nil end
+      rules = rules + 1
     end
     -- Domain words: "~<key>=<value>", under a spread rule only ('@' is in no node name,
     -- label key or value: it splits the rules).
@@ -258,6 +295,7 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
         if string.sub(rule, 1, 15) ~= 'topology-spread' then return nil end
         for word in string.gmatch(body, '~%S*') do
           if not string.match(word, '^~[^=%s]+=') then return nil end
+          words = words + 1
         end
       end
     end
@@ -279,8 +317,11 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
   if #changed == 0 then return '' end
   -- Each changed node is searched for in the reads and the domains (spec_refusal,
-  -- read_broken): the call's budget for that (reset by begin_call) pays for it first.
-  local scan = #changed * size
+  -- rules_broken), and met by each rule (its pod changes, an arrival read), each domain word
+  -- (a kept label read) and each line of the domains (may_repel): the call's budget (reset by
+  -- begin_call) pays for all of it first.
+  local _, lines = string.gsub(domains or '', '\n', '')
+  local scan = #changed * (size + BOUNDS.READS_RULE_COST * (rules + words + lines + 1))
   if scan > BOUNDS.scan_left then return 'stale' end
   BOUNDS.scan_left = BOUNDS.scan_left - scan
   -- A node relabelled, tainted, added, filled in or removed since: the snapshot's domains are
@@ -289,13 +330,23 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   if moved ~= nil then return moved end
   local padded = ' ' .. reads .. ' '
   local first_pod = string.find('\n' .. (domains or '') .. '\n', FIRST_POD, 1, true) ~= nil
+  local broken = rules_broken(p, changed, padded, since, first_pod)
+  if broken ~= nil then return REPORTED[broken] or broken end
+  local parsed  -- `domains` split once, "<key> <node> ..." a line (may_repel)
   for j = 1, #changed do
     local node = changed[j]
-    local broken = read_broken(p, node, padded, since, first_pod)
-    if broken ~= nil then return REPORTED[broken] or broken end
-    if anti_placed_since(p, node, since)
-        and may_repel(p .. 'node:' .. node, node, domains or '') then
-      return 'existing-anti-affinity'
+    if anti_placed_since(p, node, since) then
+      if parsed == nil then
+        parsed = { {}, {} }
+        for line in string.gmatch(domains or '', '[^\n]+') do
+          local key, rest = string.match(line, '^(%S+)(.*)$')
+          if key ~= nil then
+            parsed[1][#parsed[1] + 1] = key
+            parsed[2][#parsed[2] + 1] = rest .. ' '
+          end
+        end
+      end
+      if may_repel(p .. 'node:' .. node, node, parsed) then return 'existing-anti-affinity' end
     end
   end
   return ''

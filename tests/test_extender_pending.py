@@ -412,3 +412,36 @@ def test_a_relist_drops_the_kept_pods_first(api_server: FakeApiServer, tmp_path:
     finally:
         api_server.release_lists()
         watch.close()
+
+
+def test_a_healthy_silent_watch_resumes_at_its_read_timeout_without_relisting(
+    api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """Nothing to say (no pending pod changes, no bookmark: a real API server promises none):
+    past ``idle_after`` it serves nothing, and at its read timeout it resumes from its version
+    rather than relisting every pod (second review: it relisted every ~75 s)."""
+    api_server.create(pending("a", "100m"))
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api, idle_after=0.5).start()
+    try:
+        eventually(lambda: watch.get("uid-a") is not None)
+        eventually(lambda: watch.counters["watch_restarts"] >= 1, timeout=20)
+        assert watch.counters["relists"] == 1
+        api_server.create(pending("b", "100m"))
+        eventually(lambda: watch.get("uid-b") is not None)
+        assert watch.get("uid-a") is not None
+    finally:
+        watch.close()
+
+
+@pytest.mark.parametrize("name", ["a,metadata.namespace=x", "Ref", "a..b", ""])
+def test_a_scheduler_name_that_is_no_dns_subdomain_is_refused(name: str) -> None:
+    """It goes into the watch's field selector (a comma adds a term) and queue key names."""
+    from click.testing import CliRunner
+
+    from schedcache.cli.app import main
+
+    for command in (["extender", "--no-api"], ["scheduler"]):
+        result = CliRunner().invoke(main, [*command, "--scheduler-name", name])
+        assert result.exit_code == 2, result.output
+        assert "--scheduler-name" in result.output and "Traceback" not in result.output

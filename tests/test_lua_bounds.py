@@ -302,6 +302,51 @@ def test_a_gang_of_large_reads_a_few_node_changes_after_its_snapshot_is_taken(
     assert refused.value.reasons == ("stale",)
 
 
+def test_a_gang_whose_reads_name_the_changed_nodes_is_taken(cache: Cache) -> None:
+    """64 members each reading every node (~50 KB: ~2,000 nodes of real-length names), 10 of
+    them given a pod no rule selects since the snapshot: no rule is broken, and one pass over
+    each member's rules serves every changed node (a pass a changed node refused it `stale`
+    at its 28th member: second review)."""
+    batch = cache.batch()
+    for i in range(11):
+        batch.add_node(make_node(f"n{i}", "64", "64Gi"))
+    batch.execute()
+    since = cache.generation()
+    batch = cache.batch()
+    for i in range(1, 11):
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
+    batch.execute()
+    text = "@pod-anti-affinity:app=web " + " ".join(f"n{i}" for i in range(11)) + " "
+    reads = (text + " ".join(f"x{i:07d}" for i in range(50_000 // 9)))[:50_000].rstrip()
+    members = [(make_pod(f"m{i}", "n0", "1m", "1Mi"), reads, "") for i in range(64)]
+    assert cache.run(gang_claim("default/g", members, since=since))
+    assert cache.pod_state("m63") == "assumed"
+
+
+def test_a_claim_of_many_domain_keys_is_answered_not_failed(cache: Cache) -> None:
+    """~36,000 one-key lines of `domains` with an anti-affinity pod placed since: the node's
+    counts are read in bounded HMGETs (one unpack of them all failed the call with a raw Lua
+    error, 'too many results to unpack': second review)."""
+    for i in range(3):
+        cache.add_node(make_node(f"n{i}", "64", "64Gi"))
+    since = cache.generation()
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+            ]
+        }
+    }
+    cache.add_pod(make_pod("a1", "n1", "1m", "1Mi", affinity=anti))
+    domains = "\n".join(f"k{i} y0 y1 y2" for i in range(36_000))[: commands.MAX_READS_BYTES]
+    claim = commands.assume_pod(
+        make_pod("c", "n0", "1m", "1Mi"), True, since=since, domains=domains
+    )
+    with pytest.raises(FitConflict) as refused:  # a1's term under a key the domains lack
+        cache.run(claim)
+    assert refused.value.reasons == ("existing-anti-affinity",)
+
+
 # -- the queue (issue 39, item 7) ---------------------------------------------------------------
 
 T0 = 1_700_000_000.0

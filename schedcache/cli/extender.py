@@ -17,7 +17,7 @@ from schedcache.cli.lifecycle import (
     ready_cache,
     stop_on_signals,
 )
-from schedcache.cli.params import F, Name, Seconds
+from schedcache.cli.params import F, Name, SchedulerName, Seconds
 from schedcache.cli.serve import metrics_address_option, serve_metrics
 from schedcache.extender.limits import Limits
 from schedcache.ops.leases import default_replica
@@ -103,6 +103,7 @@ def _tls_options(command: F) -> F:
 @click.option(
     "--scheduler-name",
     "scheduler_names",
+    type=SchedulerName(),
     multiple=True,
     help="Bind only pods whose spec.schedulerName is this (repeatable) [default: every pod].",
 )
@@ -319,6 +320,7 @@ def _hold_lease(cache: Cache) -> None:
 @click.command("scheduler")
 @click.option(
     "--scheduler-name",
+    type=SchedulerName(),
     required=True,
     help="Schedule the pending pods whose spec.schedulerName is this.",
 )

@@ -11,6 +11,7 @@ import click
 
 from schedcache.cli.text import printable
 from schedcache.errors import ValidationError
+from schedcache.model.selectors import is_dns_subdomain
 from schedcache.store.commands import MAX_TIMEOUT
 from schedcache.store.events import normal_stream_id
 from schedcache.store.keys import Keys
@@ -55,6 +56,24 @@ class Name(TextParam):
             text.encode("utf-8")
         except UnicodeEncodeError:
             self.fail(f"'{printable(text)}' is not valid UTF-8", param, ctx)
+        return text
+
+
+class SchedulerName(TextParam):
+    """A ``spec.schedulerName``: a DNS subdomain, as the API server checks it (it goes into
+    queue key names and the pending pods' field selector, where a comma would add a term)."""
+
+    name = "scheduler name"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not is_dns_subdomain(text):
+            self.fail(
+                f"'{printable(text)}' is not a scheduler name (a lowercase DNS subdomain of at "
+                "most 253 characters)",
+                param,
+                ctx,
+            )
         return text
 
 

@@ -141,6 +141,13 @@ class PendingPods:
             and now - self.heard <= self.idle_after
         )
 
+    def down_too_long(self) -> bool:
+        """The watch failed more than ``stale_after`` seconds ago and is not back: events may
+        be missing, relist. (A silent watch is not down: resuming from its version misses
+        nothing, and a healthy watch on a quiet cluster may send no bookmark for minutes.)"""
+        down = self.down_since
+        return down is not None and time.monotonic() - down > self.stale_after
+
     # -- the thread ------------------------------------------------------------------------
 
     def start(self) -> PendingPods:
@@ -167,7 +174,7 @@ class PendingPods:
         listed = False
         while not self.stop.is_set():
             try:
-                if not listed or not self.current():
+                if not listed or self.down_too_long():
                     self.relist()
                     listed = True
                 self.watch(self.version)
@@ -359,12 +366,11 @@ class PendingPods:
 def capped_json(response: Any, cap: int) -> dict[str, Any] | None:
     """A list answer's JSON object, or None when it passes ``cap`` bytes (not read further:
     the connection is dropped)."""
-    try:
-        data = response.read(cap + 1, decode_content=True)
-        if len(data) > cap:
-            return None
-    finally:
-        response.release_conn()
+    data = response.read(cap + 1, decode_content=True)
+    if len(data) > cap:
+        response.close()  # the rest unread: the connection is not given back to the pool
+        return None
+    response.release_conn()
     value = json.loads(data)
     if not isinstance(value, dict):
         raise ValueError(f"the API server answered {type(value).__name__}, not an object")
