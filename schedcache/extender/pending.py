@@ -15,13 +15,16 @@ without an API GET (service.py). The data is the API server's, never a caller's.
   copy of its uid goes): its bind reads it as before, and refuses it with the same error.
 * A pod leaves when it is bound (the watch's MODIFIED with ``spec.nodeName``, or the DELETED
   the field selector makes of it) or deleted.
-* Lists page by page (a consistent snapshot, swapped in whole once listed), then watches from
-  the list's resourceVersion with bookmarks; a watch that ends resumes from the newest version
-  seen; ``410 Gone`` (an HTTP status or an ``ERROR`` event) relists; other failures back off
+* Lists page by page (``PAGE_SIZE`` pods, a page past ``PAGE_BYTES`` read again a pod a page;
+  the kept pods dropped first, the list swapped in whole once listed; with one scheduler name
+  the API server selects it), then watches from the list's resourceVersion with bookmarks; a
+  watch that ends (or stays silent to its read timeout) resumes from the newest version seen;
+  ``410 Gone`` (an HTTP status or an ``ERROR`` event) relists; other failures back off
   (``BACKOFF`` doubling to ``MAX_BACKOFF``).
-* **Current or not served**: until the first list ends, and once the watch has been down for
-  more than ``STALE_AFTER`` seconds, :meth:`PendingPods.get` answers nothing (binds GET the pod,
-  as without the watch); after such an outage the watch relists before it serves again.
+* **Current or not served**: until the first list ends, while it relists, once the watch has
+  been down for more than ``STALE_AFTER`` seconds, or silent for more than ``IDLE_AFTER``,
+  :meth:`PendingPods.get` answers nothing (binds GET the pod, as without the watch); after
+  such an outage the watch relists before it serves again.
 
 What a kept copy may lag (as kube-scheduler's informer may): a pod deleted and recreated has
 another uid (the bind GETs); one bound elsewhere meanwhile is refused by Redis's claim or by
