@@ -203,8 +203,12 @@ def test_field_selectors_informers_use(server: FakeApiServer, v1: client.CoreV1A
     page = v1.list_pod_for_all_namespaces(field_selector=ACTIVE, limit=2)
     assert len(page.items) == 2 and page.metadata._continue
     assert page.metadata.remaining_item_count is None, "not set under a selector (as real)"
+    # spec.schedulerName is selectable (defaulted as the real server defaults it); a field the
+    # real server does not select on answers 400.
+    assert names("spec.nodeName=,spec.schedulerName=default-scheduler") == {"pending"}
+    assert names("spec.schedulerName=x") == set()
     with pytest.raises(ApiException) as e:
-        v1.list_pod_for_all_namespaces(field_selector="spec.schedulerName=x")
+        v1.list_pod_for_all_namespaces(field_selector="spec.dnsPolicy=x")
     assert e.value.status == 400
 
 
