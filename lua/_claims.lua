@@ -188,8 +188,9 @@ end
 -- (a pass a changed node held Redis 1.9-3.6 s for 1 MiB of rules naming 100 changed nodes;
 -- each place looking back over the reads for its rule, 1.8 s for a node named 2,000 times);
 -- per changed node once: its pod changes, one HMGET per label key of the words, whether a
--- pod carrying given labels arrived. The caller's budget paid for all of it (rule_conflicts).
-local function rules_broken(p, changed, padded, since, first_pod)
+-- pod carrying given labels arrived. The searches were paid for by the caller (rule_conflicts);
+-- `per_node`, what a node's reads may cost, is paid here for each node a rule reads.
+local function rules_broken(p, changed, padded, since, first_pod, per_node)
   local tilde = string.find(padded, ' ~', 1, true) ~= nil
   local words, any = {}, tilde
   for j = 1, #changed do
@@ -222,6 +223,10 @@ local function rules_broken(p, changed, padded, since, first_pod)
       local named = words[j] ~= nil and string.find(body, words[j], 1, true) ~= nil
       local read = seen[j]
       if read == nil and (named or wanted ~= nil) then
+        -- A changed node a rule reads pays for its rules' and words' reads, here (not every
+        -- changed node up front: a batch of small claims ran out of budget: third review).
+        if per_node > BOUNDS.scan_left then return 'stale' end
+        BOUNDS.scan_left = BOUNDS.scan_left - per_node
         read = { kept = {}, arrived = {} }
         seen[j] = read
       end
@@ -317,11 +322,12 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   for j = 1, #changed_nodes do changed[#changed + 1] = changed_nodes[j] end
   if #changed == 0 then return '' end
   -- Each changed node is searched for in the reads and the domains (spec_refusal,
-  -- rules_broken), and met by each rule (its pod changes, an arrival read), each domain word
-  -- (a kept label read) and each line of the domains (may_repel): the call's budget (reset by
-  -- begin_call) pays for all of it first.
+  -- rules_broken): the call's budget (reset by begin_call) pays for that first; a node a rule
+  -- reads pays for each rule (its pod changes, an arrival read) and domain word (a kept label
+  -- read) in rules_broken, a node an anti-affine pod was placed on for each line of the
+  -- domains (may_repel) below.
   local _, lines = string.gsub(domains or '', '\n', '')
-  local scan = #changed * (size + BOUNDS.READS_RULE_COST * (rules + words + lines + 1))
+  local scan = #changed * size
   if scan > BOUNDS.scan_left then return 'stale' end
   BOUNDS.scan_left = BOUNDS.scan_left - scan
   -- A node relabelled, tainted, added, filled in or removed since: the snapshot's domains are
@@ -330,12 +336,16 @@ local function rule_conflicts(p, target, since, reads, domains, incarnation)
   if moved ~= nil then return moved end
   local padded = ' ' .. reads .. ' '
   local first_pod = string.find('\n' .. (domains or '') .. '\n', FIRST_POD, 1, true) ~= nil
-  local broken = rules_broken(p, changed, padded, since, first_pod)
+  local broken = rules_broken(p, changed, padded, since, first_pod,
+                              BOUNDS.READS_RULE_COST * (rules + words))
   if broken ~= nil then return REPORTED[broken] or broken end
   local parsed  -- `domains` split once, "<key> <node> ..." a line (may_repel)
   for j = 1, #changed do
     local node = changed[j]
     if anti_placed_since(p, node, since) then
+      local cost = BOUNDS.READS_RULE_COST * (lines + 1)
+      if cost > BOUNDS.scan_left then return 'stale' end
+      BOUNDS.scan_left = BOUNDS.scan_left - cost
       if parsed == nil then
         parsed = { {}, {} }
         for line in string.gmatch(domains or '', '[^\n]+') do

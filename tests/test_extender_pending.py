@@ -445,3 +445,25 @@ def test_a_scheduler_name_that_is_no_dns_subdomain_is_refused(name: str) -> None
         result = CliRunner().invoke(main, [*command, "--scheduler-name", name])
         assert result.exit_code == 2, result.output
         assert "--scheduler-name" in result.output and "Traceback" not in result.output
+
+
+def test_a_watch_that_ends_at_once_is_asked_again_after_a_pause(
+    api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that ends every watch at once, without a line: the next watch waits, doubling
+    from 0.5 s (it was asked again at once, in a loop: third review)."""
+    calls: list[float] = []
+
+    def ends_at_once(self: PendingPods, version: str) -> int:
+        calls.append(time.monotonic())
+        return 0
+
+    monkeypatch.setattr(PendingPods, "watch", ends_at_once)
+    api = api_client(str(api_server.kubeconfig(tmp_path / "kubeconfig")))
+    watch = PendingPods(api).start()
+    try:
+        eventually(lambda: len(calls) >= 1)
+        time.sleep(2.0)
+        assert 2 <= len(calls) <= 4, len(calls)  # 0 s, 0.5 s, 1.5 s (then 3.5 s)
+    finally:
+        watch.close()

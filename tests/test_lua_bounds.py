@@ -347,6 +347,48 @@ def test_a_claim_of_many_domain_keys_is_answered_not_failed(cache: Cache) -> Non
     assert refused.value.reasons == ("existing-anti-affinity",)
 
 
+SMALL_READS = (
+    "@pod-anti-affinity:app=zzz q0 q1 @pod-affinity:app=yyy q2 @topology-spread:app=xxx q3 q4"
+)
+
+
+def nodes_changed_since(cache: Cache, changed: int, targets: int) -> int:
+    """``changed`` nodes given a pod after the generation returned; ``targets`` roomy ones."""
+    batch = cache.batch(chunk_size=1000)
+    for i in range(changed):
+        batch.add_node(make_node(f"n{i}", "64", "64Gi"))
+    for t in range(targets):
+        batch.add_node(make_node(f"t{t}", "640", "640Gi", pods="1000"))
+    batch.execute()
+    since = cache.generation()
+    batch = cache.batch(chunk_size=1000)
+    for i in range(changed):
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
+    batch.execute()
+    return since
+
+
+def test_a_default_batch_of_small_claims_after_100_changed_nodes_is_taken(cache: Cache) -> None:
+    """200 claims (Cache.batch's default chunk) of 3 rules naming no changed node, 100 nodes
+    given a pod since: only a node a rule reads pays for its rules' reads (charging every
+    changed node for them refused the last 52 `stale`: third review)."""
+    since = nodes_changed_since(cache, 100, 10)
+    batch = cache.batch()
+    for i in range(200):
+        pod = make_pod(f"c{i}", f"t{i % 10}", "1m", "1Mi")
+        batch.add(commands.assume_pod(pod, check_fit=True, since=since, reads=SMALL_READS))
+    assert [result.error for result in batch.execute()] == [None] * 200
+
+
+def test_a_gang_of_small_reads_after_190_changed_nodes_is_taken(cache: Cache) -> None:
+    """64 members, 3 rules and 3 domain lines each, none naming a changed node: taken (it was
+    refused `stale` as a whole: third review)."""
+    since = nodes_changed_since(cache, 190, 64)
+    domains = "zone q0 q1\nrack q0\nrow q1"
+    members = [(make_pod(f"m{i}", f"t{i}", "1m", "1Mi"), SMALL_READS, domains) for i in range(64)]
+    assert cache.run(gang_claim("default/g", members, since=since))
+
+
 # -- the queue (issue 39, item 7) ---------------------------------------------------------------
 
 T0 = 1_700_000_000.0

@@ -180,8 +180,13 @@ class PendingPods:
                 if not listed or self.down_too_long():
                     self.relist()
                     listed = True
-                self.watch(self.version)
-                delay = BACKOFF
+                if self.watch(self.version):
+                    delay = BACKOFF
+                    continue
+                # Ended without a line: resumed after a pause, not at once (a server that
+                # ends every watch at once would be asked again and again: third review).
+                self.stop.wait(delay)
+                delay = min(MAX_BACKOFF, delay * 2)
                 continue
             except Gone as gone:
                 log.info("pending pods: %s; relisting", gone)
@@ -280,9 +285,10 @@ class PendingPods:
                 return pods, size, str(version) if version else "0"
         raise _Stopped
 
-    def watch(self, version: str) -> None:
+    def watch(self, version: str) -> int:
         """Apply watch events from ``version`` until the watch ends (:attr:`version` follows
-        them). Raises :class:`Gone` on 410."""
+        them); how many lines it sent. Raises :class:`Gone` on 410."""
+        lines = 0
         response = open_watch(self._call, version, WATCH_TIMEOUT, self.idle_after + 5)
         self.response = response
         self.down_since = None
@@ -292,6 +298,7 @@ class PendingPods:
                 if self.stop.is_set():
                     break
                 self.heard = time.monotonic()
+                lines += 1
                 self._event(line)
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError) as error:
             # Cut mid-stream (a load balancer, the server restarting): a new watch resumes
@@ -302,6 +309,7 @@ class PendingPods:
             self.response = None
             response.release_conn()
         self.counters["watch_restarts"] += 1
+        return lines
 
     def _event(self, line: bytes) -> None:
         try:
