@@ -192,15 +192,15 @@ end
 -- `per_node`, what a node's reads may cost, is paid here for each node a rule reads.
 local function rules_broken(p, changed, padded, since, first_pod, per_node)
   local tilde = string.find(padded, ' ~', 1, true) ~= nil
-  local words, any = {}, tilde
+  local words, named_at = {}, {}  -- the changed nodes the reads name: their words, indexes
   for j = 1, #changed do
     local word = ' ' .. changed[j] .. ' '
     if string.find(padded, word, 1, true) then
       words[j] = word
-      any = true
+      named_at[#named_at + 1] = j
     end
   end
-  if not any then return nil end
+  if #named_at == 0 and not tilde then return nil end
   local seen = {}  -- j -> what was read of changed[j]: pod changes, kept labels, arrivals
   for ruled, body in string.gmatch(padded, '@(%S+)([^@]*)') do
     local rule, labels = string.match(ruled, '^([^:]+):?(.*)$')
@@ -218,7 +218,11 @@ local function rules_broken(p, changed, padded, since, first_pod, per_node)
         values[value] = true
       end
     end
-    for j = 1, #changed do
+    -- A rule with domain words may read any changed node; one without, only those named
+    -- (30,000 rules naming one node visited 250 changed nodes each: 0.4 s).
+    local count = wanted ~= nil and #changed or #named_at
+    for k = 1, count do
+      local j = wanted ~= nil and k or named_at[k]
       local node = changed[j]
       local named = words[j] ~= nil and string.find(body, words[j], 1, true) ~= nil
       local read = seen[j]
