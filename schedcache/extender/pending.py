@@ -53,13 +53,18 @@ from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 
 from schedcache.errors import CacheError
-from schedcache.feed.sync import API_ERRORS, Gone, open_watch, watch_lines
+from schedcache.feed.sync import (
+    API_ERRORS,
+    DEFAULT_SCHEDULER,
+    Gone,
+    open_watch,
+    watch_lines,
+)
 from schedcache.model.values import Pod
 
 log = logging.getLogger(__name__)
 
 UNSCHEDULED = "spec.nodeName="  # kube-scheduler's queue informer's selector
-DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 PENDING_PODS = 10_000  # pods kept at most
 PENDING_BYTES = 16 * 1024 * 1024  # their JSON at most (decoded: up to ~5x)
 POD_BYTES = 16 * 1024  # one pod's JSON at most, as --bind-pod-from-filter's KEPT_POD_BYTES

@@ -174,10 +174,7 @@ def _cluster_pair(
     pipe.fcall_ro(*store.read_args(HEAD_READ, *head_args))
     pipe.xrange(store.keys.events, first, "+", count)
     head, page = pipe.execute(raise_on_error=False)  # (errors as the server said them)
-    for reply in (head, page):
-        if isinstance(reply, redis.ResponseError):
-            raise reply
-    return head, page
+    return _raised(head), _raised(page)
 
 
 def _follow_pair(
@@ -190,10 +187,14 @@ def _follow_pair(
         ("FCALL_RO", *store.read_args(HEAD_READ, *head_args)),
         ("XRANGE", store.keys.events, first, "+", "COUNT", count),
     )
-    for reply in (head, page):
-        if isinstance(reply, redis.ResponseError):
-            raise reply
-    return head, stream_page(page)
+    return _raised(head), stream_page(_raised(page))
+
+
+def _raised(reply: Any) -> Any:
+    """``reply``, or raised when it is an error reply (of a pipeline or a pinned call)."""
+    if isinstance(reply, redis.ResponseError):
+        raise reply
+    return reply
 
 
 def answer_from(store: Store, read: Read, replica: redis.Redis | None) -> Any:
