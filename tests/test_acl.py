@@ -39,6 +39,7 @@ from schedcache.store.library import (
 )
 from tests.factories import keyspace, make_node, make_pod, node_manifest, pod_manifest
 from tests.servers import Server, free_port
+from tests.test_snapshot import assert_matches_fresh
 
 PASSWORD = "Acl-T3st-pw"
 T0 = 1_700_000_000.0
@@ -64,6 +65,7 @@ def test_the_reader_gets_no_write_and_only_the_admin_loads_the_library() -> None
     table = command_table()
     reader = role_commands("reader")
     assert not [c for c in reader if c in table and table[c].writes]
+    assert {"multi", "exec"} <= set(reader)  # the catch-up's plain head: reads in a MULTI
     assert "fcall" not in reader and "fcall_ro" in reader
     for role in ("feeder", "scheduler", "worker"):
         granted = role_commands(role)
@@ -258,6 +260,8 @@ def reader_work(cache_url: str, name: str) -> None:
     cache = Cache(connect(cache_url), name)
     snap = Snapshot()
     cache.update_snapshot(snap)
+    cache.update_snapshot(snap)  # following the stream: the plain head (MULTI ... EXEC)
+    assert cache.store.plain_heads and snap.last_id is not None
     assert cache.pod_count() >= 1 and cache.dump().nodes
     assert cache.events() and cache.replay().nodes
     assert cache.verify() == []
@@ -293,6 +297,27 @@ def test_a_restricted_user_cannot_reach_another_database(server: Server) -> None
     with pytest.raises(ConnectionFailed, match="select"):
         connect(reader.replace("/0", "/1"))
     server.client().acl_log_reset()
+
+
+def test_a_reader_without_transactions_catches_up_by_the_function(server: Server) -> None:
+    """Rules from before the plain head (a reader without MULTI): the first catch-up is
+    refused MULTI once, then every catch-up reads the head by the function, equal all the
+    same."""
+    name = "tenant-plain"
+    admin = Cache(connect(url(server, "default", "")), name)
+    admin.add_node(make_node("n1"))
+    reader = Cache(
+        connect(make_user(server, "plain-reader", name, "reader", without="multi")), name
+    )
+    snap = Snapshot()
+    reader.update_snapshot(snap)
+    server.client().acl_log_reset()
+    for j in range(3):
+        admin.add_pod(make_pod(f"p{j}", "n1", "10m", "1Mi"))
+        assert reader.update_snapshot(snap).events == 1
+    assert not reader.store.plain_heads
+    assert denials(server) == ["plain-reader: command multi"]  # once, not per catch-up
+    assert_matches_fresh(reader, snap)
 
 
 def test_a_user_one_command_short_writes_nothing(server: Server) -> None:

@@ -218,12 +218,17 @@ def library_loaded(cache: Cache) -> bool:
 
 
 def test_a_catch_up_reloads_the_library_when_the_server_lost_it(cache):
-    """The head read sent with its page (a pipeline of its own, both APIs) reloads the library
-    as every read does, and the update goes on from the stream."""
+    """A catch-up of pods alone calls no function (the plain head, store/plain_head.py): it
+    goes on from the stream with the library gone. One the function answers (a node added:
+    it sends the node tree) reloads the library as every read does (both APIs)."""
     snap = populated(cache)
     cache.add_pod(make_pod("more", "n1", "10m", "1Mi"))
     cache.client.function_flush()
-    assert not library_loaded(cache)
+    report = cache.update_snapshot(snap)
+    assert report.events == 1 and report.fell_back == ""
+    assert not library_loaded(cache)  # (no function was needed)
+    cache.add_node(make_node("n8", cpu="8", mem="8Gi", labels={"zone": "z8"}))  # reloads it
+    cache.client.function_flush()
     report = cache.update_snapshot(snap)
     assert report.events == 1 and report.fell_back == ""
     assert library_loaded(cache)
@@ -538,3 +543,73 @@ def test_a_last_event_key_that_is_no_stream_id_refuses_the_update_naming_it(make
     cache.add_pod(make_pod("later", "n0", "10m", "1Mi"))
     assert cache.update_snapshot(snap).events == 2
     assert_matches_fresh(cache, snap)
+
+
+def test_the_plain_head_answers_what_the_function_answers(make_cache):
+    """The catch-up's plain transaction (MULTI, MGET, GET, XRANGE, EXEC: store/plain_head.py)
+    answers exactly what ``sc_snapshot_delta``'s head read and its page answer, in every case:
+    pods only, a namespace synced (``nsgen`` moved), a node added (the function sends the
+    tree), an event appended without the library (the function finds the stream's real end),
+    nothing new."""
+    import schedcache.store.reads as reads
+
+    cache = make_cache()
+    snap = populated(cache)
+    store = cache.store
+    calls: list[str] = []
+
+    def both() -> tuple[object, object]:
+        args = ((snap.generation, snap.tree_generation, -1), snap.last_id, 1001)
+        store.plain_heads = True
+        plain = reads.answer(store, (FOLLOW_READ, args))
+        store.plain_heads = False
+        function = reads.answer(store, (FOLLOW_READ, args))
+        store.plain_heads = True
+        return plain, function
+
+    changes = {
+        "nothing": lambda: None,
+        "pods": lambda: [cache.add_pod(make_pod(f"x{j}", "n1", "10m", "1Mi")) for j in range(3)],
+        "namespace": lambda: cache.run(
+            sync_namespace({"metadata": {"name": "shop", "labels": {"team": "t1"}}}, "5")
+        ),
+        "node": lambda: cache.add_node(make_node("n7", cpu="8", mem="8Gi")),
+        "foreign": lambda: cache.client.xadd(cache.keys.events, {"type": "Bogus", "v": "2"}),
+    }
+    for case, change in changes.items():
+        change()
+        plain, function = both()
+        assert plain == function, case
+        calls.append(case)
+    assert calls == list(changes)
+
+
+def test_the_plain_head_calls_no_function_for_pods_and_folds_them(make_cache, monkeypatch):
+    """With pods alone since the snapshot, the catch-up sends no FCALL at all."""
+    from schedcache.store import pinned
+
+    cache = make_cache()
+    snap = populated(cache)
+    for j in range(4):
+        cache.add_pod(make_pod(f"more{j}", "n2", "10m", "1Mi"))
+    sent: list[str] = []
+    real = pinned.call
+
+    def spy(server, *commands):
+        sent.extend(str(words[0]) for words in commands)
+        return real(server, *commands)
+
+    monkeypatch.setattr(pinned, "call", spy)
+    if not is_cluster_client(cache):  # (a Cluster client sends its transaction itself)
+        report = cache.update_snapshot(snap)
+        assert sent == ["MULTI", "MGET", "GET", "XRANGE", "EXEC"]
+        assert report.events == 4 and report.fell_back == ""
+    else:
+        assert cache.update_snapshot(snap).events == 4
+    assert_matches_fresh(cache, snap)
+
+
+def is_cluster_client(cache: Cache) -> bool:
+    from schedcache.store.routing import is_cluster
+
+    return is_cluster(cache.client)

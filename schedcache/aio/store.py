@@ -33,6 +33,7 @@ from schedcache.store.library import (
     load_refused,
     needs_loading,
 )
+from schedcache.store.plain_head import plain_head, transaction
 from schedcache.store.reads import (
     FOLLOW_READ,
     HEAD_READ,
@@ -390,12 +391,17 @@ class AsyncStore(StoreCore):
     async def _follow_pair(
         self, replica: Any, head_args: tuple[Any, ...], first: str, count: int
     ) -> tuple[Any, Any]:
-        """A ``FOLLOW_READ``: the head read and the stream's page after ``first``, in one
-        pipeline (one round trip; in a Cluster one after the other, the head first)."""
+        """A ``FOLLOW_READ``: the plain transaction (store/plain_head.py), else the head read
+        and the stream's page after ``first`` in one pipeline (one round trip; in a Cluster
+        one after the other, the head first)."""
         page = ("XRANGE", self.keys.events, first, "+", "COUNT", count)
+        server = replica if replica is not None else self.client
+        if self.plain_heads:  # the plain transaction first (store/plain_head.py)
+            answered = await self._plain_head(server, head_args, first, count)
+            if answered is not None:
+                return answered
         if replica is None and isinstance(self.client, RedisCluster):
             return await self.read_function(HEAD_READ, *head_args), await self._server(*page)
-        server = replica if replica is not None else self.client
         for attempt in range(2):
             pipe = server.pipeline(transaction=False)
             pipe.execute_command("FCALL_RO", *self.read_args(HEAD_READ, *head_args))
@@ -412,6 +418,24 @@ class AsyncStore(StoreCore):
                 raise entries
             return head, entries
         raise AssertionError("unreachable")
+
+    async def _plain_head(
+        self, server: Any, head_args: tuple[Any, ...], first: str, count: int
+    ) -> tuple[Any, Any] | None:
+        """The head and the page by the plain transaction, or None when the function must
+        answer (:func:`~schedcache.store.plain_head.plain_head`)."""
+        pipe = server.pipeline(transaction=True)
+        for words in transaction(self.keys, first, count)[1:-1]:
+            pipe.execute_command(*words)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except redis.ResponseError as error:
+            if isinstance(
+                error, redis.exceptions.NoPermissionError
+            ):  # the user's rules: the function from now on
+                self.plain_heads = False
+            return None
+        return plain_head(head_args, count, *replies)
 
     async def read_function(self, name: str, *args: Any) -> Any:
         """``FCALL_RO sc_<name>``, reloading the library once if the server lost it."""

@@ -193,7 +193,8 @@ def role_commands(role: str, *, cluster: bool = False, replica_reads: bool = Fal
         needed |= {name for name, info in lua.items() if not info.writes}
         needed.discard("fcall")
         needed -= {name for name in needed if _writes(name)}
-        needed -= {"multi", "exec", "watch", "unwatch"}  # a reader has no transactions
+        # A reader's transactions read only: a snapshot's catch-up (store/plain_head.py).
+        needed -= {"watch", "unwatch"}
     else:
         needed |= {"fcall", *lua}
     if cluster:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from schedcache.store import pinned
+from schedcache.store.plain_head import plain_head, transaction
 from schedcache.store.responses import stream_page
 from schedcache.store.routing import is_cluster
 
@@ -169,7 +170,20 @@ def answer(store: Store, read: Read) -> Any:
 def _cluster_pair(
     store: Store, head_args: Sequence[Any], first: str, count: int
 ) -> tuple[Any, list[tuple[bytes, dict[bytes, bytes]]]]:
-    """A :data:`FOLLOW_READ` in a Cluster: one pipeline to the slot's primary."""
+    """A :data:`FOLLOW_READ` in a Cluster: one pipeline to the slot's primary (the plain
+    transaction first, :mod:`schedcache.store.plain_head`)."""
+    if store.plain_heads:
+        pipe = store.client.pipeline(transaction=True)
+        for words in transaction(store.keys, first, count)[1:-1]:
+            pipe.execute_command(*words)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.ResponseError as error:
+            _refused(store, error)
+        else:
+            answered = plain_head(head_args, count, *replies)
+            if answered is not None:
+                return answered
     pipe = store.client.pipeline(transaction=False)
     pipe.fcall_ro(*store.read_args(HEAD_READ, *head_args))
     pipe.xrange(store.keys.events, first, "+", count)
@@ -180,14 +194,33 @@ def _cluster_pair(
 def _follow_pair(
     store: Store, server: redis.Redis, head_args: Sequence[Any], first: str, count: int
 ) -> tuple[Any, list[tuple[bytes, dict[bytes, bytes]]]]:
-    """A :data:`FOLLOW_READ` on ``server``: both commands in one write (an error reply of
-    either is raised, the head's first)."""
+    """A :data:`FOLLOW_READ` on ``server``: the plain transaction
+    (:mod:`schedcache.store.plain_head`), else the head read and the page in one write (an
+    error reply of either is raised, the head's first)."""
+    if store.plain_heads:
+        began, *_, answer = pinned.call(server, *transaction(store.keys, first, count))
+        if isinstance(began, redis.ResponseError):  # (then EXEC answers "without MULTI")
+            _refused(store, began)
+        elif isinstance(answer, redis.ResponseError):
+            _refused(store, answer)
+        elif isinstance(answer, list) and len(answer) == 3:
+            answered = plain_head(head_args, count, *answer)
+            if answered is not None:
+                return answered
     head, page = pinned.call(
         server,
         ("FCALL_RO", *store.read_args(HEAD_READ, *head_args)),
         ("XRANGE", store.keys.events, first, "+", "COUNT", count),
     )
     return _raised(head), stream_page(_raised(page))
+
+
+def _refused(store: Store, error: redis.ResponseError) -> None:
+    """The plain transaction was refused: by the user's ACL rules (no ``MULTI``, ``MGET``),
+    never tried again on this store; otherwise the function answers this time only."""
+    if isinstance(error, redis.exceptions.NoPermissionError):
+        store.plain_heads = False
+        log.info("cache %s: catch-ups by the head read function (%s)", store.name, error)
 
 
 def _raised(reply: Any) -> Any:

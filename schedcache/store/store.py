@@ -139,6 +139,9 @@ class StoreCore:
         # The library's commands this client's Redis user may not run (sc_permitted), read
         # when the store opens: writes are refused while any is missing.
         self.denied: tuple[str, ...] = ()
+        # Catch-ups read the head by a plain transaction (store/plain_head.py) until the
+        # user's rules refuse it.
+        self.plain_heads = True
         self.may_read_config = False  # whether the user may run CONFIG GET (eviction check)
         if self.reads_replica and is_embedded(client):
             raise ValidationError(
