@@ -243,21 +243,29 @@ def test_a_claims_reads_are_bounded_in_bytes_by_name_and_change_nothing(cache: C
     assert cache.pod_state("big") == "assumed"
 
 
+def changed_beside_n0(cache: Cache, changed: int, cpu: str = "64", mem: str = "64Gi") -> int:
+    """Nodes ``n0..n<changed>``; then ``n1..n<changed>`` each given a pod after the generation
+    returned (``n0`` unchanged since)."""
+    batch = cache.batch()
+    for i in range(changed + 1):
+        batch.add_node(make_node(f"n{i}", cpu, mem))
+    batch.execute()
+    since = cache.generation()
+    batch = cache.batch()
+    for i in range(1, changed + 1):
+        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
+    batch.execute()
+    return since
+
+
 def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
     cache: Cache,
 ) -> None:
     """Each node changed since the snapshot is searched for in the reads: past the call's
     budget (BOUNDS.MAX_READS_SCAN) the claim is refused ``stale``, before any search, and the
     same claim decided on a fresher snapshot (fewer nodes changed since) is taken."""
-    batch = cache.batch()
-    for i in range(251):
-        batch.add_node(make_node(f"n{i}", "4", "1Gi"))
-    batch.execute()
-    since = cache.generation()
-    batch = cache.batch()
-    for i in range(1, 251):  # 250 nodes changed since: 250 searches of ~1 MB, past 256 MiB
-        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))  # with the check's 16
-    batch.execute()
+    # 250 nodes changed since: 250 searches of ~1 MB, past 256 MiB with the check's 16
+    since = changed_beside_n0(cache, 250, "4", "1Gi")
     pod = make_pod("web", "n0", "1m", "1Mi")
     reads = reads_naming(1, commands.MAX_READS_BYTES - 100)  # names n0 only: no rule broken
     before = keyspace(cache.client, cache.keys.pattern)
@@ -278,15 +286,7 @@ def test_a_gang_of_large_reads_a_few_node_changes_after_its_snapshot_is_taken(
     snapshot is taken (a 128 MiB budget refused it `stale` at its 58th member: review); and
     a claim of 1 MiB of rules naming 100 changed nodes, each a pass over every rule (1.9 s of
     Redis before), is refused `stale` once the passes spend the budget."""
-    batch = cache.batch()
-    for i in range(101):
-        batch.add_node(make_node(f"n{i}", "64", "64Gi"))
-    batch.execute()
-    since = cache.generation()
-    batch = cache.batch()
-    for i in range(1, 101):  # 100 nodes changed: the gang's reads name none of them
-        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
-    batch.execute()
+    since = changed_beside_n0(cache, 100)  # the gang's reads name none of them
     reads = reads_naming(1, 50_000)
     members = [(make_pod(f"m{i}", "n0", "1m", "1Mi"), reads, "") for i in range(64)]
     # (30 of the 100 changed: the gang's snapshot is the generation after the 70th placement)
@@ -307,15 +307,7 @@ def test_a_gang_whose_reads_name_the_changed_nodes_is_taken(cache: Cache) -> Non
     them given a pod no rule selects since the snapshot: no rule is broken, and one pass over
     each member's rules serves every changed node (a pass a changed node refused it `stale`
     at its 28th member: second review)."""
-    batch = cache.batch()
-    for i in range(11):
-        batch.add_node(make_node(f"n{i}", "64", "64Gi"))
-    batch.execute()
-    since = cache.generation()
-    batch = cache.batch()
-    for i in range(1, 11):
-        batch.add_pod(make_pod(f"f{i}", f"n{i}", "1m", "1Mi"))
-    batch.execute()
+    since = changed_beside_n0(cache, 10)
     text = "@pod-anti-affinity:app=web " + " ".join(f"n{i}" for i in range(11)) + " "
     reads = (text + " ".join(f"x{i:07d}" for i in range(50_000 // 9)))[:50_000].rstrip()
     members = [(make_pod(f"m{i}", "n0", "1m", "1Mi"), reads, "") for i in range(64)]
