@@ -270,7 +270,11 @@ def clients(text: str) -> tuple[int, int]:
 
 def feeder(url: str, kubeconfig: str, synced: EventType, stop: EventType) -> None:
     cache = Cache(redis.Redis.from_url(url), CACHE, replica="feeder")
-    with Syncer(cache, api_client(kubeconfig), SyncSettings(page_size=500), "feeder") as syncer:
+    # --batch-linger, through the environment (inherited; a tree before it has no such setting)
+    linger = os.environ.get("E2E_BATCH_LINGER", "")
+    options: dict[str, Any] = {"batch_linger": float(linger)} if linger else {}
+    settings = SyncSettings(page_size=500, **options)
+    with Syncer(cache, api_client(kubeconfig), settings, "feeder") as syncer:
         syncer.wait_synced()
         synced.set()
         stop.wait()
@@ -557,6 +561,11 @@ def main() -> None:
         "--pop-batch", type=int, help="pods a replica pops a call at most (its default: 8)"
     )
     parser.add_argument(
+        "--batch-linger",
+        type=float,
+        help="sync's batch_linger, s (its default: 0.01; the tree before it has none)",
+    )
+    parser.add_argument(
         "--binding-process",
         action="store_true",
         help="each replica posts its Bindings from a process of its own",
@@ -574,6 +583,8 @@ def main() -> None:
         help="scheduler_perf shapes, each with every --replicas count (bench/e2e_shapes.py)",
     )
     args = parser.parse_args()
+    if args.batch_linger is not None:
+        os.environ["E2E_BATCH_LINGER"] = str(args.batch_linger)  # (the feeder's process reads it)
     if args.api_profile and sys.version_info < (3, 12):
         # One profiler per request thread up to 3.11 hung the watches here; from 3.12 one
         # profiler sees every thread.

@@ -197,6 +197,14 @@ def main() -> None:
         help="this tree's rows once per value: pods a replica pops a call at most (the other "
         "tree's rows keep its default)",
     )
+    parser.add_argument(
+        "--batch-linger",
+        type=float,
+        nargs="+",
+        default=[],
+        help="this tree's rows once per value (with each --pop-batch): sync's batch_linger, s "
+        "(the other tree's rows keep its default)",
+    )
     # tree nodes replicas pid url pop-batch
     parser.add_argument("--row", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -215,10 +223,14 @@ def main() -> None:
         for nodes in args.nodes:
             for replicas in args.replicas:
                 # The other tree's row amid this tree's (alternating, as the load moves).
-                runs: list[tuple[str, int | None]] = [("", b) for b in args.pop_batch or [None]]
+                runs: list[tuple[str, int | None, float | None]] = [
+                    ("", b, linger)
+                    for b in args.pop_batch or [None]
+                    for linger in args.batch_linger or [None]
+                ]
                 if args.tree:
-                    runs.insert((len(runs) + 1) // 2, (args.tree, None))
-                for tree, batch in runs:
+                    runs.insert((len(runs) + 1) // 2, (args.tree, None, None))
+                for tree, batch, linger in runs:
                     # A server per row: under callgrind, its counters are the row's alone.
                     port = _free_port()
                     out = Path(args.keep or directory) / f"callgrind-{port}.out"
@@ -230,13 +242,15 @@ def main() -> None:
                     url = f"redis://127.0.0.1:{port}/0"
                     grind = server.pid if args.instructions else 0
                     try:
-                        result = _run_row(tree, nodes, replicas, args, url, grind, batch)
+                        result = _run_row(tree, nodes, replicas, args, url, grind, batch, linger)
                     finally:
                         server.terminate()
                         server.wait(60)
                     label = "this" if not tree else "before"
                     if batch is not None:
                         label += f" K={batch}"
+                    if linger is not None:
+                        label += f" linger={linger:g}"
                     result.update(tree=label, nodes=nodes, replicas=replicas, load=_load())
                     results.append(result)
                     summary.append(_print(result))
@@ -265,11 +279,15 @@ def _run_row(
     url: str,
     grind: int,
     batch: int | None = None,
+    linger: float | None = None,
 ) -> Any:
     command = [sys.executable, __file__, "--measured", str(args.measured)]
     command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
     command += [str(replicas), str(grind), url, "-" if batch is None else str(batch)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("E2E_BATCH_LINGER", None)
+    if linger is not None:  # (read by bench/e2e.py's feeder process)
+        env["E2E_BATCH_LINGER"] = str(linger)
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in out.stdout.splitlines() if line.startswith('{"row"')]
     if out.returncode or not lines:

@@ -672,6 +672,8 @@ def test_sync_once_exits_1_when_it_skipped_invalid_objects_and_applies_the_rest(
     [
         (["--queue-for", "Not_A_Name"], "--queue-for"),
         (["--no-queue", "--queue-for", "mine"], "--no-queue and --queue-for"),
+        (["--batch-linger", "2"], "--batch-linger"),
+        (["--batch-linger", "-0.01"], "--batch-linger"),
     ],
 )
 def test_the_sync_command_refuses_a_bad_queue_choice_in_one_line(
@@ -682,3 +684,68 @@ def test_the_sync_command_refuses_a_bad_queue_choice_in_one_line(
     )
     assert result.exit_code == 2 and says in result.output
     assert "Traceback" not in result.output
+
+
+def calls_to_redis(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The commands each of the feeders' calls carried (one list a call), from now on."""
+    calls: list[list[str]] = []
+    apply_one, apply_batch = ResourceFeed._apply_one, ResourceFeed._apply_batch
+
+    def one(feed: ResourceFeed, command: commands.Command) -> None:
+        calls.append([str(command.args[1])])
+        apply_one(feed, command)
+
+    def batch(feed: ResourceFeed, planned: list[commands.Command]) -> None:
+        calls.append([str(command.args[1]) for command in planned])
+        apply_batch(feed, planned)
+
+    monkeypatch.setattr(ResourceFeed, "_apply_one", one)
+    monkeypatch.setattr(ResourceFeed, "_apply_batch", batch)
+    return calls
+
+
+def test_assigned_pods_changes_wait_to_share_one_call(
+    cache: Cache,
+    server: FakeApiServer,
+    start_feeders: Callable[..., list[Syncer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bindings watched within ``batch_linger`` of each other are confirmed in one call; a
+    pending pod (or any change but an assigned pod's) is sent at once, with what waits before
+    it, in order; and with ``batch_linger=0`` each goes alone."""
+    server.create(node_obj("n0"))
+    start_feeders(server, batch_linger=1.0)
+    calls = calls_to_redis(monkeypatch)
+    for i in range(4):
+        server.create(pod_obj(f"bound-{i}", "n0"))
+    eventually(lambda: cache.pod_count() == 4, timeout=5)
+    assert calls == [["set"] * 4]
+    calls.clear()
+    started = time.monotonic()
+    server.create(pod_obj("bound-4", "n0"))
+    server.create(pod_obj("pending", ""))  # (queued: it ends the wait)
+    eventually(lambda: cache.pod_count() == 5, timeout=5)
+    assert time.monotonic() - started < 0.9 and calls == [["set", "queue"]]
+
+
+def test_without_batch_linger_each_change_goes_alone(
+    cache: Cache,
+    server: FakeApiServer,
+    start_feeders: Callable[..., list[Syncer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server.create(node_obj("n0"))
+    start_feeders(server, batch_linger=0)
+    calls = calls_to_redis(monkeypatch)
+    for i in range(3):
+        server.create(pod_obj(f"bound-{i}", "n0"))
+        eventually(lambda i=i: cache.pod_count() == i + 1, timeout=5)
+    assert calls == [["set"]] * 3
+    in_step(cache, server)
+
+
+@pytest.mark.parametrize("linger", [-0.1, 1.5, float("nan"), True, "0.1"])
+def test_a_batch_linger_out_of_bounds_is_refused_by_name(linger: Any) -> None:
+    with pytest.raises(ValidationError) as refused:
+        SyncSettings(batch_linger=linger)
+    assert refused.value.field == "batch_linger"

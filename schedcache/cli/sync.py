@@ -55,6 +55,14 @@ KUBE_MISSING = (
     "retried after a back-off), s.",
 )
 @click.option(
+    "--batch-linger",
+    type=Seconds(maximum=1.0),
+    default=0.01,
+    show_default=True,
+    help="How long a watched change of an assigned pod (a Binding's confirmation, mostly) may "
+    "wait for more to share one call to Redis, s (0: none).",
+)
+@click.option(
     "--replica", type=Name(), default="sync", show_default=True, help="Feeder name in events."
 )
 @click.option("--once", is_flag=True, help="List, reconcile the cache with the lists, and exit.")
@@ -91,6 +99,7 @@ def sync(
     watch_timeout: int,
     max_backoff: float,
     list_timeout: float,
+    batch_linger: float,
     replica: str,
     once: bool,
     queue_for: tuple[str, ...],
@@ -121,6 +130,7 @@ def sync(
             watch_timeout=watch_timeout,
             max_backoff=max_backoff,
             list_timeout=list_timeout,
+            batch_linger=batch_linger,
             queue_for=frozenset() if no_queue else frozenset(queue_for) or None,
             pod_groups=not no_pod_groups,
         )

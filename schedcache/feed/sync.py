@@ -128,7 +128,10 @@ class SyncSettings:
     ``list_timeout``: seconds a list page may send nothing before it counts as failed (the
     socket read timeout of each list request; also its connect timeout); ``queue_for``: the
     scheduler names whose pending pods are queued (``None``: every name; empty: none, and only
-    assigned pods are listed and watched); ``pod_groups``: list and watch PodGroups too."""
+    assigned pods are listed and watched); ``pod_groups``: list and watch PodGroups too;
+    ``batch_linger``: seconds a watched change of an assigned pod (a Binding's confirmation,
+    mostly) may wait for more to share its ``sc_batch`` (0: none; any other change is sent at
+    once, with what waits before it)."""
 
     page_size: int = 500
     watch_timeout: int = 300
@@ -138,6 +141,7 @@ class SyncSettings:
     list_timeout: float = 30.0
     queue_for: frozenset[str] | None = None
     pod_groups: bool = True
+    batch_linger: float = 0.01
 
     def __post_init__(self) -> None:
         if self.queue_for is not None:
@@ -153,6 +157,9 @@ class SyncSettings:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 < value <= 3600:
                 raise ValidationError("sync", name, f"{value!r} must be in (0, 3600] seconds")
+        linger = self.batch_linger
+        if isinstance(linger, bool) or not isinstance(linger, int | float) or not 0 <= linger <= 1:
+            raise ValidationError("sync", "batch_linger", f"{linger!r} must be in [0, 1] seconds")
 
 
 @dataclass
@@ -817,17 +824,27 @@ class ResourceFeed:
             raise Gone("Redis lost writes this feeder applied")
 
 
+def lingers(command: Command | None) -> bool:
+    """Whether ``command`` may wait ``batch_linger`` for company: an assigned pod's change
+    (``sc_sync_pod`` op "set": a Binding's confirmation, mostly; nothing decides on it
+    promptly, the claim already counts the pod on its node) or nothing (a bookmark)."""
+    return command is None or (command.name == "sync_pod" and command.args[1] == "set")
+
+
 class _Applier:
     """Applies a watch's commands in a thread of its own, as many per call as have arrived
     (one ``sc_batch`` for a burst, so a feeder's round trips, and its copies' cost to Redis,
-    shrink under load), in the order they arrived. A failure stops it; :meth:`check` raises it
-    in the reading thread."""
+    shrink under load), in the order they arrived. Assigned pods' changes wait up to
+    ``batch_linger`` from the first one's arrival for more (a confirmation alone costs Redis a
+    call of its own: ~300,000 instructions against ~245,000 in a batch); any other command
+    ends the wait. A failure stops it; :meth:`check` raises it in the reading thread."""
 
     MAX_BATCH = 200
 
     def __init__(self, feed: ResourceFeed) -> None:
         self.feed = feed
         self.pending: list[tuple[Command | None, float, str]] = []
+        self.urgent = False  # a command that does not linger waits in `pending`
         self.error: BaseException | None = None
         self.done = False
         self.ready = threading.Condition()
@@ -840,6 +857,7 @@ class _Applier:
         """Apply ``command`` (None: nothing to apply) in order; then ``version`` is applied."""
         with self.ready:
             self.pending.append((command, received, version))
+            self.urgent = self.urgent or not lingers(command)
             self.ready.notify()
 
     def check(self) -> None:
@@ -863,10 +881,12 @@ class _Applier:
                     idle = not self.ready.wait(self.feed.settings.progress_every)
                 if not self.pending and self.done:
                     return
+                self._linger()
                 taken, self.pending = (
                     self.pending[: self.MAX_BATCH],
                     self.pending[self.MAX_BATCH :],
                 )
+                self.urgent = not all(lingers(command) for command, _, _ in self.pending)
             if not taken:
                 self.feed._write_progress_when_idle()
                 continue
@@ -889,6 +909,19 @@ class _Applier:
             for command, received, _ in taken:
                 if command is not None:
                     seconds.observe(now - received)
+
+    def _linger(self) -> None:
+        """Wait (holding ``ready``) while only lingering commands are pending, fewer than a
+        batch, until ``batch_linger`` after the first one arrived."""
+        linger = self.feed.settings.batch_linger
+        if not linger or not self.pending:
+            return
+        until = self.pending[0][1] + linger
+        while not (self.urgent or self.done or len(self.pending) >= self.MAX_BATCH):
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self.ready.wait(left)
 
 
 class Syncer:
