@@ -299,16 +299,18 @@ def test_a_restricted_user_cannot_reach_another_database(server: Server) -> None
     server.client().acl_log_reset()
 
 
-def test_a_reader_without_transactions_catches_up_by_the_function(server: Server) -> None:
-    """Rules from before the plain head (a reader without MULTI): the first catch-up is
-    refused MULTI once, then every catch-up reads the head by the function, equal all the
-    same."""
-    name = "tenant-plain"
+@pytest.mark.parametrize("without", ["multi", "exec"])
+def test_a_reader_without_transactions_catches_up_by_the_function(
+    server: Server, without: str
+) -> None:
+    """Rules from before the plain head (a reader without MULTI and EXEC; or one of them):
+    the first catch-up is refused once, then every catch-up reads the head by the
+    function, equal all the same."""
+    name = f"tenant-plain-{without}"
     admin = Cache(connect(url(server, "default", "")), name)
     admin.add_node(make_node("n1"))
-    reader = Cache(
-        connect(make_user(server, "plain-reader", name, "reader", without="multi")), name
-    )
+    refused = make_user(server, f"plain-{without}", name, "reader", without=without)
+    reader = Cache(connect(refused), name)
     snap = Snapshot()
     reader.update_snapshot(snap)
     server.client().acl_log_reset()
@@ -316,8 +318,41 @@ def test_a_reader_without_transactions_catches_up_by_the_function(server: Server
         admin.add_pod(make_pod(f"p{j}", "n1", "10m", "1Mi"))
         assert reader.update_snapshot(snap).events == 1
     assert not reader.store.plain_heads
-    assert denials(server) == ["plain-reader: command multi"]  # once, not per catch-up
+    assert denials(server) == [f"plain-{without}: command {without}"]  # once, not each time
     assert_matches_fresh(reader, snap)
+
+
+@pytest.mark.parametrize("without", ["multi", "exec"])
+def test_an_async_reader_without_transactions_catches_up_by_the_function(
+    server: Server, without: str
+) -> None:
+    """The same through ``AsyncCache``: refused once, then the function, equal all the same."""
+    import asyncio
+
+    from schedcache.aio import AsyncCache, connect_async
+
+    name = f"tenant-plain-async-{without}"
+    admin = Cache(connect(url(server, "default", "")), name)
+    admin.add_node(make_node("n1"))
+    refused = make_user(server, f"plain-async-{without}", name, "reader", without=without)
+
+    async def follow() -> tuple[bool, Snapshot]:
+        cache = await AsyncCache.open(await connect_async(refused), name)
+        try:
+            snap = Snapshot()
+            await cache.update_snapshot(snap)
+            server.client().acl_log_reset()
+            for j in range(3):
+                admin.add_pod(make_pod(f"p{j}", "n1", "10m", "1Mi"))
+                assert (await cache.update_snapshot(snap)).events == 1
+            return cache.store.plain_heads, snap
+        finally:
+            await cache.aclose()
+
+    plain, snap = asyncio.run(follow())
+    assert not plain
+    assert denials(server) == [f"plain-async-{without}: command {without}"]
+    assert_matches_fresh(admin, snap)
 
 
 def test_a_user_one_command_short_writes_nothing(server: Server) -> None:

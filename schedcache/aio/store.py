@@ -33,7 +33,7 @@ from schedcache.store.library import (
     load_refused,
     needs_loading,
 )
-from schedcache.store.plain_head import plain_head, transaction
+from schedcache.store.plain_head import plain_head, refused_by_rules, transaction
 from schedcache.store.reads import (
     FOLLOW_READ,
     HEAD_READ,
@@ -430,9 +430,7 @@ class AsyncStore(StoreCore):
         try:
             replies = await pipe.execute(raise_on_error=False)
         except redis.ResponseError as error:
-            if isinstance(
-                error, redis.exceptions.NoPermissionError
-            ):  # the user's rules: the function from now on
+            if refused_by_rules(error):  # the user's rules: the function from now on
                 self.plain_heads = False
             return None
         return plain_head(head_args, count, *replies)

@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from schedcache.store.keys import Keys
 from schedcache.store.responses import stream_page
 
@@ -80,6 +82,18 @@ def plain_head(
     # As sc_snapshot_delta answers with limit -1: no live count, no names, no nodes, no tree.
     head = [generation, -1, [], [], [], [], incarnation, last, namespace_generation]
     return head, page
+
+
+def refused_by_rules(error: BaseException) -> bool:
+    """Whether the transaction was refused by the user's ACL rules: a command denied
+    (NOPERM), EXEC denied (EXECABORT naming NOPERM; the transaction is discarded), or MULTI
+    denied (redis-py's asyncio pipeline then raises EXEC's "EXEC without MULTI")."""
+    text = str(error)
+    return (
+        isinstance(error, redis.exceptions.NoPermissionError)
+        or "NOPERM" in text
+        or "without MULTI" in text
+    )
 
 
 def _raw(page: Any) -> bool:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from schedcache.store import pinned
-from schedcache.store.plain_head import plain_head, transaction
+from schedcache.store.plain_head import plain_head, refused_by_rules, transaction
 from schedcache.store.responses import stream_page
 from schedcache.store.routing import is_cluster
 
@@ -198,11 +198,12 @@ def _follow_pair(
     (:mod:`schedcache.store.plain_head`), else the head read and the page in one write (an
     error reply of either is raised, the head's first)."""
     if store.plain_heads:
-        began, *_, answer = pinned.call(server, *transaction(store.keys, first, count))
-        if isinstance(began, redis.ResponseError):  # (then EXEC answers "without MULTI")
-            _refused(store, began)
-        elif isinstance(answer, redis.ResponseError):
-            _refused(store, answer)
+        *queued, answer = pinned.call(server, *transaction(store.keys, first, count))
+        # (A command refused as it is queued: EXEC answers EXECABORT, or "without MULTI".)
+        errors = [reply for reply in queued if isinstance(reply, redis.ResponseError)]
+        if errors or isinstance(answer, redis.ResponseError):
+            for error in errors or [answer]:
+                _refused(store, error)
         elif isinstance(answer, list) and len(answer) == 3:
             answered = plain_head(head_args, count, *answer)
             if answered is not None:
@@ -218,7 +219,7 @@ def _follow_pair(
 def _refused(store: Store, error: redis.ResponseError) -> None:
     """The plain transaction was refused: by the user's ACL rules (no ``MULTI``, ``MGET``),
     never tried again on this store; otherwise the function answers this time only."""
-    if isinstance(error, redis.exceptions.NoPermissionError):
+    if refused_by_rules(error):
         store.plain_heads = False
         log.info("cache %s: catch-ups by the head read function (%s)", store.name, error)
 
