@@ -213,6 +213,17 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         seen = pod if same else dataclasses.replace(pod, resource_version="2")
         return commands.sync_pod(seen, "2", True)
 
+    # As in a replica's loop: queued by `sync` (pending), popped, claimed with its deadline.
+    def queued_popped_claimed(client: redis.Redis) -> None:
+        single(
+            lambda p: commands.sync_pod_pending(
+                dataclasses.replace(p, node_name=""), "default-scheduler", "1"
+            )
+        )(client)
+        for _ in range(0, len(pods), commands.QUEUE_BATCH_LIMIT):
+            fcall(client, commands.queue_pop("default-scheduler", "bench", 600.0, 100, 60.0, None))
+        single(lambda p: commands.timed_claim(commands.assume_pod(p), BIND_TIMEOUT))(client)
+
     sync_same = single(lambda p: synced(p, True))
     sync_moved = single(lambda p: synced(p, False))
 
@@ -274,6 +285,9 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         ),
         "sync_pod confirming an assumed pod (new resourceVersion)": Scenario(
             sync_moved, setup=assumed_and_finished
+        ),
+        "sync_pod confirming a queued, popped, timed claim (new resourceVersion)": Scenario(
+            sync_moved, setup=queued_popped_claimed
         ),
         "sync_pod confirming, in sc_batch (new resourceVersion)": Scenario(
             lambda c: batched(c, [synced(p, False) for p in pods]), setup=assumed_and_finished

@@ -78,7 +78,9 @@ local function sync_pod(p, replica, a)
   local vkey = p .. 'version:pod:' .. uid
   local dropped = stale_version(vkey, rv)
   if dropped ~= nil then return dropped, nil, 0 end
-  local rec = load_pod(p, uid)
+  -- Read as it stays (no removal's checks): the command applied below checks what it writes,
+  -- the removal's keys included, and takes this record rather than reading it again.
+  local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
   local queued = load_queued(p, uid)
   if queued ~= nil then guard_queue(p, queued.scheduler) end
@@ -95,16 +97,19 @@ local function sync_pod(p, replica, a)
   if op == 'delete' then
     if rec ~= nil then
       action = 'remove'
-      result, err = COMMANDS['remove_pod'](p, replica, { uid, '' })
+      guard_cache(p, EVERY_CACHE_KEY)
+      result, err = COMMANDS['remove_pod'](p, replica, { uid, '' }, rec)
     end
   else
     local args = { uid, a[4], a[5], a[6] }
     if rec ~= nil and rec.state == 'added' then
       action = 'update'
-      result, err = COMMANDS['update_pod'](p, replica, args)
+      guard_cache(p, EVERY_CACHE_KEY)
+      result, err = COMMANDS['update_pod'](p, replica, args, rec)
     else  -- new, or confirms an assumed pod (on whichever node)
       action = 'add'
-      result, err = COMMANDS['add_pod'](p, replica, args)
+      guard_cache(p, ADD_POD_KEYS)
+      result, err = COMMANDS['add_pod'](p, replica, args, rec or false)
     end
   end
   if result == nil then return nil, err end
