@@ -73,13 +73,15 @@ local function guard_sequence(p)
 end
 
 -- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
-local function guard_queue(p, scheduler)
+-- `dropping`: the caller only takes a pod out of the queue (queue_drop), which never counts
+-- arrivals, so the arrival counter is left unread.
+local function guard_queue(p, scheduler, dropping)
   for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
     expect_type(queue_key(p, scheduler, part), 'zset')
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  guard_sequence(p)
+  if not dropping then guard_sequence(p) end
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised

@@ -83,7 +83,8 @@ local function sync_pod(p, replica, a)
   local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
   local queued = load_queued(p, uid)
-  if queued ~= nil then guard_queue(p, queued.scheduler) end
+  -- ("set" and "delete" only take it out of its queue: no arrival counted.)
+  if queued ~= nil then guard_queue(p, queued.scheduler, op ~= 'queue') end
   if op == 'queue' then
     guard_queue(p, scheduler)
     local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued)
