@@ -91,16 +91,28 @@ end
 
 -- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
 -- `dropping`: the caller only takes a pod out of the queue (queue_drop), which never counts
--- arrivals, so the arrival counter is left unread.
+-- arrivals, so the arrival counter is left unread; and when the four parts are read here (not
+-- checked earlier in the call), the pods they hold are answered: their ZCARDs are the type
+-- checks, and queue_drop needs no more to tell whether the scheduler's last pod went.
 local function guard_queue(p, scheduler, dropping)
   local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once
-  expect_type(q .. 'active', 'zset')
-  expect_type(q .. 'leased', 'zset')
-  expect_type(q .. 'backoff', 'zset')
-  expect_type(q .. 'parked', 'zset')
+  local active, leased, backoff, parked = q .. 'active', q .. 'leased', q .. 'backoff',
+                                          q .. 'parked'
+  local queued = nil
+  if dropping and not checked[active] then
+    queued = typed_read(active, 'zset', 'ZCARD') + typed_read(leased, 'zset', 'ZCARD')
+      + typed_read(backoff, 'zset', 'ZCARD') + typed_read(parked, 'zset', 'ZCARD')
+    checked[active], checked[leased], checked[backoff], checked[parked] = true, true, true, true
+  else
+    expect_type(active, 'zset')
+    expect_type(leased, 'zset')
+    expect_type(backoff, 'zset')
+    expect_type(parked, 'zset')
+  end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
   if not dropping then guard_sequence(p) end
+  return queued
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
@@ -138,10 +150,9 @@ end
 -- Takes `rec` out of the sorted set of its state (the record itself stays).
 local function queue_unlink(p, rec)
   if rec.state == 'active' then
-    redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
-  else
-    redis.call('ZREM', queue_key(p, rec.scheduler, rec.state), rec.uid)
+    return redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
   end
+  return redis.call('ZREM', queue_key(p, rec.scheduler, rec.state), rec.uid)
 end
 
 -- Puts `rec` (unlinked) at the back of its priority in the active queue.
@@ -162,12 +173,18 @@ local function queue_after_backoff(p, rec, now)
 end
 
 -- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
--- the scheduler's bookkeeping with its last pod.
-local function queue_drop(p, rec)
-  queue_unlink(p, rec)
+-- the scheduler's bookkeeping with its last pod. `queued`: the pods its scheduler's four
+-- parts held, as guard_queue counted them for this drop (nothing wrote them since), else nil
+-- and they are counted again.
+local function queue_drop(p, rec, queued)
+  local removed = queue_unlink(p, rec)
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
-  forget_if_idle(p, rec.scheduler)
+  if queued == nil then
+    forget_if_idle(p, rec.scheduler)
+  elseif queued - removed <= 0 then
+    redis.call('HDEL', p .. 'queues', rec.scheduler)
+  end
 end
 
 -- The id of the stream's last event, or '0-0'.

@@ -83,8 +83,10 @@ local function sync_pod(p, replica, a)
   local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
   local queued = load_queued(p, uid)
-  -- ("set" and "delete" only take it out of its queue: no arrival counted.)
-  if queued ~= nil then guard_queue(p, queued.scheduler, op ~= 'queue') end
+  -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
+  -- queue holds counted now, which no command below changes, for queue_drop.)
+  local held = nil
+  if queued ~= nil then held = guard_queue(p, queued.scheduler, op ~= 'queue') end
   if op == 'queue' then
     guard_queue(p, scheduler)
     local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued)
@@ -116,7 +118,7 @@ local function sync_pod(p, replica, a)
   if result == nil then return nil, err end
   if nominated then NOM.settle(p, nominated) end
   if queued ~= nil then
-    queue_drop(p, queued)
+    queue_drop(p, queued, held)
     if action == 'none' then action = 'dequeue' end
   end
   record_version(vkey, rv, op == 'delete')
