@@ -27,6 +27,7 @@ cannot (one round is enough; use fewer pods, callgrind runs ~50x slower). Writes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -206,6 +207,26 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         assumed_and_finished(client)
         confirm(client)
 
+    # `sync` confirming the Binding it watched (sc_sync_pod op "set"), the pod at the version
+    # the Binding gave it: its msgpack as the claim's (same), or with the new resourceVersion.
+    def synced(pod: Pod, same: bool) -> Command:
+        seen = pod if same else dataclasses.replace(pod, resource_version="2")
+        return commands.sync_pod(seen, "2", True)
+
+    # As in a replica's loop: queued by `sync` (pending), popped, claimed with its deadline.
+    def queued_popped_claimed(client: redis.Redis) -> None:
+        single(
+            lambda p: commands.sync_pod_pending(
+                dataclasses.replace(p, node_name=""), "default-scheduler", "1"
+            )
+        )(client)
+        for _ in range(0, len(pods), commands.QUEUE_BATCH_LIMIT):
+            fcall(client, commands.queue_pop("default-scheduler", "bench", 600.0, 100, 60.0, None))
+        single(lambda p: commands.timed_claim(commands.assume_pod(p), BIND_TIMEOUT))(client)
+
+    sync_same = single(lambda p: synced(p, True))
+    sync_moved = single(lambda p: synced(p, False))
+
     # The extender's bind (issue 43), per pod: 0ae1dd3's three calls (the claim, its
     # bind-timeout deadline, the cache's ttl once bound) against the timed claim and the ttl
     # (a bind timeout that leaves less than the ttl), and the timed claim alone (the defaults).
@@ -259,6 +280,18 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         "assume_pod, lease": Scenario(single(lambda p: commands.assume_pod(p, lease_ttl=15.0))),
         "finish_binding": Scenario(finish, setup=assume),
         "add_pod confirming an assumed pod": Scenario(confirm, setup=assumed_and_finished),
+        "sync_pod confirming an assumed pod (same msgpack)": Scenario(
+            sync_same, setup=assumed_and_finished
+        ),
+        "sync_pod confirming an assumed pod (new resourceVersion)": Scenario(
+            sync_moved, setup=assumed_and_finished
+        ),
+        "sync_pod confirming a queued, popped, timed claim (new resourceVersion)": Scenario(
+            sync_moved, setup=queued_popped_claimed
+        ),
+        "sync_pod confirming, in sc_batch (new resourceVersion)": Scenario(
+            lambda c: batched(c, [synced(p, False) for p in pods]), setup=assumed_and_finished
+        ),
         "remove_pod": Scenario(single(commands.remove_pod), setup=confirmed),
         "add_pod in sc_batch": Scenario(lambda c: batched(c, [commands.add_pod(p) for p in pods])),
         "assume_pod in sc_batch": Scenario(

@@ -289,6 +289,10 @@ local CACHE_KEY_TYPES = { nodegen = 'zset', nodes = 'set', pods = 'set', assumed
                           deadlines = 'zset', events = 'stream', replicas = 'set' }
 local EVERY_CACHE_KEY = { 'gen', 'nodegen', 'nodes', 'pods', 'assumed', 'deadlines', 'events' }
 local NEW_NODE_KEYS = { 'nodes' }
+-- What add_pod (and sc_sync_pod adding or confirming through it) checks before it runs: a
+-- confirmation writes no more of them (a new pod adds `pods`, checked then; a confirmation
+-- elsewhere takes the pod off its node: all of them).
+local ADD_POD_KEYS = { 'nodegen', 'events' }
 
 -- The cache-wide sets among `names` (at most four: nodes, pods, assumed, replicas) are checked
 -- with one call (expect_sets); `a_set`, when given, is one more set key for that call

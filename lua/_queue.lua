@@ -32,13 +32,27 @@ BOUNDS.QUEUE_MOVES = 100
 BOUNDS.POP_BYTES = 2 * 1048576
 
 -- A spec.schedulerName (a DNS subdomain, as the API server and the library check it:
--- model/selectors.is_dns_subdomain): it is part of key names.
-local function valid_scheduler(name)
-  return type(name) == 'string' and #name <= 253
-    and string.match(name, '^[a-z0-9][-a-z0-9.]*$') ~= nil
-    and string.match(name, '[a-z0-9]$') ~= nil
-    and not string.find(name, '..', 1, true) and not string.find(name, '.-', 1, true)
-    and not string.find(name, '-.', 1, true)
+-- model/selectors.is_dns_subdomain): it is part of key names. The names found valid are kept
+-- across calls (a cluster has a few; the five matches cost ~10,000 instructions, on every
+-- queued record read), at most BOUNDS.SCHEDULERS_KEPT, dropped whole when full.
+BOUNDS.SCHEDULERS_KEPT = 64
+local valid_scheduler
+do  -- (the memo's locals end with the block: the library's chunk may hold 200)
+  local known, kept = {}, 0
+  function valid_scheduler(name)
+    if known[name] then return true end
+    if not (type(name) == 'string' and #name <= 253
+        and string.match(name, '^[a-z0-9][-a-z0-9.]*$') ~= nil
+        and string.match(name, '[a-z0-9]$') ~= nil
+        and not string.find(name, '..', 1, true) and not string.find(name, '.-', 1, true)
+        and not string.find(name, '-.', 1, true)) then
+      return false
+    end
+    if kept >= BOUNDS.SCHEDULERS_KEPT then known, kept = {}, 0 end
+    known[name] = true
+    kept = kept + 1
+    return true
+  end
 end
 
 local function queue_key(p, scheduler, part)
@@ -47,9 +61,12 @@ end
 
 -- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
 -- it): 5,000 names once seen must not stay forever.
+-- (The four parts written out: a table and ipairs a call cost ~2,000 instructions.)
 local function forget_if_idle(p, scheduler)
-  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
-    if redis.call('ZCARD', queue_key(p, scheduler, part)) > 0 then return end
+  local q = p .. 'queue:' .. scheduler .. ':'
+  if redis.call('ZCARD', q .. 'active') > 0 or redis.call('ZCARD', q .. 'leased') > 0
+      or redis.call('ZCARD', q .. 'backoff') > 0 or redis.call('ZCARD', q .. 'parked') > 0 then
+    return
   end
   redis.call('HDEL', p .. 'queues', scheduler)
 end
@@ -73,13 +90,29 @@ local function guard_sequence(p)
 end
 
 -- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
-local function guard_queue(p, scheduler)
-  for _, part in ipairs({ 'active', 'leased', 'backoff', 'parked' }) do
-    expect_type(queue_key(p, scheduler, part), 'zset')
+-- `dropping`: the caller only takes a pod out of the queue (queue_drop), which never counts
+-- arrivals, so the arrival counter is left unread; and when the four parts are read here (not
+-- checked earlier in the call), the pods they hold are answered: their ZCARDs are the type
+-- checks, and queue_drop needs no more to tell whether the scheduler's last pod went.
+local function guard_queue(p, scheduler, dropping)
+  local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once
+  local active, leased, backoff, parked = q .. 'active', q .. 'leased', q .. 'backoff',
+                                          q .. 'parked'
+  local queued = nil
+  if dropping and not checked[active] then
+    queued = typed_read(active, 'zset', 'ZCARD') + typed_read(leased, 'zset', 'ZCARD')
+      + typed_read(backoff, 'zset', 'ZCARD') + typed_read(parked, 'zset', 'ZCARD')
+    checked[active], checked[leased], checked[backoff], checked[parked] = true, true, true, true
+  else
+    expect_type(active, 'zset')
+    expect_type(leased, 'zset')
+    expect_type(backoff, 'zset')
+    expect_type(parked, 'zset')
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  guard_sequence(p)
+  if not dropping then guard_sequence(p) end
+  return queued
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
@@ -117,10 +150,9 @@ end
 -- Takes `rec` out of the sorted set of its state (the record itself stays).
 local function queue_unlink(p, rec)
   if rec.state == 'active' then
-    redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
-  else
-    redis.call('ZREM', queue_key(p, rec.scheduler, rec.state), rec.uid)
+    return redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
   end
+  return redis.call('ZREM', queue_key(p, rec.scheduler, rec.state), rec.uid)
 end
 
 -- Puts `rec` (unlinked) at the back of its priority in the active queue.
@@ -141,12 +173,18 @@ local function queue_after_backoff(p, rec, now)
 end
 
 -- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
--- the scheduler's bookkeeping with its last pod.
-local function queue_drop(p, rec)
-  queue_unlink(p, rec)
+-- the scheduler's bookkeeping with its last pod. `queued`: the pods its scheduler's four
+-- parts held, as guard_queue counted them for this drop (nothing wrote them since), else nil
+-- and they are counted again.
+local function queue_drop(p, rec, queued)
+  local removed = queue_unlink(p, rec)
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
-  forget_if_idle(p, rec.scheduler)
+  if queued == nil then
+    forget_if_idle(p, rec.scheduler)
+  elseif queued - removed <= 0 then
+    redis.call('HDEL', p .. 'queues', rec.scheduler)
+  end
 end
 
 -- The id of the stream's last event, or '0-0'.

@@ -85,7 +85,7 @@ end
 -- one unwritten (touch in _helpers.lua). assume_pod checks its sets itself, in one call with its
 -- replica's (ASSUMED_SETS in assume_pod.lua).
 local WRITES = {
-  add_pod = { 'nodegen', 'pods', 'events' },  -- all of them when it confirms (add_pod.lua)
+  add_pod = ADD_POD_KEYS,  -- `pods` too for a new pod, all of them for a move (add_pod.lua)
   assume_pod = { 'nodegen', 'events' },
   gang_claim = { 'nodegen', 'events' },  -- its sets with its replica's (gang_claim.lua)
   finish_binding = { 'deadlines', 'events' },
@@ -99,6 +99,7 @@ local WRITES = {
   sync_podgroup = {},  -- its group's keys only
   sync_budget = {},  -- its own keys only (sync_budget.lua)
   sync_namespace = {},  -- its own keys only (sync_namespace.lua)
+  sync_pod = {},  -- those of the command it applies, checked once it is chosen (sync_pod.lua)
 }
 
 -- A plain numeric loop: fakeredis offers no `pairs` while a library loads.

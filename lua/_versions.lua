@@ -12,7 +12,10 @@ local TOMBSTONE_MS = 3600000
 
 -- `rv` without leading zeros, or nil when it is not a decimal integer.
 local function normal_rv(rv)
-  if type(rv) ~= 'string' or not string.match(rv, '^%d+$') or #rv > 40 then return nil end
+  if type(rv) ~= 'string' or #rv > 40 then return nil end
+  -- The usual case, no leading zero: as it came (one find, no gsub; ~2,000 instructions).
+  if string.find(rv, '^[1-9]%d*$') then return rv end
+  if not string.find(rv, '^%d+$') then return nil end
   local trimmed = string.gsub(rv, '^0+', '')
   if trimmed == '' then return '0' end
   return trimmed

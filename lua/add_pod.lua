@@ -36,14 +36,22 @@ local function confirm_in_place(p, replica, args, rec)
   return gen
 end
 
-local function add_pod(p, replica, a)
+-- `loaded`: the pod's record as sc_sync_pod read it (load_pod with `stays`; false: none),
+-- else nil and it is read here.
+local function add_pod(p, replica, a, loaded)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
-  local rec = load_pod(p, args.uid, true)  -- the move below checks the removal itself
+  local rec = loaded
+  if rec == nil then
+    rec = load_pod(p, args.uid, true)  -- the move below checks the removal itself
+  elseif rec == false then
+    rec = nil
+  end
   if rec ~= nil and rec.state == 'added' then
     return nil, 'PODEXISTS ' .. args.uid .. ' added ' .. rec.node
   end
   if rec == nil then
+    expect_type(p .. 'pods', 'set')
     local gen, text = put_pod(p, args, 'added', '')
     emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
          'data', args.blob)

@@ -9,10 +9,16 @@
 --          WRONGNODE <uid> <state> <stored node> <given node>   (upstream exits the process)
 --          BADARG <what>
 -- Event    PodRemoved  uid, node, gen, state=<assumed|added>, data=stored blob
-local function remove_pod(p, replica, a)
+-- `loaded`: the pod's record as sc_sync_pod read it (load_pod with `stays`), else nil.
+local function remove_pod(p, replica, a, loaded)
   local uid, node = a[1], a[2]
   if uid == nil or uid == '' then return nil, 'BADARG uid' end
-  local rec = load_pod(p, uid)
+  local rec = loaded
+  if rec == nil then
+    rec = load_pod(p, uid)
+  else
+    guard_removal(p, rec.node, rec.contribution)
+  end
   if rec == nil then return nil, 'PODNOTFOUND ' .. uid .. ' absent' end
   if node ~= nil and node ~= '' and node ~= rec.node then
     return nil, 'WRONGNODE ' .. uid .. ' ' .. rec.state .. ' ' .. rec.node .. ' ' .. node

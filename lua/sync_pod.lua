@@ -78,10 +78,15 @@ local function sync_pod(p, replica, a)
   local vkey = p .. 'version:pod:' .. uid
   local dropped = stale_version(vkey, rv)
   if dropped ~= nil then return dropped, nil, 0 end
-  local rec = load_pod(p, uid)
+  -- Read as it stays (no removal's checks): the command applied below checks what it writes,
+  -- the removal's keys included, and takes this record rather than reading it again.
+  local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
   local queued = load_queued(p, uid)
-  if queued ~= nil then guard_queue(p, queued.scheduler) end
+  -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
+  -- queue holds counted now, which no command below changes, for queue_drop.)
+  local held = nil
+  if queued ~= nil then held = guard_queue(p, queued.scheduler, op ~= 'queue') end
   if op == 'queue' then
     guard_queue(p, scheduler)
     local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued)
@@ -95,22 +100,25 @@ local function sync_pod(p, replica, a)
   if op == 'delete' then
     if rec ~= nil then
       action = 'remove'
-      result, err = COMMANDS['remove_pod'](p, replica, { uid, '' })
+      guard_cache(p, EVERY_CACHE_KEY)
+      result, err = COMMANDS['remove_pod'](p, replica, { uid, '' }, rec)
     end
   else
     local args = { uid, a[4], a[5], a[6] }
     if rec ~= nil and rec.state == 'added' then
       action = 'update'
-      result, err = COMMANDS['update_pod'](p, replica, args)
+      guard_cache(p, EVERY_CACHE_KEY)
+      result, err = COMMANDS['update_pod'](p, replica, args, rec)
     else  -- new, or confirms an assumed pod (on whichever node)
       action = 'add'
-      result, err = COMMANDS['add_pod'](p, replica, args)
+      guard_cache(p, ADD_POD_KEYS)
+      result, err = COMMANDS['add_pod'](p, replica, args, rec or false)
     end
   end
   if result == nil then return nil, err end
   if nominated then NOM.settle(p, nominated) end
   if queued ~= nil then
-    queue_drop(p, queued)
+    queue_drop(p, queued, held)
     if action == 'none' then action = 'dequeue' end
   end
   record_version(vkey, rv, op == 'delete')

@@ -11,10 +11,16 @@
 --          BADARG <what>
 -- Event    PodUpdated  uid, node, gen, data=new blob
 -- The stored contribution is subtracted, never the caller's copy of the old pod.
-local function update_pod(p, replica, a)
+-- `loaded`: the pod's record as sc_sync_pod read it (load_pod with `stays`), else nil.
+local function update_pod(p, replica, a, loaded)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
-  local rec = load_pod(p, args.uid)
+  local rec = loaded
+  if rec == nil then
+    rec = load_pod(p, args.uid)
+  else
+    guard_removal(p, rec.node, rec.contribution)
+  end
   if rec == nil then return nil, 'PODNOTFOUND ' .. args.uid .. ' absent' end
   if rec.state ~= 'added' then return nil, 'NOTADDED ' .. args.uid .. ' ' .. rec.state end
   if rec.node ~= args.node then

@@ -78,6 +78,21 @@ WRITES: dict[str, Callable[[Cache], object]] = {
     "cleanup_assumed_pods": lambda c: c.cleanup_assumed_pods(now=10**6),
     "tree next": lambda c: c.node_tree().next(),
     "run(add_pod)": lambda c: c.run(commands.add_pod(make_pod("new", "n1", "10m", "1Mi"))),
+    "sync_pod new pod": lambda c: c.run(
+        commands.sync_pod(make_pod("new", "n1", "10m", "1Mi"), "5", present=True)
+    ),
+    "sync_pod confirm": lambda c: c.run(
+        commands.sync_pod(make_pod("held", "n1", "100m", "1Mi"), "5", present=True)
+    ),
+    "sync_pod update": lambda c: c.run(
+        commands.sync_pod(make_pod("added", "n1", "200m", "1Mi"), "5", present=True)
+    ),
+    "sync_pod delete": lambda c: c.run(
+        commands.sync_pod(make_pod("added", "n1"), "5", present=False)
+    ),
+    "sync_pod queue": lambda c: c.run(
+        commands.sync_pod_pending(make_pod("pending", "", "10m", "1Mi"), "ref", "5")
+    ),
     "batch add_pod": lambda c: _batched_add(c),
 }
 
@@ -100,6 +115,11 @@ WRITTEN: dict[str, set[str]] = {
     "assume_pod": PLACING | {"assumed"},
     "assume_pod check_fit": PLACING | {"assumed"},
     "run(add_pod)": PLACING,
+    "sync_pod new pod": PLACING,
+    # Confirmed where it was assumed, with the same requests: `pods` and `nodes` stay as
+    # they are (lua/add_pod.lua, confirm_in_place).
+    "sync_pod confirm": {"gen", "events", "nodegen", "assumed", "deadlines"},
+    "sync_pod queue": set(),  # the queue's keys only
     "finish_binding": {"deadlines", "events"},
     "tree next": set(),
 }

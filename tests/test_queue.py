@@ -485,3 +485,39 @@ def test_a_parked_spread_pod_is_woken_by_a_node_removed(cache: Cache) -> None:
     cache.remove_node(make_node("n3", "10m", "8Gi", labels={zone: "z3"}))
     assert names(a.pop(now=T0 + 5)) == ["s-2"]
     cache.assume_pod(pod.with_node("n1"), check_fit=True, snapshot=caught_up(cache))
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "sc_batch"])
+def test_a_bound_pod_leaves_its_schedulers_entry_to_the_pods_still_queued(
+    cache: Cache, batched: bool
+) -> None:
+    """The scheduler's entry in `queues` stays while any of its pods is queued (active,
+    leased, backing off or parked) and goes with the last one bound: counted as the bound
+    pod's drop checks the queue's keys (one call), or read again in an sc_batch that checked
+    them for an earlier command."""
+    a, b, c = pending("a"), pending("b"), pending("c")
+    for pod in (a, b, c):
+        push(cache, pod)
+    leased = queue(cache).pop(2, now=T0)
+    assert names(leased) == ["a", "b"]
+    assert queue(cache).retry(leased[1].pod, unschedulable=True, now=T0).outcome == "backoff"
+    cache.run(commands.add_node(make_node("n1", "8", "8Gi")))
+
+    def bind_all(pods: list[Pod]) -> None:
+        made = [commands.sync_pod(p.with_node("n1"), str(next(_versions)), True) for p in pods]
+        if batched:
+            batch = cache.batch()
+            for command in made:
+                batch.add(command)
+            batch.execute()
+        else:
+            for command in made:
+                assert cache.run(command)[:2] == [b"applied", b"add"]
+
+    bind_all([a])  # b backing off, c active: the entry stays
+    assert cache.client.hexists(cache.keys.queues, "ref")
+    assert queue(cache).lengths() == {"active": 1, "leased": 0, "backoff": 1, "parked": 0}
+    bind_all([b, c])  # the last two (in a batch: the second's keys were checked by the first)
+    assert not cache.client.hexists(cache.keys.queues, "ref")
+    assert queue(cache).lengths() == {"active": 0, "leased": 0, "backoff": 0, "parked": 0}
+    assert cache.client.scard(cache.keys.queued_pods) == 0
