@@ -19,6 +19,7 @@ from schedcache.extender.service import UNKNOWN_NODE, Extender, scores
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Node, Pod
+from schedcache.views import columns as columns_module
 from schedcache.views.columns import columnar
 from tests.factories import node_manifest, pod_manifest
 from tests.test_columns import ANTI, PREFERRED, TAINTS, random_node, random_pod
@@ -187,3 +188,35 @@ def test_a_full_set_of_host_starts_is_cleared_at_most_once_a_period(
     clock[0] += protocol.HOSTS_KEPT_FOR
     assert protocol.encode(second) == json.dumps(second, separators=(",", ":")).encode()
     assert set(protocol._HOSTS) == {item["Host"] for item in second}  # cleared once, refilled
+
+
+def test_names_sent_again_answer_as_the_per_node_code_and_only_a_bounded_copy_is_kept(
+    cache: Cache,
+) -> None:
+    """prioritize after its filter with the same names (the rows looked up once): the same
+    answers as the per-node code; a caller's list changed in place after a call, and names
+    after the node list changed, are looked up again; a list of over NAMES_AT_ONCE names is
+    not kept."""
+    for i in range(4):
+        cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
+    ext = Extender(cache)
+    manifest = pod_manifest("p", "", "1500m", "1Gi", uid="uid-p")
+
+    def judged(args: FilterArgs) -> None:
+        answers = (ext.filter(args), ext.prioritize(args))
+        assert tuple(map(json.dumps, answers)) == tuple(map(json.dumps, per_node(ext, args)))
+
+    args = protocol.filter_args({"Pod": manifest, "NodeNames": ["n0", "n1", "n2", "n9"]})
+    judged(args)
+    judged(args)
+    args.node_names[:2] = ["n3", "n2"]  # the same list object, other names
+    judged(args)
+    cache.remove_node(Node.from_k8s(node_manifest("n2", "3", "8Gi")))
+    cache.add_node(Node.from_k8s(node_manifest("n5", "8", "8Gi")))
+    judged(args)
+    judged(protocol.filter_args({"Pod": manifest, "NodeNames": ["n5", "n2", "n3", "n9"]}))
+    kept = ext.columns._named
+    assert kept is not None and kept[1] == ["n5", "n2", "n3", "n9"]
+    many = [f"x{i}" for i in range(columns_module.NAMES_AT_ONCE + 1)]
+    judged(protocol.filter_args({"Pod": manifest, "NodeNames": many}))
+    assert ext.columns._named is kept

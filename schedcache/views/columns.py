@@ -156,6 +156,10 @@ class Columns:
         self._label_rows: dict[str, dict[str, list[int]]] = {}
         # Per source of the pod index: the rows its pairs block, and how far its log was read.
         self._masks: dict[int, tuple[Source, list[Pair], int, Bools]] = {}
+        # The last names looked up (a copy, at most NAMES_AT_ONCE), the row map they were
+        # looked up in and their rows: kube-scheduler's prioritize sends the names its filter
+        # call sent when every one passed (_rows_named).
+        self._named: tuple[dict[str, int], list[str], Ints] | None = None
 
     # -- keeping up with the snapshot --------------------------------------------------------
 
@@ -500,9 +504,24 @@ class Columns:
         """The row of each of ``names``, -1 for a name no row has: passes in C (a
         comprehension of lookups cost ~100 us at 500 names), of at most ``NAMES_AT_ONCE``
         names each: one C loop holds the interpreter lock throughout, and a stranger's body of
-        370,000 names in one would keep the extender's ``/healthz`` waiting that long."""
+        370,000 names in one would keep the extender's ``/healthz`` waiting that long.
+
+        The same names as the last call's (compared in C, ~4x cheaper than hashing the new
+        names again: each request's strings are new objects) in the same row map answer the
+        last call's rows (read-only): the extender's prioritize after its filter."""
+        last = self._named
+        if (
+            last is not None
+            and last[0] is self._row
+            and len(last[1]) == len(names)
+            and last[1] == names
+        ):
+            return last[2]
         if len(names) <= NAMES_AT_ONCE:
-            return self._lookup_rows(names)
+            rows = self._lookup_rows(names)
+            rows.flags.writeable = False
+            self._named = (self._row, list(names), rows)
+            return rows
         return np.concatenate(
             [
                 self._lookup_rows(names[start : start + NAMES_AT_ONCE])
