@@ -7,6 +7,8 @@
   :mod:`schedcache.views.columns`, and only the failing nodes node by node). Failures that
   preemption cannot cure (taints, unschedulable, node affinity/selector, a node the cache does
   not know) go to ``FailedAndUnresolvableNodes``, the others to ``FailedNodes``.
+  The pod judged is the pending pods' watch's decoded copy when the body's uid and
+  resourceVersion are that copy's (:meth:`Extender.filter_args`), else the body's, decoded.
 * **prioritize**: 0–10 per node: the default profile's weighted scores
   (:func:`schedcache.model.plugins.registry.score_nodes`, on the columns likewise where the pod
   and the cluster allow) scaled so the best candidate scores 10.
