@@ -190,33 +190,41 @@ def test_a_full_set_of_host_starts_is_cleared_at_most_once_a_period(
     assert set(protocol._HOSTS) == {item["Host"] for item in second}  # cleared once, refilled
 
 
-def test_names_sent_again_answer_as_the_per_node_code_and_only_a_bounded_copy_is_kept(
-    cache: Cache,
+def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounded(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """prioritize after its filter with the same names (the rows looked up once): the same
-    answers as the per-node code; a caller's list changed in place after a call, and names
-    after the node list changed, are looked up again; a list of over NAMES_AT_ONCE names is
-    not kept."""
+    """Names sent again (prioritize after its filter, a sample that recurs) answer as the
+    per-node code: with a caller's list changed in place after a call, after the node list
+    changed, with lists that join alike when a name holds a NUL; at most KEPT_LISTS lists of
+    at most NAMES_AT_ONCE names are kept."""
+    monkeypatch.setattr(columns_module, "KEPT_LISTS", 3)
     for i in range(4):
         cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
     ext = Extender(cache)
     manifest = pod_manifest("p", "", "1500m", "1Gi", uid="uid-p")
 
-    def judged(args: FilterArgs) -> None:
-        answers = (ext.filter(args), ext.prioritize(args))
-        assert tuple(map(json.dumps, answers)) == tuple(map(json.dumps, per_node(ext, args)))
+    def judged(names: list[str]) -> FilterArgs:
+        args = protocol.filter_args({"Pod": manifest, "NodeNames": names})
+        for _ in range(2):
+            answers = (ext.filter(args), ext.prioritize(args))
+            expected = per_node(ext, args)
+            assert tuple(map(json.dumps, answers)) == tuple(map(json.dumps, expected))
+        return args
 
-    args = protocol.filter_args({"Pod": manifest, "NodeNames": ["n0", "n1", "n2", "n9"]})
-    judged(args)
-    judged(args)
+    args = judged(["n0", "n1", "n2", "n9"])
     args.node_names[:2] = ["n3", "n2"]  # the same list object, other names
-    judged(args)
+    assert ext.filter(args) == per_node(ext, args)[0]
     cache.remove_node(Node.from_k8s(node_manifest("n2", "3", "8Gi")))
     cache.add_node(Node.from_k8s(node_manifest("n5", "8", "8Gi")))
-    judged(args)
-    judged(protocol.filter_args({"Pod": manifest, "NodeNames": ["n5", "n2", "n3", "n9"]}))
-    kept = ext.columns._named
-    assert kept is not None and kept[1] == ["n5", "n2", "n3", "n9"]
+    judged(["n0", "n1", "n2", "n9"])  # n2 gone, n5 new: the rows were rebuilt
+    judged(["n5", "n3", "n2", "n9"])
+    assert ext.filter(args) == per_node(ext, args)[0]
+    for names in (["n0\0n1", "n3"], ["n0", "n1\0n3"], ["n0", "n1", "n3"]):
+        judged(names)  # the first two join alike: neither is kept
+    for i in range(5):
+        judged([f"n{i % 4}", "n5", f"x{i}"])
+    assert len(ext.columns._named) == 3
     many = [f"x{i}" for i in range(columns_module.NAMES_AT_ONCE + 1)]
-    judged(protocol.filter_args({"Pod": manifest, "NodeNames": many}))
-    assert ext.columns._named is kept
+    kept = dict(ext.columns._named)
+    judged([*many, "n5"])
+    assert list(ext.columns._named) == list(kept)
