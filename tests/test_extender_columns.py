@@ -196,7 +196,7 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
     """Names sent again (prioritize after its filter, a sample that recurs) answer as the
     per-node code: with a caller's list changed in place after a call, after the node list
     changed, with lists that join alike when a name holds a NUL; at most KEPT_LISTS lists of
-    at most NAMES_AT_ONCE names are kept."""
+    at most NAMES_AT_ONCE ASCII names are kept."""
     monkeypatch.setattr(columns_module, "KEPT_LISTS", 3)
     for i in range(4):
         cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
@@ -221,6 +221,8 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
     assert ext.filter(args) == per_node(ext, args)[0]
     for names in (["n0\0n1", "n3"], ["n0", "n1\0n3"], ["n0", "n1", "n3"]):
         judged(names)  # the first two join alike: neither is kept
+    judged(["n0", "n\u00f6", "n3"])  # a name no node can have: not kept
+    assert list(ext.columns._named)[-1] == "n0\0n1\0n3"
     for i in range(5):
         judged([f"n{i % 4}", "n5", f"x{i}"])
     assert len(ext.columns._named) == 3

@@ -519,7 +519,8 @@ class Columns:
         hold (the key is then the list's alone): one C pass and one hash of the joined string,
         ~10 us at 500 names, against hashing each name (each request's strings are new
         objects: ~60 us, and ~4x that measured in the extender under load). At most
-        ``KEPT_LISTS`` lists of at most NAMES_AT_ONCE names and ``KEPT_LIST_CHARS`` joined."""
+        ``KEPT_LISTS`` lists of at most NAMES_AT_ONCE ASCII names and ``KEPT_LIST_CHARS``
+        joined."""
         named = self._named
         if self._named_for is not self._row:  # the rows were rebuilt: other rows
             named.clear()
@@ -532,8 +533,12 @@ class Columns:
                 ]
             )
         key = "\0".join(names)
-        if len(key) > KEPT_LIST_CHARS or key.count("\0") != len(names) - 1:
-            return self._lookup_rows(names)  # not kept (a NUL in a name: not a key of its own)
+        if (
+            len(key) > KEPT_LIST_CHARS
+            or not key.isascii()  # (a node's name is: a byte a character)
+            or key.count("\0") != len(names) - 1  # a NUL in a name: no key of its own
+        ):
+            return self._lookup_rows(names)  # not kept
         rows = named.get(key)
         if rows is not None:
             named.move_to_end(key)
