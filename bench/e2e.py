@@ -164,7 +164,8 @@ def pod(name: str, node_name: str = "", scheduler: str = SCHEDULER) -> dict[str,
 
 def api_server(conn: Connection, args: argparse.Namespace, directory: str, profile: str) -> None:
     """Serve the objects; answer "bound" (measured pods bound), "check" (the checks) and
-    ("capacity pods", n) (the names of n new pods for the capacity clients); "go" starts the
+    ("capacity pods", n) (the names of n new pods for the capacity clients), "pods" (the
+    pending pods, by name, as the API server holds them); "go" starts the
     profile (``--api-profile``, 3.12+), "check" ends it, "stop" writes it."""
     from bench.device.api_capacity import _profile_handlers, write_profile
     from tests.apiserver import ApiError, FakeApiServer
@@ -206,6 +207,14 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
                     profiles[0].enable()  # one profiler sees every thread (3.12+)
             elif message == "bound":
                 conn.send(refused["bound"])
+            elif message == "pods":  # the pending pods as the API server holds them
+                conn.send(
+                    {
+                        p["metadata"]["name"]: p
+                        for p in server.objects("Pod")
+                        if not p["spec"].get("nodeName")
+                    }
+                )
             elif message == "times":
                 conn.send(sorted(bind_times))
             elif message == "check":

@@ -14,10 +14,12 @@ API server (tests/apiserver.py, a process of its own):
 4. per pod, profile ``full``: ``filter`` with ``--sample`` node names (kube-scheduler's sample:
    it sends the nodes its own filters passed, ``percentageOfNodesToScore`` of them, starting
    where the previous pod's search stopped), ``prioritize`` with those the filter kept, then
-   ``bind`` to the best; profile ``bind-only`` (deploy/overlays/bind-only): kube-scheduler
-   filters and scores in process, so the client picks the node itself (round robin over the
-   nodes) and calls ``bind`` alone. A bind answered with ``Error`` is retried (a new cycle),
-   as kube-scheduler retries a pod whose bind failed;
+   ``bind`` to the best (each sends the pod as the API server holds it, its resourceVersion
+   included, as kube-scheduler sends its informer's copy); profile ``bind-only``
+   (deploy/overlays/bind-only): kube-scheduler filters and scores in process, so the client
+   picks the node itself (round robin over the nodes) and calls ``bind`` alone. A bind
+   answered with ``Error`` is retried (a new cycle), as kube-scheduler retries a pod whose bind
+   failed;
 5. the clock runs from the clients' start until every client has bound its pods: **pods/s**;
    then checks on the API server's own objects: nodes over allocatable, Bindings refused as
    already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
@@ -101,9 +103,18 @@ class Client:
 
 
 def client(
-    port: int, index: int, args: argparse.Namespace, profile: str, conn: Connection, go: Any
+    port: int,
+    index: int,
+    args: argparse.Namespace,
+    profile: str,
+    conn: Connection,
+    go: Any,
+    pending: dict[str, Any],
 ) -> None:
-    """Places its share of the pending pods, one after another; sends its timings back."""
+    """Places its share of the pending pods, one after another; sends its timings back.
+    Each filter and prioritize call sends the pod as the API server holds it (``pending``:
+    its resourceVersion, uid and creationTimestamp included), as kube-scheduler sends its
+    informer's copy."""
     names = [f"node-{i}" for i in range(args.nodes)]
     mine = [f"measured-{i}" for i in range(index, args.pods, args.clients)]
     http_client = Client(port)
@@ -113,7 +124,7 @@ def client(
     go.wait()
     began = time.perf_counter()
     for name in mine:
-        manifest = pod(name)
+        manifest = pending.get(name) or pod(name)
         for _attempt in range(20):
             if profile == "full":
                 sample = [names[(start + k) % len(names)] for k in range(args.sample)]
@@ -218,13 +229,15 @@ def row(
         for port in ports:
             wait_for(lambda port=port: listening(port), 300, "the extender")
         warm(ports, args.nodes)
+        ours.send("pods")
+        pending = ours.recv()
         go = context.Event()
         args.clients = extenders
         pipes = []
         workers = []
         for i, port in enumerate(ports):
             mine, its = context.Pipe()
-            worker = context.Process(target=client, args=(port, i, args, profile, its, go))
+            worker = context.Process(target=client, args=(port, i, args, profile, its, go, pending))
             worker.start()
             pipes.append(mine)
             workers.append(worker)

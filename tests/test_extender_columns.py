@@ -19,6 +19,7 @@ from schedcache.extender.service import UNKNOWN_NODE, Extender, scores
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod
 from schedcache.model.values import Node, Pod
+from schedcache.views import columns as columns_module
 from schedcache.views.columns import columnar
 from tests.factories import node_manifest, pod_manifest
 from tests.test_columns import ANTI, PREFERRED, TAINTS, random_node, random_pod
@@ -187,3 +188,45 @@ def test_a_full_set_of_host_starts_is_cleared_at_most_once_a_period(
     clock[0] += protocol.HOSTS_KEPT_FOR
     assert protocol.encode(second) == json.dumps(second, separators=(",", ":")).encode()
     assert set(protocol._HOSTS) == {item["Host"] for item in second}  # cleared once, refilled
+
+
+def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounded(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names sent again (prioritize after its filter, a sample that recurs) answer as the
+    per-node code: with a caller's list changed in place after a call, after the node list
+    changed, with lists that join alike when a name holds a NUL; at most KEPT_LISTS lists of
+    at most NAMES_AT_ONCE ASCII names are kept."""
+    monkeypatch.setattr(columns_module, "KEPT_LISTS", 3)
+    for i in range(4):
+        cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
+    ext = Extender(cache)
+    manifest = pod_manifest("p", "", "1500m", "1Gi", uid="uid-p")
+
+    def judged(names: list[str]) -> FilterArgs:
+        args = protocol.filter_args({"Pod": manifest, "NodeNames": names})
+        for _ in range(2):
+            answers = (ext.filter(args), ext.prioritize(args))
+            expected = per_node(ext, args)
+            assert tuple(map(json.dumps, answers)) == tuple(map(json.dumps, expected))
+        return args
+
+    args = judged(["n0", "n1", "n2", "n9"])
+    args.node_names[:2] = ["n3", "n2"]  # the same list object, other names
+    assert ext.filter(args) == per_node(ext, args)[0]
+    cache.remove_node(Node.from_k8s(node_manifest("n2", "3", "8Gi")))
+    cache.add_node(Node.from_k8s(node_manifest("n5", "8", "8Gi")))
+    judged(["n0", "n1", "n2", "n9"])  # n2 gone, n5 new: the rows were rebuilt
+    judged(["n5", "n3", "n2", "n9"])
+    assert ext.filter(args) == per_node(ext, args)[0]
+    for names in (["n0\0n1", "n3"], ["n0", "n1\0n3"], ["n0", "n1", "n3"]):
+        judged(names)  # the first two join alike: neither is kept
+    judged(["n0", "n\u00f6", "n3"])  # a name no node can have: not kept
+    assert list(ext.columns._named)[-1] == "n0\0n1\0n3"
+    for i in range(5):
+        judged([f"n{i % 4}", "n5", f"x{i}"])
+    assert len(ext.columns._named) == 3
+    many = [f"x{i}" for i in range(columns_module.NAMES_AT_ONCE + 1)]
+    kept = dict(ext.columns._named)
+    judged([*many, "n5"])
+    assert list(ext.columns._named) == list(kept)

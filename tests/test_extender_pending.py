@@ -19,6 +19,7 @@ from redis import Redis
 
 from schedcache import Cache
 from schedcache.extender import pending as pending_module
+from schedcache.extender import protocol
 from schedcache.extender.pending import PendingPods
 from schedcache.extender.service import Extender
 from schedcache.feed.sync import api_client
@@ -131,6 +132,75 @@ def test_the_watched_pod_is_the_api_servers_not_the_filter_callers(
         assert pod_reads(api_server) == []
         assert node_of(api_server, "big") is None and node_of(api_server, "small") == "n1"
         assert cache.get_node_info("n1").requested.milli_cpu == 1000
+    finally:
+        watch.close()
+
+
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the pods a filter or prioritize call decoded from its body (LastPod)."""
+    seen: list[str] = []
+    read_sized = protocol.LAST_POD.read_sized
+
+    def counting(raw_pod: Any) -> Any:
+        seen.append(raw_pod["metadata"]["name"])
+        return read_sized(raw_pod)
+
+    monkeypatch.setattr(protocol.LAST_POD, "read_sized", counting)
+    return seen
+
+
+def test_a_filter_calls_pod_at_the_watched_version_is_the_watchs_copy(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter or prioritize call whose pod has a watched pod's uid and resourceVersion (as
+    kube-scheduler sends its informer's copy) is answered on the watch's copy, not decoded
+    again: the same answers as the body decoded; a body that claims that version with other
+    content is judged as the API server's object at that version; a newer version (the watch
+    stale) and a body without one are decoded from the body. Nothing is kept for them."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.add_node(make_node("n2", "1", "8Gi"))
+    api_server.create(pending("a", "2"))
+    api_server.create(pending("b", "500m"))
+    served, watch = watching(cache, api_server, tmp_path)
+    try:
+        held = api_server.get("Pod", "a", NS)
+        assert held is not None and held["metadata"]["resourceVersion"]
+        kept = dict(watch.pods)
+        bare = {**held, "metadata": {**held["metadata"]}}
+        del bare["metadata"]["resourceVersion"]
+        request = {"Pod": held, "NodeNames": ["n1", "n2", "n3"]}
+        seen = decodes(monkeypatch)
+        with RunningExtender(served) as extender:
+            answers = [extender.post(verb, request) for verb in ("filter", "prioritize")]
+            assert seen == []  # neither call decoded the body
+            protocol.LAST_POD.last = None
+            fresh = {"Pod": bare, "NodeNames": ["n1", "n2", "n3"]}
+            assert [extender.post(verb, fresh) for verb in ("filter", "prioritize")] == answers
+            assert seen == ["a", "a"]  # decoded (the body has no resourceVersion)
+            status, filtered = answers[0]
+            assert status == 200 and filtered["NodeNames"] == ["n1"]
+            assert set(filtered["FailedNodes"]) == {"n2"}
+            assert answers[1] == (200, [{"Host": "n1", "Score": 10}, {"Host": "n2", "Score": 8},
+                                        {"Host": "n3", "Score": 0}])  # fmt: skip
+            # The caller says 100m at the watched version: the API server's 2 cpu are judged.
+            lying = {**held, "spec": pending("a", "100m")["spec"]}
+            _, answer = extender.post("filter", {"Pod": lying, "NodeNames": ["n1", "n2"]})
+            assert answer["NodeNames"] == ["n1"] and set(answer["FailedNodes"]) == {"n2"}
+            assert seen == ["a", "a"]
+            # A newer version the (stopped) watch has not seen: decoded from the body.
+            watch.close()
+            changed = api_server.update({**held, "spec": pending("a", "100m")["spec"]})
+            assert changed["metadata"]["resourceVersion"] != held["metadata"]["resourceVersion"]
+            _, answer = extender.post("filter", {"Pod": changed, "NodeNames": ["n1", "n2"]})
+            assert answer["NodeNames"] == ["n1", "n2"] and seen == ["a", "a", "a"]
+            # A uid the watch does not hold, and one of a kept pod at another version.
+            for uid, version in (("uid-nobody", "1"), ("uid-b", "999999")):
+                stranger = {**held, "metadata": {**held["metadata"], "uid": uid,
+                                                 "resourceVersion": version}}  # fmt: skip
+                _, answer = extender.post("filter", {"Pod": stranger, "NodeNames": ["n2"]})
+                assert answer["FailedNodes"] == {"n2": "Insufficient cpu"}
+            assert seen == ["a", "a", "a", "a", "a"]
+        assert watch.pods == kept  # the calls kept nothing
     finally:
         watch.close()
 

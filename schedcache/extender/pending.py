@@ -6,7 +6,9 @@ informer of its own (on by default with an API server; ``--no-pending-watch`` tu
 as kube-scheduler's queue informer) through the extender's API client, and keeps, by uid, each
 pod of a served ``schedulerName`` (every pod when none is given) decoded (``Pod.from_k8s``) at
 watch time, off the bind's path. A bind whose uid, name and namespace are a kept pod's claims it
-without an API GET (service.py). The data is the API server's, never a caller's.
+without an API GET (service.py); a filter or prioritize call whose pod has a kept pod's uid and
+resourceVersion judges that copy instead of decoding its body's (:meth:`PendingPods.decoded`).
+The data is the API server's, never a caller's.
 
 * Bounded: at most ``PENDING_PODS`` pods and ``PENDING_BYTES`` of their JSON, none of over
   ``POD_BYTES`` (decoded, a pod took up to 5.2x its JSON, measured with 400 labels: ~85 MiB
@@ -137,6 +139,16 @@ class PendingPods:
         if not self.current():
             return None
         return self.pods.get(uid)
+
+    def decoded(self, uid: str, version: str) -> tuple[Pod, int] | None:
+        """The kept pod of ``uid`` and its JSON's size, when it is the object at
+        ``resourceVersion`` ``version``: a filter or prioritize call's pod, not decoded again
+        (service.py). Served even while the watch is not current: an object's content at one
+        resourceVersion never changes, so a lagging copy of that version is still that pod."""
+        entry = self.pods.get(uid)
+        if entry is None or entry.pod.resource_version != version:
+            return None
+        return entry.pod, entry.size
 
     def current(self) -> bool:
         """Listed, the watch not down for more than ``stale_after`` seconds, and not silent

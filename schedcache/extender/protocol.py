@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -79,24 +79,44 @@ def field(document: Mapping[str, Any], name: str) -> Any:
     return None
 
 
+# The API server's own decoded copy of a pod by uid and resourceVersion, and the size of its
+# JSON, or None (the extender's pending pods' watch: PendingPods.decoded).
+Known = Callable[[str, str], "tuple[Pod, int] | None"]
+
+
 def pod_arg(document: Mapping[str, Any]) -> tuple[Pod, Mapping[str, Any]]:
     """The request's ``Pod`` (a v1.Pod), read, and as it came."""
     pod, raw_pod, _ = sized_pod_arg(document)
     return pod, raw_pod
 
 
-def sized_pod_arg(document: Mapping[str, Any]) -> tuple[Pod, Mapping[str, Any], int]:
-    """:func:`pod_arg`, and its JSON's length (0: not written, see ``LastPod.read_sized``)."""
+def sized_pod_arg(
+    document: Mapping[str, Any], known: Known | None = None
+) -> tuple[Pod, Mapping[str, Any], int]:
+    """:func:`pod_arg`, and its JSON's length (0: not written, see ``LastPod.read_sized``).
+
+    With ``known``: a pod whose ``metadata.uid`` and ``metadata.resourceVersion`` are those
+    of a pod ``known`` holds is that pod, not decoded again (an object's content at one
+    resourceVersion never changes: kube-scheduler sends its informer's copy); the length is
+    then the known copy's JSON's."""
     raw_pod = field(document, "Pod")
     if not isinstance(raw_pod, Mapping):
         raise ProtocolError("Pod: required, a v1.Pod object")
+    if known is not None:
+        metadata = raw_pod.get("metadata")
+        if isinstance(metadata, Mapping):
+            uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+            if uid and version and type(uid) is str and type(version) is str:
+                found = known(uid, version)
+                if found is not None:
+                    return found[0], raw_pod, found[1]
     pod, size = LAST_POD.read_sized(raw_pod)
     return pod, raw_pod, size
 
 
-def filter_args(document: Mapping[str, Any]) -> FilterArgs:
-    """ExtenderArgs ``{Pod, Nodes, NodeNames}``."""
-    pod, raw_pod, size = sized_pod_arg(document)
+def filter_args(document: Mapping[str, Any], known: Known | None = None) -> FilterArgs:
+    """ExtenderArgs ``{Pod, Nodes, NodeNames}``; ``known``: see :func:`sized_pod_arg`."""
+    pod, raw_pod, size = sized_pod_arg(document, known)
     names = field(document, "NodeNames")
     if names is not None:
         # One pass in C over 5,000 names (a generator of isinstance calls took 80 us at 500).

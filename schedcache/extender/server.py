@@ -85,9 +85,10 @@ def make_app(
     middlewares = [_guarded(guard)] if guard is not None else []
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
-        "filter": (protocol.filter_args, extender.filter),
+        # the pod the pending pods' watch decoded when the body's is that object (filter_args)
+        "filter": (extender.filter_args, extender.filter),
         # its HostPriorityList written straight from the scores (protocol.encode_scores)
-        "prioritize": (protocol.filter_args, _encoded(extender.prioritize_scores)),
+        "prioritize": (extender.filter_args, _encoded(extender.prioritize_scores)),
         "bind": (protocol.bind_args, extender.bind),
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }

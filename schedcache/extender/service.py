@@ -7,6 +7,8 @@
   :mod:`schedcache.views.columns`, and only the failing nodes node by node). Failures that
   preemption cannot cure (taints, unschedulable, node affinity/selector, a node the cache does
   not know) go to ``FailedAndUnresolvableNodes``, the others to ``FailedNodes``.
+  The pod judged is the pending pods' watch's decoded copy when the body's uid and
+  resourceVersion are that copy's (:meth:`Extender.filter_args`), else the body's, decoded.
 * **prioritize**: 0–10 per node: the default profile's weighted scores
   (:func:`schedcache.model.plugins.registry.score_nodes`, on the columns likewise where the pod
   and the cluster allow) scaled so the best candidate scores 10.
@@ -137,10 +139,20 @@ class Extender:
         # spec.schedulerName (the bind checks it as it checks the API server's pod).
         self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
         self.decoded: OrderedDict[str, tuple[Pod, str]] = OrderedDict()
-        # The pending pods' watch (pending.py): the API server's pods, decoded ahead of binds.
+        # The pending pods' watch (pending.py): the API server's pods, decoded ahead of binds
+        # (and of filter and prioritize calls: filter_args).
         self.pending = pending if binder is not None else None
+        self.known = self.pending.decoded if self.pending is not None else None
 
     # -- filter and prioritize ------------------------------------------------------------
+
+    def filter_args(self, document: Mapping[str, Any]) -> FilterArgs:
+        """A filter or prioritize request's arguments: its pod is the pending pods' watch's
+        decoded copy when the body's uid and resourceVersion are that copy's (the object at
+        that version: kube-scheduler sends its informer's), else decoded from the body
+        (``protocol.LastPod``: prioritize reuses its filter's). No memory is added for
+        either: the watch's pods are bounded by it (pending.py), LastPod holds one pod."""
+        return protocol.filter_args(document, self.known)
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
         self._remember(args)
