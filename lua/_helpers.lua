@@ -825,12 +825,13 @@ local function pod_state(rec)
 end
 
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
--- `claimer`: the replica assuming it ('' for added pods).
-local function put_pod(p, args, state, claimer)
+-- `claimer`: the replica assuming it ('' for added pods). `deadline` (ms text, optional): the
+-- pod's binding is finished and it expires then (sc_timed_claim; the caller indexes it).
+local function put_pod(p, args, state, claimer, deadline)
   local gen, text = place_pod(p, args.uid, args.node, args.contribution)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
-  write_record(p, args.uid, state, args.node, '0', '', text, claimer, args.contribution.text,
-               args.blob)
+  write_record(p, args.uid, state, args.node, deadline and '1' or '0', deadline or '', text,
+               claimer, args.contribution.text, args.blob)
   if not batching then
     redis.call('SADD', p .. 'pods', args.uid)
   else
