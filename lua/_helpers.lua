@@ -179,14 +179,17 @@ end
 -- docs/security.md already.
 local PROBES = { set = 'SCARD', zset = 'ZCARD', stream = 'XLEN' }
 
+-- A probe's answer (the key's size, an integer: true in Lua) is what `checked` keeps for the key:
+-- a single command that needs the size before its first write takes it from there instead of
+-- asking again (claim_conflicts: a node's pod count).
 local function expect_type(key, want)
   if checked[key] then return end
   if want == 'hash' then
     typed_read(key, want, 'HEXISTS', 'exists')
+    checked[key] = true
   else
-    typed_read(key, want, PROBES[want])
+    checked[key] = typed_read(key, want, PROBES[want])
   end
-  checked[key] = true
 end
 
 -- A key of the cache that no command writes (`absent`): intersected with it, several sets are

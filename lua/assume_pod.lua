@@ -138,7 +138,8 @@ local function assume_pod(p, replica, a, deadline)
   local gen, text = put_pod(p, args, 'assumed', claims and replica or '', deadline)
   if deadline then redis.call('ZADD', p .. 'deadlines', deadline, args.uid) end
   if leasing then
-    redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
+    -- a[7]: int_arg took it as canonical decimal text, int_string(lease_ms)'s very text.
+    redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', a[7])
     redis.call('SADD', p .. 'replicas', replica)
   end
   redis.call('SADD', p .. 'assumed', args.uid)
