@@ -15,8 +15,8 @@ from schedcache.cli.eventlines import event_text
 from schedcache.errors import FitConflict, ValidationError
 from schedcache.history.replay import fold
 from schedcache.model.nodeinfo import Dump
-from schedcache.sim.explain import explain
 from schedcache.ops.expiry import ExpiryWorker
+from schedcache.sim.explain import explain
 from schedcache.store import commands
 from schedcache.views.snapshot import Snapshot
 from tests.factories import keyspace, make_node, make_pod
