@@ -245,6 +245,18 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         timed(client)
         finish(client)
 
+    plain = [make_pod(i, host_port=False) for i in range(len(pods))]
+
+    def plain_claims(client: redis.Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for pod in plain:
+            claim = commands.assume_pod(pod, check_fit=True, lease_ttl=15.0)
+            command = commands.timed_claim(claim, BIND_TIMEOUT)
+            pipe.fcall(
+                function_name(pipe, command.name), 1, PREFIX, "bench", command.id, *command.args
+            )
+        pipe.execute()
+
     anti = [constrained_pod(p) for p in pods]
     nodes = [f"node-{i}" for i in range(NODES)]
 
@@ -300,6 +312,12 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         "extender bind: claim, deadline, ttl (3 calls)": Scenario(bind_in_three),
         "extender bind: timed claim, ttl (2 calls)": Scenario(bind_in_two),
         "extender bind: timed claim (1 call: the deadline leaves the ttl)": Scenario(timed),
+        # The reference scheduler's plain claim (a pod without inter-pod rules nor host ports,
+        # as bench/e2e.py's): check_fit, its lease renewed, its deadline, one call
+        # (schedcache/scheduler/bindings.py).
+        "timed claim, check_fit, lease (the reference scheduler's plain claim)": Scenario(
+            plain_claims
+        ),
         "snapshot_delta head read (limit -1)": Scenario(head_reads, setup=assume),
     }
 

@@ -58,17 +58,26 @@ local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' 
 -- node add, { amounts = {field = n}, pods = n, ports = {field, ...} }, counted as placed.
 local function claim_conflicts(p, node, parsed, check, expected, before)
   local nk = p .. 'node:' .. node
-  local wanted = { 'exists' }
+  local wanted
   local fields, amounts = parsed.fields, parsed.amounts
   if check == 'fit' then
-    wanted[2] = 'a:pods'
-    for j = 1, #fields do
-      local field = fields[j]
-      if string.sub(field, 1, 2) == 'r:' then
-        wanted[#wanted + 1] = field
-        wanted[#wanted + 1] = 'a:' .. string.sub(field, 3)
+    -- The fields a fit check reads depend on the contribution alone: built once per shape and
+    -- kept on the parsed contribution (shared across calls by parse_contribution; this field
+    -- is derived from its text, the same for every call, and never changed once set).
+    wanted = parsed.fit_fields
+    if wanted == nil then
+      wanted = { 'exists', 'a:pods' }
+      for j = 1, #fields do
+        local field = fields[j]
+        if string.sub(field, 1, 2) == 'r:' then
+          wanted[#wanted + 1] = field
+          wanted[#wanted + 1] = 'a:' .. string.sub(field, 3)
+        end
       end
+      parsed.fit_fields = wanted
     end
+  else
+    wanted = { 'exists' }
   end
   local state = redis.call('HMGET', nk, unpack(wanted))
   if state[1] ~= '1' then return 'node-missing' end
@@ -85,7 +94,7 @@ local function claim_conflicts(p, node, parsed, check, expected, before)
     return ''
   end
   if check ~= 'fit' then return nil end
-  local short = {}
+  local short = nil  -- the reasons, when there are any (most claims fit: no table then)
   local k = 3  -- the next requested/allocatable pair in `state`
   local ports = nil  -- the node's ports, read at the pod's first port (node_ports)
   for j = 1, #fields do
@@ -96,6 +105,7 @@ local function claim_conflicts(p, node, parsed, check, expected, before)
       local held = stored_int(nk, state[k], 0) + (before and before.amounts[field] or 0)
       if held + tonumber(amount) > stored_int(nk, state[k + 1], 0) then
         local name = RESOURCE_NAMES[resource] or string.sub(resource, 3)
+        short = short or {}
         short[#short + 1] = name
       end
       k = k + 2
@@ -103,14 +113,22 @@ local function claim_conflicts(p, node, parsed, check, expected, before)
       ports = ports or node_ports(nk, before)
       if port_conflict(ports, field) then
         local _, protocol, port = string.match(field, '^p:(.*)|([^|]*)|([^|]*)$')
+        short = short or {}
         short[#short + 1] = 'port:' .. protocol .. '/' .. port
       end
     end
   end
-  local pods = redis.call('ZCARD', p .. 'nodepods:' .. node)
+  -- The node's pod count: guard_node's probe (read_pod_args, candidate_args) counted it in this
+  -- call, before any write (expect_type keeps it). In an sc_batch an earlier command may have
+  -- placed pods there since: counted again.
+  local pk = p .. 'nodepods:' .. node
+  local pods = checked[pk]
+  if batching or type(pods) ~= 'number' then pods = redis.call('ZCARD', pk) end
   if pods + 1 + (before and before.pods or 0) > stored_int(nk, state[2], 0) then
+    short = short or {}
     short[#short + 1] = 'pods'
   end
+  if short == nil then return '' end
   return table.concat(short, ',')
 end
 

@@ -179,14 +179,17 @@ end
 -- docs/security.md already.
 local PROBES = { set = 'SCARD', zset = 'ZCARD', stream = 'XLEN' }
 
+-- A probe's answer (the key's size, an integer: true in Lua) is what `checked` keeps for the key:
+-- a single command that needs the size before its first write takes it from there instead of
+-- asking again (claim_conflicts: a node's pod count).
 local function expect_type(key, want)
   if checked[key] then return end
   if want == 'hash' then
     typed_read(key, want, 'HEXISTS', 'exists')
+    checked[key] = true
   else
-    typed_read(key, want, PROBES[want])
+    checked[key] = typed_read(key, want, PROBES[want])
   end
-  checked[key] = true
 end
 
 -- A key of the cache that no command writes (`absent`): intersected with it, several sets are
@@ -829,12 +832,13 @@ local function pod_state(rec)
 end
 
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
--- `claimer`: the replica assuming it ('' for added pods).
-local function put_pod(p, args, state, claimer)
+-- `claimer`: the replica assuming it ('' for added pods). `deadline` (ms text, optional): the
+-- pod's binding is finished and it expires then (sc_timed_claim; the caller indexes it).
+local function put_pod(p, args, state, claimer, deadline)
   local gen, text = place_pod(p, args.uid, args.node, args.contribution)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
-  write_record(p, args.uid, state, args.node, '0', '', text, claimer, args.contribution.text,
-               args.blob)
+  write_record(p, args.uid, state, args.node, deadline and '1' or '0', deadline or '', text,
+               claimer, args.contribution.text, args.blob)
   if not batching then
     redis.call('SADD', p .. 'pods', args.uid)
   else

@@ -35,7 +35,7 @@
 --            cache lost writes that snapshot saw (lost-writes)
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>                    malformed arguments (a client bug)
--- Event    PodAssumed  uid, node, gen, data=blob
+-- Event    PodAssumed  uid, node, gen, data=blob (sc_timed_claim: deadline too, below)
 
 -- The cache-wide sets assume_pod writes (checked with its replica's, in one call).
 local ASSUMED_SETS = { 'pods', 'assumed' }
@@ -73,7 +73,11 @@ local function refusal(p, args, check, a, reads, domains, nominated, before)
   return ''
 end
 
-local function assume_pod(p, replica, a)
+-- `deadline` (ms text; sc_timed_claim only, nil otherwise): the claim is written with its
+-- binding finished and that deadline in one pass (record, `deadlines`, one PodAssumed event
+-- carrying `deadline`), as sc_assume_pod then sc_finish_binding leave it; the deadline, not the
+-- replica's lease, bounds it from the start, so it is never in the replica's claims.
+local function assume_pod(p, replica, a, deadline)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
   local rec = load_pod(p, args.uid, true)  -- only to refuse it
@@ -118,9 +122,11 @@ local function assume_pod(p, replica, a)
   -- replica set. In a batch most are checked already (guard_cache leaves those out); a single
   -- claim names them straight away (guard_cache's loop costs ~5,000 instructions).
   local claims = nil
-  if replica ~= '' then claims = p .. 'replicapods:' .. replica end
+  if replica ~= '' and deadline == nil then claims = p .. 'replicapods:' .. replica end
   if batching then
     guard_cache(p, leasing and LEASED_SETS or ASSUMED_SETS, claims)
+  elseif claims == nil and leasing then  -- a timed claim's: in no replica's claims
+    expect_sets(p, p .. 'pods', p .. 'assumed', p .. 'replicas')
   elseif claims == nil then
     expect_sets(p, p .. 'pods', p .. 'assumed')
   elseif leasing then
@@ -129,15 +135,22 @@ local function assume_pod(p, replica, a)
     expect_sets(p, p .. 'pods', p .. 'assumed', claims)
   end
   -- put_pod first: its INCR of `gen` is the first write (the wrapper left `gen` unchecked).
-  local gen, text = put_pod(p, args, 'assumed', replica)
+  local gen, text = put_pod(p, args, 'assumed', claims and replica or '', deadline)
+  if deadline then redis.call('ZADD', p .. 'deadlines', deadline, args.uid) end
   if leasing then
-    redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', int_string(lease_ms))
+    -- a[7]: int_arg took it as canonical decimal text, int_string(lease_ms)'s very text.
+    redis.call('SET', p .. 'lease:' .. replica, '1', 'PX', a[7])
     redis.call('SADD', p .. 'replicas', replica)
   end
   redis.call('SADD', p .. 'assumed', args.uid)
   if nominated then NOM.settle(p, nominated) end
-  emit(p, 'PodAssumed', replica,
-       'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
+  if deadline then
+    emit(p, 'PodAssumed', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
+         'deadline', deadline, 'data', args.blob)
+  else
+    emit(p, 'PodAssumed', replica,
+         'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
+  end
   if #candidates > 0 then return { gen, args.node } end
   return gen
 end

@@ -7,16 +7,14 @@
 -- Keys     sc_assume_pod's, deadlines
 -- Reply    sc_assume_pod's
 -- Errors   sc_assume_pod's; BADARG ttl (nothing written)
--- Event    PodAssumed, then BindingFinished (deadline now + ttl), as the two calls emit them
+-- Event    PodAssumed with `deadline` (now + ttl): one event for the claim and its finished
+--          binding (docs/storage.md); the pod record is written once, binding finished, its
+--          deadline set, in no replica's claims (the deadline bounds it, not the lease)
 local TIMED_CLAIM = {}
 
 function TIMED_CLAIM.run(p, replica, a)
-  local ttl = a[1]
-  if int_arg(ttl, 1, BOUNDS.MAX_DURATION_MS) == nil then return nil, 'BADARG ttl' end
+  local ttl = int_arg(a[1], 1, BOUNDS.MAX_DURATION_MS)
+  if ttl == nil then return nil, 'BADARG ttl' end
   table.remove(a, 1)  -- the claim's own arguments (as many as the call carried)
-  local reply, err = assume_pod(p, replica, a)
-  if reply == nil then return nil, err end  -- refused: nothing written
-  -- The pod was assumed by this very call: its deadline cannot be refused.
-  finish_binding(p, replica, { a[1], '', ttl })
-  return reply
+  return assume_pod(p, replica, a, int_string(now_ms(nil) + ttl))
 end

@@ -149,6 +149,9 @@ class ReplayState:
     def _pod_assumed(self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int) -> None:
         uid, node = fields[b"uid"].decode(), fields[b"node"].decode()
         self._place(fields.get(b"data"), uid, node, "assumed", generation, entry_id.decode())
+        deadline = fields.get(b"deadline")
+        if deadline is not None:  # a timed claim: assumed, binding finished, deadline D
+            self._binding_finished(entry_id, fields, generation)
 
     def _binding_finished(
         self, entry_id: bytes, fields: Mapping[bytes, bytes], generation: int
