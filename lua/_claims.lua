@@ -119,11 +119,14 @@ local function claim_conflicts(p, node, parsed, check, expected, before)
     end
   end
   -- The node's pod count: guard_node's probe (read_pod_args, candidate_args) counted it in this
-  -- call, before any write (expect_type keeps it). In an sc_batch an earlier command may have
-  -- placed pods there since: counted again.
+  -- call (expect_type keeps it). Counted again once the call has placed a pod (call_gen: its
+  -- first placement's generation; a gang's members, an sc_batch's earlier commands), so the
+  -- probe's count serves only while nothing was written.
   local pk = p .. 'nodepods:' .. node
   local pods = checked[pk]
-  if batching or type(pods) ~= 'number' then pods = redis.call('ZCARD', pk) end
+  if batching or call_gen ~= nil or type(pods) ~= 'number' then
+    pods = redis.call('ZCARD', pk)
+  end
   if pods + 1 + (before and before.pods or 0) > stored_int(nk, state[2], 0) then
     short = short or {}
     short[#short + 1] = 'pods'

@@ -654,7 +654,8 @@ end
 -- tables) where this lookup costs a few hundred. Parsing is a pure function of the text, so
 -- keeping its results changes no outcome. Bounded: texts up to BOUNDS.CONTRIBUTION_KEPT_BYTES long,
 -- and the whole memo dropped when it holds BOUNDS.CONTRIBUTIONS_KEPT of them. The tables it hands out
--- are shared by every call: read them, never change them.
+-- are shared by every call: read them, never change them (one exception, derived from the text
+-- alone and set once: `fit_fields`, the fields a fit check reads, _claims.lua).
 BOUNDS.CONTRIBUTIONS_KEPT = 1000
 BOUNDS.CONTRIBUTION_KEPT_BYTES = 512
 local parsed_contributions = {}

@@ -537,3 +537,55 @@ def test_a_watch_that_ends_at_once_is_asked_again_after_a_pause(
         assert 2 <= len(calls) <= 4, len(calls)  # 0 s, 0.5 s, 1.5 s (then 3.5 s)
     finally:
         watch.close()
+
+
+def test_a_body_at_the_watched_version_but_no_pods_shape_is_refused_as_before(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> None:
+    """A body that claims a watched pod's uid and resourceVersion stands for that object only
+    when it is shaped as a pod (metadata, spec and status objects, containers a list of
+    objects): else it is refused 400 as before (review: it was judged as the watch's pod)."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+    served, watch = watching(cache, api_server, tmp_path)
+    try:
+        held = api_server.get("Pod", "a", NS)
+        assert held is not None
+        bad_bodies = (
+            {**held, "spec": {**held["spec"], "containers": "not a list"}},
+            {**held, "spec": {**held["spec"], "containers": ["not an object"]}},
+            {**held, "spec": "garbage"},
+            {**held, "status": "garbage"},
+        )
+        with RunningExtender(served) as extender:
+            for bad in bad_bodies:
+                for verb in ("filter", "prioritize"):
+                    protocol.LAST_POD.last = None
+                    status, _ = extender.post(verb, {"Pod": bad, "NodeNames": ["n1"]})
+                    assert status == 400, (verb, bad)
+    finally:
+        watch.close()
+
+
+def test_a_nominated_body_is_decoded_so_the_nomination_held_is_the_judged_pods(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The nomination a filter call holds is read from its body (status.nominatedNodeName):
+    such a body is decoded, not taken as the watch's copy, so the pod judged and the
+    nomination held come from the same object (review: the watch's pod was judged and the
+    body's nomination held)."""
+    from schedcache.store.nominations import read_nomination
+
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+    served, watch = watching(cache, api_server, tmp_path)
+    try:
+        held = api_server.get("Pod", "a", NS)
+        assert held is not None
+        seen = decodes(monkeypatch)
+        nominated = {**held, "status": {"nominatedNodeName": "n1"}}
+        served.filter(served.filter_args({"Pod": nominated, "NodeNames": ["n1"]}))
+        assert seen == ["a"]  # decoded from the body
+        assert read_nomination(cache.store, held["metadata"]["uid"]) is not None
+    finally:
+        watch.close()

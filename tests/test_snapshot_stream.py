@@ -613,3 +613,17 @@ def is_cluster_client(cache: Cache) -> bool:
     from schedcache.store.routing import is_cluster
 
     return is_cluster(cache.client)
+
+
+@pytest.mark.parametrize("text", ["013", " 13", "+13", "1_3", "13 ", "99999999999999999999"])
+def test_a_generation_the_library_would_not_write_is_named_corrupt_by_the_catch_up(
+    make_cache, text
+):
+    """``gen`` holding a number the library never writes is corruption, named, whichever
+    path reads it (the plain head took ``int()``'s "013" as 13: review)."""
+    cache = make_cache()
+    snap = populated(cache)
+    cache.add_pod(make_pod("more", "n1", "10m", "1Mi"))
+    cache.client.set(cache.keys.generation, text)
+    with pytest.raises(CorruptRecord, match="gen"):
+        cache.update_snapshot(snap)

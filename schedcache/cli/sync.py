@@ -59,7 +59,7 @@ KUBE_MISSING = (
     type=Seconds(maximum=1.0),
     default=0.01,
     show_default=True,
-    help="How long a watched change of an assigned pod (a Binding's confirmation, mostly) may "
+    help="How long the Binding of a pod this feed saw pending (a claim's confirmation) may "
     "wait for more to share one call to Redis, s (0: none).",
 )
 @click.option(

@@ -102,16 +102,31 @@ def sized_pod_arg(
     raw_pod = field(document, "Pod")
     if not isinstance(raw_pod, Mapping):
         raise ProtocolError("Pod: required, a v1.Pod object")
-    if known is not None:
-        metadata = raw_pod.get("metadata")
-        if isinstance(metadata, Mapping):
-            uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-            if uid and version and type(uid) is str and type(version) is str:
-                found = known(uid, version)
-                if found is not None:
-                    return found[0], raw_pod, found[1]
+    if known is not None and _shaped_as_known(raw_pod):
+        metadata = raw_pod["metadata"]
+        uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+        if uid and version and type(uid) is str and type(version) is str:
+            found = known(uid, version)
+            if found is not None:
+                return found[0], raw_pod, found[1]
     pod, size = LAST_POD.read_sized(raw_pod)
     return pod, raw_pod, size
+
+
+def _shaped_as_known(raw_pod: Mapping[str, Any]) -> bool:
+    """Whether a body may stand for the watch's copy: shaped as a v1.Pod (metadata, spec and
+    status objects, containers a list of objects: a body that is not is refused as before,
+    400, found in review) and nominated nowhere (``status.nominatedNodeName`` is read from the
+    body, extender/nominate.py: such a body is decoded, so what is held is what was judged)."""
+    metadata, spec, status = (raw_pod.get(name) for name in ("metadata", "spec", "status"))
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        return False
+    if status is not None and not isinstance(status, Mapping):
+        return False
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+        return False
+    return not (status and status.get("nominatedNodeName"))
 
 
 def filter_args(document: Mapping[str, Any], known: Known | None = None) -> FilterArgs:

@@ -353,9 +353,10 @@ class Extender:
             raise Refused(f"reading it: {_api_failure(error)}") from None
 
     def _keep(self, args: FilterArgs) -> None:
-        """``bind_pod_from_filter`` only: the pod this call decoded, for its bind (at most
-        FILTERED_PODS, the newest; none of over 256 labels and annotations, whose JSON
-        LastPod does not write, nor of over KEPT_POD_BYTES of JSON)."""
+        """``bind_pod_from_filter`` only: the pod this call judged, for its bind (at most
+        FILTERED_PODS, the newest; none of over KEPT_POD_BYTES of JSON, nor one decoded from a
+        body of over 256 labels and annotations, whose JSON LastPod does not write: the
+        watch's copy of such a pod is kept, its size known)."""
         if not self.bind_pod_from_filter:
             return
         pod = args.pod

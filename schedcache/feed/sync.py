@@ -129,9 +129,9 @@ class SyncSettings:
     socket read timeout of each list request; also its connect timeout); ``queue_for``: the
     scheduler names whose pending pods are queued (``None``: every name; empty: none, and only
     assigned pods are listed and watched); ``pod_groups``: list and watch PodGroups too;
-    ``batch_linger``: seconds a watched change of an assigned pod (a Binding's confirmation,
-    mostly) may wait for more to share its ``sc_batch`` (0: none; any other change is sent at
-    once, with what waits before it)."""
+    ``batch_linger``: seconds the Binding of a pod this feed saw pending (a claim's
+    confirmation, mostly) may wait for more to share its ``sc_batch`` (0: none; any other
+    change of the pods' feed is sent at once, with what waits before it)."""
 
     page_size: int = 500
     watch_timeout: int = 300
@@ -320,6 +320,11 @@ class ResourceFeed:
         self._lost = threading.Event()  # Redis came back without it: relist
         self._labels = {"cache": cache.name, "resource": resource}
         self._missing_logged = False  # the PodGroup CRD's absence was logged (_kind_missing)
+        # Uids of pods this feed last saw pending (queued): their Binding is a claim's
+        # confirmation, which may wait for company (batch_linger); a pod first seen assigned
+        # (a DaemonSet's, a static pod) never waits. At most MAX_PENDING_TRACKED: past it a
+        # Binding goes at once.
+        self._pending_uids: set[str] = set()
         self._refused = False  # a 403/404 on the budgets' list was logged
 
     # -- the API server ---------------------------------------------------------------------
@@ -504,6 +509,7 @@ class ResourceFeed:
         resourceVersion."""
         self._count("relists")
         metrics.SYNC_RELISTS.labels(**self._labels).inc()
+        self._pending_uids.clear()  # (the list says again which pods are pending)
         listed: set[str] = set()
         count, version = 0, ""
         # Redis applies one page while the next is read and turned into commands.
@@ -691,7 +697,7 @@ class ResourceFeed:
         # Applied in order with the commands: a bookmark (or an object nothing here holds)
         # moves the applied version once everything before it is applied.
         command = None if kind == "BOOKMARK" else self._plan(kind, obj)
-        applier.put(command, received, seen)
+        applier.put(command, received, seen, self._lingers(command))
         return seen
 
     # -- commands ---------------------------------------------------------------------------
@@ -701,10 +707,27 @@ class ResourceFeed:
             self._invalid(subject(obj), f"unknown watch event type {event!r}")
             return None
         try:
-            return self._command(event, obj)
+            command = self._command(event, obj)
         except ValidationError as error:
             self._invalid(subject(obj), str(error))
             return None
+        queued = command is not None and command.name == "sync_pod" and command.args[1] == "queue"
+        if queued and len(self._pending_uids) < MAX_PENDING_TRACKED:
+            self._pending_uids.add(str(command.args[2]))  # type: ignore[union-attr]
+        return command
+
+    def _lingers(self, command: Command | None) -> bool:
+        """Whether ``command`` may wait for company: the Binding of a pod this feed saw
+        pending (sc_sync_pod op "set"; a claim's confirmation when one of the cache's
+        schedulers placed it, which already counts the pod on its node). A pod's other changes
+        forget it: a later change of a running pod goes at once."""
+        if command is None or command.name != "sync_pod":
+            return False
+        uid = str(command.args[2])
+        if command.args[1] == "queue" or uid not in self._pending_uids:
+            return False
+        self._pending_uids.discard(uid)
+        return command.args[1] == "set"
 
     def _invalid(self, what: str, why: str) -> None:
         self._count("invalid")
@@ -824,27 +847,25 @@ class ResourceFeed:
             raise Gone("Redis lost writes this feeder applied")
 
 
-def lingers(command: Command | None) -> bool:
-    """Whether ``command`` may wait ``batch_linger`` for company: an assigned pod's change
-    (``sc_sync_pod`` op "set": a Binding's confirmation, mostly; nothing decides on it
-    promptly, the claim already counts the pod on its node) or nothing (a bookmark)."""
-    return command is None or (command.name == "sync_pod" and command.args[1] == "set")
+# Pods a feed remembers as pending (their Binding lingers, batch_linger): ~100 bytes each.
+MAX_PENDING_TRACKED = 200_000
 
 
 class _Applier:
     """Applies a watch's commands in a thread of its own, as many per call as have arrived
     (one ``sc_batch`` for a burst, so a feeder's round trips, and its copies' cost to Redis,
-    shrink under load), in the order they arrived. Assigned pods' changes wait up to
-    ``batch_linger`` from the first one's arrival for more (a confirmation alone costs Redis a
-    call of its own: ~300,000 instructions against ~245,000 in a batch); any other command
-    ends the wait. A failure stops it; :meth:`check` raises it in the reading thread."""
+    shrink under load), in the order they arrived. Commands put with ``linger`` (a Binding's
+    confirmation: :meth:`ResourceFeed._lingers`) wait up to ``batch_linger`` from the first
+    one's arrival for more (a confirmation alone costs Redis a call of its own: ~300,000
+    instructions against ~245,000 in a batch); any other command ends the wait. A failure
+    stops it; :meth:`check` raises it in the reading thread."""
 
     MAX_BATCH = 200
 
     def __init__(self, feed: ResourceFeed) -> None:
         self.feed = feed
         self.pending: list[tuple[Command | None, float, str]] = []
-        self.urgent = False  # a command that does not linger waits in `pending`
+        self.lingering = 0  # how many of `pending`, from the first, may linger
         self.error: BaseException | None = None
         self.done = False
         self.ready = threading.Condition()
@@ -853,11 +874,15 @@ class _Applier:
         )
         self.thread.start()
 
-    def put(self, command: Command | None, received: float, version: str) -> None:
-        """Apply ``command`` (None: nothing to apply) in order; then ``version`` is applied."""
+    def put(
+        self, command: Command | None, received: float, version: str, linger: bool = False
+    ) -> None:
+        """Apply ``command`` (None: nothing to apply) in order; then ``version`` is applied.
+        ``linger``: it may wait for company (a bookmark, None, never ends a wait)."""
         with self.ready:
+            if (linger or command is None) and self.lingering == len(self.pending):
+                self.lingering += 1
             self.pending.append((command, received, version))
-            self.urgent = self.urgent or not lingers(command)
             self.ready.notify()
 
     def check(self) -> None:
@@ -886,7 +911,8 @@ class _Applier:
                     self.pending[: self.MAX_BATCH],
                     self.pending[self.MAX_BATCH :],
                 )
-                self.urgent = not all(lingers(command) for command, _, _ in self.pending)
+                # (What is left is a batch's tail: sent next, without a wait.)
+                self.lingering = 0
             if not taken:
                 self.feed._write_progress_when_idle()
                 continue
@@ -917,7 +943,7 @@ class _Applier:
         if not linger or not self.pending:
             return
         until = self.pending[0][1] + linger
-        while not (self.urgent or self.done or len(self.pending) >= self.MAX_BATCH):
+        while self.lingering == len(self.pending) < self.MAX_BATCH and not self.done:
             left = until - time.monotonic()
             if left <= 0:
                 return

@@ -14,23 +14,27 @@ strings. Here the same five strings and the page are read in one transaction::
     EXEC
 
 (~76,000 instructions with a page of four events, against ~184,000 for the function and its
-page: ``bench/catch_up.py --plain``.) The transaction makes the two one atomic read, so the
-page is the stream's whole tail at the head's moment, and one check replaces the function's:
-a page that is not full must end at ``lastevent`` (else something appended to the stream
-without the library's ``emit``: a stream restored by hand, a stranger's ``XADD``).
+page: docs/performance.md, "The head without a function".) The transaction makes the two one
+atomic read, so the page is the stream's whole tail at the head's moment, and one check
+replaces the function's: a page that is not full must end at ``lastevent`` (else something
+appended to the stream without the library's ``emit``: a stream restored by hand, a
+stranger's ``XADD``).
 
 The answer is the function's instead (:func:`plain_head` answers None, and the caller sends
 the function's head read) whenever this read cannot vouch for it: a key missing (a cache
 before its first change) or of another type (``MGET`` answers nil for both: the function
 names the corrupt key; ``nsgen``, missing until a namespace is synced, is read by ``GET``,
-which tells the two apart), a generation that is not an integer, a node tree that changed (the
-function sends the tree), a full page, a page that does not end at ``lastevent``, or any error
+which tells the two apart), a generation that is not an integer as the library writes it
+(``013``, `` 13`` or ``+13`` are corruption there, not 13), a node tree that changed (the
+function sends the tree), a full page (1,000 new events or more: the page holds the
+snapshot's last event too), a page that does not end at ``lastevent``, or any error
 reply (a user without ``MULTI``, a server that refused the transaction). So a stranger's
 changes to these keys are judged as before, by the function.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +44,8 @@ from schedcache.store.keys import Keys
 from schedcache.store.responses import stream_page
 
 Page = list[tuple[bytes, dict[bytes, bytes]]]
+# An integer as the library writes one (its stored_int refuses anything else as corruption).
+INTEGER = re.compile(rb"(0|-?[1-9][0-9]{0,18})\Z")
 
 
 def head_keys(keys: Keys) -> tuple[str, ...]:
@@ -69,10 +75,11 @@ def plain_head(
     if not isinstance(strings, list) or len(strings) != 4 or None in strings:
         return None
     gen, tree_gen, incarnation, last = strings
-    try:
-        generation, tree_generation = int(gen), int(tree_gen)
-        namespace_generation = 0 if namespaces is None else int(namespaces)
-    except (TypeError, ValueError):
+    numbers = (gen, tree_gen, b"0" if namespaces is None else namespaces)
+    if not all(isinstance(text, bytes) and INTEGER.match(text) for text in numbers):
+        return None  # (the function names the corrupt key)
+    generation, tree_generation, namespace_generation = (int(text) for text in numbers)
+    if not all(-(2**63) <= value < 2**63 for value in (generation, tree_generation)):
         return None
     if tree_generation != int(head_args[1]) or not last:
         return None
