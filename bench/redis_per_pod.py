@@ -41,10 +41,22 @@ STEADY_FROM = 0.05  # the share of measured pods in the cache when the steady st
 SUFFIX = re.compile(r"_v\d+(_[0-9a-f]+)?$")
 
 
+PLAIN_HEAD = "head (plain)"
+
+
 def _name(args: list[bytes]) -> str:
     """The group of one slow log entry: the function (``snapshot_delta`` split in its head
     read, limit -1, and its catch-ups), else the command."""
     command = args[0].decode().upper()
+    # The plain head's transaction (store/plain_head.py): MULTI, MGET of `gen` first, GET of
+    # `nsgen` (EXEC itself is not logged; its XRANGE is, on its own row).
+    if command == "MULTI":
+        return PLAIN_HEAD
+    if len(args) > 1 and (
+        (command == "MGET" and args[1].endswith(b":gen"))
+        or (command == "GET" and args[1].endswith(b":nsgen"))
+    ):
+        return PLAIN_HEAD + " " + command
     if command not in ("FCALL", "FCALL_RO") or len(args) < 2:
         return command
     name = SUFFIX.sub("", args[1].decode()).removeprefix("sc_")
@@ -152,6 +164,10 @@ def _one_row(
         if name in ("SLOWLOG", "CONFIG", "INFO", "SCARD", "FLUSHDB"):
             pending.clear()
             continue  # the bench's own
+        if name.startswith(PLAIN_HEAD + " "):  # one call: its MULTI; its commands inside it
+            usec[PLAIN_HEAD] += int(entry[2])
+            inner[PLAIN_HEAD][name.removeprefix(PLAIN_HEAD + " ")] += 1
+            continue
         usec[name] += int(entry[2])
         count[name] += 1
         for command, n in pending.items():
