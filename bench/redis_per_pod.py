@@ -157,10 +157,10 @@ def _one_row(
     pending: dict[str, int] = defaultdict(int)
     # Oldest first: the commands a script ran are logged (peer "?:0") before the script itself.
     for entry in reversed(marks.get("entries", [])):
-        name = _name(entry[3])
-        if entry[4] == b"?:0":
-            pending[name] += 1
+        if entry[4] == b"?:0":  # (a script's own command: named as it is)
+            pending[entry[3][0].decode().upper()] += 1
             continue
+        name = _name(entry[3])
         if name in ("SLOWLOG", "CONFIG", "INFO", "SCARD", "FLUSHDB"):
             pending.clear()
             continue  # the bench's own
