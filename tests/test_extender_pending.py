@@ -539,18 +539,26 @@ def test_a_watch_that_ends_at_once_is_asked_again_after_a_pause(
         watch.close()
 
 
+def one_watched_pod(
+    cache: Cache, api_server: FakeApiServer, tmp_path: Path
+) -> tuple[Extender, PendingPods, dict[str, Any]]:
+    """Node n1, pending pod ``a`` watched by a served extender, and the API server's copy."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    api_server.create(pending("a", "1"))
+    served, watch = watching(cache, api_server, tmp_path)
+    held = api_server.get("Pod", "a", NS)
+    assert held is not None
+    return served, watch, held
+
+
 def test_a_body_at_the_watched_version_but_no_pods_shape_is_refused_as_before(
     cache: Cache, api_server: FakeApiServer, tmp_path: Path
 ) -> None:
     """A body that claims a watched pod's uid and resourceVersion stands for that object only
     when it is shaped as a pod (metadata, spec and status objects, containers a list of
     objects): else it is refused 400 as before (review: it was judged as the watch's pod)."""
-    cache.add_node(make_node("n1", "4", "8Gi"))
-    api_server.create(pending("a", "1"))
-    served, watch = watching(cache, api_server, tmp_path)
+    served, watch, held = one_watched_pod(cache, api_server, tmp_path)
     try:
-        held = api_server.get("Pod", "a", NS)
-        assert held is not None
         bad_bodies = (
             {**held, "spec": {**held["spec"], "containers": "not a list"}},
             {**held, "spec": {**held["spec"], "containers": ["not an object"]}},
@@ -576,12 +584,8 @@ def test_a_nominated_body_is_decoded_so_the_nomination_held_is_the_judged_pods(
     body's nomination held)."""
     from schedcache.store.nominations import read_nomination
 
-    cache.add_node(make_node("n1", "4", "8Gi"))
-    api_server.create(pending("a", "1"))
-    served, watch = watching(cache, api_server, tmp_path)
+    served, watch, held = one_watched_pod(cache, api_server, tmp_path)
     try:
-        held = api_server.get("Pod", "a", NS)
-        assert held is not None
         seen = decodes(monkeypatch)
         nominated = {**held, "status": {"nominatedNodeName": "n1"}}
         served.filter(served.filter_args({"Pod": nominated, "NodeNames": ["n1"]}))
