@@ -517,6 +517,20 @@ def test_a_scheduler_name_that_is_no_dns_subdomain_is_refused(name: str) -> None
         assert "--scheduler-name" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("name", ["a,metadata.namespace=x", "Ref", "a..b", "", 7])
+def test_the_watchs_python_api_refuses_a_scheduler_name_by_name(name: Any) -> None:
+    """``PendingPods(scheduler_names=...)`` (the library, not the CLI) puts a single name into
+    its field selector too: refused by name before anything is asked (stop 47's note)."""
+    from schedcache.errors import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        PendingPods(None, frozenset({name}))  # type: ignore[arg-type]
+    assert refused.value.field == "scheduler_names"
+    assert PendingPods(None, frozenset({"my-scheduler"})).selector.endswith(  # type: ignore[arg-type]
+        "spec.schedulerName=my-scheduler"
+    )
+
+
 def test_a_watch_that_ends_at_once_is_asked_again_after_a_pause(
     api_server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -57,12 +57,12 @@ from prometheus_client import Gauge
 from schedcache.errors import CacheError
 from schedcache.feed.sync import (
     API_ERRORS,
-    DEFAULT_SCHEDULER,
     Gone,
     open_watch,
     watch_lines,
 )
 from schedcache.model.values import Pod
+from schedcache.store.commands import DEFAULT_SCHEDULER, scheduler_name
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,10 @@ class PendingPods:
         idle_after: float = IDLE_AFTER,
     ) -> None:
         self.api = api
-        self.scheduler_names = scheduler_names
+        # Each is part of the field selector: a scheduler name or refused by name.
+        for name in scheduler_names:
+            scheduler_name(name, "pending pods' watch", "scheduler_names")
+        self.scheduler_names = frozenset(scheduler_names)
         self.stale_after = stale_after
         self.idle_after = idle_after
         # The list's and watch's selector: the unscheduled pods, of the one scheduler served

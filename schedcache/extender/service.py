@@ -65,6 +65,7 @@ from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import score_nodes
 from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
+from schedcache.store.commands import DEFAULT_SCHEDULER
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UNKNOWN_NODE = "node(s) not found in the scheduler cache"
-DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 # Seconds after a pod's filter call within which its prioritize call scores on the snapshot
 # the filter brought up to date (kube-scheduler sends both in one cycle, milliseconds apart).
 SAME_CYCLE = 1.0

@@ -65,7 +65,7 @@ from schedcache.model.manifests import subject
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
 from schedcache.store.budgets import budget_key, budget_keys, sync_budget, sync_budget_gone
-from schedcache.store.commands import Command
+from schedcache.store.commands import DEFAULT_SCHEDULER, Command
 from schedcache.store.namespaces import (
     namespace_name,
     namespace_names,
@@ -83,7 +83,6 @@ T = TypeVar("T")
 NON_TERMINATED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 ASSIGNED_PODS = f"spec.nodeName!=,{NON_TERMINATED_PODS}"
 TERMINATED = frozenset({"Succeeded", "Failed"})
-DEFAULT_SCHEDULER = "default-scheduler"
 #: policy/v1 PodDisruptionBudgets, fed for preemption (docs/preemption.md); not in RESOURCES
 #: (``load --prune`` and the progress shown by ``stats`` speak for nodes and pods).
 BUDGETS = "poddisruptionbudgets"

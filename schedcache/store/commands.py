@@ -485,6 +485,10 @@ QUEUE_BATCH_LIMIT = 100
 PRIORITY_LIMIT = 2**31
 
 
+# What the API server defaults spec.schedulerName to (sync, the extender, its pending pods' watch).
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
 def scheduler_name(value: object, subject: str, field: str = "spec.schedulerName") -> str:
     """A scheduler name (a DNS subdomain, as the API server validates ``spec.schedulerName``):
     part of the queue's key names."""
