@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from schedcache.feed.sync import api_client
 from schedcache.scheduler.binder import ApiBinder
 from tests.apiserver import FakeApiServer
-from tests.test_security import _ca, _certificate
+from tests.test_security import two_cas_and_a_server
 
 NS = "default"
 
@@ -161,11 +161,7 @@ class BindingServer:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("binder-pki")
-    for ca in ("ca", "other-ca"):
-        _ca(directory, ca)
-    _certificate(
-        directory, "server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
-    )
+    two_cas_and_a_server(directory, "IP:127.0.0.1")
     return directory
 
 

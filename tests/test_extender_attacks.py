@@ -44,7 +44,7 @@ from tests.extender_server import RunningExtender, extender_process
 from tests.factories import keyspace, make_node, pod_manifest
 from tests.tcp_proxy import FaultyProxy
 from tests.test_lua_bounds import command_calls
-from tests.test_security import _ca, _certificate
+from tests.test_security import _certificate, two_cas_and_a_server
 
 NS = "team"
 
@@ -75,10 +75,8 @@ def api_binder(server: FakeApiServer, tmp_path: Path, timeout: float = 10.0) -> 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("extender-pki")
-    for ca in ("ca", "other-ca"):
-        _ca(directory, ca)
+    two_cas_and_a_server(directory, "IP:127.0.0.1,DNS:localhost")
     server_ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"
-    _certificate(directory, "server", "ca", server_ext)
     _certificate(directory, "client", "ca", "extendedKeyUsage=clientAuth")
     _certificate(directory, "stranger", "other-ca", "extendedKeyUsage=clientAuth")
     _certificate(directory, "server2", "other-ca", server_ext)

@@ -30,7 +30,7 @@ from schedcache.extender.trim import MIN_PEAK, Trimmer
 from tests.conftest import real_client
 from tests.extender_server import RunningExtender, extender_process
 from tests.factories import make_node
-from tests.test_security import _ca, _certificate
+from tests.test_security import _certificate, two_cas_and_a_server
 
 FLOOD = 2000  # connections that never send a ClientHello
 LIMIT = 64  # --max-connections of the flooded extender
@@ -40,11 +40,7 @@ SLACK = 24 * MIB  # the interpreter's own churn while the flood is served
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("tls-flood-pki")
-    for ca in ("ca", "other-ca"):
-        _ca(directory, ca)
-    _certificate(
-        directory, "server", "ca", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
-    )
+    two_cas_and_a_server(directory, "IP:127.0.0.1")
     _certificate(directory, "client", "ca", "extendedKeyUsage=clientAuth")
     _certificate(directory, "stranger", "other-ca", "extendedKeyUsage=clientAuth")
     return directory

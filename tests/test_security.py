@@ -82,18 +82,24 @@ def _certificate(directory: Path, name: str, ca: str, extensions: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    assert shutil.which("openssl"), "the TLS tests make their certificates with openssl"
-    directory = tmp_path_factory.mktemp("pki")
+def two_cas_and_a_server(directory: Path, server_names: str) -> None:
+    """The start of every TLS test's PKI: ``ca`` and ``other-ca``, and ``server`` signed by
+    ``ca`` for ``server_names`` (a subjectAltName list)."""
     _ca(directory, "ca")
     _ca(directory, "other-ca")
     _certificate(
         directory,
         "server",
         "ca",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
+        f"subjectAltName={server_names}\nextendedKeyUsage=serverAuth",
     )
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    assert shutil.which("openssl"), "the TLS tests make their certificates with openssl"
+    directory = tmp_path_factory.mktemp("pki")
+    two_cas_and_a_server(directory, "IP:127.0.0.1,DNS:localhost")
     # A certificate valid for another host only: hostname checking must refuse it.
     _certificate(
         directory,
