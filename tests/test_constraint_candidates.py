@@ -9,6 +9,8 @@ import pytest
 from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, FitConflict, ValidationError
 from schedcache.store.commands import Command, assume_pod
+from schedcache.store.events import MAX_PAYLOAD
+from schedcache.store.records import pack_object
 from tests.factories import keyspace, make_node, make_pod
 
 HOST = "kubernetes.io/hostname"
@@ -103,6 +105,33 @@ def test_a_bare_claim_takes_candidates_too(cache):
         cache.assume_pod(make_pod("y", "n1", "1", "1Mi"), check_fit=True, candidates=("n2",))
         == "n2"
     )
+
+
+def test_each_candidates_blob_as_the_script_rebuilds_it_is_the_pod_packed_on_that_node():
+    """Only the tails of the candidates' names travel (node_name is the blob's last field):
+    the shared prefix plus each rest is exactly what packing the pod on that node gives, for
+    names shorter, longer, and across msgpack's 31/32-byte string header boundary."""
+    pod = make_pod("p", "n-" + "a" * 29, "1", "1Mi", labels={"app": "web"}, priority=7)
+    others = ("n2", "n-" + "a" * 30, "n-" + "b" * 29, "node-" + "x" * 40, pod.node_name)
+    args = assume_pod(pod, True, candidates=tuple((n, "", "") for n in others)).args
+    blob, at = args[2], args.index(len(others))
+    shared = args[at + 1]
+    for j, node in enumerate(others):
+        name, rest = args[at + 2 + 4 * j : at + 4 + 4 * j]
+        assert name == node
+        assert blob[:shared] + rest == pack_object(pod.with_node(node).to_dict(), "p")
+    sent = sum(len(args[at + 3 + 4 * j]) for j in range(len(others)))
+    assert sent <= sum(len(n) + 3 for n in others) < len(blob)  # names' tails, no pod
+
+
+def test_a_candidate_whose_pod_would_pass_the_size_limit_is_refused_before_sending(cache):
+    nodes(cache, "n1")
+    pod = make_pod("p", "n1", labels={"big": "x" * (MAX_PAYLOAD - 400)})
+    assume_pod(pod, True, candidates=(("n2", "", ""),))  # the pod itself fits
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match="byte limit"):
+        cache.assume_pod(pod, check_fit=True, candidates=["n" + "2" * 500])
+    assert keyspace(cache.client, cache.keys.pattern) == before
 
 
 def test_too_many_candidates_or_no_fit_check_are_refused_before_sending(cache):

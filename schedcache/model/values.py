@@ -150,10 +150,10 @@ class Pod:
         """msgpack-friendly dict (str/int/bool/list/dict only); empty fields (0, "", False,
         empty containers) are left out, which keeps the copy stored per pod and per event
         small; :meth:`from_dict` restores them as the defaults they are. (Hot: once per pod
-        command, so each field is tested rather than built and then dropped.)"""
+        command, so each field is tested rather than built and then dropped.) ``node_name``
+        comes last: the same pod on other nodes (a claim's ranked candidates) differs from its
+        msgpack only in the last bytes, so only those travel (store/commands.py)."""
         d: dict[str, Any] = {"uid": self.uid, "name": self.name, "namespace": self.namespace}
-        if self.node_name:
-            d["node_name"] = self.node_name
         if self.labels:
             d["labels"] = dict(self.labels)
         requests = self.requests.to_dict()
@@ -216,6 +216,8 @@ class Pod:
             d["preempt_never"] = True
         if self.started_ms:
             d["started"] = self.started_ms
+        if self.node_name:
+            d["node_name"] = self.node_name
         return d
 
     @classmethod

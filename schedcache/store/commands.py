@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
+import msgpack
+
 from schedcache.errors import ValidationError
 from schedcache.model.aggregates import (
     contribution_string,
@@ -29,6 +31,7 @@ from schedcache.model.aggregates import (
 from schedcache.model.arrivals import ANY, WAKE_TOKENS
 from schedcache.model.selectors import is_dns_subdomain
 from schedcache.model.values import MAX_NODE_IMAGES, MAX_NODE_RESOURCES, Node, Pod
+from schedcache.store.events import OBJECT_LIMITS
 from schedcache.store.records import pack_object
 
 Arg = str | int | bytes
@@ -222,16 +225,19 @@ def _candidate_args(
     pod: Pod, blob: bytes, candidates: Sequence[tuple[str, str, str]]
 ) -> tuple[Arg, ...]:
     """``count, shared prefix length, (node, blob rest, reads, domains) * count``: each blob is
-    the pod placed on that node; only what differs from ``blob`` travels."""
+    the pod placed on that node; only what differs from ``blob`` travels. ``Pod.to_dict`` puts
+    ``node_name`` last, so each candidate's blob is ``blob`` with its last bytes (the node's
+    name) swapped: no pod is packed again, and only the names' differing tails travel."""
     subject = pod_subject(pod)
     if len(candidates) > MAX_EXTRA_CANDIDATES:
         raise ValidationError(
             subject, "candidates", f"{len(candidates)} > {MAX_EXTRA_CANDIDATES} more nodes"
         )
-    blobs: list[bytes] = []
-    # The pod's dict once, its node swapped per candidate: what pod.with_node(node).to_dict()
-    # gives (node_name keeps its place), without a Pod and a dict built per candidate.
-    placed = pod.with_node(pod.node_name or "-").to_dict()
+    own = msgpack.packb(pod.node_name)
+    if not blob.endswith(NODE_NAME_KEY + own):  # (Pod.to_dict's order is what makes the splice right)
+        raise RuntimeError(f"pod {subject}: its msgpack does not end with its node's name")
+    head = blob[: len(blob) - len(own)]
+    names: list[bytes] = []
     for i, candidate in enumerate(candidates):
         if not isinstance(candidate, tuple) or len(candidate) != 3:
             raise ValidationError(subject, f"candidates[{i}]", "expected (node, reads, domains)")
@@ -239,12 +245,19 @@ def _candidate_args(
         _token(node, subject, f"candidates[{i}]")
         if (reads, domains) != ("", ""):  # (nothing to check in two empty strings)
             _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
-        blobs.append(pack_object({**placed, "node_name": node}, subject))
-    shared = _shared_prefix(blob, blobs)
-    out: list[Arg] = [len(candidates), shared]
-    for (node, reads, domains), packed in zip(candidates, blobs, strict=True):
+        packed = msgpack.packb(node)
+        if len(head) + len(packed) > OBJECT_LIMITS.max_bytes:  # refused as any object over it
+            pack_object(pod.with_node(node).to_dict(), subject)
+        names.append(packed)
+    shared = _shared_prefix(own, names)
+    out: list[Arg] = [len(candidates), len(head) + shared]
+    for (node, reads, domains), packed in zip(candidates, names, strict=True):
         out += [node, packed[shared:], reads, domains]
     return tuple(out)
+
+
+#: The msgpack of the key the pod's blob ends with, before its node's name (Pod.to_dict).
+NODE_NAME_KEY = msgpack.packb("node_name")
 
 
 def _shared_prefix(first: bytes, others: Sequence[bytes]) -> int:
