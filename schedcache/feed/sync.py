@@ -879,10 +879,16 @@ class _Applier:
         """Apply ``command`` (None: nothing to apply) in order; then ``version`` is applied.
         ``linger``: it may wait for company (a bookmark, None, never ends a wait)."""
         with self.ready:
+            first = not self.pending
             if (linger or command is None) and self.lingering == len(self.pending):
                 self.lingering += 1
             self.pending.append((command, received, version))
-            self.ready.notify()
+            # The applier waits for a first command, or lingers while every pending one may
+            # (until the linger's end, unless one that may not arrives or a batch is full):
+            # a command that changes neither wait does not wake it (each wake is a thread
+            # switch; under a linger, one a Binding).
+            if first or self.lingering != len(self.pending) or len(self.pending) >= self.MAX_BATCH:
+                self.ready.notify()
 
     def check(self) -> None:
         if self.error is not None:
