@@ -134,6 +134,17 @@ def test_a_candidate_whose_pod_would_pass_the_size_limit_is_refused_before_sendi
     assert keyspace(cache.client, cache.keys.pattern) == before
 
 
+@pytest.mark.parametrize("name", ["\ud800", "n-\udcff"])
+def test_a_candidate_name_that_is_not_utf8_is_refused_by_name_and_changes_nothing(cache, name):
+    """(Found in review: the splice packed the name alone, and a lone surrogate escaped as a
+    UnicodeEncodeError.)"""
+    nodes(cache, "n1")
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(ValidationError, match="UTF-8"):
+        cache.assume_pod(make_pod("p", "n1", "1", "1Mi"), check_fit=True, candidates=[name])
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
 def test_too_many_candidates_or_no_fit_check_are_refused_before_sending(cache):
     nodes(cache, "n1")
     pod = make_pod("p", "n1")

@@ -234,7 +234,7 @@ def _candidate_args(
             subject, "candidates", f"{len(candidates)} > {MAX_EXTRA_CANDIDATES} more nodes"
         )
     own = msgpack.packb(pod.node_name)
-    if not blob.endswith(NODE_NAME_KEY + own):  # (Pod.to_dict's order is what makes the splice right)
+    if not blob.endswith(NODE_NAME_KEY + own):  # (Pod.to_dict's order makes the splice right)
         raise RuntimeError(f"pod {subject}: its msgpack does not end with its node's name")
     head = blob[: len(blob) - len(own)]
     names: list[bytes] = []
@@ -245,9 +245,12 @@ def _candidate_args(
         _token(node, subject, f"candidates[{i}]")
         if (reads, domains) != ("", ""):  # (nothing to check in two empty strings)
             _rule_args(pod, 0, reads, domains, "")  # the same checks as the claim's own
-        packed = msgpack.packb(node)
-        if len(head) + len(packed) > OBJECT_LIMITS.max_bytes:  # refused as any object over it
-            pack_object(pod.with_node(node).to_dict(), subject)
+        try:
+            packed = msgpack.packb(node)
+        except UnicodeEncodeError:  # not UTF-8: refused as the pod on that node would be
+            packed = b""
+        if not packed or len(head) + len(packed) > OBJECT_LIMITS.max_bytes:
+            pack_object(pod.with_node(node).to_dict(), subject)  # raises ValidationError
         names.append(packed)
     shared = _shared_prefix(own, names)
     out: list[Arg] = [len(candidates), len(head) + shared]
