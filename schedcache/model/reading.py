@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Any, TypeVar
@@ -270,20 +270,34 @@ def read_pod(obj: Any, make: Callable[..., P]) -> P:
     spec = r.mapping(doc.get("spec"), "spec")
     status = r.mapping(doc.get("status"), "status")
 
+    # The pod's summed requests, kept by the quantities' text (a Deployment's pods share them):
+    # exact sums of fractions cost most of a pod's reading. A text read once without error
+    # reads the same again, so a kept sum skips only checks the text passed already.
+    key = _requests_key(spec)
+    summed = _SUMS.get(key) if key is not None else None
     containers = [
-        _read_container(r, c, f"spec.containers[{i}]")
+        _read_container(r, c, f"spec.containers[{i}]", summed is None)
         for i, c in enumerate(r.seq(spec.get("containers"), "spec.containers"))
     ]
     inits = [
-        _read_container(r, c, f"spec.initContainers[{i}]")
+        _read_container(r, c, f"spec.initContainers[{i}]", summed is None)
         for i, c in enumerate(r.seq(spec.get("initContainers"), "spec.initContainers"))
     ]
-    overhead = r.resource_list(spec.get("overhead"), "spec.overhead")
-    regular = [c.requests for c in containers]
-    init = [(c.requests, c.sidecar) for c in inits]
-    requests = _to_resource(_pod_requests(regular, init, overhead))
-    non_zero = _to_resource(_pod_requests(regular, init, overhead, _NON_ZERO_DEFAULTS))
-    _check_totals(r, requests, "spec.containers")
+    if summed is None:
+        overhead = r.resource_list(spec.get("overhead"), "spec.overhead")
+        regular = [c.requests for c in containers]
+        init = [(c.requests, c.sidecar) for c in inits]
+        requests = _to_resource(_pod_requests(regular, init, overhead))
+        non_zero = _to_resource(_pod_requests(regular, init, overhead, _NON_ZERO_DEFAULTS))
+        _check_totals(r, requests, "spec.containers")
+        if key is not None:
+            if len(_SUMS) >= MAX_SUMS_KEPT:
+                _SUMS.clear()
+            _SUMS[key] = (requests, non_zero)
+    else:
+        requests, non_zero = summed
+        if requests.scalar_resources:  # (frozen, but its dict is each pod's own)
+            requests = replace(requests, scalar_resources=dict(requests.scalar_resources))
     has_affinity, has_required_anti = _read_affinity(r, spec.get("affinity"))
     labels = r.labels(meta.get("labels"), "metadata.labels")
     rules = read_inter_pod_rules(r.obj, spec, labels)
@@ -320,6 +334,63 @@ def read_pod(obj: Any, make: Callable[..., P]) -> P:
         preempt_never=_read_preemption_policy(r, spec) == "Never",
         started_ms=_read_created(r, status, "startTime", "status.startTime"),
     )
+
+
+#: Summed requests kept by their quantities' text (read_pod): dropped whole when full.
+MAX_SUMS_KEPT = 4096
+_SUMS: dict[tuple[Any, ...], tuple[Resource, Resource]] = {}
+
+
+def _requests_key(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """What a pod's summed requests depend on, as hashable text: each container's requests
+    and limits, each init container's and its restartPolicy, the overhead; None for anything
+    but strings there (a quantity given as a number, a malformed field: read in full)."""
+    key: list[Any] = []
+    for field in ("containers", "initContainers"):
+        items = spec.get(field)
+        if items is None:
+            key.append(None)
+            continue
+        if type(items) is not list:
+            return None
+        key.append(len(items))
+        for c in items:
+            if type(c) is not dict:
+                return None
+            resources = c.get("resources")
+            if resources is None:
+                resources = {}
+            elif type(resources) is not dict:
+                return None
+            for part in ("requests", "limits"):
+                amounts = _text_items(resources.get(part))
+                if amounts is None:
+                    return None
+                key.append(amounts)
+            if field == "initContainers":
+                policy = c.get("restartPolicy")
+                if policy is not None and type(policy) is not str:
+                    return None
+                key.append(policy)
+    overhead = _text_items(spec.get("overhead"))
+    if overhead is None:
+        return None
+    key.append(overhead)
+    return tuple(key)
+
+
+def _text_items(amounts: Any) -> tuple[str, ...] | None:
+    """A resource list's names and quantities as one flat tuple; None unless all are text."""
+    if amounts is None:
+        return ()
+    if type(amounts) is not dict:
+        return None
+    out: list[str] = []
+    for name, quantity in amounts.items():
+        if type(name) is not str or type(quantity) is not str:
+            return None
+        out += (name, quantity)
+    return tuple(out)
 
 
 def _read_preemption_policy(r: _Reader, spec: Mapping[str, Any]) -> str:
@@ -453,11 +524,15 @@ class _Container:
     name: str = ""
 
 
-def _read_container(r: _Reader, value: Any, path: str) -> _Container:
+def _read_container(r: _Reader, value: Any, path: str, resources_too: bool = True) -> _Container:
+    """``resources_too`` False: its requests are summed already (read_pod's kept sums)."""
     c = r.mapping(value, path)
-    resources = r.mapping(c.get("resources"), f"{path}.resources")
-    limits = r.resource_list(resources.get("limits"), f"{path}.resources.limits")
-    requests = r.resource_list(resources.get("requests"), f"{path}.resources.requests")
+    limits: ResourceList = {}
+    requests: ResourceList = {}
+    if resources_too:
+        resources = r.mapping(c.get("resources"), f"{path}.resources")
+        limits = r.resource_list(resources.get("limits"), f"{path}.resources.limits")
+        requests = r.resource_list(resources.get("requests"), f"{path}.resources.requests")
     ports = []
     for i, p in enumerate(r.seq(c.get("ports"), f"{path}.ports")):
         p = r.mapping(p, f"{path}.ports[{i}]")
