@@ -22,16 +22,18 @@
 
 -- Records of the uids given, read (and checked) before anything is written, that are in the
 -- state `state`; the others (no record, an unreadable one, or one in another state: members
--- left behind) are listed in `strays` as { uid, state }. Past the first record, reading stops
--- when `budget.left` (bytes) is spent; the second value says whether every uid was read.
+-- left behind) are listed in `strays` as { uid, state }. Their headers only: a state change
+-- rewrites the header alone (a record of the previous release is read whole). Past the
+-- first record, reading stops when `budget.left` (bytes) is spent; the second value says
+-- whether every uid was read.
 local function load_all(p, uids, state, strays, budget)
   local recs = {}
   for j = 1, #uids do
     if j > 1 and budget.left <= 0 then return recs, false end
-    local rec = load_queued(p, uids[j], true)
+    local rec = load_queued(p, uids[j], true, true)
     if rec and rec.state == state then
       recs[#recs + 1] = rec
-      budget.left = budget.left - #rec.blob
+      budget.left = budget.left - rec.bytes
     else
       strays[#strays + 1] = { uids[j], state }
     end
@@ -40,17 +42,21 @@ local function load_all(p, uids, state, strays, budget)
 end
 
 -- The active pods at the head of the queue (at most `count`, and within `budget` past the
--- first); members without a readable active record are listed in `strays`.
+-- first), read whole (their msgpack is handed out), each with its member (rec.member);
+-- members without a readable active record are listed in `strays`.
 local function heads_of(p, scheduler, count, strays, budget)
   local heads = {}
   local key = queue_key(p, scheduler, 'active')
-  for j, member in ipairs(typed_read(key, 'zset', 'ZRANGE', 0, count - 1)) do
+  local members = typed_read(key, 'zset', 'ZRANGE', 0, count - 1)
+  for j = 1, #members do
     if j > 1 and budget.left <= 0 then break end
+    local member = members[j]
     local uid = string.match(member, '^%d+:(.+)$')
     local rec = uid and load_queued(p, uid, true)
     if rec and rec.state == 'active' and active_member(rec) == member then
+      rec.member = member
       heads[#heads + 1] = rec
-      budget.left = budget.left - #rec.blob
+      budget.left = budget.left - rec.bytes
     else
       strays[#strays + 1] = { member, 'active' }
     end
@@ -172,16 +178,25 @@ local function queue_pop(p, replica, a)
   end
   if #strays > 0 then forget_if_idle(p, scheduler) end
   local out = {}
-  local deadline = now + lease_ms
+  if #heads == 0 then return out, nil, 0 end
+  -- The heads leave `active` and join `leased` in one call each; each record's header alone
+  -- is rewritten (its msgpack stays).
+  local members, leases = {}, {}
+  local deadline = int_string(now + lease_ms)
   for j = 1, #heads do
     local rec = heads[j]
-    queue_unlink(p, rec)  -- from `active`
+    members[j] = rec.member
+    leases[2 * j - 1], leases[2 * j] = deadline, rec.uid
+  end
+  redis.call('ZREM', queue_key(p, scheduler, 'active'), unpack(members))
+  redis.call('ZADD', queue_key(p, scheduler, 'leased'), unpack(leases))
+  for j = 1, #heads do
+    local rec = heads[j]
     rec.state, rec.holder = 'leased', holder
-    redis.call('ZADD', queue_key(p, scheduler, 'leased'), deadline, rec.uid)
     save_queued(rec)
-    out[#out + 1] = rec.uid
-    out[#out + 1] = int_string(rec.attempts)
-    out[#out + 1] = rec.blob
+    out[3 * j - 2] = rec.uid
+    out[3 * j - 1] = string.match(rec.attempts, '^0*(%d+)$')  -- (its digits, unpadded)
+    out[3 * j] = rec.blob
   end
   return out, nil, #out
 end

@@ -49,7 +49,7 @@ local function queue_retry(p, replica, a)
   guard_queue(p, scheduler)
   local waits = kind == 'unschedulable' and #tokens > 0
   if waits then ARRIVALS.guard(p) end
-  local rec = load_queued(p, uid)
+  local rec = load_queued(p, uid, false, true)  -- (its header: the msgpack stays unread)
   if rec == nil then return { 'gone', '' } end
   if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
     return { 'notheld', rec.holder }
@@ -81,7 +81,7 @@ local function queue_retry(p, replica, a)
   if waits then
     ARRIVALS.register(p, tokens, now, now + parked_ms + longest_ms)
   end
-  rec.attempts = rec.attempts + 1
+  rec.attempts = math.min(tonumber(rec.attempts) + 1, QUEUED.MAX_ATTEMPTS)
   local backoff = first_ms * 2 ^ math.min(rec.attempts - 1, 30)
   if backoff > longest_ms then backoff = longest_ms end
   rec.due = now + backoff
