@@ -257,6 +257,8 @@ def main() -> None:
     if args.row:  # one round of one tree, against a server started by the parent process
         _, port, grind = args.row
         client = redis.Redis(port=int(port))
+        if int(grind):  # its timer's work (10 a second) would count with the pace, else
+            client.config_set("hz", 1)
         print(json.dumps(one_round(client, args.nodes, args.pods, [0], int(grind))))
         return
     trees = ["", *([args.tree] if args.tree else [])]
@@ -270,6 +272,9 @@ def main() -> None:
                 if args.instructions:
                     out = Path(directory) / f"callgrind-{port}.out"
                     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+                    # The functions' own instructions, as the µs are FCALL's own time: the
+                    # event loop's timers and expiry follow the (slowed) pace, not the code.
+                    wrapper += ["--toggle-collect=fcallCommand", "--toggle-collect=fcallroCommand"]
                     wrapper += [f"--callgrind-out-file={out}"]
                 servers[tree] = (port, start_server(directory, port, wrapper))
             for j in range(args.rounds):  # the trees alternating, as the load moves

@@ -143,26 +143,28 @@ local QUEUED = {
   MAX_ATTEMPTS = 9999999999,
 }
 
--- `value` (an integer, or its digits) as the record stores it: zero-padded to `width`.
+-- `value` (an integer, or its digits) as the record stores it: zero-padded to `width` (10,
+-- 14 or 19).
 function QUEUED.pad(value, width)
   if type(value) == 'string' then
     if #value == width then return value end
-    if #value < width and string.find(value, '^%d+$') then
-      return string.sub(QUEUED.ZEROS, 1, width - #value) .. value
-    end
     value = tonumber(value)
   end
   if value == 0 then return string.sub(QUEUED.ZEROS, 1, width) end
-  return string.format('%0' .. width .. 'd', value)
+  return string.format(QUEUED.FORMATS[width], value)
 end
+QUEUED.FORMATS = { [10] = '%010d', [14] = '%014d', [19] = '%019d' }
 
--- The record's fixed part from the state on (SETRANGE at 1), its holder padded to `width`.
+-- The record's fixed part from the state on (SETRANGE at 1), its holder padded to `width`:
+-- seq, attempts and due are padded already (the record's own, or QUEUED.pad's).
 function QUEUED.fixed(rec, width)
-  if QUEUED.SPACES == nil then QUEUED.SPACES = string.rep(' ', 1024) end
-  return QUEUE_STATES[rec.state] .. ' ' .. QUEUED.pad(rec.seq, 19) .. ' '
-    .. QUEUED.pad(rec.attempts, 10) .. ' '
-    .. QUEUED.pad(rec.due, 14) .. ' ' .. rec.holder
-    .. string.sub(QUEUED.SPACES, 1, width - #rec.holder)
+  local spaces = QUEUED.SPACES
+  if spaces == nil then
+    spaces = string.rep(' ', 1024)
+    QUEUED.SPACES = spaces
+  end
+  return QUEUE_STATES[rec.state] .. ' ' .. rec.seq .. ' ' .. rec.attempts .. ' ' .. rec.due
+    .. ' ' .. rec.holder .. string.sub(spaces, 1, width - #rec.holder)
 end
 
 -- The text of `key` (a record of `uid`) parsed: the record, or nil when it cannot be read.
@@ -187,7 +189,8 @@ function QUEUED.parse(key, uid, text, whole)
       '^(%l+) (%S+) (%-?%d+) (%d+) (%d+) (%d+) (%S+)$')
     if state == nil then return nil end
     rec = { key = key, uid = uid, state = state, scheduler = scheduler, priority = priority,
-            seq = seq, attempts = attempts, due = due, holder = holder }
+            seq = QUEUED.pad(seq, 19), attempts = QUEUED.pad(attempts, 10),
+            due = QUEUED.pad(due, 14), holder = holder }
   end
   if QUEUE_STATES[rec.state] == nil or not valid_scheduler(rec.scheduler) then return nil end
   if whole then rec.blob = string.sub(text, newline + 1) end
@@ -268,6 +271,9 @@ end
 local function queue_activate(p, rec)
   rec.seq = QUEUED.pad(redis.call('INCR', p .. 'queueseq'), 19)
   rec.state, rec.holder = 'active', '-'
+  if rec.width == nil then  -- new (sc_sync_pod's, its counts numbers), or of a release before
+    rec.attempts, rec.due = QUEUED.pad(rec.attempts, 10), QUEUED.pad(rec.due, 14)
+  end
   redis.call('ZADD', queue_key(p, rec.scheduler, 'active'), -tonumber(rec.priority),
              active_member(rec))
   save_queued(rec)

@@ -84,17 +84,18 @@ local function queue_retry(p, replica, a)
   rec.attempts = math.min(tonumber(rec.attempts) + 1, QUEUED.MAX_ATTEMPTS)
   local backoff = first_ms * 2 ^ math.min(rec.attempts - 1, 30)
   if backoff > longest_ms then backoff = longest_ms end
-  rec.due = now + backoff
+  local due = now + backoff
+  rec.attempts, rec.due = QUEUED.pad(rec.attempts, 10), QUEUED.pad(due, 14)
   queue_unlink(p, rec)
   if park then
     if seen ~= nil then redis.call('HSET', p .. 'queues', scheduler, seen) end
     rec.state, rec.holder = 'parked', '-'
     redis.call('ZADD', parked_key, now + parked_ms, uid)
     save_queued(rec)
-    return { 'parked', int_string(rec.due) }
+    return { 'parked', int_string(due) }
   end
   rec.state, rec.holder = 'backoff', '-'
-  redis.call('ZADD', queue_key(p, scheduler, 'backoff'), rec.due, uid)
+  redis.call('ZADD', queue_key(p, scheduler, 'backoff'), due, uid)
   save_queued(rec)
-  return { 'backoff', int_string(rec.due) }
+  return { 'backoff', int_string(due) }
 end

@@ -521,3 +521,80 @@ def test_a_bound_pod_leaves_its_schedulers_entry_to_the_pods_still_queued(
     assert not cache.client.hexists(cache.keys.queues, "ref")
     assert queue(cache).lengths() == {"active": 0, "leased": 0, "backoff": 0, "parked": 0}
     assert cache.client.scard(cache.keys.queued_pods) == 0
+
+
+def _as_previous_release(cache: Cache, pod: Pod) -> None:
+    """Rewrite ``pod``'s queued record as the release before the fixed header wrote it:
+    ``"<state> <scheduler> <priority> <seq> <attempts> <due> <holder>\\n<msgpack>"``."""
+    key = cache.keys.queued(pod.uid)
+    header, blob = cache.client.get(key).split(b"\n", 1)
+    state, seq, attempts, due, holder, scheduler, priority = header[1:].split()
+    fields = [state, scheduler, priority, *(b"%d" % int(n) for n in (seq, attempts, due)), holder]
+    cache.client.set(key, b" ".join(fields) + b"\n" + blob)
+
+
+def test_records_of_the_previous_release_are_read_and_rewritten_by_their_first_change(
+    cache: Cache,
+) -> None:
+    """Queued records in the previous release's form (no fixed header) keep their place,
+    state, attempts and lease: popped, lapsed, backed off, parked, woken and dropped as
+    before, each rewritten whole in this release's form by its first change."""
+    cache.add_node(make_node("n1", "8", "8Gi"))
+    pods = [pending(f"p{i}") for i in range(6)]
+    for pod in pods:
+        push(cache, pod)
+    a, b = queue(cache, "a", backoff=(1.0, 1.0)), queue(cache, "b", backoff=(1.0, 1.0))
+    leased = a.pop(2, now=T0)  # p0, p1 leased to a
+    assert names(leased) == ["p0", "p1"]
+    assert a.retry(leased[0].pod, unschedulable=False, now=T0).outcome == "backoff"
+    for pod in pods:
+        _as_previous_release(cache, pod)
+    old = {pod.uid: cache.client.get(cache.keys.queued(pod.uid)) for pod in pods}
+    # p1's lease lapses (back to active, behind p2-p5), p0's back-off ends (active too).
+    assert names(b.pop(3, now=T0 + 10)) == ["p2", "p3", "p4"]
+    assert b.retry(pods[2], unschedulable=False, now=T0 + 10).outcome == "backoff"
+    assert a.retry(pods[2], unschedulable=False, now=T0 + 10).outcome == "notheld"
+    again = b.pop(5, now=T0 + 10)
+    assert sorted(names(again)) == ["p0", "p1", "p5"]
+    assert {q.pod.name: q.attempts for q in again} == {"p0": 1, "p1": 0, "p5": 0}
+    for pod in pods:
+        record = cache.client.get(cache.keys.queued(pod.uid))
+        assert record != old[pod.uid] and record.startswith(b"Q"), pod.name
+        assert record.split(b"\n", 1)[1] == old[pod.uid].split(b"\n", 1)[1]  # the msgpack
+    # One more in the old form, parked, woken by a node added; one dropped when bound.
+    _as_previous_release(cache, pods[5])
+    attempt = cache.last_events(1)[0].id
+    assert b.retry(pods[5], unschedulable=True, attempt=attempt, now=T0 + 10).outcome == "parked"
+    _as_previous_release(cache, pods[5])
+    cache.add_node(make_node("n2", "8", "8Gi"))
+    # p5 woken (its 1 s back-off over: active), then p2's back-off ended (active).
+    assert names(b.pop(2, now=T0 + 12)) == ["p5", "p2"]
+    _as_previous_release(cache, pods[4])
+    cache.assume_pod(pods[4].with_node("n1"), check_fit=False)
+    assert bind(cache, pods[4], "n1")[1] == b"add"
+    assert not cache.client.exists(cache.keys.queued(pods[4].uid))
+    assert not cache.client.sismember(cache.keys.queued_pods, pods[4].uid)
+
+
+def test_a_state_change_rewrites_the_header_alone(cache: Cache) -> None:
+    """Pop, give-back, lapse and wake leave the record's length and its msgpack as they were
+    (SETRANGE of the fixed header); a holder longer than the record's slot widens it once."""
+    pod = pending("p")
+    push(cache, pod)
+    key = cache.keys.queued(pod.uid)
+    first = cache.client.get(key)
+    a = queue(cache, "a", backoff=(1.0, 1.0))
+    (popped,) = a.pop(now=T0)
+    assert a.retry(popped.pod, unschedulable=False, now=T0).outcome == "backoff"
+    assert names(a.pop(now=T0 + 1)) == ["p"]
+    assert names(queue(cache, "b").pop(now=T0 + 20)) == ["p"]  # lapsed, leased to b
+    record = cache.client.get(key)
+    assert len(record) == len(first) and record.split(b"\n", 1)[1] == first.split(b"\n", 1)[1]
+    assert record.startswith(b"Qleased ") and b" b " in record.split(b"\n", 1)[0]
+    holder = "h" * 100
+    (popped,) = queue(cache, holder).pop(now=T0 + 40)
+    assert popped.attempts == 1
+    record = cache.client.get(key)
+    assert len(record) == len(first) + 100 - 64 and f" {holder} ref ".encode() in record
+    assert queue(cache, holder).retry(pod, unschedulable=False, now=T0 + 40).outcome == "backoff"
+    assert len(cache.client.get(key)) == len(record)  # its wider slot stays
