@@ -49,7 +49,7 @@ local function queue_retry(p, replica, a)
   guard_queue(p, scheduler)
   local waits = kind == 'unschedulable' and #tokens > 0
   if waits then ARRIVALS.guard(p) end
-  local rec = load_queued(p, uid, false, true)  -- (its header: the msgpack stays unread)
+  local rec = load_queued(p, uid)
   if rec == nil then return { 'gone', '' } end
   if rec.state ~= 'leased' or rec.holder ~= holder or rec.scheduler ~= scheduler then
     return { 'notheld', rec.holder }
@@ -81,21 +81,20 @@ local function queue_retry(p, replica, a)
   if waits then
     ARRIVALS.register(p, tokens, now, now + parked_ms + longest_ms)
   end
-  rec.attempts = math.min(tonumber(rec.attempts) + 1, QUEUED.MAX_ATTEMPTS)
+  rec.attempts = rec.attempts + 1
   local backoff = first_ms * 2 ^ math.min(rec.attempts - 1, 30)
   if backoff > longest_ms then backoff = longest_ms end
-  local due = now + backoff
-  rec.attempts, rec.due = QUEUED.pad(rec.attempts, 10), QUEUED.pad(due, 14)
+  rec.due = now + backoff
   queue_unlink(p, rec)
   if park then
     if seen ~= nil then redis.call('HSET', p .. 'queues', scheduler, seen) end
     rec.state, rec.holder = 'parked', '-'
     redis.call('ZADD', parked_key, now + parked_ms, uid)
     save_queued(rec)
-    return { 'parked', int_string(due) }
+    return { 'parked', int_string(rec.due) }
   end
   rec.state, rec.holder = 'backoff', '-'
-  redis.call('ZADD', queue_key(p, scheduler, 'backoff'), due, uid)
+  redis.call('ZADD', queue_key(p, scheduler, 'backoff'), rec.due, uid)
   save_queued(rec)
-  return { 'backoff', int_string(due) }
+  return { 'backoff', int_string(rec.due) }
 end
