@@ -142,8 +142,10 @@ end
 -- (attempts and due: the digits read, or numbers a command counted: written as int_string's)
 local function save_queued(rec)
   local attempts, due = rec.attempts, rec.due
-  if type(attempts) == 'number' then attempts = int_string(attempts) end
-  if type(due) == 'number' then due = int_string(due) end
+  if attempts == 0 then attempts = '0'  -- (a new record's)
+  elseif type(attempts) == 'number' then attempts = int_string(attempts) end
+  if due == 0 then due = '0'
+  elseif type(due) == 'number' then due = int_string(due) end
   redis.call('SET', rec.key, rec.state .. ' ' .. rec.scheduler .. ' ' .. rec.priority .. ' '
     .. rec.seq .. ' ' .. attempts .. ' ' .. due .. ' ' .. rec.holder .. '\n' .. rec.blob)
 end
