@@ -150,8 +150,13 @@ local function save_queued(rec)
     .. rec.seq .. ' ' .. attempts .. ' ' .. due .. ' ' .. rec.holder .. '\n' .. rec.blob)
 end
 
+-- (Padded with a substring, not string.format: ~1,500 instructions less a member.)
 local function active_member(rec)
-  return string.format('%015d', tonumber(rec.seq)) .. ':' .. rec.uid
+  local seq = rec.seq
+  if #seq < 15 then
+    return string.sub('000000000000000', #seq + 1) .. seq .. ':' .. rec.uid
+  end
+  return string.format('%015d', tonumber(seq)) .. ':' .. rec.uid
 end
 
 -- Takes `rec` out of the sorted set of its state (the record itself stays).
