@@ -118,11 +118,13 @@ local function queue_pop(p, replica, a)
   local strays = {}
   local budget = { left = BOUNDS.POP_BYTES }
   local heads = heads_of(p, scheduler, count, strays, budget)
-  local flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays, budget)
-  local woken, seen = {}, nil
-  if redis.call('ZCARD', parked_key) > 0 then
+  -- (Nothing parked, the usual case: one ZCARD, the key's type check, and no ZRANGEBYSCORE.)
+  local flushed, woken, seen = {}, {}, nil
+  if typed_read(parked_key, 'zset', 'ZCARD') > 0 then
+    flushed = load_all(p, due_uids(p, scheduler, 'parked', now), 'parked', strays, budget)
     woken, seen = wake_parked(p, scheduler, parked_key, strays, budget)
   end
+  checked[parked_key] = true
   local lapsed = load_all(p, due_uids(p, scheduler, 'leased', now), 'leased', strays, budget)
   local ended = load_all(p, due_uids(p, scheduler, 'backoff', now), 'backoff', strays, budget)
   if #woken + #flushed + #lapsed + #ended > 0 then  -- pods to activate, or to drop
