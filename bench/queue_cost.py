@@ -24,9 +24,10 @@ above do not use them).
 ``--tree DIR`` adds rows of another checkout (its ``schedcache`` and ``lua/``; this harness
 stays this tree's), its rounds alternating with this tree's, each on a ``redis-server`` of its
 own. ``--instructions`` runs each server under valgrind's callgrind (instrumentation on only
-while a step runs) and gives Redis' CPU instructions per pod of each step instead of µs:
-exact, the same whatever the machine's load (callgrind runs ~50x slower: use a few hundred
-pods).
+while a step runs, counting inside FCALL only, as the µs are FCALL's own time) and gives Redis'
+CPU instructions per pod of each step instead of µs: nearly the same whatever the machine's
+load (the allocator's time-driven work moves batched steps by a few per cent; callgrind runs
+~50x slower: use a few hundred pods).
 
 Prints a table (medians of ``--rounds``) and writes ``bench/results/queue_cost.json``.
 """
