@@ -14,7 +14,20 @@ FCALL, reset before each step) and the client's wall time per pod:
 * **park + wake**: ``sc_queue_retry`` parking every pod, then one NodeAdded and the pops that
   bring them back (per pod).
 
-    python bench/queue_cost.py [--nodes 1000 --pods 5000 --rounds 3]
+A **pop (count 8)** step (the reference scheduler's batch, docs/performance.md "Batched pops")
+pops the same number of pods queued again, 8 a call, and leases them (the claims and binds
+above do not use them).
+
+    python bench/queue_cost.py [--nodes 1000 --pods 5000 --rounds 3] [--tree DIR]
+    python bench/queue_cost.py --instructions --nodes 100 --pods 300 --rounds 1 [--tree DIR]
+
+``--tree DIR`` adds rows of another checkout (its ``schedcache`` and ``lua/``; this harness
+stays this tree's), its rounds alternating with this tree's, each on a ``redis-server`` of its
+own. ``--instructions`` runs each server under valgrind's callgrind (instrumentation on only
+while a step runs, counting inside FCALL only, as the µs are FCALL's own time) and gives Redis'
+CPU instructions per pod of each step instead of µs: nearly the same whatever the machine's
+load (the allocator's time-driven work moves batched steps by a few per cent; callgrind runs
+~50x slower: use a few hundred pods).
 
 Prints a table (medians of ``--rounds``) and writes ``bench/results/queue_cost.json``.
 """
@@ -22,21 +35,40 @@ Prints a table (medians of ``--rounds``) and writes ``bench/results/queue_cost.j
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-import redis
+# A row of another checkout (--row TREE): its ``schedcache`` is imported before anything
+# imports ours (its ``lua/`` follows from the package's path), as bench/e2e.py does.
+_ROW_TREE = sys.argv[sys.argv.index("--row") + 1] if "--row" in sys.argv[:-1] else "-"
+if _ROW_TREE != "-":
+    _package = Path(_ROW_TREE).resolve() / "schedcache"
+    _spec = importlib.util.spec_from_file_location(
+        "schedcache", _package / "__init__.py", submodule_search_locations=[str(_package)]
+    )
+    if _spec is None or _spec.loader is None or not _package.is_dir():
+        raise SystemExit(f"--tree {_ROW_TREE}: no schedcache package there")
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["schedcache"] = _module
+    _spec.loader.exec_module(_module)
 
-from bench.common import positive, print_table, start_server, write_results
-from schedcache import Cache, Node, Pod
-from schedcache.ops.queue import SchedulingQueue
-from schedcache.store import commands
+# After the tree's package is in sys.modules (E402: the order is the point).
+import redis  # noqa: E402
+
+from bench.common import positive, print_table, start_server, write_results  # noqa: E402
+from schedcache import Cache, Node, Pod  # noqa: E402
+from schedcache.ops.queue import SchedulingQueue  # noqa: E402
+from schedcache.store import commands  # noqa: E402
 
 PORT = 17431
 
@@ -53,16 +85,25 @@ def pod(i: int, prefix: str) -> Pod:
 
 
 class Step:
-    """Redis' time and the client's for one step, per pod."""
+    """Redis' time and the client's for one step, per pod; or, when ``grind`` (the pid of a
+    redis-server under callgrind), Redis' instructions per pod and the client's time."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, grind: int = 0) -> None:
         self.client = client
+        self.grind = grind
 
     def __call__(self, run: Callable[[], int]) -> tuple[float, float]:
+        if self.grind:
+            _callgrind("-i", self.grind)  # on (the server starts with it off)
+            _callgrind("-z", self.grind)
         self.client.config_resetstat()
         started = time.perf_counter()
         count = run()
         wall = time.perf_counter() - started
+        if self.grind:
+            instructions = _callgrind("-d", self.grind)
+            _callgrind("-i", self.grind, "off")
+            return instructions / count, wall * 1e6 / count
         stats = self.client.info("commandstats")
         usec = sum(
             stats[name]["usec"] for name in ("cmdstat_fcall", "cmdstat_fcall_ro") if name in stats
@@ -70,14 +111,43 @@ class Step:
         return usec / count, wall * 1e6 / count
 
 
-def one_round(client: redis.Redis, nodes: int, pods: int, version: list[int]) -> dict[str, tuple]:
+def _callgrind(option: str, pid: int, state: str = "on") -> int:
+    """``callgrind_control -i on|off``, ``-z`` (zero) or ``-d`` (dump: the instructions since
+    the zero, read from the dump it writes)."""
+    before = set(_dumps(pid))
+    command = ["callgrind_control", option, *([state] if option == "-i" else []), str(pid)]
+    subprocess.run(command, check=True, capture_output=True)
+    if option != "-d":
+        return 0
+    for _ in range(1200):
+        for dump in set(_dumps(pid)) - before:
+            text = dump.read_text()
+            if "totals:" in text:
+                dump.unlink()
+                line = next(line for line in text.splitlines() if line.startswith("totals:"))
+                return int(line.split()[1])
+        time.sleep(0.05)
+    raise RuntimeError("callgrind wrote no dump")
+
+
+def _dumps(pid: int) -> list[Path]:
+    """The dumps callgrind wrote so far for the server ``pid`` (``<out>.<n>``)."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    out = next(a for a in args if a.startswith(b"--callgrind-out-file="))
+    path = Path(out.split(b"=", 1)[1].decode())
+    return list(path.parent.glob(path.name + ".*"))
+
+
+def one_round(
+    client: redis.Redis, nodes: int, pods: int, version: list[int], grind: int = 0
+) -> dict[str, tuple]:
     client.flushall()
     cache = Cache(client, "bench-queue", ttl=30.0, replica="bench")
     batch = cache.batch()
     for i in range(nodes):
         batch.add(commands.add_node(node(i)))
     batch.execute()
-    step = Step(client)
+    step = Step(client, grind)
     queue = SchedulingQueue(cache, "bench", holder="replica-1", lease=600.0)
     queued = [pod(i, "q") for i in range(pods)]
     plain = [pod(i, "p") for i in range(pods)]
@@ -121,6 +191,22 @@ def one_round(client: redis.Redis, nodes: int, pods: int, version: list[int]) ->
 
     figures = {"push (sync, batched)": step(push), "pop (count 1)": step(pop)}
     assert len(popped) == pods
+
+    # The reference scheduler's batches: pods of their own, queued untimed.
+    batched = [pod(i, "b") for i in range(pods)]
+    batch = cache.batch()
+    for p in batched:
+        batch.add(commands.sync_pod_pending(p, "bench", next_version()))
+    batch.execute()
+    leased: list[Pod] = []
+
+    def pop8() -> int:
+        while got := queue.pop(8):
+            leased.extend(q.pod for q in got)
+        return len(leased)
+
+    figures["pop (count 8)"] = step(pop8)
+    assert len(leased) == pods
     figures["claim (assume_pod, check_fit)"] = step(claim(popped))
     step(claim(plain))
     figures["bind, queued (sync, batched)"] = step(bind(popped))
@@ -162,29 +248,86 @@ def main() -> None:
     parser.add_argument("--nodes", type=positive, default=1000)
     parser.add_argument("--pods", type=positive, default=5000)
     parser.add_argument("--rounds", type=positive, default=3)
+    parser.add_argument("--tree", default="", help="another checkout: rows of its own")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count Redis' instructions (callgrind)"
+    )
+    parser.add_argument("--port", type=int, default=PORT)
+    parser.add_argument("--row", nargs=3, help=argparse.SUPPRESS)  # TREE PORT GRIND (internal)
     args = parser.parse_args()
+    if args.row:  # one round of one tree, against a server started by the parent process
+        _, port, grind = args.row
+        client = redis.Redis(port=int(port))
+        if int(grind):  # its timer's work (10 a second) would count with the pace, else
+            client.config_set("hz", 1)
+        print(json.dumps(one_round(client, args.nodes, args.pods, [0], int(grind))))
+        return
+    trees = ["", *([args.tree] if args.tree else [])]
+    rounds: dict[str, list[dict[str, tuple]]] = {tree: [] for tree in trees}
     with tempfile.TemporaryDirectory() as directory:
-        server = start_server(directory, PORT)
+        servers = {}
         try:
-            client = redis.Redis(port=PORT)
-            version = [0]
-            rounds = [one_round(client, args.nodes, args.pods, version) for _ in range(args.rounds)]
+            for offset, tree in enumerate(trees):
+                port = args.port + offset
+                wrapper = None
+                if args.instructions:
+                    out = Path(directory) / f"callgrind-{port}.out"
+                    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+                    # The functions' own instructions, as the µs are FCALL's own time: the
+                    # event loop's timers and expiry follow the (slowed) pace, not the code.
+                    wrapper += ["--toggle-collect=fcallCommand", "--toggle-collect=fcallroCommand"]
+                    wrapper += [f"--callgrind-out-file={out}"]
+                servers[tree] = (port, start_server(directory, port, wrapper))
+            for j in range(args.rounds):  # the trees alternating, as the load moves
+                for tree in trees if j % 2 == 0 else trees[::-1]:
+                    port, server = servers[tree]
+                    rounds[tree].append(_run_round(tree, port, server.pid, args, j))
         finally:
-            server.terminate()
-            server.wait()
+            for _, server in servers.values():
+                server.terminate()
+                server.wait()
+    unit = "instructions/pod" if args.instructions else "Redis µs/pod"
     rows, results = [], {}
-    for name in rounds[0]:
-        redis_us = statistics.median(r[name][0] for r in rounds)
-        client_us = statistics.median(r[name][1] for r in rounds)
-        rows.append([name, f"{redis_us:.1f}", f"{client_us:.1f}"])
-        results[name] = {"redis_us_per_pod": redis_us, "client_us_per_pod": client_us}
+    for name in rounds[""][0]:
+        row = [name]
+        for tree in trees:
+            redis_per = statistics.median(r[name][0] for r in rounds[tree])
+            client_us = statistics.median(r[name][1] for r in rounds[tree])
+            row += [f"{redis_per:,.0f}" if args.instructions else f"{redis_per:.1f}"]
+            row += [f"{client_us:.1f}"]
+            results.setdefault(tree or "this", {})[name] = {
+                ("instructions_per_pod" if args.instructions else "redis_us_per_pod"): redis_per,
+                "client_us_per_pod": client_us,
+            }
+        if args.tree:
+            this = statistics.median(r[name][0] for r in rounds[""])
+            other = statistics.median(r[name][0] for r in rounds[args.tree])
+            row.append(f"{this / other:.2f}" if other else "-")
+        rows.append(row)
     title = (
         f"The scheduling queue per pod ({args.nodes} nodes, {args.pods} pods, "
         f"{args.rounds} rounds, medians)"
     )
-    print_table(title, ["step", "Redis µs/pod", "client µs/pod"], rows)
-    path = write_results("queue_cost", {"nodes": args.nodes, "pods": args.pods, "steps": results})
+    columns = ["step", unit, "client µs/pod"]
+    if args.tree:
+        columns = ["step", f"this: {unit}", "client µs/pod"]
+        columns += [f"--tree: {unit}", "client µs/pod", "this/--tree"]
+    print_table(title, columns, rows)
+    payload = {"nodes": args.nodes, "pods": args.pods, "instructions": args.instructions}
+    path = write_results("queue_cost", {**payload, "trees": results})
     print(f"\nwritten to {path}")
+
+
+def _run_round(
+    tree: str, port: int, grind: int, args: argparse.Namespace, j: int
+) -> dict[str, tuple]:
+    """One round of ``tree`` ("": this one) in a process of its own (its package imported)."""
+    command = [sys.executable, __file__, "--nodes", str(args.nodes), "--pods", str(args.pods)]
+    command += ["--row", tree or "-", str(port), str(grind if args.instructions else 0)]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise SystemExit(f"round {j} of {tree or 'this tree'} failed:\n{out.stderr[-3000:]}")
+    return {name: tuple(v) for name, v in json.loads(out.stdout.splitlines()[-1]).items()}
 
 
 if __name__ == "__main__":
