@@ -18,6 +18,14 @@ local function encode_reply(value)
   if kind == 'number' then return string.format('i%d;', value) end
   if kind == 'string' then return string.format('s%d:', #value) .. value end
   local count = #value
+  if count == 2 and type(value[1]) == 'number' and type(value[2]) == 'string' then
+    -- A claim with candidates: {generation, node taken}, the generation touch's text.
+    local a, b = value[1], value[2]
+    if a == call_gen then
+      return 'a2;i' .. call_gen_text .. ';s' .. #b .. ':' .. b
+    end
+    return string.format('a2;i%d;s%d:', a, #b) .. b
+  end
   if count == 3 and type(value[1]) == 'string' and type(value[2]) == 'string' then
     local a, b, c = value[1], value[2], value[3]
     if c == call_gen then

@@ -655,7 +655,8 @@ end
 -- keeping its results changes no outcome. Bounded: texts up to BOUNDS.CONTRIBUTION_KEPT_BYTES long,
 -- and the whole memo dropped when it holds BOUNDS.CONTRIBUTIONS_KEPT of them. The tables it hands out
 -- are shared by every call: read them, never change them (one exception, derived from the text
--- alone and set once: `fit_fields`, the fields a fit check reads, _claims.lua).
+-- alone and set once: fit_layout's `fit_fields`, `fit_read` and `fit_at`, the fields a fit
+-- check reads).
 BOUNDS.CONTRIBUTIONS_KEPT = 1000
 BOUNDS.CONTRIBUTION_KEPT_BYTES = 512
 local parsed_contributions = {}
@@ -729,22 +730,60 @@ end
 -- too). One HMGET checks both, before the first write. Returns the field that would overflow.
 BOUNDS.TOTAL_LIMIT = 9.0e18
 
+-- The node fields a fit-checked claim reads (claim_conflicts: `exists`, `a:pods`, then each
+-- requested resource and its allocatable), followed by the contribution's other fields: one
+-- HMGET serves check_fields and the fit check (two cost ~5,000 instructions more a claim, and
+-- as many a candidate tried). Built once per contribution shape and kept on the shared parsed
+-- contribution (parse_contribution): `fit_fields` (the fit check's part), `fit_read` (the
+-- whole read) and `fit_at` (contribution field j's place in it), all derived from the text
+-- alone, the same for every call, and never changed once set.
+local function fit_layout(parsed)
+  local read = parsed.fit_read
+  if read ~= nil then return read end
+  local fields = parsed.fields
+  local fit, at = { 'exists', 'a:pods' }, {}
+  for j = 1, #fields do
+    local field = fields[j]
+    if string.sub(field, 1, 2) == 'r:' then
+      fit[#fit + 1] = field
+      at[j] = #fit
+      fit[#fit + 1] = 'a:' .. string.sub(field, 3)
+    end
+  end
+  read = {}
+  for k = 1, #fit do read[k] = fit[k] end
+  for j = 1, #fields do
+    if at[j] == nil then
+      read[#read + 1] = fields[j]
+      at[j] = #read
+    end
+  end
+  parsed.fit_fields, parsed.fit_at, parsed.fit_read = fit, at, read
+  return read
+end
+
 -- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
 -- there is known to exist, and placing the pod skips ensure_node's HSETNX; the second value
--- answers whether it is a live node (not a ghost or a placeholder).
-local function check_fields(p, node, parsed, removing)
+-- answers whether it is a live node (not a ghost or a placeholder). `fit` (adding, for a
+-- fit-checked claim): the read is fit_layout's, and its reply is the third value, which
+-- claim_conflicts takes as its own read (no write comes between them).
+local function check_fields(p, node, parsed, removing, fit)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
   if removing and #fields == 0 then return nil end
-  local current, offset
+  local current, offset, at
   if removing then
     current, offset = hmget_checked(nk, fields, nil), 0
+  elseif fit then
+    current, at = hmget_checked(nk, fit_layout(parsed), nil), parsed.fit_at
+    if current[1] then known_nodes[node] = true end
   else
     current, offset = hmget_checked(nk, fields, 'exists'), 1
     if current[1] then known_nodes[node] = true end
   end
   for j = 1, #fields do
-    local have = current[j + offset]
+    local have
+    if at then have = current[at[j]] else have = current[j + offset] end
     -- Checked as an integer (stored_int raises on anything else); converted only when the
     -- result could pass the limit (a number conversion per field is a strtod): a long amount,
     -- or a total already near it (either way, removing included).
@@ -766,7 +805,7 @@ local function check_fields(p, node, parsed, removing)
       end
     end
   end
-  return nil, not removing and current[1] == '1'
+  return nil, not removing and current[1] == '1', at and current
 end
 
 -- Everything taking a pod off `node` writes must be writable (its totals' fields, the node's pod
@@ -874,7 +913,8 @@ local function valid_blob(blob)
   return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
 end
 
-local function read_pod_args(p, a)
+-- `fit`: a fit-checked claim's (check_fields; its node read goes with the arguments, `state`).
+local function read_pod_args(p, a, fit)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
   if uid == nil or uid == '' or #uid > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG uid' end
   if not name_arg(node) then return nil, 'BADARG node ' .. uid end
@@ -884,12 +924,13 @@ local function read_pod_args(p, a)
   end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
-  local overflow, live = check_fields(p, node, parsed, false)
+  local overflow, live, state = check_fields(p, node, parsed, false, fit)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).
   if not known_nodes[node] then guard_cache(p, NEW_NODE_KEYS) end
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
-  return { uid = uid, node = node, blob = blob, contribution = parsed, live = live }
+  return { uid = uid, node = node, blob = blob, contribution = parsed, live = live,
+           state = state }
 end
 
 -- Image index: a node's images in nodeimgs:<node>, each image's live nodes in imgnodes:<image>,
