@@ -64,7 +64,8 @@ DEADLINE = 60.0 + 300.0  # the reference scheduler's: 60 s + the ttl
 # FCALL; counts go to tables per phase. Only the library's chunk ("@user_function") counts.
 HOOK = r"""
 local getinfo, sethook = debug.getinfo, debug.sethook
-local P = { phase = 'none', lines = {}, selfs = {}, incl = {}, ccalls = {}, seen = {} }
+local P = { phase = 'none', lines = {}, selfs = {}, incl = {}, ccalls = {}, rcalls = {},
+           seen = {} }
 local function bucket(t, phase)
   local b = t[phase]
   if b == nil then b = {}; t[phase] = b end
@@ -101,6 +102,18 @@ local function hook(event)
     local calls = bucket(P.ccalls, P.phase)
     local key = name .. ' ' .. caller.currentline
     calls[key] = (calls[key] or 0) + 1
+    if name == 'call' or name == 'pcall' then  -- Redis commands: where from, 4 levels
+      local stack, level = {}, 3
+      while #stack < 4 do
+        local up = getinfo(level, 'Sl')
+        if up == nil then break end
+        if up.source == '@user_function' then stack[#stack + 1] = up.currentline end
+        level = level + 1
+      end
+      local rcalls = bucket(P.rcalls, P.phase)
+      key = table.concat(stack, ' ')
+      rcalls[key] = (rcalls[key] or 0) + 1
+    end
   end
 end
 function P.start(phase)
@@ -239,7 +252,7 @@ def drive(prof: Profiled, args: argparse.Namespace) -> int:
             claim = commands.assume_pod(
                 placed_pod,
                 check_fit=True,
-                lease_ttl=LEASE,
+                lease_ttl=LEASE if n == 0 and j == 0 else 0.0,  # then the heartbeat holds it
                 candidates=[(o, "", "") for o in others],
             )
             prof.run(None if n == 0 else "timed_claim", commands.timed_claim(claim, DEADLINE))
@@ -329,6 +342,14 @@ def report(prof: Profiled, text: str, pods: int, top: int) -> dict[str, Any]:
             label = f"{name} @ {at(int(line))}"
             rendered.append(f"{label:40} {count / calls:7.2f}")
             entry["c_calls"][label] = count / calls
+        rendered.append("")
+        rendered.append(f"{'Redis command (redis.call/pcall) from':70} {'a call':>7}")
+        entry["redis_calls"] = {}
+        rcalls = prof.table("rcalls").get(phase, {})
+        for key, count in sorted(rcalls.items(), key=lambda kv: -kv[1]):
+            label = " < ".join(at(int(line)) for line in key.split())
+            rendered.append(f"{label[:70]:70} {count / calls:7.2f}")
+            entry["redis_calls"][label] = count / calls
         rendered.append("")
         out["phases"][phase] = entry
     print("\n".join(rendered))

@@ -56,17 +56,17 @@ local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' 
 -- allocatable. A generation check reads the node's generation from `nodegen`.
 -- `before` (a fit check of a gang's member, sc_gang_claim): what the members before it on the
 -- node add, { amounts = {field = n}, pods = n, ports = {field, ...} }, counted as placed.
--- `state`: the node as check_fields read it in fit_layout's order in this command, no write
--- since (read_pod_args, candidate_args with `fit`), else nil and it is read here.
+-- `state`: the node as check_fields read it in READS.fit_layout's order in this command, no
+-- write since (read_pod_args, candidate_args with `fit`), else nil and it is read here.
 local function claim_conflicts(p, node, parsed, check, expected, before, state)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
   if check ~= 'fit' then
     state = redis.call('HMGET', nk, 'exists')
   elseif state == nil then
-    -- The fields a fit check reads depend on the contribution alone (fit_layout: built once
-    -- per shape); the fit check's own come first.
-    if parsed.fit_fields == nil then fit_layout(parsed) end
+    -- The fields a fit check reads depend on the contribution alone (READS.fit_layout: built
+    -- once per shape); the fit check's own come first.
+    if parsed.fit_fields == nil then READS.fit_layout(parsed) end
     state = redis.call('HMGET', nk, unpack(parsed.fit_fields))
   end
   if state[1] ~= '1' then return 'node-missing' end

@@ -257,6 +257,10 @@ local function stored_int(key, value, default)
   return tonumber(value)
 end
 
+-- Helpers of the claims' reads, in one table (the chunk's locals are near Lua's 200):
+-- READS.fit_layout, with check_fields below.
+local READS = {}
+
 -- GET that refuses a key of another type (as corruption, before any write); false when the
 -- key is missing.
 local function get_string(key)
@@ -655,8 +659,8 @@ end
 -- keeping its results changes no outcome. Bounded: texts up to BOUNDS.CONTRIBUTION_KEPT_BYTES long,
 -- and the whole memo dropped when it holds BOUNDS.CONTRIBUTIONS_KEPT of them. The tables it hands out
 -- are shared by every call: read them, never change them (one exception, derived from the text
--- alone and set once: fit_layout's `fit_fields`, `fit_read` and `fit_at`, the fields a fit
--- check reads).
+-- alone and set once: READS.fit_layout's `fit_fields`, `fit_read` and `fit_at`, the fields a
+-- fit check reads).
 BOUNDS.CONTRIBUTIONS_KEPT = 1000
 BOUNDS.CONTRIBUTION_KEPT_BYTES = 512
 local parsed_contributions = {}
@@ -737,7 +741,7 @@ BOUNDS.TOTAL_LIMIT = 9.0e18
 -- contribution (parse_contribution): `fit_fields` (the fit check's part), `fit_read` (the
 -- whole read) and `fit_at` (contribution field j's place in it), all derived from the text
 -- alone, the same for every call, and never changed once set.
-local function fit_layout(parsed)
+function READS.fit_layout(parsed)
   local read = parsed.fit_read
   if read ~= nil then return read end
   local fields = parsed.fields
@@ -765,7 +769,7 @@ end
 -- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
 -- there is known to exist, and placing the pod skips ensure_node's HSETNX; the second value
 -- answers whether it is a live node (not a ghost or a placeholder). `fit` (adding, for a
--- fit-checked claim): the read is fit_layout's, and its reply is the third value, which
+-- fit-checked claim): the read is READS.fit_layout's, and its reply is the third value, which
 -- claim_conflicts takes as its own read (no write comes between them).
 local function check_fields(p, node, parsed, removing, fit)
   local nk = p .. 'node:' .. node
@@ -775,7 +779,7 @@ local function check_fields(p, node, parsed, removing, fit)
   if removing then
     current, offset = hmget_checked(nk, fields, nil), 0
   elseif fit then
-    current, at = hmget_checked(nk, fit_layout(parsed), nil), parsed.fit_at
+    current, at = hmget_checked(nk, READS.fit_layout(parsed), nil), parsed.fit_at
     if current[1] then known_nodes[node] = true end
   else
     current, offset = hmget_checked(nk, fields, 'exists'), 1
