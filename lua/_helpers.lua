@@ -497,6 +497,9 @@ local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
 BOUNDS.PODS_PER_SADD = 500
 
+-- Keys of `checked` cleared in place at a call's start (more: a new table).
+BOUNDS.CHECKED_KEPT = 32
+
 local function begin_call()
   -- What the call may still search of claims' reads (lua/_claims.lua: rule_conflicts; set
   -- there, BOUNDS.MAX_READS_SCAN, before any call runs).
@@ -508,7 +511,19 @@ local function begin_call()
     pods_added = {}
     pods_order = {}
   end
-  checked = {}
+  -- The keys the last call checked are dropped in place: a new table each call grew from 0 to
+  -- its ~10 keys through four rehashes, and left ~1 KB to the collector, whose work a byte
+  -- allocated is what a call pays most for (bench/lua_profile.py). A large one (an sc_batch's)
+  -- goes whole, so that no later call walks its room.
+  local kept = 0
+  for key in next, checked do
+    kept = kept + 1
+    if kept > BOUNDS.CHECKED_KEPT then
+      checked = {}
+      break
+    end
+    checked[key] = nil
+  end
   -- A call that changed one node (a single command's case) leaves these tables one entry
   -- each: emptied in place, they keep their room, and the next call fills them without the
   -- allocation and the rehash of a new table (~1,700 instructions each). Larger ones go.
