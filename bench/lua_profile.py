@@ -65,17 +65,28 @@ DEADLINE = 60.0 + 300.0  # the reference scheduler's: 60 s + the ttl
 HOOK = r"""
 local getinfo, sethook = debug.getinfo, debug.sethook
 local P = { phase = 'none', lines = {}, selfs = {}, incl = {}, ccalls = {}, rcalls = {},
-           seen = {} }
+           bytes = {}, seen = {}, mark = 0 }
 local function bucket(t, phase)
   local b = t[phase]
   if b == nil then b = {}; t[phase] = b end
   return b
 end
+local count = collectgarbage
 local function hook(event)
+  -- Bytes allocated since the hook last returned (the collector is stopped): what the
+  -- instruction before this one allocated, its C calls' results included; the hook's own
+  -- allocations are left out (P.mark is taken as it returns).
+  local grown = count('count') - P.mark
+  if grown > 0 and P.at ~= nil then
+    local bytes = bucket(P.bytes, P.phase)
+    bytes[P.at] = (bytes[P.at] or 0) + grown * 1024
+  end
   local info = getinfo(2, 'Sl')
+  P.at = nil
   if event == 'count' then
-    if info == nil or info.source ~= '@user_function' then return end
+    if info == nil or info.source ~= '@user_function' then P.mark = count('count'); return end
     local phase = P.phase
+    P.at = info.currentline
     local lines = bucket(P.lines, phase)
     lines[info.currentline] = (lines[info.currentline] or 0) + 1
     local selfs = bucket(P.selfs, phase)
@@ -94,10 +105,12 @@ local function hook(event)
       level = level + 1
     end
     if marks > 0 then for k in pairs(seen) do seen[k] = nil end end
+    P.mark = count('count')
   else  -- a call: C functions called from the library, by name and calling line
-    if info == nil or info.what ~= 'C' then return end
+    if info == nil or info.what ~= 'C' then P.mark = count('count'); return end
     local caller = getinfo(3, 'Sl')
-    if caller == nil or caller.source ~= '@user_function' then return end
+    if caller == nil or caller.source ~= '@user_function' then P.mark = count('count'); return end
+    P.at = caller.currentline
     local name = getinfo(2, 'n').name or '?'
     local calls = bucket(P.ccalls, P.phase)
     local key = name .. ' ' .. caller.currentline
@@ -114,14 +127,23 @@ local function hook(event)
       key = table.concat(stack, ' ')
       rcalls[key] = (rcalls[key] or 0) + 1
     end
+    P.mark = count('count')
   end
 end
 function P.start(phase)
   P.phase = phase
+  count('stop')
+  P.at, P.mark = nil, count('count')
   sethook(hook, 'c', 1)
 end
 function P.stop()
   sethook()
+  local grown = count('count') - P.mark  -- the last instruction's
+  if grown > 0 and P.at ~= nil then
+    local bytes = bucket(P.bytes, P.phase)
+    bytes[P.at] = (bytes[P.at] or 0) + grown * 1024
+  end
+  count('restart')
 end
 return P
 """
@@ -209,11 +231,11 @@ class Profiled:
         assert not bad, bad[:3]
         return reply
 
-    def table(self, field: str) -> dict[str, dict[Any, int]]:
-        out: dict[str, dict[Any, int]] = {}
+    def table(self, field: str) -> dict[str, dict[Any, Any]]:
+        out: dict[str, dict[Any, Any]] = {}
         for phase, counts in (self.profile[field.encode()] or {}).items():
             out[phase.decode() if isinstance(phase, bytes) else phase] = {
-                (k.decode() if isinstance(k, bytes) else int(k)): int(v) for k, v in counts.items()
+                (k.decode() if isinstance(k, bytes) else int(k)): v for k, v in counts.items()
             }
         return out
 
@@ -342,6 +364,18 @@ def report(prof: Profiled, text: str, pods: int, top: int) -> dict[str, Any]:
             label = f"{name} @ {at(int(line))}"
             rendered.append(f"{label:40} {count / calls:7.2f}")
             entry["c_calls"][label] = count / calls
+        rendered.append("")
+        alloc = prof.table("bytes").get(phase, {})
+        allocated = sum(alloc.values())
+        rendered.append(
+            f"Bytes allocated (Lua heap, the collector stopped): {allocated / calls:,.0f} a call"
+        )
+        rendered.append(f"{'line':24} {'bytes/call':>10}  text")
+        entry["bytes_per_call"] = allocated / calls
+        entry["bytes"] = {}
+        for line, grown in sorted(alloc.items(), key=lambda kv: -kv[1])[:top]:
+            rendered.append(f"{at(line):24} {grown / calls:10,.0f}  {where[line][2][:70]}")
+            entry["bytes"][at(line)] = grown / calls
         rendered.append("")
         rendered.append(f"{'Redis command (redis.call/pcall) from':70} {'a call':>7}")
         entry["redis_calls"] = {}

@@ -847,10 +847,14 @@ local function load_pod(p, uid, stays)
   local key = p .. 'pod:' .. uid
   local raw = get_string(key)
   if not raw then return nil end
-  local newline = string.find(raw, '\n', 1, true)
-  if newline == nil then corrupt(key, 'is not a pod record (no header)') end
-  local state, node, finished, deadline, gen, claimer, contribution = string.match(
-    string.sub(raw, 1, newline - 1), '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?(.*)$')
+  -- The header matched in the record itself, up to its first newline, and `at` where the blob
+  -- starts (no header string cut out first, nor a search for the newline: a match can cross
+  -- none, the header's fields holding no whitespace).
+  local state, node, finished, deadline, gen, claimer, contribution, at = string.match(
+    raw, '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?([^\n]*)\n()')
+  if state == nil and not string.find(raw, '\n', 1, true) then
+    corrupt(key, 'is not a pod record (no header)')
+  end
   local parsed = contribution and parse_contribution(contribution)
   if state == nil or not STATES[state] or (deadline ~= '-' and not is_int(deadline))
       or not parsed then
@@ -861,7 +865,7 @@ local function load_pod(p, uid, stays)
   if not stays then guard_removal(p, node, parsed) end
   if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
-           claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }
+           claimer = claimer, contribution = parsed, blob = string.sub(raw, at) }
 end
 
 -- Writes a pod record from its parts (no table per write: every placement writes one).
