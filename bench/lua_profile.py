@@ -217,7 +217,9 @@ class Profiled:
             self.calls[phase] += 1
             self.profile.start(phase.encode())
         try:
-            return self.client.fcall(f"sc_{name}{self.suffix}", 1, PREFIX, REPLICA, command_id, *args)
+            return self.client.fcall(
+                f"sc_{name}{self.suffix}", 1, PREFIX, REPLICA, command_id, *args
+            )
         finally:
             if phase is not None:
                 self.profile.stop()
@@ -286,7 +288,7 @@ def drive(prof: Profiled, args: argparse.Namespace) -> int:
                 prof.run(phase, group[0])
             else:
                 prof.batch(phase, group)
-    return len(pending) - min(args.pop_batch, len(pending))
+    return len(pending) - min(int(args.pop_batch), len(pending))
 
 
 def report(prof: Profiled, text: str, pods: int, top: int) -> dict[str, Any]:
@@ -348,14 +350,18 @@ def report(prof: Profiled, text: str, pods: int, top: int) -> dict[str, Any]:
                 f"{at(line):24} {count / calls:10,.1f} {100 * count / total:5.1f}%  "
                 f"{where[line][2][:70]}"
             )
-            entry["lines"].append({"line": at(line), "per_call": count / calls, "text": where[line][2]})
+            entry["lines"].append(
+                {"line": at(line), "per_call": count / calls, "text": where[line][2]}
+            )
         by_name: dict[str, int] = defaultdict(int)
         for key, count in ccalls.get(phase, {}).items():
             by_name[key.rsplit(" ", 1)[0]] += count
         rendered.append("")
         rendered.append(
             "C calls a call: "
-            + ", ".join(f"{k} {v / calls:.1f}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]))
+            + ", ".join(
+                f"{k} {v / calls:.1f}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])
+            )
         )
         rendered.append(f"{'C call at line':40} {'a call':>7}")
         entry["c_calls"] = {}
