@@ -257,6 +257,20 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
             )
         pipe.execute()
 
+    # bench/e2e.py's claim (the reference scheduler once its heartbeat holds the lease): the
+    # timed claim, check_fit, no lease argument, and the next 7 best nodes as candidates
+    # (schedcache/scheduler/loop.py), the claim's own node taken.
+    def ranked_claims(client: redis.Redis) -> None:
+        pipe = client.pipeline(transaction=False)
+        for i, pod in enumerate(plain):
+            others = [(f"node-{(i + 1 + c) % NODES}", "", "") for c in range(7)]
+            claim = commands.assume_pod(pod, check_fit=True, candidates=others)
+            command = commands.timed_claim(claim, BIND_TIMEOUT)
+            pipe.fcall(
+                function_name(pipe, command.name), 1, PREFIX, "bench", command.id, *command.args
+            )
+        pipe.execute()
+
     anti = [constrained_pod(p) for p in pods]
     nodes = [f"node-{i}" for i in range(NODES)]
 
@@ -317,6 +331,12 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
         # (schedcache/scheduler/bindings.py).
         "timed claim, check_fit, lease (the reference scheduler's plain claim)": Scenario(
             plain_claims
+        ),
+        "timed claim, check_fit, 7 candidates (bench/e2e.py's claim)": Scenario(ranked_claims),
+        # sync's confirmations as bench/e2e.py's linger groups them (~5 a call).
+        "sync_pod confirming a queued, popped, timed claim, in sc_batch of 5": Scenario(
+            lambda c: batched(c, [synced(p, False) for p in pods], chunk=5),
+            setup=queued_popped_claimed,
         ),
         "snapshot_delta head read (limit -1)": Scenario(head_reads, setup=assume),
     }

@@ -56,30 +56,19 @@ local RESOURCE_NAMES = { cpu = 'cpu', mem = 'memory', eph = 'ephemeral-storage' 
 -- allocatable. A generation check reads the node's generation from `nodegen`.
 -- `before` (a fit check of a gang's member, sc_gang_claim): what the members before it on the
 -- node add, { amounts = {field = n}, pods = n, ports = {field, ...} }, counted as placed.
-local function claim_conflicts(p, node, parsed, check, expected, before)
+-- `state`: the node as check_fields read it in READS.fit_layout's order in this command, no
+-- write since (read_pod_args, candidate_args with `fit`), else nil and it is read here.
+local function claim_conflicts(p, node, parsed, check, expected, before, state)
   local nk = p .. 'node:' .. node
-  local wanted
   local fields, amounts = parsed.fields, parsed.amounts
-  if check == 'fit' then
-    -- The fields a fit check reads depend on the contribution alone: built once per shape and
-    -- kept on the parsed contribution (shared across calls by parse_contribution; this field
-    -- is derived from its text, the same for every call, and never changed once set).
-    wanted = parsed.fit_fields
-    if wanted == nil then
-      wanted = { 'exists', 'a:pods' }
-      for j = 1, #fields do
-        local field = fields[j]
-        if string.sub(field, 1, 2) == 'r:' then
-          wanted[#wanted + 1] = field
-          wanted[#wanted + 1] = 'a:' .. string.sub(field, 3)
-        end
-      end
-      parsed.fit_fields = wanted
-    end
-  else
-    wanted = { 'exists' }
+  if check ~= 'fit' then
+    state = redis.call('HMGET', nk, 'exists')
+  elseif state == nil then
+    -- The fields a fit check reads depend on the contribution alone (READS.fit_layout: built
+    -- once per shape); the fit check's own come first.
+    if parsed.fit_fields == nil then READS.fit_layout(parsed) end
+    state = redis.call('HMGET', nk, unpack(parsed.fit_fields))
   end
-  local state = redis.call('HMGET', nk, unpack(wanted))
   if state[1] ~= '1' then return 'node-missing' end
   if check == 'generation' then
     local want = tonumber(expected)

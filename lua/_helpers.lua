@@ -257,6 +257,10 @@ local function stored_int(key, value, default)
   return tonumber(value)
 end
 
+-- Helpers of the claims' reads, in one table (the chunk's locals are near Lua's 200):
+-- READS.fit_layout, with check_fields below.
+local READS = {}
+
 -- GET that refuses a key of another type (as corruption, before any write); false when the
 -- key is missing.
 local function get_string(key)
@@ -493,6 +497,9 @@ local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
 BOUNDS.PODS_PER_SADD = 500
 
+-- Keys of `checked` cleared in place at a call's start (more: a new table).
+BOUNDS.CHECKED_KEPT = 32
+
 local function begin_call()
   -- What the call may still search of claims' reads (lua/_claims.lua: rule_conflicts; set
   -- there, BOUNDS.MAX_READS_SCAN, before any call runs).
@@ -504,7 +511,19 @@ local function begin_call()
     pods_added = {}
     pods_order = {}
   end
-  checked = {}
+  -- The keys the last call checked are dropped in place: a new table each call grew from 0 to
+  -- its ~10 keys through four rehashes, and left ~1 KB to the collector, whose work a byte
+  -- allocated is what a call pays most for (bench/lua_profile.py). A large one (an sc_batch's)
+  -- goes whole, so that no later call walks its room.
+  local kept = 0
+  for key in next, checked do
+    kept = kept + 1
+    if kept > BOUNDS.CHECKED_KEPT then
+      checked = {}
+      break
+    end
+    checked[key] = nil
+  end
   -- A call that changed one node (a single command's case) leaves these tables one entry
   -- each: emptied in place, they keep their room, and the next call fills them without the
   -- allocation and the rehash of a new table (~1,700 instructions each). Larger ones go.
@@ -655,7 +674,8 @@ end
 -- keeping its results changes no outcome. Bounded: texts up to BOUNDS.CONTRIBUTION_KEPT_BYTES long,
 -- and the whole memo dropped when it holds BOUNDS.CONTRIBUTIONS_KEPT of them. The tables it hands out
 -- are shared by every call: read them, never change them (one exception, derived from the text
--- alone and set once: `fit_fields`, the fields a fit check reads, _claims.lua).
+-- alone and set once: READS.fit_layout's `fit_fields`, `fit_read` and `fit_at`, the fields a
+-- fit check reads).
 BOUNDS.CONTRIBUTIONS_KEPT = 1000
 BOUNDS.CONTRIBUTION_KEPT_BYTES = 512
 local parsed_contributions = {}
@@ -729,22 +749,60 @@ end
 -- too). One HMGET checks both, before the first write. Returns the field that would overflow.
 BOUNDS.TOTAL_LIMIT = 9.0e18
 
+-- The node fields a fit-checked claim reads (claim_conflicts: `exists`, `a:pods`, then each
+-- requested resource and its allocatable), followed by the contribution's other fields: one
+-- HMGET serves check_fields and the fit check (two cost ~5,000 instructions more a claim, and
+-- as many a candidate tried). Built once per contribution shape and kept on the shared parsed
+-- contribution (parse_contribution): `fit_fields` (the fit check's part), `fit_read` (the
+-- whole read) and `fit_at` (contribution field j's place in it), all derived from the text
+-- alone, the same for every call, and never changed once set.
+function READS.fit_layout(parsed)
+  local read = parsed.fit_read
+  if read ~= nil then return read end
+  local fields = parsed.fields
+  local fit, at = { 'exists', 'a:pods' }, {}
+  for j = 1, #fields do
+    local field = fields[j]
+    if string.sub(field, 1, 2) == 'r:' then
+      fit[#fit + 1] = field
+      at[j] = #fit
+      fit[#fit + 1] = 'a:' .. string.sub(field, 3)
+    end
+  end
+  read = {}
+  for k = 1, #fit do read[k] = fit[k] end
+  for j = 1, #fields do
+    if at[j] == nil then
+      read[#read + 1] = fields[j]
+      at[j] = #read
+    end
+  end
+  parsed.fit_fields, parsed.fit_at, parsed.fit_read = fit, at, read
+  return read
+end
+
 -- Adding (not `removing`), the same HMGET reads the node's `exists` field: a node entry found
 -- there is known to exist, and placing the pod skips ensure_node's HSETNX; the second value
--- answers whether it is a live node (not a ghost or a placeholder).
-local function check_fields(p, node, parsed, removing)
+-- answers whether it is a live node (not a ghost or a placeholder). `fit` (adding, for a
+-- fit-checked claim): the read is READS.fit_layout's, and its reply is the third value, which
+-- claim_conflicts takes as its own read (no write comes between them).
+local function check_fields(p, node, parsed, removing, fit)
   local nk = p .. 'node:' .. node
   local fields, amounts = parsed.fields, parsed.amounts
   if removing and #fields == 0 then return nil end
-  local current, offset
+  local current, offset, at
   if removing then
     current, offset = hmget_checked(nk, fields, nil), 0
+  elseif fit then
+    current, at = hmget_checked(nk, READS.fit_layout(parsed), nil), parsed.fit_at
+    if current[1] then known_nodes[node] = true end
   else
     current, offset = hmget_checked(nk, fields, 'exists'), 1
     if current[1] then known_nodes[node] = true end
   end
   for j = 1, #fields do
-    local have = current[j + offset]
+    local have
+    if at then have = current[at[j]] else have = current[j + offset] end
     -- Checked as an integer (stored_int raises on anything else); converted only when the
     -- result could pass the limit (a number conversion per field is a strtod): a long amount,
     -- or a total already near it (either way, removing included).
@@ -766,7 +824,7 @@ local function check_fields(p, node, parsed, removing)
       end
     end
   end
-  return nil, not removing and current[1] == '1'
+  return nil, not removing and current[1] == '1', at and current
 end
 
 -- Everything taking a pod off `node` writes must be writable (its totals' fields, the node's pod
@@ -789,10 +847,14 @@ local function load_pod(p, uid, stays)
   local key = p .. 'pod:' .. uid
   local raw = get_string(key)
   if not raw then return nil end
-  local newline = string.find(raw, '\n', 1, true)
-  if newline == nil then corrupt(key, 'is not a pod record (no header)') end
-  local state, node, finished, deadline, gen, claimer, contribution = string.match(
-    string.sub(raw, 1, newline - 1), '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?(.*)$')
+  -- The header matched in the record itself, up to its first newline, and `at` where the blob
+  -- starts (no header string cut out first, nor a search for the newline: a match can cross
+  -- none, the header's fields holding no whitespace).
+  local state, node, finished, deadline, gen, claimer, contribution, at = string.match(
+    raw, '^(%S+) (%S+) ([01]) (%S+) (%-?%d+) (%S+) ?([^\n]*)\n()')
+  if state == nil and not string.find(raw, '\n', 1, true) then
+    corrupt(key, 'is not a pod record (no header)')
+  end
   local parsed = contribution and parse_contribution(contribution)
   if state == nil or not STATES[state] or (deadline ~= '-' and not is_int(deadline))
       or not parsed then
@@ -803,7 +865,7 @@ local function load_pod(p, uid, stays)
   if not stays then guard_removal(p, node, parsed) end
   if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
-           claimer = claimer, contribution = parsed, blob = string.sub(raw, newline + 1) }
+           claimer = claimer, contribution = parsed, blob = string.sub(raw, at) }
 end
 
 -- Writes a pod record from its parts (no table per write: every placement writes one).
@@ -874,7 +936,8 @@ local function valid_blob(blob)
   return (first >= 0x80 and first <= 0x8f) or first == 0xde or first == 0xdf
 end
 
-local function read_pod_args(p, a)
+-- `fit`: a fit-checked claim's (check_fields; its node read goes with the arguments, `state`).
+local function read_pod_args(p, a, fit)
   local uid, node, blob, contribution = a[1], a[2], a[3], a[4]
   if uid == nil or uid == '' or #uid > BOUNDS.MAX_NAME_BYTES then return nil, 'BADARG uid' end
   if not name_arg(node) then return nil, 'BADARG node ' .. uid end
@@ -884,12 +947,13 @@ local function read_pod_args(p, a)
   end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
-  local overflow, live = check_fields(p, node, parsed, false)
+  local overflow, live, state = check_fields(p, node, parsed, false, fit)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).
   if not known_nodes[node] then guard_cache(p, NEW_NODE_KEYS) end
   if overflow then return nil, 'OVERFLOW ' .. uid .. ' ' .. node .. ' ' .. overflow end
-  return { uid = uid, node = node, blob = blob, contribution = parsed, live = live }
+  return { uid = uid, node = node, blob = blob, contribution = parsed, live = live,
+           state = state }
 end
 
 -- Image index: a node's images in nodeimgs:<node>, each image's live nodes in imgnodes:<image>,

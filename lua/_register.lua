@@ -24,20 +24,22 @@ local FUNCTIONS = { assume_pod, finish_binding, forget_pod, add_pod, update_pod,
                     PDB.sync, NSLABELS.sync }
 
 -- The part of a call that runs under pcall (a function of its own: no closure per call).
-local function run_command(fn, writes, p, replica, id, a)
+-- `lead`: a leading argument kept apart from `a` (sc_timed_claim's ttl), else nil.
+local function run_command(fn, writes, p, replica, id, a, lead)
   if writes then
     local earlier = remembered_reply(p, id)
     if earlier ~= nil then return earlier, nil, true end
     guard_cache(p, writes)
   end
-  return fn(p, replica, a)
+  return fn(p, replica, a, lead)
 end
 
 -- The function Redis calls: checks the prefix, answers a repeated command id, runs the
 -- command, turns `nil, err` into an error reply. begin_call/end_call bracket it (generations
 -- are recorded once per call). `writes`: the cache-wide keys the command may write
--- (guard_cache), or false for a read.
-local function wrap(fn, writes)
+-- (guard_cache), or false for a read. `leading`: the command's first argument is handed to it
+-- apart, the rest in `a` (sc_timed_claim: its ttl; taking it out of `a` shifted every other).
+local function wrap(fn, writes, leading)
   return function(keys, args)
     local p = keys[1]
     if p == nil or string.sub(p, 1, 1) ~= '{' then
@@ -52,15 +54,16 @@ local function wrap(fn, writes)
     -- The command's own arguments. One table constructor sizes the table once (filling an
     -- empty one grows it at 1, 2, 4, 8...: ~1,000 instructions an argument); unpack is
     -- bounded, so a long sc_batch is copied in a loop.
-    local a
+    local a, lead, first = nil, nil, 3
+    if leading then lead, first = args[3], 4 end
     if #args <= ARGS_UNPACKED then
-      a = { unpack(args, 3) }
+      a = { unpack(args, first) }
     else
       a = {}
-      for i = 3, #args do a[i - 2] = args[i] end
+      for i = first, #args do a[i - first + 1] = args[i] end
     end
     begin_call()
-    local ok, result, err, applied = pcall(run_command, fn, writes, p, replica, id, a)
+    local ok, result, err, applied = pcall(run_command, fn, writes, p, replica, id, a, lead)
     if not ok then
       local text = corruption_of(result)
       -- Corruption is found before the first write, so end_call has nothing to record; it
@@ -106,7 +109,8 @@ local WRITES = {
 for j = 1, #NAMES do
   COMMANDS[NAMES[j]] = FUNCTIONS[j]
   redis.register_function(function_name(NAMES[j]),
-                          wrap(FUNCTIONS[j], WRITES[NAMES[j]] or EVERY_CACHE_KEY))
+                          wrap(FUNCTIONS[j], WRITES[NAMES[j]] or EVERY_CACHE_KEY,
+                               NAMES[j] == 'timed_claim'))
 end
 
 redis.register_function {

@@ -50,7 +50,8 @@ local UNJUDGED = '-'
 -- (_nominations.lua); `before`: a gang's earlier members there (sc_gang_claim).
 local function refusal(p, args, check, a, reads, domains, nominated, before)
   if check ~= '' then
-    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6], before)
+    local reasons = claim_conflicts(p, args.node, args.contribution, check, a[6], before,
+                                    args.state)
     if reasons == nil then return nil, 'BADARG check ' .. args.uid end
     if reasons ~= '' then return reasons end
     if nominated and check == 'fit' then  -- room held for nominated pods (_nominations.lua)
@@ -78,17 +79,19 @@ end
 -- carrying `deadline`), as sc_assume_pod then sc_finish_binding leave it; the deadline, not the
 -- replica's lease, bounds it from the start, so it is never in the replica's claims.
 local function assume_pod(p, replica, a, deadline)
-  local args, err = read_pod_args(p, a)
+  -- The check first (refused after the arguments and the record, as before): a fit check's
+  -- node read goes with the arguments' (read_pod_args).
+  local check, priority = NOM.check_arg(a[5] or '')
+  local args, err = read_pod_args(p, a, check == 'fit')
   if args == nil then return nil, err end
   local rec = load_pod(p, args.uid, true)  -- only to refuse it
   if rec ~= nil then
     return nil, 'PODEXISTS ' .. args.uid .. ' ' .. rec.state .. ' ' .. rec.node
   end
-  local check, priority = NOM.check_arg(a[5] or '')
   if check == nil then return nil, 'BADARG check ' .. args.uid end
   local nominated = NOM.any(p) and { priority = priority } or nil
   local candidates, bad = read_candidates(a, 13, args.blob)
-  if candidates == nil or (#candidates > 0 and check ~= 'fit') then
+  if candidates == nil or (candidates > 0 and check ~= 'fit') then
     return nil, 'BADARG ' .. (bad or 'candidates') .. ' ' .. args.uid
   end
   -- The snapshot the decision ran on saw event `seen`: a history that lost it is another one.
@@ -98,11 +101,12 @@ local function assume_pod(p, replica, a, deadline)
   local reason, err = refusal(p, args, check, a, a[9], a[10], nominated)
   if reason == nil then return nil, err end
   -- The ranked candidates, in order, when the claim's own node is refused.
-  for j = 1, #candidates do
+  for j = 1, candidates do
     if reason == '' then break end
-    local there = candidate_args(p, args, candidates[j])
+    local candidate = candidate_at(a, 13, j, args.blob)
+    local there = candidate_args(p, args, candidate)
     if there ~= nil then
-      local why, failed = refusal(p, there, check, a, candidates[j].reads, candidates[j].domains,
+      local why, failed = refusal(p, there, check, a, candidate.reads, candidate.domains,
                                   nominated)
       if why == nil then return nil, failed end
       if why == '' then
@@ -151,6 +155,6 @@ local function assume_pod(p, replica, a, deadline)
     emit(p, 'PodAssumed', replica,
          'uid', args.uid, 'node', args.node, 'gen', text, 'data', args.blob)
   end
-  if #candidates > 0 then return { gen, args.node } end
+  if candidates > 0 then return { gen, args.node } end
   return gen
 end

@@ -20,7 +20,7 @@ local MAX_BATCH_COMMANDS = 1000
 local MAX_BATCH_BYTES = 4 * 1048576
 
 local function batch(p, replica, a)
-  local calls = {}
+  local fns, calls = {}, {}  -- each command's function and arguments (no table a command)
   local bytes = 0
   for j = 1, #a do bytes = bytes + #a[j] end
   if bytes > MAX_BATCH_BYTES then return nil, 'BADARG bytes: more than ' .. MAX_BATCH_BYTES end
@@ -41,13 +41,14 @@ local function batch(p, replica, a)
       args = {}
       for j = 1, argc do args[j] = a[i + 1 + j] end
     end
-    calls[#calls + 1] = { fn, args }
+    fns[#fns + 1] = fn
+    calls[#fns] = args
     i = i + 2 + argc
   end
   local out, applied = {}, 0
   batching = true  -- pods join `pods` at the end of the call (_helpers.lua)
-  for _, call in ipairs(calls) do
-    local ok, result, err = pcall(call[1], p, replica, call[2])
+  for j = 1, #fns do
+    local ok, result, err = pcall(fns[j], p, replica, calls[j])
     if not ok then
       -- Corruption met by this command before its first write: its error, and the batch
       -- goes on. Anything else is raised again.

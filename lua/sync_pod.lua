@@ -104,7 +104,10 @@ local function sync_pod(p, replica, a)
       result, err = COMMANDS['remove_pod'](p, replica, { uid, '' }, rec)
     end
   else
-    local args = { uid, a[4], a[5], a[6] }
+    -- The command's arguments (uid, node, blob, contribution) in `a` itself, shifted in place:
+    -- the call's own table, which nothing reads after this command (a table less to collect).
+    a[1], a[2], a[3], a[4], a[5], a[6] = uid, a[4], a[5], a[6], nil, nil
+    local args = a
     if rec ~= nil and rec.state == 'added' then
       action = 'update'
       guard_cache(p, EVERY_CACHE_KEY)

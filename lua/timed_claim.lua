@@ -12,9 +12,14 @@
 --          deadline set, in no replica's claims (the deadline bounds it, not the lease)
 local TIMED_CLAIM = {}
 
-function TIMED_CLAIM.run(p, replica, a)
-  local ttl = int_arg(a[1], 1, BOUNDS.MAX_DURATION_MS)
+-- `ttl_text`: the ttl as FCALL sc_timed_claim hands it (_register.lua: `a` holds the claim's
+-- own arguments); nil in sc_batch, where it is a[1], taken out of `a` here.
+function TIMED_CLAIM.run(p, replica, a, ttl_text)
+  if ttl_text == nil then
+    ttl_text = a[1]
+    table.remove(a, 1)  -- the claim's own arguments (as many as the call carried)
+  end
+  local ttl = int_arg(ttl_text, 1, BOUNDS.MAX_DURATION_MS)
   if ttl == nil then return nil, 'BADARG ttl' end
-  table.remove(a, 1)  -- the claim's own arguments (as many as the call carried)
   return assume_pod(p, replica, a, int_string(now_ms(nil) + ttl))
 end
