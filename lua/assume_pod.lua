@@ -100,7 +100,11 @@ local function assume_pod(p, replica, a, deadline)
   if lost then return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' lost-writes' end
   local reason, err = refusal(p, args, check, a, a[9], a[10], nominated)
   if reason == nil then return nil, err end
-  -- The ranked candidates, in order, when the claim's own node is refused.
+  -- The ranked candidates, in order, when the claim's own node is refused. One refused only
+  -- for want of judging (`unchecked`) makes the refusal `unchecked`, whatever the claim's own
+  -- node lacked: the client judges the rules and claims again with every candidate (naming
+  -- only its own node's reasons, a bare claim's fitting candidates were never tried again).
+  local unjudged = reason == 'unchecked'
   for j = 1, candidates do
     if reason == '' then break end
     local candidate = candidate_at(a, 13, j, args.blob)
@@ -111,10 +115,13 @@ local function assume_pod(p, replica, a, deadline)
       if why == nil then return nil, failed end
       if why == '' then
         args, reason = there, ''
+      elseif why == 'unchecked' then
+        unjudged = true
       end
     end
   end
   if reason ~= '' then
+    if unjudged then reason = 'unchecked' end
     return nil, 'FITCONFLICT ' .. args.uid .. ' ' .. args.node .. ' ' .. reason
   end
   local lease_ms = int_arg(a[7] or '0', 0, BOUNDS.MAX_DURATION_MS)

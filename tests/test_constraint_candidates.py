@@ -145,6 +145,21 @@ def test_a_candidate_name_that_is_not_utf8_is_refused_by_name_and_changes_nothin
     assert keyspace(cache.client, cache.keys.pattern) == before
 
 
+def test_a_bare_claim_whose_own_node_is_full_is_judged_and_takes_a_candidate(cache):
+    """(Found in review: with a pod of required anti-affinity placed, Redis refused the bare
+    claim's candidates as unchecked but named its own node's `cpu`, so the client never judged
+    and claimed again, though a candidate fitted.)"""
+    nodes(cache, "n1", "c1", "other")
+    cache.assume_pod(make_pod("fill", "n1", "1", "1Mi"), check_fit=True)  # n1 is full
+    cache.add_pod(make_pod("anti", "other", labels=WEB, affinity=HOST_ANTI))
+    bare = make_pod("bare", "n1", "1", "1Mi", labels={"x": "y"})
+    assert cache.assume_pod(bare, check_fit=True, candidates=["c1"]) == "c1"
+    assert cache.get_pod(bare).node_name == "c1"
+    with pytest.raises(FitConflict) as refused:  # nowhere to go: the judged claim's reasons
+        cache.assume_pod(make_pod("late", "n1", "1", "1Mi"), check_fit=True, candidates=["c1"])
+    assert refused.value.reasons == ("cpu",)
+
+
 def test_too_many_candidates_or_no_fit_check_are_refused_before_sending(cache):
     nodes(cache, "n1")
     pod = make_pod("p", "n1")
