@@ -20,9 +20,12 @@ import pytest
 import redis
 import urllib3
 
-from schedcache import Cache
+from schedcache import Cache, Pod
+from schedcache.feed.sync import api_client
+from schedcache.scheduler import loop
 from schedcache.scheduler.loop import ReferenceScheduler, fit_error
 from tests.apiserver import FakeApiServer
+from tests.factories import make_node, make_pod
 from tests.scheduling import eventually, fed_scheduler, node, pending
 
 
@@ -236,3 +239,37 @@ def test_a_pod_waiting_for_its_affinitys_anchor_waits_parked_until_one_arrives(
         assert scheduler.queue.lengths()["parked"] == 1
         running("db-0", "db")
         eventually(lambda: bound_to(server, "web-1") == "only", 5)
+
+
+def test_claims_carry_the_next_best_nodes_only_while_replicas_race(
+    cache: Cache, server: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranked candidates cost every claim Redis' and the client's work: a replica sends them
+    for RACING_SECONDS after a conflict (a race lost), and then takes the next best node in
+    the same claim instead of deciding again."""
+    for name in ("n1", "n2", "n3"):
+        cache.add_node(make_node(name, "4", "8Gi"))
+    api = api_client(str(server.kubeconfig(tmp_path / "kubeconfig")))
+    scheduler = ReferenceScheduler(cache, api, "ref")  # (nothing is bound here)
+    monkeypatch.setattr(scheduler, "_submit", lambda *args: None)
+    sent: list[tuple[str, ...]] = []
+    claim = cache.assume_pod
+
+    def racing_claim(pod: Pod, **options: Any) -> str:
+        sent.append(tuple(options["candidates"]))
+        if len(sent) == 2:  # another replica fills the node this one chose
+            claim(make_pod("other", pod.node_name, "4", "1Mi"), check_fit=True)
+        return claim(pod, **options)
+
+    monkeypatch.setattr(cache, "assume_pod", racing_claim)
+    assert scheduler.schedule_one(make_pod("a", "", "1", "1Mi")).node
+    assert sent == [()]  # alone: no candidates
+    outcome = scheduler.schedule_one(make_pod("b", "", "1", "1Mi"))
+    assert sent[1] == () and outcome.conflicts == 1  # the race lost, decided again...
+    assert len(sent) == 3 and sent[2] != ()  # ...with the next best nodes along
+    scheduler.schedule_one(make_pod("c", "", "1", "1Mi"))
+    assert sent[3] != ()  # still racing
+    monkeypatch.setattr(loop, "RACING_SECONDS", 0.0)
+    scheduler._racing_until = 0.0
+    scheduler.schedule_one(make_pod("d", "", "1", "1Mi"))
+    assert sent[4] == ()

@@ -99,6 +99,11 @@ STOP_WAIT = 1.0
 # Pods popped a call at most (the queue's call takes 1..QUEUE_BATCH_LIMIT): docs/performance.md,
 # "Batched pops", for the choice.
 POP_BATCH = 8
+#: How long (s) after a conflict a replica's claims carry the next best nodes (ranked
+#: candidates, lua/_pick.lua): they spare a replica that lost a race its decision again, and
+#: cost Redis their 30 arguments and the client their packing on every claim, where a replica
+#: alone never loses one.
+RACING_SECONDS = 30.0
 # Share of the lease a batch's attempts may start within; the rest is left for the last one.
 BATCH_LEASE_SHARE = 0.5
 # What a Redis outage raises past the store's retry policy (RetriesExhausted is a CacheError).
@@ -190,6 +195,7 @@ class ReferenceScheduler:
         self.stop = threading.Event()
         self.bound = 0
         self.conflicts = 0
+        self._racing_until = 0.0  # monotonic: the claims carry candidates until then
         self.unschedulable = 0  # attempts that found no node
         self.lost = 0  # pods another replica claimed first (its lease on them had lapsed)
         self.cache_errors = 0  # failed pops of the queue
@@ -225,18 +231,21 @@ class ReferenceScheduler:
             )
             claimed = time.monotonic()  # no later than Redis sets the claim's deadline
             try:
-                # The next best nodes ride along: a lost race for the best one takes the next
-                # that still passes every check, with no decision redone.
+                # While replicas race (a conflict in the last RACING_SECONDS), the next best
+                # nodes ride along: a lost race for the best one takes the next that still
+                # passes every check, with no decision redone.
+                racing = claimed < self._racing_until
                 taken = self.cache.assume_pod(
                     placed,
                     check_fit=True,
                     snapshot=self.snapshot if judged else None,
-                    candidates=placement.ranked[1:],
+                    candidates=placement.ranked[1:] if racing else (),
                     deadline=self.deadline,
                 )
             except FitConflict:
                 outcome.conflicts += 1
                 self.conflicts += 1
+                self._racing_until = time.monotonic() + RACING_SECONDS
                 continue
             except REDIS_AWAY:  # no answer: the claim may have landed all the same
                 # The first unanswered claim's time is kept: a later try cannot have claimed
