@@ -454,6 +454,10 @@ def test_scores_are_written_as_the_host_priority_list_json_dumps_writes(
     expected = json.dumps(protocol.host_priorities(scores), separators=(",", ":")).encode()
     assert protocol.encode_scores(scores) == expected
     assert protocol.encode_scores(scores) == protocol.encode(protocol.host_priorities(scores))
+    if all(type(v) is int and 0 <= v <= protocol.MAX_SCORE for v in scores.values()):
+        # From each host's start (the columns' rows: Extender.prioritize_answer)
+        starts = list(map(protocol.host_start, scores))
+        assert protocol.encode_started(starts, list(scores.values())) == expected
 
 
 def test_prioritize_scores_on_its_filters_snapshot_and_catches_up_for_another_pod(

@@ -87,8 +87,8 @@ def make_app(
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         # the pod the pending pods' watch decoded when the body's is that object (filter_args)
         "filter": (extender.filter_args, extender.filter),
-        # its HostPriorityList written straight from the scores (protocol.encode_scores)
-        "prioritize": (extender.filter_args, _encoded(extender.prioritize_scores)),
+        # its HostPriorityList written straight from the scores (prioritize_answer)
+        "prioritize": (extender.filter_args, extender.prioritize_answer),
         "bind": (protocol.bind_args, extender.bind),
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
@@ -233,11 +233,6 @@ class Route:
         except Exception:
             log.exception("extender %s: unexpected error", self.verb)
             raise Failure(500, "internal", "internal error (logged by the extender)") from None
-
-
-def _encoded(scores: Callable[[Any], dict[str, int]]) -> Verb:
-    """A verb answering a HostPriorityList's JSON, written from its scores."""
-    return lambda args: protocol.encode_scores(scores(args))
 
 
 def _guarded(guard: Guard) -> Any:
