@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -236,6 +237,46 @@ def filter_result(
         result["Nodes"] = None
         result["NodeNames"] = passed
     return result
+
+
+class AllPassed:
+    """The JSON of an ExtenderFilterResult that passed every one of its ``NodeNames`` (the
+    bytes :func:`encode` writes for it), kept for the names sent again: kube-scheduler's
+    samples recur (at 5,000 nodes and 500 names a call, ten windows in turn), and writing 500
+    names took ~40-190 us. Keyed by the names joined by NUL (a list with a NUL in a name, or
+    of over ``KEPT_CHARS`` joined, is written, not kept); the newest ``KEPT`` lists. Not
+    thread-safe: the extender calls it under its snapshot lock."""
+
+    KEPT = 32
+    KEPT_CHARS = 64 * 1024
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[str, bytes] = OrderedDict()
+
+    def encode(self, names: list[str]) -> bytes:
+        key = "\0".join(names)
+        if len(key) > self.KEPT_CHARS or key.count("\0") != len(names) - 1:
+            return self._written(names)
+        kept = self.kept.get(key)
+        if kept is not None:
+            self.kept.move_to_end(key)
+            return kept
+        kept = self.kept[key] = self._written(names)
+        if len(self.kept) > self.KEPT:
+            self.kept.popitem(last=False)
+        return kept
+
+    @staticmethod
+    def _written(names: list[str]) -> bytes:
+        listed = json.dumps(names, separators=(",", ":"))
+        return f"{_ALL_PASSED}{listed}}}".encode()
+
+
+# An ExtenderFilterResult that passed every name, up to its NodeNames (filter_result's keys in
+# its order, as encode writes them).
+_ALL_PASSED = (
+    '{"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"","Nodes":null,"NodeNames":'
+)
 
 
 def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:

@@ -86,7 +86,8 @@ def make_app(
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         # the pod the pending pods' watch decoded when the body's is that object (filter_args)
-        "filter": (extender.filter_args, extender.filter),
+        # (every name passed: its JSON written from the names' JSON kept, filter_answer)
+        "filter": (extender.filter_args, extender.filter_answer),
         # its HostPriorityList written straight from the scores (prioritize_answer)
         "prioritize": (extender.filter_args, extender.prioritize_answer),
         "bind": (protocol.bind_args, extender.bind),

@@ -138,6 +138,8 @@ class Extender:
         # Each column row's HostPriorityList item start, for the columns' node list it was
         # written for (_host_starts).
         self._starts: tuple[list[str], list[str | None]] = ([], [])
+        # The JSON of the filter answers that passed every name, by the names (recurring).
+        self.passed = protocol.AllPassed()
         # bind_pod_from_filter: uid -> the pod filter or prioritize decoded, and its
         # spec.schedulerName (the bind checks it as it checks the API server's pod).
         self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
@@ -158,6 +160,14 @@ class Extender:
         return protocol.filter_args(document, self.known)
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
+        answer = self.filter_answer(args, written=False)
+        assert isinstance(answer, dict)
+        return answer
+
+    def filter_answer(self, args: FilterArgs, written: bool = True) -> dict[str, Any] | bytes:
+        """filter's ExtenderFilterResult; for the server (``written``), when every named node
+        passed and the names came as ``NodeNames``, as its JSON (``protocol.encode_all_passed``:
+        the bytes ``protocol.encode`` writes, from the names' JSON kept)."""
         self._remember(args)
         self._keep(args)
         hold_nomination(self.cache, args)  # a nominated preemptor (docs/preemption.md)
@@ -172,6 +182,8 @@ class Extender:
             # Often every node fits (the one shared FITS verdict): then one comprehension
             # answers; else each verdict in turn, in the caller's order.
             if verdicts.count(FITS) == len(verdicts):  # one pass in C
+                if written and not args.full_nodes:
+                    return self.passed.encode(args.node_names)
                 return protocol.filter_result(args, list(args.node_names), failed, unresolvable)
             passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
