@@ -250,13 +250,9 @@ class Columns:
 
     def node_local(self, pod: Pod) -> Bools:
         """Which nodes the node-local filters (unschedulable, taints, node affinity) let
-        ``pod`` through, kept per pod shape until a node object changes."""
-        if not (pod.tolerations or pod.node_selector or pod.required_node_affinity):
-            passes = self.quiet.copy()
-            for row in np.flatnonzero(self.live & ~self.quiet):
-                node = self.infos[row].node
-                passes[row] = node is not None and node_refuses(pod, node) is None
-            return passes
+        ``pod`` through, kept per pod shape until a node object changes (a pod with no
+        toleration, selector or required node affinity too: before, each of its calls judged
+        the nodes with taints or unschedulable again, one by one)."""
         shape = (
             pod.tolerations,
             tuple(sorted(pod.node_selector.items())),
@@ -266,9 +262,17 @@ class Columns:
         if kept is None:
             if len(self._shapes) >= MAX_SHAPES:
                 self._shapes.clear()
-            verdicts = np.array(
-                [o is not None and node_refuses(pod, o) is None for o in self._objects], dtype=bool
-            )
+            if not (pod.tolerations or pod.node_selector or pod.required_node_affinity):
+                # Every quiet node lets such a pod through: only the others are judged.
+                verdicts = self.quiet.copy()
+                for row in np.flatnonzero(self.live & ~self.quiet):
+                    node = self._objects[row]
+                    verdicts[row] = node is not None and node_refuses(pod, node) is None
+            else:
+                verdicts = np.array(
+                    [o is not None and node_refuses(pod, o) is None for o in self._objects],
+                    dtype=bool,
+                )
             kept = self._shapes[shape] = (pod, verdicts)
         return kept[1]
 
