@@ -166,8 +166,8 @@ class Extender:
 
     def filter_answer(self, args: FilterArgs, written: bool = True) -> dict[str, Any] | bytes:
         """filter's ExtenderFilterResult; for the server (``written``), when every named node
-        passed and the names came as ``NodeNames``, as its JSON (``protocol.encode_all_passed``:
-        the bytes ``protocol.encode`` writes, from the names' JSON kept)."""
+        passed and the names came as ``NodeNames``, as its JSON (``protocol.AllPassed``: the
+        bytes ``protocol.encode`` writes, from the names' JSON kept)."""
         self._remember(args)
         self._keep(args)
         hold_nomination(self.cache, args)  # a nominated preemptor (docs/preemption.md)
