@@ -520,12 +520,17 @@ class Columns:
         columns judge the pod alone with no pod with affinity in the cluster: the extender then
         scales and writes its answer without a Python step per name. None otherwise
         (:meth:`score_names` answers then: its dict keeps a repeated name once and leaves an
-        unknown one out)."""
+        unknown one out), and for more than ``NAMES_AT_ONCE`` names, whose rows are not kept:
+        looked up here, they would be looked up again there."""
         self.refresh(snap)
-        if not self._whole(snap) or not (
-            columnar(pod)
-            and not snap.have_pods_with_required_anti_affinity_list
-            and not snap.have_pods_with_affinity_list
+        if (
+            len(names) > NAMES_AT_ONCE
+            or not self._whole(snap)
+            or not (
+                columnar(pod)
+                and not snap.have_pods_with_required_anti_affinity_list
+                and not snap.have_pods_with_affinity_list
+            )
         ):
             return None
         rows = self._rows_named(names)
