@@ -454,6 +454,38 @@ def test_scores_are_written_as_the_host_priority_list_json_dumps_writes(
     expected = json.dumps(protocol.host_priorities(scores), separators=(",", ":")).encode()
     assert protocol.encode_scores(scores) == expected
     assert protocol.encode_scores(scores) == protocol.encode(protocol.host_priorities(scores))
+    if all(type(v) is int and 0 <= v <= protocol.MAX_SCORE for v in scores.values()):
+        # From each host's start (the columns' rows: Extender.prioritize_answer)
+        starts = list(map(protocol.host_start, scores))
+        assert protocol.encode_started(starts, list(scores.values())) == expected
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [],
+        ["n1"],
+        ["n1", "n2", "n1"],
+        ['n\u00e9"\\', "x" * 300],
+        ["a\0b", "c"],  # a NUL in a name: written, not kept (it would join as a, b, c)
+        ["a", "b", "c"],
+        [f"node-{i}" for i in range(5000)],  # over what is kept: written
+    ],
+)
+def test_a_filter_that_passed_every_name_is_written_as_encode_writes_it(names: list[str]) -> None:
+    """filter's answer when every name passed is written from the names' JSON kept
+    (protocol.AllPassed): the bytes of its ExtenderFilterResult through encode, twice over (the
+    second from what was kept), and a list that joins as another kept one answers its own."""
+    args = protocol.FilterArgs(Pod.from_k8s(pod_manifest("p", "", "1m", "1Mi")), names, False, [])
+    expected = protocol.encode(protocol.filter_result(args, list(names), {}, {}))
+    passed = protocol.AllPassed()
+    assert passed.encode(["a\0b", "c"]) != passed.encode(["a", "b", "c"])
+    assert passed.encode(names) == expected
+    assert passed.encode(list(names)) == expected
+    assert len(passed.kept) <= 2 + (len("\0".join(names)) <= passed.KEPT_CHARS)
+    for i in range(passed.KEPT + 5):
+        passed.encode([f"n{i}"])
+    assert len(passed.kept) == passed.KEPT  # the newest only
 
 
 def test_prioritize_scores_on_its_filters_snapshot_and_catches_up_for_another_pod(

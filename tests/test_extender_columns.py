@@ -56,6 +56,11 @@ def per_node(ext: Extender, args: FilterArgs) -> tuple[dict[str, Any], list[dict
     )
 
 
+def wired(answer: dict[str, Any] | bytes) -> bytes:
+    """A verb's answer as the server writes it (bytes: written already)."""
+    return answer if isinstance(answer, bytes) else protocol.encode(answer)
+
+
 TINY = {"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}
 
 
@@ -113,11 +118,12 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
             expected_filter, expected_priorities = per_node(ext, args)
             assert json.dumps(filtered) == json.dumps(expected_filter)
             assert json.dumps(prioritized) == json.dumps(expected_priorities)
-            # As the wire writes them (protocol.encode's own writer for the priorities).
-            assert (
-                protocol.encode(prioritized)
-                == json.dumps(expected_priorities, separators=(",", ":")).encode()
-            )
+            # As the wire writes them (protocol.encode's own writer for the priorities, and
+            # the server's: prioritize_answer, from the columns' rows when it can).
+            wire = json.dumps(expected_priorities, separators=(",", ":")).encode()
+            assert protocol.encode(prioritized) == wire
+            assert ext.prioritize_answer(args) == wire
+            assert wired(ext.filter_answer(args)) == protocol.encode(expected_filter)
             # A pod of 1m that tolerates every taint, then again on the nodes it passed, twice
             # over: every one passes (the columns' answer without a verdict per name).
             small = {
@@ -130,6 +136,9 @@ def test_filter_and_prioritize_equal_the_per_node_code_over_random_clusters(cach
                 answers = (ext.filter(again), ext.prioritize(again))
                 expected = tuple(map(json.dumps, per_node(ext, again)))
                 assert tuple(map(json.dumps, answers)) == expected
+                wire = json.dumps(per_node(ext, again)[1], separators=(",", ":")).encode()
+                assert ext.prioritize_answer(again) == wire  # (the names twice, the second)
+                assert wired(ext.filter_answer(again)) == protocol.encode(answers[0])
                 known = answers[0]["NodeNames"] * 2
             judged["all passed"] += bool(known) and answers[0]["NodeNames"] == again.node_names
             judged["columnar" if columnar(args.pod) else "per-node"] += 1
@@ -209,6 +218,9 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
             answers = (ext.filter(args), ext.prioritize(args))
             expected = per_node(ext, args)
             assert tuple(map(json.dumps, answers)) == tuple(map(json.dumps, expected))
+            wire = json.dumps(expected[1], separators=(",", ":")).encode()
+            assert ext.prioritize_answer(args) == wire
+            assert wired(ext.filter_answer(args)) == protocol.encode(expected[0])
         return args
 
     args = judged(["n0", "n1", "n2", "n9"])

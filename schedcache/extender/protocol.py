@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any
@@ -238,6 +239,46 @@ def filter_result(
     return result
 
 
+class AllPassed:
+    """The JSON of an ExtenderFilterResult that passed every one of its ``NodeNames`` (the
+    bytes :func:`encode` writes for it), kept for the names sent again: kube-scheduler's
+    samples recur (at 5,000 nodes and 500 names a call, ten windows in turn), and writing 500
+    names took ~40-190 us. Keyed by the names joined by NUL (a list with a NUL in a name, or
+    of over ``KEPT_CHARS`` joined, is written, not kept); the newest ``KEPT`` lists. Not
+    thread-safe: the extender calls it under its snapshot lock."""
+
+    KEPT = 32
+    KEPT_CHARS = 64 * 1024
+
+    def __init__(self) -> None:
+        self.kept: OrderedDict[str, bytes] = OrderedDict()
+
+    def encode(self, names: list[str]) -> bytes:
+        key = "\0".join(names)
+        if len(key) > self.KEPT_CHARS or key.count("\0") != len(names) - 1:
+            return self._written(names)
+        kept = self.kept.get(key)
+        if kept is not None:
+            self.kept.move_to_end(key)
+            return kept
+        kept = self.kept[key] = self._written(names)
+        if len(self.kept) > self.KEPT:
+            self.kept.popitem(last=False)
+        return kept
+
+    @staticmethod
+    def _written(names: list[str]) -> bytes:
+        listed = json.dumps(names, separators=(",", ":"))
+        return f"{_ALL_PASSED}{listed}}}".encode()
+
+
+# An ExtenderFilterResult that passed every name, up to its NodeNames (filter_result's keys in
+# its order, as encode writes them).
+_ALL_PASSED = (
+    '{"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":"","Nodes":null,"NodeNames":'
+)
+
+
 def host_priorities(scores: Mapping[str, int]) -> list[dict[str, Any]]:
     """HostPriorityList ``[{Host, Score}]``."""
     return [{"Host": host, "Score": score} for host, score in scores.items()]
@@ -259,6 +300,23 @@ def encode_scores(scores: Mapping[str, int]) -> bytes:
     return _encode_pairs(scores.items())
 
 
+def host_start(host: str) -> str:
+    """A HostPriorityList item's JSON up to its score: ``{"Host":"<host>","Score":``."""
+    return f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+
+
+def encode_started(starts: Sequence[str], scores: Sequence[int]) -> bytes:
+    """The HostPriorityList of the hosts whose items start ``starts`` (:func:`host_start`)
+    with ``scores``, each an int of 0 to ``MAX_SCORE``: the bytes :func:`encode_scores` writes
+    for the same pairs, in two passes in C and one join (no Python step per host)."""
+    if not starts:
+        return b"[]"
+    items: list[str] = [""] * (2 * len(starts))
+    items[::2] = starts
+    items[1::2] = map(_ITEMS_ENDED.__getitem__, scores)
+    return f"[{''.join(items)[:-1]}]".encode()
+
+
 def _encode_pairs(pairs: Iterable[tuple[str, Any]]) -> bytes:
     # Each host's '{"Host":"...","Score":' written once (node names recur from call to call),
     # each score's ending too: per item, two lookups and a concatenation.
@@ -271,7 +329,7 @@ def _encode_pairs(pairs: Iterable[tuple[str, Any]]) -> bytes:
     for host, score in pairs:
         start = hosts.get(host)
         if start is None:
-            start = f'{{"Host":{encode_basestring_ascii(host)},"Score":'
+            start = host_start(host)
             # A name a node can have, while there is room: bounded, kept.
             if len(hosts) < MAX_HOSTS and is_dns_subdomain(host):
                 hosts[host] = start
@@ -290,6 +348,7 @@ HOSTS_KEPT_FOR = 60.0  # seconds a full set of host starts is kept before it may
 _HOSTS_FULL = [0.0]  # when it was last filled (time.monotonic)
 _HOSTS: dict[str, str] = {}
 _SCORES = [f"{score:d}}}" for score in range(MAX_SCORE + 1)]
+_ITEMS_ENDED = [f"{ending}," for ending in _SCORES]  # (encode_started: the last comma cut)
 
 
 def bind_result(error: str = "") -> dict[str, str]:
@@ -313,8 +372,10 @@ __all__ = [
     "decode_json",
     "encode",
     "encode_scores",
+    "encode_started",
     "field",
     "filter_args",
     "filter_result",
     "host_priorities",
+    "host_start",
 ]

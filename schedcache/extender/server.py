@@ -3,11 +3,11 @@
 ``GET /healthz`` (liveness), ``GET /readyz`` (Redis answers) and ``GET /metrics``.
 
 Bounded by construction (:class:`~schedcache.extender.limits.Limits`): each verb has its own
-thread pool and slot count; a request first waits (``queue_timeout``) for a slot of its verb,
-only then is its body read (``body_timeout``, at most ``max_body_bytes``) and decoded, in the
-verb's pool, never on the event loop; so the bodies held at once are bounded by the slots, and
-``/healthz`` answers from the event loop whatever the workers do. Connections are limited and
-cut when their headers do not arrive (:mod:`.guard`).
+threads (:class:`~.lanes.Lane`) and slot count; a request first waits (``queue_timeout``) for a
+slot of its verb, only then is its body read (``body_timeout``, at most ``max_body_bytes``) and
+decoded, in the verb's threads, never on the event loop; so the bodies held at once are bounded
+by the slots, and ``/healthz`` answers from the event loop whatever the workers do. Connections
+are limited and cut when their headers do not arrive (:mod:`.guard`).
 
 Every failure is the protocol's answer, the verb's result (ExtenderFilterResult,
 ExtenderBindingResult) with ``Error`` set: 400 for malformed input (deeply nested JSON
@@ -39,6 +39,7 @@ from redis.exceptions import RedisError
 from schedcache.errors import CacheError, RetriesExhausted
 from schedcache.extender import preempt, protocol
 from schedcache.extender.guard import Guard, GuardedSite
+from schedcache.extender.lanes import Lane
 from schedcache.extender.limits import Limits
 from schedcache.extender.protocol import ProtocolError
 from schedcache.extender.service import Extender
@@ -86,43 +87,46 @@ def make_app(
     app = web.Application(client_max_size=limits.max_body_bytes, middlewares=middlewares)
     verbs: dict[str, tuple[Callable[[Any], Any], Verb]] = {
         # the pod the pending pods' watch decoded when the body's is that object (filter_args)
-        "filter": (extender.filter_args, extender.filter),
-        # its HostPriorityList written straight from the scores (protocol.encode_scores)
-        "prioritize": (extender.filter_args, _encoded(extender.prioritize_scores)),
+        # (every name passed: its JSON written from the names' JSON kept, filter_answer)
+        "filter": (extender.filter_args, extender.filter_answer),
+        # its HostPriorityList written straight from the scores (prioritize_answer)
+        "prioritize": (extender.filter_args, extender.prioritize_answer),
         "bind": (protocol.bind_args, extender.bind),
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
-    pools = [ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")]
+    ready = ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")
+    lanes: list[Lane] = []
     semaphores: dict[str, asyncio.Semaphore] = {}
     for verb, (decode, run) in verbs.items():
         share = "filter" if verb == "preempt" else verb  # preempt holds filter's slots
         slots = limits.concurrency(share)
-        pool = ThreadPoolExecutor(slots, thread_name_prefix=f"schedcache-extender-{verb}")
-        pools.append(pool)
+        lane = Lane(slots, f"schedcache-extender-{verb}")
+        lanes.append(lane)
         semaphore = semaphores.setdefault(share, asyncio.Semaphore(slots))
-        route = Route(verb, decode, run, pool, semaphore, limits)
+        route = Route(verb, decode, run, lane, semaphore, limits)
         app.router.add_post(f"{prefix}/{verb}", route.handle)
     app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz(extender, pools[0]))
+    app.router.add_get("/readyz", _readyz(extender, ready))
     app.router.add_get("/metrics", _metrics)
 
     async def shutdown(_: web.Application) -> None:
-        for pool in pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+        ready.shutdown(wait=False, cancel_futures=True)
+        for lane in lanes:
+            lane.shutdown()
 
     app.on_cleanup.append(shutdown)
     return app
 
 
 class Route:
-    """One verb: its slots, its pool, its body limit."""
+    """One verb: its slots, its threads (:class:`~.lanes.Lane`), its body limit."""
 
     def __init__(
         self,
         verb: str,
         decode: Callable[[Any], Any],
         run: Verb,
-        pool: ThreadPoolExecutor,
+        pool: Lane,
         slots: asyncio.Semaphore,
         limits: Limits,
     ) -> None:
@@ -178,8 +182,8 @@ class Route:
             await self.slots.acquire()  # a free slot is taken at once: no timer
         try:
             body = await self._body(request)
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.pool, self._decode_and_run, body)
+            answer: tuple[bool, bytes] = await self.pool.run(self._decode_and_run, body)
+            return answer
         finally:
             self.slots.release()
 
@@ -209,7 +213,7 @@ class Route:
         return b"".join(chunks)
 
     def _decode_and_run(self, body: bytes) -> tuple[bool, bytes]:
-        """In the verb's pool: decode, run, encode the answer (whether it is a refusal, and
+        """In the verb's threads: decode, run, encode the answer (whether it is a refusal, and
         its JSON: 5,000 scores take milliseconds to encode, which the event loop, answering
         ``/healthz``, should not spend), and turn every expected failure into a Failure."""
         try:
@@ -233,11 +237,6 @@ class Route:
         except Exception:
             log.exception("extender %s: unexpected error", self.verb)
             raise Failure(500, "internal", "internal error (logged by the extender)") from None
-
-
-def _encoded(scores: Callable[[Any], dict[str, int]]) -> Verb:
-    """A verb answering a HostPriorityList's JSON, written from its scores."""
-    return lambda args: protocol.encode_scores(scores(args))
 
 
 def _guarded(guard: Guard) -> Any:

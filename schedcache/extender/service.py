@@ -135,6 +135,11 @@ class Extender:
         # The pod of the last filter call and when its snapshot update was: its prioritize
         # call reuses that snapshot (_same_cycle).
         self.filtered: tuple[str, float] = ("", 0.0)
+        # Each column row's HostPriorityList item start, for the columns' node list it was
+        # written for (_host_starts).
+        self._starts: tuple[list[str], list[str | None]] = ([], [])
+        # The JSON of the filter answers that passed every name, by the names (recurring).
+        self.passed = protocol.AllPassed()
         # bind_pod_from_filter: uid -> the pod filter or prioritize decoded, and its
         # spec.schedulerName (the bind checks it as it checks the API server's pod).
         self.bind_pod_from_filter = bind_pod_from_filter and binder is not None
@@ -155,6 +160,14 @@ class Extender:
         return protocol.filter_args(document, self.known)
 
     def filter(self, args: FilterArgs) -> dict[str, Any]:
+        answer = self.filter_answer(args, written=False)
+        assert isinstance(answer, dict)
+        return answer
+
+    def filter_answer(self, args: FilterArgs, written: bool = True) -> dict[str, Any] | bytes:
+        """filter's ExtenderFilterResult; for the server (``written``), when every named node
+        passed and the names came as ``NodeNames``, as its JSON (``protocol.AllPassed``: the
+        bytes ``protocol.encode`` writes, from the names' JSON kept)."""
         self._remember(args)
         self._keep(args)
         hold_nomination(self.cache, args)  # a nominated preemptor (docs/preemption.md)
@@ -169,6 +182,8 @@ class Extender:
             # Often every node fits (the one shared FITS verdict): then one comprehension
             # answers; else each verdict in turn, in the caller's order.
             if verdicts.count(FITS) == len(verdicts):  # one pass in C
+                if written and not args.full_nodes:
+                    return self.passed.encode(args.node_names)
                 return protocol.filter_result(args, list(args.node_names), failed, unresolvable)
             passed = []
             for name, result in zip(args.node_names, verdicts, strict=True):
@@ -184,6 +199,44 @@ class Extender:
 
     def prioritize(self, args: FilterArgs) -> list[dict[str, Any]]:
         return protocol.host_priorities(self.prioritize_scores(args))
+
+    def prioritize_answer(self, args: FilterArgs) -> bytes:
+        """prioritize's HostPriorityList, written: the bytes ``protocol.encode_scores`` writes
+        for :meth:`prioritize_scores`. When every name is a live node named once and the
+        columns judge the pod alone (``Columns.score_rows``: kube-scheduler's call, often),
+        the scores are scaled on the arrays and written from each node's kept start
+        (:meth:`_host_starts`), with no dict and no Python step per host."""
+        self._remember(args)
+        self._keep(args)
+        with self.snapshot_lock:
+            if not self._same_cycle(args.pod):
+                self.cache.update_snapshot(self.snapshot)
+            names = args.node_names
+            found = self.columns.score_rows(args.pod, self.snapshot, names)
+            if found is not None and int(found[1].min()) >= 0:  # (no total is below 0)
+                rows, totals = found
+                best = int(totals.max())
+                # scaled()'s integers, 0 to MAX_SCORE (all 0 when the best is)
+                points = MAX_SCORE * totals // best if best else totals * 0
+                return protocol.encode_started(self._host_starts(rows.tolist()), points.tolist())
+            totaled = self.columns.score_names(args.pod, self.snapshot, names)
+            return protocol.encode_scores(scaled(totaled, names))
+
+    def _host_starts(self, rows: list[int]) -> list[str]:
+        """The HostPriorityList item start (``protocol.host_start``) of each of the columns'
+        ``rows``, each written once while the columns' node list stands (a node name each:
+        bounded by the cluster). Under the snapshot lock."""
+        names = self.columns.names
+        kept_for, kept = self._starts
+        if kept_for is not names:  # the columns were rebuilt: other rows
+            kept = [None] * len(names)
+            self._starts = (names, kept)
+        starts = list(map(kept.__getitem__, rows))
+        if None in starts:
+            for at, row in enumerate(rows):
+                if starts[at] is None:
+                    starts[at] = kept[row] = protocol.host_start(names[row])
+        return starts  # type: ignore[return-value]  # (no None left)
 
     def prioritize_scores(self, args: FilterArgs) -> dict[str, int]:
         """prioritize's scores, host -> 0-10 in the call's order: the server writes them with

@@ -152,6 +152,8 @@ class Columns:
         self._row: dict[str, int] = {}
         self._objects: list[Node | None] = []
         self.columns: dict[str, Ints] = {}
+        self._used: Ints = np.zeros((2, 0), dtype=np.int64)
+        self._alloc: Ints = np.zeros((2, 0), dtype=np.int64)
         self.live: Bools = np.zeros(0, dtype=bool)
         self.quiet: Bools = np.zeros(0, dtype=bool)  # no taint, schedulable
         self.prefer_taints: Bools = np.zeros(0, dtype=bool)
@@ -194,20 +196,20 @@ class Columns:
         self._name_rank = np.empty(len(infos), dtype=np.int64)
         self._name_rank[order] = np.arange(len(infos))
         n = len(infos)
+        # cpu and memory, requested and allocatable, also as the rows of two 2 x n arrays
+        # (their columns are views of them): totals gathers and scores both in one step each.
+        self._used = np.zeros((2, n), dtype=np.int64)
+        self._alloc = np.zeros((2, n), dtype=np.int64)
         self.columns = {
             name: np.zeros(n, dtype=np.int64)
-            for name in (
-                "alloc_cpu",
-                "alloc_memory",
-                "alloc_storage",
-                "alloc_pods",
-                "cpu",
-                "memory",
-                "storage",
-                "pods",
-                "generation",
-            )
+            for name in ("alloc_storage", "alloc_pods", "storage", "pods", "generation")
         }
+        self.columns.update(
+            alloc_cpu=self._alloc[0],
+            alloc_memory=self._alloc[1],
+            cpu=self._used[0],
+            memory=self._used[1],
+        )
         self.live = np.zeros(n, dtype=bool)
         self.quiet = np.zeros(n, dtype=bool)
         self.prefer_taints = np.zeros(n, dtype=bool)
@@ -248,13 +250,9 @@ class Columns:
 
     def node_local(self, pod: Pod) -> Bools:
         """Which nodes the node-local filters (unschedulable, taints, node affinity) let
-        ``pod`` through, kept per pod shape until a node object changes."""
-        if not (pod.tolerations or pod.node_selector or pod.required_node_affinity):
-            passes = self.quiet.copy()
-            for row in np.flatnonzero(self.live & ~self.quiet):
-                node = self.infos[row].node
-                passes[row] = node is not None and node_refuses(pod, node) is None
-            return passes
+        ``pod`` through, kept per pod shape until a node object changes (a pod with no
+        toleration, selector or required node affinity too: before, each of its calls judged
+        the nodes with taints or unschedulable again, one by one)."""
         shape = (
             pod.tolerations,
             tuple(sorted(pod.node_selector.items())),
@@ -264,9 +262,17 @@ class Columns:
         if kept is None:
             if len(self._shapes) >= MAX_SHAPES:
                 self._shapes.clear()
-            verdicts = np.array(
-                [o is not None and node_refuses(pod, o) is None for o in self._objects], dtype=bool
-            )
+            if not (pod.tolerations or pod.node_selector or pod.required_node_affinity):
+                # Every quiet node lets such a pod through: only the others are judged.
+                verdicts = self.quiet.copy()
+                for row in np.flatnonzero(self.live & ~self.quiet):
+                    node = self._objects[row]
+                    verdicts[row] = node is not None and node_refuses(pod, node) is None
+            else:
+                verdicts = np.array(
+                    [o is not None and node_refuses(pod, o) is None for o in self._objects],
+                    dtype=bool,
+                )
             kept = self._shapes[shape] = (pod, verdicts)
         return kept[1]
 
@@ -288,37 +294,38 @@ class Columns:
         with affinity: the resource scores vectorised, TaintToleration read from the nodes
         with PreferNoSchedule taints, ImageLocality from the nodes with images; NodeAffinity,
         InterPodAffinity and PodTopologySpread then score every node alike (0)."""
-        c, want = self.columns, pod.requests
-        fit = np.zeros(len(rows), dtype=np.int64)
-        fractions = []
-        for used, wanted, allocatable in (
-            (c["cpu"], want.milli_cpu, c["alloc_cpu"]),
-            (c["memory"], want.memory, c["alloc_memory"]),
-        ):
-            requested, alloc = used[rows] + wanted, allocatable[rows]
-            safe = np.where(alloc == 0, 1, alloc)
-            fit += np.where(
-                (alloc == 0) | (requested > alloc), 0, (alloc - requested) * 100 // safe
-            )
-            fractions.append(np.where(alloc == 0, 1.0, np.minimum(requested / safe, 1.0)))
-        fit //= 2
+        want = pod.requests
+        # cpu and memory at once: rows 0 and 1 of 2 x len(rows) arrays (np.take: ~3x faster
+        # than indexing a 2-d array with a list of rows)
+        requested = np.take(self._used, rows, axis=1)
+        requested[0] += want.milli_cpu
+        requested[1] += want.memory
+        alloc = np.take(self._alloc, rows, axis=1)
+        zero = alloc == 0
+        safe = np.where(zero, 1, alloc)
+        part = np.where(zero | (requested > alloc), 0, (alloc - requested) * 100 // safe)
+        fit = (part[0] + part[1]) // 2
+        fractions = np.where(zero, 1.0, np.minimum(requested / safe, 1.0))
         balanced = ((1 - np.abs(fractions[0] - fractions[1]) / 2) * 100).astype(np.int64)
-        taints = np.zeros(len(rows), dtype=np.int64)
-        for at in np.flatnonzero(self.prefer_taints[rows]):
-            taints[at] = intolerable_prefer_no_schedule(pod, self.infos[rows[at]])
-        high = int(taints.max(initial=0))
-        taint = np.full(len(rows), 100, dtype=np.int64) if high == 0 else 100 - taints * 100 // high
-        image = np.zeros(len(rows), dtype=np.int64)
+        total = (
+            WEIGHTS["NodeResourcesFit"] * fit
+            + WEIGHTS["NodeResourcesBalancedAllocation"] * balanced
+        )
+        tainted = np.flatnonzero(self.prefer_taints[rows])
+        high = 0
+        if len(tainted):
+            taints = np.zeros(len(rows), dtype=np.int64)
+            for at in tainted:
+                taints[at] = intolerable_prefer_no_schedule(pod, self.infos[rows[at]])
+            high = int(taints.max(initial=0))
+        # (every node scores 100 when no candidate has an untolerated PreferNoSchedule taint)
+        total += WEIGHTS["TaintToleration"] * (100 if high == 0 else 100 - taints * 100 // high)
         if pod.images:
+            image = np.zeros(len(rows), dtype=np.int64)
             live = int(self.live.sum())
             for at in np.flatnonzero(self.images[rows]):
                 image[at] = imagelocality.score(pod, self.infos[rows[at]], live)
-        total = (
-            WEIGHTS["TaintToleration"] * taint
-            + WEIGHTS["NodeResourcesFit"] * fit
-            + WEIGHTS["NodeResourcesBalancedAllocation"] * balanced
-            + WEIGHTS["ImageLocality"] * image
-        )
+            total += WEIGHTS["ImageLocality"] * image
         return np.asarray(total, dtype=np.int64)
 
     def place(self, pod: Pod, snap: Snapshot) -> Placement:
@@ -504,6 +511,36 @@ class Columns:
             named = map(self.names.__getitem__, found[start:end])
             scored.update(zip(named, totals[start:end], strict=True))
         return scored
+
+    def score_rows(
+        self, pod: Pod, snap: Snapshot, names: Sequence[str]
+    ) -> tuple[Ints, Ints] | None:
+        """:meth:`score_names` as arrays: the rows of ``names`` and their totals in the same
+        order, when every one of ``names`` is a live node of ``snap``, none comes twice and the
+        columns judge the pod alone with no pod with affinity in the cluster: the extender then
+        scales and writes its answer without a Python step per name. None otherwise
+        (:meth:`score_names` answers then: its dict keeps a repeated name once and leaves an
+        unknown one out), and for more than ``NAMES_AT_ONCE`` names, whose rows are not kept:
+        looked up here, they would be looked up again there."""
+        self.refresh(snap)
+        if (
+            len(names) > NAMES_AT_ONCE
+            or not self._whole(snap)
+            or not (
+                columnar(pod)
+                and not snap.have_pods_with_required_anti_affinity_list
+                and not snap.have_pods_with_affinity_list
+            )
+        ):
+            return None
+        rows = self._rows_named(names)
+        if not len(rows) or rows.min() < 0 or not self.live[rows].all():
+            return None
+        seen = np.zeros(len(self.infos), dtype=bool)
+        seen[rows] = True
+        if int(np.count_nonzero(seen)) != len(rows):  # a name twice
+            return None
+        return rows, self.totals(pod, rows)
 
     def _rows_named(self, names: Sequence[str]) -> Ints:
         """The row of each of ``names``, -1 for a name no row has: passes in C (a
