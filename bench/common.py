@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +16,21 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def import_schedcache_from(tree: str) -> None:
+    """Import the ``schedcache`` package of another checkout before anything imports ours;
+    its submodules (and its ``lua/``, found beside the package) follow from its __path__.
+    (This module imports no ``schedcache``: a bench calls this before its own imports.)"""
+    package = Path(tree).resolve() / "schedcache"
+    spec = importlib.util.spec_from_file_location(
+        "schedcache", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    if spec is None or spec.loader is None or not package.is_dir():
+        raise SystemExit(f"--tree {tree}: no schedcache package there")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["schedcache"] = module
+    spec.loader.exec_module(module)
 
 
 def timed(run: Callable[[], int], repeats: int, setup: Callable[[], None] | None = None) -> dict:

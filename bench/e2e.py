@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -79,24 +78,12 @@ def _tree() -> str:
     return os.environ.get("E2E_TREE", "")
 
 
-def _import_schedcache_from(tree: str) -> None:
-    """Import the ``schedcache`` package of another checkout before anything imports ours;
-    its submodules (and its ``lua/``, found beside the package) follow from its __path__."""
-    package = Path(tree).resolve() / "schedcache"
-    spec = importlib.util.spec_from_file_location(
-        "schedcache", package / "__init__.py", submodule_search_locations=[str(package)]
-    )
-    if spec is None or spec.loader is None or not package.is_dir():
-        raise SystemExit(f"--tree {tree}: no schedcache package there")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["schedcache"] = module
-    spec.loader.exec_module(module)
-
-
 TREE = _tree()
 if TREE:
     os.environ["E2E_TREE"] = TREE  # inherited by the spawned feeder, replicas and API server
-    _import_schedcache_from(TREE)
+    from bench.common import import_schedcache_from
+
+    import_schedcache_from(TREE)
 
 # After the tree's package is in sys.modules (E402: the order is the point).
 import redis  # noqa: E402

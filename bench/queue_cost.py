@@ -35,7 +35,6 @@ Prints a table (medians of ``--rounds``) and writes ``bench/results/queue_cost.j
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -52,15 +51,9 @@ sys.path.insert(0, str(ROOT))
 # imports ours (its ``lua/`` follows from the package's path), as bench/e2e.py does.
 _ROW_TREE = sys.argv[sys.argv.index("--row") + 1] if "--row" in sys.argv[:-1] else "-"
 if _ROW_TREE != "-":
-    _package = Path(_ROW_TREE).resolve() / "schedcache"
-    _spec = importlib.util.spec_from_file_location(
-        "schedcache", _package / "__init__.py", submodule_search_locations=[str(_package)]
-    )
-    if _spec is None or _spec.loader is None or not _package.is_dir():
-        raise SystemExit(f"--tree {_ROW_TREE}: no schedcache package there")
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["schedcache"] = _module
-    _spec.loader.exec_module(_module)
+    from bench.common import import_schedcache_from
+
+    import_schedcache_from(_ROW_TREE)
 
 # After the tree's package is in sys.modules (E402: the order is the point).
 import redis  # noqa: E402
