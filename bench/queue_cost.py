@@ -149,12 +149,16 @@ def one_round(
         version[0] += 1
         return str(version[0])
 
-    def push() -> int:
+    def queue_all(pending: list[Pod]) -> int:
+        """``pending`` queued by one sync batch, as sync queues them."""
         batch = cache.batch()
-        for p in queued:
+        for p in pending:
             batch.add(commands.sync_pod_pending(p, "bench", next_version()))
         batch.execute()
-        return len(queued)
+        return len(pending)
+
+    def push() -> int:
+        return queue_all(queued)
 
     popped: list[Pod] = []
 
@@ -187,10 +191,7 @@ def one_round(
 
     # The reference scheduler's batches: pods of their own, queued untimed.
     batched = [pod(i, "b") for i in range(pods)]
-    batch = cache.batch()
-    for p in batched:
-        batch.add(commands.sync_pod_pending(p, "bench", next_version()))
-    batch.execute()
+    queue_all(batched)
     leased: list[Pod] = []
 
     def pop8() -> int:
@@ -207,10 +208,7 @@ def one_round(
 
     # Parked pods woken by a node added.
     parked = [pod(i, "w") for i in range(pods)]
-    batch = cache.batch()
-    for p in parked:
-        batch.add(commands.sync_pod_pending(p, "bench", next_version()))
-    batch.execute()
+    queue_all(parked)
     woken: list[Pod] = []
     while got := queue.pop(100):
         woken.extend(q.pod for q in got)
