@@ -124,12 +124,16 @@ local function load_queued(p, uid, lenient)
   -- (The header matched in the text itself, up to its first newline: no substring of it.)
   local state, scheduler, priority, seq, attempts, due, holder, body = string.match(text,
     '^(%l+) (%S+) (%-?%d+) (%d+) (%d+) (%d+) (%S+)\n()')
-  if state == nil or QUEUE_STATES[state] == nil or not valid_scheduler(scheduler) then
+  -- (attempts and due stay their digits: a save writes them back as they are, and only
+  -- back-offs need them as numbers; more than 18 digits after leading zeros might not be an
+  -- int64, or a double a ZADD takes: found in review, a parked record's 309-digit due failed
+  -- its pop mid-write)
+  if state == nil or QUEUE_STATES[state] == nil or not valid_scheduler(scheduler)
+      or (#attempts > 18 and #string.match(attempts, '^0*(%d*)$') > 18)
+      or (#due > 18 and #string.match(due, '^0*(%d*)$') > 18) then
     if lenient then return false end
     corrupt(key, 'is not a queued pod record')
   end
-  -- (attempts and due stay their digits: a save writes them back as they are, and only
-  -- back-offs need them as numbers)
   return { key = key, uid = uid, state = state, scheduler = scheduler, priority = priority,
            seq = seq, attempts = attempts, due = due, holder = holder,
            blob = string.sub(text, body) }

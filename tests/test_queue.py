@@ -323,6 +323,32 @@ def test_a_corrupt_queued_record_is_stepped_over_and_refuses_its_own_commands(
     assert keyspace(cache.client, cache.keys.pattern) == before
 
 
+@pytest.mark.parametrize("field, digits", [(4, "9" * 25), (5, "9" * 400)], ids=["attempts", "due"])
+def test_a_parked_record_of_digits_past_int64_is_stepped_over_by_a_whole_pop(
+    cache: Cache, field: int, digits: str
+) -> None:
+    """(Found in review: a parked record's 309-digit due, which the pop ZADDs as its digits,
+    failed the pop after its first writes, every head with it.) Leading zeros still read."""
+    cache.add_node(make_node("small", "1", "8Gi"))
+    push(cache, pending("odd"))
+    a = queue(cache, parked=300.0)
+    (popped,) = a.pop(now=T0)
+    a.retry(popped.pod, unschedulable=True, attempt=cache.last_events(1)[0].id, now=T0)
+    key = cache.keys.queued(pending("odd").uid)
+    header, blob = cache.client.get(key).split(b"\n", 1)
+    words = header.split(b" ")
+    words[field] = digits.encode()
+    cache.client.set(key, b" ".join(words) + b"\n" + blob)
+    push(cache, pending("good"))
+    assert names(a.pop(5, now=T0 + 300)) == ["good"]
+    assert cache.client.get(key) == b" ".join(words) + b"\n" + blob  # left for an operator
+    words[field] = digits[:18].zfill(30).encode()  # 30 digits, 18 past the zeros: read
+    cache.client.set(key, b" ".join(words) + b"\n" + blob)
+    cache.client.zadd(cache.keys.queue("ref", "parked"), {pending("odd").uid: 0})
+    # (read: attempts handed out; a due that far ahead keeps it backing off)
+    assert ("odd" in names(a.pop(5, now=T0 + 600))) == (field == 4)
+
+
 def test_stats_and_metrics_show_the_pending_pods_per_scheduler_and_queue(
     cache: Cache, client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
