@@ -523,3 +523,45 @@ def test_a_node_brings_at_most_a_thousand_image_names(cache: Cache) -> None:
     raw = ["n2", "", b"\x80", "0", str(MAX_NODE_IMAGES + 1)]
     assert_refused(cache, "sc_add_node", raw, "BADARG images-count")
     assert_refused(cache, "sc_add_node", ["n2", "", b"\x80", "1001"], "BADARG allocatable-count")
+
+
+@pytest.mark.parametrize("reader", ["forget_pod", "assume_pod", "sync_pod"])
+def test_a_pod_record_without_a_newline_is_refused_at_once(cache: Cache, reader: str) -> None:
+    """(Found in review: matched whole, such a record's header backtracked over every length
+    of its claimer, each time scanning the rest: 20 KB held Redis for seconds, 1 MiB hours.)"""
+    import time
+
+    from schedcache.errors import CorruptRecord
+
+    pod = make_pod("r", "n1", "100m", "1Mi")
+    command = {
+        "forget_pod": commands.forget_pod(pod),
+        "assume_pod": commands.assume_pod(pod, check_fit=True),
+        "sync_pod": commands.sync_pod(pod, "9", present=True),
+    }[reader]
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    cache.client.set(cache.keys.prefix + "pod:r", b"assumed n1 0 - 5 " + b"c" * 20_000)
+    before = keyspace(cache.client, cache.keys.pattern)
+    started = time.perf_counter()
+    with pytest.raises(CorruptRecord, match="pod:r"):
+        cache.run(command)
+    assert time.perf_counter() - started < 0.5  # (a bound, not a pace: ~1 ms here)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_claim_of_thousands_of_resources_and_ports_gets_a_fit_answer(cache: Cache) -> None:
+    """(Found in review: the fit check's one read of the node took 2 + fields + resources
+    names, past what Lua unpacks: a raw script error where two reads answered.)"""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    pod = make_pod(
+        "big",
+        "n1",
+        "100m",
+        "1Mi",
+        extended={f"example.com/r{i}": "1" for i in range(3000)},
+        ports=[port(10_000 + i) for i in range(3000)],
+    )
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(FitConflict):  # the node has none of the resources
+        cache.assume_pod(pod, check_fit=True)
+    assert keyspace(cache.client, cache.keys.pattern) == before
