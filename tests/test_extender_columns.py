@@ -242,3 +242,20 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
     kept = dict(ext.columns._named)
     judged([*many, "n5"])
     assert list(ext.columns._named) == list(kept)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the columns' int64 sums wrap: below)
+def test_prioritize_of_totals_past_what_int64_scales_answers_as_the_per_node_code(
+    cache: Cache,
+) -> None:
+    """(Found in review: a pod of int64's most millicores on nodes its fellows overcommit
+    gave totals whose scaling on int64 arrays wrapped, other scores than Python's.)"""
+    for i, (allocatable, requested) in enumerate([(8, 2208), (6, 3085), (31, 363), (32, 520)]):
+        cache.add_node(Node.from_k8s(node_manifest(f"t{i}", f"{allocatable}m", "8Gi")))
+        placed = pod_manifest(f"u{i}", f"t{i}", f"{requested}m", "1Gi", uid=f"uid-u{i}")
+        cache.add_pod(Pod.from_k8s(placed))
+    huge = pod_manifest("huge", "", "9223372036854775807m", "1Gi", uid="uid-huge")
+    ext = Extender(cache)
+    for pair in (["t0", "t1"], ["t0", "t2"], ["t1", "t3"]):
+        args = protocol.filter_args({"Pod": huge, "NodeNames": pair})
+        assert ext.prioritize_answer(args) == protocol.encode_scores(ext.prioritize_scores(args))

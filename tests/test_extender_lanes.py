@@ -81,3 +81,36 @@ def test_shutting_down_cancels_the_jobs_no_thread_took() -> None:
     asyncio.run(main())
     lane.threads[0].join(5)
     assert not lane.threads[0].is_alive()
+
+
+def test_a_lane_answers_again_after_a_thread_failed_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(Found in review: the job was queued for a thread that never started, and a verb of
+    one slot waited for it forever.) The call fails; the next starts a thread and answers."""
+    lane = Lane(1, "pids")
+    start = threading.Thread.start
+    failures = [1]
+
+    def flaky(self: threading.Thread) -> None:
+        if failures and self.name.startswith("pids"):
+            failures.pop()
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", flaky)
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="can't start"):
+            await lane.run(lambda x: x, 1)
+        try:
+            assert await asyncio.wait_for(lane.run(lambda x: x, 2), 3) == 2
+        finally:
+            lane.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_lane_of_no_threads_is_refused_when_made() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        Lane(0, "prioritize")

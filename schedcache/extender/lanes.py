@@ -29,6 +29,8 @@ class Lane:
     """``count`` threads at most running one verb's jobs (see the module's text)."""
 
     def __init__(self, count: int, prefix: str) -> None:
+        if count < 1:  # (as ThreadPoolExecutor refuses 0: a verb that could never answer)
+            raise ValueError(f"{prefix}: {count} threads; at least 1")
         self.count = count
         self.prefix = prefix
         self.jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
@@ -43,19 +45,27 @@ class Lane:
             raise RuntimeError(f"{self.prefix}: shut down")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self.jobs.put((loop, future, function, argument))
         with self.lock:
+            start = not self.idle and len(self.threads) < self.count
             if self.idle:
                 self.idle -= 1  # (an idle thread takes it)
-                return future
-            start = len(self.threads) < self.count
-            if start:
+            elif start:
                 thread = threading.Thread(
                     target=self._work, name=f"{self.prefix}_{len(self.threads)}", daemon=True
                 )
                 self.threads.append(thread)
         if start:
-            thread.start()
+            # Started before the job is queued: a thread that cannot start (a pids limit) is
+            # forgotten and the call fails, where a job queued for it would wait forever
+            # (found in review: one failed start wedged a verb of one slot for good).
+            try:
+                thread.start()
+            except BaseException:
+                with self.lock:
+                    self.threads.remove(thread)
+                future.cancel()
+                raise
+        self.jobs.put((loop, future, function, argument))
         return future
 
     def shutdown(self) -> None:

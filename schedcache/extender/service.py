@@ -69,6 +69,9 @@ from schedcache.store.commands import DEFAULT_SCHEDULER
 from schedcache.views.columns import Columns
 from schedcache.views.snapshot import Snapshot
 
+#: The largest total prioritize scales on int64 arrays (MAX_SCORE times it fits int64).
+SCALABLE_TOTAL = (2**63 - 1) // MAX_SCORE
+
 if TYPE_CHECKING:
     from schedcache.extender.pending import PendingPods
 
@@ -213,7 +216,13 @@ class Extender:
                 self.cache.update_snapshot(self.snapshot)
             names = args.node_names
             found = self.columns.score_rows(args.pod, self.snapshot, names)
-            if found is not None and int(found[1].min()) >= 0:  # (no total is below 0)
+            # (no total below 0, nor one that MAX_SCORE times would pass int64: found in
+            # review, a hostile pod's totals wrapped there and scaled otherwise)
+            if (
+                found is not None
+                and int(found[1].min()) >= 0
+                and int(found[1].max()) <= SCALABLE_TOTAL
+            ):
                 rows, totals = found
                 best = int(totals.max())
                 # scaled()'s integers, 0 to MAX_SCORE (all 0 when the best is)
