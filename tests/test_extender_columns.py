@@ -259,3 +259,50 @@ def test_prioritize_of_totals_past_what_int64_scales_answers_as_the_per_node_cod
     for pair in (["t0", "t1"], ["t0", "t2"], ["t1", "t3"]):
         args = protocol.filter_args({"Pod": huge, "NodeNames": pair})
         assert ext.prioritize_answer(args) == protocol.encode_scores(ext.prioritize_scores(args))
+
+
+@pytest.mark.parametrize(
+    "cpu", ["9223372036854775807m", "9223372036854775", "9223372036854775000m"]
+)
+def test_a_pod_of_int64s_most_cpu_is_judged_as_the_per_node_code(cache: Cache, cpu: str) -> None:
+    """(Found in review: the columns added a pod's request to int64 sums that wrapped, so a
+    pod of int64's most millicores passed filter on a node with pods, where the per-node
+    code says Insufficient cpu, and prioritize could score outside 0-10.)"""
+    for i, (allocatable, requested) in enumerate([(8, 2208), (6000, 3085), (31, 0)]):
+        cache.add_node(Node.from_k8s(node_manifest(f"t{i}", f"{allocatable}m", "8Gi")))
+        if requested:
+            placed = pod_manifest(f"u{i}", f"t{i}", f"{requested}m", "1Gi", uid=f"uid-u{i}")
+            cache.add_pod(Pod.from_k8s(placed))
+    huge = pod_manifest("huge", "", cpu, "1Gi", uid="uid-huge")
+    ext = Extender(cache)
+    args = protocol.filter_args({"Pod": huge, "NodeNames": ["t0", "t1", "t2"]})
+    assert columnar(args.pod)
+    filtered, prioritized = ext.filter(args), ext.prioritize(args)  # (caught up)
+    expected_filter, expected_priorities = per_node(ext, args)
+    assert expected_filter["NodeNames"] == []  # no node has that room
+    assert json.dumps(filtered) == json.dumps(expected_filter)
+    assert wired(ext.filter_answer(args)) == protocol.encode(expected_filter)
+    assert json.dumps(prioritized) == json.dumps(expected_priorities)
+    assert ext.prioritize_answer(args) == protocol.encode(expected_priorities)
+    assert all(0 <= item["Score"] <= 10 for item in prioritized)
+    # The reference scheduler's placement (the same columns) finds no node either.
+    ext.columns.refresh(ext.snapshot)
+    assert not ext.columns.fits(args.pod).any()
+
+
+def test_nodes_of_exabytes_score_as_the_per_node_code(cache: Cache) -> None:
+    """A room left past int64's most / 100 (an allocatable of exabytes) is scored exactly, as
+    Python's integers score it, not from a wrapped hundredfold."""
+    for i, memory in enumerate(["7Ei", "5Ei", "64Gi"]):
+        cache.add_node(Node.from_k8s(node_manifest(f"e{i}", "8", memory)))
+        placed = pod_manifest(f"u{i}", f"e{i}", "100m", f"{i + 1}Gi", uid=f"uid-u{i}")
+        cache.add_pod(Pod.from_k8s(placed))
+    ext = Extender(cache)
+    pod = pod_manifest("p", "", "500m", "3Ei", uid="uid-p")
+    args = protocol.filter_args({"Pod": pod, "NodeNames": ["e0", "e1", "e2"]})
+    filtered, prioritized = ext.filter(args), ext.prioritize(args)
+    expected_filter, expected_priorities = per_node(ext, args)
+    assert filtered["NodeNames"] == expected_filter["NodeNames"] == ["e0", "e1"]
+    assert json.dumps(prioritized) == json.dumps(expected_priorities)
+    assert ext.prioritize_answer(args) == protocol.encode(expected_priorities)
+    assert len({item["Score"] for item in prioritized}) > 1  # (the exabytes told apart)

@@ -103,6 +103,8 @@ RANKED = 8
 
 # The most names one C pass looks up (``Columns._rows_named``): ~0.5 ms of the interpreter lock.
 NAMES_AT_ONCE = 4096
+# The most a room left can be for its hundredfold to fit int64 (Columns._hundredths).
+MAX_HUNDREDFOLD = (2**63 - 1) // 100
 # Lists of names whose rows are kept (``Columns._rows_named``), and their joined length at most:
 # ~32 x (64 Ki characters + 32 KiB of rows) = ~3 MiB at most, a few hundred KiB for 500 names.
 KEPT_LISTS = 32
@@ -282,9 +284,10 @@ class Columns:
         return (
             self.live
             & self.node_local(pod)
-            & (c["cpu"] + want.milli_cpu <= c["alloc_cpu"])
-            & (c["memory"] + want.memory <= c["alloc_memory"])
-            & (c["storage"] + want.ephemeral_storage <= c["alloc_storage"])
+            # (the room left against the request: a sum of the two could pass int64 and wrap)
+            & (want.milli_cpu <= c["alloc_cpu"] - c["cpu"])
+            & (want.memory <= c["alloc_memory"] - c["memory"])
+            & (want.ephemeral_storage <= c["alloc_storage"] - c["storage"])
             & (c["pods"] + 1 <= c["alloc_pods"])
         )
 
@@ -297,13 +300,17 @@ class Columns:
         want = pod.requests
         # cpu and memory at once: rows 0 and 1 of 2 x len(rows) arrays (np.take: ~3x faster
         # than indexing a 2-d array with a list of rows)
-        requested = np.take(self._used, rows, axis=1)
-        requested[0] += want.milli_cpu
-        requested[1] += want.memory
+        used = np.take(self._used, rows, axis=1)
         alloc = np.take(self._alloc, rows, axis=1)
+        wants = np.array([[want.milli_cpu], [want.memory]], dtype=np.int64)
+        # Room left, never the sum of a request and what is used: that could pass int64 (a
+        # pod of its most millicores) and wrap.
+        free = alloc - used
+        taken = np.minimum(wants, free)  # (all the room left when over)
+        requested, left = used + taken, free - taken  # alloc and 0 when over
         zero = alloc == 0
         safe = np.where(zero, 1, alloc)
-        part = np.where(zero | (requested > alloc), 0, (alloc - requested) * 100 // safe)
+        part = np.where(zero, 0, self._hundredths(left, safe))
         fit = (part[0] + part[1]) // 2
         fractions = np.where(zero, 1.0, np.minimum(requested / safe, 1.0))
         balanced = ((1 - np.abs(fractions[0] - fractions[1]) / 2) * 100).astype(np.int64)
@@ -327,6 +334,17 @@ class Columns:
                 image[at] = imagelocality.score(pod, self.infos[rows[at]], live)
             total += WEIGHTS["ImageLocality"] * image
         return np.asarray(total, dtype=np.int64)
+
+    @staticmethod
+    def _hundredths(left: Ints, alloc: Ints) -> Ints:
+        """``left * 100 // alloc``, exact where ``left * 100`` passes int64 (an allocatable of
+        more than ~92 PB or 92 G cores: those few in Python's integers)."""
+        if int(left.max(initial=0)) <= MAX_HUNDREDFOLD:
+            return left * 100 // alloc
+        out = np.where(left > MAX_HUNDREDFOLD, 0, left * 100 // alloc)
+        for at in zip(*np.nonzero(left > MAX_HUNDREDFOLD), strict=True):
+            out[at] = int(left[at]) * 100 // int(alloc[at])
+        return out
 
     def place(self, pod: Pod, snap: Snapshot) -> Placement:
         """The best node for ``pod`` on ``snap`` among upstream's sample of feasible nodes,
