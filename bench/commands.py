@@ -25,7 +25,7 @@ import redis
 import redis.asyncio
 from fakeredis import FakeAsyncRedis
 
-from bench.common import print_table, timed, write_results
+from bench.common import pod_manifest, print_table, timed, write_results
 from schedcache import Cache, Pod
 from schedcache.aio import AsyncCache
 from schedcache.store.commands import add_pod
@@ -36,24 +36,7 @@ from schedcache.store.library import function_name
 def make_pods(count: int, nodes: int) -> list[Pod]:
     return [
         Pod.from_k8s(
-            {
-                "metadata": {
-                    "name": f"p-{i}",
-                    "namespace": "bench",
-                    "uid": f"uid-{i}",
-                    "labels": {"app": "bench"},
-                },
-                "spec": {
-                    "nodeName": f"node-{i % nodes}",
-                    "containers": [
-                        {
-                            "name": "c",
-                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                            "ports": [{"containerPort": 80, "hostPort": 8000 + i % 50}],
-                        }
-                    ],
-                },
-            }
+            pod_manifest(f"p-{i}", f"uid-{i}", f"node-{i % nodes}", host_port=8000 + i % 50)
         )
         for i in range(count)
     ]

@@ -33,6 +33,37 @@ def import_schedcache_from(tree: str) -> None:
     spec.loader.exec_module(module)
 
 
+def pod_manifest(
+    name: str,
+    uid: str,
+    node: str = "",
+    *,
+    namespace: str = "bench",
+    labels: dict[str, str] | None = None,
+    cpu: str = "100m",
+    memory: str = "64Mi",
+    host_port: int | None = None,
+) -> dict[str, Any]:
+    """The benches' pod: one container of ``cpu`` and ``memory`` requests (no image), labelled
+    ``app: bench`` unless ``labels``; bound to ``node`` when given, and with one host port."""
+    container: dict[str, Any] = {
+        "name": "c",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+    }
+    if host_port is not None:
+        container["ports"] = [{"containerPort": 80, "hostPort": host_port}]
+    spec: dict[str, Any] = {"containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "uid": uid,
+        "labels": {"app": "bench"} if labels is None else labels,
+    }
+    return {"metadata": metadata, "spec": spec}
+
+
 def timed(run: Callable[[], int], repeats: int, setup: Callable[[], None] | None = None) -> dict:
     """Run ``run`` (returning how many operations it did) ``repeats`` times; rates per second."""
     rates = []

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
 
-from bench.common import positive, print_table, start_server, write_results
+from bench.common import pod_manifest, positive, print_table, start_server, write_results
 from schedcache import Cache, Node, Pod, Snapshot
 
 NODE_PODS = 8  # members per node
@@ -46,22 +46,18 @@ def node(name: str) -> Node:
     )
 
 
-def member(i: int, size: int) -> Pod:
+def member(i: int) -> Pod:
+    labels = {"scheduling.x-k8s.io/pod-group": "train"}
     return Pod.from_k8s(
-        {
-            "metadata": {
-                "name": f"w{i}",
-                "namespace": "default",
-                "uid": f"w{i}",
-                "labels": {"scheduling.x-k8s.io/pod-group": "train"},
-            },
-            "spec": {
-                "nodeName": f"n{i // NODE_PODS}",
-                "containers": [
-                    {"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
-                ],
-            },
-        }
+        pod_manifest(
+            f"w{i}",
+            f"w{i}",
+            f"n{i // NODE_PODS}",
+            namespace="default",
+            labels=labels,
+            cpu="1",
+            memory="1Gi",
+        )
     )
 
 
@@ -73,7 +69,7 @@ def one_round(client: redis.Redis, size: int, gang: bool, tag: str) -> tuple[flo
             cache.add_node(node(f"n{n}"))
         snap = Snapshot()
         cache.update_snapshot(snap)
-        pods = [member(i, size) for i in range(size)]
+        pods = [member(i) for i in range(size)]
         usec, _ = fcall_usec(client)
         start = time.perf_counter()
         if gang:

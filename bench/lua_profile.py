@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import fakeredis
 
-from bench.common import RESULTS, positive, write_results
+from bench.common import RESULTS, pod_manifest, positive, write_results
 from schedcache import Pod
 from schedcache.sim.demo import demo_node
 from schedcache.store import commands
@@ -179,24 +179,10 @@ def line_map(text: str) -> list[tuple[str, int, str]]:
     return out
 
 
-def make_pod(i: int, nodes: int) -> Pod:
-    """A pending pod as bench/e2e.py's: requests, a label, no inter-pod rules."""
-    return Pod.from_k8s(
-        {
-            "metadata": {
-                "name": f"p-{i}",
-                "namespace": "bench",
-                "uid": f"uid-{i}",
-                "labels": {"app": "bench"},
-            },
-            "spec": {
-                "schedulerName": SCHEDULER,
-                "containers": [
-                    {"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
-                ],
-            },
-        }
-    )
+def make_pod(i: int) -> Pod:
+    """A pending pod as bench/e2e.py's: requests, a label, no inter-pod rules (the default
+    scheduler's)."""
+    return Pod.from_k8s(pod_manifest(f"p-{i}", f"uid-{i}"))
 
 
 class Profiled:
@@ -252,12 +238,12 @@ def drive(prof: Profiled, args: argparse.Namespace) -> int:
     for group in chunks([commands.add_node(n) for n in nodes], 500):
         prof.batch(None, group)
     placed = [
-        dataclasses.replace(make_pod(-1 - i, args.nodes), node_name=nodes[i % args.nodes].name)
+        dataclasses.replace(make_pod(-1 - i), node_name=nodes[i % args.nodes].name)
         for i in range(args.initial)
     ]
     for group in chunks([commands.sync_pod(p, "1", True) for p in placed], 200):
         prof.batch(None, group)
-    pending = [make_pod(i, args.nodes) for i in range(args.pods)]
+    pending = [make_pod(i) for i in range(args.pods)]
     # A warm-up pod's life, unprofiled (the library's memos fill once per server).
     for n, pods in enumerate(chunks(pending, args.pop_batch)):
         phase = None if n == 0 else "queue"
