@@ -272,6 +272,7 @@ def test_a_claim_whose_reads_would_be_searched_past_the_calls_budget_is_stale(
     with pytest.raises(FitConflict) as refused:
         cache.run(commands.assume_pod(pod, check_fit=True, since=since, reads=reads))
     assert refused.value.reasons == ("stale",)
+    assert "more of the cache did than one claim may re-check" in str(refused.value)
     assert keyspace(cache.client, cache.keys.pattern) == before
     fresh = cache.generation()
     assert cache.run(commands.assume_pod(pod, check_fit=True, since=fresh, reads=reads))

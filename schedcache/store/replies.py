@@ -123,7 +123,13 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
         _, node, reasons = detail
         names = tuple(reasons.split(","))
         if names == ("stale",):
-            why = f"node {node} changed since the snapshot it was chosen from"
+            # (the same reason when its rules' re-check would pass the call's budget: more
+            # changed since that snapshot than one call may search; lua/_claims.lua)
+            why = (
+                f"node {node} changed since the snapshot it was chosen from, or more of the "
+                "cache did than one claim may re-check its rules against (decide again on a "
+                "fresh snapshot)"
+            )
         elif names == (NODE_CHANGED,):
             why = (
                 f"a node changed its labels, taints or membership since the snapshot the "
