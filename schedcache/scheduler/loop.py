@@ -29,7 +29,13 @@ housekeeping for several pods). The batch starts at one pod and doubles while po
 full (a queue that is short, or a deployment that just arrived, is shared between replicas
 rather than taken whole by the first to poll), and falls back to what the last pop found. The
 batch is attempted in order; a pod of higher priority queued meanwhile waits behind at most
-``pop_batch - 1`` pods of it. Every pod of a batch is leased together: once half the lease has
+``pop_batch - 1`` pods of it. Two or more pods in a row that the columns judge alone (no host
+ports, scalar resources, inter-pod rules, spread or preferred affinity, no pod group) are
+placed together (``claim_together``, ``batch_claims``): one snapshot catch-up, each pod
+counted on its node before the next is placed (``Columns.reserve``, as kube-scheduler's assume),
+and their claims in one ``sc_batch`` call, each checked in Redis after the ones before it. A
+claim refused there (a conflict), and a pod that found no node, is attempted alone after, as
+any other pod is. Every pod of a batch is leased together: once half the lease has
 passed (slow attempts: API calls of preemption or reports), or when the scheduler stops, the
 pods not yet attempted are given back untried (to their place in the queue, no attempt
 counted), as they are when Redis goes away mid-batch and the first of them can still be given
@@ -146,7 +152,9 @@ class ReferenceScheduler:
     ``lease``: how long a popped pod is this replica's alone (it comes back to the queue
     after, if this replica died before claiming it); ``bindings``: a process that posts the
     Bindings instead of the pool (closed when ``run()`` ends); ``pop_batch``: pods popped a
-    call at most (1..100; the module's docstring says how the batch adapts)."""
+    call at most (1..100; the module's docstring says how the batch adapts); ``batch_claims``:
+    the pods of a pop placed on one snapshot catch-up and claimed in one call (False: one
+    catch-up and one claim call a pod, as before)."""
 
     def __init__(
         self,
