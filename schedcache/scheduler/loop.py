@@ -444,8 +444,11 @@ class ReferenceScheduler:
         """The pods at the head of ``todo`` a batch takes, when two or more: no member of a
         pod group, judged by the columns alone (:func:`columnar`: no host ports, scalar
         resources, inter-pod rules, spread or preferred affinity), not already tried in a
-        batch (``alone``)."""
-        if not self.batch_claims:
+        batch (``alone``); none while the last snapshot held pods with affinity (their scores
+        and checks read the snapshot's NodeInfo, which holds no reservation: ``claim_together``
+        sees it again after its catch-up)."""
+        snap = self.snapshot
+        if not self.batch_claims or snap.have_pods_with_affinity_list:
             return []
         run = list(
             itertools.takewhile(
