@@ -3,7 +3,8 @@ judge alone are placed one after another on one catch-up of the snapshot, each c
 node before the next is placed (``Columns.reserve``), and their timed claims go to Redis in one
 ``sc_batch`` call. A claim refused there (another replica was first) is placed again alone and
 bound; a pod the columns cannot judge alone (host ports, inter-pod rules, a pod group's member)
-takes the per-pod path; Redis away mid-batch gives the pods back and the loop goes on.
+takes the per-pod path; Redis away mid-batch gives the pods back and the loop goes on; a stop
+during a batch gives the rest of its pop back untried.
 
 The cache runs on every backend; the API server is tests/apiserver.py through the official
 client, fed into the cache by ``sync``. Calls are counted on the client side (every backend):
@@ -306,4 +307,39 @@ def test_redis_away_mid_batch_gives_the_pods_back_and_the_loop_goes_on(
     assert bindings(server) == Counter(names)
     assert scheduler.lost == 0 and scheduler.untried >= 1
     eventually(lambda: not cache.dump().assumed_pods)
+    assert cache.verify() == []
+
+
+def test_a_stop_after_a_batch_gives_the_rest_of_its_pop_back_untried(
+    cache: Cache, server: FakeApiServer, tmp_path: Path, sent_batches: list[list[str]]
+) -> None:
+    """The third pop (p03-p06) is a batch of p03 and p04, then p05 (a host port) alone, then
+    p06: stopped during the batch, p05 and p06 go back to the queue untried (their lease of
+    60 s holds), and the next replica places them at once."""
+    server.create(node("big", "64"))
+    names = queued(server, 3)
+    for name in ("p03", "p04", "p05", "p06"):
+        manifest = pending(name, "1")
+        if name == "p05":
+            manifest["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 80}]
+        server.create(manifest)
+    names += ["p03", "p04", "p05", "p06"]
+
+    def prepare(scheduler: ReferenceScheduler) -> None:
+        together = scheduler.claim_together
+
+        def stopping(run: list[Any]) -> Any:
+            if [q.pod.name for q in run] == ["p03", "p04"]:
+                scheduler.stop.set()
+            return together(run)
+
+        scheduler.claim_together = stopping  # type: ignore[method-assign]
+
+    with fed_scheduler(cache, server, tmp_path, prepare=prepare, lease=60.0) as first:
+        eventually(lambda: first.stop.is_set())
+    assert first.untried == 2 and sent_batches[-1] == ["p03", "p04"]
+    eventually(lambda: first.bound == 5)
+    with fed_scheduler(cache, server, tmp_path, lease=60.0) as second:
+        eventually(lambda: second.bound == 2)
+    assert bindings(server) == Counter(names)
     assert cache.verify() == []
