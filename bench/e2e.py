@@ -286,7 +286,9 @@ def replica(
     workers: int | None,
     binding_process: bool = False,
     pop_batch: int | None = None,
+    conflicts: Any = None,
 ) -> None:
+    """``conflicts``: a shared counter the replica adds its fit conflicts to when it ends."""
     from schedcache.scheduler.loop import ReferenceScheduler
 
     cache = Cache(redis.Redis.from_url(url), CACHE, replica=name)
@@ -314,6 +316,9 @@ def replica(
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile)
+        if conflicts is not None:
+            with conflicts.get_lock():
+                conflicts.value += loop.conflicts
 
 
 # -- one configuration ---------------------------------------------------------------------
@@ -428,6 +433,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
     stop, synced, go = context.Event(), context.Event(), context.Event()
     processes = [context.Process(target=feeder, args=(args.url, kubeconfig, synced, stop))]
     ready = [context.Event() for _ in range(replicas)]
+    conflicts = context.Value("q", 0)  # the replicas' fit conflicts, added as they end
     profile = args.profile if replicas == 1 else ""
     if profile and len(args.shapes) > 1:
         profile = f"{profile}.{args.shape}"  # one file per shape
@@ -444,6 +450,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
                 args.workers,
                 args.binding_process,
                 getattr(args, "pop_batch", None),
+                conflicts,
             ),
             daemon=not args.binding_process,  # a daemon may not start its binding process
         )
@@ -520,6 +527,8 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         # loaded machine does not inflate (commandstats' usec is wall time, see redis_usec).
         "redis cpu µs/pod": round(1e6 * (after[-1] - cpu_warm) / steady_pods),
         **checks,
+        # Claims Redis refused as another replica's node filled first (decisions redone).
+        "conflicts": conflicts.value,
         "API binds/s": round(capacity),
         # CPU seconds each part used while the pods were placed (this machine's cores are
         # shared by all of them: the sum over the wall seconds is the cores kept busy).

@@ -39,7 +39,7 @@ from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, sweep_reply
-from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
+from schedcache.views.claims import ClaimRules, moved_reply, ranked_contexts, taken_node
 from schedcache.views.gang import gang_context
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
@@ -232,11 +232,14 @@ class Cache(StreamAudit):
         self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None
     ) -> Any:
         """Claim ``pod`` (``check_fit``) with its inter-pod rules judged on this cache's own
-        snapshot, brought up to date; the script's reply. What a batch sends again for a bare
-        claim Redis refused as ``unchecked`` (pods with required anti-affinity are placed)."""
+        snapshot, brought up to date; the script's reply (``[generation, node]`` when
+        ``candidates`` were given, the judged claim's node: it may be a candidate's with none
+        left to send). What a batch sends again for a bare claim Redis refused as ``unchecked``
+        (pods with required anti-affinity are placed)."""
         pod, rules, extra = self._own_claim_context(pod, candidates)
         claim = commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
-        return self.run(commands.timed_claim(claim, deadline))
+        reply = self.run(commands.timed_claim(claim, deadline))
+        return moved_reply(reply, pod, candidates)
 
     def _own_claim_context(
         self, pod: Pod, candidates: Sequence[str] = ()

@@ -17,7 +17,7 @@ from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.plugins.registry import filter_pod, score_nodes
 from schedcache.model.values import Node, Pod
 from schedcache.views.columns import Columns, columnar, nodes_to_find, tie_rank
-from tests.factories import node_manifest, pod_manifest
+from tests.factories import make_node, make_pod, node_manifest, pod_manifest
 
 TAINTS = [
     {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
@@ -155,6 +155,35 @@ def test_columns_follow_the_nodes_the_snapshot_reports_changed(cache: Cache) -> 
     cache.update_snapshot(snap)
     columns.refresh(snap)
     assert "n000" not in columns.names and "n099" in columns.names
+
+
+def test_a_reservation_counts_until_released_then_the_snapshot_answers(cache: Cache) -> None:
+    """``reserve`` counts a decided pod on its node for the next ``place`` on the same
+    snapshot (the next pod goes elsewhere, a full node refuses it); ``release`` refills the
+    rows from the snapshot at its next refresh: a claim that never landed leaves no use, one
+    that landed is read from the catch-up."""
+    for name in ("a", "b"):
+        cache.add_node(make_node(name, "2", "8Gi"))
+    snap = Snapshot()
+    cache.update_snapshot(snap)
+    columns = Columns(percentage=100, ties="r")
+    pod = make_pod("x", "", "2", "1Gi")
+    first = columns.place(pod, snap).node
+    columns.reserve(first, pod)
+    second = columns.place(make_pod("y", "", "2", "1Gi"), snap).node
+    assert second and second != first  # the reserved node is full
+    columns.reserve(second, pod)
+    assert not columns.place(make_pod("z", "", "1", "1Gi"), snap).node  # both reserved full
+    row = columns.names.index(first)
+    assert columns.columns["pods"][row] == 1 and columns.columns["cpu"][row] == 2000
+    cache.assume_pod(pod.with_node(first), check_fit=True)  # only the first claim landed
+    columns.release(snap)
+    cache.update_snapshot(snap)
+    assert columns.place(make_pod("z", "", "1", "1Gi"), snap).node == second
+    fresh = Columns(percentage=100)
+    fresh.refresh(snap)
+    for name, column in fresh.columns.items():
+        assert columns.columns[name].tolist() == column.tolist(), name
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from schedcache import Cache
-from schedcache.errors import FitConflict
+from schedcache.errors import FitConflict, ValidationError
 from schedcache.model.values import Pod
+from schedcache.views.claims import taken_node
 from tests.factories import caught_up as decided
 from tests.factories import keyspace, make_node, make_pod, pod_manifest
 from tests.factories import zone_spread_pod as spread_pod
@@ -385,6 +386,45 @@ def test_a_batchs_bare_claims_of_pods_without_rules_keep_existing_pods_anti_affi
     assert isinstance(results[1].reply, int)
     assert cache.pod_state(make_pod("db-0", "n2")) is None
     assert cache.verify() == []
+
+
+def test_a_batchs_timed_claims_with_candidates_keep_their_deadline_when_judged_again(cache):
+    """A batch's claim with a deadline and candidates (the reference scheduler's batched
+    claims): taken with its deadline in the same command; refused as unchecked while an
+    anti-affine pod is placed, it is judged and claimed again with the same deadline and
+    candidates (before, the claim judged again lost both, and a claim moved to its candidate
+    answered its generation alone: read as taken on the node it first named)."""
+    guarded(cache, ZONE)
+    batch = cache.batch()
+    # db-0 names n2 (in the guard's zone) with n3 as its candidate; db-1 takes n3 outright.
+    batch.assume_pod(
+        make_pod("db-0", "n2", labels={"app": "db"}),
+        check_fit=True,
+        candidates=["n3"],
+        deadline=30.0,
+    )
+    batch.assume_pod(make_pod("db-1", "n3", labels={"app": "db"}), check_fit=True, deadline=30.0)
+    results = batch.execute()
+    assert [r.ok for r in results] == [True, True]
+    assert taken_node(results[0].reply, make_pod("db-0", "n2")) == "n3"
+    for name in ("db-0", "db-1"):
+        record = cache.get_pod_record(make_pod(name, "n3"))
+        assert record.node == "n3" and record.binding_finished and record.deadline_ms
+    with pytest.raises(ValidationError, match="candidates"):
+        cache.batch().assume_pod(
+            make_pod("db-2", "n3"), check_fit=True, rules=(1, "", "", "", ""), candidates=["n2"]
+        )
+    assert cache.verify() == []
+
+
+def test_a_bare_claim_judged_again_onto_its_candidate_answers_the_candidate(cache):
+    """``assume_pod`` of a pod without rules, with a candidate, while an anti-affine pod is
+    placed: refused as unchecked, judged on the cache's snapshot, it moves to the candidate.
+    Before, the answer was the node it first named (n2), so a scheduler bound it there."""
+    guarded(cache, ZONE)
+    pod = make_pod("db", "n2", labels={"app": "db"})
+    assert cache.assume_pod(pod, check_fit=True, candidates=["n3"], deadline=30.0) == "n3"
+    assert cache.get_pod_record(pod).node == "n3"
 
 
 @pytest.mark.parametrize("stored", ["x", "9223372036854775807"])

@@ -6,7 +6,9 @@ lease when Redis does not answer. Nothing is lost or bound twice, and replicas p
 batches place every pod once with no node over its allocatable.
 
 The cache runs on every backend; the API server is tests/apiserver.py through the official
-client, fed into the cache by ``sync`` (which queues the pending pods)."""
+client, fed into the cache by ``sync`` (which queues the pending pods). The tests that act at
+the scheduler's N-th ``attempt`` run the per-pod path (``batch_claims=False``): the pods of a pop
+claimed together (tests/test_batched_claims.py) are not attempted one by one."""
 
 from __future__ import annotations
 
@@ -120,7 +122,9 @@ def test_the_pods_of_a_batch_not_attempted_at_a_stop_are_given_back_at_once(
     server.create(node("big", "64"))
     names = queued(server, 12)
     stop = on_attempt(4, lambda scheduler: scheduler.stop.set())
-    with fed_scheduler(cache, server, tmp_path, prepare=stop, lease=60.0) as first:
+    with fed_scheduler(
+        cache, server, tmp_path, prepare=stop, lease=60.0, batch_claims=False
+    ) as first:
         eventually(lambda: first.stop.is_set())
     assert first.untried == 3
     lengths = SchedulingQueue(cache, "ref").lengths()
@@ -163,6 +167,7 @@ def test_redis_away_mid_batch_loses_no_pod_and_binds_none_twice(
         tmp_path,
         prepare=on_attempt(4, redis_away),
         lease=lease,
+        batch_claims=False,
         retry_delay=0.2,
         max_backoff=0.4,
     ) as scheduler:
@@ -189,7 +194,9 @@ def test_a_batch_slower_than_half_its_lease_gives_back_the_rest_before_it_lapses
 
         scheduler.attempt = slowly  # type: ignore[method-assign]
 
-    with fed_scheduler(cache, server, tmp_path, prepare=slow, lease=1.0) as scheduler:
+    with fed_scheduler(
+        cache, server, tmp_path, prepare=slow, lease=1.0, batch_claims=False
+    ) as scheduler:
         eventually(lambda: scheduler.bound == 8, timeout=20)
     assert scheduler.untried >= 1  # the batch of 4: three attempted, the fourth given back
     assert bindings(server) == Counter(names) and scheduler.lost == 0

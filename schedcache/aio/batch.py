@@ -145,10 +145,11 @@ class AsyncCommandBatch(BatchBuilder):
         results = judge(self.store, answered)
         bare, self.bare_claims = self.bare_claims, {}
         judged_claim = getattr(self.cache, "judged_claim", None)
-        for index, pod in unchecked_claims(results, bare):
+        for index, claim in unchecked_claims(results, bare):
             if judged_claim is not None:
                 try:
-                    results[index] = BatchResult(results[index].command, await judged_claim(pod))
+                    reply = await judged_claim(claim.pod, claim.candidates, claim.deadline)
+                    results[index] = BatchResult(results[index].command, reply)
                 except FitConflict as conflict:
                     results[index] = BatchResult(results[index].command, error=conflict)
         return results

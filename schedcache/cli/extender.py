@@ -382,6 +382,14 @@ def _hold_lease(cache: Cache) -> None:
     "less one.",
 )
 @click.option(
+    "--batch-claims/--no-batch-claims",
+    default=True,
+    show_default=True,
+    help="Place the pods of one pop on one snapshot read and send their claims in one call "
+    "(pods with host ports, scalar resources, inter-pod rules, spread constraints or "
+    "preferred affinity, and pod groups' members, are attempted one by one either way).",
+)
+@click.option(
     "--binding-process/--no-binding-process",
     default=False,
     show_default=True,
@@ -410,6 +418,7 @@ def scheduler(
     percentage_of_nodes_to_score: int,
     binding_workers: int,
     pop_batch: int,
+    batch_claims: bool,
     binding_process: bool,
     metrics_port: int | None,
     metrics_address: str,
@@ -466,6 +475,7 @@ def scheduler(
         binding_workers=binding_workers,
         lease=lease,
         pop_batch=pop_batch,
+        batch_claims=batch_claims,
         bindings=bindings,
     )
     loop.stop = stop

@@ -29,7 +29,13 @@ housekeeping for several pods). The batch starts at one pod and doubles while po
 full (a queue that is short, or a deployment that just arrived, is shared between replicas
 rather than taken whole by the first to poll), and falls back to what the last pop found. The
 batch is attempted in order; a pod of higher priority queued meanwhile waits behind at most
-``pop_batch - 1`` pods of it. Every pod of a batch is leased together: once half the lease has
+``pop_batch - 1`` pods of it. Two or more pods in a row that the columns judge alone (no host
+ports, scalar resources, inter-pod rules, spread or preferred affinity, no pod group) are
+placed together (``claim_together``, ``batch_claims``): one snapshot catch-up, each pod
+counted on its node before the next is placed (``Columns.reserve``, as kube-scheduler's assume),
+and their claims in one ``sc_batch`` call, each checked in Redis after the ones before it. A
+claim refused there (a conflict), and a pod that found no node, is attempted alone after, as
+any other pod is. Every pod of a batch is leased together: once half the lease has
 passed (slow attempts: API calls of preemption or reports), or when the scheduler stops, the
 pods not yet attempted are given back untried (to their place in the queue, no attempt
 counted), as they are when Redis goes away mid-batch and the first of them can still be given
@@ -45,6 +51,7 @@ unanswered) and bound. A claim decided on a snapshot that saw writes Redis lost 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -72,11 +79,13 @@ from schedcache.scheduler.bindings import (
     claim_deadline,
     short,
 )
-from schedcache.scheduler.gang import GangScheduler, PodGroups
+from schedcache.scheduler.gang import GangScheduler, PodGroups, group_of
 from schedcache.scheduler.preemption import Preemption
+from schedcache.store import metrics
 from schedcache.store.commands import QUEUE_BATCH_LIMIT
 from schedcache.store.retry import backoff, call_with_retries
-from schedcache.views.columns import Columns
+from schedcache.views.claims import taken_node
+from schedcache.views.columns import Columns, columnar
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -143,7 +152,9 @@ class ReferenceScheduler:
     ``lease``: how long a popped pod is this replica's alone (it comes back to the queue
     after, if this replica died before claiming it); ``bindings``: a process that posts the
     Bindings instead of the pool (closed when ``run()`` ends); ``pop_batch``: pods popped a
-    call at most (1..100; the module's docstring says how the batch adapts)."""
+    call at most (1..100; the module's docstring says how the batch adapts); ``batch_claims``:
+    the pods of a pop placed on one snapshot catch-up and claimed in one call (False: one
+    catch-up and one claim call a pod, as before)."""
 
     def __init__(
         self,
@@ -159,6 +170,7 @@ class ReferenceScheduler:
         bindings: BindingProcess | None = None,
         preemption: bool = True,
         pop_batch: int = POP_BATCH,
+        batch_claims: bool = True,
     ) -> None:
         if (
             isinstance(pop_batch, bool)
@@ -170,6 +182,7 @@ class ReferenceScheduler:
                 f"1..{QUEUE_BATCH_LIMIT}"
             )
         self.pop_batch = pop_batch
+        self.batch_claims = batch_claims
         self.cache = cache
         self.api = api
         self.binder = ApiBinder(api)
@@ -403,16 +416,120 @@ class ReferenceScheduler:
             self._attempt_batch(popped, leased + self.queue.lease * BATCH_LEASE_SHARE)
 
     def _attempt_batch(self, popped: list[QueuedPod], horizon: float) -> None:
-        """Attempt the pods of one pop in order; those not attempted when the scheduler stops,
-        or past ``horizon`` (monotonic), are given back untried, as after Redis went away
-        (then only while Redis answers: a Redis away leaves them to their lease)."""
-        for j, queued in enumerate(popped):
-            if j and (self.stop.is_set() or time.monotonic() > horizon):
-                self._give_back_untried(popped[j:])
+        """Attempt the pods of one pop in order: each run of pods a batch can take
+        (:meth:`_together`) claimed together, any other pod, or one whose batched claim did
+        not land, attempted alone. Those not attempted when the scheduler stops, or past
+        ``horizon`` (monotonic), are given back untried, as after Redis went away (then only
+        while Redis answers: a Redis away leaves them to their lease)."""
+        todo, alone = list(popped), set[str]()
+        for tried in itertools.count():
+            if not todo:
                 return
-            if not self.attempt(queued):  # Redis away: the pop backs off
-                self._give_back_untried(popped[j + 1 :])
+            if tried and (self.stop.is_set() or time.monotonic() > horizon):
+                self._give_back_untried(todo)
                 return
+            run = self._together(todo, alone)
+            if run:
+                again, answered = self.claim_together(run)
+                todo = again + todo[len(run) :]
+                if not answered:  # Redis away: the pop backs off
+                    self._give_back_untried(todo)
+                    return
+                alone.update(queued.pod.uid for queued in again)
+            elif not self.attempt(todo.pop(0)):  # Redis away: the pop backs off
+                self._give_back_untried(todo)
+                return
+
+    def _together(self, todo: list[QueuedPod], alone: set[str]) -> list[QueuedPod]:
+        """The pods at the head of ``todo`` a batch takes, when two or more: no member of a
+        pod group, judged by the columns alone (:func:`columnar`: no host ports, scalar
+        resources, inter-pod rules, spread or preferred affinity), not already tried in a
+        batch (``alone``); none while the last snapshot held pods with affinity (their scores
+        and checks read the snapshot's NodeInfo, which holds no reservation: ``claim_together``
+        sees it again after its catch-up)."""
+        snap = self.snapshot
+        if not self.batch_claims or snap.have_pods_with_affinity_list:
+            return []
+        run = list(
+            itertools.takewhile(
+                lambda q: q.pod.uid not in alone and not group_of(q.pod) and columnar(q.pod),
+                todo,
+            )
+        )
+        return run if len(run) > 1 else []
+
+    def claim_together(self, run: list[QueuedPod]) -> tuple[list[QueuedPod], bool]:
+        """Place the pods of ``run`` one after another on one catch-up of the snapshot, each
+        counted on its node before the next is placed (``Columns.reserve``: they spread as
+        pods placed one by one), and send their claims in one ``sc_batch`` call. Returns the
+        pods to attempt alone (no node found, or their claim refused: a conflict), in order,
+        and False when Redis did not answer (the first pod given back, backing off; the
+        claims sent are remembered as unanswered; the pods returned to give back untried)."""
+        snap = self.snapshot
+        try:
+            self.cache.update_snapshot(snap)
+        except (CacheError, *REDIS_AWAY) as error:
+            return self._batch_failed(run, error)
+        if snap.have_pods_with_required_anti_affinity_list or snap.have_pods_with_affinity_list:
+            return run, True  # the snapshot's NodeInfo judges them, which has no reservations
+        batch = self.cache.batch()
+        sent: list[tuple[QueuedPod, Pod]] = []
+        again: list[QueuedPod] = []
+        racing = time.monotonic() < self._racing_until
+        claimed = time.monotonic()
+        try:
+            for queued in run:
+                placement = self.columns.place(queued.pod, snap)
+                if not placement.node:  # attempted alone: reported, preempting, parked
+                    again.append(queued)
+                    continue
+                self.columns.reserve(placement.node, queued.pod)
+                placed = queued.pod.with_node(placement.node)
+                candidates = placement.ranked[1:] if racing else ()
+                batch.assume_pod(
+                    placed, check_fit=True, candidates=candidates, deadline=self.deadline
+                )
+                sent.append((queued, placed))
+            claimed = time.monotonic()  # no later than Redis sets the claims' deadlines
+            results = batch.execute() if sent else []
+        except (CacheError, *REDIS_AWAY) as error:
+            # No answer (or a call failed whole): the claims may have landed all the same.
+            for queued, _ in sent:
+                self._unanswered.setdefault(queued.pod.uid, claimed)
+            while len(self._unanswered) > REPORTS_KEPT:
+                del self._unanswered[next(iter(self._unanswered))]
+            return self._batch_failed(run, error)
+        finally:
+            batch.close()
+            self.columns.release(snap)
+        for (queued, placed), result in zip(sent, results, strict=True):
+            pod, refused = queued.pod, result.error
+            if refused is None:
+                taken = taken_node(result.reply, placed)
+                self._submit(pod.with_node(taken), claimed if self.deadline else None)
+            elif isinstance(refused, FitConflict):  # another replica was first: placed again
+                for reason in refused.reasons:
+                    metrics.FIT_CONFLICTS.labels(reason).inc()
+                self.conflicts += 1
+                self._racing_until = time.monotonic() + RACING_SECONDS
+                again.append(queued)
+            elif isinstance(refused, PodAlreadyExists):  # as attempt() judges it
+                if not self._own_claim(pod):
+                    self.lost += 1
+            else:
+                log.warning("pod %s/%s: %s", pod.namespace, pod.name, refused)
+                self._give_back(pod, unschedulable=False)
+        order = {id(queued): j for j, queued in enumerate(run)}
+        return sorted(again, key=lambda queued: order[id(queued)]), True
+
+    def _batch_failed(self, run: list[QueuedPod], error: Exception) -> tuple[list[QueuedPod], bool]:
+        """A batch's catch-up or call failed: as :meth:`attempt` after the same error, the
+        first pod goes back to the queue (backing off); with Redis away the others are
+        returned to give back untried, else to attempt alone."""
+        pod = run[0].pod
+        log.warning("pod %s/%s and %d more: %s", pod.namespace, pod.name, len(run) - 1, error)
+        self._give_back(pod, unschedulable=False)
+        return run[1:], not isinstance(error, REDIS_AWAY)
 
     def _give_back_untried(self, rest: list[QueuedPod]) -> None:
         """Give ``rest`` back to the queue untried; once Redis does not answer, the others are

@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -31,7 +31,7 @@ from schedcache.errors import (
 )
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
-from schedcache.store.commands import Command
+from schedcache.store.commands import Command, pod_subject
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
@@ -121,6 +121,16 @@ class BatchResult:
         return self.error is None
 
 
+@dataclass(frozen=True)
+class BareClaim:
+    """A bare fit-checked claim of a batch, as ``execute()`` claims it again judged when Redis
+    refused it as ``unchecked`` (``Cache.judged_claim(pod, candidates, deadline)``)."""
+
+    pod: Pod
+    candidates: tuple[str, ...] = ()
+    deadline: float | None = None
+
+
 @runtime_checkable
 class Claimant(Protocol):
     """What a batch's ``assume_pod`` and ``finish_binding`` need of their cache: the ttl of
@@ -143,7 +153,7 @@ class BatchBuilder:
     claimant: Claimant | None
     # Bare fit-checked claims (no rules) by command id: Redis refuses one as `unchecked` while
     # pods with required anti-affinity are placed, and execute() claims it again judged.
-    bare_claims: dict[str, Pod]
+    bare_claims: dict[str, BareClaim]
 
     def add(self, command: Command) -> Self:
         raise NotImplementedError
@@ -154,13 +164,26 @@ class BatchBuilder:
         check_fit: bool = False,
         expect_generation: int | None = None,
         rules: tuple[int, str, str, str, str] | None = None,
+        candidates: Sequence[str] = (),
+        deadline: float | None = None,
     ) -> Self:
         """``rules``: with ``check_fit``, ``schedcache.views.claims.claim_context(snap, pod)``
         (the inter-pod rules judged on ``snap``, re-checked in the batch's script after the
-        commands before it)."""
+        commands before it). ``candidates``: with ``check_fit`` and no ``rules``, up to seven
+        more nodes, best first, as ``Cache.assume_pod`` takes them (the reply is then
+        ``[generation, node]``: ``views.claims.taken_node``). ``deadline``: seconds; the claim
+        gets that deadline in the same command (``sc_timed_claim``), as ``Cache.assume_pod``
+        sets it."""
         claimant = self._claimant("assume_pod")
+        if candidates and rules is not None:
+            raise ValidationError(
+                pod_subject(pod),
+                "candidates",
+                "a batch's claim takes candidates without rules only (each candidate's rules "
+                "are judged apart: Cache.assume_pod)",
+            )
         since, reads, domains, incarnation, seen = rules or (None, "", "", "", "")
-        command = commands.assume_pod(
+        claim = commands.assume_pod(
             pod,
             check_fit,
             expect_generation,
@@ -170,9 +193,11 @@ class BatchBuilder:
             domains,
             incarnation,
             seen,
+            [(node, "", "") for node in candidates],
         )
+        command = commands.timed_claim(claim, deadline)
         if check_fit and expect_generation is None and rules is None:
-            self.bare_claims[command.id] = pod
+            self.bare_claims[command.id] = BareClaim(pod, tuple(candidates), deadline)
         self.claimed(claimant)
         return self.add(command)
 
@@ -310,10 +335,11 @@ class CommandBatch(BatchBuilder):
         results = judge(self.store, answered)
         bare, self.bare_claims = self.bare_claims, {}
         judged_claim = getattr(self.cache, "judged_claim", None)
-        for index, pod in unchecked_claims(results, bare):
+        for index, claim in unchecked_claims(results, bare):
             if judged_claim is not None:
                 try:
-                    results[index] = BatchResult(results[index].command, judged_claim(pod))
+                    reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
+                    results[index] = BatchResult(results[index].command, reply)
                 except FitConflict as conflict:
                     results[index] = BatchResult(results[index].command, error=conflict)
         return results
@@ -451,9 +477,11 @@ def check_chunk_size(chunk_size: object) -> None:
         raise ValidationError("batch", "chunk_size", f"{chunk_size} is outside 1..{MAX_CHUNK_SIZE}")
 
 
-def unchecked_claims(results: list[BatchResult], bare: dict[str, Pod]) -> list[tuple[int, Pod]]:
+def unchecked_claims(
+    results: list[BatchResult], bare: dict[str, BareClaim]
+) -> list[tuple[int, BareClaim]]:
     """The bare claims among ``results`` that Redis refused as ``unchecked`` (pods with
-    required anti-affinity are placed): their index and pod, to be judged on a snapshot and
+    required anti-affinity are placed): their index and claim, to be judged on a snapshot and
     claimed again (``Cache.judged_claim``)."""
     return [
         (index, bare[result.command.id])

@@ -169,6 +169,8 @@ class Columns:
         # they were looked up in: the newest KEPT_LISTS lists of at most NAMES_AT_ONCE names.
         self._named: OrderedDict[str, Ints] = OrderedDict()
         self._named_for: dict[str, int] = self._row
+        # Nodes holding reservations (:meth:`reserve`), refilled from the snapshot once released.
+        self._reserved: set[str] = set()
 
     # -- keeping up with the snapshot --------------------------------------------------------
 
@@ -220,6 +222,7 @@ class Columns:
         self._shapes = {}
         self._label_rows = {}
         self._masks = {}
+        self._reserved = set()
         for row, info in enumerate(infos):
             self._fill(row, info)
 
@@ -247,6 +250,28 @@ class Columns:
             )
             for shaped, verdicts in self._shapes.values():
                 verdicts[row] = node is not None and node_refuses(shaped, node) is None
+
+    def reserve(self, node: str, pod: Pod) -> None:
+        """Count ``pod`` on ``node`` (its cpu, memory, ephemeral storage and one pod) until
+        :meth:`release`: the next :meth:`place` on the same snapshot sees it, as kube-scheduler's
+        assume does, so the pods of one batch decided before any of their claims is written
+        spread as pods placed one after another do. Only the columns a :func:`columnar` pod is
+        judged and scored on (in a cluster without pods with affinity) hold it: the snapshot's
+        NodeInfo does not."""
+        row = self._row[node]
+        c, want = self.columns, pod.requests
+        c["cpu"][row] += want.milli_cpu
+        c["memory"][row] += want.memory
+        c["storage"][row] += want.ephemeral_storage
+        c["pods"][row] += 1
+        self._reserved.add(node)
+
+    def release(self, snap: Snapshot) -> None:
+        """Drop the reservations: their rows are refilled from ``snap``'s NodeInfo at the next
+        :meth:`refresh` (after the snapshot's catch-up: a claim that landed is read from it, one
+        refused leaves no use behind)."""
+        snap.changed |= self._reserved
+        self._reserved = set()
 
     # -- judging one pod ---------------------------------------------------------------------
 
