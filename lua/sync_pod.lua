@@ -34,7 +34,11 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
   end
   if queued == nil then
     redis.call('SADD', p .. 'queuedpods', uid)
-    redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
+    local listed = scheduler .. ' listed'  -- (once a call: _queue.lua)
+    if not checked[listed] then
+      redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
+      checked[listed] = true
+    end
     queue_activate(p, { key = p .. 'queued:' .. uid, uid = uid, scheduler = scheduler,
                         priority = priority, attempts = 0, due = 0, blob = blob })
     return 'queue'
