@@ -652,20 +652,29 @@ end
 -- between neighbours), else nil. Amounts stay strings: no Lua number round trip. The pod's
 -- labels (`l:<key>=<value>`, arrivals.py) go to `labels`, not to the node's totals: the
 -- queue's wake compares them (_wakes.lua).
+-- `twice`: the first field (not a label) the text names more than once, else nil. A claim's
+-- fit is checked amount by amount and its contribution added whole, so `r:cpu 100 r:cpu 100`
+-- passed where 100 was free and added 200 (found in review): the commands that take one as an
+-- argument refuse it (read_pod_args, sc_nominate_pod); the client never writes one. (Records
+-- stored before keep being read as they are: their totals were added, and go, whole.)
 local function parse_contribution_text(contribution)
   local fields, amounts, labels, covered = {}, {}, {}, 0
+  local seen, twice = {}, nil  -- (one table for the text's lifetime: parses are kept, below)
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
     if not is_int(amount) then return nil end  -- HINCRBY would refuse it after earlier writes
     covered = covered + #field + #amount + 2
     if string.sub(field, 1, 2) == 'l:' then
       labels[#labels + 1] = string.sub(field, 3)
     else
+      if seen[field] and twice == nil then twice = field end
+      seen[field] = true
       fields[#fields + 1] = field
       amounts[#amounts + 1] = amount
     end
   end
   if covered ~= #contribution + 1 and contribution ~= '' then return nil end
-  return { fields = fields, amounts = amounts, labels = labels, text = contribution }
+  return { fields = fields, amounts = amounts, labels = labels, text = contribution,
+           twice = twice }
 end
 
 -- Parsed contributions by their text, kept across calls. The pods of a cluster share a few
@@ -952,6 +961,7 @@ local function read_pod_args(p, a, fit)
   end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
+  if parsed.twice then return nil, 'BADARG contribution ' .. uid .. ' ' .. parsed.twice .. ' twice' end
   local overflow, live, state = check_fields(p, node, parsed, false, fit)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).
