@@ -961,7 +961,9 @@ local function read_pod_args(p, a, fit)
   end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
-  if parsed.twice then return nil, 'BADARG contribution ' .. uid .. ' ' .. parsed.twice .. ' twice' end
+  if parsed.twice then
+    return nil, 'BADARG contribution ' .. uid .. ' ' .. parsed.twice .. ' twice'
+  end
   local overflow, live, state = check_fields(p, node, parsed, false, fit)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).

@@ -133,7 +133,10 @@ end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
 -- before any write), unless `lenient`: then false (a pop skips it rather than stall on it).
-local function load_queued(p, uid, lenient)
+-- `dropping`: the caller only takes it out of the queue (queue_drop), so the record is checked
+-- whole but only what a drop reads is kept: key, uid, state, scheduler and seq (half the table,
+-- and no copy of the pod's msgpack: a confirmation's largest allocation).
+local function load_queued(p, uid, lenient, dropping)
   local key = p .. 'queued:' .. uid
   local text = get_string(key)
   if text == false then return nil end
@@ -149,6 +152,9 @@ local function load_queued(p, uid, lenient)
       or (#due > 18 and #string.match(due, '^0*(%d*)$') > 18) then
     if lenient then return false end
     corrupt(key, 'is not a queued pod record')
+  end
+  if dropping then
+    return { key = key, uid = uid, state = state, scheduler = scheduler, seq = seq }
   end
   return { key = key, uid = uid, state = state, scheduler = scheduler, priority = priority,
            seq = seq, attempts = attempts, due = due, holder = holder,

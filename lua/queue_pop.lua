@@ -12,10 +12,10 @@
 --          then oldest
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
 -- First, each bounded to BOUNDS.QUEUE_MOVES: parked pods go to back-off (or active) when an event
--- since they were parked could help them, or when their wait (their score) ended; lapsed leases come
--- back (a replica died or stalled), except those of pods claimed in the cache meanwhile,
--- whose lease is renewed until the pod is bound or its claim is forgotten; ended back-offs
--- become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
+-- since they were parked could help them, or when their wait (their score) ended; lapsed
+-- leases come back (a replica died or stalled), except those of pods claimed in the cache
+-- meanwhile, whose lease is renewed until the pod is bound or its claim is forgotten; ended
+-- back-offs become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
 -- Every part is bounded in bytes too (BOUNDS.POP_BYTES, _queue.lua): what is left waits for the next
 -- pop. A helpful event (`helped`, emit) owes every pod parked before it a wake, given
 -- BOUNDS.QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).

@@ -86,7 +86,7 @@ local function sync_pod(p, replica, a)
   -- the removal's keys included, and takes this record rather than reading it again.
   local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
-  local queued = load_queued(p, uid)
+  local queued = load_queued(p, uid, false, op ~= 'queue')
   -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
   -- queue holds counted now, which no command below changes, for queue_drop.)
   local held = nil
