@@ -496,6 +496,11 @@ local pods_added = {}
 local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
 BOUNDS.PODS_PER_SADD = 500
+-- The same for the uids an sc_batch call queued (sc_sync_pod's push, _queue.lua), added to
+-- `queuedpods` by one SADD at its end: kept in checked[' queued'] (a name no key or scheduler
+-- has; `checked` is emptied at every call's start), the uids in order (its array part) and
+-- uid -> true (false once the call dropped it again; the drop's SREM still runs, so the set
+-- ends as the commands run one by one would leave it). (A uid is a string: no array index.)
 
 -- Keys of `checked` cleared in place at a call's start (more: a new table).
 BOUNDS.CHECKED_KEPT = 32
@@ -597,9 +602,9 @@ end
 -- Changed nodes per ZADD at the end of a call.
 BOUNDS.NODES_PER_ZADD = 200
 
--- Writes the call's last generation, adds the pods a batch added to `pods`, and records each
--- changed node's generation in the generation index (the only place it is kept; a node that
--- is gone stays there as a tombstone).
+-- Writes the call's last generation, adds the pods a batch added to `pods` (and those it
+-- queued to `queuedpods`), and records each changed node's generation in the generation index
+-- (the only place it is kept; a node that is gone stays there as a tombstone).
 local function end_call(p)
   if call_gen ~= nil and call_gen ~= incr_gen then
     redis.call('SET', p .. 'gen', int_string(call_gen))
@@ -610,6 +615,14 @@ local function end_call(p)
       if pods_added[pods_order[j]] then added[#added + 1] = pods_order[j] end
     end
     call_in_slices('SADD', p .. 'pods', added, BOUNDS.PODS_PER_SADD)
+  end
+  local queued = checked[' queued']
+  if queued ~= nil then
+    local added = {}
+    for j = 1, #queued do
+      if queued[queued[j]] then added[#added + 1] = queued[j] end
+    end
+    call_in_slices('SADD', p .. 'queuedpods', added, BOUNDS.PODS_PER_SADD)
   end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]

@@ -222,6 +222,8 @@ local function queue_drop(p, rec, queued)
   local scheduler = rec.scheduler
   local least = queued or checked[scheduler]
   local removed = queue_unlink(p, rec)
+  local added = checked[' queued']  -- (queued by this batch: never added, _helpers.lua)
+  if added ~= nil and added[rec.uid] then added[rec.uid] = false end
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
   if least ~= nil and least - removed > 0 then

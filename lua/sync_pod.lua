@@ -33,7 +33,17 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
     return 'none'
   end
   if queued == nil then
-    redis.call('SADD', p .. 'queuedpods', uid)
+    if batching then  -- one SADD at the call's end (_helpers.lua: end_call)
+      local added = checked[' queued']
+      if added == nil then
+        added = {}
+        checked[' queued'] = added
+      end
+      if added[uid] == nil then added[#added + 1] = uid end
+      added[uid] = true
+    else
+      redis.call('SADD', p .. 'queuedpods', uid)
+    end
     local listed = scheduler .. ' listed'  -- (once a call: _queue.lua)
     if not checked[listed] then
       redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
