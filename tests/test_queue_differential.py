@@ -1,5 +1,6 @@
 """The queue's Lua cuts (issue 40: the confirmation's count of a scheduler's pods kept through a
-batch, the push's HSETNX once a call) change no reply and no key: a seeded random workload of
+batch, the push's HSETNX once a call, a batch's pushes in one SADD at its end, the drop's
+smaller record) change no reply and no key: a seeded random workload of
 pushes, pops, claims, confirmations, give-backs, forgets and deletes, single calls and
 sc_batch calls, runs against this tree's library and the one of ``BASE`` (git), each on its
 own cache of one server, and every reply and a dump of every key are compared (stream ids,
