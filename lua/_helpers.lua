@@ -496,6 +496,11 @@ local pods_added = {}
 local pods_order = {}
 -- Uids per SADD at the end of a call (a bound on the arguments unpacked at once).
 BOUNDS.PODS_PER_SADD = 500
+-- The same for the uids an sc_batch call queued (sc_sync_pod's push, _queue.lua), added to
+-- `queuedpods` by one SADD at its end: kept in checked[' queued'] (a name no key or scheduler
+-- has; `checked` is emptied at every call's start), the uids in order (its array part) and
+-- uid -> true (false once the call dropped it again; the drop's SREM still runs, so the set
+-- ends as the commands run one by one would leave it). (A uid is a string: no array index.)
 
 -- Keys of `checked` cleared in place at a call's start (more: a new table).
 BOUNDS.CHECKED_KEPT = 32
@@ -597,9 +602,9 @@ end
 -- Changed nodes per ZADD at the end of a call.
 BOUNDS.NODES_PER_ZADD = 200
 
--- Writes the call's last generation, adds the pods a batch added to `pods`, and records each
--- changed node's generation in the generation index (the only place it is kept; a node that
--- is gone stays there as a tombstone).
+-- Writes the call's last generation, adds the pods a batch added to `pods` (and those it
+-- queued to `queuedpods`), and records each changed node's generation in the generation index
+-- (the only place it is kept; a node that is gone stays there as a tombstone).
 local function end_call(p)
   if call_gen ~= nil and call_gen ~= incr_gen then
     redis.call('SET', p .. 'gen', int_string(call_gen))
@@ -610,6 +615,14 @@ local function end_call(p)
       if pods_added[pods_order[j]] then added[#added + 1] = pods_order[j] end
     end
     call_in_slices('SADD', p .. 'pods', added, BOUNDS.PODS_PER_SADD)
+  end
+  local queued = checked[' queued']
+  if queued ~= nil then
+    local added = {}
+    for j = 1, #queued do
+      if queued[queued[j]] then added[#added + 1] = queued[j] end
+    end
+    call_in_slices('SADD', p .. 'queuedpods', added, BOUNDS.PODS_PER_SADD)
   end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]
@@ -652,20 +665,29 @@ end
 -- between neighbours), else nil. Amounts stay strings: no Lua number round trip. The pod's
 -- labels (`l:<key>=<value>`, arrivals.py) go to `labels`, not to the node's totals: the
 -- queue's wake compares them (_wakes.lua).
+-- `twice`: the first field (not a label) the text names more than once, else nil. A claim's
+-- fit is checked amount by amount and its contribution added whole, so `r:cpu 100 r:cpu 100`
+-- passed where 100 was free and added 200 (found in review): the commands that take one as an
+-- argument refuse it (read_pod_args, sc_nominate_pod); the client never writes one. (Records
+-- stored before keep being read as they are: their totals were added, and go, whole.)
 local function parse_contribution_text(contribution)
   local fields, amounts, labels, covered = {}, {}, {}, 0
+  local seen, twice = {}, nil  -- (one table for the text's lifetime: parses are kept, below)
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
     if not is_int(amount) then return nil end  -- HINCRBY would refuse it after earlier writes
     covered = covered + #field + #amount + 2
     if string.sub(field, 1, 2) == 'l:' then
       labels[#labels + 1] = string.sub(field, 3)
     else
+      if seen[field] and twice == nil then twice = field end
+      seen[field] = true
       fields[#fields + 1] = field
       amounts[#amounts + 1] = amount
     end
   end
   if covered ~= #contribution + 1 and contribution ~= '' then return nil end
-  return { fields = fields, amounts = amounts, labels = labels, text = contribution }
+  return { fields = fields, amounts = amounts, labels = labels, text = contribution,
+           twice = twice }
 end
 
 -- Parsed contributions by their text, kept across calls. The pods of a cluster share a few
@@ -952,6 +974,9 @@ local function read_pod_args(p, a, fit)
   end
   local parsed = contribution and parse_contribution(contribution)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
+  if parsed.twice then
+    return nil, 'BADARG contribution ' .. uid .. ' ' .. parsed.twice .. ' twice'
+  end
   local overflow, live, state = check_fields(p, node, parsed, false, fit)
   guard_node(p, node)
   -- A node entry check_fields did not find is created (and listed in `nodes`).

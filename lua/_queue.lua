@@ -59,16 +59,31 @@ local function queue_key(p, scheduler, part)
   return p .. 'queue:' .. scheduler .. ':' .. part
 end
 
+-- Two facts about a scheduler's queue a call keeps in `checked` (emptied at every call's start,
+-- _helpers.lua), under names no key there can have (a key starts with the prefix's '{'):
+--   checked[<scheduler>]            a lower bound on the pods its four parts hold, as this
+--                                   call last counted them less what queue_drop took out since
+--                                   (only removals lower the count: every other ZREM of the
+--                                   parts, queue_unlink's and sc_queue_pop's, forgets it; adds
+--                                   keep it a lower bound), or nil: unknown
+--   checked[<scheduler> .. ' listed']  true once this call made sure its `queues` field is
+--                                   there (HSETNX); forgotten with its HDEL
+-- An sc_batch confirming many of one scheduler's pods counts its queue once, not once a pod
+-- (up to four ZCARDs each), and pushing many lists the scheduler once (an HSETNX each).
+
 -- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
--- it): 5,000 names once seen must not stay forever.
+-- it): 5,000 names once seen must not stay forever. What it counts is kept (checked[scheduler]).
 -- (The four parts written out: a table and ipairs a call cost ~2,000 instructions.)
 local function forget_if_idle(p, scheduler)
   local q = p .. 'queue:' .. scheduler .. ':'
-  if redis.call('ZCARD', q .. 'active') > 0 or redis.call('ZCARD', q .. 'leased') > 0
-      or redis.call('ZCARD', q .. 'backoff') > 0 or redis.call('ZCARD', q .. 'parked') > 0 then
-    return
-  end
+  local held = redis.call('ZCARD', q .. 'active')
+  if held == 0 then held = redis.call('ZCARD', q .. 'leased') end
+  if held == 0 then held = redis.call('ZCARD', q .. 'backoff') end
+  if held == 0 then held = redis.call('ZCARD', q .. 'parked') end
+  checked[scheduler] = held
+  if held > 0 then return end
   redis.call('HDEL', p .. 'queues', scheduler)
+  checked[scheduler .. ' listed'] = nil
 end
 
 -- The wake cursor of `scheduler` ("<id>[ <score>]", see `queues`): the last event read and the
@@ -103,6 +118,7 @@ local function guard_queue(p, scheduler, dropping)
     queued = typed_read(active, 'zset', 'ZCARD') + typed_read(leased, 'zset', 'ZCARD')
       + typed_read(backoff, 'zset', 'ZCARD') + typed_read(parked, 'zset', 'ZCARD')
     checked[active], checked[leased], checked[backoff], checked[parked] = true, true, true, true
+    checked[scheduler] = queued
   else
     expect_type(active, 'zset')
     expect_type(leased, 'zset')
@@ -117,7 +133,10 @@ end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
 -- before any write), unless `lenient`: then false (a pop skips it rather than stall on it).
-local function load_queued(p, uid, lenient)
+-- `dropping`: the caller only takes it out of the queue (queue_drop), so the record is checked
+-- whole but only what a drop reads is kept: key, uid, state, scheduler and seq (half the table,
+-- and no copy of the pod's msgpack: a confirmation's largest allocation).
+local function load_queued(p, uid, lenient, dropping)
   local key = p .. 'queued:' .. uid
   local text = get_string(key)
   if text == false then return nil end
@@ -133,6 +152,9 @@ local function load_queued(p, uid, lenient)
       or (#due > 18 and #string.match(due, '^0*(%d*)$') > 18) then
     if lenient then return false end
     corrupt(key, 'is not a queued pod record')
+  end
+  if dropping then
+    return { key = key, uid = uid, state = state, scheduler = scheduler, seq = seq }
   end
   return { key = key, uid = uid, state = state, scheduler = scheduler, priority = priority,
            seq = seq, attempts = attempts, due = due, holder = holder,
@@ -164,8 +186,10 @@ local function active_member(rec)
   return string.format('%015d', tonumber(seq)) .. ':' .. rec.uid
 end
 
--- Takes `rec` out of the sorted set of its state (the record itself stays).
+-- Takes `rec` out of the sorted set of its state (the record itself stays); the count this call
+-- kept of its scheduler's pods is forgotten (queue_drop keeps it up to date itself).
 local function queue_unlink(p, rec)
+  checked[rec.scheduler] = nil
   if rec.state == 'active' then
     return redis.call('ZREM', queue_key(p, rec.scheduler, 'active'), active_member(rec))
   end
@@ -191,16 +215,25 @@ end
 
 -- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
 -- the scheduler's bookkeeping with its last pod. `queued`: the pods its scheduler's four
--- parts held, as guard_queue counted them for this drop (nothing wrote them since), else nil
--- and they are counted again.
+-- parts held, as guard_queue counted them for this drop (nothing wrote them since), else nil:
+-- then a lower bound this call kept (checked[scheduler]) that stays above 0 once this pod is
+-- out tells that pods are left, and only otherwise are they counted again.
 local function queue_drop(p, rec, queued)
+  local scheduler = rec.scheduler
+  local least = queued or checked[scheduler]
   local removed = queue_unlink(p, rec)
+  local added = checked[' queued']  -- (queued by this batch: never added, _helpers.lua)
+  if added ~= nil and added[rec.uid] then added[rec.uid] = false end
   redis.call('SREM', p .. 'queuedpods', rec.uid)
   redis.call('DEL', rec.key)
-  if queued == nil then
-    forget_if_idle(p, rec.scheduler)
-  elseif queued - removed <= 0 then
-    redis.call('HDEL', p .. 'queues', rec.scheduler)
+  if least ~= nil and least - removed > 0 then
+    checked[scheduler] = least - removed
+  elseif queued ~= nil then  -- an exact count: none left
+    redis.call('HDEL', p .. 'queues', scheduler)
+    checked[scheduler] = 0
+    checked[scheduler .. ' listed'] = nil
+  else
+    forget_if_idle(p, scheduler)
   end
 end
 

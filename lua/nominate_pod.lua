@@ -27,6 +27,9 @@ function NOM.nominate(p, _, a)
   local text = a[5] or ''
   local parsed = #text <= BOUNDS.MAX_BLOB_BYTES and parse_contribution(text)
   if not parsed then return nil, 'BADARG contribution ' .. uid end
+  if parsed.twice then
+    return nil, 'BADARG contribution ' .. uid .. ' ' .. parsed.twice .. ' twice'
+  end
   local now = now_ms(a[6])
   if now == nil then return nil, 'BADARG now ' .. uid end
   local victims = a[7] or ''

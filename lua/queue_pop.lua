@@ -3,17 +3,19 @@
 --
 -- KEYS[1]  cache prefix "{name}:"
 -- ARGV     replica, command id (""), scheduler, holder, lease ms, count (1-100), parked ms
---          (how long a parked pod waits at most for a helpful event), [now ms]
+--          (reserved: checked as an integer 0..MAX_DURATION_MS and otherwise ignored; how long
+--          a parked pod waits is fixed when it is parked, sc_queue_retry's `parked ms`, which
+--          scores it in queue:<scheduler>:parked), [now ms]
 -- Keys     queued:<uid>, queuedpods, queueseq, queues, queue:<scheduler>:*, pod:<uid> (read),
 --          helped (read)
 -- Reply    { uid, attempts, msgpack Pod, ... } at most `count` pods, highest priority first,
 --          then oldest
 -- Errors   BADARG <what>; CORRUPT <key> <why> (nothing written)
 -- First, each bounded to BOUNDS.QUEUE_MOVES: parked pods go to back-off (or active) when an event
--- since they were parked could help them, or when they waited `parked ms`; lapsed leases come
--- back (a replica died or stalled), except those of pods claimed in the cache meanwhile,
--- whose lease is renewed until the pod is bound or its claim is forgotten; ended back-offs
--- become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
+-- since they were parked could help them, or when their wait (their score) ended; lapsed
+-- leases come back (a replica died or stalled), except those of pods claimed in the cache
+-- meanwhile, whose lease is renewed until the pod is bound or its claim is forgotten; ended
+-- back-offs become active. Then up to `count` active pods are leased to `holder` for `lease ms`.
 -- Every part is bounded in bytes too (BOUNDS.POP_BYTES, _queue.lua): what is left waits for the next
 -- pop. A helpful event (`helped`, emit) owes every pod parked before it a wake, given
 -- BOUNDS.QUEUE_MOVES per pop (the cursor in `queues` keeps the rest owed).
@@ -131,6 +133,10 @@ local function queue_pop(p, replica, a)
     guard_sequence(p)
     expect_type(p .. 'queuedpods', 'set')
   end
+  -- A stray's removal or a bound pod's drop may take the scheduler's last pod, and its `queues`
+  -- field with it (forget_if_idle's HDEL): its type checked before the first write (found in
+  -- review: a stray's ZREM ran, then the HDEL answered WRONGTYPE).
+  if #strays + #lapsed > 0 then expect_type(p .. 'queues', 'hash') end
   -- What the cache holds of each lapsed pod: 'assumed' (claimed: its lease is renewed while
   -- the claim lasts), 'added ' (bound: it leaves the queue), or nothing (it comes back).
   local held = {}
@@ -139,7 +145,8 @@ local function queue_pop(p, replica, a)
     held[j] = string.match(state or '', '^(%l+) ') or ''
   end
 
-  -- Then the writes.
+  -- Then the writes. (Removals: the count of this scheduler's pods kept, _queue.lua, goes.)
+  if #strays > 0 then checked[scheduler] = nil end
   for j = 1, #strays do
     redis.call('ZREM', queue_key(p, scheduler, strays[j][2]), strays[j][1])
   end
@@ -193,6 +200,7 @@ local function queue_pop(p, replica, a)
     out[3 * j - 1] = rec.attempts  -- (its digits as stored)
     out[3 * j] = rec.blob
   end
+  checked[scheduler] = nil
   redis.call('ZREM', queue_key(p, scheduler, 'active'), unpack(members))
   redis.call('ZADD', queue_key(p, scheduler, 'leased'), unpack(leases))
   redis.call('MSET', unpack(records))

@@ -33,8 +33,22 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
     return 'none'
   end
   if queued == nil then
-    redis.call('SADD', p .. 'queuedpods', uid)
-    redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
+    if batching then  -- one SADD at the call's end (_helpers.lua: end_call)
+      local added = checked[' queued']
+      if added == nil then
+        added = {}
+        checked[' queued'] = added
+      end
+      if added[uid] == nil then added[#added + 1] = uid end
+      added[uid] = true
+    else
+      redis.call('SADD', p .. 'queuedpods', uid)
+    end
+    local listed = scheduler .. ' listed'  -- (once a call: _queue.lua)
+    if not checked[listed] then
+      redis.call('HSETNX', p .. 'queues', scheduler, '0-0')
+      checked[listed] = true
+    end
     queue_activate(p, { key = p .. 'queued:' .. uid, uid = uid, scheduler = scheduler,
                         priority = priority, attempts = 0, due = 0, blob = blob })
     return 'queue'
@@ -82,7 +96,7 @@ local function sync_pod(p, replica, a)
   -- the removal's keys included, and takes this record rather than reading it again.
   local rec = load_pod(p, uid, true)
   -- Its queued record and the queues it touches, checked before the first write.
-  local queued = load_queued(p, uid)
+  local queued = load_queued(p, uid, false, op ~= 'queue')
   -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
   -- queue holds counted now, which no command below changes, for queue_drop.)
   local held = nil
