@@ -661,8 +661,8 @@ end
 -- A contribution is the string "<field> <amount> <field> <amount> ..." (see
 -- schedcache/model/aggregates.py), parsed by parse_contribution into
 -- { fields = {...}, amounts = {...}, text = <the string> }: exactly pairs of a field and an
--- integer, single-spaced (the matches must cover the whole string but for one separator
--- between neighbours), else nil. Amounts stay strings: no Lua number round trip. The pod's
+-- integer, single-spaced (the matches must cover the whole string but for one space between
+-- neighbours, and no other whitespace), else nil. Amounts stay strings: no Lua number round trip. The pod's
 -- labels (`l:<key>=<value>`, arrivals.py) go to `labels`, not to the node's totals: the
 -- queue's wake compares them (_wakes.lua).
 -- `twice`: the first field (not a label) the text names more than once, else nil. A claim's
@@ -671,6 +671,10 @@ end
 -- argument refuse it (read_pod_args, sc_nominate_pod); the client never writes one. (Records
 -- stored before keep being read as they are: their totals were added, and go, whole.)
 local function parse_contribution_text(contribution)
+  -- Spaces only: a newline would end the pod record's header early (`<header> <contribution>
+  -- \n<blob>`), the rest read back as the blob (found in review); tabs and the like are no
+  -- separator the client writes.
+  if string.find(contribution, '[^%S ]') then return nil end
   local fields, amounts, labels, covered = {}, {}, {}, 0
   local seen, twice = {}, nil  -- (one table for the text's lifetime: parses are kept, below)
   for field, amount in string.gmatch(contribution, '(%S+) (%-?%d+)') do
@@ -679,7 +683,8 @@ local function parse_contribution_text(contribution)
     if string.sub(field, 1, 2) == 'l:' then
       labels[#labels + 1] = string.sub(field, 3)
     else
-      if seen[field] and twice == nil then twice = field end
+      -- (named in the error by its first 64 bytes: a refusal echoes no megabyte)
+      if seen[field] and twice == nil then twice = string.sub(field, 1, 64) end
       seen[field] = true
       fields[#fields + 1] = field
       amounts[#amounts + 1] = amount

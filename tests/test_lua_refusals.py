@@ -64,6 +64,35 @@ def test_a_nomination_naming_a_field_twice_is_refused_unwritten(cache: Cache) ->
     assert keyspace(cache.client, cache.keys.pattern) == before
 
 
+@pytest.mark.parametrize("separator", ["\n", "\t", "\r"])
+def test_a_contribution_spaced_by_anything_but_one_space_is_refused_unwritten(
+    cache: Cache, separator: str
+) -> None:
+    """(Found in review: a newline between pairs passed, and ended the pod record's header
+    early: the pod's memory read back as the start of its blob, and stayed on the node once
+    the pod was removed.) Refused as BADARG contribution, nothing written."""
+    cache.add_node(make_node("n1", "1000m", "1Gi"))
+    pod = make_pod("p", "n1", "100m", "10Mi")
+    args = list(commands.add_pod(pod).args)
+    spaced = args[3].replace(" r:", separator + "r:", 1)
+    assert spaced != args[3] and spaced.startswith("r:cpu 100")
+    args[3] = spaced
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(redis.ResponseError, match=r"BADARG contribution \S+$"):
+        cache.client.fcall(function_name("add_pod"), 1, cache.keys.prefix, "r", "", *args)
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_field_named_twice_is_echoed_by_its_first_64_bytes(cache: Cache) -> None:
+    """A refusal names the field, not the megabyte a caller chose to send."""
+    cache.add_node(make_node("n1", "1000m", "1Gi"))
+    field = "r:" + "x" * 100_000
+    args = ["u1", "n1", "10", "60000", f"{field} 1 {field} 1", str(int(T0 * 1000)), ""]
+    with pytest.raises(redis.ResponseError) as refused:
+        cache.client.fcall(function_name("nominate_pod"), 1, cache.keys.prefix, "r", "", *args)
+    assert str(refused.value) == f"BADARG contribution u1 {field[:64]} twice"
+
+
 def pop_args(now: float) -> list[Any]:
     return list(commands.queue_pop("ref", "a", 10.0, 1, 300.0, now).args)
 
