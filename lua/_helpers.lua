@@ -273,6 +273,7 @@ local function check_gen(key)
   local value = get_string(key)
   stored_int(key, value, 0)
   if value == INT64_LIMITS[''] then corrupt(key, 'is at the int64 limit: INCR would fail') end
+  return value
 end
 
 -- HMGET of `fields` (after `first`, when given) that refuses a key of another type: the read

@@ -95,11 +95,20 @@ local function wake_cursor(p, scheduler)
   if id == nil then return '0-0', nil, text end
   return id, tonumber(owed), text
 end
--- The arrival counter holds an integer INCR can count on from (or is missing).
+-- The arrival counter holds an integer INCR can count on from (or is missing), short of 2^53
+-- by more than a call counts (BOUNDS.SEQ_MOST): its INCR's reply comes to Lua as a double,
+-- exact only below 2^53, and it is checked once a call, so a later push's INCR must not fail
+-- after earlier pushes wrote (found in review). No counter of arrivals gets near it (2^53 is
+-- 285 years of a million a second).
+BOUNDS.SEQ_MOST = '9007199254739992'  -- 2^53 less 1,000 (an sc_batch's most commands)
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
   if not checked[seq] then
-    check_gen(seq)  -- the generation counter's check: an integer INCR can count on from
+    -- (the generation counter's check: an integer INCR can count on from)
+    local value = check_gen(seq) or ''
+    if #value > #BOUNDS.SEQ_MOST or (#value == #BOUNDS.SEQ_MOST and value >= BOUNDS.SEQ_MOST) then
+      corrupt(seq, 'is past 2^53 less 1,000: a Lua number would not hold it exactly')
+    end
     checked[seq] = true
   end
 end
