@@ -164,6 +164,7 @@ class Cache(StreamAudit):
         """
         rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
         extra: list[tuple[str, str, str]] = []
+        candidates = commands.candidate_names(pod, candidates)
         if check_fit and expect_generation is None:
             pod, rules, extra = self._claim_context(pod, snapshot, candidates)
         elif candidates:

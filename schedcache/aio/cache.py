@@ -219,6 +219,7 @@ class AsyncCache:
         needed, on a private one brought up to date here) and re-checked in Redis, as the sync
         cache does. ``deadline``: seconds; the claim gets that deadline in the same call."""
         rules: tuple[int | None, str, str, str, str] = (None, "", "", "", "")
+        candidates = commands.candidate_names(pod, candidates)
         extra = [(node, "", "") for node in candidates]
         if check_fit and expect_generation is None:
             if snapshot is not None:

@@ -67,7 +67,7 @@ import redis
 from kubernetes import client as kube_client
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, FitConflict, PodAlreadyExists
+from schedcache.errors import CacheError, FitConflict, PodAlreadyExists, PodNotFound
 from schedcache.model.arrivals import wake_tokens
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
@@ -325,6 +325,9 @@ class ReferenceScheduler:
             return True
         try:
             record = self.cache.get_pod_record(pod)
+        except PodNotFound:  # the claim never landed: nothing of it to find again
+            self._unanswered.pop(pod.uid, None)
+            return False
         except (CacheError, *REDIS_AWAY):
             return False  # the remembered claim stays for the next pop to look again
         self._unanswered.pop(pod.uid, None)
@@ -463,8 +466,9 @@ class ReferenceScheduler:
         counted on its node before the next is placed (``Columns.reserve``: they spread as
         pods placed one by one), and send their claims in one ``sc_batch`` call. Returns the
         pods to attempt alone (no node found, or their claim refused: a conflict), in order,
-        and False when Redis did not answer (the first pod given back, backing off; the
-        claims sent are remembered as unanswered; the pods returned to give back untried)."""
+        and False when Redis did not answer: to the catch-up (the first pod given back,
+        backing off, the others returned to give back untried), or to the call until the
+        scheduler stopped (its claims are settled once Redis answers: _settle_unanswered)."""
         snap = self.snapshot
         try:
             self.cache.update_snapshot(snap)
@@ -476,29 +480,36 @@ class ReferenceScheduler:
         sent: list[tuple[QueuedPod, Pod]] = []
         again: list[QueuedPod] = []
         racing = time.monotonic() < self._racing_until
-        claimed = time.monotonic()
         try:
             for queued in run:
                 placement = self.columns.place(queued.pod, snap)
                 if not placement.node:  # attempted alone: reported, preempting, parked
                     again.append(queued)
                     continue
-                self.columns.reserve(placement.node, queued.pod)
                 placed = queued.pod.with_node(placement.node)
                 candidates = placement.ranked[1:] if racing else ()
-                batch.assume_pod(
-                    placed, check_fit=True, candidates=candidates, deadline=self.deadline
-                )
+                try:
+                    batch.assume_pod(
+                        placed, check_fit=True, candidates=candidates, deadline=self.deadline
+                    )
+                except CacheError as bad:  # this pod's claim alone: as attempt() after it
+                    log.warning("pod %s/%s: %s", placed.namespace, placed.name, bad)
+                    self._give_back(queued.pod, unschedulable=False)
+                    continue
+                self.columns.reserve(placement.node, queued.pod)
                 sent.append((queued, placed))
             claimed = time.monotonic()  # no later than Redis sets the claims' deadlines
-            results = batch.execute() if sent else []
-        except (CacheError, *REDIS_AWAY) as error:
-            # No answer (or a call failed whole): the claims may have landed all the same.
-            for queued, _ in sent:
-                self._unanswered.setdefault(queued.pod.uid, claimed)
-            while len(self._unanswered) > REPORTS_KEPT:
-                del self._unanswered[next(iter(self._unanswered))]
-            return self._batch_failed(run, error)
+            try:
+                results = batch.execute() if sent else []
+            except (CacheError, *REDIS_AWAY) as error:
+                # No answer, or the call failed whole: the claims may have landed all the same.
+                pods = [queued.pod for queued, _ in sent]
+                log.warning("%d claims sent together unanswered: %s", len(pods), short(error))
+                for pod in pods:
+                    self._unanswered.setdefault(pod.uid, claimed)
+                while len(self._unanswered) > REPORTS_KEPT:
+                    del self._unanswered[next(iter(self._unanswered))]
+                return again, self._settle_unanswered(pods)
         finally:
             batch.close()
             self.columns.release(snap)
@@ -521,6 +532,22 @@ class ReferenceScheduler:
                 self._give_back(pod, unschedulable=False)
         order = {id(queued): j for j, queued in enumerate(run)}
         return sorted(again, key=lambda queued: order[id(queued)]), True
+
+    def _settle_unanswered(self, pods: list[Pod]) -> bool:
+        """Claims of ``pods`` sent with no answer (Redis away, a reply lost, a call failed
+        whole): once Redis answers, each that landed is bound as this replica's own
+        (:meth:`_own_claim`) and the others go back to the queue. None is given back before:
+        another replica would find its claim held, not its own, and drop the pod (found in
+        review). False when the scheduler stopped first (their leases lapse, and a claim that
+        landed holds until its deadline)."""
+        try:
+            self._until_redis_answers(self.cache.generation)
+        except (CacheError, *REDIS_AWAY):
+            return False
+        for pod in pods:
+            if not self._own_claim(pod):
+                self._give_back(pod, unschedulable=False)
+        return True
 
     def _batch_failed(self, run: list[QueuedPod], error: Exception) -> tuple[list[QueuedPod], bool]:
         """A batch's catch-up or call failed: as :meth:`attempt` after the same error, the

@@ -175,6 +175,7 @@ class BatchBuilder:
         gets that deadline in the same command (``sc_timed_claim``), as ``Cache.assume_pod``
         sets it."""
         claimant = self._claimant("assume_pod")
+        candidates = commands.candidate_names(pod, candidates)
         if candidates and rules is not None:
             raise ValidationError(
                 pod_subject(pod),

@@ -221,6 +221,16 @@ def fit_check(pod: Pod) -> str:
 MAX_EXTRA_CANDIDATES = 7
 
 
+def candidate_names(pod: Pod, candidates: Sequence[str]) -> tuple[str, ...]:
+    """A claim's ``candidates`` as given to ``assume_pod``: node names, never one string (its
+    characters would be taken for as many nodes: found in review)."""
+    if isinstance(candidates, str | bytes):
+        raise ValidationError(
+            pod_subject(pod), "candidates", "a sequence of node names, not one string"
+        )
+    return tuple(candidates)
+
+
 def _candidate_args(
     pod: Pod, blob: bytes, candidates: Sequence[tuple[str, str, str]]
 ) -> tuple[Arg, ...]:
