@@ -62,7 +62,7 @@ def losing_the_reply(landed: list[list[str]]) -> Callable[[ReferenceScheduler], 
                     return run()
                 landed.append([c.subject for c in claims])
                 run()
-                raise redis.ConnectionError("reply lost (review)")
+                raise redis.ConnectionError("reply lost (test)")
 
             made.execute = lost  # type: ignore[method-assign]
             return made
@@ -72,13 +72,15 @@ def losing_the_reply(landed: list[list[str]]) -> Callable[[ReferenceScheduler], 
     return prepare
 
 
-def test_a_batch_whose_reply_was_lost_binds_each_pod_once_with_another_replica_racing(
-    make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path
+@pytest.mark.parametrize("path", ["batch", "alone"])
+def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_racing(
+    make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path, path: str
 ) -> None:
-    """Two replicas; the first batch of one lands but its reply is lost. Its pods were given
-    back to the queue while their claims held: the other replica popped them, found them
-    claimed, not its own, and dropped them, assumed and unbound until the claims' deadline.
-    Each is bound exactly once, soon: the claims are settled first (found again, bound)."""
+    """Two replicas; the first batch of claims of one (or, ``alone``, its first claim of one
+    pod) lands but its reply is lost. Its pods were given back to the queue while their claims
+    held: the other replica popped them, found them claimed, not its own, and dropped them,
+    assumed and unbound until the claims' deadline. Each is bound exactly once, soon: the
+    claims are settled first (found again, bound)."""
     server.create(node("big", "64"))
     names = [f"p{i:02d}" for i in range(12)]
     for name in names:
@@ -96,8 +98,21 @@ def test_a_batch_whose_reply_was_lost_binds_each_pod_once_with_another_replica_r
         retry_delay=0.2,
         max_backoff=0.4,
         pop_batch=4,
+        batch_claims=path == "batch",
     )
-    losing_the_reply(landed)(a)
+    if path == "batch":
+        losing_the_reply(landed)(a)
+    else:  # the per-pod path (--no-batch-claims): its claim's reply lost
+        run_one = a.cache.run
+
+        def lost_one(command: Any, *args: Any, **options: Any) -> Any:
+            if landed or command.name not in ("assume_pod", "timed_claim"):
+                return run_one(command, *args, **options)
+            landed.append([command.subject])
+            run_one(command, *args, **options)
+            raise redis.ConnectionError("reply lost (test)")
+
+        a.cache.run = lost_one  # type: ignore[method-assign]
     pop, stalled = a.queue.pop, []
 
     def slow_pop(*args: Any, **options: Any) -> Any:

@@ -67,7 +67,13 @@ import redis
 from kubernetes import client as kube_client
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, FitConflict, PodAlreadyExists, PodNotFound
+from schedcache.errors import (
+    CacheError,
+    FitConflict,
+    PodAlreadyExists,
+    PodNotFound,
+    RetriesExhausted,
+)
 from schedcache.model.arrivals import wake_tokens
 from schedcache.model.plugins.result import fit_error
 from schedcache.model.values import Pod
@@ -260,7 +266,7 @@ class ReferenceScheduler:
                 self.conflicts += 1
                 self._racing_until = time.monotonic() + RACING_SECONDS
                 continue
-            except REDIS_AWAY:  # no answer: the claim may have landed all the same
+            except (RetriesExhausted, *REDIS_AWAY):  # no answer: it may have landed all the same
                 # The first unanswered claim's time is kept: a later try cannot have claimed
                 # again (refused while the first holds), so its deadline counts from the first.
                 self._unanswered.setdefault(pod.uid, claimed)
@@ -589,10 +595,14 @@ class ReferenceScheduler:
             return True
         except CacheError as error:
             log.warning("pod %s/%s: %s", pod.namespace, pod.name, error)
+            if pod.uid in self._unanswered:  # its claim may hold: settled, not given back
+                return self._settle_unanswered([pod])
             self._give_back(pod, unschedulable=False)
             return not isinstance(error, REDIS_AWAY)
-        except REDIS_AWAY as error:  # a snapshot read Redis did not answer
+        except REDIS_AWAY as error:  # a snapshot read or a claim Redis did not answer
             log.warning("pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, short(error))
+            if pod.uid in self._unanswered:
+                return self._settle_unanswered([pod])
             self._give_back(pod, unschedulable=False)
             return False
         if outcome.node:
