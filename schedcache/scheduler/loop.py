@@ -263,15 +263,10 @@ class ReferenceScheduler:
                 )
             except FitConflict:
                 outcome.conflicts += 1
-                self.conflicts += 1
-                self._racing_until = time.monotonic() + RACING_SECONDS
+                self._lost_race()
                 continue
             except (RetriesExhausted, *REDIS_AWAY):  # no answer: it may have landed all the same
-                # The first unanswered claim's time is kept: a later try cannot have claimed
-                # again (refused while the first holds), so its deadline counts from the first.
-                self._unanswered.setdefault(pod.uid, claimed)
-                while len(self._unanswered) > REPORTS_KEPT:
-                    del self._unanswered[next(iter(self._unanswered))]
+                self._remember_unanswered([pod], claimed)
                 raise
             self._submit(pod.with_node(taken), claimed if self.deadline else None)
             outcome.node = taken
@@ -511,10 +506,7 @@ class ReferenceScheduler:
                 # No answer, or the call failed whole: the claims may have landed all the same.
                 pods = [queued.pod for queued, _ in sent]
                 log.warning("%d claims sent together unanswered: %s", len(pods), short(error))
-                for pod in pods:
-                    self._unanswered.setdefault(pod.uid, claimed)
-                while len(self._unanswered) > REPORTS_KEPT:
-                    del self._unanswered[next(iter(self._unanswered))]
+                self._remember_unanswered(pods, claimed)
                 return again, self._settle_unanswered(pods)
         finally:
             batch.close()
@@ -527,8 +519,7 @@ class ReferenceScheduler:
             elif isinstance(refused, FitConflict):  # another replica was first: placed again
                 for reason in refused.reasons:
                     metrics.FIT_CONFLICTS.labels(reason).inc()
-                self.conflicts += 1
-                self._racing_until = time.monotonic() + RACING_SECONDS
+                self._lost_race()
                 again.append(queued)
             elif isinstance(refused, PodAlreadyExists):  # as attempt() judges it
                 if not self._own_claim(pod):
@@ -538,6 +529,21 @@ class ReferenceScheduler:
                 self._give_back(pod, unschedulable=False)
         order = {id(queued): j for j, queued in enumerate(run)}
         return sorted(again, key=lambda queued: order[id(queued)]), True
+
+    def _lost_race(self) -> None:
+        """A claim refused as a conflict (another replica was first): counted, and the next
+        claims carry the next best nodes for ``RACING_SECONDS``."""
+        self.conflicts += 1
+        self._racing_until = time.monotonic() + RACING_SECONDS
+
+    def _remember_unanswered(self, pods: list[Pod], claimed: float) -> None:
+        """Claims of ``pods`` sent at ``claimed`` (monotonic) got no answer. The first such
+        claim's time is kept: a later try cannot have claimed again (refused while the first
+        holds), so its deadline counts from the first."""
+        for pod in pods:
+            self._unanswered.setdefault(pod.uid, claimed)
+        while len(self._unanswered) > REPORTS_KEPT:
+            del self._unanswered[next(iter(self._unanswered))]
 
     def _settle_unanswered(self, pods: list[Pod]) -> bool:
         """Claims of ``pods`` sent with no answer (Redis away, a reply lost, a call failed
