@@ -91,15 +91,19 @@ def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_rac
     feeder = Syncer(feeder_cache, api_client(kubeconfig), FAST, "feed")
     feeder.start()
     assert feeder.wait_synced(30)
-    a = ReferenceScheduler(
-        make_cache(replica="a"),
-        api_client(kubeconfig),
-        "ref",
-        retry_delay=0.2,
-        max_backoff=0.4,
-        pop_batch=4,
-        batch_claims=path == "batch",
-    )
+
+    def replica(name: str, **options: Any) -> ReferenceScheduler:
+        return ReferenceScheduler(
+            make_cache(replica=name),
+            api_client(kubeconfig),
+            "ref",
+            retry_delay=0.2,
+            max_backoff=0.4,
+            pop_batch=4,
+            **options,
+        )
+
+    a = replica("a", batch_claims=path == "batch")
     if path == "batch":
         losing_the_reply(landed)(a)
     else:  # the per-pod path (--no-batch-claims): its claim's reply lost
@@ -122,14 +126,7 @@ def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_rac
         return pop(*args, **options)
 
     a.queue.pop = slow_pop  # type: ignore[method-assign]
-    b = ReferenceScheduler(
-        make_cache(replica="b"),
-        api_client(kubeconfig),
-        "ref",
-        retry_delay=0.2,
-        max_backoff=0.4,
-        pop_batch=4,
-    )
+    b = replica("b")
     threads = [threading.Thread(target=r.run, daemon=True) for r in (a, b)]
     for t in threads:
         t.start()
