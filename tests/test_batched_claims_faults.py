@@ -72,27 +72,24 @@ def losing_the_reply(landed: list[list[str]]) -> Callable[[ReferenceScheduler], 
     return prepare
 
 
-@pytest.mark.parametrize("path", ["batch", "alone"])
-def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_racing(
-    make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path, path: str
-) -> None:
-    """Two replicas; the first batch of claims of one (or, ``alone``, its first claim of one
-    pod) lands but its reply is lost. Its pods were given back to the queue while their claims
-    held: the other replica popped them, found them claimed, not its own, and dropped them,
-    assumed and unbound until the claims' deadline. Each is bound exactly once, soon: the
-    claims are settled first (found again, bound)."""
-    server.create(node("big", "64"))
-    names = [f"p{i:02d}" for i in range(12)]
-    for name in names:
-        server.create(pending(name, "1"))
-    landed: list[list[str]] = []
+def two_replicas(
+    make_cache: Callable[..., Cache],
+    server: FakeApiServer,
+    tmp_path: Path,
+    prepare_a: Callable[[ReferenceScheduler], None],
+    landed: list[Any],
+    **options: Any,
+) -> tuple[float, ReferenceScheduler, ReferenceScheduler]:
+    """Replicas a (``prepare_a``d: its first claims' reply lost, recorded in ``landed``) and
+    b on the server's pending pods; a's next pop waits 3 s, so b pops whatever a gave back
+    first. Returns the seconds from the lost reply until every pod was bound, and both."""
+    names = [pod["metadata"]["name"] for pod in server.objects("Pod")]
     kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
-    feeder_cache = make_cache(replica="feed")
-    feeder = Syncer(feeder_cache, api_client(kubeconfig), FAST, "feed")
+    feeder = Syncer(make_cache(replica="feed"), api_client(kubeconfig), FAST, "feed")
     feeder.start()
     assert feeder.wait_synced(30)
 
-    def replica(name: str, **options: Any) -> ReferenceScheduler:
+    def replica(name: str, **more: Any) -> ReferenceScheduler:
         return ReferenceScheduler(
             make_cache(replica=name),
             api_client(kubeconfig),
@@ -100,23 +97,11 @@ def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_rac
             retry_delay=0.2,
             max_backoff=0.4,
             pop_batch=4,
-            **options,
+            **more,
         )
 
-    a = replica("a", batch_claims=path == "batch")
-    if path == "batch":
-        losing_the_reply(landed)(a)
-    else:  # the per-pod path (--no-batch-claims): its claim's reply lost
-        run_one = a.cache.run
-
-        def lost_one(command: Any, *args: Any, **options: Any) -> Any:
-            if landed or command.name not in ("assume_pod", "timed_claim"):
-                return run_one(command, *args, **options)
-            landed.append([command.subject])
-            run_one(command, *args, **options)
-            raise redis.ConnectionError("reply lost (test)")
-
-        a.cache.run = lost_one  # type: ignore[method-assign]
+    a = replica("a", **options)
+    prepare_a(a)
     pop, stalled = a.queue.pop, []
 
     def slow_pop(*args: Any, **options: Any) -> Any:
@@ -142,6 +127,73 @@ def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_rac
             t.join(10)
         feeder.stop()
     assert bindings(server) == Counter(names)
+    return took, a, b
+
+
+def losing_one_reply(landed: list[list[str]]) -> Callable[[ReferenceScheduler], None]:
+    """The replica's first claim of one pod (the per-pod path) lands, then its reply is lost."""
+
+    def prepare(scheduler: ReferenceScheduler) -> None:
+        run_one = scheduler.cache.run
+
+        def lost_one(command: Any, *args: Any, **options: Any) -> Any:
+            if landed or command.name not in ("assume_pod", "timed_claim"):
+                return run_one(command, *args, **options)
+            landed.append([command.subject])
+            run_one(command, *args, **options)
+            raise redis.ConnectionError("reply lost (test)")
+
+        scheduler.cache.run = lost_one  # type: ignore[method-assign]
+
+    return prepare
+
+
+@pytest.mark.parametrize("path", ["batch", "alone"])
+def test_claims_whose_reply_was_lost_bind_each_pod_once_with_another_replica_racing(
+    make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path, path: str
+) -> None:
+    """Two replicas; the first batch of claims of one (or, ``alone``, its first claim of one
+    pod) lands but its reply is lost. Its pods were given back to the queue while their claims
+    held: the other replica popped them, found them claimed, not its own, and dropped them,
+    assumed and unbound until the claims' deadline. Each is bound exactly once, soon: the
+    claims are settled first (found again, bound)."""
+    server.create(node("big", "64"))
+    for i in range(12):
+        server.create(pending(f"p{i:02d}", "1"))
+    landed: list[list[str]] = []
+    prepare = losing_the_reply(landed) if path == "batch" else losing_one_reply(landed)
+    took, a, b = two_replicas(
+        make_cache, server, tmp_path, prepare, landed, batch_claims=path == "batch"
+    )
+    assert took < 5, (took, a.lost, b.lost, landed)
+
+
+def test_a_flap_while_settling_does_not_give_back_a_held_claim(
+    make_cache: Callable[..., Cache], server: FakeApiServer, tmp_path: Path
+) -> None:
+    """(Found in review of the settling.) Redis answers, then drops again on the first
+    record read: a read that fails is no "not mine", so the pod is not given back while its
+    claim holds; the read is sent again until Redis answers."""
+    server.create(node("big", "64"))
+    for i in range(12):
+        server.create(pending(f"p{i:02d}", "1"))
+    landed: list[list[str]] = []
+    flapped: list[str] = []
+
+    def prepare(a: ReferenceScheduler) -> None:
+        losing_the_reply(landed)(a)
+        read = a.cache.get_pod_record
+
+        def flapping(pod: Any, *args: Any, **options: Any) -> Any:
+            if landed and not flapped:
+                flapped.append(pod.name)
+                raise redis.ConnectionError("Redis away again (test)")
+            return read(pod, *args, **options)
+
+        a.cache.get_pod_record = flapping  # type: ignore[method-assign]
+
+    took, a, b = two_replicas(make_cache, server, tmp_path, prepare, landed)
+    assert flapped
     assert took < 5, (took, a.lost, b.lost, landed)
 
 

@@ -61,7 +61,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from kubernetes import client as kube_client
@@ -95,6 +95,7 @@ from schedcache.views.columns import Columns, columnar
 from schedcache.views.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # upstream's podInitialBackoffSeconds / podMaxBackoffSeconds
 POD_INITIAL_BACKOFF = 1.0
@@ -314,10 +315,12 @@ class ReferenceScheduler:
         with self._lock:
             self._binds.pop(future, None)
 
-    def _own_claim(self, pod: Pod) -> bool:
+    def _own_claim(self, pod: Pod, patient: bool = False) -> bool:
         """Whether ``pod`` is already this replica's claim, its Binding now in flight: else a
         claim whose reply Redis lost (a restart, a failover: the retry policy gave up though
-        the claim had landed), bound now instead of being left assumed for ever."""
+        the claim had landed), bound now instead of being left assumed for ever. ``patient``:
+        the record is read until Redis answers (a read that fails is no "not mine": found in
+        review), its last error raised once the scheduler stops."""
         claimed = self._unanswered.get(pod.uid)  # dropped once the record is read
         with self._lock:
             if pod.uid in self._binds.values():
@@ -325,11 +328,16 @@ class ReferenceScheduler:
         if self.bindings is not None and pod.uid in self.bindings.in_flight():
             return True
         try:
-            record = self.cache.get_pod_record(pod)
+            if patient:
+                record = self._until_redis_answers(lambda: self.cache.get_pod_record(pod))
+            else:
+                record = self.cache.get_pod_record(pod)
         except PodNotFound:  # the claim never landed: nothing of it to find again
             self._unanswered.pop(pod.uid, None)
             return False
         except (CacheError, *REDIS_AWAY):
+            if patient:
+                raise
             return False  # the remembered claim stays for the next pop to look again
         self._unanswered.pop(pod.uid, None)
         # A claim with a deadline names no claimer (the deadline bounds it, not the lease):
@@ -350,7 +358,7 @@ class ReferenceScheduler:
         self._submit(pod.with_node(record.node), claimed if self.deadline else None)
         return True
 
-    def _until_redis_answers(self, call: Callable[[], object]) -> None:
+    def _until_redis_answers(self, call: Callable[[], T]) -> T:
         """``call()`` through the store's retry loop with delays that never run out until the
         scheduler stops (then the last error is raised)."""
         delays = backoff(POD_INITIAL_BACKOFF, CACHE_MAX_BACKOFF, until=self.stop.is_set)
@@ -358,7 +366,7 @@ class ReferenceScheduler:
         def waiting(error: Exception, delay: float) -> None:
             log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)
 
-        call_with_retries(call, delays, waiting, sleep=self.stop.wait)
+        return call_with_retries(call, delays, waiting, sleep=self.stop.wait)
 
     def _binding_failed(self, placed: Pod, why: str) -> None:
         # A claim of this live replica is only given back by this forget: sent until Redis
@@ -553,12 +561,11 @@ class ReferenceScheduler:
         review). False when the scheduler stopped first (their leases lapse, and a claim that
         landed holds until its deadline)."""
         try:
-            self._until_redis_answers(self.cache.generation)
+            for pod in pods:
+                if not self._own_claim(pod, patient=True):
+                    self._give_back(pod, unschedulable=False)
         except (CacheError, *REDIS_AWAY):
             return False
-        for pod in pods:
-            if not self._own_claim(pod):
-                self._give_back(pod, unschedulable=False)
         return True
 
     def _batch_failed(self, run: list[QueuedPod], error: Exception) -> tuple[list[QueuedPod], bool]:
