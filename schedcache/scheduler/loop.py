@@ -569,9 +569,10 @@ class ReferenceScheduler:
         return True
 
     def _batch_failed(self, run: list[QueuedPod], error: Exception) -> tuple[list[QueuedPod], bool]:
-        """A batch's catch-up or call failed: as :meth:`attempt` after the same error, the
-        first pod goes back to the queue (backing off); with Redis away the others are
-        returned to give back untried, else to attempt alone."""
+        """A batch's catch-up failed (before any claim was sent: a call that fails is settled,
+        :meth:`_settle_unanswered`): as :meth:`attempt` after the same error, the first pod
+        goes back to the queue (backing off); with Redis away the others are returned to give
+        back untried, else to attempt alone."""
         pod = run[0].pod
         log.warning("pod %s/%s and %d more: %s", pod.namespace, pod.name, len(run) - 1, error)
         self._give_back(pod, unschedulable=False)
