@@ -117,12 +117,20 @@ class RetriesExhausted(CacheError, RedisConnectionError):
     The command may or may not have been applied. Running the same :class:`Command` again
     (same id) once Redis is back settles it exactly once: it is applied if it was not, and
     answered with its first outcome if it was. From a batch, ``unsettled`` holds its groups of
-    commands, to pass to ``cache.batch().settle()`` for the same effect.
+    commands, to pass to ``cache.batch().settle()`` for the same effect; from one command,
+    ``command`` is that command, to pass to ``cache.run()`` (the scheduler settles its claims
+    so: the answer says whether its claim landed, where a record cannot tell whose it is).
     """
 
-    def __init__(self, message: str, unsettled: Sequence[Sequence[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        unsettled: Sequence[Sequence[Any]] | None = None,
+        command: Any = None,
+    ) -> None:
         super().__init__(message)
         self.unsettled: list[Any] = list(unsettled or [])  # the groups as sent (SentGroup)
+        self.command: Any = command  # a store.commands.Command
 
 
 class NotReplicated(CacheError):

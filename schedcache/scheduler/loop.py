@@ -56,7 +56,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
@@ -68,11 +68,13 @@ from kubernetes import client as kube_client
 
 from schedcache.cache import Cache
 from schedcache.errors import (
+    BatchFailed,
     CacheError,
     FitConflict,
     PodAlreadyExists,
     PodNotFound,
     RetriesExhausted,
+    ValidationError,
 )
 from schedcache.model.arrivals import wake_tokens
 from schedcache.model.plugins.result import fit_error
@@ -88,6 +90,7 @@ from schedcache.scheduler.bindings import (
 from schedcache.scheduler.gang import GangScheduler, PodGroups, group_of
 from schedcache.scheduler.preemption import Preemption
 from schedcache.store import metrics
+from schedcache.store.batch import BatchResult, CommandBatch
 from schedcache.store.commands import QUEUE_BATCH_LIMIT
 from schedcache.store.retry import backoff, call_with_retries
 from schedcache.views.claims import taken_node
@@ -246,8 +249,8 @@ class ReferenceScheduler:
             # The snapshot carries the claim's inter-pod rules; a pod without any, in a cluster
             # without required anti-affinity, claims bare (Redis refuses it as unchecked if
             # such a pod was placed since, and assume_pod then judges it).
-            judged = (
-                pod.has_inter_pod_rules or self.snapshot.have_pods_with_required_anti_affinity_list
+            judged = pod.has_inter_pod_rules or bool(
+                self.snapshot.have_pods_with_required_anti_affinity_list
             )
             claimed = time.monotonic()  # no later than Redis sets the claim's deadline
             try:
@@ -255,25 +258,62 @@ class ReferenceScheduler:
                 # nodes ride along: a lost race for the best one takes the next that still
                 # passes every check, with no decision redone.
                 racing = claimed < self._racing_until
-                taken = self.cache.assume_pod(
-                    placed,
-                    check_fit=True,
-                    snapshot=self.snapshot if judged else None,
-                    candidates=placement.ranked[1:] if racing else (),
-                    deadline=self.deadline,
-                )
+                taken = self._claim(placed, placement.ranked[1:] if racing else (), judged, claimed)
             except FitConflict:
                 outcome.conflicts += 1
                 self._lost_race()
                 continue
-            except (RetriesExhausted, *REDIS_AWAY):  # no answer: it may have landed all the same
-                self._remember_unanswered([pod], claimed)
-                raise
             self._submit(pod.with_node(taken), claimed if self.deadline else None)
             outcome.node = taken
             return outcome
         outcome.reason = f"{outcome.conflicts} conflicts in a row"
         return outcome
+
+    def _claim(self, placed: Pod, candidates: Sequence[str], judged: bool, claimed: float) -> str:
+        """Claim ``placed`` (its node, else the first of ``candidates`` that passes); the node
+        taken. A claim Redis did not answer is sent again with its id once Redis answers: Redis
+        answers what it did with it if it landed, else applies it now (:meth:`_sent_again`).
+        Only when that is too late (Redis may have forgotten the id) is the error raised, the
+        claim remembered for its record to be read (:meth:`_settle_unanswered`)."""
+        try:
+            return self.cache.assume_pod(
+                placed,
+                check_fit=True,
+                snapshot=self.snapshot if judged else None,
+                candidates=candidates,
+                deadline=self.deadline,
+            )
+        except (RetriesExhausted, *REDIS_AWAY) as error:  # it may have landed all the same
+            self._remember_unanswered([placed], claimed)
+            command = getattr(error, "command", None)
+            if command is None:
+                raise
+            reply = self._sent_again([placed], lambda: self.cache.run(command), error)
+        self.cache.hold_lease()
+        return taken_node(reply, placed)
+
+    def _sent_again(self, pods: list[Pod], send: Callable[[], T], error: Exception) -> T:
+        """``send()``: the unanswered claims of ``pods`` sent again with their ids, until Redis
+        answers. Its answer is exact (found in review: a claim with a deadline names no
+        claimer, so a record cannot tell a replica's own claim from another's made after its
+        lease lapsed): a claim that landed is answered as it was, one that did not is judged
+        now (a refusal raised as such). ``error`` (the first send's) is raised again when the
+        ids may be forgotten (first sent over ``retry.MAX_RETRY_WINDOW`` ago) or the call
+        failed whole, for the records to settle them; the last error when the scheduler stops
+        first."""
+        try:
+            answer = self._until_redis_answers(send)
+        except (FitConflict, PodAlreadyExists):  # an answer: not landed, refused now
+            self._answered(pods)
+            raise
+        except (ValidationError, BatchFailed):
+            raise error from None
+        self._answered(pods)
+        return answer
+
+    def _answered(self, pods: list[Pod]) -> None:
+        for pod in pods:
+            self._unanswered.pop(pod.uid, None)
 
     def _bind(self, placed: Pod, claimed: float | None) -> None:
         """The binding cycle, in the pool: bind, then ``finish_binding`` when due."""
@@ -515,7 +555,10 @@ class ReferenceScheduler:
                 pods = [queued.pod for queued, _ in sent]
                 log.warning("%d claims sent together unanswered: %s", len(pods), short(error))
                 self._remember_unanswered(pods, claimed)
-                return again, self._settle_unanswered(pods)
+                try:
+                    results = self._batch_sent_again(batch, pods, error)
+                except (CacheError, *REDIS_AWAY):
+                    return again, self._settle_unanswered(pods)
         finally:
             batch.close()
             self.columns.release(snap)
@@ -537,6 +580,17 @@ class ReferenceScheduler:
                 self._give_back(pod, unschedulable=False)
         order = {id(queued): j for j, queued in enumerate(run)}
         return sorted(again, key=lambda queued: order[id(queued)]), True
+
+    def _batch_sent_again(
+        self, batch: CommandBatch, pods: list[Pod], error: Exception
+    ) -> list[BatchResult]:
+        """A batch's claims Redis did not answer, sent again as they were (``batch.settle``,
+        with their ids: :meth:`_sent_again`); ``error`` raised again when they cannot be (a
+        call that failed whole, or groups not all unsettled)."""
+        groups = getattr(error, "unsettled", None) or []
+        if sum(len(group) for group in groups) != len(pods):
+            raise error
+        return self._sent_again(pods, lambda: batch.settle(groups), error)
 
     def _lost_race(self) -> None:
         """A claim refused as a conflict (another replica was first): counted, and the next

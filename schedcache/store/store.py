@@ -209,7 +209,8 @@ class StoreCore:
             f"sc_{command.name} {command.subject} (command id {command.id}): no answer "
             f"from Redis after {attempts} attempts in {time.monotonic() - started:.1f} s "
             f"({type(error).__name__}: {error}); it may or may not have been applied: run "
-            "the same command again to settle it exactly once"
+            "the same command again to settle it exactly once",
+            command=command,
         )
 
     def refused(self, command: Command, error: redis.ResponseError) -> Exception:
