@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from schedcache.errors import FitConflict, RetriesExhausted, ValidationError
+from schedcache.errors import FitConflict, PodAlreadyExists, RetriesExhausted, ValidationError
 from schedcache.store.batch import (
     WINDOW,
     BatchBuilder,
@@ -150,8 +150,8 @@ class AsyncCommandBatch(BatchBuilder):
                 try:
                     reply = await judged_claim(claim.pod, claim.candidates, claim.deadline)
                     results[index] = BatchResult(results[index].command, reply)
-                except FitConflict as conflict:
-                    results[index] = BatchResult(results[index].command, error=conflict)
+                except (FitConflict, PodAlreadyExists) as refused:
+                    results[index] = BatchResult(results[index].command, error=refused)
         return results
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:

@@ -93,7 +93,7 @@ from schedcache.store import metrics
 from schedcache.store.batch import BatchResult, CommandBatch
 from schedcache.store.commands import QUEUE_BATCH_LIMIT
 from schedcache.store.retry import backoff, call_with_retries
-from schedcache.views.claims import taken_node
+from schedcache.views.claims import claim_reply, taken_node
 from schedcache.views.columns import Columns, columnar
 from schedcache.views.snapshot import Snapshot
 
@@ -273,8 +273,10 @@ class ReferenceScheduler:
         """Claim ``placed`` (its node, else the first of ``candidates`` that passes); the node
         taken. A claim Redis did not answer is sent again with its id once Redis answers: Redis
         answers what it did with it if it landed, else applies it now (:meth:`_sent_again`).
-        Only when that is too late (Redis may have forgotten the id) is the error raised, the
-        claim remembered for its record to be read (:meth:`_settle_unanswered`)."""
+        The error is raised, the claim remembered for its record to be read
+        (:meth:`_settle_unanswered`), only when it cannot be sent again: too late (Redis may
+        have forgotten the id), or an error that carries no command (Redis away without the
+        store's retry policy spent)."""
         try:
             return self.cache.assume_pod(
                 placed,
@@ -289,6 +291,8 @@ class ReferenceScheduler:
             if command is None:
                 raise
             reply = self._sent_again([placed], lambda: self.cache.run(command), error)
+            # (the node from the claim sent: a judged claim may have moved the pod: review)
+            reply = claim_reply(reply, command)
         self.cache.hold_lease()
         return taken_node(reply, placed)
 
@@ -517,7 +521,8 @@ class ReferenceScheduler:
         pods to attempt alone (no node found, or their claim refused: a conflict), in order,
         and False when Redis did not answer: to the catch-up (the first pod given back,
         backing off, the others returned to give back untried), or to the call until the
-        scheduler stopped (its claims are settled once Redis answers: _settle_unanswered)."""
+        scheduler stopped (its claims are settled once Redis answers: sent again with their
+        ids, :meth:`_batch_sent_again`, else read back, :meth:`_settle_unanswered`)."""
         snap = self.snapshot
         try:
             self.cache.update_snapshot(snap)
@@ -609,7 +614,9 @@ class ReferenceScheduler:
 
     def _settle_unanswered(self, pods: list[Pod]) -> bool:
         """Claims of ``pods`` sent with no answer (Redis away, a reply lost, a call failed
-        whole): once Redis answers, each that landed is bound as this replica's own
+        whole) that cannot be sent again with their ids (:meth:`_sent_again`: too late, or
+        the error named no command): once Redis answers, each that landed is bound as this
+        replica's own
         (:meth:`_own_claim`) and the others go back to the queue. None is given back before:
         another replica would find its claim held, not its own, and drop the pod (found in
         review). False when the scheduler stopped first (their leases lapse, and a claim that
@@ -624,7 +631,7 @@ class ReferenceScheduler:
 
     def _batch_failed(self, run: list[QueuedPod], error: Exception) -> tuple[list[QueuedPod], bool]:
         """A batch's catch-up failed (before any claim was sent: a call that fails is settled,
-        :meth:`_settle_unanswered`): as :meth:`attempt` after the same error, the first pod
+        :meth:`_batch_sent_again`): as :meth:`attempt` after the same error, the first pod
         goes back to the queue (backing off); with Redis away the others are returned to give
         back untried, else to attempt alone."""
         pod = run[0].pod

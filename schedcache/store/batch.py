@@ -26,6 +26,7 @@ from schedcache.errors import (
     CacheError,
     FitConflict,
     NotReplicated,
+    PodAlreadyExists,
     RetriesExhausted,
     ValidationError,
 )
@@ -36,6 +37,7 @@ from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
 from schedcache.store.store import HasStore, Store, StoreCore, store_of
+from schedcache.views.claims import claim_reply
 
 log = logging.getLogger(__name__)
 # Errors in a reply that mean the group was not run (send it again), as opposed to errors of
@@ -253,6 +255,9 @@ class CommandBatch(BatchBuilder):
         self.store = store_of(cache)
         self.claimant = cache if isinstance(cache, Claimant) else None
         self.bare_claims = {}
+        # Judged claims Redis did not answer, by their bare claim's id: a settle sends them
+        # again as they were (judged anew, one that landed would be refused as already there).
+        self.judged_unanswered: dict[str, Command] = {}
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.group_bytes = 0  # command_bytes of self.group
@@ -298,10 +303,16 @@ class CommandBatch(BatchBuilder):
             reason = too_old_to_resend(group)
             if reason is not None:
                 raise ValidationError("batch settle", f"unsettled[{index}]", reason)
-        for group in groups:
-            self.group = list(group)
-            self.count += len(group)
-            self._send_group(first_sent(group))
+        try:
+            for group in groups:
+                self.group = list(group)
+                self.count += len(group)
+                self._send_group(first_sent(group))
+        except BaseException:
+            # Nothing of this try kept: settled again, the groups are sent once (found in
+            # review: a settle retried after one that failed read every reply twice).
+            self.close()
+            raise
         return self.execute()
 
     def execute(self) -> list[BatchResult]:
@@ -334,16 +345,46 @@ class CommandBatch(BatchBuilder):
             self.close()
         self.count = 0
         results = judge(self.store, answered)
+        self._judge_unchecked(results)
+        return results
+
+    def _judge_unchecked(self, results: list[BatchResult]) -> None:
+        """Bare claims Redis refused as ``unchecked`` claimed again, judged (in ``results``).
+        One whose judged claim went unanswered keeps its bare claim and that judged claim, so
+        that :meth:`settle` sends the very same judged claim again (found in review)."""
         bare, self.bare_claims = self.bare_claims, {}
         judged_claim = getattr(self.cache, "judged_claim", None)
-        for index, claim in unchecked_claims(results, bare):
-            if judged_claim is not None:
+        if judged_claim is None:
+            return
+        unchecked = dict(unchecked_claims(results, bare))
+        try:
+            for index, result in enumerate(results):
+                command = result.command
+                # A judged claim sent before: its bare claim, sent again, is refused as the pod
+                # is there (the judged one landed) or unchecked (it may have): its own answer
+                # tells. (Applied now: the judged one never landed.)
+                sent = self.judged_unanswered.pop(command.id, None)
+                claim = unchecked.get(index)
+                if result.ok:
+                    continue
                 try:
-                    reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
-                    results[index] = BatchResult(results[index].command, reply)
-                except FitConflict as conflict:
-                    results[index] = BatchResult(results[index].command, error=conflict)
-        return results
+                    if sent is not None:
+                        reply = claim_reply(self.store.run(sent), sent)
+                    elif claim is not None:
+                        reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
+                    else:
+                        continue
+                    results[index] = BatchResult(command, reply)
+                except (FitConflict, PodAlreadyExists) as refused:
+                    results[index] = BatchResult(command, error=refused)
+                except RetriesExhausted as unanswered:
+                    judged: Command | None = unanswered.command or sent
+                    if judged is not None:
+                        self.judged_unanswered[command.id] = judged
+                    raise
+        except BaseException:
+            self.bare_claims = bare  # settled again, they are judged again
+            raise
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""

@@ -368,6 +368,15 @@ def timed_claim(claim: Command, ttl: float | None) -> Command:
     return Command("timed_claim", claim.subject, (ttl_ms, *claim.args))
 
 
+def claim_node(command: Command) -> str:
+    """The node a claim (:func:`assume_pod` or :func:`timed_claim`) names for its pod: the one
+    it takes unless it carries candidates (then its reply names the node taken)."""
+    if command.name not in ("assume_pod", "timed_claim"):
+        raise ValidationError(command.subject, "claim", f"{command.name} is not a claim")
+    node = command.args[2 if command.name == "timed_claim" else 1]
+    return node.decode() if isinstance(node, bytes) else str(node)
+
+
 def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:
     subject = pod_subject(pod)
     uid, _ = _pod_key_args(pod)
