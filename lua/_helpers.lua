@@ -56,9 +56,9 @@
 --                                 removals); one member scored -inf is no node
 --                                 (NODEGEN_SKIPLIST)
 --   events                 stream the history: type, v, replica, uid/node, gen, data, extras
---   lastevent              string the id of the stream's last event, written with it (emit):
---                                 the head read learns it without reading the event
---                                 (last_event_id)
+--   lastevent              string the id of the stream's last event, written by the call that
+--                                 appends it, once at its end (emit, end_call): the head read
+--                                 learns it without reading the event (last_event_id)
 --   cmd:<id>               string the reply of an applied command, for answering a retry
 --                                 (expires)
 --   absent                 set    never written: the type checks of several sets intersect

@@ -14,7 +14,7 @@
 --                                    still being given, the parked pods (score at most this)
 --                                    still owed it; the field goes with the scheduler's last pod
 --   helped                    string the id of the last event that could help a parked pod
---                                    (HELPFUL, written by emit): no event is read for a wake
+--                                    (HELPFUL; emit, end_call): no event is read for a wake
 --   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
 --                                    order is priority, then arrival
 --   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)
