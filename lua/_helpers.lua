@@ -56,9 +56,9 @@
 --                                 removals); one member scored -inf is no node
 --                                 (NODEGEN_SKIPLIST)
 --   events                 stream the history: type, v, replica, uid/node, gen, data, extras
---   lastevent              string the id of the stream's last event, written with it (emit):
---                                 the head read learns it without reading the event
---                                 (last_event_id)
+--   lastevent              string the id of the stream's last event, written by the call that
+--                                 appends it, once at its end (emit, end_call): the head read
+--                                 learns it without reading the event (last_event_id)
 --   cmd:<id>               string the reply of an applied command, for answering a retry
 --                                 (expires)
 --   absent                 set    never written: the type checks of several sets intersect
@@ -437,15 +437,16 @@ local HELPFUL = { NodeAdded = true, NodeUpdated = true, NodeRemoved = true, PodR
 
 -- Appends an event: its type, the schema version, the replica, then the field/value pairs
 -- given (passed straight through: no table is built per event). Its id goes to `lastevent`
--- (last_event_id), a helpful one's to `helped` too (SET takes any key, so these writes cannot
--- fail after the XADD).
+-- (last_event_id), a helpful one's to `helped` too: both kept in ARRIVALS (.last, .helped) and
+-- written once, by end_call (SET takes any key, so these writes cannot fail after the XADD; a
+-- command of an sc_batch that fails after its XADD leaves its entry, and its id, behind).
 local function emit(p, etype, replica, ...)
   local id = redis.call('XADD', p .. 'events', '*', 'type', etype, 'v', SCHEMA_VERSION,
                         'replica', replica, ...)
-  redis.call('SET', p .. 'lastevent', id)
+  ARRIVALS.last = id
   if HELPFUL[etype] or ARRIVALS.woke then
     ARRIVALS.woke = false  -- set by a placement a parked pod waits for (_wakes.lua)
-    redis.call('SET', p .. 'helped', id)
+    ARRIVALS.helped = id
   end
   return id
 end
@@ -459,6 +460,9 @@ end
 -- from it walks its listpack node from the node's first entry: ~24,000). When it is not empty,
 -- or with no key (a cache written before it), the stream's last entry is read.
 local function last_event_id(p, hint)
+  -- An event of this call: its id is the stream's last (nothing else appends during a call),
+  -- and `lastevent` is written with it only when the call ends (emit, end_call).
+  if ARRIVALS.last then return ARRIVALS.last end
   local key, events = p .. 'lastevent', p .. 'events'
   if hint == nil then hint = get_string(key) end
   if hint then
@@ -500,8 +504,10 @@ BOUNDS.PODS_PER_SADD = 500
 -- The same for the uids an sc_batch call queued (sc_sync_pod's push, _queue.lua), added to
 -- `queuedpods` by one SADD at its end: kept in checked[' queued'] (a name no key or scheduler
 -- has; `checked` is emptied at every call's start), the uids in order (its array part) and
--- uid -> true (false once the call dropped it again; the drop's SREM still runs, so the set
--- ends as the commands run one by one would leave it). (A uid is a string: no array index.)
+-- uid -> true. The uids an sc_batch call dropped from the queue (queue_drop) are kept there
+-- too, uid -> false, and leave `queuedpods` by one SREM at its end: each uid's last change
+-- wins, so the set ends as the commands run one by one would leave it (dropped, then queued
+-- again: in; queued, then dropped: out). (A uid is a string: no array index.)
 
 -- Keys of `checked` cleared in place at a call's start (more: a new table).
 BOUNDS.CHECKED_KEPT = 32
@@ -513,6 +519,7 @@ local function begin_call()
   call_gen = nil
   incr_gen = nil
   batching = false
+  ARRIVALS.last, ARRIVALS.helped = false, false  -- (end_call clears them too)
   if #pods_order > 0 then
     pods_added = {}
     pods_order = {}
@@ -603,10 +610,19 @@ end
 -- Changed nodes per ZADD at the end of a call.
 BOUNDS.NODES_PER_ZADD = 200
 
--- Writes the call's last generation, adds the pods a batch added to `pods` (and those it
--- queued to `queuedpods`), and records each changed node's generation in the generation index
+-- Writes the ids of the call's last event and last helpful one, the call's last generation,
+-- adds the pods a batch added to `pods` (and those it queued to `queuedpods`, taking out those
+-- it dropped), and records each changed node's generation in the generation index
 -- (the only place it is kept; a node that is gone stays there as a tombstone).
 local function end_call(p)
+  -- The ids of the call's last event and last helpful one (emit), each key once; first, so
+  -- no later write's failure can leave them behind the stream.
+  local last = ARRIVALS.last
+  if last then
+    redis.call('SET', p .. 'lastevent', last)
+    if ARRIVALS.helped then redis.call('SET', p .. 'helped', ARRIVALS.helped) end
+    ARRIVALS.last, ARRIVALS.helped = false, false
+  end
   if call_gen ~= nil and call_gen ~= incr_gen then
     redis.call('SET', p .. 'gen', int_string(call_gen))
   end
@@ -619,11 +635,16 @@ local function end_call(p)
   end
   local queued = checked[' queued']
   if queued ~= nil then
-    local added = {}
+    local added, dropped = {}, {}
     for j = 1, #queued do
-      if queued[queued[j]] then added[#added + 1] = queued[j] end
+      if queued[queued[j]] then
+        added[#added + 1] = queued[j]
+      else
+        dropped[#dropped + 1] = queued[j]
+      end
     end
     call_in_slices('SADD', p .. 'queuedpods', added, BOUNDS.PODS_PER_SADD)
+    call_in_slices('SREM', p .. 'queuedpods', dropped, BOUNDS.PODS_PER_SADD)
   end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]

@@ -14,7 +14,7 @@
 --                                    still being given, the parked pods (score at most this)
 --                                    still owed it; the field goes with the scheduler's last pod
 --   helped                    string the id of the last event that could help a parked pod
---                                    (HELPFUL, written by emit): no event is read for a wake
+--                                    (HELPFUL; emit, end_call): no event is read for a wake
 --   queue:<scheduler>:active  zset   "<seq, 15 digits>:<uid>" scored -priority: ZRANGE's
 --                                    order is priority, then arrival
 --   queue:<scheduler>:leased  zset   uid -> lease deadline (ms, Redis' clock)
@@ -231,9 +231,17 @@ local function queue_drop(p, rec, queued)
   local scheduler = rec.scheduler
   local least = queued or checked[scheduler]
   local removed = queue_unlink(p, rec)
-  local added = checked[' queued']  -- (queued by this batch: never added, _helpers.lua)
-  if added ~= nil and added[rec.uid] then added[rec.uid] = false end
-  redis.call('SREM', p .. 'queuedpods', rec.uid)
+  if batching then  -- out of `queuedpods` when the call ends, as its pushes join (end_call)
+    local uid, pending = rec.uid, checked[' queued']
+    if pending == nil then
+      pending = {}
+      checked[' queued'] = pending
+    end
+    if pending[uid] == nil then pending[#pending + 1] = uid end
+    pending[uid] = false
+  else
+    redis.call('SREM', p .. 'queuedpods', rec.uid)
+  end
   redis.call('DEL', rec.key)
   if least ~= nil and least - removed > 0 then
     checked[scheduler] = least - removed
@@ -266,8 +274,12 @@ end
 -- such event ('0-0' when none): one read of `helped` (emit keeps it), however many events
 -- came since. (Scanning the events read their data: 200 events of 0.8 MiB took 1.4 s.)
 local function helpful_since(p, after)
-  local key = p .. 'helped'
-  local last = get_string(key) or '0-0'
-  if not string.match(last, '^%d+%-%d+$') then corrupt(key, 'is not a stream id') end
+  -- A helpful event of this call: `helped` is written with its id when the call ends (emit).
+  local last = ARRIVALS.helped
+  if not last then
+    local key = p .. 'helped'
+    last = get_string(key) or '0-0'
+    if not string.match(last, '^%d+%-%d+$') then corrupt(key, 'is not a stream id') end
+  end
   return id_after(last, after), last
 end
