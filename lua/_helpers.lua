@@ -519,7 +519,9 @@ local function begin_call()
   call_gen = nil
   incr_gen = nil
   batching = false
-  ARRIVALS.last, ARRIVALS.helped = false, false  -- (end_call clears them too)
+  -- (end_call clears the ids too; `woke` is cleared by the event it marks, but a refused call
+  -- may leave it set: found in review, the next event of any cache was taken as helpful)
+  ARRIVALS.last, ARRIVALS.helped, ARRIVALS.woke = false, false, false
   if #pods_order > 0 then
     pods_added = {}
     pods_order = {}
@@ -611,12 +613,13 @@ end
 BOUNDS.NODES_PER_ZADD = 200
 
 -- Writes the ids of the call's last event and last helpful one, the call's last generation,
--- adds the pods a batch added to `pods` (and those it queued to `queuedpods`, taking out those
--- it dropped), and records each changed node's generation in the generation index
--- (the only place it is kept; a node that is gone stays there as a tombstone).
+-- records each changed node's generation in the generation index (the only place it is kept;
+-- a node that is gone stays there as a tombstone), then adds the pods a batch added to `pods`
+-- (and those it queued to `queuedpods`, taking out those it dropped). What readers catch up by
+-- comes first, so that no later write's failure leaves it behind the stream (found in review:
+-- a failed SREM left `nodegen` behind `gen`).
 local function end_call(p)
-  -- The ids of the call's last event and last helpful one (emit), each key once; first, so
-  -- no later write's failure can leave them behind the stream.
+  -- The ids of the call's last event and last helpful one (emit), each key once.
   local last = ARRIVALS.last
   if last then
     redis.call('SET', p .. 'lastevent', last)
@@ -625,6 +628,17 @@ local function end_call(p)
   end
   if call_gen ~= nil and call_gen ~= incr_gen then
     redis.call('SET', p .. 'gen', int_string(call_gen))
+  end
+  if #changed_nodes == 1 then  -- one command's usual case: no table to build
+    local node = changed_nodes[1]
+    redis.call('ZADD', p .. 'nodegen', changed_gen[node], node)
+  elseif #changed_nodes > 1 then
+    local scored = {}
+    for j = 1, #changed_nodes do
+      scored[#scored + 1] = changed_gen[changed_nodes[j]]
+      scored[#scored + 1] = changed_nodes[j]
+    end
+    call_in_slices('ZADD', p .. 'nodegen', scored, 2 * BOUNDS.NODES_PER_ZADD)
   end
   if #pods_order > 0 then  -- only an sc_batch defers them
     local added = {}
@@ -646,17 +660,6 @@ local function end_call(p)
     call_in_slices('SADD', p .. 'queuedpods', added, BOUNDS.PODS_PER_SADD)
     call_in_slices('SREM', p .. 'queuedpods', dropped, BOUNDS.PODS_PER_SADD)
   end
-  if #changed_nodes == 1 then  -- one command's usual case: no table to build
-    local node = changed_nodes[1]
-    redis.call('ZADD', p .. 'nodegen', changed_gen[node], node)
-    return
-  end
-  local scored = {}
-  for j = 1, #changed_nodes do
-    scored[#scored + 1] = changed_gen[changed_nodes[j]]
-    scored[#scored + 1] = changed_nodes[j]
-  end
-  call_in_slices('ZADD', p .. 'nodegen', scored, 2 * BOUNDS.NODES_PER_ZADD)
 end
 
 -- Creates a placeholder entry for a node that pods name before the node itself arrives.
