@@ -54,9 +54,19 @@ function NOM.utf8(s)
   return true
 end
 
--- Whether the cache holds any nomination: the one call the claim path makes without.
+-- Whether the cache holds any nomination: the one call the claim path makes without. Its
+-- answer is kept for the rest of the call in checked[' nominated'] (`checked` is emptied at
+-- every call's start, _helpers.lua; no key starts with a space): an sc_batch of claims asks
+-- Redis once, not once a claim. Every write of `nominated` keeps it true: nominate_pod's ZADD
+-- sets it true, NOM.drop's ZREM forgets it (the set may be empty now), so a later command of
+-- the same call reads what the commands run one by one would.
 function NOM.any(p)
-  return redis.call('EXISTS', p .. 'nominated') == 1
+  local any = checked[' nominated']
+  if any == nil then
+    any = redis.call('EXISTS', p .. 'nominated') == 1
+    checked[' nominated'] = any
+  end
+  return any
 end
 
 -- The live nominations on `node` other than `uid`'s (and those of the uids in `skip`, a set
@@ -170,6 +180,7 @@ function NOM.drop(p, uid, node)
   redis.call('HDEL', p .. 'nomnode', uid)
   redis.call('HDEL', p .. 'nomvictims', uid)
   redis.call('ZREM', p .. 'nominated', uid)
+  checked[' nominated'] = nil  -- maybe the last one: asked again (NOM.any)
 end
 
 -- Writes what NOM.plan read: the nominations it names are gone.
