@@ -57,9 +57,10 @@ end
 -- Whether the cache holds any nomination: the one call the claim path makes without. Its
 -- answer is kept for the rest of the call in checked[' nominated'] (`checked` is emptied at
 -- every call's start, _helpers.lua; no key starts with a space): an sc_batch of claims asks
--- Redis once, not once a claim. Every write of `nominated` keeps it true: nominate_pod's ZADD
--- sets it true, NOM.drop's ZREM forgets it (the set may be empty now), so a later command of
--- the same call reads what the commands run one by one would.
+-- Redis once, not once a claim. The two writes of `nominated` keep it right: nominate_pod's
+-- ZADD sets it true, NOM.drop's ZREM (every removal: settled, pruned, given up, displaced)
+-- forgets it (the set may be empty now), so a later command of the same call reads what the
+-- commands run one by one would.
 function NOM.any(p)
   local any = checked[' nominated']
   if any == nil then
