@@ -333,6 +333,20 @@ def scenarios(pods: list[Pod]) -> dict[str, Scenario]:
             plain_claims
         ),
         "timed claim, check_fit, 7 candidates (bench/e2e.py's claim)": Scenario(ranked_claims),
+        # The reference scheduler's claims of one pop sent together (scheduler/loop.py's
+        # claim_together: up to 8 timed claims, check_fit, the lease held by the heartbeat).
+        "timed claim, check_fit, in sc_batch of 8 (the reference scheduler's batched claims)": (
+            Scenario(
+                lambda c: batched(
+                    c,
+                    [
+                        commands.timed_claim(commands.assume_pod(p, check_fit=True), BIND_TIMEOUT)
+                        for p in plain
+                    ],
+                    chunk=8,
+                )
+            )
+        ),
         # sync's confirmations as bench/e2e.py's linger groups them (~5 a call).
         "sync_pod confirming a queued, popped, timed claim, in sc_batch of 5": Scenario(
             lambda c: batched(c, [synced(p, False) for p in pods], chunk=5),

@@ -54,9 +54,21 @@ function NOM.utf8(s)
   return true
 end
 
--- Whether the cache holds any nomination: the one call the claim path makes without.
+-- Whether the cache holds any nomination: the one call the claim path makes without. In an
+-- sc_batch its answer is kept for the rest of the call in checked[' nominated'] (`checked` is
+-- emptied at every call's start, _helpers.lua; no key starts with a space): a batch of claims
+-- asks Redis once, not once a claim. (A single command keeps nothing: another key in
+-- `checked` costs every call's begin_call.) The two writes of `nominated` keep it right:
+-- nominate_pod's ZADD sets it true, NOM.drop's ZREM (every removal: settled, pruned, given
+-- up, displaced) forgets it (the set may be empty now), so a later command of the same call
+-- reads what the commands run one by one would.
 function NOM.any(p)
-  return redis.call('EXISTS', p .. 'nominated') == 1
+  local any = checked[' nominated']
+  if any == nil then
+    any = redis.call('EXISTS', p .. 'nominated') == 1
+    if batching then checked[' nominated'] = any end
+  end
+  return any
 end
 
 -- The live nominations on `node` other than `uid`'s (and those of the uids in `skip`, a set
@@ -170,6 +182,9 @@ function NOM.drop(p, uid, node)
   redis.call('HDEL', p .. 'nomnode', uid)
   redis.call('HDEL', p .. 'nomvictims', uid)
   redis.call('ZREM', p .. 'nominated', uid)
+  -- Maybe the last one: NOM.any asks again. (Only when kept: setting an absent field, even
+  -- to nil, makes room for it.)
+  if checked[' nominated'] ~= nil then checked[' nominated'] = nil end
 end
 
 -- Writes what NOM.plan read: the nominations it names are gone.

@@ -16,10 +16,19 @@ BOUNDS.ARRIVAL_LABELS = 16
 -- At a placement, before its first write (reads only): whether the arriving pod's labels
 -- (`labels`: "<key>=<value>", or "*" when it has too many) match a token some parked pod
 -- waits for; then the placement's event wakes parked pods (`woke`, read by emit). One ZCARD
--- when no pod waits for arrivals.
+-- when no pod waits for arrivals; in an sc_batch, one a call: its answer is kept for the rest
+-- of the call in checked[' arrivalwakes'] (emptied at every call's start, _helpers.lua; no
+-- key starts with a space), so a batch of claims asks once, not once a claim (a single
+-- command keeps nothing: NOM.any says why). ARRIVALS.register, the only writer of
+-- `arrivalwakes`, forgets it.
 function ARRIVALS.note(p, labels)
+  local waiting = checked[' arrivalwakes']
+  if waiting == nil then
+    waiting = typed_read(p .. 'arrivalwakes', 'zset', 'ZCARD')
+    if batching then checked[' arrivalwakes'] = waiting end
+  end
+  if waiting == 0 then return end
   local key = p .. 'arrivalwakes'
-  if typed_read(key, 'zset', 'ZCARD') == 0 then return end
   if #labels > BOUNDS.ARRIVAL_LABELS or labels[1] == '*' then
     ARRIVALS.woke = true
     return
@@ -76,6 +85,8 @@ end
 function ARRIVALS.register(p, tokens, now, until_ms)
   local key, since_key = p .. 'arrivalwakes', p .. 'arrivalsince'
   local last = last_event_or_zero(p)
+  -- Its size changes below: ARRIVALS.note counts it again (NOM.drop: why only when kept).
+  if checked[' arrivalwakes'] ~= nil then checked[' arrivalwakes'] = nil end
   local lapsed = redis.call('ZRANGEBYSCORE', key, '-inf', '(' .. int_string(now), 'LIMIT', 0,
                             BOUNDS.QUEUE_MOVES)
   for j = 1, #lapsed do

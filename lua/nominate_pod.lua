@@ -65,6 +65,7 @@ function NOM.nominate(p, _, a)
   redis.call('HSET', p .. 'nom:' .. node, uid, value)
   redis.call('HSET', p .. 'nomnode', uid, node)
   redis.call('ZADD', p .. 'nominated', deadline, uid)
+  if batching then checked[' nominated'] = true end  -- NOM.any's answer for the call's rest
   if victims ~= '' then redis.call('HSET', p .. 'nomvictims', uid, victims) end
   return deadline
 end
