@@ -91,9 +91,9 @@ from schedcache.scheduler.gang import GangScheduler, PodGroups, group_of
 from schedcache.scheduler.preemption import Preemption
 from schedcache.store import metrics
 from schedcache.store.batch import BatchResult, CommandBatch
-from schedcache.store.commands import QUEUE_BATCH_LIMIT
+from schedcache.store.commands import QUEUE_BATCH_LIMIT, claim_reply
 from schedcache.store.retry import backoff, call_with_retries
-from schedcache.views.claims import claim_reply, taken_node
+from schedcache.views.claims import taken_node
 from schedcache.views.columns import Columns, columnar
 from schedcache.views.snapshot import Snapshot
 

@@ -32,12 +32,11 @@ from schedcache.errors import (
 )
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
-from schedcache.store.commands import Command, pod_subject
+from schedcache.store.commands import Command, claim_reply, pod_subject
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
 from schedcache.store.store import HasStore, Store, StoreCore, store_of
-from schedcache.views.claims import claim_reply
 
 log = logging.getLogger(__name__)
 # Errors in a reply that mean the group was not run (send it again), as opposed to errors of

@@ -16,7 +16,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import msgpack
 
@@ -375,6 +375,15 @@ def claim_node(command: Command) -> str:
         raise ValidationError(command.subject, "claim", f"{command.name} is not a claim")
     node = command.args[2 if command.name == "timed_claim" else 1]
     return node.decode() if isinstance(node, bytes) else str(node)
+
+
+def claim_reply(reply: Any, claim: Command) -> Any:
+    """A claim's reply as ``[generation, node]``, the node from ``claim`` itself when the
+    script answered the generation alone: what a claim sent again answers (its pod may have
+    been moved to a candidate when it was judged: ``moved_reply``)."""
+    if isinstance(reply, list | tuple):
+        return reply
+    return [reply, claim_node(claim)]
 
 
 def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:

@@ -16,7 +16,6 @@ from schedcache.errors import FitConflict
 from schedcache.model.plugins.claims import broken_rule, claim_reads
 from schedcache.model.plugins.cycle import Cycle
 from schedcache.model.values import Pod
-from schedcache.store.commands import Command, claim_node
 from schedcache.views.snapshot import Snapshot
 
 # What a claim carries of the snapshot it was decided on: (generation, reads, domains,
@@ -90,15 +89,6 @@ def moved_reply(reply: Any, pod: Pod, candidates: Sequence[str]) -> Any:
     if candidates and not isinstance(reply, list | tuple):
         return [reply, pod.node_name]
     return reply
-
-
-def claim_reply(reply: Any, claim: Command) -> Any:
-    """A claim's reply as ``[generation, node]``, the node from ``claim`` itself when the
-    script answered the generation alone: what a claim sent again answers (its pod may have
-    been moved to a candidate when it was judged: ``moved_reply``)."""
-    if isinstance(reply, list | tuple):
-        return reply
-    return [reply, claim_node(claim)]
 
 
 def taken_node(reply: Any, pod: Pod) -> str:
