@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,3 +70,14 @@ def fed_scheduler(
         scheduler.stop.set()
         thread.join(40)
         feeder.stop()
+
+
+@contextmanager
+def pending_on_big(names: Sequence[str], cores: str = "64") -> Iterator[FakeApiServer]:
+    """A fake API server with one node ``big`` of ``cores`` cores and ``names`` pending (one
+    core each, scheduler ``ref``)."""
+    with FakeApiServer() as server:
+        server.create(node("big", cores))
+        for name in names:
+            server.create(pending(name, "1"))
+        yield server

@@ -24,11 +24,11 @@ from schedcache.store.batch import CommandBatch, SentGroup
 from schedcache.store.commands import Command
 from tests.apiserver import FakeApiServer
 from tests.factories import make_node, make_pod
-from tests.scheduling import eventually, fed_scheduler, pending
+from tests.scheduling import eventually, fed_scheduler, pending, pending_on_big
+from tests.test_claims_sent_again import CLAIMS
 from tests.test_reference_batches import bindings, bound
 
 HOST = "kubernetes.io/hostname"
-CLAIMS = ("assume_pod", "timed_claim")
 
 
 def anti(key: str, **labels: str) -> dict[str, Any]:
@@ -145,12 +145,7 @@ PODS = [f"p{i:02d}" for i in range(4)]
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    from tests.scheduling import node
-
-    with FakeApiServer() as s:
-        s.create(node("big", "64"))
-        for name in PODS:
-            s.create(pending(name, "1"))
+    with pending_on_big(PODS) as s:
         yield s
 
 

@@ -25,7 +25,7 @@ from schedcache.scheduler.loop import ReferenceScheduler
 from schedcache.store.batch import CommandBatch, SentGroup
 from schedcache.store.commands import Command
 from tests.apiserver import FakeApiServer
-from tests.scheduling import eventually, fed_scheduler, node, pending
+from tests.scheduling import eventually, fed_scheduler, pending_on_big
 from tests.test_reference_batches import bindings, bound
 
 PODS = [f"p{i:02d}" for i in range(8)]
@@ -34,10 +34,7 @@ CLAIMS = ("assume_pod", "timed_claim")
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as s:
-        s.create(node("big", "64"))
-        for name in PODS:
-            s.create(pending(name, "1"))
+    with pending_on_big(PODS) as s:
         yield s
 
 

@@ -12,7 +12,7 @@ only). Written by a reviewer of that change; what it found is mended (marked bel
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -439,18 +439,26 @@ def test_a_call_failing_after_its_event_leaves_lastevent_and_helped_at_the_strea
     drop's SREM fails after the PodAdded's XADD; a single command's SREM is not deferred):
     end_call still runs, `lastevent` is the PodAdded's id."""
     cache = redis_cache
+    bind_denied_srem(cache, lambda bind: ("sync_pod", bind.args))
+    assert entries(cache)[-1][1][b"type"] == b"PodAdded"
+    assert_last_kept(cache)
+
+
+def bind_denied_srem(cache: Cache, call: Callable[[Command], tuple[str, Sequence[Any]]]) -> Command:
+    """Node n1, pod q1 queued; then ``call(bind)`` (a function's name and its arguments) sent as
+    a user denied SREM, which fails. Returns the bind command."""
     cache.add_node(make_node("n1", "8000m", "8Gi"))
     cache.run(commands.sync_pod_pending(pend(1), "ref", "100"))
     client = acl_user(cache, "srem")
+    bind = commands.sync_pod(pend(1).with_node("n1"), "200", True)
+    name, args = call(bind)
     try:
-        bind = commands.sync_pod(pend(1).with_node("n1"), "200", True)
         with pytest.raises(redis.ResponseError):
-            client.fcall(function_name("sync_pod"), 1, cache.keys.prefix, "test", "", *bind.args)
-        assert entries(cache)[-1][1][b"type"] == b"PodAdded"
-        assert_last_kept(cache)
+            client.fcall(function_name(name), 1, cache.keys.prefix, "test", "", *args)
     finally:
         cache.client.acl_deluser(client.connection_pool.connection_kwargs["username"])
         client.close()
+    return bind
 
 
 # Found in review (mended): end_call's deferred SREM of queuedpods runs before the nodegen ZADD:
@@ -463,16 +471,7 @@ def test_a_batch_whose_end_call_srem_fails_still_records_node_generations(
     inside the command, the batch raised, and end_call recorded n1's generation (gen == n1's
     nodegen score). The SREM is end_call's own now: written after the ZADD, nodegen is kept."""
     cache = redis_cache
-    cache.add_node(make_node("n1", "8000m", "8Gi"))
-    cache.run(commands.sync_pod_pending(pend(1), "ref", "100"))
-    client = acl_user(cache, "srem")
-    try:
-        bind = commands.sync_pod(pend(1).with_node("n1"), "200", True)
-        with pytest.raises(redis.ResponseError):
-            client.fcall(function_name("batch"), 1, cache.keys.prefix, "test", "", *flat([bind]))
-    finally:
-        cache.client.acl_deluser(client.connection_pool.connection_kwargs["username"])
-        client.close()
+    bind_denied_srem(cache, lambda bind: ("batch", flat([bind])))
     assert_last_kept(cache)
     gen = int(client_of(cache).get(q(cache, "gen")))
     assert cache.client.zscore(q(cache, "nodegen"), "n1") == gen
