@@ -400,10 +400,21 @@ local function name_arg(value)
     and not string.find(value, '%s')
 end
 
+-- The server's time in ms, unless `arg` gives one. TIME is not frozen within a call (Redis 7.0
+-- and fakeredis both answer it afresh each time: tests/test_call_memos_time.py): an sc_batch
+-- keeps its first answer for the rest of the call in checked[' now'] (no key starts with a
+-- space; `checked` is emptied at every call's start), so that its commands share one time,
+-- as they share one call, and a batch of timed claims asks once. (A single command keeps
+-- nothing: another key in `checked` costs every call's begin_call.)
 local function now_ms(arg)
   if arg ~= nil and arg ~= '' then return int_arg(arg, 0, BOUNDS.MAX_NOW_MS) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = checked[' now']
+  if now == nil then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if batching then checked[' now'] = now end
+  end
+  return now
 end
 
 local function int_string(n)
