@@ -381,7 +381,16 @@ end
 -- counts them (kept with every placement, _helpers.lua); missing (a cache older than the
 -- count) reads as "some". When there are some, the claim is refused as `unchecked`, and the
 -- client judges existing pods' anti-affinity on a snapshot and claims again with its reads.
+-- In an sc_batch the count is read once and kept for the rest of the call in
+-- checked[' antipods'] (as NOM.any keeps its answer; a single command keeps nothing). Its two
+-- writers keep it right (_helpers.lua): apply_contribution's INCRBY stores the new count, and
+-- touch's SET to 0 (a new incarnation) stores 0; a memo of a missing count (1, "some") stays
+-- until that SET, as apply_contribution leaves a missing count missing.
 local function bare_claim_unchecked(p)
-  local count = get_string(p .. 'antipods')
-  return stored_int(p .. 'antipods', count, 1) ~= 0
+  local count = checked[' antipods']
+  if count == nil then
+    count = stored_int(p .. 'antipods', get_string(p .. 'antipods'), 1)
+    if batching then checked[' antipods'] = count end
+  end
+  return count ~= 0
 end

@@ -599,6 +599,7 @@ local function touch(p, node)
       local t = redis.call('TIME')
       redis.call('SET', p .. 'incarnation', t[1] .. '.' .. t[2])
       redis.call('SET', p .. 'antipods', '0')
+      if checked[' antipods'] ~= nil then checked[' antipods'] = 0 end  -- (_claims.lua)
       redis.call('ZADD', p .. 'nodegen', '-inf', NODEGEN_SKIPLIST)
     end
   else
@@ -777,7 +778,8 @@ local function apply_contribution(p, nk, parsed, negate)
     end
     if redis.call('HINCRBY', nk, field, amount) == 0 then redis.call('HDEL', nk, field) end
     if field == 'anti' and redis.call('EXISTS', p .. 'antipods') == 1 then
-      redis.call('INCRBY', p .. 'antipods', amount)
+      local count = redis.call('INCRBY', p .. 'antipods', amount)
+      if checked[' antipods'] ~= nil then checked[' antipods'] = count end  -- (_claims.lua)
     end
   end
 end
