@@ -764,7 +764,8 @@ end
 -- that drops to 0 is deleted. The `anti` field (pods with required anti-affinity) also moves
 -- the cache-wide count `antipods`, which a bare fit-checked claim reads (_claims.lua): only
 -- where the count exists (it is created with `gen`; a cache older than it has none, which
--- claims read as "unknown", and `schedcache migrate` counts it).
+-- claims read as "unknown": they are always judged; `schedcache migrate` does not count it,
+-- docs/constraints.md).
 local function apply_contribution(p, nk, parsed, negate)
   local fields, amounts = parsed.fields, parsed.amounts
   for j = 1, #fields do
