@@ -474,10 +474,11 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         # A row placed whole before its first poll (a few pods, batched pops) has no steady
         # window: its Redis figures then count from the go.
         usec_go = (0, redis_usec(args.url), before[-1])
+        # Past --timeout the row keeps the rate of what was bound (a budgeted run's last row).
+        # (Read before the go: a Binding can come within milliseconds of it on a fast machine.)
+        start, clock = time.perf_counter(), time.monotonic()
         ours.send("go")
         go.set()
-        # Past --timeout the row keeps the rate of what was bound (a budgeted run's last row).
-        start, clock = time.perf_counter(), time.monotonic()
         # Redis's time in the steady window: read once the first 5 % are bound, then at the end.
         warm = math.ceil(0.05 * args.measured)
         usec_warm: tuple[int, dict[str, int], float] | None = None
@@ -520,7 +521,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "bound": done,  # = measured unless --timeout cut the row
         "seconds": round(seconds, 2),
         "pods/s": round(done / seconds, 1),
-        "start s": round(start_s, 2),
+        "start s": round(start_s, 3),
         "steady pods/s": round(steady_rate, 1),
         "redis µs/pod": round(sum(by_command.values())),
         # Redis's CPU (its main thread's sockets too) in the same window: the figure that a
