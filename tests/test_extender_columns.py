@@ -205,7 +205,7 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
     """Names sent again (prioritize after its filter, a sample that recurs) answer as the
     per-node code: with a caller's list changed in place after a call, after the node list
     changed, with lists that join alike when a name holds a NUL; at most KEPT_LISTS lists of
-    at most NAMES_AT_ONCE ASCII names are kept."""
+    at most KEPT_NAMES ASCII names are kept."""
     monkeypatch.setattr(columns_module, "KEPT_LISTS", 3)
     for i in range(4):
         cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
@@ -238,10 +238,32 @@ def test_names_sent_again_answer_as_the_per_node_code_and_what_is_kept_is_bounde
     for i in range(5):
         judged([f"n{i % 4}", "n5", f"x{i}"])
     assert len(ext.columns._named) == 3
-    many = [f"x{i}" for i in range(columns_module.NAMES_AT_ONCE + 1)]
+    many = [f"x{i}" for i in range(columns_module.KEPT_NAMES + 1)]
     kept = dict(ext.columns._named)
     judged([*many, "n5"])
     assert list(ext.columns._named) == list(kept)
+
+
+def test_lists_longer_than_one_lookup_pass_are_kept_and_scored_on_the_arrays(
+    cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-scheduler naming every node of a 5,000-node cluster (percentageOfNodesToScore 100)
+    sends more names than one lookup pass takes: their rows are looked up in passes, kept, and
+    prioritize writes their scores on the arrays, answering as the per-node code; a list past
+    KEPT_NAMES is neither kept nor scored on the arrays, and answers alike."""
+    monkeypatch.setattr(columns_module, "NAMES_AT_ONCE", 2)
+    monkeypatch.setattr(columns_module, "KEPT_NAMES", 5)
+    for i in range(7):
+        cache.add_node(Node.from_k8s(node_manifest(f"n{i}", f"{i + 1}", "8Gi")))
+    ext = Extender(cache)
+    manifest = pod_manifest("p", "", "1500m", "1Gi", uid="uid-p")
+    for count, on_arrays in ((5, True), (6, False)):
+        names = [f"n{i}" for i in reversed(range(count))]
+        args = protocol.filter_args({"Pod": manifest, "NodeNames": names})
+        answers = (wired(ext.filter_answer(args)), ext.prioritize_answer(args))
+        assert answers == tuple(map(protocol.encode, per_node(ext, args)))
+        assert (ext.columns.score_rows(args.pod, ext.snapshot, names) is not None) is on_arrays
+        assert ("\0".join(names) in ext.columns._named) is on_arrays
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the columns' int64 sums wrap: below)

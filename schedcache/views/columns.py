@@ -105,9 +105,13 @@ RANKED = 8
 NAMES_AT_ONCE = 4096
 # The most a room left can be for its hundredfold to fit int64 (Columns._hundredths).
 MAX_HUNDREDFOLD = (2**63 - 1) // 100
-# Lists of names whose rows are kept (``Columns._rows_named``), and their joined length at most:
-# ~32 x (64 Ki characters + 32 KiB of rows) = ~3 MiB at most, a few hundred KiB for 500 names.
+# Lists of names whose rows are kept (``Columns._rows_named``), their names and joined length at
+# most: ~32 x (64 Ki characters + 64 KiB of rows) = ~4 MiB at most, a few hundred KiB for 500
+# names. KEPT_NAMES also bounds the lists whose scores the extender writes on the arrays
+# (``Columns.score_rows``: one join of 2 x 8,192 pieces holds the interpreter lock ~1 ms), so
+# kube-scheduler's every name of a 5,000-node cluster (percentageOfNodesToScore 100) is kept.
 KEPT_LISTS = 32
+KEPT_NAMES = 8192
 KEPT_LIST_CHARS = 64 * 1024
 
 
@@ -166,7 +170,7 @@ class Columns:
         # Per source of the pod index: the rows its pairs block, and how far its log was read.
         self._masks: dict[int, tuple[Source, list[Pair], int, Bools]] = {}
         # Rows of names looked up lately, by the names joined (_rows_named), for the row map
-        # they were looked up in: the newest KEPT_LISTS lists of at most NAMES_AT_ONCE names.
+        # they were looked up in: the newest KEPT_LISTS lists of at most KEPT_NAMES names.
         self._named: OrderedDict[str, Ints] = OrderedDict()
         self._named_for: dict[str, int] = self._row
         # Nodes holding reservations (:meth:`reserve`), refilled from the snapshot once released.
@@ -563,11 +567,11 @@ class Columns:
         columns judge the pod alone with no pod with affinity in the cluster: the extender then
         scales and writes its answer without a Python step per name. None otherwise
         (:meth:`score_names` answers then: its dict keeps a repeated name once and leaves an
-        unknown one out), and for more than ``NAMES_AT_ONCE`` names, whose rows are not kept:
-        looked up here, they would be looked up again there."""
+        unknown one out), and for more than ``KEPT_NAMES`` names: their answer, written in
+        one join, would hold the interpreter lock too long (the per-name path lets it go)."""
         self.refresh(snap)
         if (
-            len(names) > NAMES_AT_ONCE
+            len(names) > KEPT_NAMES
             or not self._whole(snap)
             or not (
                 columnar(pod)
@@ -599,19 +603,14 @@ class Columns:
         hold (the key is then the list's alone): one C pass and one hash of the joined string,
         ~10 us at 500 names, against hashing each name (each request's strings are new
         objects: ~60 us, and ~4x that measured in the extender under load). At most
-        ``KEPT_LISTS`` lists of at most NAMES_AT_ONCE ASCII names and ``KEPT_LIST_CHARS``
+        ``KEPT_LISTS`` lists of at most ``KEPT_NAMES`` ASCII names and ``KEPT_LIST_CHARS``
         joined."""
         named = self._named
         if self._named_for is not self._row:  # the rows were rebuilt: other rows
             named.clear()
             self._named_for = self._row
-        if len(names) > NAMES_AT_ONCE:
-            return np.concatenate(
-                [
-                    self._lookup_rows(names[start : start + NAMES_AT_ONCE])
-                    for start in range(0, len(names), NAMES_AT_ONCE)
-                ]
-            )
+        if len(names) > KEPT_NAMES:
+            return self._lookup_rows(names)  # not kept (nor joined)
         key = "\0".join(names)
         if (
             len(key) > KEPT_LIST_CHARS
@@ -631,6 +630,14 @@ class Columns:
         return rows
 
     def _lookup_rows(self, names: Sequence[str]) -> Ints:
+        """Each name's row (-1 for none), in passes of at most ``NAMES_AT_ONCE`` names."""
+        if len(names) > NAMES_AT_ONCE:
+            return np.concatenate(
+                [
+                    self._lookup_rows(names[start : start + NAMES_AT_ONCE])
+                    for start in range(0, len(names), NAMES_AT_ONCE)
+                ]
+            )
         lookups = map(self._row.get, names, repeat(-1, len(names)))
         return np.fromiter(lookups, dtype=np.int64, count=len(names))
 
