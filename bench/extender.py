@@ -411,6 +411,7 @@ def main() -> None:
         action="store_true",
         help="add rows of this tree's extenders with --bind-pod-from-filter (full profile)",
     )
+    parser.add_argument("--json", default="", help="results file (instead of the default)")
     args = parser.parse_args()
     if args.sample > args.nodes:
         parser.error("--sample is more than --nodes")
@@ -451,7 +452,12 @@ def main() -> None:
         columns,
         [[r.get(c, "") for c in columns] for r in rows],
     )
-    path = write_results("extender", {"args": vars(args), "rows": rows})
+    payload = {"args": vars(args), "rows": rows}
+    if args.json:
+        path = Path(args.json)
+        path.write_text(json.dumps(payload, indent=2))
+    else:
+        path = write_results("extender", payload)
     print(f"\nwritten to {path}")
 
 
