@@ -19,7 +19,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Self
 
-from schedcache.errors import FitConflict, PodAlreadyExists, RetriesExhausted, ValidationError
+from schedcache.errors import RetriesExhausted, ValidationError
 from schedcache.store.batch import (
     WINDOW,
     BatchBuilder,
@@ -27,18 +27,19 @@ from schedcache.store.batch import (
     Claimant,
     SentGroup,
     check_chunk_size,
+    claims_judged_again,
     derive_group_id,
     first_sent,
     first_unapplied,
     group_args,
     judge,
+    judging_again,
     library_missing,
     refuse_stale,
     split_groups,
     too_old_to_resend,
-    unchecked_claims,
 )
-from schedcache.store.commands import Command
+from schedcache.store.commands import Command, claim_reply
 from schedcache.store.retry import RETRYABLE
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class AsyncCommandBatch(BatchBuilder):
         self.cache = cache
         self.claimant = cache if isinstance(cache, Claimant) else None
         self.bare_claims = {}
+        self.judged_unanswered = {}
         self.chunk_size = chunk_size
         self.commands: list[Command] = []
         self.sent: list[SentGroup] = []  # the groups of the last execute(), for settle()
@@ -143,16 +145,22 @@ class AsyncCommandBatch(BatchBuilder):
             else:
                 await self._back_off(delays, reason)
         results = judge(self.store, answered)
-        bare, self.bare_claims = self.bare_claims, {}
-        judged_claim = getattr(self.cache, "judged_claim", None)
-        for index, claim in unchecked_claims(results, bare):
-            if judged_claim is not None:
-                try:
-                    reply = await judged_claim(claim.pod, claim.candidates, claim.deadline)
-                    results[index] = BatchResult(results[index].command, reply)
-                except (FitConflict, PodAlreadyExists) as refused:
-                    results[index] = BatchResult(results[index].command, error=refused)
+        await self._judge_unchecked(results)
         return results
+
+    async def _judge_unchecked(self, results: list[BatchResult]) -> None:
+        """The sync batch's ``_judge_unchecked``: bare claims refused ``unchecked`` claimed
+        again, judged; one whose judged claim went unanswered keeps its bare claim and that
+        judged claim, which :meth:`settle` sends again as it was (the sync batch's review)."""
+        with claims_judged_again(self, results) as (to_judge, judged_claim):
+            for index, claim in to_judge:
+                with judging_again(results, index, self.judged_unanswered) as sent:
+                    if sent is not None:
+                        reply = claim_reply(await self.store.run(sent), sent)
+                    else:
+                        assert claim is not None
+                        reply = await judged_claim(claim.pod, claim.candidates, claim.deadline)
+                    results[index] = BatchResult(results[index].command, reply)
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:
         """One round trip: each group's ``FCALL sc_batch`` (and ``WAIT``), replies in place."""

@@ -15,6 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
@@ -155,6 +156,10 @@ class BatchBuilder:
     # Bare fit-checked claims (no rules) by command id: Redis refuses one as `unchecked` while
     # pods with required anti-affinity are placed, and execute() claims it again judged.
     bare_claims: dict[str, BareClaim]
+    # Judged claims Redis did not answer, by their bare claim's id: a settle sends them again
+    # as they were (judged anew, one that landed would be refused as already there).
+    judged_unanswered: dict[str, Command]
+    cache: Any  # a cache (with judged_claim) or a bare store
 
     def add(self, command: Command) -> Self:
         raise NotImplementedError
@@ -254,9 +259,7 @@ class CommandBatch(BatchBuilder):
         self.store = store_of(cache)
         self.claimant = cache if isinstance(cache, Claimant) else None
         self.bare_claims = {}
-        # Judged claims Redis did not answer, by their bare claim's id: a settle sends them
-        # again as they were (judged anew, one that landed would be refused as already there).
-        self.judged_unanswered: dict[str, Command] = {}
+        self.judged_unanswered = {}
         self.chunk_size = chunk_size
         self.group: list[Command] = []
         self.group_bytes = 0  # command_bytes of self.group
@@ -351,39 +354,18 @@ class CommandBatch(BatchBuilder):
         """Bare claims Redis refused as ``unchecked`` claimed again, judged (in ``results``).
         One whose judged claim went unanswered keeps its bare claim and that judged claim, so
         that :meth:`settle` sends the very same judged claim again (found in review)."""
-        bare, self.bare_claims = self.bare_claims, {}
-        judged_claim = getattr(self.cache, "judged_claim", None)
-        if judged_claim is None:
-            return
-        unchecked = dict(unchecked_claims(results, bare))
-        try:
-            for index, result in enumerate(results):
-                command = result.command
+        with claims_judged_again(self, results) as (to_judge, judged_claim):
+            for index, claim in to_judge:
                 # A judged claim sent before: its bare claim, sent again, is refused as the pod
                 # is there (the judged one landed) or unchecked (it may have): its own answer
                 # tells. (Applied now: the judged one never landed.)
-                sent = self.judged_unanswered.pop(command.id, None)
-                claim = unchecked.get(index)
-                if result.ok:
-                    continue
-                try:
+                with judging_again(results, index, self.judged_unanswered) as sent:
                     if sent is not None:
                         reply = claim_reply(self.store.run(sent), sent)
-                    elif claim is not None:
-                        reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
                     else:
-                        continue
-                    results[index] = BatchResult(command, reply)
-                except (FitConflict, PodAlreadyExists) as refused:
-                    results[index] = BatchResult(command, error=refused)
-                except RetriesExhausted as unanswered:
-                    judged: Command | None = unanswered.command or sent
-                    if judged is not None:
-                        self.judged_unanswered[command.id] = judged
-                    raise
-        except BaseException:
-            self.bare_claims = bare  # settled again, they are judged again
-            raise
+                        assert claim is not None
+                        reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
+                    results[index] = BatchResult(results[index].command, reply)
 
     def close(self) -> None:
         """Give the connection back; unsent commands are dropped."""
@@ -531,6 +513,54 @@ def unchecked_claims(
         and isinstance(result.error, FitConflict)
         and result.error.reasons == (UNCHECKED,)
     ]
+
+
+@contextmanager
+def claims_judged_again(
+    batch: BatchBuilder, results: list[BatchResult]
+) -> Iterator[tuple[list[tuple[int, BareClaim | None]], Any]]:
+    """The refused ``results`` to claim again, judged, by the sync and the asyncio batch: a bare
+    claim refused ``unchecked``, or one whose judged claim went unanswered before
+    (``batch.judged_unanswered``: sent again as it was); their index and bare claim (None for
+    the latter), and the cache's ``judged_claim`` (None for a bare store's batch). The batch's
+    bare claims are taken, and given back when claiming them again fails (settled again, they
+    are judged again); ``judged_unanswered``'s entries of commands applied now are dropped."""
+    bare, batch.bare_claims = batch.bare_claims, {}
+    judged_claim = getattr(batch.cache, "judged_claim", None)
+    unanswered = batch.judged_unanswered
+    unchecked = dict(unchecked_claims(results, bare)) if judged_claim is not None else {}
+    to_judge: list[tuple[int, BareClaim | None]] = []
+    for index, result in enumerate(results):
+        if result.ok:
+            unanswered.pop(result.command.id, None)
+        elif result.command.id in unanswered or index in unchecked:
+            to_judge.append((index, unchecked.get(index)))
+    try:
+        yield to_judge, judged_claim
+    except BaseException:
+        batch.bare_claims = bare
+        raise
+
+
+@contextmanager
+def judging_again(
+    results: list[BatchResult], index: int, judged_unanswered: dict[str, Command]
+) -> Iterator[Command | None]:
+    """Around claiming ``results[index]`` (a bare claim) again, judged, by the sync and the
+    asyncio batch: yields the judged claim sent before whose reply was lost (sent again as it
+    was: judged anew, one that landed would be refused as there), or None (judge the bare claim
+    now). A refusal becomes the result; a judged claim unanswered is kept for the next settle."""
+    command = results[index].command
+    sent = judged_unanswered.pop(command.id, None)
+    try:
+        yield sent
+    except (FitConflict, PodAlreadyExists) as refused:
+        results[index] = BatchResult(command, error=refused)
+    except RetriesExhausted as unanswered:
+        judged = unanswered.command or sent
+        if judged is not None:
+            judged_unanswered[command.id] = judged
+        raise
 
 
 def judge(store: StoreCore, answered: list[tuple[str, SentGroup, Any, Any]]) -> list[BatchResult]:
