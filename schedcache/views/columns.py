@@ -109,7 +109,9 @@ MAX_HUNDREDFOLD = (2**63 - 1) // 100
 # most: ~32 x (64 Ki characters + 64 KiB of rows) = ~4 MiB at most, a few hundred KiB for 500
 # names. KEPT_NAMES also bounds the lists whose scores the extender writes on the arrays
 # (``Columns.score_rows``: one join of 2 x 8,192 pieces holds the interpreter lock ~1 ms), so
-# kube-scheduler's every name of a 5,000-node cluster (percentageOfNodesToScore 100) is kept.
+# kube-scheduler's every name of a 5,000-node cluster (percentageOfNodesToScore 100) is scored
+# on the arrays, and kept while the names average ~12 characters or fewer (KEPT_LIST_CHARS;
+# longer ones, as clouds name nodes, are looked up again each call).
 KEPT_LISTS = 32
 KEPT_NAMES = 8192
 KEPT_LIST_CHARS = 64 * 1024
