@@ -237,10 +237,19 @@ class Cache(StreamAudit):
         ``candidates`` were given, the judged claim's node: it may be a candidate's with none
         left to send). What a batch sends again for a bare claim Redis refused as ``unchecked``
         (pods with required anti-affinity are placed)."""
+        command = self.judged_claim_command(pod, candidates, deadline)
+        reply = self.run(command)
+        return moved_reply(reply, pod.with_node(commands.claim_node(command)), candidates)
+
+    def judged_claim_command(
+        self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None
+    ) -> Command:
+        """The claim :meth:`judged_claim` sends, made but not sent: a batch keeps it before
+        sending it, to send that very claim again when its reply is lost (its reply is then
+        ``commands.claim_reply``'s ``[generation, node]``)."""
         pod, rules, extra = self._own_claim_context(pod, candidates)
         claim = commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
-        reply = self.run(commands.timed_claim(claim, deadline))
-        return moved_reply(reply, pod, candidates)
+        return commands.timed_claim(claim, deadline)
 
     def _own_claim_context(
         self, pod: Pod, candidates: Sequence[str] = ()

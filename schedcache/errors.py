@@ -117,7 +117,9 @@ class RetriesExhausted(CacheError, RedisConnectionError):
     The command may or may not have been applied. Running the same :class:`Command` again
     (same id) once Redis is back settles it exactly once: it is applied if it was not, and
     answered with its first outcome if it was. From a batch, ``unsettled`` holds its groups of
-    commands, to pass to ``cache.batch().settle()`` for the same effect; from one command,
+    commands, to pass to the same batch's ``settle()`` for the same effect (a new batch settles
+    the groups too, but not the judged claims the batch made for bare claims Redis refused as
+    ``unchecked``: the batch keeps those, and its settle sends them again); from one command,
     ``command`` is that command, to pass to ``cache.run()`` (the scheduler settles its claims
     so: the answer says whether its claim landed, where a record cannot tell whose it is).
     """

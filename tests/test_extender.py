@@ -458,6 +458,13 @@ def test_scores_are_written_as_the_host_priority_list_json_dumps_writes(
         # From each host's start (the columns' rows: Extender.prioritize_answer)
         starts = list(map(protocol.host_start, scores))
         assert protocol.encode_started(starts, list(scores.values())) == expected
+        # From the hosts' pieces kept (Extender._host_items): the same bytes, twice, the
+        # pieces as they were (a kept template is not written into).
+        items = protocol.host_items(starts)
+        kept = list(items)
+        for _ in range(2):
+            assert protocol.encode_items(items, list(scores.values())) == expected
+        assert items == kept
 
 
 @pytest.mark.parametrize(

@@ -1448,6 +1448,30 @@ def _judged_claim(ctx: Ctx) -> None:
     assert ctx.cache.verify() == []
 
 
+@case("Cache.judged_claim_command", "AsyncCache.judged_claim_command")
+def _judged_claim_command(ctx: Ctx) -> None:
+    """The judged claim made but not sent (a batch keeps it before sending it): sync and async
+    make the same command, judged on their own snapshots, and nothing is written until it is
+    run; run, it claims as judged_claim does."""
+    cache = ctx.cache
+    cache.add_node(make_node("n1", "4", "8Gi", labels={ZONE: "a"}))
+    cache.add_node(make_node("n2", "4", "8Gi", labels={ZONE: "b"}))
+    cache.add_pod(make_pod("guard", "n1", "1", "1Gi", namespace=NS, affinity=_REPELLING))
+    made = cache.judged_claim_command(web(0).with_node("n2"), (), 30.0)
+    assert made.name == "timed_claim" and cache.pod_state("web-0") is None
+    seen: list[Any] = []
+
+    async def body(aio: AsyncCache) -> None:
+        seen.append(await aio.judged_claim_command(web(0).with_node("n2"), (), 30.0))
+
+    on_async(ctx, body)
+    (async_made,) = seen
+    assert (async_made.name, async_made.args) == (made.name, made.args)
+    assert cache.pod_state("web-0") is None  # made, not sent
+    cache.run(made)
+    assert cache.pod_state("web-0") == "assumed" and cache.verify() == []
+
+
 @case(
     "AsyncCache.run",
     "AsyncCache.finish_binding",

@@ -27,15 +27,18 @@ from schedcache.store.batch import (
     Claimant,
     SentGroup,
     check_chunk_size,
+    claim_args,
     claims_judged_again,
     derive_group_id,
     first_sent,
     first_unapplied,
     group_args,
+    groups_unsettled,
     judge,
-    judging_again,
+    kept_judged,
     library_missing,
     refuse_stale,
+    refused_as_result,
     split_groups,
     too_old_to_resend,
 )
@@ -145,21 +148,22 @@ class AsyncCommandBatch(BatchBuilder):
             else:
                 await self._back_off(delays, reason)
         results = judge(self.store, answered)
-        await self._judge_unchecked(results)
+        with groups_unsettled(self.sent):
+            await self._judge_unchecked(results)
         return results
 
     async def _judge_unchecked(self, results: list[BatchResult]) -> None:
         """The sync batch's ``_judge_unchecked``: bare claims refused ``unchecked`` claimed
-        again, judged; one whose judged claim went unanswered keeps its bare claim and that
-        judged claim, which :meth:`settle` sends again as it was (the sync batch's review)."""
-        with claims_judged_again(self, results) as (to_judge, judged_claim):
+        again, judged, each judged claim kept before it is sent until every one is answered
+        (a cancellation included: :meth:`settle` sends them again as they were)."""
+        with claims_judged_again(self, results) as (to_judge, make):
             for index, claim in to_judge:
-                with judging_again(results, index, self.judged_unanswered) as sent:
-                    if sent is not None:
-                        reply = claim_reply(await self.store.run(sent), sent)
-                    else:
-                        assert claim is not None
-                        reply = await judged_claim(claim.pod, claim.candidates, claim.deadline)
+                with refused_as_result(results, index):
+                    command = self.judged_unanswered.get(results[index].command.id)
+                    if command is None:
+                        made = await make(*claim_args(claim))
+                        command = kept_judged(self, results, index, made)
+                    reply = claim_reply(await self.cache.run(command), command)
                     results[index] = BatchResult(results[index].command, reply)
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:
@@ -182,8 +186,8 @@ class AsyncCommandBatch(BatchBuilder):
         if delay is None:
             raise RetriesExhausted(
                 f"sc_batch: Redis kept refusing or dropping groups of commands ({reason}); "
-                "some may have been applied: settle them with "
-                "cache.batch().settle(error.unsettled)",
+                "some may have been applied: settle them with batch.settle(error.unsettled) "
+                "(the same batch: it keeps the judged claims of bare claims refused unchecked)",
                 unsettled=self.sent,
             ) from (reason if isinstance(reason, BaseException) else None)
         error = reason if isinstance(reason, Exception) else RuntimeError(str(reason))

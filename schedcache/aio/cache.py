@@ -253,10 +253,17 @@ class AsyncCache:
         ``candidates`` were given, the judged claim's node: it may be a candidate's with none
         left to send). What a batch sends again for a bare claim Redis refused as ``unchecked``
         (pods with required anti-affinity are placed)."""
+        command = await self.judged_claim_command(pod, candidates, deadline)
+        reply = await self.run(command)
+        return moved_reply(reply, pod.with_node(commands.claim_node(command)), candidates)
+
+    async def judged_claim_command(
+        self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None
+    ) -> Command:
+        """The claim :meth:`judged_claim` sends, made but not sent (``Cache``'s)."""
         pod, rules, extra = await self._own_claim_context(pod, candidates)
         claim = commands.assume_pod(pod, True, None, self.lease_to_take, *rules, extra)
-        reply = await self.run(commands.timed_claim(claim, deadline))
-        return moved_reply(reply, pod, candidates)
+        return commands.timed_claim(claim, deadline)
 
     async def assume_gang(
         self, pods: Sequence[Pod], group: str, snapshot: Snapshot | None = None

@@ -309,12 +309,24 @@ def encode_started(starts: Sequence[str], scores: Sequence[int]) -> bytes:
     """The HostPriorityList of the hosts whose items start ``starts`` (:func:`host_start`)
     with ``scores``, each an int of 0 to ``MAX_SCORE``: the bytes :func:`encode_scores` writes
     for the same pairs, in two passes in C and one join (no Python step per host)."""
-    if not starts:
-        return b"[]"
+    return encode_items(host_items(starts), scores)
+
+
+def host_items(starts: Sequence[str]) -> list[str]:
+    """The pieces of a HostPriorityList of the hosts whose items start ``starts``, their scores
+    left out (:func:`encode_items` fills them): kept by a caller whose hosts recur."""
     items: list[str] = [""] * (2 * len(starts))
     items[::2] = starts
-    items[1::2] = map(_ITEMS_ENDED.__getitem__, scores)
-    return f"[{''.join(items)[:-1]}]".encode()
+    return items
+
+
+def encode_items(items: list[str], scores: Sequence[int]) -> bytes:
+    """:func:`encode_started` from the hosts' pieces (:func:`host_items`, not changed)."""
+    if not items:
+        return b"[]"
+    written = items.copy()
+    written[1::2] = map(_ITEMS_ENDED.__getitem__, scores)
+    return f"[{''.join(written)[:-1]}]".encode()
 
 
 def _encode_pairs(pairs: Iterable[tuple[str, Any]]) -> bytes:
@@ -371,11 +383,13 @@ __all__ = [
     "bind_result",
     "decode_json",
     "encode",
+    "encode_items",
     "encode_scores",
     "encode_started",
     "field",
     "filter_args",
     "filter_result",
+    "host_items",
     "host_priorities",
     "host_start",
 ]

@@ -66,7 +66,7 @@ from schedcache.model.plugins.registry import score_nodes
 from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
 from schedcache.store.commands import DEFAULT_SCHEDULER
-from schedcache.views.columns import Columns
+from schedcache.views.columns import KEPT_LISTS, Columns, Ints
 from schedcache.views.snapshot import Snapshot
 
 #: The largest total prioritize scales on int64 arrays (MAX_SCORE times it fits int64).
@@ -141,6 +141,11 @@ class Extender:
         # Each column row's HostPriorityList item start, for the columns' node list it was
         # written for (_host_starts).
         self._starts: tuple[list[str], list[str | None]] = ([], [])
+        # The HostPriorityList pieces (protocol.host_items) of the kept rows of names sent again
+        # (Columns._rows_named: the same read-only array for the same names), by the array's
+        # id: the newest KEPT_LISTS, each holding its array (so no id is reused meanwhile) and
+        # the columns' node list it was written for (_host_items).
+        self._items: OrderedDict[int, tuple[Ints, list[str], list[str]]] = OrderedDict()
         # The JSON of the filter answers that passed every name, by the names (recurring).
         self.passed = protocol.AllPassed()
         # bind_pod_from_filter: uid -> the pod filter or prioritize decoded, and its
@@ -227,9 +232,25 @@ class Extender:
                 best = int(totals.max())
                 # scaled()'s integers, 0 to MAX_SCORE (all 0 when the best is)
                 points = MAX_SCORE * totals // best if best else totals * 0
-                return protocol.encode_started(self._host_starts(rows.tolist()), points.tolist())
+                return protocol.encode_items(self._host_items(rows), points.tolist())
             totaled = self.columns.score_names(args.pod, self.snapshot, names)
             return protocol.encode_scores(scaled(totaled, names))
+
+    def _host_items(self, rows: Ints) -> list[str]:
+        """The HostPriorityList pieces of the columns' ``rows`` (:func:`protocol.host_items`),
+        kept for rows that recur (a read-only array: the columns' kept rows of names sent
+        again, ``Columns._rows_named``): ~0.3 ms at 5,000 names. Under the snapshot lock."""
+        names = self.columns.names
+        kept = self._items.get(id(rows))
+        if kept is not None and kept[0] is rows and kept[1] is names:
+            self._items.move_to_end(id(rows))
+            return kept[2]
+        items = protocol.host_items(self._host_starts(rows.tolist()))
+        if not rows.flags.writeable:
+            self._items[id(rows)] = (rows, names, items)
+            if len(self._items) > KEPT_LISTS:
+                self._items.popitem(last=False)
+        return items
 
     def _host_starts(self, rows: list[int]) -> list[str]:
         """The HostPriorityList item start (``protocol.host_start``) of each of the columns'

@@ -347,24 +347,22 @@ class CommandBatch(BatchBuilder):
             self.close()
         self.count = 0
         results = judge(self.store, answered)
-        self._judge_unchecked(results)
+        with groups_unsettled([group for _, group, _, _ in answered]):
+            self._judge_unchecked(results)
         return results
 
     def _judge_unchecked(self, results: list[BatchResult]) -> None:
         """Bare claims Redis refused as ``unchecked`` claimed again, judged (in ``results``).
-        One whose judged claim went unanswered keeps its bare claim and that judged claim, so
-        that :meth:`settle` sends the very same judged claim again (found in review)."""
-        with claims_judged_again(self, results) as (to_judge, judged_claim):
+        Each judged claim is kept before it is sent, until every one is answered: a settle
+        after any failure (its reply or a later one's lost, an interrupt) sends the very same
+        judged claims again, answered from their ids where they landed (found in review)."""
+        with claims_judged_again(self, results) as (to_judge, make):
             for index, claim in to_judge:
-                # A judged claim sent before: its bare claim, sent again, is refused as the pod
-                # is there (the judged one landed) or unchecked (it may have): its own answer
-                # tells. (Applied now: the judged one never landed.)
-                with judging_again(results, index, self.judged_unanswered) as sent:
-                    if sent is not None:
-                        reply = claim_reply(self.store.run(sent), sent)
-                    else:
-                        assert claim is not None
-                        reply = judged_claim(claim.pod, claim.candidates, claim.deadline)
+                with refused_as_result(results, index):
+                    command = self.judged_unanswered.get(results[index].command.id)
+                    if command is None:  # (not kept: a bare claim refused unchecked)
+                        command = kept_judged(self, results, index, make(*claim_args(claim)))
+                    reply = claim_reply(self.cache.run(command), command)
                     results[index] = BatchResult(results[index].command, reply)
 
     def close(self) -> None:
@@ -471,7 +469,8 @@ class CommandBatch(BatchBuilder):
         delay = next(delays, None)
         if delay is None:
             raise RetriesExhausted(
-                f"sc_batch: {exhausted}: settle them with cache.batch().settle(error.unsettled)",
+                f"sc_batch: {exhausted}: settle them with batch.settle(error.unsettled) (the "
+                "same batch: it keeps the judged claims of bare claims refused unchecked)",
                 unsettled=self.sent,
             ) from cause
         log.warning("%s", warning)
@@ -520,47 +519,70 @@ def claims_judged_again(
     batch: BatchBuilder, results: list[BatchResult]
 ) -> Iterator[tuple[list[tuple[int, BareClaim | None]], Any]]:
     """The refused ``results`` to claim again, judged, by the sync and the asyncio batch: a bare
-    claim refused ``unchecked``, or one whose judged claim went unanswered before
-    (``batch.judged_unanswered``: sent again as it was); their index and bare claim (None for
-    the latter), and the cache's ``judged_claim`` (None for a bare store's batch). The batch's
-    bare claims are taken, and given back when claiming them again fails (settled again, they
-    are judged again); ``judged_unanswered``'s entries of commands applied now are dropped."""
+    claim refused ``unchecked``, or one whose judged claim was sent before without every judged
+    claim of its pass answered (``batch.judged_unanswered``: sent again as it was, with its id);
+    their index and bare claim (None for the latter), and the cache's ``judged_claim_command``
+    (None for a bare store's batch). The batch's bare claims are taken, and given back when the
+    pass fails (settled again, they are judged again); the judged claims are dropped once every
+    one is answered."""
     bare, batch.bare_claims = batch.bare_claims, {}
-    judged_claim = getattr(batch.cache, "judged_claim", None)
-    unanswered = batch.judged_unanswered
-    unchecked = dict(unchecked_claims(results, bare)) if judged_claim is not None else {}
+    make = getattr(batch.cache, "judged_claim_command", None)
+    kept = batch.judged_unanswered
+    unchecked = dict(unchecked_claims(results, bare)) if make is not None else {}
     to_judge: list[tuple[int, BareClaim | None]] = []
     for index, result in enumerate(results):
         if result.ok:
-            unanswered.pop(result.command.id, None)
-        elif result.command.id in unanswered or index in unchecked:
+            kept.pop(result.command.id, None)
+        elif result.command.id in kept or index in unchecked:
             to_judge.append((index, unchecked.get(index)))
     try:
-        yield to_judge, judged_claim
+        yield to_judge, make
     except BaseException:
         batch.bare_claims = bare
         raise
+    for index, _ in to_judge:  # every one answered
+        kept.pop(results[index].command.id, None)
+
+
+def claim_args(claim: BareClaim | None) -> tuple[Pod, tuple[str, ...], float | None]:
+    """A bare claim's arguments to ``judged_claim_command``."""
+    assert claim is not None  # (only a kept judged claim has none)
+    return claim.pod, claim.candidates, claim.deadline
+
+
+def kept_judged(
+    batch: BatchBuilder, results: list[BatchResult], index: int, command: Command
+) -> Command:
+    """``command``, the judged claim made for ``results[index]``, kept before it is sent."""
+    batch.judged_unanswered[results[index].command.id] = command
+    return command
 
 
 @contextmanager
-def judging_again(
-    results: list[BatchResult], index: int, judged_unanswered: dict[str, Command]
-) -> Iterator[Command | None]:
-    """Around claiming ``results[index]`` (a bare claim) again, judged, by the sync and the
-    asyncio batch: yields the judged claim sent before whose reply was lost (sent again as it
-    was: judged anew, one that landed would be refused as there), or None (judge the bare claim
-    now). A refusal becomes the result; a judged claim unanswered is kept for the next settle."""
-    command = results[index].command
-    sent = judged_unanswered.pop(command.id, None)
+def refused_as_result(results: list[BatchResult], index: int) -> Iterator[None]:
+    """Around claiming ``results[index]`` again: a refusal is that command's result."""
     try:
-        yield sent
+        yield
     except (FitConflict, PodAlreadyExists) as refused:
-        results[index] = BatchResult(command, error=refused)
-    except RetriesExhausted as unanswered:
-        judged = unanswered.command or sent
-        if judged is not None:
-            judged_unanswered[command.id] = judged
-        raise
+        results[index] = BatchResult(results[index].command, error=refused)
+
+
+@contextmanager
+def groups_unsettled(groups: list[SentGroup]) -> Iterator[None]:
+    """Around judging a batch's bare claims again: a judged claim unanswered raises
+    :class:`RetriesExhausted` with the batch's ``groups`` to settle (with the same batch,
+    which keeps the judged claims), not the judged claim alone."""
+    try:
+        yield
+    except RetriesExhausted as error:
+        if error.unsettled:
+            raise
+        raise RetriesExhausted(
+            f"sc_batch: a judged claim of the batch was not answered ({error}); settle the "
+            "batch's groups with the same batch: batch.settle(error.unsettled)",
+            unsettled=groups,
+            command=error.command,
+        ) from error
 
 
 def judge(store: StoreCore, answered: list[tuple[str, SentGroup, Any, Any]]) -> list[BatchResult]:
