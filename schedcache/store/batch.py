@@ -299,21 +299,26 @@ class CommandBatch(BatchBuilder):
         """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
         gave up) and return the outcome of every command: a group Redis applied before is
         answered with its first outcome, the others are applied now — exactly once either way.
-        A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
+        Commands added since and not yet sent go after them (found in review: they were
+        dropped). A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
         (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids."""
         for index, group in enumerate(groups):
             reason = too_old_to_resend(group)
             if reason is not None:
                 raise ValidationError("batch settle", f"unsettled[{index}]", reason)
+        waiting, waiting_bytes = self.group, self.group_bytes
         try:
             for group in groups:
                 self.group = list(group)
                 self.count += len(group)
                 self._send_group(first_sent(group))
+            self.group, self.group_bytes = waiting, waiting_bytes
         except BaseException:
             # Nothing of this try kept: settled again, the groups are sent once (found in
-            # review: a settle retried after one that failed read every reply twice).
+            # review: a settle retried after one that failed read every reply twice). The
+            # commands waiting stay, for that settle.
             self.close()
+            self.group, self.group_bytes, self.count = waiting, waiting_bytes, len(waiting)
             raise
         return self.execute()
 
@@ -522,10 +527,13 @@ def claims_judged_again(
     claim refused ``unchecked``, or one whose judged claim was sent before without every judged
     claim of its pass answered (``batch.judged_unanswered``: sent again as it was, with its id);
     their index and bare claim (None for the latter), and the cache's ``judged_claim_command``
-    (None for a bare store's batch). The batch's bare claims are taken, and given back when the
-    pass fails (settled again, they are judged again); the judged claims are dropped once every
-    one is answered."""
-    bare, batch.bare_claims = batch.bare_claims, {}
+    (None for a bare store's batch). The bare claims of this pass's commands are taken, and
+    given back when the pass fails (settled again, they are judged again); those of another
+    pass not yet settled stay (found in review: an execute between a failure and its settle
+    dropped them); the judged claims are dropped once every one is answered."""
+    bare = batch.bare_claims
+    sent = {result.command.id for result in results}
+    batch.bare_claims = {key: claim for key, claim in bare.items() if key not in sent}
     make = getattr(batch.cache, "judged_claim_command", None)
     kept = batch.judged_unanswered
     unchecked = dict(unchecked_claims(results, bare)) if make is not None else {}
