@@ -35,6 +35,7 @@ from schedcache.store.batch import (
     group_args,
     groups_unsettled,
     judge,
+    judged_reply,
     kept_judged,
     library_missing,
     refuse_stale,
@@ -42,7 +43,7 @@ from schedcache.store.batch import (
     split_groups,
     too_old_to_resend,
 )
-from schedcache.store.commands import Command, claim_reply
+from schedcache.store.commands import Command
 from schedcache.store.retry import RETRYABLE
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class AsyncCommandBatch(BatchBuilder):
                     if command is None:
                         made = await make(*claim_args(claim))
                         command = kept_judged(self, results, index, made)
-                    reply = claim_reply(await self.cache.run(command), command)
+                    reply = judged_reply(await self.cache.run(command), command, claim)
                     results[index] = BatchResult(results[index].command, reply)
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:

@@ -367,7 +367,7 @@ class CommandBatch(BatchBuilder):
                     command = self.judged_unanswered.get(results[index].command.id)
                     if command is None:  # (not kept: a bare claim refused unchecked)
                         command = kept_judged(self, results, index, make(*claim_args(claim)))
-                    reply = claim_reply(self.cache.run(command), command)
+                    reply = judged_reply(self.cache.run(command), command, claim)
                     results[index] = BatchResult(results[index].command, reply)
 
     def close(self) -> None:
@@ -556,6 +556,15 @@ def claim_args(claim: BareClaim | None) -> tuple[Pod, tuple[str, ...], float | N
     """A bare claim's arguments to ``judged_claim_command``."""
     assert claim is not None  # (only a kept judged claim has none)
     return claim.pod, claim.candidates, claim.deadline
+
+
+def judged_reply(reply: Any, command: Command, claim: BareClaim | None) -> Any:
+    """A judged claim's reply as the batch answers it, first sent or sent again: a claim's own
+    (its generation), or ``[generation, node]`` when the bare claim carried candidates, the
+    node the claim took (``commands.claim_reply``: the judged pod may have moved to one)."""
+    if claim is not None and not claim.candidates:
+        return reply
+    return claim_reply(reply, command)
 
 
 def kept_judged(
