@@ -39,7 +39,7 @@ from schedcache.store.replies import UNCHECKED
 from schedcache.store.responses import as_bytes
 from schedcache.store.retry import DEFAULT_RETRY, RetryPolicy
 from schedcache.store.store import Client, Store, sweep_reply
-from schedcache.views.claims import ClaimRules, moved_reply, ranked_contexts, taken_node
+from schedcache.views.claims import ClaimRules, ranked_contexts, taken_node
 from schedcache.views.gang import gang_context
 from schedcache.views.nodetree import NodeTree
 from schedcache.views.snapshot import Snapshot, SnapshotUpdate, snapshot_of, update_snapshot
@@ -239,7 +239,7 @@ class Cache(StreamAudit):
         (pods with required anti-affinity are placed)."""
         command = self.judged_claim_command(pod, candidates, deadline)
         reply = self.run(command)
-        return moved_reply(reply, pod.with_node(commands.claim_node(command)), candidates)
+        return commands.judged_reply(reply, command, bool(candidates))
 
     def judged_claim_command(
         self, pod: Pod, candidates: Sequence[str] = (), deadline: float | None = None

@@ -35,15 +35,15 @@ from schedcache.store.batch import (
     group_args,
     groups_unsettled,
     judge,
-    judged_reply,
     kept_judged,
     library_missing,
     refuse_stale,
     refused_as_result,
     split_groups,
     too_old_to_resend,
+    with_candidates,
 )
-from schedcache.store.commands import Command
+from schedcache.store.commands import Command, judged_reply
 from schedcache.store.retry import RETRYABLE
 
 if TYPE_CHECKING:
@@ -164,7 +164,8 @@ class AsyncCommandBatch(BatchBuilder):
                     if command is None:
                         made = await make(*claim_args(claim))
                         command = kept_judged(self, results, index, made)
-                    reply = judged_reply(await self.cache.run(command), command, claim)
+                    reply = await self.cache.run(command)
+                    reply = judged_reply(reply, command, with_candidates(claim))
                     results[index] = BatchResult(results[index].command, reply)
 
     async def _send(self, window: list[tuple[str, SentGroup]]) -> list[Answer]:

@@ -33,7 +33,7 @@ from schedcache.errors import (
 )
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
-from schedcache.store.commands import Command, claim_reply, pod_subject
+from schedcache.store.commands import Command, judged_reply, pod_subject
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
@@ -367,7 +367,8 @@ class CommandBatch(BatchBuilder):
                     command = self.judged_unanswered.get(results[index].command.id)
                     if command is None:  # (not kept: a bare claim refused unchecked)
                         command = kept_judged(self, results, index, make(*claim_args(claim)))
-                    reply = judged_reply(self.cache.run(command), command, claim)
+                    reply = self.cache.run(command)
+                    reply = judged_reply(reply, command, with_candidates(claim))
                     results[index] = BatchResult(results[index].command, reply)
 
     def close(self) -> None:
@@ -558,13 +559,10 @@ def claim_args(claim: BareClaim | None) -> tuple[Pod, tuple[str, ...], float | N
     return claim.pod, claim.candidates, claim.deadline
 
 
-def judged_reply(reply: Any, command: Command, claim: BareClaim | None) -> Any:
-    """A judged claim's reply as the batch answers it, first sent or sent again: a claim's own
-    (its generation), or ``[generation, node]`` when the bare claim carried candidates, the
-    node the claim took (``commands.claim_reply``: the judged pod may have moved to one)."""
-    if claim is not None and not claim.candidates:
-        return reply
-    return claim_reply(reply, command)
+def with_candidates(claim: BareClaim | None) -> bool:
+    """Whether a judged claim's reply names its node (``commands.judged_reply``): when its
+    bare claim carried candidates, or is not known (a kept judged claim sent again)."""
+    return claim is None or bool(claim.candidates)
 
 
 def kept_judged(

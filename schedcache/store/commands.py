@@ -380,10 +380,18 @@ def claim_node(command: Command) -> str:
 def claim_reply(reply: Any, claim: Command) -> Any:
     """A claim's reply as ``[generation, node]``, the node from ``claim`` itself when the
     script answered the generation alone: what a claim sent again answers (its pod may have
-    been moved to a candidate when it was judged: ``moved_reply``)."""
+    been moved to a candidate when it was judged: :func:`judged_reply`)."""
     if isinstance(reply, list | tuple):
         return reply
     return [reply, claim_node(claim)]
+
+
+def judged_reply(reply: Any, claim: Command, candidates: bool) -> Any:
+    """A judged claim's reply as its caller asked for it, first sent or sent again: the
+    script's own (the generation) for a claim without candidates, else ``[generation, node]``
+    (:func:`claim_reply`): judging may have moved the pod to a candidate with none left to
+    send, and the script then answers the generation alone."""
+    return claim_reply(reply, claim) if candidates else reply
 
 
 def finish_binding(pod: Pod, now: float | None, ttl: float) -> Command:

@@ -81,16 +81,6 @@ def ranked_contexts(
     return pod.with_node(node), context, [(n, c[1], c[2]) for n, c in rest]
 
 
-def moved_reply(reply: Any, pod: Pod, candidates: Sequence[str]) -> Any:
-    """A claim's reply as ``[generation, node]`` when it was asked with ``candidates``:
-    :func:`ranked_contexts` may have moved ``pod`` to one of them with none left to send, and
-    the script then answers the generation alone (read with the pod's first node, the claim's
-    node was lost: a pod bound where it was not claimed)."""
-    if candidates and not isinstance(reply, list | tuple):
-        return [reply, pod.node_name]
-    return reply
-
-
 def taken_node(reply: Any, pod: Pod) -> str:
     """The node an ``assume_pod`` reply says the claim took: ``[generation, node]`` when it
     carried candidates, else the pod's own."""
