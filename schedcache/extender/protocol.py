@@ -305,13 +305,6 @@ def host_start(host: str) -> str:
     return f'{{"Host":{encode_basestring_ascii(host)},"Score":'
 
 
-def encode_started(starts: Sequence[str], scores: Sequence[int]) -> bytes:
-    """The HostPriorityList of the hosts whose items start ``starts`` (:func:`host_start`)
-    with ``scores``, each an int of 0 to ``MAX_SCORE``: the bytes :func:`encode_scores` writes
-    for the same pairs, in two passes in C and one join (no Python step per host)."""
-    return encode_items(host_items(starts), scores)
-
-
 def host_items(starts: Sequence[str]) -> list[str]:
     """The pieces of a HostPriorityList of the hosts whose items start ``starts``, their scores
     left out (:func:`encode_items` fills them): kept by a caller whose hosts recur."""
@@ -321,7 +314,9 @@ def host_items(starts: Sequence[str]) -> list[str]:
 
 
 def encode_items(items: list[str], scores: Sequence[int]) -> bytes:
-    """:func:`encode_started` from the hosts' pieces (:func:`host_items`, not changed)."""
+    """The HostPriorityList of the hosts whose pieces are ``items`` (:func:`host_items`, not
+    changed) with ``scores``, each an int of 0 to ``MAX_SCORE``: the bytes :func:`encode_scores`
+    writes for the same pairs, in two passes in C and one join (no Python step per host)."""
     if not items:
         return b"[]"
     written = items.copy()
@@ -360,7 +355,7 @@ HOSTS_KEPT_FOR = 60.0  # seconds a full set of host starts is kept before it may
 _HOSTS_FULL = [0.0]  # when it was last filled (time.monotonic)
 _HOSTS: dict[str, str] = {}
 _SCORES = [f"{score:d}}}" for score in range(MAX_SCORE + 1)]
-_ITEMS_ENDED = [f"{ending}," for ending in _SCORES]  # (encode_started: the last comma cut)
+_ITEMS_ENDED = [f"{ending}," for ending in _SCORES]  # (encode_items: the last comma cut)
 
 
 def bind_result(error: str = "") -> dict[str, str]:
@@ -385,7 +380,6 @@ __all__ = [
     "encode",
     "encode_items",
     "encode_scores",
-    "encode_started",
     "field",
     "filter_args",
     "filter_result",
