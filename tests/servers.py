@@ -234,6 +234,20 @@ class SentinelGroup:
                 return False
         return True
 
+    def replicated(self, primary: Server, timeout: float = 20.0) -> None:
+        """Wait until every replica holds every write ``primary`` took (``WAIT`` after a write
+        of its own). Replication is asynchronous: a test that kills the primary and expects
+        nothing lost must first know the replica caught up, or a promotion of one still
+        syncing (after Sentinel's own failover on a loaded machine, say) loses writes, as
+        Redis documents."""
+        client = primary.client()
+        client.set("schedcache-test:replicated", time.time())  # WAIT counts from a write of its own
+        wait_until(
+            lambda: client.execute_command("WAIT", self.replicas, 1000) >= self.replicas,
+            timeout,
+            f"{self.replicas} replicas acknowledging the writes of port {primary.port}",
+        )
+
     @property
     def url(self) -> str:
         hosts = ",".join(f"127.0.0.1:{w.port}" for w in self.watchers)

@@ -289,6 +289,7 @@ def test_a_feeder_and_the_scheduler_ride_out_a_sentinel_failover(
             in_step(cache, kube)  # everything up to this resourceVersion applied
             applied, lists, sent = kube.resource_version, list_requests(kube), len(kube.requests)
             primary = group.primary()
+            group.replicated(primary)  # the replica holds all of it: a failover loses nothing
             primary.kill()
             for i in range(3):
                 kube.create(pending(f"during-{i}", "500m"))
