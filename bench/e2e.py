@@ -111,13 +111,27 @@ CPU, MEMORY, PODS = "4", "32Gi", "110"
 POD_CPU, POD_MEMORY = "100m", "500Mi"
 
 
-def node(i: int, zones: tuple[str, ...] = SHAPES["basic"].zones) -> dict[str, Any]:
+#: How nodes are named: ``short`` (node-17), or ``cloud``, as EKS names them
+#: (ip-10-0-0-17.eu-west-1.compute.internal, ~40 characters), what a cloud's kube-scheduler sends.
+NODE_NAMES = ("short", "cloud")
+
+
+def node_name(i: int, style: str = "short") -> str:
+    if style == "cloud":
+        return f"ip-10-{(i >> 16) & 255}-{(i >> 8) & 255}-{i & 255}.eu-west-1.compute.internal"
+    return f"node-{i}"
+
+
+def node(
+    i: int, zones: tuple[str, ...] = SHAPES["basic"].zones, style: str = "short"
+) -> dict[str, Any]:
+    name = node_name(i, style)
     return {
         "kind": "Node",
         "metadata": {
-            "name": f"node-{i}",
+            "name": name,
             "labels": {
-                "kubernetes.io/hostname": f"node-{i}",
+                "kubernetes.io/hostname": name,
                 "topology.kubernetes.io/zone": zones[i % len(zones)],
             },
         },
@@ -177,9 +191,10 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
         server.bind = counting  # type: ignore[method-assign]
         shape = SHAPES[args.shape]  # bench/e2e_shapes.py: labels, namespaces, rules
         for i in range(args.nodes):
-            server.create(node(i, shape.zones))
+            server.create(node(i, shape.zones, args.node_names))
         for i in range(args.initial):
-            server.create(shaped(pod(f"initial-{i}", f"node-{i % args.nodes}"), shape, False))
+            on = node_name(i % args.nodes, args.node_names)
+            server.create(shaped(pod(f"initial-{i}", on), shape, False))
         for i in range(args.measured):
             server.create(shaped(pod(f"measured-{i}"), shape, True))
         # The harness's own kubeconfig path per run: the capacity clients read it.
@@ -562,6 +577,9 @@ def main() -> None:
         "--flush", action="store_true", help="--url's database may be flushed before each row"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="per run, s")
+    parser.add_argument(
+        "--node-names", choices=NODE_NAMES, default="short", help="node-17, or as EKS names them"
+    )
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
     parser.add_argument(
         "--pop-batch", type=int, help="pods a replica pops a call at most (its default: 8)"

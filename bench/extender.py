@@ -31,6 +31,10 @@ the API server; the watch's copy would come first). This tree's own rows bind fr
 pods' watch (on by default); the pending pods exist before the extenders start, so their
 decoding by the watch falls before the measured phase (docs/extender.md, fourth round).
 
+``--node-names cloud`` names the nodes as EKS does (ip-10-0-0-17.eu-west-1.compute.internal,
+~40 characters, against node-17's 7): what a cloud's kube-scheduler sends, five times the bytes
+a name list holds.
+
 ``--before REV`` adds rows for the extender of a git revision (``git archive``), the rest of the
 harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
 
@@ -64,7 +68,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from bench.common import positive, print_table, start_server, write_results
-from bench.e2e import SCHEDULER, api_server, cpu_seconds, pod, redis_cpu, wait_for
+from bench.e2e import (
+    NODE_NAMES,
+    SCHEDULER,
+    api_server,
+    cpu_seconds,
+    node_name,
+    pod,
+    redis_cpu,
+    wait_for,
+)
 
 CACHE = "bench-extender"
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +199,7 @@ def client(
     Each filter and prioritize call sends the pod as the API server holds it (``pending``:
     its resourceVersion, uid and creationTimestamp included), as kube-scheduler sends its
     informer's copy."""
-    names = [f"node-{i}" for i in range(args.nodes)]
+    names = [node_name(i, args.node_names) for i in range(args.nodes)]
     mine = [f"measured-{i}" for i in range(index, args.pods, args.clients)]
     http_client = Client(port)
     start = index * len(names) // args.clients  # each replica's search starts elsewhere
@@ -252,7 +265,11 @@ def row(
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     setup = argparse.Namespace(
-        nodes=args.nodes, initial=args.initial, measured=args.pods, shape="basic"
+        nodes=args.nodes,
+        initial=args.initial,
+        measured=args.pods,
+        shape="basic",
+        node_names=args.node_names,
     )
     api = context.Process(target=api_server, args=(theirs, setup, directory, ""), daemon=True)
     api.start()
@@ -299,7 +316,7 @@ def row(
             )
         for port in ports:
             wait_for(lambda port=port: listening(port), 300, "the extender")
-        warm(ports, args.nodes)
+        warm(ports, args.nodes, args.node_names)
         ours.send("pods")
         pending = ours.recv()
         go = context.Event()
@@ -399,9 +416,9 @@ def slowlog_read(server: redis.Redis) -> dict[str, float]:
     return totals
 
 
-def warm(ports: list[int], nodes: int) -> None:
+def warm(ports: list[int], nodes: int, style: str) -> None:
     """One filter over every node per extender: its snapshot is built before the clock."""
-    names = [f"node-{i}" for i in range(nodes)]
+    names = [node_name(i, style) for i in range(nodes)]
     for port in ports:
         Client(port).post("filter", {"Pod": pod("warm-up"), "NodeNames": names})
 
@@ -447,6 +464,9 @@ def main() -> None:
         action="store_true",
         help="add rows of this tree's extenders with --bind-pod-from-filter (full profile)",
     )
+    parser.add_argument(
+        "--node-names", choices=NODE_NAMES, default="short", help="node-17, or as EKS names them"
+    )
     parser.add_argument("--json", default="", help="results file (instead of the default)")
     args = parser.parse_args()
     if args.sample > args.nodes:
@@ -484,7 +504,7 @@ def main() -> None:
     columns = list(dict.fromkeys(key for r in rows for key in r))
     print_table(
         f"extender as kube-scheduler drives it: {args.nodes:,} nodes, {args.pods:,} pods, "
-        f"{args.sample} names a filter call",
+        f"{args.sample} names a filter call ({args.node_names} node names)",
         columns,
         [[r.get(c, "") for c in columns] for r in rows],
     )

@@ -66,7 +66,8 @@ from schedcache.model.plugins.registry import score_nodes
 from schedcache.model.plugins.result import FITS
 from schedcache.model.values import Pod
 from schedcache.store.commands import DEFAULT_SCHEDULER
-from schedcache.views.columns import KEPT_LISTS, Columns, Ints
+from schedcache.views import columns as kept_bounds
+from schedcache.views.columns import Columns, Ints
 from schedcache.views.snapshot import Snapshot
 
 #: The largest total prioritize scales on int64 arrays (MAX_SCORE times it fits int64).
@@ -248,7 +249,7 @@ class Extender:
         items = protocol.host_items(self._host_starts(rows.tolist()))
         if not rows.flags.writeable:
             self._items[id(rows)] = (rows, names, items)
-            if len(self._items) > KEPT_LISTS:
+            if len(self._items) > kept_bounds.KEPT_LISTS:
                 self._items.popitem(last=False)
         return items
 

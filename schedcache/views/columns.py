@@ -105,16 +105,18 @@ RANKED = 8
 NAMES_AT_ONCE = 4096
 # The most a room left can be for its hundredfold to fit int64 (Columns._hundredths).
 MAX_HUNDREDFOLD = (2**63 - 1) // 100
-# Lists of names whose rows are kept (``Columns._rows_named``), their names and joined length at
-# most: ~32 x (64 Ki characters + 64 KiB of rows) = ~4 MiB at most, a few hundred KiB for 500
+# Lists of names whose rows are kept (``Columns._rows_named``): at most KEPT_LISTS lists of at
+# most KEPT_NAMES names each, whose names joined come to KEPT_CHARS at most all together (the
+# oldest let go first): ~4 MiB of names and ~2 MiB of rows at most, a few hundred KiB for 500
 # names. KEPT_NAMES also bounds the lists whose scores the extender writes on the arrays
 # (``Columns.score_rows``: one join of 2 x 8,192 pieces holds the interpreter lock ~1 ms), so
 # kube-scheduler's every name of a 5,000-node cluster (percentageOfNodesToScore 100) is scored
-# on the arrays, and kept while the names average ~12 characters or fewer (KEPT_LIST_CHARS;
-# longer ones, as clouds name nodes, are looked up again each call).
+# on the arrays and kept, with names as clouds write them too (EKS's
+# ip-10-0-3-17.eu-west-1.compute.internal: ~200 KiB joined, twenty such lists; a per-list
+# bound of 64 KiB had left them to be looked up again on every call).
 KEPT_LISTS = 32
 KEPT_NAMES = 8192
-KEPT_LIST_CHARS = 64 * 1024
+KEPT_CHARS = 4 * 1024 * 1024
 
 
 @dataclass
@@ -174,6 +176,7 @@ class Columns:
         # Rows of names looked up lately, by the names joined (_rows_named), for the row map
         # they were looked up in: the newest KEPT_LISTS lists of at most KEPT_NAMES names.
         self._named: OrderedDict[str, Ints] = OrderedDict()
+        self._named_chars = 0  # the kept keys' length, all together (KEPT_CHARS at most)
         self._named_for: dict[str, int] = self._row
         # Nodes holding reservations (:meth:`reserve`), refilled from the snapshot once released.
         self._reserved: set[str] = set()
@@ -605,17 +608,18 @@ class Columns:
         hold (the key is then the list's alone): one C pass and one hash of the joined string,
         ~10 us at 500 names, against hashing each name (each request's strings are new
         objects: ~60 us, and ~4x that measured in the extender under load). At most
-        ``KEPT_LISTS`` lists of at most ``KEPT_NAMES`` ASCII names and ``KEPT_LIST_CHARS``
-        joined."""
+        ``KEPT_LISTS`` lists of at most ``KEPT_NAMES`` ASCII names, ``KEPT_CHARS`` joined
+        all together (the least recently sent let go first)."""
         named = self._named
         if self._named_for is not self._row:  # the rows were rebuilt: other rows
             named.clear()
+            self._named_chars = 0
             self._named_for = self._row
         if len(names) > KEPT_NAMES:
             return self._lookup_rows(names)  # not kept (nor joined)
         key = "\0".join(names)
         if (
-            len(key) > KEPT_LIST_CHARS
+            len(key) > KEPT_CHARS
             or not key.isascii()  # (a node's name is: a byte a character)
             or key.count("\0") != len(names) - 1  # a NUL in a name: no key of its own
         ):
@@ -627,8 +631,10 @@ class Columns:
         rows = self._lookup_rows(names)
         rows.flags.writeable = False
         named[key] = rows
-        if len(named) > KEPT_LISTS:
-            named.popitem(last=False)
+        self._named_chars += len(key)
+        while len(named) > KEPT_LISTS or self._named_chars > KEPT_CHARS:
+            oldest, _ = named.popitem(last=False)
+            self._named_chars -= len(oldest)
         return rows
 
     def _lookup_rows(self, names: Sequence[str]) -> Ints:
