@@ -487,10 +487,26 @@ def test_a_filter_that_passed_every_name_is_written_as_encode_writes_it(names: l
     assert passed.encode(["a\0b", "c"]) != passed.encode(["a", "b", "c"])
     assert passed.encode(names) == expected
     assert passed.encode(list(names)) == expected
-    assert len(passed.kept) <= 2 + (len("\0".join(names)) <= passed.KEPT_CHARS)
+    assert len(passed.kept) <= 3
     for i in range(passed.KEPT + 5):
         passed.encode([f"n{i}"])
     assert len(passed.kept) == passed.KEPT  # the newest only
+
+
+def test_filter_answers_of_long_name_lists_are_kept_within_kept_chars_all_together() -> None:
+    """Lists of 5,000 names as clouds write them are kept (each ~400 KiB with its answer);
+    lists of 253-character names (~2.5 MiB with their answers) only the newest few, the keys
+    and answers kept never over KEPT_CHARS; each answers its own names."""
+    passed = protocol.AllPassed()
+    cloud = [f"ip-10-0-{i // 256}-{i % 256}.eu-west-1.compute.internal" for i in range(5000)]
+    first = passed.encode(cloud)
+    assert passed.encode(list(cloud)) is first  # kept
+    longest = [[f"{j}-{i:05}".ljust(253, "x") for i in range(5000)] for j in range(5)]
+    for names in longest * 2:
+        assert json.loads(passed.encode(names))["NodeNames"] == names
+        assert passed.size == sum(len(k) + len(v) for k, v in passed.kept.items())
+        assert passed.size <= passed.KEPT_CHARS
+    assert 0 < len(passed.kept) < len(longest)
 
 
 def test_prioritize_scores_on_its_filters_snapshot_and_catches_up_for_another_pod(

@@ -243,27 +243,34 @@ class AllPassed:
     """The JSON of an ExtenderFilterResult that passed every one of its ``NodeNames`` (the
     bytes :func:`encode` writes for it), kept for the names sent again: kube-scheduler's
     samples recur (at 5,000 nodes and 500 names a call, ten windows in turn), and writing 500
-    names took ~40-190 us. Keyed by the names joined by NUL (a list with a NUL in a name, or
-    of over ``KEPT_CHARS`` joined, is written, not kept); the newest ``KEPT`` lists. Not
-    thread-safe: the extender calls it under its snapshot lock."""
+    names took ~40-190 us. Keyed by the names joined by NUL (a list with a NUL in a name is
+    written, not kept); the newest ``KEPT`` lists whose keys and answers come to
+    ``KEPT_CHARS`` at most all together (5,000 names as clouds write them, ~40 characters,
+    take ~400 KiB). Not thread-safe: the extender calls it under its snapshot lock."""
 
     KEPT = 32
-    KEPT_CHARS = 64 * 1024
+    KEPT_CHARS = 8 * 1024 * 1024
 
     def __init__(self) -> None:
         self.kept: OrderedDict[str, bytes] = OrderedDict()
+        self.size = 0  # the kept keys' and answers' length, all together
 
     def encode(self, names: list[str]) -> bytes:
         key = "\0".join(names)
-        if len(key) > self.KEPT_CHARS or key.count("\0") != len(names) - 1:
+        if key.count("\0") != len(names) - 1:
             return self._written(names)
         kept = self.kept.get(key)
         if kept is not None:
             self.kept.move_to_end(key)
             return kept
-        kept = self.kept[key] = self._written(names)
-        if len(self.kept) > self.KEPT:
-            self.kept.popitem(last=False)
+        kept = self._written(names)
+        if len(key) + len(kept) > self.KEPT_CHARS:
+            return kept
+        self.kept[key] = kept
+        self.size += len(key) + len(kept)
+        while len(self.kept) > self.KEPT or self.size > self.KEPT_CHARS:
+            oldest, answer = self.kept.popitem(last=False)
+            self.size -= len(oldest) + len(answer)
         return kept
 
     @staticmethod
