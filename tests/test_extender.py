@@ -495,7 +495,7 @@ def test_a_filter_that_passed_every_name_is_written_as_encode_writes_it(names: l
 
 def test_filter_answers_of_long_name_lists_are_kept_within_kept_chars_all_together() -> None:
     """Lists of 5,000 names as clouds write them are kept (each ~400 KiB with its answer);
-    lists of 253-character names (~2.5 MiB with their answers) only the newest few, the keys
+    lists of 253-character names (~2.5 MiB with their answers) only the newest, the keys
     and answers kept never over KEPT_CHARS; each answers its own names."""
     passed = protocol.AllPassed()
     cloud = [f"ip-10-0-{i // 256}-{i % 256}.eu-west-1.compute.internal" for i in range(5000)]

@@ -249,7 +249,7 @@ class AllPassed:
     take ~400 KiB). Not thread-safe: the extender calls it under its snapshot lock."""
 
     KEPT = 32
-    KEPT_CHARS = 8 * 1024 * 1024
+    KEPT_CHARS = 4 * 1024 * 1024
 
     def __init__(self) -> None:
         self.kept: OrderedDict[str, bytes] = OrderedDict()
