@@ -60,6 +60,7 @@ import tempfile
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 from typing import Any
@@ -432,6 +433,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+API = "the API server's process"
+
+
+def received(conn: Connection, sender: BaseProcess, what: str) -> Any:
+    """``conn``'s next message, or the bench's end as soon as ``sender`` (the process that
+    would send it) died: a row must not wait for ever on a process that failed."""
+    while not conn.poll(0.5):
+        if not sender.is_alive():
+            raise SystemExit(f"{what} exited ({sender.exitcode}) before answering: see above")
+    return conn.recv()
+
+
 def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, Any]:
     started = time.perf_counter()
     redis.Redis.from_url(args.url).flushdb()  # the bench's own server, or --flush said so
@@ -443,7 +456,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         target=api_server, args=(theirs, args, directory, api_profile), daemon=True
     )
     api.start()
-    kubeconfig = ours.recv()
+    kubeconfig = received(ours, api, API)
     setup_seconds = time.perf_counter() - started
     stop, synced, go = context.Event(), context.Event(), context.Event()
     processes = [context.Process(target=feeder, args=(args.url, kubeconfig, synced, stop))]
@@ -474,7 +487,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
 
     def bound() -> int:
         ours.send("bound")
-        return int(ours.recv())
+        return int(received(ours, api, API))
 
     try:
         processes[0].start()
@@ -507,14 +520,14 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         used = [b - a for a, b in zip(before, after, strict=True)]
         trees = [tree_cpu_seconds(p.pid) - t for p, t in zip(processes[1:], trees, strict=True)]
         ours.send("times")
-        start_s, steady_rate = steady(ours.recv(), clock)
+        start_s, steady_rate = steady(received(ours, api, API), clock)
         warm_done, usec_before, cpu_warm = usec_warm or usec_go
         steady_pods = max(done - warm_done, 1)
         by_command = usec_per_pod(usec_before, usec_end, steady_pods)
         ours.send("check")
-        checks: dict[str, int] = ours.recv()
+        checks: dict[str, int] = received(ours, api, API)
         ours.send(("capacity pods", args.capacity))
-        capacity = measure(kubeconfig, ours.recv(), *args.capacity_clients, "raw")
+        capacity = measure(kubeconfig, received(ours, api, API), *args.capacity_clients, "raw")
     finally:
         stop.set()
         for process in processes[1:]:

@@ -69,12 +69,14 @@ import redis
 
 from bench.common import positive, print_table, start_server, write_results
 from bench.e2e import (
+    API,
     NODE_NAMES,
     SCHEDULER,
     api_server,
     cpu_seconds,
     node_name,
     pod,
+    received,
     redis_cpu,
     wait_for,
 )
@@ -273,7 +275,7 @@ def row(
     )
     api = context.Process(target=api_server, args=(theirs, setup, directory, ""), daemon=True)
     api.start()
-    kubeconfig = ours.recv()
+    kubeconfig = received(ours, api, API)
     command, env = cli(url, ROOT)
     processes = [
         subprocess.Popen(
@@ -318,7 +320,7 @@ def row(
             wait_for(lambda port=port: listening(port), 300, "the extender")
         warm(ports, args.nodes, args.node_names)
         ours.send("pods")
-        pending = ours.recv()
+        pending = received(ours, api, API)
         go = context.Event()
         args.clients = extenders
         pipes = []
@@ -343,7 +345,7 @@ def row(
         for worker in workers:
             worker.join(30)
         ours.send("check")
-        checks: dict[str, int] = ours.recv()
+        checks: dict[str, int] = received(ours, api, API)
     finally:
         for process in processes:
             process.terminate()

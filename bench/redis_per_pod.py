@@ -146,6 +146,7 @@ def _one_row(
         # API server's process died on the missing attribute and the row waited for ever)
         shape="basic",
         shapes=["basic"],
+        node_names="short",
         binding_process=False,
         pop_batch=pop_batch,
     )
