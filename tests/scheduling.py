@@ -54,7 +54,8 @@ def fed_scheduler(
 ) -> Iterator[ReferenceScheduler]:
     """A feeder of ``server`` into ``cache`` (listed once before this returns) and a reference
     scheduler of ``ref``'s pods on it, in threads; ``prepare`` runs before it starts. Both
-    stopped when the block ends."""
+    stopped when the block ends, and the cache's lease heartbeat too (the scheduler's claims
+    start it; left running, it outlived its test and logged failures into later ones)."""
     kubeconfig = str(server.kubeconfig(tmp_path / "kubeconfig"))
     feeder = Syncer(cache, api_client(kubeconfig), FAST, "feed")
     feeder.start()
@@ -70,6 +71,7 @@ def fed_scheduler(
         scheduler.stop.set()
         thread.join(40)
         feeder.stop()
+        cache.close()
 
 
 @contextmanager
