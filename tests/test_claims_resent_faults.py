@@ -78,17 +78,9 @@ def lose_reply_of_claim(cache: Cache, nth: int) -> list[Command]:
 def test_resent_judged_claim_that_moved_to_a_candidate_reports_the_node_it_took(
     make_cache: Callable[..., Cache],
 ) -> None:
-    cache = make_cache(replica="a")
-    for name in ("n1", "n2"):
-        cache.add_node(labelled_node(name))
     # Placed after the scheduler's snapshot (so its claim goes bare): a pod whose required
     # anti-affinity repels app=db pods from n1.
-    cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="db")))
-    scheduler = scheduler_on(cache)
-    placed = make_pod("db", "n1", labels={"app": "db"})
-    lost = lose_reply_of_claim(cache, nth=2)  # the bare claim is refused; the judged one lands
-    taken = scheduler._claim(placed, ["n2"], judged=False, claimed=time.monotonic())
-    assert lost, "the judged claim was sent"
+    cache, placed, taken = judged_claim_reply_lost(make_cache, "db", "n1", ["n2"])
     record = cache.get_pod_record(placed)
     assert record.node == "n2"  # Redis placed it where the rules allow
     assert taken == record.node  # ... and the scheduler would bind it there
@@ -98,16 +90,27 @@ def test_resent_judged_claim_without_a_move_reports_its_node(
     make_cache: Callable[..., Cache],
 ) -> None:
     """The same lost reply with no candidate to move to: the resend answers the node."""
+    cache, placed, taken = judged_claim_reply_lost(make_cache, "other", "n2", [])
+    assert taken == cache.get_pod_record(placed).node == "n2"
+
+
+def judged_claim_reply_lost(
+    make_cache: Callable[..., Cache], repelled: str, node: str, candidates: list[str]
+) -> tuple[Cache, Pod, str]:
+    """Nodes n1 and n2, a pod on n1 with required anti-affinity to app=``repelled`` added
+    after the scheduler's snapshot (so the scheduler's claim goes bare, is refused
+    ``unchecked`` and judged), then pod db (app=db) claimed on ``node`` with ``candidates``,
+    the judged claim's reply lost: the cache, the pod and the node ``_claim`` reported."""
     cache = make_cache(replica="a")
     for name in ("n1", "n2"):
         cache.add_node(labelled_node(name))
-    cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app="other")))
+    cache.add_pod(make_pod("guard", "n1", affinity=anti(HOST, app=repelled)))
     scheduler = scheduler_on(cache)
-    placed = make_pod("db", "n2", labels={"app": "db"})
-    lost = lose_reply_of_claim(cache, nth=2)
-    taken = scheduler._claim(placed, [], judged=False, claimed=time.monotonic())
-    assert lost
-    assert taken == cache.get_pod_record(placed).node == "n2"
+    placed = make_pod("db", node, labels={"app": "db"})
+    lost = lose_reply_of_claim(cache, nth=2)  # the bare claim is refused; the judged one lands
+    taken = scheduler._claim(placed, candidates, judged=False, claimed=time.monotonic())
+    assert lost, "the judged claim was sent"
+    return cache, placed, taken
     assert placed.uid not in scheduler._unanswered
 
 
