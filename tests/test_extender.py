@@ -504,8 +504,8 @@ def test_filter_answers_of_long_name_lists_are_kept_within_kept_chars_all_togeth
     longest = [[f"{j}-{i:05}".ljust(253, "x") for i in range(5000)] for j in range(5)]
     for names in longest * 2:
         assert json.loads(passed.encode(names))["NodeNames"] == names
-        assert passed.size == sum(len(k) + len(v) for k, v in passed.kept.items())
-        assert passed.size <= passed.KEPT_CHARS
+        assert passed.kept.size == sum(len(k) + len(v) for k, v in passed.kept.items())
+        assert passed.kept.size <= passed.KEPT_CHARS
     assert 0 < len(passed.kept) < len(longest)
 
 

@@ -195,7 +195,7 @@ def test_lists_of_the_longest_node_names_keep_at_most_kept_chars_all_together(
         assert len(rows) == len(names) and (rows == -1).all()  # (no such nodes)
         assert "\0".join(names) in ext.columns._named  # the newest is kept
         joined = sum(len(key) for key in ext.columns._named)
-        assert joined == ext.columns._named_chars <= columns_module.KEPT_CHARS
+        assert joined == ext.columns._named.size <= columns_module.KEPT_CHARS
     assert len(ext.columns._named) < len(lists)
 
 

@@ -4,8 +4,9 @@ KEPT_CHARS and a count of lists, not 64 KiB a list.
 
 Answers against the per-node code with cloud-length, 253-character and mixed names, lists
 over the total bound alone, lists sent again after being let go, node lists that change
-between calls; the accounting (``_named_chars``, ``AllPassed.size``) after every call; what
-many distinct long lists keep, measured; hostile lists (NUL, non-ASCII, empty, enormous)."""
+between calls; the accounting (``Columns._named.size``, ``AllPassed.kept.size``) after every
+call; what many distinct long lists keep, measured; hostile lists (NUL, non-ASCII, empty,
+enormous)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def longest(i: int) -> str:
 def check_columns(columns: Columns) -> None:
     """The accounting of the kept rows: the keys' length, all within the bounds."""
     named = columns._named
-    assert columns._named_chars == sum(len(key) for key in named)
-    assert columns._named_chars <= columns_module.KEPT_CHARS
+    assert columns._named.size == sum(len(key) for key in named)
+    assert columns._named.size <= columns_module.KEPT_CHARS
     assert len(named) <= columns_module.KEPT_LISTS
     for key, rows in named.items():
         assert not rows.flags.writeable
@@ -51,8 +52,8 @@ def check_columns(columns: Columns) -> None:
 
 
 def check_passed(passed: protocol.AllPassed) -> None:
-    assert passed.size == sum(len(key) + len(answer) for key, answer in passed.kept.items())
-    assert passed.size <= passed.KEPT_CHARS
+    assert passed.kept.size == sum(len(key) + len(answer) for key, answer in passed.kept.items())
+    assert passed.kept.size <= passed.KEPT_CHARS
     assert len(passed.kept) <= passed.KEPT
 
 
@@ -170,7 +171,7 @@ def test_node_list_changes_between_calls_rebuild_the_rows_and_reset_the_accounti
             assert ext.columns._row is not before  # (rebuilt)
             # the rebuild kept nothing of the old map: only the one list since
             assert list(ext.columns._named) == ["a"]
-            assert ext.columns._named_chars == 1
+            assert ext.columns._named.size == 1
     on_arrays = same_as_per_node(ext, plain, [longest(90), cloud(90), "a"])
     assert on_arrays
 
@@ -279,7 +280,7 @@ def test_many_distinct_lists_of_the_longest_names_keep_the_rows_within_kept_char
     bound = columns_module.KEPT_CHARS + columns_module.KEPT_LISTS * columns_module.KEPT_NAMES * 8
     held = retained(long_list, 40)
     check_columns(columns)
-    assert columns._named_chars > 3 * MIB  # (full)
+    assert columns._named.size > 3 * MIB  # (full)
     assert held <= bound + 256 * 1024, held
     held = retained(short_list, 40)
     check_columns(columns)
@@ -301,7 +302,7 @@ def test_many_distinct_all_passed_lists_keep_within_kept_chars() -> None:
     for build, count in ((cloud_list, 40), (long_list, 10)):
         held = retained(build, count)
         check_passed(passed)
-        assert passed.size > 2 * MIB
+        assert passed.kept.size > 2 * MIB
         assert held <= passed.KEPT_CHARS + 128 * 1024, held
 
 

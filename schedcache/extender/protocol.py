@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
@@ -23,6 +22,7 @@ from typing import Any
 from schedcache.errors import ValidationError
 from schedcache.model.selectors import is_dns_subdomain
 from schedcache.model.values import Pod
+from schedcache.views.kept import Kept
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 
@@ -252,25 +252,17 @@ class AllPassed:
     KEPT_CHARS = 4 * 1024 * 1024
 
     def __init__(self) -> None:
-        self.kept: OrderedDict[str, bytes] = OrderedDict()
-        self.size = 0  # the kept keys' and answers' length, all together
+        # (their size: the key's length and the answer's, KEPT_CHARS at most all together)
+        self.kept: Kept[bytes] = Kept(lambda key, answer: len(key) + len(answer))
 
     def encode(self, names: list[str]) -> bytes:
         key = "\0".join(names)
         if key.count("\0") != len(names) - 1:
             return self._written(names)
-        kept = self.kept.get(key)
-        if kept is not None:
-            self.kept.move_to_end(key)
-            return kept
-        kept = self._written(names)
-        if len(key) + len(kept) > self.KEPT_CHARS:
-            return kept
-        self.kept[key] = kept
-        self.size += len(key) + len(kept)
-        while len(self.kept) > self.KEPT or self.size > self.KEPT_CHARS:
-            oldest, answer = self.kept.popitem(last=False)
-            self.size -= len(oldest) + len(answer)
+        kept = self.kept.take(key)
+        if kept is None:
+            kept = self._written(names)
+            self.kept.keep(key, kept, self.KEPT, self.KEPT_CHARS)
         return kept
 
     @staticmethod

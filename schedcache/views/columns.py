@@ -24,7 +24,6 @@ columns cannot judge alone gets the per-node code there too.
 from __future__ import annotations
 
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -42,6 +41,7 @@ from schedcache.model.plugins.podindex import Pair, Source, Summed
 from schedcache.model.plugins.registry import WEIGHTS, filter_pod, score_nodes
 from schedcache.model.plugins.result import FITS, FilterResult
 from schedcache.model.values import Node, Pod
+from schedcache.views.kept import Kept
 from schedcache.views.snapshot import Snapshot
 
 # upstream's minFeasibleNodesToFind, minFeasibleNodesPercentageToFind,
@@ -175,8 +175,8 @@ class Columns:
         self._masks: dict[int, tuple[Source, list[Pair], int, Bools]] = {}
         # Rows of names looked up lately, by the names joined (_rows_named), for the row map
         # they were looked up in: the newest KEPT_LISTS lists of at most KEPT_NAMES names.
-        self._named: OrderedDict[str, Ints] = OrderedDict()
-        self._named_chars = 0  # the kept keys' length, all together (KEPT_CHARS at most)
+        # (their size: the names joined, KEPT_CHARS at most all together)
+        self._named: Kept[Ints] = Kept(lambda key, _: len(key))
         self._named_for: dict[str, int] = self._row
         # Nodes holding reservations (:meth:`reserve`), refilled from the snapshot once released.
         self._reserved: set[str] = set()
@@ -613,7 +613,6 @@ class Columns:
         named = self._named
         if self._named_for is not self._row:  # the rows were rebuilt: other rows
             named.clear()
-            self._named_chars = 0
             self._named_for = self._row
         if len(names) > KEPT_NAMES:
             return self._lookup_rows(names)  # not kept (nor joined)
@@ -624,17 +623,12 @@ class Columns:
             or key.count("\0") != len(names) - 1  # a NUL in a name: no key of its own
         ):
             return self._lookup_rows(names)  # not kept
-        rows = named.get(key)
+        rows = named.take(key)
         if rows is not None:
-            named.move_to_end(key)
             return rows
         rows = self._lookup_rows(names)
         rows.flags.writeable = False
-        named[key] = rows
-        self._named_chars += len(key)
-        while len(named) > KEPT_LISTS or self._named_chars > KEPT_CHARS:
-            oldest, _ = named.popitem(last=False)
-            self._named_chars -= len(oldest)
+        named.keep(key, rows, KEPT_LISTS, KEPT_CHARS)
         return rows
 
     def _lookup_rows(self, names: Sequence[str]) -> Ints:
