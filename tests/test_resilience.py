@@ -28,6 +28,8 @@ import pytest
 
 from schedcache import Cache, Snapshot
 from schedcache.errors import CacheError, FitConflict, RetriesExhausted, ValidationError
+from schedcache.feed import sync as sync_module
+from schedcache.feed.progress import progress_lost
 from schedcache.feed.sync import Syncer, api_client
 from schedcache.model.values import Node, Pod
 from schedcache.ops.queue import QueuedPod
@@ -196,6 +198,43 @@ def test_quiet_feeders_relist_when_redis_restarts_empty(
     finally:
         syncer.stop()
     assert tracebacks(caplog.records) == []
+
+
+def test_a_restart_between_the_progress_check_and_its_write_is_noticed(
+    rdb_server: Server, kube: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in CI (the test above, 1 run in 5): a quiet feed's progress check read the
+    ``sync`` hash from Redis before it restarted empty, its write went to the empty one, and
+    the hash held the progress again: the loss went unseen and the nodes were never relisted.
+    The write itself now tells whether the hash lacked it. Here Redis is emptied (and its
+    library loaded again) right after a check has read it."""
+    populate(kube, nodes=3, pods=4)
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cache = Cache(connect(url_of(rdb_server)), name)
+    kubeconfig = str(kube.kubeconfig(tmp_path / "kubeconfig"))
+    syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
+    armed = threading.Event()
+    read = progress_lost
+
+    def then_emptied(*args: Any) -> bool:
+        lost = read(*args)
+        if args[1] == "nodes" and armed.is_set():
+            armed.clear()
+            rdb_server.client().flushall()
+            Cache(connect(url_of(rdb_server)), name)  # the admin loads the library again
+        return lost
+
+    monkeypatch.setattr(sync_module, "progress_lost", then_emptied)
+    try:
+        assert syncer.wait_synced(15)
+        in_step(cache, kube)
+        time.sleep(0.3)
+        armed.set()
+        wait_until(lambda: not armed.is_set(), 10, "a progress check of the nodes' feed")
+        in_step(cache, kube, timeout=20)
+        assert syncer.feeds[0].counters.relists == 2  # (the nodes' feed)
+    finally:
+        syncer.stop()
 
 
 # -- item 2: the reference scheduler rides out Redis restarts ---------------------------------

@@ -26,10 +26,15 @@ class Progress:
         return max(0.0, (time.time() if now is None else now) - self.at)
 
 
-def record_progress(cache: Cache, resource: str, version: str, by: str, now: float) -> None:
+def record_progress(cache: Cache, resource: str, version: str, by: str, now: float) -> bool:
     """Write a feed's progress to the cache's ``sync`` hash (last writer wins: every feeder
-    writes, so the hash shows that the cache is fed while any feeder runs)."""
-    cache.client.hset(
+    writes, so the hash shows that the cache is fed while any feeder runs). Whether the hash
+    lacked the resource's progress until this write (``HSET`` counts the fields it created):
+    one command, so it tells of the server that took the write, where :func:`progress_lost`'s
+    read before it may have met the server before a restart (found in CI: a read answered
+    by Redis before it restarted empty, the write by the empty one, which then held the
+    progress again and the loss went unseen)."""
+    created = cache.client.hset(
         cache.keys.sync,
         mapping={
             f"{resource}:rv": version,
@@ -37,6 +42,7 @@ def record_progress(cache: Cache, resource: str, version: str, by: str, now: flo
             f"{resource}:by": by,
         },
     )
+    return int(created) > 0
 
 
 def progress_lost(cache: Cache, resource: str, by: str, written: str) -> bool:

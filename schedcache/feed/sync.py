@@ -806,8 +806,8 @@ class ResourceFeed:
 
         def write() -> bool:
             lost = progress_lost(self.cache, self.resource, self.name, written)
-            record_progress(self.cache, self.resource, version, self.name, now)
-            return lost
+            created = record_progress(self.cache, self.resource, version, self.name, now)
+            return lost or (bool(written) and created)
 
         try:
             lost = self.cache.store.retrying(write, f"sync progress of {self.resource}")
