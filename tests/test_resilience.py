@@ -213,7 +213,7 @@ def test_a_restart_between_the_progress_check_and_its_write_is_noticed(
     cache = Cache(connect(url_of(rdb_server)), name)
     kubeconfig = str(kube.kubeconfig(tmp_path / "kubeconfig"))
     syncer = Syncer(cache, api_client(kubeconfig), FAST, "f").start()
-    armed = threading.Event()
+    armed, emptied = threading.Event(), threading.Event()
     read = progress_lost
 
     def then_emptied(*args: Any) -> bool:
@@ -222,6 +222,7 @@ def test_a_restart_between_the_progress_check_and_its_write_is_noticed(
             armed.clear()
             rdb_server.client().flushall()
             Cache(connect(url_of(rdb_server)), name)  # the admin loads the library again
+            emptied.set()
         return lost
 
     monkeypatch.setattr(sync_module, "progress_lost", then_emptied)
@@ -230,9 +231,12 @@ def test_a_restart_between_the_progress_check_and_its_write_is_noticed(
         in_step(cache, kube)
         time.sleep(0.3)
         armed.set()
-        wait_until(lambda: not armed.is_set(), 10, "a progress check of the nodes' feed")
+        # (set once Redis is empty: until then the cache is still in step, and the check below
+        # would pass before the relist; CI's failed run, stop 52)
+        assert emptied.wait(10), "a progress check of the nodes' feed"
         in_step(cache, kube, timeout=20)
-        assert syncer.feeds[0].counters.relists == 2  # (the nodes' feed)
+        nodes = syncer.feeds[0].counters
+        wait_until(lambda: nodes.relists == 2, 10, "the nodes' feed relisting")
     finally:
         syncer.stop()
 
