@@ -11,12 +11,13 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from schedcache.extender.guard import bind_socket
 from schedcache.extender.limits import Limits
-from schedcache.extender.server import start
+from schedcache.extender.server import event_loop_factory, start
 from schedcache.extender.service import Extender
 from tests.conftest import REAL_REDIS_URL
 
@@ -30,12 +31,16 @@ class RunningExtender:
         prefix: str = "",
         limits: Limits | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
     ) -> None:
         self.extender = extender
         self.prefix = prefix
         self.limits = limits
         self.ssl_context = ssl_context
-        self.loop = asyncio.new_event_loop()
+        # The event loop ``schedcache extender`` runs on (uvloop's for plain HTTP where
+        # installed), unless a test asks for another (test_extender_event_loops.py).
+        factory = loop_factory or event_loop_factory(tls=ssl_context is not None)
+        self.loop = (factory or asyncio.new_event_loop)()
         self.runner: Any = None
         self.port = 0
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -184,7 +184,7 @@ def extender(
     try:
         from schedcache.extender.guard import bind_socket
         from schedcache.extender.pending import PendingPods
-        from schedcache.extender.server import serve
+        from schedcache.extender.server import event_loop_name, serve
         from schedcache.extender.service import Binder, Extender
         from schedcache.extender.tls import ReloadingContext, TlsFiles
     except ImportError:
@@ -251,7 +251,8 @@ def extender(
         scheme = "https" if ssl_context else "http"
         click.echo(
             f"extender for cache {cache.name} (replica {cache.replica}) on "
-            f"{scheme}://{host}:{bound_port}{url_prefix}",
+            f"{scheme}://{host}:{bound_port}{url_prefix} "
+            f"({event_loop_name(tls=ssl_context is not None)} event loop)",
             err=True,
         )
         if pending is not None:

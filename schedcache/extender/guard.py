@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from prometheus_client import Counter, Gauge
@@ -104,7 +104,8 @@ class GuardedProtocol(asyncio.Protocol):
         self.early_eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream's transport (uvloop's are not asyncio.Transport's subclasses: no isinstance)
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         if not self.guard.make_room():
             CUT.labels("over_limit").inc()
@@ -149,7 +150,7 @@ class GuardedProtocol(asyncio.Protocol):
             self._release(error)
             _drop_traceback(error)
             return
-        if not isinstance(wrapped, asyncio.Transport) or not self.admitted:
+        if wrapped is None or not self.admitted:
             raw.abort()  # cut during its handshake
             self._release(None)
             return

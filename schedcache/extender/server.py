@@ -323,4 +323,30 @@ def serve(
         finally:
             await runner.cleanup()
 
-    asyncio.run(main())
+    with asyncio.Runner(loop_factory=event_loop_factory(tls=ssl_context is not None)) as runner:
+        runner.run(main())
+
+
+def event_loop_factory(tls: bool = False) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop for plain HTTP where it is installed (the ``extender`` extra, but
+    for Windows), else asyncio's own (``None``). The event loop carries every request's HTTP
+    parsing, writing and thread hops (issue 43's profile: about half the extender's CPU a
+    pod); uvloop does its part in C (libuv).
+
+    Not with TLS: the guard starts each handshake itself (``loop.start_tls``, so that it
+    counts against the connection limit), and uvloop starts reading a connection as soon as
+    it is made, before that call can take it: a ClientHello read then is lost to the
+    handshake, which hangs (asyncio reads from the next loop turn on)."""
+    if tls:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def event_loop_name(tls: bool = False) -> str:
+    """``uvloop`` or ``asyncio``: the loop :func:`serve` runs on (the command's banner)."""
+    return "asyncio" if event_loop_factory(tls) is None else "uvloop"
