@@ -416,23 +416,30 @@ def test_slow_clients_cannot_hold_connections_or_lock_out_probes(cache: Cache) -
     cache.add_node(make_node("n1", "4", "8Gi"))
     limits = Limits(max_connections=20, header_timeout=1.0)
     with RunningExtender(Extender(cache), limits=limits) as server:
-        slow = []
-        for _ in range(60):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # headers never finished
-            slow.append(sock)
-        assert healthz_seconds(server) < 1.0
-        assert server.post("filter", {"Pod": pending("a"), "NodeNames": ["n1"]})[0] == 200
-        deadline = time.monotonic() + 4
-        for sock in slow:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            with contextlib.suppress(ConnectionResetError):
-                assert sock.recv(1) == b""
-            sock.close()
-        metrics = server.get("/metrics")[1]
-        assert 'schedcache_extender_connections_cut_total{reason="evicted"}' in metrics
-        assert 'schedcache_extender_connections_cut_total{reason="header_timeout"}' in metrics
-        assert healthz_seconds(server) < 1.0
+        slow_clients_are_evicted_then_cut(server, 60)
+
+
+def slow_clients_are_evicted_then_cut(server: RunningExtender, count: int) -> None:
+    """``count`` connections that never finish their headers (more than the server's
+    ``max_connections``, its header timeout 1 s): probes and filter get in at once, every slow
+    one is evicted or cut within 4 s, and the metrics say both."""
+    slow = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        slow.append(sock)
+    assert healthz_seconds(server) < 1.0
+    assert server.post("filter", {"Pod": pending("a"), "NodeNames": ["n1"]})[0] == 200
+    deadline = time.monotonic() + 4
+    for sock in slow:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        with contextlib.suppress(ConnectionResetError):
+            assert sock.recv(1) == b""
+        sock.close()
+    metrics = server.get("/metrics")[1]
+    assert 'schedcache_extender_connections_cut_total{reason="evicted"}' in metrics
+    assert 'schedcache_extender_connections_cut_total{reason="header_timeout"}' in metrics
+    assert healthz_seconds(server) < 1.0
 
 
 def test_a_body_that_does_not_arrive_is_cut_with_408(cache: Cache) -> None:

@@ -6,7 +6,6 @@ either; the rest of the extender's tests run on the loop the command would pick.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import time
@@ -26,7 +25,7 @@ from schedcache.extender.service import Extender
 from tests.conftest import real_client
 from tests.extender_server import RunningExtender, extender_process
 from tests.factories import make_node
-from tests.test_extender_attacks import binding, healthz_seconds, pending
+from tests.test_extender_attacks import binding, pending, slow_clients_are_evicted_then_cut
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uvloop": uvloop.new_event_loop,
@@ -82,22 +81,7 @@ def test_slow_clients_are_evicted_and_cut_on_either_loop(cache: Cache, loop: str
     cache.add_node(make_node("n1", "4", "8Gi"))
     limits = Limits(max_connections=8, header_timeout=1.0)
     with RunningExtender(Extender(cache), limits=limits, loop_factory=LOOPS[loop]) as server:
-        slow = []
-        for _ in range(24):
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            sock.sendall(b"POST /filter HTTP/1.1\r\nHost: x\r\n")  # headers never finished
-            slow.append(sock)
-        assert healthz_seconds(server) < 1.0
-        assert server.post("filter", {"Pod": pending("a"), "NodeNames": ["n1"]})[0] == 200
-        deadline = time.monotonic() + 4
-        for sock in slow:
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            with contextlib.suppress(ConnectionResetError):
-                assert sock.recv(1) == b""
-            sock.close()
-        metrics = server.get("/metrics")[1]
-        assert 'schedcache_extender_connections_cut_total{reason="evicted"}' in metrics
-        assert 'schedcache_extender_connections_cut_total{reason="header_timeout"}' in metrics
+        slow_clients_are_evicted_then_cut(server, 24)
 
 
 @pytest.mark.parametrize("loop", LOOPS)
