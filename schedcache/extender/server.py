@@ -57,6 +57,7 @@ REQUESTS = Counter(
     "Extender requests by verb and result: ok; refused (an answer with Error: fit conflict, "
     "pod not served, Binding failed); bad_request (400), body_timeout (408), too_large (413), "
     "busy (503: the verb's slots stayed full), redis_unavailable (503), cache_error, "
+    "client_gone (the client left before its body arrived: no answer), "
     "internal (500, logged with its traceback).",
     ["verb", "result"],
 )
@@ -149,6 +150,11 @@ class Route:
         except Failure as failure:
             REQUESTS.labels(self.verb, failure.reason).inc()
             return web.json_response(self._failed(f"{self.verb}: {failure}"), status=failure.status)
+        except ConnectionResetError:
+            # The client went away while its body was read (a timeout of its own, a reset,
+            # a crash): nobody to answer, nothing to log but the count (found in review).
+            REQUESTS.labels(self.verb, "client_gone").inc()
+            return web.Response(status=499)
         finally:
             self.seconds.observe(time.perf_counter() - started)
         self.answered[refused].inc()
