@@ -300,7 +300,13 @@ async def start(
     limits: Limits | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> web.AppRunner:
-    """Serve on ``sock`` (bound beforehand) in the running loop; ``runner.cleanup()`` stops."""
+    """Serve on ``sock`` (bound beforehand) in the running loop; ``runner.cleanup()`` stops.
+    TLS only on asyncio's own loop (see :func:`event_loop_factory`)."""
+    if ssl_context is not None and type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+        raise ValueError(
+            "the extender serves TLS on asyncio's event loop only: on uvloop's, handshakes "
+            "hang (uvloop reads a connection before the guard's start_tls takes it)"
+        )
     limits = limits or Limits()
     guard = Guard(limits.max_connections, limits.header_timeout)
     runner = web.AppRunner(make_app(extender, prefix, limits, guard), access_log=None)
