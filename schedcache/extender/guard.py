@@ -22,8 +22,10 @@ and logged by :class:`~schedcache.extender.tls.Refusals`.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import ssl
+from collections import OrderedDict
 from typing import Any, cast
 
 from aiohttp import web
@@ -35,8 +37,8 @@ from schedcache.extender.trim import Trimmer
 CONNECTIONS = Gauge("schedcache_extender_connections", "Open connections to the extender.")
 CUT = Counter(
     "schedcache_extender_connections_cut_total",
-    "Connections the extender closed: evicted (the oldest without a request, one that never "
-    "completed a request first, for a new one at --max-connections), over_limit (every "
+    "Connections the extender closed: evicted (the oldest without a request but for the "
+    "quarter that asked last, for a new one at --max-connections), over_limit (every "
     "connection busy), header_timeout (no complete request within --read-timeout).",
     ["reason"],
 )
@@ -58,6 +60,9 @@ class Guard:
         self.ssl_context = ssl_context
         self.refusals = refusals or Refusals()
         self.open: dict[Any, GuardedProtocol] = {}  # aiohttp's handler -> its guard
+        # Handlers by when their last request ended, the latest last (make_room keeps these).
+        self.recent: OrderedDict[Any, None] = OrderedDict()
+        self.kept = max(1, max_connections // 4)
         self.trimmer = Trimmer(lambda: len(self.open))
 
     def request_started(self, handler: Any) -> None:
@@ -70,21 +75,39 @@ class Guard:
         guarded = self.open.get(handler)
         if guarded is not None:
             guarded.busy = False
-            guarded.served = True
+            self.recent[handler] = None
+            self.recent.move_to_end(handler)
             guarded.arm()
 
+    def closed(self, handler: Any) -> None:
+        """``handler``'s connection is gone (closed, cut or evicted)."""
+        self.open.pop(handler, None)
+        self.recent.pop(handler, None)
+
     def make_room(self) -> bool:
-        """At the limit, close the oldest connection without a request, one that never
-        completed a request first; False if all are serving one. A kept-alive client (kube-
-        scheduler's) outlives a burst of new connections: on asyncio's loop, connections their
-        clients closed already count as open until their EOF is read (found in review)."""
+        """At the limit, close the oldest connection without a request, passing over the
+        ``kept`` (a quarter of the limit) whose last request ended most recently; False if
+        all are serving one. A kept-alive client that keeps asking (kube-scheduler's) outlives
+        a burst of new connections, even of ones their clients closed already, which on
+        asyncio's loop count as open until their end is read; connections that asked once
+        and idle (an attacker's) are still evicted oldest first, before a newcomer (both
+        found in review)."""
         if len(self.open) < self.max_connections:
             return True
-        idle = [item for item in self.open.items() if not item[1].busy]  # oldest first
-        if not idle:
-            return False
-        handler, guarded = next((item for item in idle if not item[1].served), idle[0])
-        del self.open[handler]
+        kept = set(itertools.islice(reversed(self.recent), self.kept))
+        fallback = None
+        for handler, guarded in self.open.items():  # oldest first
+            if guarded.busy:
+                continue
+            if handler not in kept:
+                break
+            if fallback is None:
+                fallback = handler, guarded
+        else:
+            if fallback is None:
+                return False
+            handler, guarded = fallback
+        self.closed(handler)
         CUT.labels("evicted").inc()
         guarded.cut()
         return True
@@ -100,7 +123,6 @@ class GuardedProtocol(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.admitted = False
         self.busy = False  # a request is being served
-        self.served = False  # a request was answered on it (it outlives new ones: make_room)
         self.cut_by_guard = False  # evicted or timed out: not a TLS refusal
         self.handed_over = False  # aiohttp has the connection (after the handshake, with TLS)
         self.handshake: asyncio.Task[None] | None = None
@@ -217,7 +239,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.disarm()
         if self.admitted:
             self.admitted = False
-            self.guard.open.pop(self.inner, None)
+            self.guard.closed(self.inner)
             CONNECTIONS.dec()
             if self.handed_over:
                 self.inner.connection_lost(exc)
