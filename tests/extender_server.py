@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -109,3 +110,15 @@ def extender_process(cache: str, *args: str) -> tuple[subprocess.Popen[str], int
         text=True,
     )
     return process, port
+
+
+def wait_until_serving(port: int, timeout: float = 30.0) -> None:
+    """Until the extender on ``port`` (plain HTTP) answers ``/healthz``: a process started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "the extender did not come up"
+            time.sleep(0.1)

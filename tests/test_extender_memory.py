@@ -24,7 +24,7 @@ import pytest
 from schedcache import Cache
 from schedcache.extender.limits import Limits
 from tests.conftest import real_client
-from tests.extender_server import extender_process
+from tests.extender_server import extender_process, wait_until_serving
 from tests.factories import make_node, pod_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,14 +45,7 @@ def running() -> Iterator[tuple[subprocess.Popen[str], int, Cache]]:
         cache.add_node(make_node(f"n{i:03}", "8", "32Gi"))
     process, port = extender_process(name, "--no-api", "--read-timeout", "2")
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the extender did not come up"
-                time.sleep(0.1)
+        wait_until_serving(port)
         yield process, port, cache
     finally:
         process.kill()

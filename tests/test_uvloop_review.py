@@ -26,7 +26,12 @@ from schedcache.extender.limits import Limits
 from schedcache.extender.server import REQUESTS
 from schedcache.extender.service import Extender
 from tests.conftest import REAL_REDIS_URL, real_client
-from tests.extender_server import RunningExtender, extender_process, free_port
+from tests.extender_server import (
+    RunningExtender,
+    extender_process,
+    free_port,
+    wait_until_serving,
+)
 from tests.factories import make_node
 from tests.test_extender_attacks import pending, pki, tls_get
 
@@ -61,17 +66,6 @@ def post_filter(port: int, timeout: float = 5) -> int:
         return int(response.status)
 
 
-def wait_up(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "the extender did not come up"
-            time.sleep(0.1)
-
-
 def end(process: subprocess.Popen[str], signum: int = signal.SIGTERM) -> tuple[float, str]:
     """Seconds the process took to exit after ``signum``, and its stderr."""
     started = time.monotonic()
@@ -90,7 +84,7 @@ def test_without_uvloop_the_command_serves_on_asyncio_and_says_so(real_cache: Ca
         text=True,
     )
     try:
-        wait_up(port)
+        wait_until_serving(port)
         assert [post_filter(port) for _ in range(20)] == [200] * 20
         _, err = end(process)
         assert process.returncode == 0, err
@@ -142,7 +136,7 @@ def test_a_signal_amid_requests_on_uvloop_ends_the_command_at_once(
 
     threads = [threading.Thread(target=clients) for _ in range(3)]
     try:
-        wait_up(port)
+        wait_until_serving(port)
         for thread in threads:
             thread.start()
         time.sleep(1)
