@@ -99,11 +99,23 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def extender_process(cache: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+# The command as it runs where uvloop is not installed (asyncio's loop, as every TLS extender):
+# ``python -c WITHOUT_UVLOOP ARGS`` instead of ``python -m schedcache.cli ARGS``.
+WITHOUT_UVLOOP = (
+    "import runpy, sys; sys.modules['uvloop'] = None; "
+    "runpy.run_module('schedcache.cli', run_name='__main__')"
+)
+
+
+def extender_process(
+    cache: str, *args: str, uvloop: bool = True
+) -> tuple[subprocess.Popen[str], int]:
     """``schedcache --redis <real Redis> --cache CACHE extender --listen <free port> ARGS`` in a
-    process of its own, as an operator runs it; stderr piped. Returns it and its port."""
+    process of its own, as an operator runs it; stderr piped. Returns it and its port.
+    ``uvloop=False``: as if uvloop were not installed (:data:`WITHOUT_UVLOOP`)."""
     port = free_port()
-    cli = [sys.executable, "-m", "schedcache.cli", "--redis", REAL_REDIS_URL, "--cache", cache]
+    start = ["-m", "schedcache.cli"] if uvloop else ["-c", WITHOUT_UVLOOP]
+    cli = [sys.executable, *start, "--redis", REAL_REDIS_URL, "--cache", cache]
     process = subprocess.Popen(
         [*cli, "extender", "--listen", f"127.0.0.1:{port}", *args],
         stderr=subprocess.PIPE,

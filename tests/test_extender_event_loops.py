@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import ssl
+import sys
 import time
 import urllib.request
 import uuid
@@ -20,6 +22,7 @@ import pytest
 import uvloop
 
 from schedcache import Cache
+from schedcache.extender import server
 from schedcache.extender.limits import Limits
 from schedcache.extender.server import event_loop_factory, event_loop_name
 from schedcache.extender.service import Extender
@@ -63,6 +66,52 @@ def test_tls_on_uvloop_is_refused_before_anything_is_served(cache: Cache) -> Non
         server.__enter__()
     server.__exit__(None, None, None)  # (its loop's thread)
     assert server.runner is None
+
+
+@pytest.mark.parametrize("error", ["RuntimeError", "OSError", "AttributeError"])
+def test_a_broken_uvloop_falls_back_to_asyncio_and_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: str,
+) -> None:
+    """Found in review: a uvloop installed but broken otherwise than by ImportError (a wheel of
+    another platform, a missing symbol) ended the command; it serves on asyncio's loop, once
+    warned."""
+    broken = tmp_path / "uvloop"
+    broken.mkdir()
+    (broken / "__init__.py").write_text(f"raise {error}('a broken build')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "uvloop")
+    server._uvloop_factory.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="schedcache.extender.server"):
+            assert event_loop_factory() is None
+            assert event_loop_name() == "asyncio"
+    finally:
+        server._uvloop_factory.cache_clear()
+    warned = [r.getMessage() for r in caplog.records if "uvloop" in r.getMessage()]
+    assert len(warned) == 1 and "a broken build" in warned[0] and "asyncio" in warned[0]
+
+
+def test_tls_is_refused_on_a_subclass_of_uvloops_loop(cache: Cache) -> None:
+    """Found in review: ``start`` knew uvloop's loop by its module's name, so a subclass of it
+    defined elsewhere took TLS (and hung its handshakes)."""
+
+    class Instrumented(uvloop.Loop):  # type: ignore[misc]  # (e.g. a tracing wrapper)
+        pass
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    running = RunningExtender(Extender(cache), ssl_context=context, loop_factory=Instrumented)
+    with pytest.raises(ValueError, match="TLS on asyncio's event loop only"):
+        running.__enter__()
+    running.__exit__(None, None, None)
+    assert running.runner is None
+    plain = asyncio.new_event_loop()
+    try:
+        assert not server.on_uvloop(plain)
+    finally:
+        plain.close()
 
 
 def test_the_verbs_answer_the_same_bytes_on_either_loop(cache: Cache) -> None:

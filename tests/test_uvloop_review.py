@@ -27,6 +27,7 @@ from schedcache.extender.server import REQUESTS
 from schedcache.extender.service import Extender
 from tests.conftest import REAL_REDIS_URL, real_client
 from tests.extender_server import (
+    WITHOUT_UVLOOP,
     RunningExtender,
     extender_process,
     free_port,
@@ -41,10 +42,6 @@ LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uvloop": uvloop.new_event_loop,
     "asyncio": asyncio.new_event_loop,
 }
-WITHOUT_UVLOOP = (
-    "import runpy, sys; sys.modules['uvloop'] = None; "
-    "runpy.run_module('schedcache.cli', run_name='__main__')"
-)
 
 
 @pytest.fixture

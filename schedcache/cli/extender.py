@@ -135,6 +135,14 @@ def _tls_options(command: F) -> F:
     help="Seconds a request's headers, and then its body, may take to arrive.",
 )
 @click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=Limits.drain_timeout,
+    show_default=True,
+    help="Seconds a verb already running at SIGTERM (a bind's Binding) may take to finish "
+    "before its connection is cut; requests still waiting are answered 503 at once.",
+)
+@click.option(
     "--bind-timeout",
     type=click.FloatRange(BIND_TIMEOUT_MIN, 3600),
     default=60.0,
@@ -172,6 +180,7 @@ def extender(
     max_body_bytes: int,
     max_connections: int,
     read_timeout: float,
+    drain_timeout: float,
     bind_timeout: float,
     bind_pod_from_filter: bool,
     no_pending_watch: bool,
@@ -223,6 +232,7 @@ def extender(
         max_connections=max_connections,
         header_timeout=read_timeout,
         body_timeout=read_timeout,
+        drain_timeout=drain_timeout,
     )
     try:  # before anything is written or printed: a port in use fails here
         sock = bind_socket(host, port)

@@ -31,6 +31,9 @@ class Limits:
     header_timeout: float = 30.0  # a request line and headers must arrive within this
     body_timeout: float = 30.0  # a body must arrive within this once its headers did
     queue_timeout: float = 10.0  # a request waits this long for a verb slot, then 503
+    # On SIGTERM, verbs already running (a bind's Binding) may finish within this; then their
+    # connections are cut. Under Kubernetes' default grace period (30 s) before its SIGKILL.
+    drain_timeout: float = 25.0
     filter_concurrency: int = 4  # filter requests decoded and run at once
     prioritize_concurrency: int = 4
     bind_concurrency: int = 16  # binds wait on the API server: more of them, each small

@@ -12,9 +12,10 @@ are limited and cut when their headers do not arrive (:mod:`.guard`).
 Every failure is the protocol's answer, the verb's result (ExtenderFilterResult,
 ExtenderBindingResult) with ``Error`` set: 400 for malformed input (deeply nested JSON
 included), 408 for a body that did not arrive, 413 for one too large, 503 when Redis is
-unreachable or the verb's slots stayed full; HTTP 200 for a bind refused or failed and for
-another cache error (prioritize, whose list has no ``Error``: 500). Each is counted by reason in
-``schedcache_extender_requests_total``; only an unexpected exception logs a traceback (500).
+unreachable, the verb's slots stayed full or the extender is stopping (:class:`Draining`);
+HTTP 200 for a bind refused or failed and for another cache error (prioritize, whose list has
+no ``Error``: 500). Each is counted by reason in ``schedcache_extender_requests_total``; only an
+unexpected exception logs a traceback (500).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import logging
 import signal
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from functools import cache, partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -57,7 +59,9 @@ REQUESTS = Counter(
     "Extender requests by verb and result: ok; refused (an answer with Error: fit conflict, "
     "pod not served, Binding failed); bad_request (400), body_timeout (408), too_large (413), "
     "busy (503: the verb's slots stayed full), redis_unavailable (503), cache_error, "
-    "client_gone (the client left before its body arrived: no answer), "
+    "shutting_down (503: it waited for a slot or its body when the extender began to stop), "
+    "client_gone (the client left before its whole body was read, while it waited for a "
+    "slot or sent it: no answer), "
     "internal (500, logged with its traceback).",
     ["verb", "result"],
 )
@@ -73,6 +77,64 @@ class Failure(Exception):
         super().__init__(message)
         self.status = status
         self.reason = reason
+
+
+def shutting_down() -> Failure:
+    return Failure(503, "shutting_down", "the extender is shutting down; try again")
+
+
+class Draining:
+    """The server's stop as its requests see it. Requests that only wait, for their verb's
+    slot or for their body, hold nothing a client would lose: from :meth:`stop` on they are
+    answered 503 ``shutting_down`` at once (kube-scheduler tries the pod again), and so is
+    every request that comes after, where each would have held the stop until its own timeout
+    (up to ``--read-timeout`` for each slot in turn: found in review, ten clients stalled
+    mid-body kept SIGTERM waiting past the kubelet's 30 s grace). A verb already running (a
+    bind waiting on the API server) finishes, for at most ``Limits.drain_timeout``."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.waiting: set[asyncio.Task[Any]] = set()
+        self.cut: set[asyncio.Task[Any]] = set()
+
+    async def stop(self, _: web.Application | None = None) -> None:
+        """aiohttp's ``on_shutdown``: after the listener closed, before the connections'
+        drain."""
+        self.stopping = True
+        self.cut = set(self.waiting)
+        for task in self.cut:
+            task.cancel()
+
+    def wait(self) -> Waiting:
+        """``with draining.wait(): await ...``: a wait :meth:`stop` ends with ``shutting_down``."""
+        if self.stopping:
+            raise shutting_down()
+        task = asyncio.current_task()
+        assert task is not None  # (a request's handler is a task)
+        return Waiting(self, task)
+
+
+class Waiting:
+    """One request's wait (:meth:`Draining.wait`)."""
+
+    __slots__ = ("draining", "task")
+
+    def __init__(self, draining: Draining, task: asyncio.Task[Any]) -> None:
+        self.draining = draining
+        self.task = task
+
+    def __enter__(self) -> None:
+        self.draining.waiting.add(self.task)
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        draining = self.draining
+        draining.waiting.discard(self.task)
+        # Cancelled by the stop (not by anything else): answered, the cancel taken back.
+        cancelled = kind is not None and issubclass(kind, asyncio.CancelledError)
+        if cancelled and self.task in draining.cut:
+            draining.cut.discard(self.task)
+            self.task.uncancel()
+            raise shutting_down() from None
 
 
 def make_app(
@@ -96,6 +158,8 @@ def make_app(
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
     ready = ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")
+    draining = Draining()
+    app.on_shutdown.append(draining.stop)
     lanes: list[Lane] = []
     semaphores: dict[str, asyncio.Semaphore] = {}
     for verb, (decode, run) in verbs.items():
@@ -104,7 +168,7 @@ def make_app(
         lane = Lane(slots, f"schedcache-extender-{verb}")
         lanes.append(lane)
         semaphore = semaphores.setdefault(share, asyncio.Semaphore(slots))
-        route = Route(verb, decode, run, lane, semaphore, limits)
+        route = Route(verb, decode, run, lane, semaphore, limits, draining)
         app.router.add_post(f"{prefix}/{verb}", route.handle)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz(extender, ready))
@@ -130,8 +194,10 @@ class Route:
         pool: Lane,
         slots: asyncio.Semaphore,
         limits: Limits,
+        draining: Draining | None = None,
     ) -> None:
         self.verb = verb
+        self.draining = draining or Draining()
         self.decode = decode
         self.run = run
         self.pool = pool
@@ -178,10 +244,13 @@ class Route:
         length = request.content_length
         if length is not None and length > self.limit:
             raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+        if self.draining.stopping:
+            raise shutting_down()
         if self.slots.locked():
             try:
-                async with asyncio.timeout(self.limits.queue_timeout):
-                    await self.slots.acquire()
+                with self.draining.wait():
+                    async with asyncio.timeout(self.limits.queue_timeout):
+                        await self.slots.acquire()
             except TimeoutError:
                 raise Failure(503, "busy", "too many requests at once; try again") from None
         else:
@@ -206,12 +275,13 @@ class Route:
             chunks = []
         size = sum(map(len, chunks))
         try:
-            async with asyncio.timeout(self.limits.body_timeout):
-                async for chunk in request.content.iter_any():
-                    size += len(chunk)
-                    if size > self.limit:
-                        raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
-                    chunks.append(chunk)
+            with self.draining.wait():
+                async with asyncio.timeout(self.limits.body_timeout):
+                    async for chunk in request.content.iter_any():
+                        size += len(chunk)
+                        if size > self.limit:
+                            raise Failure(413, "too_large", f"the body is over {self.limit} bytes")
+                        chunks.append(chunk)
         except TimeoutError:
             raise Failure(
                 408, "body_timeout", f"the body did not arrive within {self.limits.body_timeout} s"
@@ -302,14 +372,18 @@ async def start(
 ) -> web.AppRunner:
     """Serve on ``sock`` (bound beforehand) in the running loop; ``runner.cleanup()`` stops.
     TLS only on asyncio's own loop (see :func:`event_loop_factory`)."""
-    if ssl_context is not None and type(asyncio.get_running_loop()).__module__.startswith("uvloop"):
+    if ssl_context is not None and on_uvloop(asyncio.get_running_loop()):
         raise ValueError(
             "the extender serves TLS on asyncio's event loop only: on uvloop's, handshakes "
             "hang (uvloop reads a connection before the guard's start_tls takes it)"
         )
     limits = limits or Limits()
     guard = Guard(limits.max_connections, limits.header_timeout)
-    runner = web.AppRunner(make_app(extender, prefix, limits, guard), access_log=None)
+    runner = web.AppRunner(
+        make_app(extender, prefix, limits, guard),
+        access_log=None,
+        shutdown_timeout=limits.drain_timeout,
+    )
     await runner.setup()
     await GuardedSite(runner, sock, guard, ssl_context).start()
     return runner
@@ -349,14 +423,32 @@ def event_loop_factory(tls: bool = False) -> Callable[[], asyncio.AbstractEventL
     counts against the connection limit), and uvloop starts reading a connection as soon as
     it is made, before that call can take it: a ClientHello read then is lost to the
     handshake, which hangs (asyncio reads from the next loop turn on)."""
-    if tls:
-        return None
+    return None if tls else _uvloop_factory()
+
+
+@cache
+def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's ``new_event_loop``, or None where uvloop is not installed, or installed but
+    broken (a wheel of another platform, a missing libuv symbol: found in review, anything but
+    ImportError ended the command), said once in the log."""
     try:
         import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     except ImportError:
         return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    except Exception as error:
+        log.warning("uvloop is installed but does not load (%r): serving on asyncio's loop", error)
+        return None
     return factory
+
+
+def on_uvloop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` is uvloop's (its class or a subclass; found in review: the module's
+    name alone missed a subclass defined elsewhere). uvloop not imported: it cannot be."""
+    uvloop = sys.modules.get("uvloop")
+    loop_class = getattr(uvloop, "Loop", None)
+    return isinstance(loop_class, type) and isinstance(loop, loop_class)
 
 
 def event_loop_name(tls: bool = False) -> str:
