@@ -14,6 +14,7 @@ from schedcache.cli.lifecycle import (
     Interrupted,
     exit_now,
     give_back_lease,
+    ignore_stop_signals,
     ready_cache,
     stop_on_signals,
 )
@@ -129,14 +130,14 @@ def _tls_options(command: F) -> F:
 )
 @click.option(
     "--read-timeout",
-    type=click.FloatRange(0.1, 3600),
+    type=Seconds(0.1, 3600),
     default=Limits.header_timeout,
     show_default=True,
     help="Seconds a request's headers, and then its body, may take to arrive.",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=Seconds(maximum=3600, open_min=True),
     default=Limits.drain_timeout,
     show_default=True,
     help="Seconds a verb already running at SIGTERM (a bind's Binding) may take to finish "
@@ -144,7 +145,7 @@ def _tls_options(command: F) -> F:
 )
 @click.option(
     "--bind-timeout",
-    type=click.FloatRange(BIND_TIMEOUT_MIN, 3600),
+    type=Seconds(BIND_TIMEOUT_MIN, 3600),
     default=60.0,
     show_default=True,
     help="Seconds a claim may wait for its Binding; then the expiry worker releases it.",
@@ -279,11 +280,14 @@ def extender(
     except Interrupted:
         click.echo("stopped", err=True)
     finally:
+        stop_on_signals(stop)  # a signal repeated while stopping: nothing more to stop
         if served is not None:
             served.forgetter.stop()
         if pending is not None:
             pending.close()
         give_back_lease(cache)  # a restart with the same --replica is not refused
+        if served is not None:
+            ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
 
 
 def _loopback(host: str) -> bool:

@@ -83,6 +83,11 @@ def shutting_down() -> Failure:
     return Failure(503, "shutting_down", "the extender is shutting down; try again")
 
 
+# What aiohttp still waits for, per connection, once Draining.stop returned: answers being
+# written. Twice at most (aiohttp 3.14 waits its shutdown timeout twice, see Draining.stop).
+DRAINED_TIMEOUT = 1.0
+
+
 class Draining:
     """The server's stop as its requests see it. Requests that only wait, for their verb's
     slot or for their body, hold nothing a client would lose: from :meth:`stop` on they are
@@ -90,20 +95,31 @@ class Draining:
     every request that comes after, where each would have held the stop until its own timeout
     (up to ``--read-timeout`` for each slot in turn: found in review, ten clients stalled
     mid-body kept SIGTERM waiting past the kubelet's 30 s grace). A verb already running (a
-    bind waiting on the API server) finishes, for at most ``Limits.drain_timeout``."""
+    bind waiting on the API server) may finish for ``timeout`` seconds (``--drain-timeout``);
+    then it is answered ``shutting_down`` too, its outcome unknown to the client (its thread
+    ends on its own; a claim whose Binding did not finish lapses at its deadline)."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = Limits.drain_timeout) -> None:
+        self.timeout = timeout
         self.stopping = False
         self.waiting: set[asyncio.Task[Any]] = set()
         self.cut: set[asyncio.Task[Any]] = set()
+        self.running: set[asyncio.Future[Any]] = set()  # the verbs' jobs (Lane futures)
 
-    async def stop(self, _: web.Application | None = None) -> None:
-        """aiohttp's ``on_shutdown``: after the listener closed, before the connections'
-        drain."""
+    async def stop(self, app: web.Application | None = None) -> None:
+        """aiohttp's ``on_shutdown``: after the listener closed, before aiohttp waits for the
+        connections (``DRAINED_TIMEOUT``: only answers being written are left by then)."""
         self.stopping = True
         self.cut = set(self.waiting)
         for task in self.cut:
             task.cancel()
+        if self.running:
+            # Bounded here, not by aiohttp's shutdown timeout: aiohttp 3.14 waits that twice
+            # for a handler (then cancels its payload, then waits again: found in review, a
+            # stuck verb held the stop 2 x --drain-timeout, past the grace period).
+            _, late = await asyncio.wait(set(self.running), timeout=self.timeout)
+            for future in late:
+                future.cancel()
 
     def wait(self) -> Waiting:
         """``with draining.wait(): await ...``: a wait :meth:`stop` ends with ``shutting_down``."""
@@ -158,7 +174,7 @@ def make_app(
         "preempt": (preempt.preempt_args, partial(preempt.process_preemption, extender)),
     }
     ready = ThreadPoolExecutor(1, thread_name_prefix="schedcache-extender-readyz")
-    draining = Draining()
+    draining = Draining(limits.drain_timeout)
     app.on_shutdown.append(draining.stop)
     lanes: list[Lane] = []
     semaphores: dict[str, asyncio.Semaphore] = {}
@@ -257,7 +273,23 @@ class Route:
             await self.slots.acquire()  # a free slot is taken at once: no timer
         try:
             body = await self._body(request)
-            answer: tuple[bool, bytes] = await self.pool.run(self._decode_and_run, body)
+            job = self.pool.run(self._decode_and_run, body)
+            running = self.draining.running
+            running.add(job)
+            try:
+                answer: tuple[bool, bytes] = await job
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if job.cancelled() and self.draining.stopping and task and not task.cancelling():
+                    raise Failure(  # cut by the drain (Draining.stop), not this task cancelled
+                        503,
+                        "shutting_down",
+                        f"the extender stopped before this {self.verb} finished "
+                        f"(--drain-timeout {self.draining.timeout:g} s); its outcome is unknown",
+                    ) from None
+                raise
+            finally:
+                running.discard(job)
             return answer
         finally:
             self.slots.release()
@@ -382,7 +414,7 @@ async def start(
     runner = web.AppRunner(
         make_app(extender, prefix, limits, guard),
         access_log=None,
-        shutdown_timeout=limits.drain_timeout,
+        shutdown_timeout=DRAINED_TIMEOUT,  # (the verbs' own drain: Draining.stop)
     )
     await runner.setup()
     await GuardedSite(runner, sock, guard, ssl_context).start()
@@ -396,18 +428,28 @@ def serve(
     limits: Limits | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve until SIGTERM or Ctrl-C."""
+    """Serve until SIGTERM or Ctrl-C (a repeat while stopping changes nothing); the handlers
+    of those signals are given back as they were."""
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
 
     async def main() -> None:
         runner = await start(extender, sock, prefix, limits, ssl_context)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in previous:
             loop.add_signal_handler(signum, stop.set)
         try:
             await stop.wait()
         finally:
-            await runner.cleanup()
+            try:
+                await runner.cleanup()
+            finally:
+                # Given back before the loop closes: its close leaves the default action, and
+                # a repeated SIGTERM in the ~200 ms to the exit killed the process after a
+                # clean stop (found in review: exit -15).
+                for signum, handler in previous.items():
+                    loop.remove_signal_handler(signum)
+                    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
     with asyncio.Runner(loop_factory=event_loop_factory(tls=ssl_context is not None)) as runner:
         runner.run(main())
