@@ -12,15 +12,36 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
+import pytest
+import uvloop
+
+from schedcache import Cache
 from schedcache.extender.guard import bind_socket
 from schedcache.extender.limits import Limits
 from schedcache.extender.server import event_loop_factory, start
 from schedcache.extender.service import Extender
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, real_client
+from tests.factories import make_node
+
+# Both event loops the extender serves on, for the tests that run on each.
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "uvloop": uvloop.new_event_loop,
+    "asyncio": asyncio.new_event_loop,
+}
+
+
+@pytest.fixture
+def real_cache() -> Iterator[Cache]:
+    """A cache holding node n1 on the real Redis, which extender processes are given."""
+    cache = Cache(real_client(), f"t-{uuid.uuid4().hex[:12]}")
+    cache.add_node(make_node("n1", "64", "64Gi"))
+    yield cache
+    cache.clear()
 
 
 class RunningExtender:

@@ -14,7 +14,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,9 @@ from schedcache.extender.limits import Limits
 from schedcache.extender.server import event_loop_factory, event_loop_name
 from schedcache.extender.service import Extender
 from tests.conftest import real_client
-from tests.extender_server import RunningExtender, extender_process
+from tests.extender_server import LOOPS, RunningExtender, extender_process
 from tests.factories import make_node
 from tests.test_extender_attacks import binding, pending, slow_clients_are_evicted_then_cut
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "uvloop": uvloop.new_event_loop,
-    "asyncio": asyncio.new_event_loop,
-}
 
 
 def raw_post(port: int, path: str, body: Any) -> bytes:

@@ -9,7 +9,6 @@ timed out); with the default 30 s, past the kubelet's SIGKILL."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import socket
@@ -19,33 +18,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
 
 import pytest
-import uvloop
 
 from schedcache import Cache
 from schedcache.extender.limits import Limits
 from schedcache.extender.server import REQUESTS
 from schedcache.extender.service import Extender
-from tests.conftest import real_client
-from tests.extender_server import RunningExtender, extender_process, wait_until_serving
+from tests.extender_server import (
+    LOOPS,
+    RunningExtender,
+    extender_process,
+    real_cache,
+    wait_until_serving,
+)
 from tests.factories import make_node
 from tests.test_extender_attacks import pending
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "uvloop": uvloop.new_event_loop,
-    "asyncio": asyncio.new_event_loop,
-}
-
-
-@pytest.fixture
-def real_cache() -> Iterator[Cache]:
-    cache = Cache(real_client(), f"t-{uuid.uuid4().hex[:12]}")
-    cache.add_node(make_node("n1", "64", "64Gi"))
-    yield cache
-    cache.clear()
 
 
 def stalled_mid_body(port: int, verb: str = "filter") -> socket.socket:
@@ -53,6 +41,9 @@ def stalled_mid_body(port: int, verb: str = "filter") -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(f"POST /{verb} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode())
     return sock
+
+
+__all__ = ["real_cache"]  # the fixture (tests/extender_server.py), used here
 
 
 def answer_of(sock: socket.socket) -> bytes:
@@ -166,7 +157,10 @@ def test_drain_timeout_bounds_the_wait_for_a_running_verb(cache: Cache) -> None:
     """A verb that outlasts ``drain_timeout`` (a bind stuck on the API server) no longer holds
     the stop: at the timeout it is answered 503 ``shutting_down``, its outcome unknown (a claim
     whose Binding did not finish is released at its bind-timeout deadline, as after a kill),
-    and the server stops."""
+    and the server stops. Found in review (mended): aiohttp's RequestHandler.shutdown waits its
+    timeout for the handler, cancels the request's payload and waits it again, so a stuck verb
+    held the stop 2 x --drain-timeout (25 s -> 50 s, past the 30 s grace period); the drain is
+    bounded by ``Draining.stop`` itself now."""
     extender = Extender(cache)
     running = threading.Event()
     release = threading.Event()

@@ -13,7 +13,7 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -30,15 +30,10 @@ from schedcache.extender.service import Extender
 from schedcache.store.connection import embedded_client
 from schedcache.store.retry import RetryPolicy
 from tests.conftest import REAL_REDIS_URL, real_client
-from tests.extender_server import RunningExtender
+from tests.extender_server import LOOPS, RunningExtender
 from tests.factories import make_node
 from tests.tcp_proxy import FaultyProxy
 from tests.test_extender_attacks import NS, pending
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "uvloop": uvloop.new_event_loop,
-    "asyncio": asyncio.new_event_loop,
-}
 
 
 @pytest.fixture

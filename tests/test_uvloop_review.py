@@ -3,7 +3,6 @@ under signals; what a burst of connections and clients that reset do on either l
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import logging
@@ -14,42 +13,27 @@ import sys
 import threading
 import time
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from schedcache import Cache
 from schedcache.extender.limits import Limits
 from schedcache.extender.server import REQUESTS
 from schedcache.extender.service import Extender
-from tests.conftest import REAL_REDIS_URL, real_client
+from tests.conftest import REAL_REDIS_URL
 from tests.extender_server import (
+    LOOPS,
     WITHOUT_UVLOOP,
     RunningExtender,
     extender_process,
     free_port,
+    real_cache,
     wait_until_serving,
 )
-from tests.factories import make_node
 from tests.test_extender_attacks import pending, pki, tls_get
 
-__all__ = ["pki"]  # the module's PKI fixture, used here too
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "uvloop": uvloop.new_event_loop,
-    "asyncio": asyncio.new_event_loop,
-}
-
-
-@pytest.fixture
-def real_cache() -> Iterator[Cache]:
-    cache = Cache(real_client(), f"t-{uuid.uuid4().hex[:12]}")
-    cache.add_node(make_node("n1", "64", "64Gi"))
-    yield cache
-    cache.clear()
+__all__ = ["pki", "real_cache"]  # fixtures defined elsewhere, used here too
 
 
 def filter_body() -> bytes:
