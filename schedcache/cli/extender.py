@@ -251,6 +251,7 @@ def extender(
     )
     if cache is None:
         click.echo("stopped before Redis answered", err=True)
+        ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
         return
     served: Extender | None = None
     try:
@@ -286,8 +287,7 @@ def extender(
         if pending is not None:
             pending.close()
         give_back_lease(cache)  # a restart with the same --replica is not refused
-        if served is not None:
-            ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
+        ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
 
 
 def _loopback(host: str) -> bool:
