@@ -123,12 +123,15 @@ def serve_until_stopped(
     settings: Settings, what: str, **options: Any
 ) -> tuple[Cache, threading.Event] | None:
     """A long-running command's start: the stop event SIGTERM and SIGINT set, and the cache once
-    Redis answers (:func:`ready_cache`); None, said on stderr, when a signal came first."""
+    Redis answers (:func:`ready_cache`); None, said on stderr, when a signal came first (then
+    further signals are ignored: :func:`ignore_stop_signals`; the command, once stopped, says
+    so too)."""
     stop = threading.Event()
     stop_on_signals(stop)
     cache = ready_cache(settings, stop, what, **options)
     if cache is None:
         click.echo("stopped before Redis answered", err=True)
+        ignore_stop_signals()
         return None
     return cache, stop
 

@@ -9,7 +9,7 @@ import click
 from prometheus_client import REGISTRY, start_http_server
 
 from schedcache.cache import Cache
-from schedcache.cli.lifecycle import serve_until_stopped
+from schedcache.cli.lifecycle import ignore_stop_signals, serve_until_stopped
 from schedcache.cli.params import Duration, F, Name, Seconds
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
@@ -99,6 +99,7 @@ def worker_expiry(
     if metrics_port is not None:
         serve_metrics(cache, metrics_port, metrics_address)
     expiry.run()
+    ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
 
 
 @worker.command("compact")
@@ -148,6 +149,7 @@ def worker_compact(
         return
     cache, stop = started
     failed = run_retention(cache, keep, interval, stop, keep_events=keep_events)
+    ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
     click.echo(f"stopped; {failed} failed rounds", err=True)
 
 
@@ -167,3 +169,4 @@ def metrics_command(settings: Settings, port: int, address: str) -> None:
     serve_metrics(cache, port, address)
     click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
     stop.wait()
+    ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)
