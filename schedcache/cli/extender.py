@@ -141,7 +141,8 @@ def _tls_options(command: F) -> F:
     default=Limits.drain_timeout,
     show_default=True,
     help="Seconds a verb already running at SIGTERM (a bind's Binding) may take to finish "
-    "before its connection is cut; requests still waiting are answered 503 at once.",
+    "before it is answered 503 (outcome unknown); requests still waiting are answered 503 at "
+    "once.",
 )
 @click.option(
     "--bind-timeout",

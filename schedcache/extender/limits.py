@@ -31,8 +31,8 @@ class Limits:
     header_timeout: float = 30.0  # a request line and headers must arrive within this
     body_timeout: float = 30.0  # a body must arrive within this once its headers did
     queue_timeout: float = 10.0  # a request waits this long for a verb slot, then 503
-    # On SIGTERM, verbs already running (a bind's Binding) may finish within this; then their
-    # connections are cut. Under Kubernetes' default grace period (30 s) before its SIGKILL.
+    # On SIGTERM, verbs already running (a bind's Binding) may finish within this; then they
+    # are answered 503, outcome unknown. Under Kubernetes' default 30 s grace before SIGKILL.
     drain_timeout: float = 25.0
     filter_concurrency: int = 4  # filter requests decoded and run at once
     prioritize_concurrency: int = 4

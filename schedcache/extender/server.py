@@ -79,8 +79,8 @@ class Failure(Exception):
         self.reason = reason
 
 
-def shutting_down() -> Failure:
-    return Failure(503, "shutting_down", "the extender is shutting down; try again")
+def shutting_down(message: str = "the extender is shutting down; try again") -> Failure:
+    return Failure(503, "shutting_down", message)
 
 
 # What aiohttp still waits for, per connection, once Draining.stop returned: answers being
@@ -281,11 +281,9 @@ class Route:
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if job.cancelled() and self.draining.stopping and task and not task.cancelling():
-                    raise Failure(  # cut by the drain (Draining.stop), not this task cancelled
-                        503,
-                        "shutting_down",
+                    raise shutting_down(  # cut by the drain (Draining.stop), not a cancel
                         f"the extender stopped before this {self.verb} finished "
-                        f"(--drain-timeout {self.draining.timeout:g} s); its outcome is unknown",
+                        f"(--drain-timeout {self.draining.timeout:g} s); its outcome is unknown"
                     ) from None
                 raise
             finally:
