@@ -278,7 +278,10 @@ def extender(
             bind_pod_from_filter=bind_pod_from_filter,
             pending=pending,
         )
-        serve(served, sock, url_prefix, limits, ssl_context)
+        # From here a signal only sets ``stop``: serve() takes over from a handler that
+        # raises nothing (one that raised while its loop ran was logged as a traceback).
+        stop_on_signals(stop)
+        serve(served, sock, url_prefix, limits, ssl_context, stopped=stop)
     except Interrupted:
         click.echo("stopped", err=True)
     finally:

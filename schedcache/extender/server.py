@@ -27,6 +27,7 @@ import signal
 import socket
 import ssl
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -425,32 +426,44 @@ def serve(
     prefix: str = "",
     limits: Limits | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    stopped: threading.Event | None = None,
 ) -> None:
     """Serve until SIGTERM or Ctrl-C (a repeat while stopping changes nothing); the handlers
-    of those signals are given back as they were."""
+    of those signals are given back as they were once the event loop has closed.
+
+    ``stopped`` is an event the caller's own handlers set: one set before the server's
+    handlers took over (a SIGTERM while it started) ends it at once instead of being lost."""
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
 
     async def main() -> None:
-        runner = await start(extender, sock, prefix, limits, ssl_context)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in previous:
+        for signum in previous:  # first: a signal while the server starts stops it too
             loop.add_signal_handler(signum, stop.set)
         try:
-            await stop.wait()
-        finally:
+            if stopped is not None and stopped.is_set():
+                return
+            runner = await start(extender, sock, prefix, limits, ssl_context)
             try:
-                await runner.cleanup()
+                await stop.wait()
             finally:
-                # Given back before the loop closes: its close leaves the default action, and
-                # a repeated SIGTERM in the ~200 ms to the exit killed the process after a
-                # clean stop (found in review: exit -15).
-                for signum, handler in previous.items():
-                    loop.remove_signal_handler(signum)
-                    signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+                await runner.cleanup()
+        finally:
+            # Ignored until the loop has closed: its close leaves the default action (a
+            # repeated SIGTERM in the ~200 ms to the exit killed the process after a clean
+            # stop: exit -15), and the caller's own handler, given back while the loop still
+            # ran, was called from inside it (uvloop logged the exception it raised as a
+            # traceback: found in CI).
+            for signum in previous:
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, signal.SIG_IGN)
 
-    with asyncio.Runner(loop_factory=event_loop_factory(tls=ssl_context is not None)) as runner:
-        runner.run(main())
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory(tls=ssl_context is not None)) as runner:
+            runner.run(main())
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def event_loop_factory(tls: bool = False) -> Callable[[], asyncio.AbstractEventLoop] | None:
