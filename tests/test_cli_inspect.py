@@ -133,6 +133,23 @@ def test_events_lists_the_stream_and_the_last_n(cache, run_cli):
     assert [line.split() for line in after] == [line.split() for line in everything[-2:]]
 
 
+@pytest.mark.parametrize("since", ["1_0s", "1_0", "0x10", "nan", "infs", "5 m", "s"])
+def test_events_since_refuses_what_is_no_plain_duration(cache, run_cli, since):
+    """Python's float() takes ``1_0`` (10) and ``0x..`` is no number: a duration is digits, a
+    point, an exponent and a unit; refused before anything is read."""
+    populate(cache)
+    result = run_cli("events", "--since", since)
+    assert result.exit_code == 2, result.output
+    assert "is neither an event id" in result.output and "nor a duration" in result.output
+
+
+def test_events_since_takes_a_duration_with_blanks_around_it(cache, run_cli):
+    populate(cache)
+    everything = run_cli("events", "--no-headers").output.splitlines()
+    recent = run_cli("events", "--since", " 1h ", "--no-headers")
+    assert recent.exit_code == 0 and recent.output.splitlines() == everything
+
+
 def test_worker_expiry_once(make_cache, run_cli):
     cache = make_cache(ttl=1.0)
     pod = make_pod("p", "n1", "10m", "1Mi")

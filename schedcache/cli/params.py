@@ -4,6 +4,7 @@ naming the option, before anything connects to Redis."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -77,8 +78,14 @@ class SchedulerName(TextParam):
         return text
 
 
+# A number as the command line writes one: digits, a point, an exponent; not Python's other
+# spellings, which ``float()`` also takes (``1_0`` is 10, `` 5 `` is 5, ``nan``, ``inf``).
+DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 class Seconds(NumberParam):
-    """A finite number of seconds within bounds (``nan``, ``inf`` and negatives refused)."""
+    """A finite number of seconds within bounds, written as a plain decimal (``nan``, ``inf``,
+    negatives, ``1_0`` and blanks refused)."""
 
     name = "seconds"
 
@@ -88,6 +95,8 @@ class Seconds(NumberParam):
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
+        if isinstance(value, str) and not DECIMAL.fullmatch(value):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
         try:
             seconds = float(value)
         except (TypeError, ValueError):
@@ -111,12 +120,11 @@ class Duration(Seconds):
         text = str(value).strip()
         factor = self.UNITS.get(text[-1:].lower()) if text else None
         if factor is not None:
-            try:
-                number = float(text[:-1]) * factor
-            except ValueError:
+            if not DECIMAL.fullmatch(text[:-1]):
                 self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
+            number = float(text[:-1]) * factor
             return super().convert(number, param, ctx)
-        return super().convert(value, param, ctx)
+        return super().convert(text, param, ctx)
 
 
 def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
