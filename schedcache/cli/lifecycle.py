@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 # Waits between attempts to reach Redis at start: doubling from the first to the longest.
 START_BACKOFF = (0.1, 5.0)
 
+# Seconds a stopping command waits to give its lease back (the lease lapses after its ttl).
+GIVE_BACK_WAIT = 2.0
+
 
 class RedisNotReady(redis.ConnectionError):
     """Redis cannot be reached yet (refused, loading, a Cluster no seed node answered):
@@ -61,6 +64,10 @@ def stop_on_signals(stop: threading.Event, interrupt: bool = False) -> None:
     installs handlers of its own)."""
 
     def handler(*_: object) -> None:
+        # A repeat changes nothing: raised again, it escaped the ``except`` saying "stopped"
+        # (found in review: a traceback, exit 1); and Event.set is not re-entrant.
+        if stop.is_set():
+            return
         stop.set()
         if interrupt:
             raise Interrupted
@@ -136,15 +143,42 @@ def serve_until_stopped(
     return cache, stop
 
 
-def give_back_lease(cache: Cache) -> None:
+def give_back_lease(cache: Cache, within: float | None = None) -> bool:
     """Stop the replica's heartbeat and delete its lease (a clean exit: the binds it started
-    have answered). Redis away: said, and the lease lapses after its ttl instead."""
-    try:
-        cache.close(release_lease=True)
-    except (redis.RedisError, OSError) as error:
+    have answered), waiting ``within`` seconds at most (:data:`GIVE_BACK_WAIT`). Redis away:
+    said, and the lease lapses after its ttl instead. False when the give-back is still
+    waiting on Redis (it goes on in a daemon thread).
+
+    Bounded because a Redis that does not answer (a hung primary, a partition) held the stop
+    ~10 s (a renewal in flight, then the delete, each a socket timeout), past the grace period
+    Kubernetes leaves after the extender's drain (noticed at stop 52)."""
+    failed: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            cache.close(release_lease=True)
+            failed.append(None)
+        except (redis.RedisError, OSError) as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=attempt, name="schedcache-lease-give-back", daemon=True)
+    thread.start()
+    thread.join(GIVE_BACK_WAIT if within is None else within)
+    if not failed:
         log.warning(
-            "replica %s: lease not given back (%s); it lapses after its ttl", cache.replica, error
+            "replica %s: lease not given back within %g s (Redis does not answer); it lapses "
+            "after its ttl",
+            cache.replica,
+            GIVE_BACK_WAIT if within is None else within,
         )
+        return False
+    if failed[0] is not None:
+        log.warning(
+            "replica %s: lease not given back (%s); it lapses after its ttl",
+            cache.replica,
+            failed[0],
+        )
+    return True
 
 
 def exit_now(status: int = 0) -> NoReturn:

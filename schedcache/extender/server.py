@@ -46,6 +46,7 @@ from schedcache.extender.lanes import Lane
 from schedcache.extender.limits import Limits
 from schedcache.extender.protocol import ProtocolError
 from schedcache.extender.service import Extender
+from schedcache.extender.stop_signals import SIGNALS, StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -433,13 +434,11 @@ def serve(
 
     ``stopped`` is an event the caller's own handlers set: one set before the server's
     handlers took over (a SIGTERM while it started) ends it at once instead of being lost."""
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
 
     async def main() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in previous:  # first: a signal while the server starts stops it too
-            loop.add_signal_handler(signum, stop.set)
+        signals = StopSignals(asyncio.get_running_loop(), stop)  # first: one while it starts
         try:
             if stopped is not None and stopped.is_set():
                 return
@@ -449,14 +448,12 @@ def serve(
             finally:
                 await runner.cleanup()
         finally:
-            # Ignored until the loop has closed: its close leaves the default action (a
+            # Ignored until the loop has closed: its close left the default action (a
             # repeated SIGTERM in the ~200 ms to the exit killed the process after a clean
             # stop: exit -15), and the caller's own handler, given back while the loop still
             # ran, was called from inside it (uvloop logged the exception it raised as a
             # traceback: found in CI).
-            for signum in previous:
-                loop.remove_signal_handler(signum)
-                signal.signal(signum, signal.SIG_IGN)
+            signals.close()
 
     try:
         with asyncio.Runner(loop_factory=event_loop_factory(tls=ssl_context is not None)) as runner:
