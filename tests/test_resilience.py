@@ -491,17 +491,19 @@ def test_a_component_started_while_redis_is_down_waits_then_runs_and_stops_clean
         server.kill()
 
 
-def test_a_stop_while_redis_hangs_gives_up_the_lease_within_its_bound(
-    kube: FakeApiServer, tmp_path: Path
+@pytest.mark.parametrize("name", ["extender", "scheduler"])
+def test_a_stop_while_redis_hangs_ends_within_the_grace_period(
+    name: str, kube: FakeApiServer, tmp_path: Path
 ) -> None:
     """Noticed at stop 52 (mended): with Redis hung (SIGSTOP: a frozen primary, a partition)
     the lease's give-back waited a renewal in flight and the delete, a socket timeout each:
     SIGTERM took ~10 s, past the grace period Kubernetes leaves after the extender's drain.
-    Now it waits GIVE_BACK_WAIT (2 s) and says so; the lease lapses after its ttl. (The
-    reference scheduler's own loop, stuck in a Redis call's retries, is not bounded so.)"""
+    Now it waits GIVE_BACK_WAIT (2 s) and says so; the lease lapses after its ttl. And the
+    reference scheduler, its loop caught in a Redis call's retries, did not stop in 30 s (found
+    at stop 53); its loop now gets STOP_WAIT + 2 s, then is left behind."""
     server = Server(free_port(), tmp_path / "redis", ["--appendonly", "no"]).start()
     cache, replica = f"t-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:6]}"
-    process = start(cli(url_of(server), cache, *component("extender", kube, tmp_path, replica)))
+    process = start(cli(url_of(server), cache, *component(name, kube, tmp_path, replica)))
     try:
         client = server.client()
         wait_until(lambda: bool(client.exists(lease_key(cache, replica))), 30, "lease")
@@ -510,7 +512,8 @@ def test_a_stop_while_redis_hangs_gives_up_the_lease_within_its_bound(
         time.sleep(0.3)
         took, err = stop(process)
         assert process.returncode == 0 and "Traceback" not in err, err
-        assert took < 2.0 + STOP_LIMIT, f"SIGTERM took {took:.1f} s"
+        # (the scheduler: 0.2 s noticing, 3 s for its loop, 2 s for the lease at most)
+        assert took < (2.0 if name == "extender" else 5.2) + STOP_LIMIT, f"took {took:.1f} s"
         assert "lease not given back within 2 s" in err, err
     finally:
         process.kill()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ from schedcache.cli.lifecycle import (
     give_back_lease,
     ignore_stop_signals,
     ready_cache,
+    run_until_stopped,
     stop_on_signals,
 )
 from schedcache.cli.params import F, Name, SchedulerName, Seconds
@@ -36,6 +38,8 @@ EXTENDER_MISSING = (
     "schedcache extender needs aiohttp and the Kubernetes client: pip install "
     "'schedcache[extender]'"
 )
+
+log = logging.getLogger(__name__)
 
 
 # Newer click types ParamType by what convert() returns; older releases cannot subscript it.
@@ -501,7 +505,11 @@ def scheduler(
     if metrics_port is not None:
         serve_metrics(cache, metrics_port, metrics_address)
     click.echo(f"scheduling pods of {scheduler_name!r} on cache {cache.name}", err=True)
-    loop.run(stop_wait=STOP_WAIT)
+    # The Bindings' STOP_WAIT and 2 s for the attempt under way: a loop caught in a hung
+    # Redis's retries is left behind (exit_now below), its popped pods to their lease.
+    bound = STOP_WAIT + 2.0
+    if not run_until_stopped(lambda: loop.run(stop_wait=STOP_WAIT), stop, bound):
+        log.warning("the scheduling loop did not stop within %g s (Redis does not answer)", bound)
     give_back_lease(cache)  # a restart with the same --replica is not refused
     click.echo(
         f"stopped; {loop.bound} bound, {loop.conflicts} conflicts, "
