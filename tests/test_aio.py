@@ -500,3 +500,26 @@ def test_a_pool_of_two_serves_200_concurrent_reads_by_waiting_and_bad_sizes_are_
 
     results = asyncio.run(main())
     assert not [r for r in results if isinstance(r, BaseException)]
+
+
+def test_a_feeders_change_goes_without_an_id_from_asyncio_too(open_async) -> None:  # type: ignore[no-untyped-def]
+    """Issue 40 (commands.VERSIONED): the async cache sends a versioned change, alone or in a
+    batch, without its id: no reply remembered; sent again, it is dropped as repeated."""
+
+    async def main() -> tuple[list[Any], list[Any], set[bytes]]:
+        cache, sync_cache = await open_async()
+        node = commands.sync_node(make_node("n1"), "5")
+        pod = commands.sync_pod(make_pod("web-0", "n1", "100m", "1Mi"), "10", True)
+        alone = [await cache.run(node), await cache.run(node)]
+        batch = cache.batch()
+        batch.add(pod)
+        batch.add(node)
+        together = [result.reply[:2] for result in await batch.execute()]
+        await close(cache)
+        keys = {key for key in sync_cache.client.scan_iter(sync_cache.keys.pattern)}
+        return alone, together, {key for key in keys if b":cmd:" in key}
+
+    alone, together, remembered = asyncio.run(main())
+    assert [reply[:2] for reply in alone] == [[b"applied", b"add"], [b"dropped", b"repeated"]]
+    assert together == [[b"applied", b"add"], [b"dropped", b"repeated"]]
+    assert remembered == set()

@@ -108,3 +108,66 @@ def test_lost_batch_reply_is_resent_and_applied_once(proxy):
         assert event_types(cache).count("PodAdded") == 50
     finally:
         cache.clear()
+
+
+# -- a feeder's changes: versioned, sent without an id (commands.VERSIONED) ----------------------
+
+
+def remembered(cache: Cache) -> set[bytes]:
+    """The cache's remembered replies (``cmd:<id>`` keys)."""
+    return {key for key in keyspace(cache.client, cache.keys.pattern) if b":cmd:" in key}
+
+
+def forgetting_remembered(cache: Cache) -> dict[bytes, object]:
+    return {
+        k: v for k, v in keyspace(cache.client, cache.keys.pattern).items() if b":cmd:" not in k
+    }
+
+
+def feeders_changes() -> list[commands.Command]:
+    pod = make_pod("web-0", "n1", "100m", "1Mi")
+    return [commands.sync_node(make_node("n1"), "5"), commands.sync_pod(pod, "10", True)]
+
+
+def test_a_feeders_change_leaves_no_remembered_reply_and_a_resend_writes_nothing(cache):
+    """Issue 40: a change versioned by its resourceVersion is sent without its id, so Redis
+    encodes and stores no reply for it (~39,000 instructions of a confirmation); a resend (a
+    lost reply) is dropped as repeated by the version itself: nothing written, no event."""
+    for command in feeders_changes():
+        assert cache.run(command)[0] == b"applied"
+    assert remembered(cache) == set()
+    before, events = forgetting_remembered(cache), event_types(cache)
+    for command in feeders_changes()[::-1] + feeders_changes():  # the same changes again
+        assert cache.run(command)[:2] == [b"dropped", b"repeated"]
+    assert forgetting_remembered(cache) == before and event_types(cache) == events
+    assert events == ["NodeAdded", "PodAdded"] and remembered(cache) == set()
+
+
+def test_a_batch_of_feeders_changes_is_remembered_only_with_another_command(cache):
+    batch = cache.batch()
+    for command in feeders_changes():
+        batch.add(command)
+    assert [result.reply[0] for result in batch.execute()] == [b"applied", b"applied"]
+    assert remembered(cache) == set()  # versioned only: no id for the call
+    batch.add(commands.sync_node(make_node("n2"), "6"))
+    batch.add(commands.add_pod(make_pod("web-1", "n2", "100m", "1Mi")))  # not versioned
+    assert all(result.ok for result in batch.execute())
+    assert len(remembered(cache)) == 1  # the call's id, for add_pod's sake, as before
+
+
+def test_a_lost_reply_of_a_feeders_batch_is_resent_and_applied_once(proxy):
+    """The resend is answered "dropped repeated" (nothing remembered the first outcome), and
+    the cache holds each change once: one event each."""
+    cache = proxied_cache(proxy)
+    try:
+        proxy.drop_reply_after(b"sc_batch")
+        batch = cache.batch()
+        for command in feeders_changes():
+            batch.add(command)
+        results = batch.execute()
+        assert proxy.dropped == 1
+        assert [result.reply[:2] for result in results] == [[b"dropped", b"repeated"]] * 2
+        assert event_types(cache) == ["NodeAdded", "PodAdded"] and cache.pod_count() == 1
+        assert remembered(cache) == set()
+    finally:
+        cache.clear()

@@ -25,7 +25,7 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ClusterDownError
 
 from schedcache.aio.connection import AsyncReplicaRoute
-from schedcache.store.commands import Command
+from schedcache.store.commands import Command, sent_id
 from schedcache.store.library import (
     function_name,
     is_missing_function,
@@ -320,7 +320,7 @@ class AsyncStore(StoreCore):
         return await self._call(command)
 
     async def _call(self, command: Command) -> Any:
-        args = self.function_args(command.name, command.id, command.args)
+        args = self.function_args(command.name, sent_id(command), command.args)
         if not self.wait_replicas:
             return await self._coalescer.call(args)
         reply, replicas = await self.on_one_connection(

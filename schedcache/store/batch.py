@@ -33,7 +33,7 @@ from schedcache.errors import (
 )
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
-from schedcache.store.commands import Command, judged_reply, pod_subject
+from schedcache.store.commands import VERSIONED, Command, judged_reply, pod_subject
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
@@ -632,7 +632,11 @@ def group_args(group: list[Command]) -> list[Any]:
 
 def derive_group_id(group: list[Command]) -> str:
     """The id of one ``sc_batch`` call, derived from its commands' ids: the same commands sent
-    again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call."""
+    again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call.
+    None (``""``) for a group of versioned commands only: Redis may apply it again harmlessly
+    (:data:`~schedcache.store.commands.VERSIONED`), so it remembers nothing for it."""
+    if all(command.name in VERSIONED for command in group):
+        return ""
     digest = hashlib.blake2b(digest_size=8)
     for command in group:
         digest.update(command.id.encode() + b"|")

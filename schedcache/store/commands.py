@@ -64,6 +64,15 @@ def new_command_id() -> str:
     return _IDS.next()
 
 
+# Commands Redis may apply twice without harm: a feeder's change carries its object's
+# resourceVersion, and the function drops one at or below the version it last applied for that
+# object (lua/_versions.lua: "repeated", nothing written). They go without their id
+# (:func:`sent_id`), so Redis remembers no reply for them: the reply's encoding and its SET were
+# ~39,000 instructions of a confirmation's ~388,000 (docs/performance.md, h40confirm; issue 40).
+# A resend after a lost reply is then answered "dropped repeated", not the first outcome.
+VERSIONED = frozenset({"sync_pod", "sync_node", "sync_podgroup", "sync_budget", "sync_namespace"})
+
+
 @dataclass(frozen=True)
 class Command:
     """One call of ``sc_<name>``; ``subject`` names the pod or node in error messages; ``id``
@@ -76,6 +85,11 @@ class Command:
     # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
     # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten).
     created: float = field(default_factory=time.monotonic, compare=False, repr=False)
+
+
+def sent_id(command: Command) -> str:
+    """The command id sent with ``command``: none for a versioned one (:data:`VERSIONED`)."""
+    return "" if command.name in VERSIONED else command.id
 
 
 def pod_subject(pod: Pod) -> str:

@@ -29,7 +29,7 @@ from schedcache.errors import (
     ValidationError,
 )
 from schedcache.store import commands, metrics, pinned
-from schedcache.store.commands import Command
+from schedcache.store.commands import Command, sent_id
 from schedcache.store.eviction import EvictionCheck, check_eviction
 from schedcache.store.keys import Keys
 from schedcache.store.library import ensure_loaded, function_name, is_missing_function
@@ -344,7 +344,7 @@ class Store(StoreCore):
         """One ``FCALL`` (and its ``WAIT``) on this thread's connection to the server
         (:mod:`schedcache.store.pinned`: redis-py's per-call pool round costs more CPU than
         Redis spends on the command)."""
-        fcall = ("FCALL", *self.function_args(command.name, command.id, command.args))
+        fcall = ("FCALL", *self.function_args(command.name, sent_id(command), command.args))
         if not self.wait_replicas:
             (reply,) = pinned.call(self.route.get(), fcall)
             replicas = None
