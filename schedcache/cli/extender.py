@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import ipaddress
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 import click
@@ -13,6 +12,7 @@ import click
 from schedcache.cli.kube import kube_api, kube_options, ttl_option
 from schedcache.cli.lifecycle import (
     Interrupted,
+    StopEvent,
     exit_now,
     give_back_lease,
     ignore_stop_signals,
@@ -244,7 +244,7 @@ def extender(
         sock = bind_socket(host, port)
     except OSError as error:
         raise click.ClickException(f"cannot listen on {host}:{port}: {error}") from None
-    stop = threading.Event()
+    stop = StopEvent()
     stop_on_signals(stop)  # until the server's own handlers: waiting for Redis at start
     cache = ready_cache(
         settings,
@@ -463,7 +463,7 @@ def scheduler(
             "--binding-process needs --redis: the binding process would open an embedded "
             "Redis of its own, not this one",
         )
-    stop = threading.Event()
+    stop = StopEvent()
     # Before the kubeconfig and the kubernetes client's import: a signal there was a
     # KeyboardInterrupt (SIGINT: "Aborted!", exit 1) or the default action (SIGTERM).
     stop_on_signals(stop)

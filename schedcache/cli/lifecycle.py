@@ -58,14 +58,47 @@ class Interrupted(BaseException):
     server up): raised there, as KeyboardInterrupt is, and caught by the command."""
 
 
+class StopEvent(threading.Event):
+    """The stop event of a command: a :class:`threading.Event` that a signal handler may set.
+
+    Python runs a handler in the main thread between two bytecodes, also while that thread
+    holds the event's own lock (inside ``wait()`` or ``set()``); ``threading.Event`` guards
+    itself with a plain Lock, so the handler's ``set()`` then waited for itself forever and
+    the command hung until SIGKILL (found in review). This one guards itself with an RLock,
+    which the same thread takes again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._guard = threading.Condition(threading.RLock())
+        self._raised = False
+
+    def is_set(self) -> bool:
+        return self._raised
+
+    def set(self) -> None:
+        with self._guard:
+            self._raised = True
+            self._guard.notify_all()
+
+    def clear(self) -> None:
+        with self._guard:
+            self._raised = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._guard:
+            if not self._raised:
+                self._guard.wait(timeout)
+            return self._raised
+
+
 def stop_on_signals(stop: threading.Event, interrupt: bool = False) -> None:
-    """SIGTERM and SIGINT set ``stop`` (the command then ends within its own bound); with
-    ``interrupt``, they also raise :class:`Interrupted` in the main thread (until a server
-    installs handlers of its own)."""
+    """SIGTERM and SIGINT set ``stop`` (a :class:`StopEvent`: the command then ends within its
+    own bound); with ``interrupt``, they also raise :class:`Interrupted` in the main thread
+    (until a server installs handlers of its own)."""
 
     def handler(*_: object) -> None:
         # A repeat changes nothing: raised again, it escaped the ``except`` saying "stopped"
-        # (found in review: a traceback, exit 1); and Event.set is not re-entrant.
+        # (found in review: a traceback, exit 1).
         if stop.is_set():
             return
         stop.set()
@@ -133,7 +166,7 @@ def serve_until_stopped(
     Redis answers (:func:`ready_cache`); None, said on stderr, when a signal came first (then
     further signals are ignored: :func:`ignore_stop_signals`; the command, once stopped, says
     so too)."""
-    stop = threading.Event()
+    stop = StopEvent()
     stop_on_signals(stop)
     cache = ready_cache(settings, stop, what, **options)
     if cache is None:

@@ -78,9 +78,10 @@ class SchedulerName(TextParam):
         return text
 
 
-# A number as the command line writes one: digits, a point, an exponent; not Python's other
-# spellings, which ``float()`` also takes (``1_0`` is 10, `` 5 `` is 5, ``nan``, ``inf``).
-DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# A number as the command line writes one: ASCII digits, a point, an exponent; not Python's
+# other spellings, which ``float()`` also takes (``1_0`` is 10, `` 5 `` is 5, ``nan``, ``inf``,
+# other scripts' digits: ``٥`` is 5).
+DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 class Seconds(NumberParam):
@@ -101,10 +102,16 @@ class Seconds(NumberParam):
             seconds = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return self.within_bounds(seconds, value, param, ctx)
+
+    def within_bounds(
+        self, seconds: float, typed: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """``seconds`` if within bounds, else a usage error quoting the value as ``typed``."""
         low_ok = seconds > self.minimum if self.open_min else seconds >= self.minimum
         if not math.isfinite(seconds) or not low_ok or seconds > self.maximum:
             low = f"more than {self.minimum:g}" if self.open_min else f"at least {self.minimum:g}"
-            self.fail(f"{value!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
+            self.fail(f"{typed!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
         return seconds
 
 
@@ -122,8 +129,7 @@ class Duration(Seconds):
         if factor is not None:
             if not DECIMAL.fullmatch(text[:-1]):
                 self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
-            number = float(text[:-1]) * factor
-            return super().convert(number, param, ctx)
+            return self.within_bounds(float(text[:-1]) * factor, value, param, ctx)
         return super().convert(text, param, ctx)
 
 

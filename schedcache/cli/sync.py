@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from schedcache.cli.kube import kube_api, kube_options
-from schedcache.cli.lifecycle import exit_now, ready_cache, stop_on_signals
+from schedcache.cli.lifecycle import StopEvent, exit_now, ready_cache, stop_on_signals
 from schedcache.cli.params import Name, Seconds
 from schedcache.cli.serve import metrics_address_option, serve_metrics
 from schedcache.cli.text import one_line
@@ -117,7 +116,7 @@ def sync(
     does."""
     if no_queue and queue_for:
         raise click.UsageError("--no-queue and --queue-for exclude each other")
-    stop = threading.Event()
+    stop = StopEvent()
     if not once:  # before the kubernetes client's import and the kubeconfig: a signal there
         stop_on_signals(stop)  # was a KeyboardInterrupt (SIGINT: "Aborted!", exit 1)
     try:

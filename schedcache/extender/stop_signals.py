@@ -33,8 +33,13 @@ class StopSignals:
         self.reader, self.writer = socket.socketpair()
         self.reader.setblocking(False)
         self.writer.setblocking(False)
+        try:  # (ValueError outside the main thread: the pair closed, not leaked; review)
+            self.wakeup = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
+        except BaseException:
+            self.reader.close()
+            self.writer.close()
+            raise
         loop.add_reader(self.reader.fileno(), self._drain)
-        self.wakeup = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
         for signum in SIGNALS:
             signal.signal(signum, self._on_signal)
 
