@@ -69,7 +69,8 @@ class Cache(StreamAudit):
     v1.25). ``replica`` names this client in every event it writes. ``retry``: how often and
     how long a command is sent again when Redis does not answer (:class:`RetryPolicy`); every
     command carries an id, so a retry of a command whose reply was lost is answered with its
-    first outcome, never applied twice. When the policy gives up, :class:`RetriesExhausted`.
+    first outcome, never applied twice (a feeder's versioned change goes without one: its
+    version drops the retry as "repeated"). When the policy gives up, :class:`RetriesExhausted`.
     ``lease_ttl``: a named replica that assumes pods heartbeats a lease of this many seconds;
     when it lapses (the replica died), the expiry worker forgets its assumed pods whose
     binding never finished. 0 turns leases off.

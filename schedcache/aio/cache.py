@@ -194,7 +194,8 @@ class AsyncCache:
 
     async def run(self, command: Command) -> Any:
         """Run one command; after a cancellation or :class:`RetriesExhausted`, running the same
-        command again settles it exactly once (while Redis remembers its id)."""
+        command again settles it exactly once (while Redis remembers its id; a feeder's
+        versioned change by its version: ``dropped repeated``)."""
         return await self.store.run(command)
 
     def batch(self, chunk_size: int = 200) -> AsyncCommandBatch:

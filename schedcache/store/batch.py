@@ -298,7 +298,10 @@ class CommandBatch(BatchBuilder):
     def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
         """Send ``groups`` again as they were (``RetriesExhausted.unsettled`` of a batch that
         gave up) and return the outcome of every command: a group Redis applied before is
-        answered with its first outcome, the others are applied now — exactly once either way.
+        answered with its first outcome, the others are applied now — exactly once either way
+        (a group of a feeder's versioned changes only goes without an id: those it applied are
+        answered ``dropped repeated``, and one Redis rejected is tried again, as a second
+        feeder's copy would be).
         Commands added since and not yet sent go after them (found in review: they were
         dropped). A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
         (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids."""

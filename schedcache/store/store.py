@@ -246,9 +246,10 @@ class Store(StoreCore):
     """One named cache on a Redis server (or Cluster, or Sentinel-managed primary).
 
     ``replica`` names this client in every event it writes; ``retry`` says how often and how
-    long a command is sent again when Redis does not answer (every command carries an id, so a
-    resend is never applied twice); ``wait_replicas``/``wait_timeout``: each write is followed
-    by ``WAIT`` and raises :class:`NotReplicated` when fewer replicas confirmed it in time.
+    long a command is sent again when Redis does not answer (every command carries an id, or
+    its object's version for a feeder's change, so a resend is never applied twice);
+    ``wait_replicas``/``wait_timeout``: each write is followed by ``WAIT`` and raises
+    :class:`NotReplicated` when fewer replicas confirmed it in time.
     """
 
     def __init__(self, client: Client, name: str = "default", **options: Any) -> None:
@@ -301,7 +302,9 @@ class Store(StoreCore):
 
         Running the same command again settles it after :class:`RetriesExhausted`, but only
         while Redis surely remembers its id: a command made longer ago than
-        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
+        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent). A
+        feeder's versioned change (``commands.VERSIONED``) goes without its id: sent again
+        once applied, it is answered ``dropped repeated``, not with its first outcome."""
         self.check_sendable(command)
         started, resends = time.monotonic(), 0
 
