@@ -11,7 +11,8 @@ Every group carries an id derived from its commands' ids, so a group sent again 
 connection, a refused group and those after it, :meth:`settle`) is answered from its first
 outcome if Redis applied it before; a group of a feeder's versioned changes only has none, and
 its versions drop what it applied (``dropped repeated``). A coroutine cancelled inside
-:meth:`execute` leaves every group applied or not; ``await batch.settle(batch.sent)`` then settles them exactly once.
+:meth:`execute` leaves every group applied or not; ``await batch.settle(batch.sent)`` then
+settles them exactly once.
 """
 
 from __future__ import annotations
