@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -155,3 +156,17 @@ def wait_until_serving(port: int, timeout: float = 30.0) -> None:
         except OSError:
             assert time.monotonic() < deadline, "the extender did not come up"
             time.sleep(0.1)
+
+
+def run_script(script: str, *args: str, timeout: float = 30) -> list[str]:
+    """``python -c script args`` from the repository's root (a serve() used as a library, a
+    command with a patched moment): its stdout's words, once it exited 0 without a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout.split()

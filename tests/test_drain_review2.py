@@ -33,6 +33,7 @@ from tests.extender_server import (
     extender_process,
     free_port,
     real_cache,
+    run_script,
     wait_until_serving,
 )
 from tests.test_drain_review import StuckBinder
@@ -326,21 +327,13 @@ if sys.argv[2] != "signal-while-closing":
 """
 
 
-def serve_as_a_library(loop: str, case: str) -> tuple[list[str], str]:
-    done = subprocess.run(
-        [sys.executable, "-c", SERVE_AS_A_LIBRARY, loop, case],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=Path(__file__).parent.parent,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    return done.stdout.split(), done.stderr
+def serve_as_a_library(loop: str, case: str) -> list[str]:
+    return run_script(SERVE_AS_A_LIBRARY, loop, case)
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_serve_as_a_library_gives_the_signal_handlers_back(loop: str) -> None:
-    said, _ = serve_as_a_library(loop, "signal")
+    said = serve_as_a_library(loop, "signal")
     assert said == ["same", "True", "wakeup", "-1", "mine"], said
 
 
@@ -349,7 +342,7 @@ def test_a_signal_while_the_loop_closes_does_not_reach_the_callers_handler(loop:
     """Found in CI (mended): the caller's handlers were given back while the loop still ran,
     so a repeated SIGTERM in its close called the CLI's (which raises to end its setup) from
     inside the loop; uvloop logged that as a traceback. They are ignored until it has closed."""
-    said, _ = serve_as_a_library(loop, "signal-while-closing")
+    said = serve_as_a_library(loop, "signal-while-closing")
     assert said == ["same", "True", "wakeup", "-1"], said
 
 
@@ -357,7 +350,7 @@ def test_a_signal_while_the_loop_closes_does_not_reach_the_callers_handler(loop:
 def test_serve_ends_at_once_when_the_caller_was_stopped_before_it_took_over(loop: str) -> None:
     """A SIGTERM while serve() starts, before its handlers are in place, sets the caller's
     ``stopped``: serve() returns without serving instead of waiting for another signal."""
-    said, _ = serve_as_a_library(loop, "stopped-before")
+    said = serve_as_a_library(loop, "stopped-before")
     assert said == ["quick", "True", "same", "True", "wakeup", "-1", "mine"], said
 
 

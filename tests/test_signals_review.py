@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REAL_REDIS_URL
-from tests.extender_server import free_port, wait_until_serving
+from tests.extender_server import free_port, run_script, wait_until_serving
 
 ROOT = Path(__file__).parent.parent
 
@@ -201,15 +201,7 @@ print("handlers", handlers() == before, "wakeup", signal.set_wakeup_fd(-1) == wa
 
 
 def serve_as_a_library(loop: str, case: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", LIBRARY, loop, case],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    return done.stdout.split()
+    return run_script(LIBRARY, loop, case)
 
 
 @pytest.mark.parametrize("loop", LOOP_NAMES)

@@ -15,6 +15,7 @@ import click
 import pytest
 
 from schedcache.cli.params import Duration, Seconds
+from tests.extender_server import run_script
 
 ROOT = Path(__file__).parent.parent
 LOOP_NAMES = ["uvloop", "asyncio"]
@@ -88,15 +89,7 @@ extender.forgetter.stop()
 
 
 def serve_as_a_library(loop: str, case: str) -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", SERVING, loop, case],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    return done.stdout.split()
+    return run_script(SERVING, loop, case, timeout=60)
 
 
 @pytest.mark.parametrize("loop", LOOP_NAMES)
