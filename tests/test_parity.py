@@ -31,7 +31,6 @@ import functools
 import json
 import signal
 import time
-import types
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1900,8 +1899,8 @@ def _cli_worker_compact(ctx: Ctx) -> None:
 
 
 class _ImmediateEvent:
-    """``threading.Event`` whose ``wait()`` returns at once (``schedcache metrics`` waits for
-    a signal forever)."""
+    """The commands' stop event (``StopEvent``) whose ``wait()`` returns at once
+    (``schedcache metrics`` waits for a signal forever)."""
 
     def wait(self, timeout: float | None = None) -> bool:
         return True
@@ -1925,7 +1924,7 @@ def _cli_metrics(ctx: Ctx) -> None:
         patch.setattr(cli_serve, "REGISTRY", registry)
         patch.setattr(cli_serve, "start_http_server", lambda *a, **k: served.append((a, k)))
         patch.setattr(signal, "signal", lambda number, handler: handlers.update({number: handler}))
-        patch.setattr(cli_lifecycle, "threading", types.SimpleNamespace(Event=_ImmediateEvent))
+        patch.setattr(cli_lifecycle, "StopEvent", _ImmediateEvent)
         result = ctx.cli("metrics", "--port", "9999", "--address", "127.0.0.1")
     assert result.exit_code == 0, result.output
     assert served == [((9999,), {"addr": "127.0.0.1"})] and set(handlers) == {
