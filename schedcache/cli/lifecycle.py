@@ -176,6 +176,24 @@ def serve_until_stopped(
     return cache, stop
 
 
+def in_a_daemon_thread(
+    work: Callable[[], None], name: str
+) -> tuple[threading.Thread, list[BaseException]]:
+    """``work`` started in a daemon thread (a process may exit while it still waits on
+    Redis), and the list that gets the exception it raised, if any."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # the caller's to raise or say
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, failed
+
+
 def run_until_stopped(work: Callable[[], None], stop: threading.Event, within: float) -> bool:
     """Run ``work`` (a loop that ends once ``stop`` is set) in a daemon thread, and wait for
     it: until it ends, or ``within`` seconds after ``stop`` at most. False when it is still
@@ -185,16 +203,7 @@ def run_until_stopped(work: Callable[[], None], stop: threading.Event, within: f
     partition) waits out its socket timeouts and retries, a minute or more, past the grace
     period Kubernetes leaves after SIGTERM (found at stop 53: the reference scheduler did not
     stop in 30 s)."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as error:  # raised again in the caller's thread
-            failed.append(error)
-
-    thread = threading.Thread(target=run, name="schedcache-main-loop", daemon=True)
-    thread.start()
+    thread, failed = in_a_daemon_thread(work, "schedcache-main-loop")
     while thread.is_alive() and not stop.wait(0.2):
         pass
     thread.join(within)
@@ -203,42 +212,33 @@ def run_until_stopped(work: Callable[[], None], stop: threading.Event, within: f
     return not thread.is_alive()
 
 
-def give_back_lease(cache: Cache, within: float | None = None) -> bool:
+def give_back_lease(cache: Cache, within: float = GIVE_BACK_WAIT) -> None:
     """Stop the replica's heartbeat and delete its lease (a clean exit: the binds it started
-    have answered), waiting ``within`` seconds at most (:data:`GIVE_BACK_WAIT`). Redis away:
-    said, and the lease lapses after its ttl instead. False when the give-back is still
-    waiting on Redis (it goes on in a daemon thread).
+    have answered), waiting ``within`` seconds at most. Redis away: said, and the lease lapses
+    after its ttl instead (the give-back goes on in its daemon thread meanwhile).
 
     Bounded because a Redis that does not answer (a hung primary, a partition) held the stop
     ~10 s (a renewal in flight, then the delete, each a socket timeout), past the grace period
     Kubernetes leaves after the extender's drain (noticed at stop 52)."""
-    failed: list[BaseException | None] = []
-
-    def attempt() -> None:
-        try:
-            cache.close(release_lease=True)
-            failed.append(None)
-        except (redis.RedisError, OSError) as error:
-            failed.append(error)
-
-    thread = threading.Thread(target=attempt, name="schedcache-lease-give-back", daemon=True)
-    thread.start()
-    thread.join(GIVE_BACK_WAIT if within is None else within)
-    if not failed:
+    thread, failed = in_a_daemon_thread(
+        lambda: cache.close(release_lease=True), "schedcache-lease-give-back"
+    )
+    thread.join(within)
+    if thread.is_alive():
         log.warning(
             "replica %s: lease not given back within %g s (Redis does not answer); it lapses "
             "after its ttl",
             cache.replica,
-            GIVE_BACK_WAIT if within is None else within,
+            within,
         )
-        return False
-    if failed[0] is not None:
+    elif failed:
+        if not isinstance(failed[0], redis.RedisError | OSError):
+            raise failed[0]
         log.warning(
             "replica %s: lease not given back (%s); it lapses after its ttl",
             cache.replica,
             failed[0],
         )
-    return True
 
 
 def exit_now(status: int = 0) -> NoReturn:
