@@ -25,11 +25,17 @@ def test_checkpoint_compaction_and_more_commands_replay_exactly(cache):
 
 def test_replay_before_the_compacted_checkpoint_is_refused(cache):
     cache.add_node(make_node("n1"))
-    early = next(iter(cache.events())).id
+    first = next(iter(cache.events())).id
     cache.add_pod(make_pod("a", "n1", "100m", "1Mi"))
-    assert cache.replay(until=early).nodes["n1"].pods == []  # still in the stream
+    early = list(cache.events())[-1].id
+    cache.add_pod(make_pod("b", "n1", "100m", "1Mi"))
+    assert cache.replay(until=first).nodes["n1"].pods == []  # still in the stream
     cache.checkpoint()
-    cache.compact(keep=1)
+    # Nothing before the one event kept: nothing is trimmed and the history stays whole
+    # (found in review: a compact that trimmed nothing still made replay refuse it).
+    cache.compact(keep=2)
+    assert [pod.name for pod in cache.replay(until=early).nodes["n1"].pods] == ["a"]
+    cache.compact(keep=1)  # the node's event goes
     assert next(e.id for e in cache.events()) == early  # kept for reading
     with pytest.raises(HistoryCompacted, match="compacted away"):
         cache.replay(until=early)

@@ -181,3 +181,28 @@ def test_bad_settings_are_refused_naming_the_field(cache, options, field):
     with pytest.raises(ValidationError, match="interval"):
         run_retention(cache, keep_seconds=1, interval=0, stop=threading.Event())
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_round_that_trims_nothing_leaves_the_whole_history_replayable(cache):
+    # Found in review (mended): the first round of `worker compact` (the default keep of an
+    # hour, a cache younger than that) trimmed nothing but still set the `compacted` marker
+    # at its cut, and replay, diff and whatif then refused every moment before the checkpoint.
+    cache.add_node(make_node("n1", "100", "1Ti", pods="10000"))
+    pods(cache, range(20))
+    before = ids(cache)
+    done = retain(cache, keep_seconds=3600)
+    assert done.ran and done.removed == 0 and ids(cache) == before
+    assert done.checkpoint == before[-1]  # checkpointed all the same
+    assert done.history_start is None and checkpoints.history_start(cache.store) is None
+    early = cache.replay(until=before[2])
+    assert early.last_id == before[2]
+    assert [pod.name for pod in early.nodes["n1"].pods] == ["p0", "p1"]
+    # Once something is trimmed the marker comes, and stays where that trim put it when a
+    # later round has nothing more to trim.
+    trimmed = retain(cache, keep_seconds=0, keep_events=10)
+    assert trimmed.removed == len(before) - 10 and trimmed.history_start is not None
+    with pytest.raises(checkpoints.HistoryCompacted):
+        cache.replay(until=before[2])
+    again = retain(cache, keep_seconds=0, keep_events=10)
+    assert again.removed == 0 and again.history_start == trimmed.history_start
+    assert_exact(cache)

@@ -356,7 +356,8 @@ def compact(store: Store, keep: int = 0, before: str | None = None) -> int:
 
     Never past the stored checkpoint (complete: the pointer moves only once its chunks are
     written), and the trim and the ``compacted`` marker go in one MULTI/EXEC, so a reader that
-    takes the marker with its page (:func:`read_events`) sees every trim."""
+    takes the marker with its page (:func:`read_events`) sees every trim. With nothing to trim
+    the marker is left as it is: a stream never trimmed stays replayable from its start."""
     keys = store.keys
     with store.route.get().pipeline(transaction=True) as pipe:
         for _ in range(SWITCH_ATTEMPTS):
@@ -378,6 +379,13 @@ def compact(store: Store, keep: int = 0, before: str | None = None) -> int:
                 current = optional_text(pipe.get(keys.compacted))
                 if current is not None and stream_id(current) > stream_id(minimum):
                     minimum = current  # never move the marker back: that history is gone
+                if not pipe.xrange(keys.events, "-", f"({minimum}", count=1):
+                    # Nothing before it to trim: the marker stays where it is (none: the whole
+                    # history is still replayable; found in review, a retention round whose
+                    # cut came before the first event made replay refuse it all). No event can
+                    # appear before it meanwhile: new ids come after the checkpoint.
+                    pipe.unwatch()
+                    return 0
                 pipe.multi()
                 # Exact trimming: redis-py asks for approximate ("~") trimming unless told not.
                 pipe.xtrim(store.keys.events, minid=minimum, approximate=False)
