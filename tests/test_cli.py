@@ -220,10 +220,22 @@ def test_retry_for_zero_turns_retries_off(backend, cli):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cli_module.Settings, "cache", recording)
-        # (migrate: stats refuses a cache that does not exist)
-        result = cli("--retry-for", "0", "--timeout", "3", "migrate")
-    assert result.exit_code == 0, result.output
+        result = cli("--retry-for", "0", "--timeout", "3", "stats")
+    assert result.exit_code == 1 and "does not exist" in result.output, result.output
     assert seen[0].store.retry.attempts == 0
+
+
+def test_migrate_refuses_a_cache_that_does_not_exist_and_writes_nothing(
+    backend, cli, client, cache_name
+):
+    # Found in review (mended): a misspelled --cache was answered "0 node pod sets converted;
+    # the cache is at schema 2", exit 0, while the real cache stayed on schema 1.
+    typo = f"{cache_name}-typo"
+    result = cli("--cache", typo, "migrate")
+    assert result.exit_code == 1, result.output
+    assert f"cache {typo!r} does not exist" in result.output
+    assert "converted" not in result.output
+    assert list(client.scan_iter(match=Cache(client, typo).keys.pattern)) == []
 
 
 def test_global_options_work_after_the_subcommand(backend, client, cache_name, request, tmp_path):

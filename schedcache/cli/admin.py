@@ -90,8 +90,9 @@ def migrate(settings: Settings) -> None:
 
     Converts each node's pod set into the sorted set schema 2 keeps, a slice of nodes per call;
     safe to run again. Run it before replicas and feeders start (docs/storage.md,
-    "Upgrading from schema 1")."""
-    cache = settings.cache()
+    "Upgrading from schema 1"). A cache that holds nothing is refused, as the read commands
+    refuse it: a misspelled --cache must not be reported migrated."""
+    cache = settings.existing_cache()
     converted = migrate_cache(cache.store)
     click.echo(
         f"cache {cache.name}: {converted} node pod set{'' if converted == 1 else 's'} converted; "
