@@ -422,6 +422,18 @@ def test_every_subcommands_help_names_the_global_options():
         assert "Global options, before or after the subcommand: --redis, --cache" in shown, args
 
 
+@pytest.mark.parametrize("args", [[], ["worker"], ["history"]])
+def test_a_group_without_a_command_prints_its_usage_screen_whole(args):
+    # Found in review (mended): click 8.2+ raises this screen as an error, and it came out as
+    # one line joined with "; " like a real error's message.
+    shown = CliRunner().invoke(main, args, prog_name="schedcache")
+    assert shown.exit_code == 2
+    lines = shown.stderr.splitlines()
+    assert lines[0].startswith(f"Usage: {' '.join(['schedcache', *args])} [OPTIONS] COMMAND")
+    assert "Options:" in lines and "Commands:" in lines
+    assert not any("; " in line and "Options:" in line for line in lines)
+
+
 def test_explain_prints_free_cpu_and_memory_in_kubectls_units(
     backend, client, cache, cache_name, monkeypatch
 ):

@@ -143,6 +143,13 @@ COMMANDS: dict[str, tuple[Callable[[], ModuleType], str]] = {
 # Failures a user can cause or meet (bad input, a refused command, Redis down or refusing):
 # reported as one line. BrokenPipeError is left to click (output piped into `head`).
 EXPECTED = (CacheError, redis.RedisError, RedisClusterException)
+# click 8.2 on raises the usage screen of a group called with no arguments as this error (8.1
+# printed it and exited): kept as it is, not joined into one line (found in review).
+NO_ARGS_IS_HELP: tuple[type[click.ClickException], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
 
 
 class SchedcacheGroup(click.Group):
@@ -185,6 +192,8 @@ class SchedcacheGroup(click.Group):
 def printable_error(error: click.ClickException) -> click.ClickException:
     """``error`` with a one-line printable message: click quotes bad arguments as given (an
     unknown option ``--\x1b[2J`` would reach the terminal raw)."""
+    if isinstance(error, NO_ARGS_IS_HELP):
+        return error  # the usage screen itself (our own text), printed whole
     error.message = one_line(error.message)  # type: ignore[misc]  # Final in click's stubs
     return error
 
