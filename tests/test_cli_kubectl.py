@@ -422,6 +422,30 @@ def test_every_subcommands_help_names_the_global_options():
         assert "Global options, before or after the subcommand: --redis, --cache" in shown, args
 
 
+@pytest.mark.parametrize(
+    "command", [["scheduler", "--scheduler-name", "x"], ["extender", "--listen", "127.0.0.1:1"]]
+)
+def test_a_missing_extra_is_named_by_the_command_that_needs_it(command):
+    # Found in review (mended): `schedcache scheduler` without the Kubernetes client said
+    # "schedcache extender needs ...".
+    script = (
+        "import runpy, sys; sys.modules['kubernetes'] = None; "
+        "sys.argv = ['schedcache', *sys.argv[1:]]; "
+        "runpy.run_module('schedcache.cli', run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, "--embedded", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"Error: schedcache {command[0]} needs " in done.stderr
+    assert "pip install 'schedcache[extender]'" in done.stderr
+
+
 @pytest.mark.parametrize("args", [[], ["worker"], ["history"]])
 def test_a_group_without_a_command_prints_its_usage_screen_whole(args):
     # Found in review (mended): click 8.2+ raises this screen as an error, and it came out as

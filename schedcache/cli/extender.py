@@ -38,6 +38,10 @@ EXTENDER_MISSING = (
     "schedcache extender needs aiohttp and the Kubernetes client: pip install "
     "'schedcache[extender]'"
 )
+# (the scheduler's own: it named the extender, found in review)
+SCHEDULER_MISSING = (
+    "schedcache scheduler needs the Kubernetes client: pip install 'schedcache[extender]'"
+)
 
 log = logging.getLogger(__name__)
 
@@ -467,11 +471,11 @@ def scheduler(
     # Before the kubeconfig and the kubernetes client's import: a signal there was a
     # KeyboardInterrupt (SIGINT: "Aborted!", exit 1) or the default action (SIGTERM).
     stop_on_signals(stop)
-    api = kube_api(kubeconfig, context, in_cluster, EXTENDER_MISSING)
+    api = kube_api(kubeconfig, context, in_cluster, SCHEDULER_MISSING)
     try:
         from schedcache.scheduler.loop import STOP_WAIT, ReferenceScheduler
     except ImportError:
-        raise click.ClickException(EXTENDER_MISSING) from None
+        raise click.ClickException(SCHEDULER_MISSING) from None
     cache = ready_cache(
         settings,
         stop,
