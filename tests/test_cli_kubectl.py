@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -389,11 +390,13 @@ def embedded(*args: str) -> Result:
 def test_writes_to_the_embedded_backend_say_they_are_gone(tmp_path):
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(MANIFESTS))
-    for args in (["load", str(path)], ["scripts"], ["migrate"]):
+    for args in (["load", str(path)], ["scripts"]):
         result = embedded(*args)
         assert result.exit_code == 0, result.output
         assert "nothing was kept" in result.stderr and "embedded" in result.stderr, args
     assert "nothing was kept" not in embedded("completion", "bash").stderr
+    # (migrate: an embedded cache is always new, so there is nothing to migrate)
+    assert "does not exist" in embedded("migrate").output
 
 
 @pytest.mark.parametrize(
@@ -444,6 +447,26 @@ def test_a_missing_extra_is_named_by_the_command_that_needs_it(command):
     assert "Traceback" not in done.stderr
     assert f"Error: schedcache {command[0]} needs " in done.stderr
     assert "pip install 'schedcache[extender]'" in done.stderr
+
+
+def test_metrics_that_cannot_listen_name_the_address():
+    # Found in review (mended): "Error: [Errno 98] Address already in use", no address named.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for address, reason in (("127.0.0.1", "in use"), ("999.1.1.1", "")):
+            command = ["--embedded", "metrics", "--port", str(port), "--address", address]
+            done = subprocess.run(
+                [sys.executable, "-m", "schedcache.cli", *command],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=Path(__file__).parent.parent,
+            )
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            assert f"Error: cannot serve /metrics on {address}:{port}: " in done.stderr
+            assert reason in done.stderr
 
 
 @pytest.mark.parametrize("args", [[], ["worker"], ["history"]])

@@ -35,9 +35,15 @@ def metrics_address_option(*names: str) -> Callable[[F], F]:
 
 
 def serve_metrics(cache: Cache, port: int, address: str) -> None:
-    """Serve /metrics (library counters plus this cache's sizes) in a background thread."""
+    """Serve /metrics (library counters plus this cache's sizes) in a background thread; one
+    ``Error:`` line naming the address when it cannot listen there (a port in use, an address
+    that does not resolve)."""
+    try:
+        start_http_server(port, addr=address)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise click.ClickException(f"cannot serve /metrics on {address}:{port}: {reason}") from None
     REGISTRY.register(CacheCollector(cache))
-    start_http_server(port, addr=address)
 
 
 @click.group()
