@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from schedcache.errors import ValidationError
 from schedcache.model.podterms import read_inter_pod_rules
-from schedcache.model.quantity import parse_quantity, round_away
+from schedcache.model.quantity import MAX_QUANTITY, parse_quantity, round_away
 from schedcache.model.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
@@ -209,10 +209,18 @@ class _Reader:
                 raise self.fail(f"{path}.{name}", "must not be negative")
             scaled, unit = (amount * 1000, "millicores") if name == "cpu" else (amount, "units")
             if abs(scaled) > INT64_MAX:
+                # A quantity past int64 is capped there as it is read (parse_quantity, as
+                # ParseQuantity): its figure would be the cap's, not the manifest's (found in
+                # review: "1e400" read as 9223372036854775807000 millicores).
+                size = (
+                    f"more than {INT64_MAX} {unit}"
+                    if abs(amount) >= MAX_QUANTITY
+                    else f"{round_away(scaled)} {unit}"
+                )
                 raise self.fail(
                     f"{path}.{name}",
-                    f"{show(raw)} is {round_away(scaled)} {unit}, over the int64 limit "
-                    f"{INT64_MAX} the scheduler counts in",
+                    f"{show(raw)} is {size}, over the int64 limit {INT64_MAX} the scheduler "
+                    "counts in",
                 )
             out[name] = amount
         return out
