@@ -202,6 +202,15 @@ def test_selectors_and_sorting(backend, kube):
     assert sorted_.split() == ["NAME", "MEM", "db-0", "2Gi", "web-0", "256Mi", "web-1", "1Gi"]
     bad = kube("get", "pods", "--field-selector", "spec.hostIP=1.2.3.4")
     assert bad.exit_code == 2 and "spec.hostIP" in bad.output
+    # A term without an operator is refused as kubectl refuses it (found in review, mended: it
+    # read as `spec.nodeName=`, "No resources found", exit 0); `==` and a value that starts
+    # with `=` split as kubectl splits them.
+    bare = kube("get", "pods", "-A", "--field-selector", "spec.nodeName")
+    assert bare.exit_code == 2 and "can't understand 'spec.nodeName'" in bare.output
+    double = kube("get", "pods", "-A", "--field-selector", "spec.nodeName==n1", "-o", "name")
+    assert ok(double).split() == ["pod/web-0", "pod/db-0"]
+    triple = kube("get", "pods", "-A", "--field-selector", "spec.nodeName===n1", "-o", "name")
+    assert ok(triple).strip() in ("", "No resources found")  # the value is "=n1"
     assert kube("get", "pods", "-o", "table").exit_code == 2
     assert kube("get", "services").exit_code == 2
 

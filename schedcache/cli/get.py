@@ -65,9 +65,15 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
     for term in (text or "").split(","):
         if not term.strip():
             continue
-        negate = "!=" in term
-        key, _, value = term.partition("!=" if negate else "=")
-        key, value = key.strip(), value.lstrip("=").strip()
+        split = _split_term(term)
+        if split is None:  # kubectl's words (found in review: taken as `spec.nodeName=`)
+            raise click.BadParameter(
+                f"invalid selector: {printable(text or '')!r}; can't understand "
+                f"{printable(term)!r}",
+                param_hint="--field-selector",
+            )
+        key, operator, value = split
+        key, value, negate = key.strip(), value.strip(), operator == "!="
         if key not in FIELDS[kind]:
             raise click.BadParameter(
                 f'"{printable(key)}" is not a known field selector for {PLURAL[kind]}: only '
@@ -87,6 +93,17 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
         return True
 
     return matches
+
+
+def _split_term(term: str) -> tuple[str, str, str] | None:
+    """``key``, operator and value of one selector term, split at its first operator as
+    kubectl's ``fields.ParseSelector`` splits it (``a===b`` is ``a`` ``==`` ``=b``); None
+    without one."""
+    for at in range(len(term)):
+        for operator in ("!=", "==", "="):
+            if term.startswith(operator, at):
+                return term[:at], operator, term[at + len(operator) :]
+    return None
 
 
 def label_filter(text: str | None) -> Callable[[dict[str, str]], bool]:
