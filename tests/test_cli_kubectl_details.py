@@ -270,6 +270,28 @@ def test_loading_twice_writes_no_event_the_second_time(backend, kube, cache):
     assert cache.stream_length() == events
 
 
+def test_ctrl_c_while_load_reads_its_input_exits_130_and_writes_nothing(
+    backend, client, cache, cache_name, monkeypatch, tmp_path
+):
+    # Found in review (mended): Ctrl-C before the first batch (a large file being parsed, or
+    # `load -` waiting on stdin) ended in click's "Aborted!", exit 1.
+    from schedcache.cli import load as load_module
+
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(CLUSTER))
+
+    def interrupted(*_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(load_module, "parse_documents", interrupted)
+    stopped = CliRunner().invoke(main, ["--cache", cache_name, "load", str(path)])
+    assert stopped.exit_code == 130
+    assert "interrupted while reading the input: nothing was applied" in stopped.output
+    assert "Aborted" not in stopped.output
+    assert cache.stream_length() == 0 and cache.is_empty()
+
+
 def test_ctrl_c_in_load_says_how_far_it_got_and_a_rerun_finishes(
     backend, client, cache, cache_name, monkeypatch, tmp_path
 ):

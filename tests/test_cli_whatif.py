@@ -57,7 +57,7 @@ def test_the_text_output_gives_each_unschedulable_pods_reason(cache, run_cli, tm
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     for policy in ("least-allocated", "most-allocated"):
-        index = lines.index(f"{policy}: 1 pods unschedulable, first:")
+        index = lines.index(f"{policy}: 1 pod unschedulable, first:")
         assert lines[index + 1].split("\t") == [
             "  node_info_cache_test/big1",
             f"policy {policy!r} chose no node; 0/1 nodes are available: 1 Insufficient cpu.",

@@ -217,7 +217,8 @@ def test_cli_load_reports_invalid_objects_and_ends_with_one_error_line(run_cli, 
     assert f"invalid: {len(expected)}" in result.stdout
     assert "lone\\udc80surrogate" in result.stdout  # printed escaped, never raw
     assert result.stderr.splitlines() == [
-        f"Error: {len(expected)} objects invalid, 0 rejected (listed above); the rest was loaded"
+        f"Error: {len(expected)} object{'' if len(expected) == 1 else 's'} invalid, 0 rejected "
+        "(listed above); the rest was loaded"
     ]
     assert cache.pod_count() == 1000 - len(expected)
 
@@ -323,7 +324,7 @@ def test_the_examples_load_as_their_names_say(run_cli, cache):
     assert len(nodes) == 20 and {line.split()[1] for line in nodes} == {"Ready"}
     watch = run_cli("load", str(EXAMPLES / "kubectl-watch-with-an-invalid-object.json"))
     assert watch.exit_code == 1 and "invalid: 1" in watch.stdout
-    assert "lots" in watch.stdout and watch.stderr.startswith("Error: 1 objects invalid")
+    assert "lots" in watch.stdout and watch.stderr.startswith("Error: 1 object invalid")
     assert sorted(p.name for p in EXAMPLES.glob("*.json")) == [
         "kubectl-cluster.json",
         "kubectl-watch-with-an-invalid-object.json",

@@ -658,7 +658,7 @@ def test_sync_once_exits_1_when_it_skipped_invalid_objects_and_applies_the_rest(
     try:
         once = subprocess.run(command, capture_output=True, text=True, timeout=60)
         assert once.returncode == 1, once.stderr
-        assert "1 objects invalid or rejected" in once.stderr and "Traceback" not in once.stderr
+        assert "1 object invalid or rejected" in once.stderr and "Traceback" not in once.stderr
         assert [pod.name for pod in Cache(real_client(), name).list_pods()] == ["good"]
         server.delete("Pod", "bad", "default")
         clean = subprocess.run(command, capture_output=True, text=True, timeout=60)

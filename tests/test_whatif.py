@@ -369,7 +369,7 @@ def test_the_command_compares_and_writes_nothing(cache: Cache, run_cli, tmp_path
     assert rows["actual"][1:4] == ["12", "0", "-"]
     assert rows["least-allocated"][4] == "6" and int(rows["most-allocated"][4]) < 6
     assert rows["z0"][1] == "8%"  # before: the resident pod, 1 CPU of the 12 in zone z0
-    assert "most-allocated:" in result.output and "pods placed elsewhere" in result.output
+    assert "most-allocated:" in result.output and "placed elsewhere, first:" in result.output
 
     mine = tmp_path / "mine.py"
     mine.write_text(

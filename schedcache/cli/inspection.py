@@ -21,7 +21,7 @@ from schedcache.cli.eventlines import PodNames, event_row
 from schedcache.cli.params import Duration, Name, StreamId, TextParam, text_or_json_option
 from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, progress
-from schedcache.cli.text import printable
+from schedcache.cli.text import plural, printable
 from schedcache.cli.units import bytes_text, cpu_text
 from schedcache.cli.yamltext import yaml_text
 from schedcache.feed.progress import truncated_pods
@@ -245,7 +245,7 @@ def verify(settings: Settings) -> None:
     elif check.policy is None and settings.is_shared():
         click.echo(f"note: maxmemory-policy not checked: {check.why}", err=True)
     if differences:
-        click.echo(f"{len(differences)} differences", err=True)
+        click.echo(plural(len(differences), "difference"), err=True)
         sys.exit(1)
     click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
     click.echo(f"truncated pod records (stored without labels): {truncated_pods(cache.dump())}")

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from schedcache.cli.render import progress
 from schedcache.cli.settings import Settings
-from schedcache.cli.text import printable
+from schedcache.cli.text import plural, printable
 from schedcache.feed.loader import LoadReport, load_documents
 from schedcache.model.manifests import decode_input, entries, parse_documents
 
@@ -50,15 +50,20 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     running the same load again writes nothing new. Ctrl-C stops a load with the counts so far
     and exit status 130; running it again finishes it.
     """
-    documents = parse_documents(decode_input(source.read()))
-    if not documents:
-        name = printable(getattr(source, "name", "-"))
-        raise click.ClickException(
-            f"{name} holds no object (empty, or only comments and document separators): "
-            "nothing was loaded"
-        )
-    cache = settings.cache(replica="loader")
-    total = sum(1 for _ in entries(documents))
+    try:
+        documents = parse_documents(decode_input(source.read()))
+        if not documents:
+            name = printable(getattr(source, "name", "-"))
+            raise click.ClickException(
+                f"{name} holds no object (empty, or only comments and document separators): "
+                "nothing was loaded"
+            )
+        cache = settings.cache(replica="loader")
+        total = sum(1 for _ in entries(documents))
+    except KeyboardInterrupt:
+        # (before the first write: found in review, click's "Aborted!" and exit 1 here)
+        click.echo("interrupted while reading the input: nothing was applied", err=True)
+        sys.exit(INTERRUPTED)
     report = LoadReport()
     try:
         with progress(Console(stderr=True), total, "loading") as advance:
@@ -78,8 +83,8 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     if not report.ok:
         where = "" if settings.is_shared() else " into the embedded Redis, gone at exit"
         raise click.ClickException(
-            f"{len(report.invalid)} objects invalid, {len(report.rejected)} rejected (listed "
-            f"above); the rest was loaded{where}"
+            f"{plural(len(report.invalid), 'object')} invalid, {len(report.rejected)} rejected "
+            f"(listed above); the rest was loaded{where}"
         )
     settings.note_if_embedded("what was loaded")
 

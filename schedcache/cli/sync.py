@@ -10,7 +10,7 @@ from schedcache.cli.kube import kube_api, kube_options
 from schedcache.cli.lifecycle import StopEvent, exit_now, ready_cache, stop_on_signals
 from schedcache.cli.params import Name, Seconds
 from schedcache.cli.serve import metrics_address_option, serve_metrics
-from schedcache.cli.text import one_line
+from schedcache.cli.text import one_line, plural
 
 if TYPE_CHECKING:
     from schedcache.cli.settings import Settings
@@ -170,7 +170,7 @@ def _list_once(syncer: Syncer, feed: Any) -> None:
     skipped = sum(feed.counters.invalid + feed.counters.rejected for feed in syncer.feeds)
     if skipped:  # one exit-status rule with `load`: the valid objects applied, exit 1
         raise click.ClickException(
-            f"{skipped} objects invalid or rejected (logged above); the rest was applied"
+            f"{plural(skipped, 'object')} invalid or rejected (logged above); the rest was applied"
         )
 
 

@@ -73,3 +73,8 @@ def ready_condition(node: Node) -> str:
     """``Ready``/``NotReady`` from the node's ``Ready`` condition; ``Unknown`` when it is
     unknown or missing (never a guessed ``Ready``)."""
     return {"True": "Ready", "False": "NotReady"}.get(node.ready, "Unknown")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 object``, ``2 objects``: a count with its noun (regular plurals only)."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from schedcache.cli.params import StreamId, text_or_json_option
 from schedcache.cli.render import cell, print_table
-from schedcache.cli.text import printable, zone_text
+from schedcache.cli.text import plural, printable, zone_text
 from schedcache.errors import ValidationError
 from schedcache.history.checkpoints import stream_id
 from schedcache.model.manifests import load_k8s_file
@@ -189,7 +189,8 @@ def _print(result: WhatIf) -> None:
     for outcome in result.outcomes:
         unschedulable = outcome.unschedulable
         if unschedulable:
-            click.echo(f"{outcome.policy}: {len(unschedulable)} pods unschedulable, first:")
+            pods = plural(len(unschedulable), "pod")
+            click.echo(f"{outcome.policy}: {pods} unschedulable, first:")
             for uid in unschedulable[:SHOWN]:
                 why = outcome.reasons.get(uid) or "no reason recorded"
                 click.echo(f"  {printable(result.pods[uid])}\t{printable(why)}")
@@ -203,7 +204,8 @@ def _print(result: WhatIf) -> None:
     for outcome in result.outcomes[1:]:
         differing = result.differing(outcome.policy)
         if differing:
-            click.echo(f"{outcome.policy}: {len(differing)} pods placed elsewhere, first:")
+            pods = plural(len(differing), "pod")
+            click.echo(f"{outcome.policy}: {pods} placed elsewhere, first:")
             actual = result.outcomes[0].placements
             for uid in differing[:SHOWN]:
                 mine = outcome.placements[uid] or f"unschedulable ({outcome.reasons[uid]})"
