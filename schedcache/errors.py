@@ -168,3 +168,21 @@ class BatchFailed(CacheError):
         )
         self.results = results
         self.failures = failures
+
+
+# What a log line keeps of an error's message.
+REASON_CHARS = 200
+
+
+def log_reason(error: BaseException) -> str:
+    """An error's first line for one log line, at most ~REASON_CHARS characters: a longer one
+    keeps its start and its end, where a wrapped error says why (urllib3's ``Max retries
+    exceeded ... (Caused by NewConnectionError(...: Connection refused'))``: cut at its start
+    it lost the reason; found in review)."""
+    lines = str(error).strip().splitlines()
+    if not lines:
+        return type(error).__name__
+    line = lines[0]
+    if len(line) <= REASON_CHARS:
+        return line
+    return f"{line[: REASON_CHARS // 2]} ... {line[-(REASON_CHARS // 2 - 5) :]}"

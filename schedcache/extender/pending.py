@@ -54,7 +54,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import Counter as Metric
 from prometheus_client import Gauge
 
-from schedcache.errors import CacheError
+from schedcache.errors import CacheError, log_reason
 from schedcache.feed.sync import (
     API_ERRORS,
     Gone,
@@ -220,7 +220,7 @@ class PendingPods:
                     "pending pods: API server unavailable (%s: %s); binds read their pod "
                     "after %g s; retrying in %.1f s",
                     type(error).__name__,
-                    str(error).strip().splitlines()[0][:200] if str(error).strip() else "",
+                    log_reason(error),
                     self.stale_after,
                     delay,
                 )

@@ -57,7 +57,7 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError, RetriesExhausted, ValidationError
+from schedcache.errors import CacheError, RetriesExhausted, ValidationError, log_reason
 from schedcache.feed.progress import progress_lost, record_progress
 from schedcache.feed.reconcile import RESOURCES, held, removal
 from schedcache.feed.truncation import stored_pod
@@ -417,7 +417,7 @@ class ResourceFeed:
                     f"a list page sent nothing for {self.settings.list_timeout:g} s"
                     if stalled
                     else type(error).__name__,
-                    _short(error),
+                    log_reason(error),
                     delay,
                 )
             except (CacheError, redis.RedisError) as error:  # Redis away beyond the retry policy
@@ -429,7 +429,7 @@ class ResourceFeed:
                     self.resource,
                     self.cache.name,
                     type(error).__name__,
-                    _short(error),
+                    log_reason(error),
                     self.applied if listed else "- (listing again)",
                     delay,
                 )
@@ -651,7 +651,7 @@ class ResourceFeed:
                     "%s watch of cache %s cut (%s); resuming from %s",
                     self.resource,
                     self.cache.name,
-                    _short(error),
+                    log_reason(error),
                     version,
                 )
         except Exception:
@@ -817,7 +817,7 @@ class ResourceFeed:
                 self.resource,
                 self.cache.name,
                 version,
-                _short(error),
+                log_reason(error),
             )
             return
         self._written = version
@@ -1135,8 +1135,3 @@ def _rejected(error: CacheError) -> bool:
 def _rv_order(version: str) -> tuple[int, str]:
     """resourceVersions compare as numbers (the cache orders them so; "" first)."""
     return (len(version), version)
-
-
-def _short(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:200] if text else type(error).__name__

@@ -35,7 +35,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from schedcache.cache import Cache
-from schedcache.errors import CacheError
+from schedcache.errors import CacheError, log_reason
 from schedcache.feed.sync import api_client
 from schedcache.model.values import Pod
 from schedcache.scheduler.binder import ApiBinder
@@ -238,20 +238,14 @@ def bind_and_finish(
     except ApiException as error:
         return f"{error.status} {error.reason}"
     except (urllib3.exceptions.HTTPError, OSError) as error:  # the API server away
-        return f"{type(error).__name__}: {short(error)}"
+        return f"{type(error).__name__}: {log_reason(error)}"
     if claimed is not None and time.monotonic() - claimed <= BINDING_ALLOWANCE:
         return ""  # the claim's deadline leaves the pod the ttl (or more) for sync to confirm
 
     def waiting(error: Exception, delay: float) -> None:
-        log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)
+        log.warning("Redis unavailable (%s); trying again in %.1f s", log_reason(error), delay)
 
     # Bound: the claim must learn it whatever Redis does meanwhile (a restart, a failover).
     delays = backoff(FINISH_BACKOFF[0], FINISH_BACKOFF[1], until=stop.is_set)
     call_with_retries(lambda: cache.finish_binding(placed), delays, waiting, sleep=stop.wait)
     return ""
-
-
-def short(error: BaseException) -> str:
-    """An error's first line, 200 characters at most, for one log line."""
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__

@@ -75,6 +75,7 @@ from schedcache.errors import (
     PodNotFound,
     RetriesExhausted,
     ValidationError,
+    log_reason,
 )
 from schedcache.model.arrivals import wake_tokens
 from schedcache.model.plugins.result import fit_error
@@ -85,7 +86,6 @@ from schedcache.scheduler.bindings import (
     BindingProcess,
     bind_and_finish,
     claim_deadline,
-    short,
 )
 from schedcache.scheduler.gang import GangScheduler, PodGroups, group_of
 from schedcache.scheduler.preemption import Preemption
@@ -408,7 +408,7 @@ class ReferenceScheduler:
         delays = backoff(POD_INITIAL_BACKOFF, CACHE_MAX_BACKOFF, until=self.stop.is_set)
 
         def waiting(error: Exception, delay: float) -> None:
-            log.warning("Redis unavailable (%s); trying again in %.1f s", short(error), delay)
+            log.warning("Redis unavailable (%s); trying again in %.1f s", log_reason(error), delay)
 
         return call_with_retries(call, delays, waiting, sleep=self.stop.wait)
 
@@ -558,7 +558,7 @@ class ReferenceScheduler:
             except (CacheError, *REDIS_AWAY) as error:
                 # No answer, or the call failed whole: the claims may have landed all the same.
                 pods = [queued.pod for queued, _ in sent]
-                log.warning("%d claims sent together unanswered: %s", len(pods), short(error))
+                log.warning("%d claims sent together unanswered: %s", len(pods), log_reason(error))
                 self._remember_unanswered(pods, claimed)
                 try:
                     results = self._batch_sent_again(batch, pods, error)
@@ -649,7 +649,7 @@ class ReferenceScheduler:
                 log.warning(
                     "%d pods popped and not attempted left to their lease: %s",
                     len(rest) - j,
-                    short(error),
+                    log_reason(error),
                 )
                 return
             self.untried += 1
@@ -675,7 +675,9 @@ class ReferenceScheduler:
             self._give_back(pod, unschedulable=False)
             return not isinstance(error, REDIS_AWAY)
         except REDIS_AWAY as error:  # a snapshot read or a claim Redis did not answer
-            log.warning("pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, short(error))
+            log.warning(
+                "pod %s/%s: Redis unavailable: %s", pod.namespace, pod.name, log_reason(error)
+            )
             if pod.uid in self._unanswered:
                 return self._settle_unanswered([pod])
             self._give_back(pod, unschedulable=False)
