@@ -319,9 +319,10 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
 )
 @click.option(
     "--log-level",
-    default="INFO",
+    default="info",
     show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    # (lower case: the help lists the choices so, and showed the default as INFO)
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     help="The least severe log records written (to stderr), any case.",
 )
 @click.option(

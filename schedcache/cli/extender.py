@@ -113,6 +113,7 @@ def _tls_options(command: F) -> F:
     "--scheduler-name",
     "scheduler_names",
     type=SchedulerName(),
+    metavar="NAME",
     multiple=True,
     help="Bind only pods whose spec.schedulerName is this (repeatable) [default: every pod].",
 )
@@ -348,6 +349,7 @@ def _hold_lease(cache: Cache) -> None:
 @click.option(
     "--scheduler-name",
     type=SchedulerName(),
+    metavar="NAME",
     required=True,
     help="Schedule the pending pods whose spec.schedulerName is this.",
 )

@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from schedcache.sim.gang import WaitingGroup
     from schedcache.sim.whatif import WhatIf
 
-WHATIF_MISSING = "schedcache whatif needs numpy (and plotly for --html): pip install " + (
-    "'schedcache[whatif]'"
-)
+# (numpy is a base dependency: only a broken install gets here; --html draws its own SVG)
+WHATIF_MISSING = "schedcache whatif needs numpy: pip install 'schedcache[whatif]'"
 SHOWN = 20  # differing placements listed in the text output
 
 
