@@ -60,25 +60,25 @@ def kind_of(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool]:
     """``--field-selector`` (``key=value``, ``key==value``, ``key!=value``, comma-separated)
-    as a test on a v1-shaped object; a field kubectl's server would refuse is a usage error."""
+    as a test on a v1-shaped object, parsed as kubectl's ``fields.ParseSelector`` parses it
+    (``\\,``, ``\\=`` and ``\\\\`` escapes in values; an unescaped ``,`` or ``=`` in a value,
+    a term without an operator: refused); a field kubectl's server would refuse is a usage
+    error."""
     tests: list[tuple[str, str, bool]] = []
-    for term in (text or "").split(","):
+    for term in _split_terms(text or ""):
         if not term.strip():
             continue
         split = _split_term(term)
         if split is None:  # kubectl's words (found in review: taken as `spec.nodeName=`)
-            raise click.BadParameter(
-                f"invalid selector: {printable(text or '')!r}; can't understand "
-                f"{printable(term)!r}",
-                param_hint="--field-selector",
+            raise _selector_error(
+                f"invalid selector: '{printable(text or '')}'; can't understand '{printable(term)}'"
             )
         key, operator, value = split
-        key, value, negate = key.strip(), value.strip(), operator == "!="
+        key, value, negate = key.strip(), _unescaped(value.strip()), operator == "!="
         if key not in FIELDS[kind]:
-            raise click.BadParameter(
+            raise _selector_error(
                 f'"{printable(key)}" is not a known field selector for {PLURAL[kind]}: only '
-                + ", ".join(f'"{f}"' for f in FIELDS[kind]),
-                param_hint="--field-selector",
+                + ", ".join(f'"{f}"' for f in FIELDS[kind])
             )
         tests.append((key, value, negate))
 
@@ -87,6 +87,8 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
             found: Any = document
             for part in key.split("."):
                 found = found.get(part, "") if isinstance(found, dict) else ""
+            if key in BOOLEAN_FIELDS:  # the API's field set: strconv.FormatBool, unset false
+                found = bool(found)
             shown = str(found).lower() if isinstance(found, bool) else str(found)
             if (shown == value) == negate:
                 return False
@@ -95,15 +97,64 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
     return matches
 
 
+# Fields whose selector value is a boolean's text ("true"/"false"; an unset one is "false").
+BOOLEAN_FIELDS = frozenset({"spec.unschedulable"})
+
+
+def _selector_error(message: str) -> click.BadParameter:
+    return click.BadParameter(message, param_hint="--field-selector")
+
+
+def _split_terms(text: str) -> list[str]:
+    """The selector's terms: split at each comma that no backslash escapes."""
+    terms, start, escaped = [], 0, False
+    for at, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ",":
+            terms.append(text[start:at])
+            start = at + 1
+    terms.append(text[start:])
+    return terms
+
+
 def _split_term(term: str) -> tuple[str, str, str] | None:
     """``key``, operator and value of one selector term, split at its first operator as
-    kubectl's ``fields.ParseSelector`` splits it (``a===b`` is ``a`` ``==`` ``=b``); None
-    without one."""
+    kubectl splits it (``a===b`` is ``a``, ``==`` and ``=b``, which :func:`_unescaped` then
+    refuses); None without one."""
     for at in range(len(term)):
         for operator in ("!=", "==", "="):
             if term.startswith(operator, at):
                 return term[:at], operator, term[at + len(operator) :]
     return None
+
+
+def _unescaped(value: str) -> str:
+    """A term's value with its escapes taken out, as kubectl's ``UnescapeValue``: ``\\,``,
+    ``\\=`` and ``\\\\`` stand for the character; any other escape, a lone trailing
+    backslash, or a bare ``,`` or ``=`` is refused (found in review: ``spec.nodeName!==n1``
+    was read as "not =n1" and matched every pod)."""
+    out, escaped = [], False
+    for char in value:
+        if escaped:
+            if char not in "\\,=":
+                sequence = printable("\\" + char)
+                raise _selector_error(
+                    f"invalid field selector: invalid escape sequence: '{sequence}'"
+                )
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in ",=":
+            raise _selector_error(f"invalid field selector: unescaped character in value: '{char}'")
+        else:
+            out.append(char)
+    if escaped:
+        raise _selector_error("invalid field selector: invalid escape sequence: '\\'")
+    return "".join(out)
 
 
 def label_filter(text: str | None) -> Callable[[dict[str, str]], bool]:

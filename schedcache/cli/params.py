@@ -110,8 +110,15 @@ class Seconds(NumberParam):
         """``seconds`` if within bounds, else a usage error quoting the value as ``typed``."""
         low_ok = seconds > self.minimum if self.open_min else seconds >= self.minimum
         if not math.isfinite(seconds) or not low_ok or seconds > self.maximum:
-            low = f"more than {self.minimum:g}" if self.open_min else f"at least {self.minimum:g}"
-            self.fail(f"{typed!r}: must be {low} and at most {self.maximum:g} seconds", param, ctx)
+            # (.15g: 315360000, not :g's 3.1536e+08; found in review)
+            low = (
+                f"more than {self.minimum:.15g}"
+                if self.open_min
+                else (f"at least {self.minimum:.15g}")
+            )
+            self.fail(
+                f"{typed!r}: must be {low} and at most {self.maximum:.15g} seconds", param, ctx
+            )
         return seconds
 
 
@@ -130,6 +137,8 @@ class Duration(Seconds):
             if not DECIMAL.fullmatch(text[:-1]):
                 self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
             return self.within_bounds(float(text[:-1]) * factor, value, param, ctx)
+        if not DECIMAL.fullmatch(text):  # (found in review: "is not a number of seconds")
+            self.fail(f"{value!r} is not a duration (e.g. 90s, 30m, 1h)", param, ctx)
         return super().convert(text, param, ctx)
 
 
