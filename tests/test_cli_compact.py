@@ -45,3 +45,23 @@ def test_compact_refuses_a_bad_keep_with_one_error_line(request, backend, cache)
         assert result.exit_code == 2, (bad, result.output)
         assert "Traceback" not in result.output
     assert cache.client.keys(f"{cache.keys.prefix}*") == before
+
+
+def test_bad_keeps_are_named_as_what_they_should_be(request, backend, cache):
+    # Found in review (mended): "'5x' is not a number of seconds" for an option that takes
+    # durations, the bound printed as 3.1536e+08, and a count past a C long reaching Redis as
+    # "value is not an integer or out of range" (exit 1).
+    before = cache.client.keys(f"{cache.keys.prefix}*")
+    cases = [
+        (["worker", "compact", "--keep", "5x", "--once"], "is not a duration (e.g. 90s"),
+        (["worker", "compact", "--keep", "-1", "--once"], "at most 315360000 seconds"),
+        (["worker", "compact", "--keep-events", str(2**63), "--once"], "0<=x<=9223372036854775807"),
+        (["compact", "--keep", str(2**63)], "0<=x<=9223372036854775807"),
+    ]
+    for args, message in cases:
+        result = run(request, backend, cache, *args)
+        if result is None:
+            result = CliRunner().invoke(main, ["--embedded", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+    assert cache.client.keys(f"{cache.keys.prefix}*") == before

@@ -157,7 +157,7 @@ def test_worker_expiry_once(make_cache, run_cli):
     seconds, _ = cache.client.time()
     cache.finish_binding(pod, now=seconds - 60)
     result = run_cli("--embedded", "worker", "expiry", "--once")  # the URL is the default
-    assert result.exit_code == 0 and "expired 1 pods" in result.output
+    assert result.exit_code == 0 and "expired 1 pod" in result.output
     assert cache.pod_count() == 0
 
 

@@ -23,6 +23,7 @@ from click.testing import CliRunner, Result
 
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
+from schedcache.cli.serve import host_port
 from schedcache.cli.units import bytes_text, cpu_text, human_duration
 
 # kubectl get's columns (printers.go: podColumnDefinitions, nodeColumnDefinitions).
@@ -488,6 +489,8 @@ def test_metrics_that_cannot_listen_name_the_address():
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
             assert f"Error: cannot serve /metrics on {address}:{port}: " in done.stderr
             assert reason in done.stderr
+    # An IPv6 address as a URL writes it (second review: "http://::1:9108/metrics")
+    assert host_port("::1", 9108) == "[::1]:9108" and host_port("10.0.0.1", 1) == "10.0.0.1:1"
 
 
 @pytest.mark.parametrize("args", [[], ["worker"], ["history"]])

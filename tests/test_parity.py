@@ -1884,7 +1884,7 @@ def _cli_diff(ctx: Ctx) -> None:
 @case("cli worker expiry")
 def _cli_worker_expiry(ctx: Ctx) -> None:
     cache = _due_and_lapsed(ctx)
-    assert ok(ctx.cli("worker", "expiry", "--once", cache=cache)).strip() == "expired 1 pods"
+    assert ok(ctx.cli("worker", "expiry", "--once", cache=cache)).strip() == "expired 1 pod"
     assert cache.pod_count() == 0
     # The default replica is unique per process: expiry-worker-<pod or host>-<pid>.
     assert all(e.replica.startswith("expiry-worker-") for e in list(cache.events())[-2:])

@@ -168,6 +168,7 @@ def test_run_retention_logs_a_failed_round_and_goes_on(cache, monkeypatch, caplo
         ({"keep_seconds": -1}, "keep_seconds"),
         ({"keep_seconds": "1h"}, "keep_seconds"),
         ({"keep_seconds": 1, "keep_events": -5}, "keep_events"),
+        ({"keep_seconds": 1, "keep_events": 2**63}, "keep_events"),  # (found in review)
         ({"keep_seconds": 1, "lease_seconds": -1}, "lease_seconds"),
     ],
 )

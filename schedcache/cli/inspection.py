@@ -25,7 +25,7 @@ from schedcache.cli.text import plural, printable
 from schedcache.cli.units import bytes_text, cpu_text
 from schedcache.cli.yamltext import yaml_text
 from schedcache.feed.progress import truncated_pods
-from schedcache.history.checkpoints import history_start, read_checkpoint_id
+from schedcache.history.checkpoints import MAX_KEEP_EVENTS, history_start, read_checkpoint_id
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Resource
 from schedcache.ops.gangwaits import wait_text, waits_of
@@ -247,7 +247,7 @@ def verify(settings: Settings) -> None:
     if differences:
         click.echo(plural(len(differences), "difference"), err=True)
         sys.exit(1)
-    click.echo(f"consistent: {cache.stream_length()} events replay to the live state")
+    click.echo(f"consistent: {plural(cache.stream_length(), 'event')} replay to the live state")
     click.echo(f"truncated pod records (stored without labels): {truncated_pods(cache.dump())}")
 
 
@@ -386,7 +386,7 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
             f"{bytes_text(later['memory'])}"
         )
         fitting = [v.node for v in claim.verdicts if v.fits]
-        click.echo(f"  {len(fitting)} of {len(claim.verdicts)} nodes fitted")
+        click.echo(f"  {len(fitting)} of {plural(len(claim.verdicts), 'node')} fitted")
         for verdict in claim.verdicts:
             why = "fits" if verdict.fits else "; ".join(verdict.reasons)
             click.echo(f"  {printable(verdict.node)}\t{printable(why)}")
@@ -430,7 +430,7 @@ def checkpoint(settings: Settings) -> None:
 @click.command()
 @click.option(
     "--keep",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_KEEP_EVENTS),
     default=0,
     show_default=True,
     help="Events to keep before the checkpoint.",
@@ -446,7 +446,7 @@ def compact(settings: Settings, keep: int) -> None:
             "to: run `schedcache checkpoint` first"
         )
     removed = cache.compact(keep=keep)
-    click.echo(f"removed {removed} events; {cache.stream_length()} remain")
+    click.echo(f"removed {plural(removed, 'event')}; {cache.stream_length()} remain")
     settings.note_if_embedded("the compaction")
 
 

@@ -11,6 +11,8 @@ from prometheus_client import REGISTRY, start_http_server
 from schedcache.cache import Cache
 from schedcache.cli.lifecycle import ignore_stop_signals, serve_until_stopped
 from schedcache.cli.params import Duration, F, Name, Seconds
+from schedcache.cli.text import plural
+from schedcache.history.checkpoints import MAX_KEEP_EVENTS
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
 from schedcache.ops.leases import default_replica
@@ -38,12 +40,21 @@ def serve_metrics(cache: Cache, port: int, address: str) -> None:
     """Serve /metrics (library counters plus this cache's sizes) in a background thread; one
     ``Error:`` line naming the address when it cannot listen there (a port in use, an address
     that does not resolve)."""
+    collector = CacheCollector(cache)
+    REGISTRY.register(collector)  # before the server: its first scrape has the cache's sizes
     try:
         start_http_server(port, addr=address)
     except OSError as error:
+        REGISTRY.unregister(collector)
         reason = error.strerror or str(error)
-        raise click.ClickException(f"cannot serve /metrics on {address}:{port}: {reason}") from None
-    REGISTRY.register(CacheCollector(cache))
+        raise click.ClickException(
+            f"cannot serve /metrics on {host_port(address, port)}: {reason}"
+        ) from None
+
+
+def host_port(address: str, port: int) -> str:
+    """``address:port`` as a URL writes it: an IPv6 address in brackets (``[::1]:9108``)."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 @click.group()
@@ -94,7 +105,7 @@ def worker_expiry(
         once_cache = settings.cache(replica=name)
         settings.refuse_evicting(once_cache)
         expiry = ExpiryWorker(once_cache, interval=interval, batch=batch)
-        click.echo(f"expired {len(expiry.run_once())} pods")
+        click.echo(f"expired {plural(len(expiry.run_once()), 'pod')}")
         return
     started = serve_until_stopped(settings, "expiry worker", replica=name)
     if started is None:
@@ -118,7 +129,7 @@ def worker_expiry(
 )
 @click.option(
     "--keep-events",
-    type=click.IntRange(0),
+    type=click.IntRange(0, MAX_KEEP_EVENTS),
     default=0,
     show_default=True,
     help="Keep at least this many newest events.",
@@ -144,7 +155,8 @@ def worker_compact(
         settings.refuse_evicting(once_cache)
         done = retain(once_cache, keep, keep_events)
         click.echo(
-            f"removed {done.removed} events; stream {done.stream_length} events; "
+            f"removed {plural(done.removed, 'event')}; "
+            f"stream {plural(done.stream_length, 'event')}; "
             f"checkpoint {done.checkpoint or '-'}"
             if done.ran
             else "another worker holds the retention lease: nothing done"
@@ -173,6 +185,7 @@ def metrics_command(settings: Settings, port: int, address: str) -> None:
         return
     cache, stop = started
     serve_metrics(cache, port, address)
-    click.echo(f"serving http://{address}:{port}/metrics for cache {cache.name}", err=True)
+    where = host_port(address, port)
+    click.echo(f"serving http://{where}/metrics for cache {cache.name}", err=True)
     stop.wait()
     ignore_stop_signals()  # stopped: a repeated signal changes nothing (exit 0)

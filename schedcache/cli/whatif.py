@@ -156,7 +156,8 @@ def _pods(path: str) -> list[Pod]:
 def _print(result: WhatIf) -> None:
     before = result.before
     click.echo(
-        f"what-if at {result.at}: {len(result.pods)} pods on {len(before.nodes)} nodes "
+        f"what-if at {result.at}: {plural(len(result.pods), 'pod')} on "
+        f"{plural(len(before.nodes), 'node')} "
         f"(before: cpu {before.cluster.cpu:.1%}, memory {before.cluster.memory:.1%}, "
         f"{before.cluster.pods} pods)"
     )

@@ -115,9 +115,15 @@ class StreamAudit:
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
         replay = checkpoint + tail. Returns how many events were removed."""
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        if (
+            isinstance(keep, bool)
+            or not isinstance(keep, int)
+            or not 0 <= keep <= checkpoints.MAX_KEEP_EVENTS
+        ):
             raise ValidationError(
-                f"cache {self.store.name}", "keep", f"{keep!r} must be an integer >= 0"
+                f"cache {self.store.name}",
+                "keep",
+                f"{keep!r} must be an integer from 0 to {checkpoints.MAX_KEEP_EVENTS}",
             )
         return self.store.retrying(lambda: checkpoints.compact(self.store, keep), "compact")
 

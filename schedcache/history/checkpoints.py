@@ -49,6 +49,9 @@ from schedcache.store.store import Store
 log = logging.getLogger(__name__)
 
 LAST_ID = (2**64 - 1, 2**64 - 1)  # the largest stream id
+# The most events a compaction or a retention round may be asked to keep: XREVRANGE's COUNT,
+# a C long (more was Redis' "value is not an integer or out of range"; found in review).
+MAX_KEEP_EVENTS = 2**63 - 1
 CHUNK = 2000  # pods (or nodes, or images) per chunk key
 PAGE = 1000  # events per XRANGE page of a replay
 SWITCH_ATTEMPTS = 20  # WATCH/MULTI/EXEC rounds before giving up (each lost to a concurrent write)
