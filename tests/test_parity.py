@@ -1284,6 +1284,7 @@ def _cli_sync(ctx: Ctx) -> None:
         assert rows["sync pods"].startswith(f"rv {server.resource_version}, ")
         missing = ctx.cli("sync", "--once", "--kubeconfig", str(ctx.tmp_path / "nothing"))
         assert missing.exit_code == 1 and "cannot configure the Kubernetes client" in missing.output
+        assert "nothing: no such file" in missing.output  # (found in review, mended)
         server.down()
         before = keyspace(ctx.client, ctx.cache.keys.pattern)
         away = ctx.cli("sync", "--once", "--kubeconfig", kubeconfig)

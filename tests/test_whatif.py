@@ -404,6 +404,8 @@ def test_the_command_compares_and_writes_nothing(cache: Cache, run_cli, tmp_path
         (["--pods", "{twice}"], "is both"),
         (["--pods", "{notobjects}"], "--pods"),
         (["--html", ""], "must name a file"),
+        # (found in review, mended: a bare "[Errno 2]" after the whole replay)
+        (["--html", "/nonexistent-dir/r.html"], "no such directory to write it in"),
         (["--at", "\u0663-0"], "is not an event id"),
         ([], "no pods to place"),
     ],

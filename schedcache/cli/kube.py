@@ -68,5 +68,7 @@ def kube_api(
         detail = one_line(error)
         if type(error).__name__ != "ConfigException":  # the library tripped on the content
             detail = f"not a valid kubeconfig ({type(error).__name__}: {detail})"
+        elif kubeconfig and not in_cluster and not os.path.exists(kubeconfig):
+            detail = "no such file"  # (found in review: "Invalid kube-config file")
         message = f"cannot configure the Kubernetes client from {source}: {detail}{hint}"
         raise click.ClickException(message) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,6 +85,11 @@ def whatif(
         raise click.ClickException(WHATIF_MISSING) from None
     if html_path == "":
         raise click.BadParameter("must name a file", param_hint="--html")
+    if html_path and not os.path.isdir(os.path.dirname(os.path.abspath(html_path))):
+        # (before the replay, which may take a while; found in review: a bare errno at the end)
+        raise click.BadParameter(
+            f"{printable(html_path)}: no such directory to write it in", param_hint="--html"
+        )
     chosen = {spec: load_policy(spec) for spec in policies} if policies else dict(BUILT_IN)
     pods = _pods(pods_file) if pods_file else None
     cache = settings.existing_cache()
@@ -104,6 +110,9 @@ def whatif(
             write_report(result, html_path)
         except ImportError:
             raise click.ClickException(MISSING) from None
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise click.ClickException(f"--html {printable(html_path)}: {reason}") from None
     if output == "json":
         click.echo(
             json.dumps({**result.to_dict(), "gang_waits": [w.to_dict() for w in waits]}, indent=2)
