@@ -25,6 +25,7 @@ from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
 from schedcache.cli.serve import host_port
 from schedcache.cli.units import bytes_text, cpu_text, human_duration
+from tests.extender_server import run_script
 
 # kubectl get's columns (printers.go: podColumnDefinitions, nodeColumnDefinitions).
 KUBECTL_RECORDED = Path(__file__).parent / "fixtures" / "kubectl-label-local.json"
@@ -489,8 +490,41 @@ def test_metrics_that_cannot_listen_name_the_address():
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
             assert f"Error: cannot serve /metrics on {address}:{port}: " in done.stderr
             assert reason in done.stderr
+    # An address that is no host name (idna refuses it: a ValueError) is one line too, and
+    # leaves no collector behind: the next start in the process works (third review, mended:
+    # a traceback, then "Duplicated timeseries").
+    lines = run_script(
+        "import click, fakeredis; from schedcache import Cache; "
+        "from schedcache.cli.serve import serve_metrics\n"
+        "cache = Cache(fakeredis.FakeRedis(), 'm')\n"
+        "for address in ('...', 'a' * 300):\n"
+        "    try:\n"
+        "        serve_metrics(cache, 0, address)\n"
+        "    except click.ClickException as error:\n"
+        "        print(error.message.startswith(f'cannot serve /metrics on {address}:0: '))\n"
+        "serve_metrics(cache, 0, '127.0.0.1')\n"
+        "print('served')\n"
+    )
+    assert lines == ["True", "True", "served"]
     # An IPv6 address as a URL writes it (second review: "http://::1:9108/metrics")
     assert host_port("::1", 9108) == "[::1]:9108" and host_port("10.0.0.1", 1) == "10.0.0.1:1"
+
+
+def test_a_kubeconfig_that_does_not_exist_says_so(tmp_path):
+    # Found in review (mended): "Invalid kube-config file. No configuration found." for a
+    # --kubeconfig, a $KUBECONFIG or a list of them that names no file at all.
+    missing = str(tmp_path / "nothing")
+    cases = [
+        ({}, ["--kubeconfig", missing], f"{missing}: no such file"),
+        ({"KUBECONFIG": missing}, [], f"{missing}: no such file"),
+        ({"KUBECONFIG": f"{missing}:{missing}2"}, [], "none of these files exists"),
+    ]
+    for env, args, message in cases:
+        runner = CliRunner(env={"SCHEDCACHE_REDIS_URL": None, **env})
+        result = runner.invoke(main, ["--embedded", "sync", "--once", *args])
+        assert result.exit_code == 1, (env, result.output)
+        assert "cannot configure the Kubernetes client from" in result.output
+        assert message in result.output, (env, result.output)
 
 
 @pytest.mark.parametrize("args", [[], ["worker"], ["history"]])

@@ -405,7 +405,9 @@ def test_the_command_compares_and_writes_nothing(cache: Cache, run_cli, tmp_path
         (["--pods", "{notobjects}"], "--pods"),
         (["--html", ""], "must name a file"),
         # (found in review, mended: a bare "[Errno 2]" after the whole replay)
-        (["--html", "/nonexistent-dir/r.html"], "no such directory to write it in"),
+        (["--html", "/nonexistent-dir/r.html"], "its directory /nonexistent-dir does not exist"),
+        (["--html", "{empty}/r.html"], "/empty is not a directory"),  # (third review)
+        (["--html", "{empty}-dir/"], "must name a file, not a directory"),  # (third review)
         (["--at", "\u0663-0"], "is not an event id"),
         ([], "no pods to place"),
     ],

@@ -446,7 +446,8 @@ def compact(settings: Settings, keep: int) -> None:
             "to: run `schedcache checkpoint` first"
         )
     removed = cache.compact(keep=keep)
-    click.echo(f"removed {plural(removed, 'event')}; {cache.stream_length()} remain")
+    left = cache.stream_length()
+    click.echo(f"removed {plural(removed, 'event')}; {left} remain{'s' if left == 1 else ''}")
     settings.note_if_embedded("the compaction")
 
 

@@ -68,7 +68,9 @@ def kube_api(
         detail = one_line(error)
         if type(error).__name__ != "ConfigException":  # the library tripped on the content
             detail = f"not a valid kubeconfig ({type(error).__name__}: {detail})"
-        elif kubeconfig and not in_cluster and not os.path.exists(kubeconfig):
-            detail = "no such file"  # (found in review: "Invalid kube-config file")
+        elif not in_cluster and not any(
+            os.path.exists(os.path.expanduser(part)) for part in source.split(os.pathsep)
+        ):  # ($KUBECONFIG may list several; found in review: "Invalid kube-config file")
+            detail = "no such file" if os.pathsep not in source else "none of these files exists"
         message = f"cannot configure the Kubernetes client from {source}: {detail}{hint}"
         raise click.ClickException(message) from None

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY, start_http_server
 from schedcache.cache import Cache
 from schedcache.cli.lifecycle import ignore_stop_signals, serve_until_stopped
 from schedcache.cli.params import Duration, F, Name, Seconds
-from schedcache.cli.text import plural
+from schedcache.cli.text import one_line, plural
 from schedcache.history.checkpoints import MAX_KEEP_EVENTS
 from schedcache.history.retention import retain, run_retention
 from schedcache.ops.expiry import MAX_BATCH, ExpiryWorker
@@ -39,17 +39,18 @@ def metrics_address_option(*names: str) -> Callable[[F], F]:
 def serve_metrics(cache: Cache, port: int, address: str) -> None:
     """Serve /metrics (library counters plus this cache's sizes) in a background thread; one
     ``Error:`` line naming the address when it cannot listen there (a port in use, an address
-    that does not resolve)."""
-    collector = CacheCollector(cache)
-    REGISTRY.register(collector)  # before the server: its first scrape has the cache's sizes
+    that does not resolve, or that is no host name at all: idna's UnicodeError, a ValueError).
+    The cache's collector is registered only once the server runs: a failed start leaves
+    nothing behind (found in review: registered first, it was left on a UnicodeError, and the
+    next start in the process failed as a duplicate)."""
     try:
         start_http_server(port, addr=address)
-    except OSError as error:
-        REGISTRY.unregister(collector)
-        reason = error.strerror or str(error)
+    except (OSError, ValueError) as error:
+        reason = (error.strerror if isinstance(error, OSError) else None) or one_line(error)
         raise click.ClickException(
             f"cannot serve /metrics on {host_port(address, port)}: {reason}"
         ) from None
+    REGISTRY.register(CacheCollector(cache))
 
 
 def host_port(address: str, port: int) -> str:

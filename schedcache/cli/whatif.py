@@ -85,11 +85,8 @@ def whatif(
         raise click.ClickException(WHATIF_MISSING) from None
     if html_path == "":
         raise click.BadParameter("must name a file", param_hint="--html")
-    if html_path and not os.path.isdir(os.path.dirname(os.path.abspath(html_path))):
-        # (before the replay, which may take a while; found in review: a bare errno at the end)
-        raise click.BadParameter(
-            f"{printable(html_path)}: no such directory to write it in", param_hint="--html"
-        )
+    if html_path:
+        _check_html_path(html_path)
     chosen = {spec: load_policy(spec) for spec in policies} if policies else dict(BUILT_IN)
     pods = _pods(pods_file) if pods_file else None
     cache = settings.existing_cache()
@@ -162,13 +159,29 @@ def _pods(path: str) -> list[Pod]:
     return pods
 
 
+def _check_html_path(path: str) -> None:
+    """A usage error, before the replay (which may take a while), for an ``--html`` path that
+    cannot be a file to write: one that ends in a separator, or whose directory does not exist
+    or is no directory (found in review: a bare errno after the whole replay; ``newdir/``
+    written as a file named ``newdir``)."""
+    shown = printable(path)
+    if path.endswith(("/", os.sep)) or os.path.isdir(path):
+        raise click.BadParameter(f"{shown}: must name a file, not a directory", param_hint="--html")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        why = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise click.BadParameter(
+            f"{shown}: its directory {printable(parent)} {why}", param_hint="--html"
+        )
+
+
 def _print(result: WhatIf) -> None:
     before = result.before
     click.echo(
         f"what-if at {result.at}: {plural(len(result.pods), 'pod')} on "
         f"{plural(len(before.nodes), 'node')} "
         f"(before: cpu {before.cluster.cpu:.1%}, memory {before.cluster.memory:.1%}, "
-        f"{before.cluster.pods} pods)"
+        f"{plural(before.cluster.pods, 'pod')})"
     )
     summary = Table(box=None, pad_edge=False)
     for column in ("POLICY", "PLACED", "NOT PLACED", "ELSEWHERE", "NODES USED", "CPU", "MEM"):
