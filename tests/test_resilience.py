@@ -348,7 +348,13 @@ def test_a_feeder_and_the_scheduler_ride_out_a_sentinel_failover(
                 for r in kube.requests[sent:]
                 if r.path == "/api/v1/pods" and "watch" in r.query
             ]
-            assert resumed and min(resumed) >= applied, "a watch replayed applied changes"
+            # Each watch that resumed did so from the newest version applied. (Under a loaded
+            # CI the new pods' events can reach the feed only once the new primary answers, so
+            # that no watch needs resuming at all, and none replays: one CI run of 6,866 tests
+            # failed on `resumed` being empty; 5 runs alone and 2 full runs passed.)
+            assert all(version >= applied for version in resumed), (
+                f"a watch replayed applied changes: resumed from {resumed}, applied {applied}"
+            )
     finally:
         group.stop()
     names = [f"{when}-{i}" for when in ("before", "during") for i in range(3)]
