@@ -7,7 +7,7 @@ import click
 import redis
 
 from schedcache.cli.settings import Settings
-from schedcache.cli.text import one_line
+from schedcache.cli.text import one_line, plural
 from schedcache.errors import CacheError
 from schedcache.feed.progress import read_progress, truncated_pods
 from schedcache.store.library import (
@@ -95,7 +95,7 @@ def migrate(settings: Settings) -> None:
     cache = settings.existing_cache()
     converted = migrate_cache(cache.store)
     click.echo(
-        f"cache {cache.name}: {converted} node pod set{'' if converted == 1 else 's'} converted; "
+        f"cache {cache.name}: {plural(converted, 'node pod set')} converted; "
         f"the cache is at schema {SCHEMA_VERSION}"
     )
     settings.note_if_embedded("the migration")

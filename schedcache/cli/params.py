@@ -111,11 +111,7 @@ class Seconds(NumberParam):
         low_ok = seconds > self.minimum if self.open_min else seconds >= self.minimum
         if not math.isfinite(seconds) or not low_ok or seconds > self.maximum:
             # (.15g: 315360000, not :g's 3.1536e+08; found in review)
-            low = (
-                f"more than {self.minimum:.15g}"
-                if self.open_min
-                else (f"at least {self.minimum:.15g}")
-            )
+            low = f"{'more than' if self.open_min else 'at least'} {self.minimum:.15g}"
             self.fail(
                 f"{typed!r}: must be {low} and at most {self.maximum:.15g} seconds", param, ctx
             )

@@ -115,16 +115,9 @@ class StreamAudit:
     def compact(self, keep: int = 0) -> int:
         """Trim the stream before the checkpoint (keeping ``keep`` events before it), so
         replay = checkpoint + tail. Returns how many events were removed."""
-        if (
-            isinstance(keep, bool)
-            or not isinstance(keep, int)
-            or not 0 <= keep <= checkpoints.MAX_KEEP_EVENTS
-        ):
-            raise ValidationError(
-                f"cache {self.store.name}",
-                "keep",
-                f"{keep!r} must be an integer from 0 to {checkpoints.MAX_KEEP_EVENTS}",
-            )
+        problem = checkpoints.keep_events_problem(keep)
+        if problem is not None:
+            raise ValidationError(f"cache {self.store.name}", "keep", problem)
         return self.store.retrying(lambda: checkpoints.compact(self.store, keep), "compact")
 
     def verify(self) -> list[Difference]:

@@ -52,6 +52,16 @@ LAST_ID = (2**64 - 1, 2**64 - 1)  # the largest stream id
 # The most events a compaction or a retention round may be asked to keep: XREVRANGE's COUNT,
 # a C long (more was Redis' "value is not an integer or out of range"; found in review).
 MAX_KEEP_EVENTS = 2**63 - 1
+
+
+def keep_events_problem(value: object) -> str | None:
+    """Why ``value`` is no count of events to keep (compact's ``keep``, retention's
+    ``keep_events``), or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_KEEP_EVENTS:
+        return f"{value!r} must be an integer from 0 to {MAX_KEEP_EVENTS}"
+    return None
+
+
 CHUNK = 2000  # pods (or nodes, or images) per chunk key
 PAGE = 1000  # events per XRANGE page of a replay
 SWITCH_ATTEMPTS = 20  # WATCH/MULTI/EXEC rounds before giving up (each lost to a concurrent write)

@@ -143,16 +143,9 @@ def run_retention(
 def _check(keep_seconds: float, keep_events: int, lease_seconds: float) -> None:
     if not isinstance(keep_seconds, int | float) or not 0 <= keep_seconds < 10**9:
         raise ValidationError("retention", "keep_seconds", f"{keep_seconds!r} must be >= 0")
-    if (
-        isinstance(keep_events, bool)
-        or not isinstance(keep_events, int)
-        or not 0 <= keep_events <= checkpoints.MAX_KEEP_EVENTS
-    ):
-        raise ValidationError(
-            "retention",
-            "keep_events",
-            f"{keep_events!r} must be an integer from 0 to {checkpoints.MAX_KEEP_EVENTS}",
-        )
+    problem = checkpoints.keep_events_problem(keep_events)
+    if problem is not None:
+        raise ValidationError("retention", "keep_events", problem)
     if not isinstance(lease_seconds, int | float) or not 0 <= lease_seconds < 86400:
         raise ValidationError(
             "retention", "lease_seconds", f"{lease_seconds!r} must be 0 to 86,400 seconds"
