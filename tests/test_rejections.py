@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis
 
 from schedcache import Cache
 from schedcache.errors import CacheError, ValidationError
+from schedcache.model.aggregates import NODE_TOTAL_LIMIT, describe_field
 from schedcache.store.library import function_name
 from tests.factories import keyspace, make_node, make_pod
 
@@ -128,10 +131,53 @@ def test_a_node_total_past_64_bits_is_refused_before_any_write(cache: Cache):
     cache.add_node(make_node("n1"))
     cache.add_pod(make_pod("big", "n1", "1", "5Ei"))
     before = keyspace(cache.client, cache.keys.pattern)
-    with pytest.raises(ValidationError, match="would push node n1's total r:mem past 64 bits"):
+    with pytest.raises(
+        ValidationError,
+        match=r"would push node n1's total requested memory \(bytes\) past "
+        r"9,000,000,000,000,000,000, the most a node's total may hold",
+    ):
         cache.add_pod(make_pod("big2", "n1", "1", "5Ei"))
     assert keyspace(cache.client, cache.keys.pattern) == before
     assert cache.verify() == []
+
+
+def test_a_lone_pod_just_under_int64_is_refused_naming_its_request_not_a_hash_field(cache: Cache):
+    """The manifest's reader takes int64 (as ParseQuantity caps); a node's total stops short of
+    it (Lua's doubles): the refusal names the request as the manifest does, and the bound."""
+    cache.add_node(make_node("n1"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    pod = make_pod("huge", "n1", "9223372036854775", "1Gi")  # 9.22e18 millicores
+    with pytest.raises(ValidationError) as refused:
+        cache.add_pod(pod)
+    message = str(refused.value)
+    assert "requested cpu (millicores) past 9,000,000,000,000,000,000" in message, message
+    assert "r:cpu" not in message and "64 bits" not in message
+    assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_the_node_total_bound_is_the_one_lua_enforces():
+    lua = (Path(__file__).resolve().parent.parent / "lua" / "_helpers.lua").read_text()
+    (bound,) = re.findall(r"^BOUNDS\.TOTAL_LIMIT = (\S+)$", lua, re.M)
+    assert float(bound) == NODE_TOTAL_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [
+        ("r:cpu", "requested cpu (millicores)"),
+        ("r:mem", "requested memory (bytes)"),
+        ("r:eph", "requested ephemeral-storage (bytes)"),
+        ("r:s:nvidia.com/gpu", "requested nvidia.com/gpu"),
+        ("z:mem", "non-zero requested memory (bytes)"),
+        ("anti", "pods with required anti-affinity"),
+        ("x:zone", "required anti-affinity terms by topology key zone"),
+        ("p:10.0.0.1|TCP|80", "pods on host port TCP/80 (10.0.0.1)"),
+        ("v:default/data", "pods using volume claim default/data"),
+        ("odd", "odd"),
+    ],
+)
+def test_node_fields_are_described_as_users_know_them(field: str, named: str):
+    assert describe_field(field) == named
 
 
 def test_huge_allocatable_is_stored_exactly(cache: Cache):

@@ -84,6 +84,39 @@ def contribution_string(pod: Pod) -> str:
     return text
 
 
+# The most a node's total may hold, either sign (lua/_helpers.lua, BOUNDS.TOTAL_LIMIT: the
+# same figure). Lua's numbers are doubles, exact to 2^53 and near int64's edge only to ~1,000,
+# so the claim checks a sum against this margin below int64 (2^63 - 1 = 9.22e18), not int64.
+NODE_TOTAL_LIMIT = 9 * 10**18
+
+_RESOURCE_NAMES = {
+    "cpu": "cpu (millicores)",
+    "mem": "memory (bytes)",
+    "eph": "ephemeral-storage (bytes)",
+}
+
+
+def describe_field(field: str) -> str:
+    """A node total's field as the user knows it (``r:mem`` -> "requested memory (bytes)"):
+    errors name what the manifest said, not the hash's field."""
+    kind, _, rest = field.partition(":")
+    if kind in ("r", "z") and rest:
+        name = _RESOURCE_NAMES.get(rest) or rest.removeprefix("s:")
+        return ("requested " if kind == "r" else "non-zero requested ") + name
+    if kind == "p" and rest:
+        ip, protocol, number = [*rest.split("|"), "", ""][:3]
+        return f"pods on host port {protocol}/{number}" + (f" ({ip})" if ip else "")
+    if kind == "v" and rest:
+        return f"pods using volume claim {rest}"
+    if kind == "x" and rest:
+        return f"required anti-affinity terms by topology key {rest}"
+    return {
+        "aff": "pods with affinity",
+        "anti": "pods with required anti-affinity",
+        "xt": "required anti-affinity terms",
+    }.get(field, field)
+
+
 def port_field(port: HostPort) -> str:
     ip, protocol, number = port
     return f"p:{ip}|{protocol}|{number}"

@@ -21,6 +21,7 @@ from schedcache.errors import (
     RedisFull,
     ValidationError,
 )
+from schedcache.model.aggregates import NODE_TOTAL_LIMIT, describe_field
 
 CODES = frozenset(
     {
@@ -161,7 +162,10 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
     if code == "OVERFLOW":
         _, node, field = detail
         return ValidationError(
-            subject, "resources", f"would push node {node}'s total {field} past 64 bits"
+            subject,
+            "resources",
+            f"would push node {node}'s total {describe_field(field)} past {NODE_TOTAL_LIMIT:,}, "
+            "the most a node's total may hold (int64 less a margin Redis' Lua needs)",
         )
     if code == "CORRUPT":
         key, *reason = detail
