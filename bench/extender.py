@@ -10,16 +10,21 @@ API server (tests/apiserver.py, a process of its own):
 3. ``--extenders`` N ``schedcache extender`` processes with the API server's kubeconfig (the
    sidecar deployment: one per kube-scheduler replica), and N clients (processes), client i
    talking to extender i over one kept-alive connection, one pod after another, as
-   kube-scheduler's scheduling cycle does;
+   kube-scheduler's scheduling cycle does (``--binding``: ``serial`` binds each pod before the
+   next pod's cycle, as every round before the eleventh measured; ``async`` binds on up to
+   ``--bind-workers`` threads, each with a kept-alive connection of its own, while the next
+   pods are filtered and scored, as kube-scheduler runs each binding cycle in a goroutine of
+   its own: pkg/scheduler/schedule_one.go, "bind the pod to its host asynchronously");
 4. per pod, profile ``full``: ``filter`` with ``--sample`` node names (kube-scheduler's sample:
    it sends the nodes its own filters passed, ``percentageOfNodesToScore`` of them, starting
    where the previous pod's search stopped), ``prioritize`` with those the filter kept, then
    ``bind`` to the best (each sends the pod as the API server holds it, its resourceVersion
    included, as kube-scheduler sends its informer's copy); profile ``bind-only``
    (deploy/overlays/bind-only): kube-scheduler filters and scores in process, so the client
-   picks the node itself (round robin over the nodes) and calls ``bind`` alone. A bind
-   answered with ``Error`` is retried (a new cycle), as kube-scheduler retries a pod whose bind
-   failed;
+   picks the node itself (round robin over the nodes) and calls ``bind`` alone (``async``
+   then keeps ``--bind-workers`` binds in flight: its cycles take no time, where
+   kube-scheduler's own take ~1.5 ms at 5,000 nodes). A bind answered with ``Error`` is
+   retried (a new cycle), as kube-scheduler retries a pod whose bind failed;
 5. the clock runs from the clients' start until every client has bound its pods: **pods/s**;
    then checks on the API server's own objects: nodes over allocatable, Bindings refused as
    already bound (a pod bound twice), pods left unbound. Redis CPU per pod is the server's
@@ -39,7 +44,7 @@ a name list holds.
 harness (sync, API server, clients) this tree's, interleaved with this tree's rows.
 
     python bench/extender.py --nodes 5000 --pods 1000 --sample 500 --extenders 1 4 \\
-        --profiles full bind-only --before 54b1d0e
+        --profiles full bind-only --before 54b1d0e [--binding serial async]
 
 Prints a table and writes ``bench/results/extender.json``. Targets (issue 43), 5,000 nodes,
 500 names a call, one client: >= 300 pods/s through filter, prioritize and bind, >= 600 pods/s
@@ -49,15 +54,18 @@ bind-only; four extenders and four clients >= 2x one.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import multiprocessing
 import os
+import queue
 import re
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -84,6 +92,7 @@ from bench.e2e import (
 CACHE = "bench-extender"
 ROOT = Path(__file__).resolve().parent.parent
 VERBS = ("filter", "prioritize", "bind")
+MAX_ATTEMPTS = 20  # scheduling cycles a pod may take before the row fails
 
 
 def free_port() -> int:
@@ -197,44 +206,101 @@ def client(
     go: Any,
     pending: dict[str, Any],
 ) -> None:
-    """Places its share of the pending pods, one after another; sends its timings back.
-    Each filter and prioritize call sends the pod as the API server holds it (``pending``:
-    its resourceVersion, uid and creationTimestamp included), as kube-scheduler sends its
-    informer's copy."""
+    """Places its share of the pending pods, one scheduling cycle after another; sends its
+    timings back. Each filter and prioritize call sends the pod as the API server holds it
+    (``pending``: its resourceVersion, uid and creationTimestamp included), as kube-scheduler
+    sends its informer's copy. ``args.binding``: ``serial`` binds each pod before the next
+    cycle; ``async`` hands each bind to one of ``--bind-workers`` threads, each on a
+    kept-alive connection of its own, and goes on with the next pod, as kube-scheduler binds
+    in a goroutine of its own (pkg/scheduler/schedule_one.go: "bind the pod to its host
+    asynchronously"); a refused bind puts the pod back at the end of the cycles' queue."""
     names = [node_name(i, args.node_names) for i in range(args.nodes)]
     mine = [f"measured-{i}" for i in range(index, args.pods, args.clients)]
     http_client = Client(port)
     start = index * len(names) // args.clients  # each replica's search starts elsewhere
     refused = 0
+
+    def schedule(name: str) -> str | None:
+        """One scheduling cycle: the node to bind ``name`` to, or None when none passed."""
+        nonlocal start
+        manifest = pending.get(name) or pod(name)
+        if profile != "full":
+            chosen = names[start]
+            start = (start + 1) % len(names)
+            return chosen
+        sample = [names[(start + k) % len(names)] for k in range(args.sample)]
+        start = (start + args.sample) % len(names)
+        kept = http_client.post("filter", {"Pod": manifest, "NodeNames": sample})
+        feasible = kept["NodeNames"] or []
+        if not feasible:
+            return None
+        ranked = http_client.post("prioritize", {"Pod": manifest, "NodeNames": feasible})
+        return str(max(ranked, key=lambda entry: entry["Score"])["Host"])
+
+    def binding(name: str, chosen: str) -> dict[str, str]:
+        return {"PodName": name, "PodNamespace": "default", "PodUID": f"uid-{name}", "Node": chosen}
+
     conn.send("ready")
     go.wait()
     began = time.perf_counter()
-    for name in mine:
-        manifest = pending.get(name) or pod(name)
-        for _attempt in range(20):
-            if profile == "full":
-                sample = [names[(start + k) % len(names)] for k in range(args.sample)]
-                start = (start + args.sample) % len(names)
-                kept = http_client.post("filter", {"Pod": manifest, "NodeNames": sample})
-                feasible = kept["NodeNames"] or []
-                if not feasible:
+    if args.binding == "serial":
+        for name in mine:
+            for _attempt in range(MAX_ATTEMPTS):
+                chosen = schedule(name)
+                if (
+                    chosen is not None
+                    and not http_client.post("bind", binding(name, chosen))["Error"]
+                ):
+                    break
+                refused += 1
+        seconds = http_client.seconds
+    else:
+        jobs: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        ended: queue.SimpleQueue[tuple[str, bool]] = queue.SimpleQueue()
+        binders = [Client(port) for _ in range(args.bind_workers)]
+
+        def bind_worker(bind_client: Client) -> None:
+            while (job := jobs.get()) is not None:
+                name, chosen = job
+                ended.put((name, not bind_client.post("bind", binding(name, chosen))["Error"]))
+
+        threads = [threading.Thread(target=bind_worker, args=(b,), daemon=True) for b in binders]
+        for thread in threads:
+            thread.start()
+        cycles: collections.deque[str] = collections.deque(mine)
+        attempts: collections.Counter[str] = collections.Counter()
+        outstanding = len(mine)
+        while outstanding:
+            # Binds that ended; waited for only when no pod is left to schedule.
+            while not ended.empty() or not cycles:
+                name, done = ended.get()
+                if done:
+                    outstanding -= 1
+                else:
                     refused += 1
-                    continue
-                ranked = http_client.post("prioritize", {"Pod": manifest, "NodeNames": feasible})
-                chosen = max(ranked, key=lambda entry: entry["Score"])["Host"]
-            else:
-                chosen = names[start]
-                start = (start + 1) % len(names)
-            binding = {
-                "PodName": name,
-                "PodNamespace": "default",
-                "PodUID": f"uid-{name}",
-                "Node": chosen,
-            }
-            if not http_client.post("bind", binding)["Error"]:
+                    cycles.append(name)
+                if not outstanding:
+                    break
+            if not outstanding:
                 break
-            refused += 1
-    conn.send((time.perf_counter() - began, http_client.seconds, refused))
+            name = cycles.popleft()
+            attempts[name] += 1
+            if attempts[name] > MAX_ATTEMPTS:
+                raise RuntimeError(f"{name}: not bound in {MAX_ATTEMPTS} cycles")
+            chosen = schedule(name)
+            if chosen is None:
+                refused += 1
+                cycles.append(name)
+                continue
+            jobs.put((name, chosen))
+        for _ in threads:
+            jobs.put(None)
+        for thread in threads:
+            thread.join()
+        seconds = http_client.seconds
+        for bind_client in binders:
+            seconds["bind"] += bind_client.seconds["bind"]
+    conn.send((time.perf_counter() - began, seconds, refused))
 
 
 def listening(port: int) -> bool:
@@ -261,8 +327,10 @@ def row(
     extenders: int,
     directory: str,
     flags: tuple[str, ...] = (),
+    binding: str = "serial",
 ) -> dict[str, Any]:
     """One configuration: its pods/s, per-verb latency, checks and CPU."""
+    args.binding = binding  # (the clients read it)
     redis.Redis.from_url(url).flushdb()
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
@@ -469,6 +537,18 @@ def main() -> None:
     parser.add_argument(
         "--node-names", choices=NODE_NAMES, default="short", help="node-17, or as EKS names them"
     )
+    parser.add_argument(
+        "--binding",
+        dest="bindings",
+        nargs="+",
+        choices=("serial", "async"),
+        default=["serial"],
+        help="serial: each bind before the next pod's cycle (earlier rounds' rows); async: "
+        "binds on worker threads while the next pods are filtered, as kube-scheduler does",
+    )
+    parser.add_argument(
+        "--bind-workers", type=positive, default=8, help="async: binds in flight at most"
+    )
     parser.add_argument("--json", default="", help="results file (instead of the default)")
     args = parser.parse_args()
     if args.sample > args.nodes:
@@ -489,16 +569,26 @@ def main() -> None:
                 for count in args.extenders:
                     # The option changes nothing without filter calls: no such rows for bind-only.
                     kept = [t for t in trees if profile == "full" or not t[2]]
-                    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in kept}
+                    runs: dict[tuple[str, str], list[dict[str, Any]]] = {
+                        (label, binding): [] for label, *_ in kept for binding in args.bindings
+                    }
                     for _ in range(args.rounds):  # alternating: noise hits both alike
-                        for label, tree, flags in kept:
-                            got = row(args, url, tree, profile, count, directory, flags)
-                            print(label, profile, count, got, flush=True)
-                            runs[label].append(got)
-                    for label, *_ in kept:
+                        for binding in args.bindings:
+                            for label, tree, flags in kept:
+                                got = row(
+                                    args, url, tree, profile, count, directory, flags, binding
+                                )
+                                print(label, profile, binding, count, got, flush=True)
+                                runs[label, binding].append(got)
+                    for (label, binding), got_rows in runs.items():
                         rows.append(
-                            {"extender": label, "profile": profile, "extenders": count}
-                            | medians(runs[label])
+                            {
+                                "extender": label,
+                                "profile": profile,
+                                "binding": binding,
+                                "extenders": count,
+                            }
+                            | medians(got_rows)
                         )
         finally:
             server.terminate()
