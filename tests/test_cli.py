@@ -291,3 +291,32 @@ def test_the_cache_name_comes_from_schedcache_cache(backend, cli, client, cache_
 )
 def test_global_options_are_hoisted_exactly(argv, expected):
     assert hoist_global_options(main, argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "option"),
+    [
+        ("SCHEDCACHE_TIMEOUT", "abc", "--timeout"),
+        ("SCHEDCACHE_CACHE", "bad name!", "--cache"),
+        ("SCHEDCACHE_RETRY_FOR", "-1", "--retry-for"),
+        ("SCHEDCACHE_WAIT_REPLICAS", "-1", "--wait-replicas"),
+        ("SCHEDCACHE_WAIT_TIMEOUT", "0", "--wait-timeout"),
+        ("SCHEDCACHE_READ_FROM", "bogus", "--read-from"),
+    ],
+)
+def test_a_bad_value_from_the_environment_names_the_variable(variable, value, option):
+    # Found in review (mended): `SCHEDCACHE_TIMEOUT=abc schedcache get nodes` said "Invalid
+    # value for '--timeout'", an option the user never typed.
+    result = CliRunner(env={variable: value}).invoke(main, ["get", "nodes"])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}' (from ${variable}): " in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_value_on_the_command_line_names_only_the_option():
+    result = CliRunner(env={"SCHEDCACHE_TIMEOUT": "3"}).invoke(
+        main, ["--timeout", "abc", "get", "nodes"]
+    )
+    assert result.exit_code == 2
+    assert "Invalid value for '--timeout': 'abc' is not a number of seconds" in result.stderr
+    assert "SCHEDCACHE_TIMEOUT" not in result.stderr

@@ -12,6 +12,7 @@ is one ``Error:`` line on stderr (exit 1). Anything else escaping is a bug.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -194,8 +195,26 @@ def printable_error(error: click.ClickException) -> click.ClickException:
     unknown option ``--\x1b[2J`` would reach the terminal raw)."""
     if isinstance(error, NO_ARGS_IS_HELP):
         return error  # the usage screen itself (our own text), printed whole
+    if isinstance(error, click.BadParameter):
+        name_the_variable(error)
     error.message = one_line(error.message)  # type: ignore[misc]  # Final in click's stubs
     return error
+
+
+def name_the_variable(error: click.BadParameter) -> None:
+    """A bad value that came from an option's environment variable names the variable too
+    (``'--timeout' (from $SCHEDCACHE_TIMEOUT)``): the user never typed the option, and must
+    learn which setting to mend. For every option with an envvar, global or a subcommand's."""
+    param, ctx = error.param, error.ctx
+    if param is None or ctx is None or param.name is None or error.param_hint is not None:
+        return
+    if ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+        return
+    names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+    # (click reads the first of them that is set and not empty)
+    variable = next((name for name in names if os.environ.get(name)), None)
+    if variable is not None:
+        error.param_hint = f"{param.get_error_hint(ctx)} (from ${variable})"
 
 
 def _takes_value(option: click.Option) -> bool:
