@@ -320,3 +320,36 @@ def test_a_bad_value_on_the_command_line_names_only_the_option():
     assert result.exit_code == 2
     assert "Invalid value for '--timeout': 'abc' is not a number of seconds" in result.stderr
     assert "SCHEDCACHE_TIMEOUT" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("notaurl", "notaurl: unsupported scheme 'notaurl'; use one of redis://"),
+        ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
+        ("redis://127.0.0.1:abc/0", "Port could not be cast to integer value as 'abc'"),
+        ("redis+sentinel://127.0.0.1:26379", "no master name"),
+        ("redis+cluster://", "no host:port given"),
+    ],
+)
+def test_a_malformed_redis_url_is_a_usage_error(url, reason):
+    # Found in review (mended): `schedcache --redis notaurl get nodes` exited 1, as if a server
+    # had not answered.
+    result = CliRunner().invoke(main, ["--redis", url, "get", "nodes"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--redis': " in result.stderr
+    assert reason in result.stderr
+    assert "cannot reach" not in result.stderr
+
+
+def test_a_malformed_redis_url_from_the_environment_names_the_variable():
+    result = CliRunner(env={ENV_URL: "notaurl"}).invoke(main, ["get", "nodes"])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--redis' (from ${ENV_URL}): notaurl: unsupported" in result.stderr
+
+
+def test_a_malformed_redis_url_never_shows_its_password():
+    result = CliRunner().invoke(main, ["--redis", "redis://admin:s3c/ret@h:1x/0", "stats"])
+    assert result.exit_code == 2, result.output
+    assert "redis://admin:***@" in result.stderr
+    assert "s3c" not in result.output and "ret@" not in result.output

@@ -23,7 +23,7 @@ import redis
 from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
-from schedcache.cli.params import Seconds, check_cache_name
+from schedcache.cli.params import Seconds, check_cache_name, check_redis_url
 from schedcache.cli.settings import ENV_CACHE, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
@@ -279,6 +279,7 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
     envvar=ENV_URL,
     default=None,
     metavar="URL",
+    callback=check_redis_url,
     help="Redis URL (redis://, rediss://, unix://, redis+sentinel://, redis+cluster://; "
     f"see docs/deployment.md); default: ${ENV_URL}, else embedded fakeredis.",
 )

@@ -14,6 +14,7 @@ from schedcache.cli.text import printable
 from schedcache.errors import ValidationError
 from schedcache.model.selectors import is_dns_subdomain
 from schedcache.store.commands import MAX_TIMEOUT
+from schedcache.store.connection import url_problem
 from schedcache.store.events import normal_stream_id
 from schedcache.store.keys import Keys
 
@@ -144,6 +145,15 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
         Keys(value)
     except ValidationError as error:
         raise click.BadParameter(printable(error.reason), ctx, param) from None
+    return value
+
+
+def check_redis_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A --redis URL written wrong (scheme, port, ...) is a usage error, found before anything
+    connects; a well-formed one whose server does not answer fails later (exit 1)."""
+    problem = url_problem(value) if value else None
+    if problem is not None:
+        raise click.BadParameter(printable(problem), ctx, param)
     return value
 
 

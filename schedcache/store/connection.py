@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.cluster import ClusterNode
-from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS, parse_url
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError, Sentinel
@@ -132,6 +132,11 @@ def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tupl
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if url == EMBEDDED:
         return url, ""
+    return url, scheme_of(url)
+
+
+def scheme_of(url: str) -> str:
+    """The scheme of a server's URL; one schedcache cannot use is refused naming those it can."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
         raise ConnectionFailed(
@@ -139,7 +144,29 @@ def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tupl
             + ", ".join(f"{s}://" for s in SCHEMES)
             + " (or 'embedded')"
         )
-    return url, scheme
+    return scheme
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with how ``url`` is written (its scheme, a port that is not a number, a
+    Sentinel URL without its master name, an unknown option), None when it reads. Found
+    without connecting, so a caller can tell a URL written wrong from a server that does not
+    answer (the CLI makes the first a usage error, exit 2)."""
+    if url == EMBEDDED:
+        return None
+    try:
+        scheme = scheme_of(url)
+        if scheme == "redis+sentinel":
+            sentinel_settings(url)
+        elif scheme.endswith("+cluster"):
+            cluster_settings(url)
+        else:
+            parse_url(url)  # as redis.Redis.from_url reads it
+    except ConnectionFailed as error:
+        return str(error)
+    except ValueError as error:
+        return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
+    return None
 
 
 def connection_failed(url: str, options: dict[str, Any], error: Exception) -> ConnectionFailed:
