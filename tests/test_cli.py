@@ -12,6 +12,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner, Result
@@ -22,7 +23,7 @@ from schedcache.cli.app import hoist_global_options, main
 from schedcache.sim.demo import run_demo
 from schedcache.store.connection import ENV_URL
 from schedcache.store.library import function_names
-from tests.conftest import backend_url
+from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import make_node, node_manifest
 
 # Table borders rich draws (unicode, or ASCII when the output cannot encode them).
@@ -353,3 +354,20 @@ def test_a_malformed_redis_url_never_shows_its_password():
     assert result.exit_code == 2, result.output
     assert "redis://admin:***@" in result.stderr
     assert "s3c" not in result.output and "ret@" not in result.output
+
+
+def test_a_database_index_the_server_lacks_is_named_as_such():
+    # Found in review (mended): "cannot reach Redis at redis://.../99: DB index is out of
+    # range", though the server answered. Real Redis only: the embedded fakeredis has no URL
+    # to name a database in, and a Cluster has database 0 alone.
+    client = real_client()
+    databases = int(client.config_get("databases")["databases"])
+    client.close()
+    url = urlsplit(REAL_REDIS_URL)._replace(path=f"/{databases}").geturl()
+    result = CliRunner().invoke(main, ["--redis", url, "--cache", "clihelper-db", "stats"])
+    assert result.exit_code == 1, result.output
+    assert (
+        f"Error: Redis at {url} has no database {databases} (its 'databases' setting is lower)"
+        in result.output
+    )
+    assert "cannot reach" not in result.output

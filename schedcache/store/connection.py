@@ -171,10 +171,23 @@ def url_problem(url: str) -> str | None:
 
 def connection_failed(url: str, options: dict[str, Any], error: Exception) -> ConnectionFailed:
     """The error for a failed connect, naming the URL with any password masked."""
+    if isinstance(error, redis.ResponseError) and "DB index is out of range" in str(error):
+        # (the server answered: it is reachable, but has fewer databases than the URL names)
+        return ConnectionFailed(
+            f"Redis at {describe(url)} has no database {_database(url, options)} (its "
+            "'databases' setting is lower)"
+        )
     reason = _without_secrets(str(error), url, options)
     if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
         reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
     return ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}")
+
+
+def _database(url: str, options: dict[str, Any]) -> int:
+    """The database index ``url`` selects (its path or ``?db=``, else the ``db`` option)."""
+    if url.startswith("redis+sentinel://"):
+        return sentinel_settings(url).db
+    return int(parse_url(url).get("db", options.get("db", 0)))
 
 
 def inner_retry() -> Retry:
