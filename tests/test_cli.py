@@ -371,3 +371,17 @@ def test_a_database_index_the_server_lacks_is_named_as_such():
         in result.output
     )
     assert "cannot reach" not in result.output
+
+
+@pytest.mark.parametrize(
+    "options", [["--cache", "x"], ["--redis", "redis://127.0.0.1:1/0", "--timeout", "3"]]
+)
+def test_global_options_without_a_command_print_the_usage_screen_as_no_arguments_do(options):
+    # Found in review (mended): `schedcache --cache X` printed a bare "Missing command.", where
+    # `schedcache` alone prints the usage screen whole.
+    bare = CliRunner().invoke(main, [])
+    result = CliRunner().invoke(main, options)
+    assert result.exit_code == bare.exit_code
+    assert result.output == bare.output
+    assert "Commands:" in result.output and "Missing command" not in result.output
+    assert result.output.startswith("Usage: main [OPTIONS] COMMAND [ARGS]...")

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import redis
@@ -272,7 +272,15 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
     return value
 
 
-@click.group(cls=SchedcacheGroup)
+# invoke_without_command: the callback sees a command line of options alone, to answer it with
+# the usage screen; the two settings after it undo what it changes besides (click's usage
+# screen for no arguments at all, and COMMAND shown as optional).
+@click.group(
+    cls=SchedcacheGroup,
+    invoke_without_command=True,
+    no_args_is_help=True,
+    subcommand_metavar="COMMAND [ARGS]...",
+)
 @click.option(
     "--redis",
     "url",
@@ -379,11 +387,23 @@ def main(
     (`schedcache dump -o wide --cache prod`). Without --redis (or $SCHEDCACHE_REDIS_URL) every
     command runs on an embedded in-process Redis that is gone when it exits.
     """
+    if ctx.invoked_subcommand is None:  # `schedcache --cache X`: options, no command
+        usage_screen(ctx)
     logs.configure(log_level, log_format)
     given = ctx.get_parameter_source("cache_name") == ParameterSource.COMMANDLINE
     ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout, given)
     ctx.obj.embedded = embedded
     ctx.obj.read_from = read_from
+
+
+def usage_screen(ctx: click.Context) -> NoReturn:
+    """The usage screen, ended as click ends a group called with no arguments at all (8.2 on:
+    exit 2; 8.1: exit 0), so options without a command read the same as nothing (they ended
+    in a bare "Missing command.")."""
+    if hasattr(click.exceptions, "NoArgsIsHelpError"):
+        raise click.exceptions.NoArgsIsHelpError(ctx)
+    click.echo(ctx.get_help(), color=ctx.color)
+    ctx.exit()
 
 
 def global_options_epilog(group: click.Group) -> str:
