@@ -3,7 +3,9 @@ header (issue 32 noticed they did not)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +14,10 @@ from schedcache import Cache
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
 from schedcache.cli.inspection import EVENT_COLUMNS
+from schedcache.store.connection import embedded_client
+from tests.conftest import REAL_REDIS_URL, real_client
 from tests.factories import make_node, make_pod
+from tests.tcp_proxy import FaultyProxy
 
 
 def follow(client: Any, cache_name: str, monkeypatch: Any, replica: str, *args: str) -> list[str]:
@@ -85,3 +90,56 @@ def test_events_follow_without_headers_keeps_the_first_rows_columns(
     lines = follow(client, cache_name, monkeypatch, "test", "--no-headers")
     assert [line.split()[1] for line in lines] == ["NodeAdded", "PodAssumed", "BindingFinished"]
     assert columns(lines[1]) == columns(lines[0]) == columns(lines[2]), "\n".join(lines)
+
+
+def lose_redis_while_following(
+    args: list[str], cut: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """``schedcache ARGS events -f`` on a cache holding one node, with ``cut``
+    making Redis unreachable after the first wait for new events."""
+    calls: list[int] = []
+    original = Cache.wait_for_events
+
+    def wait(self: Cache, last: str, timeout: float = 1.0) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            cut()
+        return original(self, last, timeout=0.1)
+
+    monkeypatch.setattr(Cache, "wait_for_events", wait)
+    return CliRunner().invoke(main, [*args, "--retry-for", "0", "events", "-f"])
+
+
+@pytest.mark.parametrize("where", ["fakeredis", "redis"])
+def test_events_follow_losing_redis_says_which_redis_it_cannot_reach(
+    where: str, cache_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review (mended): `events -f` ended in a bare "Error 111 connecting to ...",
+    without the "cannot reach Redis at URL" every other command's message begins with."""
+    if where == "fakeredis":
+        client: Any = embedded_client()
+        monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+        Cache(client, cache_name).add_node(make_node("n1", "4", "8Gi"))
+        server = client.connection_pool.connection_kwargs["server"]
+        url, args = "embedded", ["--cache", cache_name]
+        result = lose_redis_while_following(
+            args, lambda: setattr(server, "connected", False), monkeypatch
+        )
+    else:
+        client = real_client()
+        target = urlsplit(REAL_REDIS_URL)
+        proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
+        url = f"redis://127.0.0.1:{proxy.port}{target.path}"
+        cache = Cache(client, cache_name)
+        cache.add_node(make_node("n1", "4", "8Gi"))
+        try:
+            args = ["--redis", url, "--cache", cache_name]
+            result = lose_redis_while_following(args, lambda: proxy.set_down(True), monkeypatch)
+        finally:
+            proxy.close()
+            cache.clear()
+            client.close()
+    assert result.exit_code == 1, result.output
+    assert "NodeAdded" in result.output  # it followed, then lost Redis
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: cannot reach Redis at {url}: ")

@@ -28,7 +28,7 @@ from schedcache.cli.settings import ENV_CACHE, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
-from schedcache.store.connection import ENV_URL, connect
+from schedcache.store.connection import EMBEDDED, ENV_URL, connect, connection_failed
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW
 from schedcache.store.routing import PRIMARY, read_from_setting
 
@@ -169,7 +169,7 @@ class SchedcacheGroup(click.Group):
         except click.ClickException as error:  # usage errors of subcommands too
             raise printable_error(error) from None
         except EXPECTED as error:
-            raise click.ClickException(one_line(error)) from None
+            raise click.ClickException(one_line(lost_redis(ctx, error))) from None
         except OSError as error:
             if isinstance(error, BrokenPipeError):
                 raise
@@ -188,6 +188,16 @@ class SchedcacheGroup(click.Group):
             _add_epilogs(command, global_options_epilog(self))
             self.commands[cmd_name] = command
         return command
+
+
+def lost_redis(ctx: click.Context, error: Exception) -> Exception:
+    """A connection lost in the middle of a command (``events -f`` waiting, a long read) named
+    as a failed connect names it, ``cannot reach Redis at URL: ...``; other errors as they are
+    (RetriesExhausted says itself what went unanswered)."""
+    lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
+    if lost and not isinstance(error, CacheError) and isinstance(ctx.obj, Settings):
+        return connection_failed(ctx.obj.url or EMBEDDED, {}, error)
+    return error
 
 
 def printable_error(error: click.ClickException) -> click.ClickException:
