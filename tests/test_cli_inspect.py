@@ -143,6 +143,20 @@ def test_events_since_refuses_what_is_no_plain_duration(cache, run_cli, since):
     assert "is neither an event id" in result.output and "nor a duration" in result.output
 
 
+@pytest.mark.parametrize("count", ["abc", "0", "-1", "1_0", "2.5"])
+def test_events_count_that_is_no_whole_number_of_events_says_what_it_should_be(
+    cache, run_cli, count
+):
+    # Found in review (mended): click's "'abc' is not a valid integer range".
+    populate(cache)
+    result = run_cli("events", "--count", count)
+    assert result.exit_code == 2, result.output
+    assert (
+        f"Invalid value for '--count': '{count}' is not a whole number of events (at least 1)"
+        in result.output
+    )
+
+
 def test_events_since_takes_a_duration_with_blanks_around_it(cache, run_cli):
     populate(cache)
     everything = run_cli("events", "--no-headers").output.splitlines()

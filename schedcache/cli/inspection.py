@@ -18,7 +18,14 @@ from rich.console import Console
 
 from schedcache.cache import Cache, Dump
 from schedcache.cli.eventlines import PodNames, event_row
-from schedcache.cli.params import Duration, Name, StreamId, TextParam, text_or_json_option
+from schedcache.cli.params import (
+    Count,
+    Duration,
+    Name,
+    StreamId,
+    TextParam,
+    text_or_json_option,
+)
 from schedcache.cli.printing import table_text
 from schedcache.cli.render import node_table, print_table, progress
 from schedcache.cli.text import plural, printable
@@ -192,7 +199,7 @@ class Since(TextParam):
     help="Start after this event id, or this long ago (5m, 1h, 2d, 90s).",
 )
 @click.option(
-    "--count", type=click.IntRange(min=1), default=None, help="Show only the last N events."
+    "--count", type=Count("events", min=1), default=None, help="Show only the last N events."
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
 @click.option("--no-headers", is_flag=True, help="Leave out the header line.")

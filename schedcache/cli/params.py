@@ -139,6 +139,38 @@ class Duration(Seconds):
         return super().convert(text, param, ctx)
 
 
+class Count(click.IntRange):
+    """A whole number of ``noun`` within bounds, written in ASCII digits; a wrong value says
+    what is wanted (click says "'abc' is not a valid integer range", "x>=1")."""
+
+    def __init__(self, noun: str, min: int | None = None, max: int | None = None) -> None:
+        super().__init__(min=min, max=max)
+        self.noun = noun
+
+    def bounds(self) -> str:
+        """The bounds in words, for the message (click writes them x>=1)."""
+        if self.min is not None and self.max is not None:
+            return f"from {self.min} to {self.max}"
+        if self.min is not None:
+            return f"at least {self.min}"
+        return f"at most {self.max}" if self.max is not None else "any"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) or INTEGER.fullmatch(str(value)):
+            try:
+                return int(super().convert(value, param, ctx))
+            except click.BadParameter:
+                pass  # out of bounds: said below
+        self.fail(
+            f"'{printable(value)}' is not a whole number of {self.noun} ({self.bounds()})",
+            param,
+            ctx,
+        )
+
+
+INTEGER = re.compile(r"[+-]?\d+", re.ASCII)  # (not int()'s "1_0", " 5 " or other scripts' digits)
+
+
 def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A --cache (or CACHE argument) that makes a valid key prefix, else a usage error."""
     try:
