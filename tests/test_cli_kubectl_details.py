@@ -270,6 +270,27 @@ def test_loading_twice_writes_no_event_the_second_time(backend, kube, cache):
     assert cache.stream_length() == events
 
 
+@pytest.mark.parametrize(
+    "content",
+    [b"{ not json", b'{"kind": "List", "items": [', b'{"kind": "Pod"} {"kind"', b"\xff\xfe{"],
+    ids=["not json or yaml", "cut short", "broken json stream", "half a BOM"],
+)
+def test_load_names_the_file_it_cannot_parse(
+    backend, client, cache, cache_name, monkeypatch, tmp_path, content
+):
+    # Found in review (mended): `load FILE` said "input: not valid JSON or YAML ...".
+    monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+    path = tmp_path / "cluster.json"
+    path.write_bytes(content)
+    result = CliRunner().invoke(main, ["--cache", cache_name, "load", str(path)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {path}: "), result.output
+    stdin = CliRunner().invoke(main, ["--cache", cache_name, "load", "-"], input=content)
+    assert stdin.exit_code == 1, stdin.output
+    assert stdin.output.startswith("Error: <stdin>: "), stdin.output
+    assert cache.stream_length() == 0 and cache.is_empty()
+
+
 def test_ctrl_c_while_load_reads_its_input_exits_130_and_writes_nothing(
     backend, client, cache, cache_name, monkeypatch, tmp_path
 ):
@@ -281,7 +302,7 @@ def test_ctrl_c_while_load_reads_its_input_exits_130_and_writes_nothing(
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(CLUSTER))
 
-    def interrupted(*_: Any) -> Any:
+    def interrupted(*_: Any, **__: Any) -> Any:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(load_module, "parse_documents", interrupted)

@@ -50,10 +50,10 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     running the same load again writes nothing new. Ctrl-C stops a load with the counts so far
     and exit status 130; running it again finishes it.
     """
+    name = printable(getattr(source, "name", "<stdin>"))  # the path; - is <stdin>
     try:
-        documents = parse_documents(decode_input(source.read()))
+        documents = parse_documents(decode_input(source.read(), name), source=name)
         if not documents:
-            name = printable(getattr(source, "name", "-"))
             raise click.ClickException(
                 f"{name} holds no object (empty, or only comments and document separators): "
                 "nothing was loaded"
