@@ -623,3 +623,18 @@ def test_every_option_says_what_it_does_in_its_help():
     for args in (["whatif"], ["explain", "pod"]):
         shown = " ".join(CliRunner().invoke(main, [*args, "--help"]).output.split())
         assert "json: " in shown and "[default: text]" in shown, shown
+
+
+def test_an_empty_listing_says_no_resources_found_in_kubectls_two_forms(backend, kube):
+    # Found in review (mended): `get pods -A` with nothing said "No resources found." (with a
+    # full stop); kubectl's get.go prints "No resources found" across all namespaces and for
+    # cluster-scoped kinds, "No resources found in NS namespace." for a namespaced listing.
+    for args, line in [
+        (("get", "pods", "-A", "-l", "app=nothing"), "No resources found\n"),
+        (("get", "nodes", "-l", "app=nothing"), "No resources found\n"),
+        (("get", "pods", "-n", "nothere"), "No resources found in nothere namespace.\n"),
+        (("get", "pods", "-l", "app=nothing"), "No resources found in default namespace.\n"),
+    ]:
+        result = kube(*args)
+        assert result.exit_code == 0, result.output
+        assert (result.stdout, result.stderr) == ("", line), args

@@ -174,6 +174,15 @@ def not_found(kind: str, names: list[str]) -> None:
     sys.exit(1)
 
 
+def no_resources(namespace: str | None) -> None:
+    """kubectl get's line for an empty table, on stderr, in its two forms (get.go): ``No
+    resources found in NS namespace.`` for a namespaced listing; ``No resources found``, no
+    full stop, across all namespaces (``-A``) and for cluster-scoped kinds (``namespace``
+    None)."""
+    where = f" in {printable(namespace)} namespace." if namespace is not None else ""
+    click.echo(f"No resources found{where}", err=True)
+
+
 def find_pods(
     entries: list[CachedPod], names: tuple[str, ...], namespace: str | None
 ) -> tuple[list[CachedPod], list[str]]:
@@ -303,8 +312,7 @@ def _get_pods(
     entries = [entries[i] for i in picked]
     documents = [documents[i] for i in picked]
     if not entries and not names and output.is_table:
-        where = "" if all_namespaces else f" in {printable(namespace or 'default')} namespace"
-        click.echo(f"No resources found{where}.", err=True)
+        no_resources(None if all_namespaces else namespace or "default")
     elif entries:
         _show_pods(cache, entries, documents, output, no_headers, False, all_namespaces)
     if missing:
@@ -356,7 +364,7 @@ def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
     chosen = [chosen[i] for i in picked]
     documents = [documents[i] for i in picked]
     if not chosen and not names and output.is_table:
-        click.echo("No resources found", err=True)
+        no_resources(None)  # nodes are cluster-scoped
     elif chosen:
         headers: tuple[str, ...] = ()
         rows: list[list[str]] = []
