@@ -385,3 +385,25 @@ def test_global_options_without_a_command_print_the_usage_screen_as_no_arguments
     assert result.output == bare.output
     assert "Commands:" in result.output and "Missing command" not in result.output
     assert result.output.startswith("Usage: main [OPTIONS] COMMAND [ARGS]...")
+
+
+def _interrupted(*_: object, **__: object) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("argv", [["get", "nodes"], ["get", "--cache", "c", "nodes"]])
+def test_ctrl_c_while_a_command_module_is_imported_exits_130(argv, monkeypatch):
+    # Found in review (mended): Ctrl-C in the ~50 ms click spends importing the command's
+    # module ended in "Aborted!", exit status 1, as for a failure.
+    monkeypatch.delitem(main.commands, "get", raising=False)  # imported by an earlier test
+    monkeypatch.setitem(cli_module.COMMANDS, "get", (_interrupted, "get"))
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 130, result.output
+    assert "Aborted" not in result.output and "Traceback" not in result.output
+
+
+def test_ctrl_c_in_a_command_that_does_not_handle_it_exits_130(backend, cli, monkeypatch):
+    monkeypatch.setattr(cli_module.Settings, "existing_cache", _interrupted)
+    result = cli("stats")
+    assert result.exit_code == 130, result.output
+    assert "Aborted" not in result.output

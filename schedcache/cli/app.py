@@ -24,7 +24,7 @@ from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
 from schedcache.cli.params import Seconds, check_cache_name, check_redis_url
-from schedcache.cli.settings import ENV_CACHE, Settings
+from schedcache.cli.settings import ENV_CACHE, INTERRUPTED, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
@@ -162,6 +162,8 @@ class SchedcacheGroup(click.Group):
             return super().parse_args(ctx, hoist_global_options(self, args))
         except click.ClickException as error:
             raise printable_error(error) from None
+        except KeyboardInterrupt:  # (hoisting imports the subcommand's module)
+            interrupted()
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -174,6 +176,8 @@ class SchedcacheGroup(click.Group):
             if isinstance(error, BrokenPipeError):
                 raise
             raise click.ClickException(one_line(error)) from None
+        except KeyboardInterrupt:
+            interrupted()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
@@ -188,6 +192,14 @@ class SchedcacheGroup(click.Group):
             _add_epilogs(command, global_options_epilog(self))
             self.commands[cmd_name] = command
         return command
+
+
+def interrupted() -> NoReturn:
+    """Ctrl-C that no command handled itself (``load`` says how far it got; the long-running
+    ones stop with status 0): exit status 130 as a shell reports it, where click says
+    "Aborted!" with status 1, as for a failure."""
+    click.echo(err=True)  # (the line after the terminal's ^C)
+    sys.exit(INTERRUPTED)
 
 
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:

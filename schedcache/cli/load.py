@@ -9,12 +9,10 @@ import click
 from rich.console import Console
 
 from schedcache.cli.render import progress
-from schedcache.cli.settings import Settings
+from schedcache.cli.settings import INTERRUPTED, Settings
 from schedcache.cli.text import plural, printable
 from schedcache.feed.loader import LoadReport, load_documents
 from schedcache.model.manifests import decode_input, entries, parse_documents
-
-INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 @click.command()
