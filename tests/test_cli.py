@@ -407,3 +407,13 @@ def test_ctrl_c_in_a_command_that_does_not_handle_it_exits_130(backend, cli, mon
     result = cli("stats")
     assert result.exit_code == 130, result.output
     assert "Aborted" not in result.output
+
+
+@pytest.mark.parametrize("argv", [["stats", "--cache"], ["--cache", "x", "dump", "--timeout"]])
+def test_a_global_option_that_ends_the_line_without_its_value_is_refused_as_click_does(argv):
+    # Found by test_cli_fuzz (mended): moved in front of the subcommand, the option took the
+    # subcommand's name for its value and the line read as options without a command.
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert f"Error: Option '{argv[-1]}' requires an argument." in result.stderr
+    assert "Commands:" not in result.output and "Missing command" not in result.output

@@ -159,7 +159,7 @@ class SchedcacheGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, hoist_global_options(self, args))
+            return super().parse_args(ctx, hoist_global_options(self, args, ctx))
         except click.ClickException as error:
             raise printable_error(error) from None
         except KeyboardInterrupt:  # (hoisting imports the subcommand's module)
@@ -255,12 +255,15 @@ def _option(command: click.Command | None, token: str) -> click.Option | None:
     return None
 
 
-def hoist_global_options(group: click.Group, args: list[str]) -> list[str]:
+def hoist_global_options(
+    group: click.Group, args: list[str], ctx: click.Context | None = None
+) -> list[str]:
     """``args`` with the group's own options moved in front of the subcommand, so that
     ``schedcache load --redis URL FILE`` means ``schedcache --redis URL load FILE``.
 
     The walk follows the subcommands, so the value of a subcommand's own option is never taken
-    for a global option, and stops at ``--``."""
+    for a global option, and stops at ``--``. A global option that ends the line without its
+    value is click's usage error here: moved in front, it would take the subcommand's name."""
     front: list[str] = []
     rest: list[str] = []
     command: click.Command | None = group
@@ -280,6 +283,9 @@ def hoist_global_options(group: click.Group, args: list[str]) -> list[str]:
             if _takes_value(option) and not inline and index < len(args):
                 target.append(args[index])
                 index += 1
+            elif _takes_value(option) and not inline and global_option is not None:
+                # (`schedcache stats --cache` would run as `schedcache --cache stats`)
+                raise click.BadOptionUsage(token, f"Option '{token}' requires an argument.", ctx)
         elif not token.startswith("-") and isinstance(command, click.Group):
             # None: click reports the unknown name
             command = command.get_command(click.Context(command), token)
