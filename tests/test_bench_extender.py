@@ -50,3 +50,23 @@ def test_both_profiles_bind_every_pod_once_through_the_verbs(tmp_path: Path) -> 
             assert row["filter p50 ms"] > 0 and row["prioritize p50 ms"] > 0
         else:
             assert "filter p50 ms" not in row
+
+
+def test_async_binding_gives_up_an_unplaceable_pod_as_serial_does(tmp_path: Path) -> None:
+    """Found in review (mended): two nodes with room for one pod each and four pods; after its
+    cycles the async client left the row waiting on its pipe for ever, where serial reports
+    the pods unbound. Both now finish and count them."""
+    out = tmp_path / "extender.json"
+    full = ["--nodes", "2", "--initial", "78", "--pods", "4", "--sample", "2"]
+    full += ["--profiles", "full", "--binding", "async", "--bind-workers", "2"]
+    full += ["--port", str(free_port()), "--json", str(out)]
+    done = subprocess.run(
+        [sys.executable, "bench/extender.py", *full],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["unbound"] > 0 and row["over allocatable"] == 0 and row["bound twice"] == 0

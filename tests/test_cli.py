@@ -326,7 +326,7 @@ def test_a_bad_value_on_the_command_line_names_only_the_option():
 @pytest.mark.parametrize(
     ("url", "reason"),
     [
-        ("notaurl", "notaurl: unsupported scheme 'notaurl'; use one of redis://"),
+        ("notaurl", "notaurl: no scheme (no '://'); use one of redis://"),
         ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
         ("redis://127.0.0.1:abc/0", "Port could not be cast to integer value as 'abc'"),
         ("redis+sentinel://127.0.0.1:26379", "no master name"),
@@ -346,7 +346,7 @@ def test_a_malformed_redis_url_is_a_usage_error(url, reason):
 def test_a_malformed_redis_url_from_the_environment_names_the_variable():
     result = CliRunner(env={ENV_URL: "notaurl"}).invoke(main, ["get", "nodes"])
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '--redis' (from ${ENV_URL}): notaurl: unsupported" in result.stderr
+    assert f"Invalid value for '--redis' (from ${ENV_URL}): notaurl: no scheme" in result.stderr
 
 
 def test_a_malformed_redis_url_never_shows_its_password():

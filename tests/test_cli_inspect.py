@@ -152,8 +152,8 @@ def test_events_count_that_is_no_whole_number_of_events_says_what_it_should_be(
     result = run_cli("events", "--count", count)
     assert result.exit_code == 2, result.output
     assert (
-        f"Invalid value for '--count': '{count}' is not a whole number of events (at least 1)"
-        in result.output
+        f"Invalid value for '--count': '{count}' is not a whole number of events (from 1 to "
+        "9223372036854775807)" in result.output
     )
 
 

@@ -133,8 +133,8 @@ def test_a_node_total_past_64_bits_is_refused_before_any_write(cache: Cache):
     before = keyspace(cache.client, cache.keys.pattern)
     with pytest.raises(
         ValidationError,
-        match=r"would push node n1's total requested memory \(bytes\) past "
-        r"9,000,000,000,000,000,000, the most a node's total may hold",
+        match=r"would push node n1's total requested memory \(bytes\) past about "
+        r"9,000,000,000,000,000,000, the cache's bound on a node's total",
     ):
         cache.add_pod(make_pod("big2", "n1", "1", "5Ei"))
     assert keyspace(cache.client, cache.keys.pattern) == before
@@ -150,7 +150,7 @@ def test_a_lone_pod_just_under_int64_is_refused_naming_its_request_not_a_hash_fi
     with pytest.raises(ValidationError) as refused:
         cache.add_pod(pod)
     message = str(refused.value)
-    assert "requested cpu (millicores) past 9,000,000,000,000,000,000" in message, message
+    assert "requested cpu (millicores) past about 9,000,000,000,000,000,000" in message, message
     assert "r:cpu" not in message and "64 bits" not in message
     assert keyspace(cache.client, cache.keys.pattern) == before
 

@@ -199,7 +199,10 @@ class Since(TextParam):
     help="Start after this event id, or this long ago (5m, 1h, 2d, 90s).",
 )
 @click.option(
-    "--count", type=Count("events", min=1), default=None, help="Show only the last N events."
+    "--count",
+    type=Count("events", min=1, max=MAX_KEEP_EVENTS),  # XREVRANGE COUNT's bound
+    default=None,
+    help="Show only the last N events.",
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events (Ctrl-C stops).")
 @click.option("--no-headers", is_flag=True, help="Leave out the header line.")

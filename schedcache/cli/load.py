@@ -58,6 +58,11 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
             )
         cache = settings.cache(replica="loader")
         total = sum(1 for _ in entries(documents))
+    except MemoryError:  # (found in review: `load /dev/zero` ended in a traceback)
+        raise click.ClickException(
+            f"{name} is too large to read and parse in this process's memory: nothing was "
+            "loaded (load it in parts)"
+        ) from None
     except KeyboardInterrupt:
         # (before the first write: found in review, click's "Aborted!" and exit 1 here)
         click.echo("interrupted while reading the input: nothing was applied", err=True)

@@ -132,19 +132,49 @@ def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tupl
     url = url or os.environ.get(ENV_URL) or EMBEDDED
     if url == EMBEDDED:
         return url, ""
-    return url, scheme_of(url)
+    scheme = scheme_of(url)
+    unusable = _unusable_option(url)
+    if unusable is not None:
+        raise ConnectionFailed(unusable)
+    return url, scheme
 
 
 def scheme_of(url: str) -> str:
-    """The scheme of a server's URL; one schedcache cannot use is refused naming those it can."""
+    """The scheme of a server's URL; one schedcache cannot use is refused naming those it can.
+    Only a scheme's own characters are quoted: text before a missing or misplaced ``://``
+    may hold a password (found in review: ``redis:/:secret@host`` was quoted whole)."""
     scheme = url.split("://", 1)[0] if "://" in url else ""
     if scheme not in SCHEMES:
+        if not scheme:
+            what = "no scheme (no '://')"
+        elif _SCHEME_CHARS.fullmatch(scheme):
+            what = f"unsupported scheme {scheme!r}"
+        else:
+            what = "an unsupported scheme"
         raise ConnectionFailed(
-            f"{describe(url)}: unsupported scheme {scheme or url!r}; use one of "
+            f"{describe(url)}: {what}; use one of "
             + ", ".join(f"{s}://" for s in SCHEMES)
             + " (or 'embedded')"
         )
     return scheme
+
+
+_SCHEME_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*", re.ASCII)
+
+# Client options a URL may name that the cache cannot work with: it reads Redis' replies as
+# bytes (found in review: decode_responses=true made every command end in a traceback).
+UNUSABLE_OPTIONS = frozenset({"decode_responses", "encoding", "encoding_errors"})
+
+
+def _unusable_option(url: str) -> str | None:
+    query = url.partition("?")[2]
+    for name in parse_qs(query, keep_blank_values=True):
+        if name.lower() in UNUSABLE_OPTIONS:
+            return (
+                f"{describe(url)}: option {name!r} cannot be used: schedcache reads Redis' "
+                "replies as bytes itself"
+            )
+    return None
 
 
 def url_problem(url: str) -> str | None:
@@ -156,15 +186,28 @@ def url_problem(url: str) -> str | None:
         return None
     try:
         scheme = scheme_of(url)
+        unusable = _unusable_option(url)
+        if unusable is not None:
+            return unusable
         if scheme == "redis+sentinel":
             sentinel_settings(url)
         elif scheme.endswith("+cluster"):
             cluster_settings(url)
         else:
-            parse_url(url)  # as redis.Redis.from_url reads it
+            if scheme == "unix" and not parse_url(url).get("path"):
+                return f"{describe(url)}: no socket path (unix:///path/to/redis.sock)"
+            # The client's connection built, not connected: redis-py checks its options only
+            # there (found in review: ?foo=1, ?protocol=9 or a bad ssl_cert_reqs read as an
+            # unreachable server).
+            redis.ConnectionPool.from_url(url).make_connection()
     except ConnectionFailed as error:
         return str(error)
-    except ValueError as error:
+    except TypeError as error:
+        unknown = re.search(r"unexpected keyword argument '([^']+)'", str(error))
+        if unknown is not None:
+            return f"{describe(url)}: unknown option {unknown[1]!r}"
+        return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
+    except (ValueError, redis.RedisError) as error:
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
     return None
 
@@ -354,12 +397,14 @@ def describe(url: str | None) -> str:
     if url is not None and not isinstance(url, str):
         raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
+    if "@" in url:  # (with "://" or without: a URL written wrong may still hold a password)
+        head, separator, rest = url.partition("://")
+        if not separator or "@" not in rest:  # no "://", or the "@" before it
+            head, separator, rest = "", "", url
         credentials, host = rest.rsplit("@", 1)
         if ":" in credentials:  # user:password -> user:***
-            url = f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+            url = f"{head}{separator}{credentials.split(':', 1)[0]}:***@{host}"
     return _PASSWORD_OPTION.sub(r"\1***", url)
 
 
-_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)")
+_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)", re.IGNORECASE)

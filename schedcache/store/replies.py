@@ -164,8 +164,10 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
         return ValidationError(
             subject,
             "resources",
-            f"would push node {node}'s total {describe_field(field)} past {NODE_TOTAL_LIMIT:,}, "
-            "the most a node's total may hold (int64 less a margin Redis' Lua needs)",
+            # ("about": Lua sums in doubles, so a total just past it may round back under)
+            f"would push node {node}'s total {describe_field(field)} past about "
+            f"{NODE_TOTAL_LIMIT:,}, the cache's bound on a node's total (int64 less the "
+            "margin Lua's doubles need)",
         )
     if code == "CORRUPT":
         key, *reason = detail

@@ -233,10 +233,14 @@ def read_from_setting(read_from: object, subject: str) -> tuple[bool, str | None
         return True, None
     if isinstance(read_from, str) and read_from.split("://", 1)[0] in REPLICA_SCHEMES:
         return True, read_from
+    # (a URL's password masked: found in review; imported here, connection imports routing)
+    from schedcache.store.connection import describe
+
+    shown = repr(describe(read_from)) if isinstance(read_from, str) else repr(read_from)
     raise ValidationError(
         subject,
         "read_from",
-        f"{read_from!r} must be 'primary', 'replica' or the URL of a replica "
+        f"{shown} must be 'primary', 'replica' or the URL of a replica "
         f"({', '.join(s + '://' for s in REPLICA_SCHEMES)})",
     )
 
