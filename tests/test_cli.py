@@ -402,6 +402,17 @@ def test_ctrl_c_while_a_command_module_is_imported_exits_130(argv, monkeypatch):
     assert "Aborted" not in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", ["extender", "sync", "worker"])
+def test_ctrl_c_before_a_long_running_command_set_its_handlers_exits_0(command, monkeypatch):
+    # Found in review (mended): the commands that run until stopped end with status 0 on
+    # SIGINT (README), but a Ctrl-C in their first second, before their own handlers, got 130.
+    monkeypatch.delitem(main.commands, command, raising=False)
+    monkeypatch.setitem(cli_module.COMMANDS, command, (_interrupted, command))
+    result = CliRunner().invoke(main, [command])
+    assert result.exit_code == 0, result.output
+    assert "Aborted" not in result.output and "Traceback" not in result.output
+
+
 def test_ctrl_c_in_a_command_that_does_not_handle_it_exits_130(backend, cli, monkeypatch):
     monkeypatch.setattr(cli_module.Settings, "existing_cache", _interrupted)
     result = cli("stats")

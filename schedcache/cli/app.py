@@ -163,7 +163,7 @@ class SchedcacheGroup(click.Group):
         except click.ClickException as error:
             raise printable_error(error) from None
         except KeyboardInterrupt:  # (hoisting imports the subcommand's module)
-            interrupted()
+            interrupted(next((arg for arg in args if arg in COMMANDS), None))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -177,7 +177,7 @@ class SchedcacheGroup(click.Group):
                 raise
             raise click.ClickException(one_line(error)) from None
         except KeyboardInterrupt:
-            interrupted()
+            interrupted(ctx.invoked_subcommand)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
@@ -194,12 +194,17 @@ class SchedcacheGroup(click.Group):
         return command
 
 
-def interrupted() -> NoReturn:
-    """Ctrl-C that no command handled itself (``load`` says how far it got; the long-running
-    ones stop with status 0): exit status 130 as a shell reports it, where click says
-    "Aborted!" with status 1, as for a failure."""
+# The commands that run until stopped: SIGINT or SIGTERM ends them with status 0 (README),
+# also a Ctrl-C before their own handlers are set (found in review: 130 in their first second).
+LONG_RUNNING = frozenset({"sync", "scheduler", "extender", "metrics", "worker"})
+
+
+def interrupted(command: str | None) -> NoReturn:
+    """Ctrl-C that no command handled itself (``load`` says how far it got): exit status 130
+    as a shell reports it, where click says "Aborted!" with status 1, as for a failure; 0 for
+    ``command`` that runs until stopped, as its own handlers end it."""
     click.echo(err=True)  # (the line after the terminal's ^C)
-    sys.exit(INTERRUPTED)
+    sys.exit(0 if command in LONG_RUNNING else INTERRUPTED)
 
 
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:
