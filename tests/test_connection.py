@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from schedcache import connect
-from schedcache.store.connection import ENV_URL, ConnectionFailed, describe
+from schedcache.store.connection import ENV_URL, ConnectionFailed, describe, url_parts, url_problem
 from tests.conftest import REAL_REDIS_URL
 
 
@@ -80,3 +80,19 @@ def test_a_url_that_is_no_string_is_refused_by_both_connects(url):
         connect(url)
     with pytest.raises(ValidationError, match=r"url: .* is not a URL"):
         asyncio.run(connect_async(url))
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts"),
+    [
+        ("redis+cluster://[::1]", [("::1", 6379)]),
+        ("redis+cluster://[::1]:7000,[fe80::2]", [("::1", 7000), ("fe80::2", 6379)]),
+        ("redis+sentinel://[::1]/mymaster", [("::1", 26379)]),
+        ("redis+sentinel://h1,h2:26380/m", [("h1", 26379), ("h2", 26380)]),
+    ],
+)
+def test_a_bracketed_ipv6_host_without_a_port_takes_the_default(url, hosts):
+    # Found in review (mended): "bad port in '[::1]'", a usage error for a URL that is right.
+    default = 26379 if url.startswith("redis+sentinel") else 6379
+    assert url_parts(url, default).hosts == hosts
+    assert url_problem(url) is None

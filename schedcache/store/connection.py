@@ -281,7 +281,9 @@ def url_parts(url: str, default_port: int) -> UrlParts:
         password = unquote(secret) if has_password else None
     hosts = []
     for host in filter(None, location.split(",")):
-        name, _, port = host.rpartition(":") if ":" in host else (host, "", str(default_port))
+        # (a bracketed IPv6 address without a port takes the default: found in review)
+        bare = ":" not in host or host.endswith("]")
+        name, _, port = (host, "", str(default_port)) if bare else host.rpartition(":")
         if not port.isdigit():
             raise ValueError(f"bad port in {host!r}")
         hosts.append((name.strip("[]"), int(port)))
