@@ -17,7 +17,7 @@ from click.testing import CliRunner, Result
 from schedcache import Cache
 from schedcache.cli import settings as cli_settings
 from schedcache.cli.app import main
-from schedcache.store.connection import ENV_URL
+from schedcache.store.connection import ENV_URL, url_problem
 from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import keyspace, make_node, make_pod
 
@@ -144,3 +144,38 @@ def test_load_of_more_than_memory_holds_ends_in_one_error_line(tmp_path, monkeyp
     assert "too large to read and parse in this process's memory: nothing was loaded" in (
         result.output
     )
+
+
+# -- Found in the second review (mended) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "maint_notifications_config=1",  # raised AttributeError in url_problem itself
+        "oss_cluster_maint_notifications_handler=1",
+        "retry=x",  # passed url_problem, then an AttributeError traceback at connect
+        "socket_keepalive_options=x",
+    ],
+)
+def test_an_option_that_takes_an_object_is_a_usage_error(option, monkeypatch):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    url = f"redis://:{SECRET}@127.0.0.1:1/0?{option}"
+    assert url_problem(url) is not None
+    result = CliRunner().invoke(main, ["--redis", url, "stats"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and SECRET not in result.output
+
+
+@pytest.mark.parametrize("option", ["foo=1", "decode_responses=true"])
+def test_a_read_from_url_gets_the_checks_of_redis(option, monkeypatch):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    url = f"redis://u:{SECRET}@127.0.0.1:1?{option}"
+    result = CliRunner().invoke(main, ["--read-from", url, "stats"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--read-from'" in result.stderr and SECRET not in result.output
+
+
+def test_decode_responses_false_is_the_default_and_taken():
+    assert url_problem("redis://127.0.0.1:1/0?decode_responses=false") is None
+    assert url_problem("redis://127.0.0.1:1/0?decode_responses=1") is not None

@@ -28,7 +28,13 @@ from schedcache.cli.settings import ENV_CACHE, INTERRUPTED, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
-from schedcache.store.connection import EMBEDDED, ENV_URL, connect, connection_failed
+from schedcache.store.connection import (
+    EMBEDDED,
+    ENV_URL,
+    connect,
+    connection_failed,
+    url_problem,
+)
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW
 from schedcache.store.routing import PRIMARY, read_from_setting
 
@@ -302,6 +308,10 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
         read_from_setting(value, "--read-from")
     except ValidationError as error:
         raise click.BadParameter(printable(error.reason), ctx, param) from None
+    # A replica's URL is read as --redis's (found in review: none of its checks applied).
+    problem = url_problem(value) if "://" in value else None
+    if problem is not None:
+        raise click.BadParameter(printable(problem), ctx, param)
     return value
 
 

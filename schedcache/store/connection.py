@@ -162,18 +162,41 @@ def scheme_of(url: str) -> str:
 _SCHEME_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*", re.ASCII)
 
 # Client options a URL may name that the cache cannot work with: it reads Redis' replies as
-# bytes (found in review: decode_responses=true made every command end in a traceback).
+# bytes and writes names as UTF-8 (found in review: decode_responses=true made every command
+# end in a traceback); decode_responses only when true.
 UNUSABLE_OPTIONS = frozenset({"decode_responses", "encoding", "encoding_errors"})
+# Client options whose value is an object: from a URL's text they end in an AttributeError at
+# connect, or already when the connection is built (found in review).
+OBJECT_OPTIONS = frozenset(
+    {
+        "retry",
+        "socket_keepalive_options",
+        "connection_class",
+        "redis_connect_func",
+        "credential_provider",
+        "event_dispatcher",
+        "cache",
+        "cache_config",
+        "maint_notifications_config",
+        "oss_cluster_maint_notifications_handler",
+    }
+)
+_FALSE = frozenset({"", "0", "f", "false", "n", "no"})  # (redis-py's to_bool reads these so)
 
 
 def _unusable_option(url: str) -> str | None:
     query = url.partition("?")[2]
-    for name in parse_qs(query, keep_blank_values=True):
-        if name.lower() in UNUSABLE_OPTIONS:
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        key = name.lower()
+        if key == "decode_responses" and values[-1].strip().lower() in _FALSE:
+            continue
+        if key in UNUSABLE_OPTIONS:
             return (
                 f"{describe(url)}: option {name!r} cannot be used: schedcache reads Redis' "
                 "replies as bytes itself"
             )
+        if key in OBJECT_OPTIONS:
+            return f"{describe(url)}: option {name!r} takes an object and cannot be given in a URL"
     return None
 
 
@@ -209,6 +232,9 @@ def url_problem(url: str) -> str | None:
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
     except (ValueError, redis.RedisError) as error:
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
+    except Exception as error:  # an option redis-py takes but cannot build from text
+        reason = _without_secrets(f"{type(error).__name__}: {error}", url, {})
+        return f"{describe(url)}: an option cannot be used as written ({reason})"
     return None
 
 
