@@ -20,12 +20,14 @@ from redis.sentinel import MasterNotFoundError, Sentinel
 from schedcache.errors import CacheError, ValidationError
 from schedcache.store.commands import MAX_TIMEOUT, seconds
 from schedcache.store.routing import ClusterClient
+from schedcache.store.urls import EMBEDDED as EMBEDDED
+from schedcache.store.urls import ENV_URL as ENV_URL
+from schedcache.store.urls import PASSWORD_OPTION
+from schedcache.store.urls import describe as describe
 
 if TYPE_CHECKING:
     import fakeredis
 
-ENV_URL = "SCHEDCACHE_REDIS_URL"
-EMBEDDED = "embedded"
 # The Redis version fakeredis pretends to be: the oldest server schedcache supports.
 EMBEDDED_VERSION = (7, 0)
 
@@ -270,7 +272,7 @@ def inner_retry() -> Retry:
 def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
     """``text``, unless it quotes a password or a piece of one: a password with an unencoded
     ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
-    secrets = [secret for _, secret in _PASSWORD_OPTION.findall(url)]
+    secrets = [secret for _, secret in PASSWORD_OPTION.findall(url)]
     secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
     rest = url.split("://", 1)[-1]
     if "@" in rest:
@@ -417,22 +419,3 @@ def cluster_client(
         **timeouts,
         **options,
     )
-
-
-def describe(url: str | None) -> str:
-    """The URL for messages and logs, with any password masked (``user:***@``, and the
-    ``password``/``sentinel_password``/``ssl_password`` query options)."""
-    if url is not None and not isinstance(url, str):
-        raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
-    url = url or os.environ.get(ENV_URL) or EMBEDDED
-    if "@" in url:  # (with "://" or without: a URL written wrong may still hold a password)
-        head, separator, rest = url.partition("://")
-        if not separator or "@" not in rest:  # no "://", or the "@" before it
-            head, separator, rest = "", "", url
-        credentials, host = rest.rsplit("@", 1)
-        if ":" in credentials:  # user:password -> user:***
-            url = f"{head}{separator}{credentials.split(':', 1)[0]}:***@{host}"
-    return _PASSWORD_OPTION.sub(r"\1***", url)
-
-
-_PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)", re.IGNORECASE)

@@ -24,6 +24,7 @@ from redis.sentinel import SentinelConnectionPool
 from redis.utils import str_if_bytes
 
 from schedcache.errors import ValidationError
+from schedcache.store.urls import describe
 
 log = logging.getLogger(__name__)
 
@@ -233,9 +234,7 @@ def read_from_setting(read_from: object, subject: str) -> tuple[bool, str | None
         return True, None
     if isinstance(read_from, str) and read_from.split("://", 1)[0] in REPLICA_SCHEMES:
         return True, read_from
-    # (a URL's password masked: found in review; imported here, connection imports routing)
-    from schedcache.store.connection import describe
-
+    # (a URL's password masked: found in review)
     shown = repr(describe(read_from)) if isinstance(read_from, str) else repr(read_from)
     raise ValidationError(
         subject,
