@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,23 +22,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_both_profiles_bind_every_pod_once_through_the_verbs(tmp_path: Path) -> None:
-    """Each profile with each binding: ``serial`` (each bind before the next pod's cycle) and
-    ``async`` (binds on worker threads while the next pods are filtered, as kube-scheduler's
-    binding goroutines)."""
+def bench_rows(tmp_path: Path, arguments: list[str]) -> list[dict[str, Any]]:
+    """The rows of one run of the bench with ``arguments``, on a redis-server of its own."""
     out = tmp_path / "extender.json"
-    tiny = ["--nodes", "20", "--initial", "5", "--pods", "12", "--sample", "10"]
-    tiny += ["--binding", "serial", "async", "--bind-workers", "3"]
-    tiny += ["--port", str(free_port()), "--json", str(out)]
+    own = ["--port", str(free_port()), "--json", str(out)]
     done = subprocess.run(
-        [sys.executable, "bench/extender.py", *tiny],
+        [sys.executable, "bench/extender.py", *arguments, *own],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {(row["profile"], row["binding"]): row for row in json.loads(out.read_text())["rows"]}
+    rows: list[dict[str, Any]] = json.loads(out.read_text())["rows"]
+    return rows
+
+
+def test_both_profiles_bind_every_pod_once_through_the_verbs(tmp_path: Path) -> None:
+    """Each profile with each binding: ``serial`` (each bind before the next pod's cycle) and
+    ``async`` (binds on worker threads while the next pods are filtered, as kube-scheduler's
+    binding goroutines)."""
+    tiny = ["--nodes", "20", "--initial", "5", "--pods", "12", "--sample", "10"]
+    tiny += ["--binding", "serial", "async", "--bind-workers", "3"]
+    rows = {(row["profile"], row["binding"]): row for row in bench_rows(tmp_path, tiny)}
     assert set(rows) == {
         (profile, binding) for profile in ("full", "bind-only") for binding in ("serial", "async")
     }
@@ -56,17 +63,7 @@ def test_async_binding_gives_up_an_unplaceable_pod_as_serial_does(tmp_path: Path
     """Found in review (mended): two nodes with room for one pod each and four pods; after its
     cycles the async client left the row waiting on its pipe for ever, where serial reports
     the pods unbound. Both now finish and count them."""
-    out = tmp_path / "extender.json"
     full = ["--nodes", "2", "--initial", "78", "--pods", "4", "--sample", "2"]
     full += ["--profiles", "full", "--binding", "async", "--bind-workers", "2"]
-    full += ["--port", str(free_port()), "--json", str(out)]
-    done = subprocess.run(
-        [sys.executable, "bench/extender.py", *full],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (row,) = json.loads(out.read_text())["rows"]
+    (row,) = bench_rows(tmp_path, full)
     assert row["unbound"] > 0 and row["over allocatable"] == 0 and row["bound twice"] == 0
