@@ -9,17 +9,17 @@ connect to nothing (port 1 refuses).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from schedcache import Cache
-from schedcache.cli import settings as cli_settings
 from schedcache.cli.app import main
 from schedcache.store.connection import ENV_URL, url_problem
-from tests.conftest import REAL_REDIS_URL, backend_url, real_client
-from tests.factories import keyspace, make_node, make_pod
+from tests.conftest import REAL_REDIS_URL, real_client
+from tests.factories import keyspace, make_node
+from tests.test_cli_fuzz import cli
+
+__all__ = ["cli"]  # the fixture (a populated cache behind the CLI), defined there
 
 SECRET = "hunter2"
 
@@ -75,29 +75,6 @@ def test_a_redis_url_written_wrong_is_a_usage_error_not_an_unreachable_server(ur
     assert result.exit_code == 2, result.output
     assert "cannot reach" not in result.output
     assert "AbstractConnection" not in result.output
-
-
-@pytest.fixture
-def cli(
-    backend, client, cache, cache_name, monkeypatch, request
-) -> Iterator[Callable[..., Result]]:
-    monkeypatch.delenv(ENV_URL, raising=False)
-    monkeypatch.delenv("SCHEDCACHE_CACHE", raising=False)
-    if backend == "fakeredis":
-        real_connect = cli_settings.connect
-        monkeypatch.setattr(
-            cli_settings,
-            "connect",
-            lambda url=None, **kw: client if url == "embedded" else real_connect(url, **kw),
-        )
-    url = backend_url(backend, request)
-    cache.add_node(make_node("n1", "4", "8Gi"))
-    cache.add_pod(make_pod("web-0", "n1", "500m", "1Gi"))
-
-    def run(*args: str) -> Result:
-        return CliRunner().invoke(main, ["--redis", url, "--cache", cache_name, *args])
-
-    yield run
 
 
 @pytest.mark.parametrize("count", ["99999999999999999999", "9223372036854775808"])
