@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import re
 import statistics
@@ -101,10 +102,13 @@ def positive(text: str) -> int:
     return value
 
 
-def start_server(directory: str, port: int, wrapper: list[str] | None = None) -> subprocess.Popen:
+def start_server(
+    directory: str, port: int, wrapper: list[str] | None = None, cores: set[int] | None = None
+) -> subprocess.Popen:
     """A throwaway redis-server on a loopback port (no persistence), answering PING; run under
-    ``wrapper`` (e.g. valgrind's command line) when given. A port some Redis already answers
-    on is refused: the benchmark would write into that one (its own fails to bind)."""
+    ``wrapper`` (e.g. valgrind's command line) when given, on ``cores`` only when given. A port
+    some Redis already answers on is refused: the benchmark would write into that one (its own
+    fails to bind)."""
     if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
         raise RuntimeError(f"a Redis already answers on port {port}: pick a free one (--port)")
     server = subprocess.Popen(
@@ -124,6 +128,8 @@ def start_server(directory: str, port: int, wrapper: list[str] | None = None) ->
         ],
         stdout=subprocess.DEVNULL,
     )
+    if cores:
+        os.sched_setaffinity(server.pid, cores)
     for _ in range(600 if wrapper else 100):
         if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
             return server

@@ -12,6 +12,8 @@ call and µs per placed pod; the total is the steady Redis µs per placed pod.
     python bench/redis_per_pod.py --nodes 1000 5000 10000 --replicas 1 4 --measured 3000 \
         [--tree /tmp/base-red40]
 
+``--redis-core N`` runs each row's Redis alone on CPU ``N`` and the rest on the other CPUs.
+
 ``--tree DIR`` adds rows of another checkout (its ``schedcache`` and ``lua/``), alternating
 with this tree's in one run (each row a process of its own). Writes
 ``bench/results/redis_per_pod.json`` (``--name``).
@@ -207,6 +209,13 @@ def main() -> None:
     )
     parser.add_argument("--keep", default="", help="keep callgrind's dumps in this folder")
     parser.add_argument(
+        "--redis-core",
+        type=int,
+        default=None,
+        help="run each row's Redis alone on this CPU and everything else on the others, so "
+        "the slow log's command times hold no wait for a core",
+    )
+    parser.add_argument(
         "--pop-batch",
         type=int,
         nargs="+",
@@ -234,6 +243,7 @@ def main() -> None:
             tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid), pop_batch
         )
         return
+    redis_cores = _pin_apart(args.redis_core)
     results: list[dict[str, Any]] = []
     summary: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as directory:
@@ -255,7 +265,10 @@ def main() -> None:
                     # thousands of nodes then run a few times slower, not ~50 times).
                     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
                     wrapper += [f"--callgrind-out-file={out}"]
-                    server = start_server(directory, port, wrapper if args.instructions else None)
+                    server = start_server(
+                        directory, port, wrapper if args.instructions else None, redis_cores
+                    )
+                    redis_cpus = sorted(os.sched_getaffinity(server.pid))
                     url = f"redis://127.0.0.1:{port}/0"
                     grind = server.pid if args.instructions else 0
                     try:
@@ -269,6 +282,8 @@ def main() -> None:
                     if linger is not None:
                         label += f" linger={linger:g}"
                     result.update(tree=label, nodes=nodes, replicas=replicas, load=_load())
+                    result["redis core"] = "-" if args.redis_core is None else args.redis_core
+                    result["cpus"] = {"redis": redis_cpus, "bench": sorted(os.sched_getaffinity(0))}
                     results.append(result)
                     summary.append(_print(result))
                     write_results(args.name, {"args": vars(args), "rows": results})
@@ -283,9 +298,29 @@ def main() -> None:
             "Redis us/pod",
             "Redis CPU us/pod",
             "instructions/pod",
+            "Redis core",
         ],
         summary,
     )
+
+
+def _pin_apart(core: int | None) -> set[int] | None:
+    """``--redis-core``: this process (and so every process a row starts) moves off ``core``,
+    which is left to each row's Redis. On a machine where Redis shares its cores with the
+    replicas, ``sync`` and the API server, a command that loses its core midway counts the
+    wait in the slow log (seen with 4 replicas on 2 cores: ~200 µs a pod by the slow log,
+    ~130 by Redis' own CPU; ~116 with Redis on a core of its own)."""
+    if core is None:
+        return None
+    mine = os.sched_getaffinity(0)
+    others = mine - {core}
+    if core not in mine or not others:
+        raise SystemExit(
+            f"--redis-core {core}: this process may run on CPUs {sorted(mine)}; pick one of "
+            "them, and leave at least one other"
+        )
+    os.sched_setaffinity(0, others)
+    return {core}
 
 
 def _run_row(
@@ -344,6 +379,7 @@ def _print(result: dict[str, Any]) -> list[Any]:
         round(total / pods, 1),
         result["redis cpu us/pod"],
         result["instructions/pod"],
+        result.get("redis core", "-"),
     ]
 
 

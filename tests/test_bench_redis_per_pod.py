@@ -8,29 +8,38 @@ that process's death now ends the bench at once."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_one_replica_places_every_pod_and_redis_time_is_split_by_function() -> None:
-    name = "test-redis-per-pod"
+TINY = ["--nodes", "100", "--replicas", "1", "--measured", "100", "--initial", "20"]
+
+
+def bench(name: str, *options: str) -> tuple[subprocess.CompletedProcess[str], list[Any]]:
+    """The bench's run and the rows it wrote (none when it wrote no file)."""
     results = ROOT / "bench" / "results" / f"{name}.json"
-    tiny = ["--nodes", "100", "--replicas", "1", "--measured", "100", "--initial", "20"]
     try:
         done = subprocess.run(
-            [sys.executable, "bench/redis_per_pod.py", *tiny, "--name", name],
+            [sys.executable, "bench/redis_per_pod.py", *TINY, *options, "--name", name],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=240,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        (row,) = json.loads(results.read_text())["rows"]
+        rows = json.loads(results.read_text())["rows"] if results.exists() else []
     finally:
         results.unlink(missing_ok=True)
+    return done, rows
+
+
+def test_one_replica_places_every_pod_and_redis_time_is_split_by_function() -> None:
+    done, (row,) = bench("test-redis-per-pod")
+    assert done.returncode == 0, done.stderr[-3000:]
     placed = row["row"]
     checks = ("over allocatable", "bound twice", "unbound", "rules broken")
     assert placed["bound"] == 100 and [placed[check] for check in checks] == [0, 0, 0, 0]
@@ -40,3 +49,23 @@ def test_one_replica_places_every_pod_and_redis_time_is_split_by_function() -> N
     functions = set(row["usec"])
     assert "queue_pop" in functions and functions & {"batch", "sync_pod"}, functions
     assert "steady Redis per placed pod" in done.stdout
+
+
+def test_redis_core_gives_redis_a_cpu_of_its_own() -> None:
+    """``--redis-core N``: the row's Redis runs on CPU N alone, the replicas, ``sync`` and the
+    API server on the others, so a command's slow-log time holds no wait for a core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    done, rows = bench("test-redis-per-pod-pinned", "--redis-core", str(cpus[-1]))
+    if len(cpus) < 2:  # nothing left for the rest: refused, as below
+        assert done.returncode != 0 and "leave at least one other" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = rows
+    assert row["cpus"] == {"redis": [cpus[-1]], "bench": cpus[:-1]}
+    assert row["row"]["bound"] == 100 and row["redis core"] == cpus[-1]
+
+
+def test_a_redis_core_this_machine_lacks_is_refused_before_any_row() -> None:
+    done, rows = bench("test-redis-per-pod-no-core", "--redis-core", "4096")
+    assert done.returncode != 0 and rows == []
+    assert "--redis-core 4096: this process may run on CPUs" in done.stderr
