@@ -127,9 +127,10 @@ def start_server(
             directory,
         ],
         stdout=subprocess.DEVNULL,
+        # Pinned in the child before the exec, so every thread Redis starts is pinned and a
+        # set of CPUs it may not use fails here, before any server runs.
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
     )
-    if cores:
-        os.sched_setaffinity(server.pid, cores)
     for _ in range(600 if wrapper else 100):
         if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout:
             return server

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -244,6 +245,9 @@ def main() -> None:
         )
         return
     redis_cores = _pin_apart(args.redis_core)
+    # SIGTERM (timeout, kill, a CI's cancel) as an exception, so each row's `finally` stops
+    # its Redis instead of leaving it running (pinned, with --redis-core) as init's orphan.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: list[dict[str, Any]] = []
     summary: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as directory:
@@ -340,10 +344,25 @@ def _run_row(
     env.pop("E2E_BATCH_LINGER", None)
     if linger is not None:  # (read by bench/e2e.py's feeder process)
         env["E2E_BATCH_LINGER"] = str(linger)
-    out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in out.stdout.splitlines() if line.startswith('{"row"')]
-    if out.returncode or not lines:
-        raise SystemExit(f"row {tree or 'this'} {nodes} {replicas} failed:\n{out.stderr[-3000:]}")
+    # The row's process and all it starts (API server, sync, replicas) in a group of their
+    # own: the bench stopped midway (SIGTERM, Ctrl-C) ends the whole group, no orphans.
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    ) as row:
+        try:
+            stdout, stderr = row.communicate()
+        except BaseException:
+            os.killpg(row.pid, signal.SIGKILL)
+            raise
+    lines = [line for line in stdout.splitlines() if line.startswith('{"row"')]
+    if row.returncode or not lines:
+        raise SystemExit(f"row {tree or 'this'} {nodes} {replicas} failed:\n{stderr[-3000:]}")
     return json.loads(lines[-1])
 
 
