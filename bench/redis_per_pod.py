@@ -12,7 +12,8 @@ call and µs per placed pod; the total is the steady Redis µs per placed pod.
     python bench/redis_per_pod.py --nodes 1000 5000 10000 --replicas 1 4 --measured 3000 \
         [--tree /tmp/base-red40]
 
-``--redis-core N`` runs each row's Redis alone on CPU ``N`` and the rest on the other CPUs.
+``--redis-core N`` runs each row's Redis on CPU ``N`` and every process the bench starts on the
+other CPUs (other users of the machine may still run on ``N``).
 
 ``--tree DIR`` adds rows of another checkout (its ``schedcache`` and ``lua/``), alternating
 with this tree's in one run (each row a process of its own). Writes
@@ -22,6 +23,7 @@ with this tree's in one run (each row a process of its own). Writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -213,8 +215,10 @@ def main() -> None:
         "--redis-core",
         type=int,
         default=None,
-        help="run each row's Redis alone on this CPU and everything else on the others, so "
-        "the slow log's command times hold no wait for a core",
+        help="run each row's Redis on this CPU and every process the bench starts on the "
+        "others, so the slow log's command times hold no wait for the bench's own processes "
+        "(other users of the machine may still run there; the replicas then share fewer CPUs, "
+        "so pods/s falls)",
     )
     parser.add_argument(
         "--pop-batch",
@@ -358,7 +362,8 @@ def _run_row(
         try:
             stdout, stderr = row.communicate()
         except BaseException:
-            os.killpg(row.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # (the group may be gone already)
+                os.killpg(row.pid, signal.SIGKILL)
             raise
     lines = [line for line in stdout.splitlines() if line.startswith('{"row"')]
     if row.returncode or not lines:
