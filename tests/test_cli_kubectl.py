@@ -638,3 +638,58 @@ def test_an_empty_listing_says_no_resources_found_in_kubectls_two_forms(backend,
         result = kube(*args)
         assert result.exit_code == 0, result.output
         assert (result.stdout, result.stderr) == ("", line), args
+
+
+EMPTY_LIST_JSON = """{
+    "apiVersion": "v1",
+    "items": [],
+    "kind": "List",
+    "metadata": {
+        "resourceVersion": ""
+    }
+}
+"""
+EMPTY_LIST_YAML = 'apiVersion: v1\nitems: []\nkind: List\nmetadata:\n  resourceVersion: ""\n'
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ("pods", "-n", "nothere"),
+        ("pods", "-A", "-l", "app=nothing"),
+        ("pods", "--field-selector", "spec.nodeName=nowhere"),
+        ("nodes", "-l", "app=nothing"),
+    ],
+    ids=" ".join,
+)
+def test_an_empty_listing_in_other_formats_prints_what_kubectl_prints(backend, kube, selection):
+    # Found in review (mended): `get pods -o json` (and yaml, custom-columns) that matched
+    # nothing printed nothing at all. kubectl's printers other than the table print an empty
+    # v1 List (custom-columns its header), and no "No resources found" line.
+    for output, shown in [
+        ("json", EMPTY_LIST_JSON),
+        ("yaml", EMPTY_LIST_YAML),
+        ("name", ""),
+        ("custom-columns=NAME:.metadata.name", "NAME\n"),
+        ("jsonpath={.kind}:{.items[*].metadata.name}", "List:"),
+    ]:
+        result = kube("get", *selection, "-o", output)
+        assert result.exit_code == 0, result.output
+        assert (result.stdout, result.stderr) == (shown, ""), output
+    assert json.loads(EMPTY_LIST_JSON) == yaml.safe_load(EMPTY_LIST_YAML)
+
+
+def test_names_that_all_do_not_exist_print_kubectls_empty_list_before_not_found(backend, kube):
+    # Several names: kubectl prints the List of those found (none here), then a NotFound line
+    # each; one name that does not exist is its NotFound line alone (kubectl's single item).
+    several = kube("get", "pods", "nope-1", "nope-2", "-o", "json")
+    assert several.exit_code == 1, several.output
+    assert several.stdout == EMPTY_LIST_JSON
+    assert several.stderr.splitlines() == [
+        'Error from server (NotFound): pods "nope-1" not found',
+        'Error from server (NotFound): pods "nope-2" not found',
+    ]
+    one = kube("get", "nodes", "nope", "-o", "yaml")
+    assert one.exit_code == 1, one.output
+    assert one.stdout == ""
+    assert one.stderr == 'Error from server (NotFound): nodes "nope" not found\n'

@@ -183,6 +183,15 @@ def no_resources(namespace: str | None) -> None:
     click.echo(f"No resources found{where}", err=True)
 
 
+def shows_empty(output: Output, names: tuple[str, ...]) -> bool:
+    """Whether a listing that found nothing is still printed: kubectl's printers other than
+    the table (``-o json|yaml|name|jsonpath|custom-columns``) print an empty v1 List (``items:
+    []``; custom-columns its header line, ``-o name`` nothing), and no "No resources found"
+    line; not for one name that does not exist (only its NotFound line, kubectl's
+    ``singleItemImplied``)."""
+    return not output.is_table and len(names) != 1
+
+
 def find_pods(
     entries: list[CachedPod], names: tuple[str, ...], namespace: str | None
 ) -> tuple[list[CachedPod], list[str]]:
@@ -313,7 +322,7 @@ def _get_pods(
     documents = [documents[i] for i in picked]
     if not entries and not names and output.is_table:
         no_resources(None if all_namespaces else namespace or "default")
-    elif entries:
+    elif entries or shows_empty(output, names):
         _show_pods(cache, entries, documents, output, no_headers, False, all_namespaces)
     if missing:
         not_found("pod", missing)
@@ -365,7 +374,7 @@ def _get_nodes(cache: Cache, names: tuple[str, ...], listing: Listing) -> None:
     documents = [documents[i] for i in picked]
     if not chosen and not names and output.is_table:
         no_resources(None)  # nodes are cluster-scoped
-    elif chosen:
+    elif chosen or shows_empty(output, names):
         headers: tuple[str, ...] = ()
         rows: list[list[str]] = []
         if output.is_table:

@@ -177,11 +177,12 @@ def node_object(name: str, info: NodeInfo) -> dict[str, Any]:
 
 
 def as_list(items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """kubectl's ``-o json`` of several objects: a v1 List."""
+    """kubectl's ``-o json`` of several objects (or none): a v1 List, its keys in kubectl's
+    order (sorted, as Go writes a map)."""
     return {
         "apiVersion": "v1",
-        "kind": "List",
         "items": list(items),
+        "kind": "List",
         "metadata": {"resourceVersion": ""},
     }
 
