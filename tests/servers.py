@@ -36,6 +36,19 @@ def free_port(bus_offset: int = 0) -> int:
     raise RuntimeError("no free port pair")
 
 
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """A loopback port that takes connections (the kernel's listen backlog) and never reads
+    or answers them: a server that stopped, or is busy for good."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> float:
     """Poll ``check`` until it is true; return the seconds it took."""
     start = time.monotonic()

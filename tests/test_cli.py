@@ -12,19 +12,23 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
 
 from schedcache import Cache
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import hoist_global_options, main
 from schedcache.sim.demo import run_demo
-from schedcache.store.connection import ENV_URL
+from schedcache.store.connection import ENV_URL, embedded_client
 from schedcache.store.library import function_names
 from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import make_node, node_manifest
+from tests.servers import silent_port
+from tests.tcp_proxy import FaultyProxy
 
 # Table borders rich draws (unicode, or ASCII when the output cannot encode them).
 BORDERS = re.compile(r"[│┃|]")
@@ -199,6 +203,65 @@ def test_unreachable_redis_masks_the_password():
     assert result.exit_code == 1
     assert "cannot reach Redis at redis://admin:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output
+
+
+NO_ANSWER = "did not answer within 0.3 s (--timeout, or $SCHEDCACHE_TIMEOUT)"
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_redis_that_takes_the_connection_but_never_answers_names_the_timeout(where):
+    # Found in review (mended): a server that took the connection and never answered read
+    # "cannot reach Redis at URL: Timeout reading from 127.0.0.1:PORT", as if nothing listened.
+    with silent_port() as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        if where == "option":
+            result = CliRunner().invoke(main, ["--redis", url, "--timeout", "0.3", "stats"])
+        else:
+            result = CliRunner(env={"SCHEDCACHE_TIMEOUT": "0.3"}).invoke(
+                main, ["--redis", url, "stats"]
+            )
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
+
+
+@pytest.mark.parametrize("where", ["fakeredis", "redis"])
+def test_redis_not_answering_in_the_middle_of_a_command_names_the_timeout(
+    where, cache_name, monkeypatch
+):
+    """A call past --timeout after connecting (a script that runs long, a server that stops),
+    with --retry-for 0 so the retry policy does not resend it."""
+    if where == "fakeredis":  # (it cannot time out: the timeout redis-py raises, raised)
+        client: Any = embedded_client()
+        monkeypatch.setattr(cli_module.Settings, "client", lambda self: client)
+        Cache(client, cache_name).add_node(make_node("n1", "4", "8Gi"))
+        monkeypatch.setattr(Cache, "dump", stalled)
+        result = CliRunner().invoke(
+            main, ["--cache", cache_name, "--timeout", "0.3", "--retry-for", "0", "get", "nodes"]
+        )
+        url = "embedded"
+    else:
+        client = real_client()
+        target = urlsplit(REAL_REDIS_URL)
+        proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
+        url = f"redis://127.0.0.1:{proxy.port}{target.path}"
+        cache = Cache(client, cache_name)
+        cache.add_node(make_node("n1", "4", "8Gi"))
+        for _ in range(2):  # `get` first asks whether the cache exists; redis-py resends once
+            proxy.hold_next(b"EXISTS")
+        try:
+            args = ["--redis", url, "--cache", cache_name, "--timeout", "0.3", "--retry-for", "0"]
+            result = CliRunner().invoke(main, [*args, "get", "nodes"])
+        finally:
+            proxy.release()
+            proxy.close()
+            cache.clear()
+            client.close()
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
+
+
+def stalled(*args: object, **kwargs: object) -> NoReturn:
+    raise redis.TimeoutError("Timeout reading from socket")  # redis-py's, past socket_timeout
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,16 @@ import pytest
 import redis
 
 from schedcache import connect
-from schedcache.store.connection import ENV_URL, ConnectionFailed, describe, url_parts, url_problem
+from schedcache.store.connection import (
+    ENV_URL,
+    ConnectionFailed,
+    NoAnswer,
+    describe,
+    url_parts,
+    url_problem,
+)
 from tests.conftest import REAL_REDIS_URL
+from tests.servers import silent_port
 
 
 def test_unreachable_server_fails_at_once_naming_the_url_without_its_password():
@@ -35,6 +43,28 @@ def test_unreachable_servers_fail_within_the_connect_timeout(url, reason):
         connect(url, connect_timeout=0.5)
     assert time.monotonic() - started < 3
     assert "s3cret" not in str(info.value) and "<redis" not in str(info.value)
+
+
+def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_unreachable():
+    # Found in review (mended): "cannot reach Redis at URL: Timeout reading from ...", as if
+    # nothing listened there; both connects say the server did not answer within the timeout.
+    import asyncio
+
+    from schedcache.aio import connect_async
+
+    with silent_port() as port:
+        url = f"redis://:s3cret@127.0.0.1:{port}/0"
+        expected = (
+            f"Redis at redis://:***@127.0.0.1:{port}/0 did not answer within 0.3 s "
+            "(connect()'s timeout)"
+        )
+        with pytest.raises(NoAnswer) as info:
+            connect(url, timeout=0.3)
+        assert str(info.value) == expected and info.value.timeout == 0.3
+        with pytest.raises(NoAnswer) as info:
+            asyncio.run(connect_async(url, timeout=0.3))
+        assert str(info.value) == expected
+    assert isinstance(info.value, ConnectionFailed) and "s3cret" not in repr(info.value)
 
 
 def test_unsupported_scheme_is_refused():

@@ -162,7 +162,7 @@ async def connect_async(
         if check:
             await client.ping()
     except CONNECT_ERRORS as error:
-        raise connection_failed(url, options, error) from None
+        raise connection_failed(url, options, error, timeout) from None
     plain = {key: value for key, value in options.items() if key != "retry"}
     _OPENED[client] = (url, {"timeout": timeout, "connect_timeout": connect_timeout, **plain})
     return client

@@ -24,13 +24,14 @@ from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
 from schedcache.cli.params import Seconds, check_cache_name, check_redis_url
-from schedcache.cli.settings import ENV_CACHE, INTERRUPTED, Settings
+from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, INTERRUPTED, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
 from schedcache.store.connection import (
     EMBEDDED,
     ENV_URL,
+    NoAnswer,
     connect,
     connection_failed,
     url_problem,
@@ -215,11 +216,15 @@ def interrupted(command: str | None) -> NoReturn:
 
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:
     """A connection lost in the middle of a command (``events -f`` waiting, a long read) named
-    as a failed connect names it, ``cannot reach Redis at URL: ...``; other errors as they are
-    (RetriesExhausted says itself what went unanswered)."""
+    as a failed connect names it, ``cannot reach Redis at URL: ...``; a call past the socket
+    timeout, there or at connect, as ``Redis at URL did not answer within N s`` naming
+    --timeout; other errors as they are (RetriesExhausted says itself what went unanswered)."""
+    settings = ctx.obj if isinstance(ctx.obj, Settings) else None
     lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
-    if lost and not isinstance(error, CacheError) and isinstance(ctx.obj, Settings):
-        return connection_failed(ctx.obj.url or EMBEDDED, {}, error)
+    if lost and not isinstance(error, CacheError) and settings is not None:
+        error = connection_failed(settings.url or EMBEDDED, {}, error, settings.timeout)
+    if isinstance(error, NoAnswer):
+        return NoAnswer(error.where, error.timeout, f"--timeout, or ${ENV_TIMEOUT}")
     return error
 
 
@@ -348,7 +353,7 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
     type=Seconds(open_min=True),
     default=5.0,
     show_default=True,
-    envvar="SCHEDCACHE_TIMEOUT",
+    envvar=ENV_TIMEOUT,
     help="Socket timeout for each Redis call, seconds (more than 0, at most 3600).",
 )
 @click.option(

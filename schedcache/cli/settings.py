@@ -16,6 +16,7 @@ from schedcache.store.routing import PRIMARY
 from schedcache.store.store import Client
 
 ENV_CACHE = "SCHEDCACHE_CACHE"
+ENV_TIMEOUT = "SCHEDCACHE_TIMEOUT"
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 

@@ -50,6 +50,18 @@ class ConnectionFailed(CacheError):
     any password masked)."""
 
 
+class NoAnswer(ConnectionFailed):
+    """Redis took the connection but did not answer a call within the socket timeout (a
+    server stopped, swapping or busy in a long script), told apart from one that cannot be
+    reached. ``where`` is the URL as :func:`describe` shows it, ``timeout`` the seconds,
+    ``setting`` what set them (the CLI names its option)."""
+
+    def __init__(self, where: str, timeout: float, setting: str = "connect()'s timeout") -> None:
+        self.where = where
+        self.timeout = timeout
+        super().__init__(f"Redis at {where} did not answer within {timeout:g} s ({setting})")
+
+
 def connect(
     url: str | None = None,
     *,
@@ -92,7 +104,7 @@ def connect(
         if check:
             client.ping()
     except CONNECT_ERRORS as error:
-        raise connection_failed(url, options, error) from None
+        raise connection_failed(url, options, error, timeout) from None
     return client
 
 
@@ -240,8 +252,16 @@ def url_problem(url: str) -> str | None:
     return None
 
 
-def connection_failed(url: str, options: dict[str, Any], error: Exception) -> ConnectionFailed:
-    """The error for a failed connect, naming the URL with any password masked."""
+def connection_failed(
+    url: str, options: dict[str, Any], error: Exception, timeout: float | None = None
+) -> ConnectionFailed:
+    """The error for a failed connect, naming the URL with any password masked: a
+    :class:`NoAnswer` for a call that ran past ``timeout`` (the socket timeout), once
+    connected (found in review: read as "cannot reach Redis at URL")."""
+    # (not the connect timeout's TimeoutError, nor the TLS handshake's: cannot reach)
+    timed_out = isinstance(error, redis.TimeoutError) and str(error).startswith(SOCKET_TIMEOUTS)
+    if timed_out and timeout is not None:
+        return NoAnswer(describe(url), timeout)
     if isinstance(error, redis.ResponseError) and "DB index is out of range" in str(error):
         # (the server answered: it is reachable, but has fewer databases than the URL names)
         return ConnectionFailed(
@@ -252,6 +272,12 @@ def connection_failed(url: str, options: dict[str, Any], error: Exception) -> Co
     if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
         reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
     return ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}")
+
+
+# How redis-py's TimeoutError begins for a call that ran past the socket timeout (sync and
+# asyncio): "Timeout reading from HOST:PORT", "Timeout writing to socket"; "Timeout connecting
+# to server" is the connect timeout's.
+SOCKET_TIMEOUTS = ("Timeout reading", "Timeout writing")
 
 
 def _database(url: str, options: dict[str, Any]) -> int:
