@@ -406,6 +406,37 @@ def test_a_malformed_redis_url_is_a_usage_error(url, reason):
     assert "cannot reach" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://127.0.0.1:1/1x", "database '1x' is not a number"),
+        ("redis://127.0.0.1:1/0/1", "database '0/1' is not a number"),  # (redis-py: 1)
+        ("redis://127.0.0.1:1/1?db=2", "two databases named: /1 and ?db=2"),
+        ("redis://127.0.0.1:1/0#primary", "a '#' part means nothing in a Redis URL"),
+        ("redis+cluster://127.0.0.1:1/5", "'/5': Redis Cluster has database 0 only"),
+        ("redis+sentinel://127.0.0.1:1/primary/1x", "database '1x' is not a number"),
+        ("redis+sentinel://127.0.0.1:1/primary/0/extra", "'extra' after the database"),
+        ("redis+sentinel://127.0.0.1:1/primary/1?db=2", "two databases named: /1 and ?db=2"),
+    ],
+)
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_url_part_that_cannot_be_honoured_is_a_usage_error(url, reason, where, monkeypatch):
+    # Found in review (mended): each was dropped without a word (database 0 used, or the
+    # first database named), so the cache read and wrote another database than the URL says.
+    # (Port 1 refuses: unmended, each failed as "cannot reach", exit status 1.)
+    monkeypatch.delenv(ENV_URL, raising=False)
+    if where == "option":
+        result = CliRunner().invoke(main, ["--redis", url, "get", "nodes"])
+        named = "'--redis'"
+    else:
+        result = CliRunner(env={ENV_URL: url}).invoke(main, ["get", "nodes"])
+        named = f"'--redis' (from ${ENV_URL})"
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for {named}: " in result.stderr
+    assert reason in result.stderr
+    assert "cannot reach" not in result.stderr
+
+
 def test_a_malformed_redis_url_from_the_environment_names_the_variable():
     result = CliRunner(env={ENV_URL: "notaurl"}).invoke(main, ["get", "nodes"])
     assert result.exit_code == 2, result.output

@@ -67,6 +67,52 @@ def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_u
     assert isinstance(info.value, ConnectionFailed) and "s3cret" not in repr(info.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/1x",
+        "rediss://127.0.0.1:1/0/1",
+        "unix:///run/redis.sock?db=1#x",
+        "redis+cluster://127.0.0.1:1/5",
+        "redis+sentinel://127.0.0.1:1/primary/0/extra",
+    ],
+)
+def test_a_url_part_that_cannot_be_honoured_is_refused_before_connecting(url):
+    # Found in review (mended): dropped without a word; both connects refuse it.
+    import asyncio
+
+    from schedcache.aio import connect_async
+
+    assert url_problem(url) is not None
+    for connecting in (lambda: connect(url), lambda: asyncio.run(connect_async(url))):
+        with pytest.raises(ConnectionFailed) as info:
+            connecting()
+        assert str(info.value) == url_problem(url)  # (not "cannot reach")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [  # every form docs/deployment.md gives, and the databases a URL may name
+        "redis://user:password@host:6379/0",
+        "redis://host:6379",
+        "redis://host:6379/",
+        "redis://host:6379/15",
+        "redis://host:6379/2?db=2",
+        "redis://host:6379?db=3",
+        "rediss://host:6380/0?ssl_ca_certs=/etc/ca.pem",
+        "unix:///run/redis.sock?db=0",
+        "redis+sentinel://user:password@s1:26379,s2:26379,s3:26379/primary",
+        "redis+sentinel://s1:26379/primary/2",
+        "redis+sentinel://s1:26379/primary?db=2&sentinel_password=x",
+        "redis+cluster://user:password@n1:7000,n2:7001",
+        "redis+cluster://n1:7000/0",
+        "rediss+cluster://n1:6380,n2:6380?ssl_ca_certs=/etc/ca.pem",
+    ],
+)
+def test_every_documented_url_form_still_reads(url):
+    assert url_problem(url) is None
+
+
 def test_unsupported_scheme_is_refused():
     with pytest.raises(ConnectionFailed, match="unsupported scheme 'http'"):
         connect("http://127.0.0.1:6379")

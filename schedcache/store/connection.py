@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
@@ -147,7 +147,7 @@ def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tupl
     if url == EMBEDDED:
         return url, ""
     scheme = scheme_of(url)
-    unusable = _unusable_option(url)
+    unusable = _unusable_part(url, scheme)
     if unusable is not None:
         raise ConnectionFailed(unusable)
     return url, scheme
@@ -198,6 +198,56 @@ OBJECT_OPTIONS = frozenset(
 _FALSE = frozenset({"", "0", "f", "false", "n", "no"})  # (redis-py's to_bool reads these so)
 
 
+def _unusable_part(url: str, scheme: str) -> str | None:
+    """What ``url`` (a server's) says that cannot be honoured, found without connecting: an
+    option the cache cannot work with, a Sentinel or Cluster URL that does not read, a
+    database or a ``#fragment`` that would be dropped without a word (found in review:
+    ``/1x`` used database 0, ``/0/1`` database 1, a Cluster URL's ``/5`` database 0)."""
+    problem = _unusable_option(url)
+    if problem is not None:
+        return problem
+    try:
+        if scheme == "redis+sentinel":
+            sentinel_settings(url)
+        elif scheme.endswith("+cluster"):
+            cluster_settings(url)
+        else:
+            _single_server_database(url, scheme)
+    except (ValueError, TypeError) as error:
+        return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
+    return None
+
+
+def _single_server_database(url: str, scheme: str) -> None:
+    """Refuse (ValueError) a database a single server's URL names that redis-py would not use
+    as written, and a fragment, which it drops."""
+    parts = urlsplit(url)
+    if parts.fragment or url.endswith("#"):
+        raise ValueError(
+            "a '#' part means nothing in a Redis URL (a '#' in a password is written %23)"
+        )
+    query_db = parse_qs(parts.query).get("db", [None])[0]  # (redis-py takes the first)
+    path = unquote(parts.path).strip("/")
+    if scheme == "unix":
+        path = ""  # (the socket's path, not a database)
+    database_index(path or None, query_db)
+
+
+def database_index(path_db: str | None, query_db: str | None) -> int:
+    """The database a URL names in its path and/or ``?db=``, 0 when neither; ValueError for
+    one that is not a number, or two that differ."""
+    named = [text for text in (path_db, query_db) if text is not None]
+    for text in named:
+        if not _DIGITS.fullmatch(text):
+            raise ValueError(f"database {text!r} is not a number (/0, /1, ...)")
+    if len({int(text) for text in named}) > 1:
+        raise ValueError(f"two databases named: /{path_db} and ?db={query_db}")
+    return int(named[0]) if named else 0
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def _unusable_option(url: str) -> str | None:
     query = url.partition("?")[2]
     for name, values in parse_qs(query, keep_blank_values=True).items():
@@ -223,14 +273,10 @@ def url_problem(url: str) -> str | None:
         return None
     try:
         scheme = scheme_of(url)
-        unusable = _unusable_option(url)
+        unusable = _unusable_part(url, scheme)
         if unusable is not None:
             return unusable
-        if scheme == "redis+sentinel":
-            sentinel_settings(url)
-        elif scheme.endswith("+cluster"):
-            cluster_settings(url)
-        else:
+        if scheme in ("redis", "rediss", "unix"):  # (Sentinel and Cluster URLs: read above)
             if scheme == "unix" and not parse_url(url).get("path"):
                 return f"{describe(url)}: no socket path (unix:///path/to/redis.sock)"
             # The client's connection built, not connected: redis-py checks its options only
@@ -370,7 +416,12 @@ def sentinel_settings(url: str) -> SentinelSettings:
         raise ValueError("no master name: redis+sentinel://host:port/<master name>")
     query = dict(parts.query)
     sentinel_password = query.pop("sentinel_password", None)
-    db = int(parts.path[1]) if len(parts.path) > 1 else int(query.pop("db", 0))
+    if len(parts.path) > 2:  # (found in review: dropped without a word)
+        raise ValueError(
+            f"{'/'.join(parts.path[2:])!r} after the database: "
+            "redis+sentinel://host:port/<master name>[/db]"
+        )
+    db = database_index(parts.path[1] if len(parts.path) > 1 else None, query.pop("db", None))
     if query:
         raise ValueError(f"unknown options {sorted(query)}")
     return SentinelSettings(
@@ -407,6 +458,11 @@ def sentinel_primary(
 def cluster_settings(url: str) -> tuple[UrlParts, dict[str, Any]]:
     """The hosts and credentials of a ``redis+cluster://`` URL, and its ``ssl_*`` options."""
     parts = url_parts(url, default_port=6379)
+    if parts.path and (len(parts.path) > 1 or database_index(parts.path[0], None) != 0):
+        # (found in review: /5 was dropped without a word, and every key went to database 0)
+        raise ValueError(
+            f"{'/' + '/'.join(parts.path)!r}: Redis Cluster has database 0 only (no path)"
+        )
     # As redis-py reads them from a single server's URL: ssl_check_hostname=false is False.
     tls_options: dict[str, Any] = {
         k: cast(Callable[[str], Any], URL_QUERY_ARGUMENT_PARSERS.get(k, str))(parts.query.pop(k))
