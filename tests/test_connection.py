@@ -145,6 +145,25 @@ def test_describe_masks_passwords_only(url, shown):
     assert describe(url) == shown
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://host:6379/0?client_name=a@b", "redis://host:6379/0?client_name=a@b"),
+        ("unix:///run/redis.sock?client_name=a@b", "unix:///run/redis.sock?client_name=a@b"),
+        ("redis+cluster://n1:7000,[::1]:7001?x=a@b", "redis+cluster://n1:7000,[::1]:7001?x=a@b"),
+        ("redis://host:6379/0#a@b", "redis://host:6379/0#a@b"),
+        ("redis://u:pw@host/0?client_name=a@b", "redis://u:***@host/0?client_name=a@b"),
+        # a "?" or "#" in a password, unencoded: still masked whole
+        ("redis://u:p?w@host:6379/0", "redis://u:***@host:6379/0"),
+        ("redis://u:p#w@host:6379/0", "redis://u:***@host:6379/0"),
+    ],
+)
+def test_describe_masks_a_password_not_an_at_sign_in_the_query(url, shown):
+    # Found in review (mended): redis://host:6379/0?client_name=a@b was shown as
+    # redis://host:***@b, and a failed connect's reason hidden as "quotes part of a password".
+    assert describe(url) == shown
+
+
 @pytest.mark.parametrize("url", [123, b"redis://127.0.0.1:6379/0", ["redis://x"]])
 def test_a_url_that_is_no_string_is_refused_by_both_connects(url):
     import asyncio
