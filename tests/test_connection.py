@@ -113,6 +113,29 @@ def test_every_documented_url_form_still_reads(url):
     assert url_problem(url) is None
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("decode_responses", True), ("decode_responses", "yes"), ("encoding", "latin-1")],
+)
+@pytest.mark.parametrize("where", ["fakeredis", "redis"])
+def test_a_client_option_the_cache_cannot_use_is_refused_by_both_connects(where, option, value):
+    # Found in review (mended): connect(url, decode_responses=True) was taken (the URL's
+    # ?decode_responses=true is refused), and every command that read an object back failed
+    # with "expected a bytes reply from Redis, got str"; the embedded client ignored it.
+    import asyncio
+
+    from schedcache.aio import connect_async
+    from schedcache.errors import ValidationError
+
+    url = "embedded" if where == "fakeredis" else REAL_REDIS_URL
+    expected = rf"^connect: {option}: {value!r} cannot be used: schedcache reads Redis' replies"
+    with pytest.raises(ValidationError, match=expected):
+        connect(url, **{option: value})
+    with pytest.raises(ValidationError, match=expected):
+        asyncio.run(connect_async(url, **{option: value}))
+    assert connect(url, decode_responses=False).ping()  # (the default: taken)
+
+
 def test_unsupported_scheme_is_refused():
     with pytest.raises(ConnectionFailed, match="unsupported scheme 'http'"):
         connect("http://127.0.0.1:6379")

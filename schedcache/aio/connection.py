@@ -137,7 +137,7 @@ async def connect_async(
 
     ``max_connections``: the pool's size (per node in a Cluster, where it also bounds the
     commands in flight); a call past it waits up to ``pool_timeout`` seconds for one."""
-    url, scheme = checked_url(url, timeout, connect_timeout)
+    url, scheme = checked_url(url, timeout, connect_timeout, options)
     _check_pool(max_connections, pool_timeout)
     if url == EMBEDDED:
         return embedded_async_client(None, max_connections, pool_timeout)

@@ -84,9 +84,11 @@ def connect(
     ``timeout`` and ``connect_timeout`` are socket timeouts in seconds (more than 0, at most
     an hour; anything else is a :class:`ValidationError`). With ``check`` (the
     default) the server is pinged at once, so wrong or unreachable settings fail here, not at
-    the first command. Replies stay bytes: pod and node objects are stored as msgpack.
+    the first command. Replies stay bytes: pod and node objects are stored as msgpack, so
+    ``decode_responses=True``, ``encoding`` and ``encoding_errors`` are refused before
+    connecting: a :class:`ValidationError` as keywords, a :class:`ConnectionFailed` in the URL.
     """
-    url, scheme = checked_url(url, timeout, connect_timeout)
+    url, scheme = checked_url(url, timeout, connect_timeout, options)
     if url == EMBEDDED:
         return embedded_client()
     timeouts = {"socket_timeout": timeout, "socket_connect_timeout": connect_timeout}
@@ -134,13 +136,21 @@ def handshake_within(url: str, connect_timeout: float, options: dict[str, Any]) 
 CONNECT_ERRORS = (redis.RedisError, RedisClusterException, ValueError, TypeError, OSError)
 
 
-def checked_url(url: str | None, timeout: float, connect_timeout: float) -> tuple[str, str]:
+def checked_url(
+    url: str | None, timeout: float, connect_timeout: float, options: dict[str, Any]
+) -> tuple[str, str]:
     """The URL to use (``None``: ``$SCHEDCACHE_REDIS_URL``, else embedded) and its scheme
-    ("" for embedded); the timeouts and the scheme checked (sync and asyncio alike)."""
+    ("" for embedded); the timeouts, client ``options`` and the scheme checked (sync and
+    asyncio alike)."""
     for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
         # 0 would make the socket non-blocking, nan/inf block or fail at random.
         if seconds(value, subject="connect", field=name, maximum=MAX_TIMEOUT) == 0:
             raise ValidationError("connect", name, "must be more than 0 seconds")
+    for name, value in options.items():
+        # As in a URL (found in review: decode_responses=True was taken, and every command
+        # that read an object then failed with "expected a bytes reply").
+        if name in UNUSABLE_OPTIONS and (name != "decode_responses" or value):
+            raise ValidationError("connect", name, f"{value!r} cannot be used: {BYTES_REPLIES}")
     if url is not None and not isinstance(url, str):
         raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
@@ -175,10 +185,11 @@ def scheme_of(url: str) -> str:
 
 _SCHEME_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*", re.ASCII)
 
-# Client options a URL may name that the cache cannot work with: it reads Redis' replies as
-# bytes and writes names as UTF-8 (found in review: decode_responses=true made every command
-# end in a traceback); decode_responses only when true.
+# Client options a URL or connect()'s keywords may name that the cache cannot work with: it
+# reads Redis' replies as bytes and writes names as UTF-8 (found in review: decode_responses=
+# true made every command end in a traceback); decode_responses only when true.
 UNUSABLE_OPTIONS = frozenset({"decode_responses", "encoding", "encoding_errors"})
+BYTES_REPLIES = "schedcache reads Redis' replies as bytes itself"
 # Client options whose value is an object: from a URL's text they end in an AttributeError at
 # connect, or already when the connection is built (found in review).
 OBJECT_OPTIONS = frozenset(
@@ -255,10 +266,7 @@ def _unusable_option(url: str) -> str | None:
         if key == "decode_responses" and values[-1].strip().lower() in _FALSE:
             continue
         if key in UNUSABLE_OPTIONS:
-            return (
-                f"{describe(url)}: option {name!r} cannot be used: schedcache reads Redis' "
-                "replies as bytes itself"
-            )
+            return f"{describe(url)}: option {name!r} cannot be used: {BYTES_REPLIES}"
         if key in OBJECT_OPTIONS:
             return f"{describe(url)}: option {name!r} takes an object and cannot be given in a URL"
     return None
