@@ -28,7 +28,7 @@ from schedcache.store.library import function_names
 from tests.conftest import REAL_REDIS_URL, backend_url, real_client
 from tests.factories import make_node, node_manifest
 from tests.servers import silent_port
-from tests.tcp_proxy import FaultyProxy
+from tests.test_cli_follow import behind_a_proxy
 
 # Table borders rich draws (unicode, or ASCII when the output cannot encode them).
 BORDERS = re.compile(r"[│┃|]")
@@ -249,22 +249,11 @@ def test_redis_not_answering_in_the_middle_of_a_command_names_the_timeout(
         )
         url = "embedded"
     else:
-        client = real_client()
-        target = urlsplit(REAL_REDIS_URL)
-        proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
-        url = f"redis://127.0.0.1:{proxy.port}{target.path}"
-        cache = Cache(client, cache_name)
-        cache.add_node(make_node("n1", "4", "8Gi"))
-        for _ in range(2):  # `get` first asks whether the cache exists; redis-py resends once
-            proxy.hold_next(b"EXISTS")
-        try:
+        with behind_a_proxy(cache_name) as (proxy, url):
+            for _ in range(2):  # `get` first asks whether the cache exists; redis-py resends
+                proxy.hold_next(b"EXISTS")
             args = ["--redis", url, "--cache", cache_name, "--timeout", "0.3", "--retry-for", "0"]
             result = CliRunner().invoke(main, [*args, "get", "nodes"])
-        finally:
-            proxy.release()
-            proxy.close()
-            cache.clear()
-            client.close()
     assert result.exit_code == 1, result.output
     assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
 

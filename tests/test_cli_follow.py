@@ -3,7 +3,8 @@ header (issue 32 noticed they did not)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -92,6 +93,24 @@ def test_events_follow_without_headers_keeps_the_first_rows_columns(
     assert columns(lines[1]) == columns(lines[0]) == columns(lines[2]), "\n".join(lines)
 
 
+@contextlib.contextmanager
+def behind_a_proxy(cache_name: str) -> Iterator[tuple[FaultyProxy, str]]:
+    """The real Redis of the tests behind a :class:`FaultyProxy`, and the proxy's URL, with
+    cache ``cache_name`` holding one node (its keys deleted afterwards)."""
+    client = real_client()
+    target = urlsplit(REAL_REDIS_URL)
+    proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    cache = Cache(client, cache_name)
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    try:
+        yield proxy, f"redis://127.0.0.1:{proxy.port}{target.path}"
+    finally:
+        proxy.release()  # (a reply it holds)
+        proxy.close()
+        cache.clear()
+        client.close()
+
+
 def lose_redis_while_following(
     args: list[str], cut: Callable[[], None], monkeypatch: pytest.MonkeyPatch
 ) -> Any:
@@ -126,19 +145,9 @@ def test_events_follow_losing_redis_says_which_redis_it_cannot_reach(
             args, lambda: setattr(server, "connected", False), monkeypatch
         )
     else:
-        client = real_client()
-        target = urlsplit(REAL_REDIS_URL)
-        proxy = FaultyProxy(target.hostname or "127.0.0.1", target.port or 6379)
-        url = f"redis://127.0.0.1:{proxy.port}{target.path}"
-        cache = Cache(client, cache_name)
-        cache.add_node(make_node("n1", "4", "8Gi"))
-        try:
+        with behind_a_proxy(cache_name) as (proxy, url):
             args = ["--redis", url, "--cache", cache_name]
             result = lose_redis_while_following(args, lambda: proxy.set_down(True), monkeypatch)
-        finally:
-            proxy.close()
-            cache.clear()
-            client.close()
     assert result.exit_code == 1, result.output
     assert "NodeAdded" in result.output  # it followed, then lost Redis
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
