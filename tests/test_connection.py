@@ -162,15 +162,9 @@ def test_embedded_default_without_settings(monkeypatch):
         ("redis://:pw@host:6379", "redis://:***@host:6379"),
         ("redis://user@host:6379", "redis://user@host:6379"),
         ("unix:///run/redis.sock", "unix:///run/redis.sock"),
-        # Found in review (mended): an "@" in the query was taken for a password's end
-        # (redis://host:***@b), and a failed connect's reason hidden as "quotes part of a
-        # password".
-        ("redis://host:6379/0?client_name=a@b", "redis://host:6379/0?client_name=a@b"),
-        ("unix:///run/redis.sock?client_name=a@b", "unix:///run/redis.sock?client_name=a@b"),
-        ("redis+cluster://n1:7000,[::1]:7001?x=a@b", "redis+cluster://n1:7000,[::1]:7001?x=a@b"),
-        ("redis://host:6379/0#a@b", "redis://host:6379/0#a@b"),
-        ("redis://u:pw@host/0?client_name=a@b", "redis://u:***@host/0?client_name=a@b"),
-        # a "?" or "#" in a password, unencoded: still masked whole
+        # a "?" or "#" in a password, unencoded: masked whole. (An "@" in the query of a URL
+        # without credentials is masked as if it ended a password: a review found that telling
+        # the two apart showed real passwords such as 2024#Spring in clear.)
         ("redis://u:p?w@host:6379/0", "redis://u:***@host:6379/0"),
         ("redis://u:p#w@host:6379/0", "redis://u:***@host:6379/0"),
     ],

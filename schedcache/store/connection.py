@@ -22,7 +22,7 @@ from schedcache.store.commands import MAX_TIMEOUT, seconds
 from schedcache.store.routing import ClusterClient
 from schedcache.store.urls import EMBEDDED as EMBEDDED
 from schedcache.store.urls import ENV_URL as ENV_URL
-from schedcache.store.urls import PASSWORD_OPTION, userinfo
+from schedcache.store.urls import PASSWORD_OPTION
 from schedcache.store.urls import describe as describe
 
 if TYPE_CHECKING:
@@ -354,9 +354,9 @@ def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
     ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
     secrets = [secret for _, secret in PASSWORD_OPTION.findall(url)]
     secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
-    credentials = userinfo(url)[1]
-    if credentials is not None:
-        secrets.append(credentials.partition(":")[2])
+    rest = url.split("://", 1)[-1]
+    if "@" in rest:
+        secrets.append(rest.rsplit("@", 1)[0].partition(":")[2])
     pieces = {piece for secret in secrets for piece in re.split(r"[/?#&]", secret) if piece}
     if any(piece in text for piece in pieces):
         return (
