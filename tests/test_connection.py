@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import redis
 from schedcache import connect
 from schedcache.store.connection import (
     ENV_URL,
+    WITHHELD,
     ConnectionFailed,
     NoAnswer,
     describe,
@@ -171,6 +173,35 @@ def test_embedded_default_without_settings(monkeypatch):
 )
 def test_describe_masks_passwords_only(url, shown):
     assert describe(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [  # a password whose text before its "?"/"#" reads as a port or path (port 1)
+        ("redis://admin:2024#Spring@127.0.0.1:1/0", "2024#Spring"),
+        ("redis://:1234?5@127.0.0.1:1/0", "1234?5"),
+        ("redis://u:/secret?x@127.0.0.1:1/0", "/secret?x"),
+        ("redis://u:#abc@127.0.0.1:1/0", "#abc"),
+        ("redis+sentinel://u:1234#5@127.0.0.1:1/primary", "1234#5"),
+        # an "@" and then a "?" in the password: the text after its "@" was shown
+        ("redis://:p@ss:w/rd?#%&@127.0.0.1:1/0", "ss:w/rd?#%&"),
+        # a percent-escape after its "/": the refusal quoted the database unquoted
+        ("redis://:p@ss:w/rd%3F%23%25%26@127.0.0.1:1/0", "rd?#%&"),
+        ("redis://u:abc/d%65f@127.0.0.1:1/0", "def"),
+    ],
+)
+def test_a_password_that_breaks_the_url_apart_is_never_shown(url, password):
+    # Found in review (helper-84, mended): describe() took the text before the first "?"/"#"
+    # for a host:port or path and showed the URL as written, password and all; the refusal of
+    # its database quoted a piece of it, percent-escapes decoded ("database 'def@...'").
+    assert password not in describe(url)
+    problem = url_problem(url)
+    assert problem is None or password not in problem, problem
+    shown = (problem or "").replace(WITHHELD, "")  # (our own sentence may hold a piece: "rd")
+    assert not any(piece in shown for piece in re.split(r"[?#/]", password) if piece), problem
+    with pytest.raises(ConnectionFailed) as info:
+        connect(url, timeout=0.5, connect_timeout=0.5)
+    assert password not in str(info.value)
 
 
 @pytest.mark.parametrize("url", [123, b"redis://127.0.0.1:6379/0", ["redis://x"]])
