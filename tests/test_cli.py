@@ -205,7 +205,7 @@ def test_unreachable_redis_masks_the_password():
     assert "s3cret" not in result.output
 
 
-NO_ANSWER = "did not answer within 0.3 s (--timeout, or $SCHEDCACHE_TIMEOUT)"
+NO_ANSWER = "did not answer: each try waited 0.3 s (--timeout, or $SCHEDCACHE_TIMEOUT)"
 
 
 @pytest.mark.parametrize("where", ["option", "environment"])
@@ -406,6 +406,12 @@ def test_a_malformed_redis_url_is_a_usage_error(url, reason):
         ("redis+sentinel://127.0.0.1:1/primary/1x", "database '1x' is not a number"),
         ("redis+sentinel://127.0.0.1:1/primary/0/extra", "'extra' after the database"),
         ("redis+sentinel://127.0.0.1:1/primary/1?db=2", "two databases named: /1 and ?db=2"),
+        # Found in review (helper-84, mended): a '#' on Sentinel and Cluster URLs was taken into
+        # the master's name (or refused as a database), and of two ?db= one was used silently.
+        ("redis+sentinel://127.0.0.1:1/primary#x", "a '#' part means nothing in a Redis URL"),
+        ("redis+cluster://127.0.0.1:1/#x", "a '#' part means nothing in a Redis URL"),
+        ("redis://127.0.0.1:1/?db=1&db=2", "two databases named: ?db=1 and ?db=2"),
+        ("redis+sentinel://127.0.0.1:1/primary?db=1&db=2", "option 'db' given twice"),
     ],
 )
 @pytest.mark.parametrize("where", ["option", "environment"])

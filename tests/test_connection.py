@@ -49,7 +49,7 @@ def test_unreachable_servers_fail_within_the_connect_timeout(url, reason):
 
 def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_unreachable():
     # Found in review (mended): "cannot reach Redis at URL: Timeout reading from ...", as if
-    # nothing listened there; both connects say the server did not answer within the timeout.
+    # nothing listened there; both connects say the server did not answer in the timeout a try.
     import asyncio
 
     from schedcache.aio import connect_async
@@ -57,7 +57,7 @@ def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_u
     with silent_port() as port:
         url = f"redis://:s3cret@127.0.0.1:{port}/0"
         expected = (
-            f"Redis at redis://:***@127.0.0.1:{port}/0 did not answer within 0.3 s "
+            f"Redis at redis://:***@127.0.0.1:{port}/0 did not answer: each try waited 0.3 s "
             "(connect()'s timeout)"
         )
         with pytest.raises(NoAnswer) as info:
