@@ -22,8 +22,8 @@ from schedcache.store.commands import MAX_TIMEOUT, seconds
 from schedcache.store.routing import ClusterClient
 from schedcache.store.urls import EMBEDDED as EMBEDDED
 from schedcache.store.urls import ENV_URL as ENV_URL
-from schedcache.store.urls import PASSWORD_OPTION
 from schedcache.store.urls import describe as describe
+from schedcache.store.urls import password_options
 
 if TYPE_CHECKING:
     import fakeredis
@@ -217,6 +217,8 @@ def _unusable_part(url: str, scheme: str) -> str | None:
     option the cache cannot work with, a Sentinel or Cluster URL that does not read, a
     database or a ``#fragment`` that would be dropped without a word (found in review:
     ``/1x`` used database 0, ``/0/1`` database 1, a Cluster URL's ``/5`` database 0)."""
+    if _credentials_break_the_url(url):
+        return f"{describe(url)}: {BROKEN_CREDENTIALS}"
     problem = _unusable_option(url)
     if problem is not None:
         return problem
@@ -231,6 +233,22 @@ def _unusable_part(url: str, scheme: str) -> str | None:
     except (ValueError, TypeError) as error:
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
     return None
+
+
+def _credentials_break_the_url(url: str) -> bool:
+    """Whether the text before the URL's last ``@`` (its user:password, all that describe()
+    masks) holds a ``/``, ``?`` or ``#``: redis-py and url_parts() would take a piece of the
+    password for a host, port, path or option, and their messages quote it (found in review:
+    ``admin:K3y@ssw0rd.invalid?x@host`` dialled ``ssw0rd.invalid``, ``admin:2024?Open=Sesame@``
+    was refused as the unknown option 'Open')."""
+    rest = url.split("://", 1)[-1]
+    return "@" in rest and any(mark in rest.rsplit("@", 1)[0] for mark in "/?#")
+
+
+BROKEN_CREDENTIALS = (
+    "a '/', '?' or '#' before the last '@' breaks the URL apart; percent-encode them in user "
+    "names and passwords (%2F, %3F, %23), and an '@' anywhere else (%40)"
+)
 
 
 def _no_fragment(url: str) -> None:
@@ -309,7 +327,9 @@ def url_problem(url: str) -> str | None:
     except TypeError as error:
         unknown = re.search(r"unexpected keyword argument '([^']+)'", str(error))
         if unknown is not None:
-            return f"{describe(url)}: unknown option {unknown[1]!r}"
+            return f"{describe(url)}: " + _without_secrets(
+                f"unknown option {unknown[1]!r}", url, {}
+            )
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
     except (ValueError, redis.RedisError) as error:
         return f"{describe(url)}: {_without_secrets(str(error), url, {})}"
@@ -365,7 +385,7 @@ def inner_retry() -> Retry:
 def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
     """``text``, unless it quotes a password or a piece of one: a password with an unencoded
     ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
-    secrets = [secret for _, secret in PASSWORD_OPTION.findall(url)]
+    secrets = password_options(url)
     secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
     rest = url.split("://", 1)[-1]
     if "@" in rest:

@@ -30,6 +30,7 @@ from schedcache.errors import (
 )
 from schedcache.store import commands, metrics, pinned
 from schedcache.store.commands import Command, sent_id
+from schedcache.store.connection import url_problem
 from schedcache.store.eviction import EvictionCheck, check_eviction
 from schedcache.store.keys import Keys
 from schedcache.store.library import ensure_loaded, function_name, is_missing_function
@@ -136,6 +137,12 @@ class StoreCore:
         # Snapshot reads from a replica (docs/storage.md); checked here, routed by the transport.
         self.read_from = read_from
         self.reads_replica, self.replica_url = read_from_setting(read_from, subject)
+        if self.replica_url is not None:
+            # Read as connect() reads a URL (found in review: redis-py's errors for a replica URL
+            # whose password breaks it apart quoted a piece of the password).
+            problem = url_problem(self.replica_url)
+            if problem is not None:
+                raise ValidationError(subject, "read_from", problem)
         # The library's commands this client's Redis user may not run (sc_permitted), read
         # when the store opens: writes are refused while any is missing.
         self.denied: tuple[str, ...] = ()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import unquote_plus
 
 from schedcache.errors import ValidationError
 
@@ -26,7 +27,26 @@ def describe(url: str | None) -> str:
         credentials, host = rest.rsplit("@", 1)
         if ":" in credentials:  # user:password -> user:***
             url = f"{head}{separator}{credentials.split(':', 1)[0]}:***@{host}"
-    return PASSWORD_OPTION.sub(r"\1***", url)
+    return _OPTION.sub(_masked, url)
 
 
-PASSWORD_OPTION = re.compile(r"([?&](?:sentinel_|ssl_)?password=)([^&]*)", re.IGNORECASE)
+def password_options(url: str) -> list[str]:
+    """The values of ``url``'s password options, as written (an unencoded ``&`` and what
+    follows it without an ``=`` included)."""
+    return [option[3] for option in _OPTION.finditer(url) if _is_password(option[2])]
+
+
+def _masked(option: re.Match[str]) -> str:
+    return f"{option[1]}{option[2]}=***" if _is_password(option[2]) else option[0]
+
+
+def _is_password(name: str) -> bool:
+    # By its name decoded, as redis-py reads it (found in review: ?%70assword= connected with
+    # that password and was shown in clear).
+    return unquote_plus(name).lower() in PASSWORDS
+
+
+PASSWORDS = frozenset({"password", "sentinel_password", "ssl_password"})
+# One option, "?name=value" or "&name=value"; the value runs on over "&" pieces without an "="
+# (found in review: ?password=Open&Sesame was shown as ?password=***&Sesame).
+_OPTION = re.compile(r"([?&])([^&=#]*)=([^&#]*(?:&[^&=#]*(?=&|#|$))*)")
