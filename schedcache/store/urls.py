@@ -20,24 +20,50 @@ def describe(url: str | None) -> str:
     if url is not None and not isinstance(url, str):
         raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
+    spans = [(start, end) for start, end, _ in _password_values(url)]
     if "@" in url:  # (with "://" or without: a URL written wrong may still hold a password)
         head, separator, rest = url.partition("://")
         if not separator or "@" not in rest:  # no "://", or the "@" before it
             head, separator, rest = "", "", url
-        credentials, host = rest.rsplit("@", 1)
+        credentials = rest.rsplit("@", 1)[0]
         if ":" in credentials:  # user:password -> user:***
-            url = f"{head}{separator}{credentials.split(':', 1)[0]}:***@{host}"
-    return _OPTION.sub(_masked, url)
+            start = len(head) + len(separator) + credentials.index(":") + 1
+            spans.append((start, start + len(credentials) - credentials.index(":") - 1))
+    # Masked on the URL as written, both readings at once (found in review: an "@" in an
+    # option's value was taken for the end of a user:password, and the rest shown).
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    shown, at = [], 0
+    for start, end in merged:
+        shown += [url[at:start], "***"]
+        at = end
+    return "".join(shown) + url[at:]
 
 
 def password_options(url: str) -> list[str]:
     """The values of ``url``'s password options, as written (an unencoded ``&`` and what
-    follows it without an ``=`` included)."""
-    return [option[3] for option in _OPTION.finditer(url) if _is_password(option[2])]
+    follows it without an ``=`` included, a ``#`` too)."""
+    return [url[start:end] for start, end, _ in _password_values(url)]
 
 
-def _masked(option: re.Match[str]) -> str:
-    return f"{option[1]}{option[2]}=***" if _is_password(option[2]) else option[0]
+def _password_values(url: str) -> list[tuple[int, int, str]]:
+    """Where the value of each password option stands: every ``?name=`` and ``&name=``, those
+    inside another option's value too (found in review: ``?db=0?password=X``, a ``?`` typed
+    for ``&``); a value runs to the next ``&name=``, over ``&`` pieces without ``=`` and
+    ``#``. Linear in the URL's length (found in review: the regex before took 29 s on 100 KB
+    of ``?``)."""
+    options = list(_NAME.finditer(url))
+    found, following = [], len(url)
+    for option in reversed(options):
+        if _is_password(option[2]):
+            found.append((option.end(), max(following, option.end()), option[2]))
+        if option[1] == "&":
+            following = option.start()
+    return found[::-1]
 
 
 def _is_password(name: str) -> bool:
@@ -47,6 +73,4 @@ def _is_password(name: str) -> bool:
 
 
 PASSWORDS = frozenset({"password", "sentinel_password", "ssl_password"})
-# One option, "?name=value" or "&name=value"; the value runs on over "&" pieces without an "="
-# (found in review: ?password=Open&Sesame was shown as ?password=***&Sesame).
-_OPTION = re.compile(r"([?&])([^&=#]*)=([^&#]*(?:&[^&=#]*(?=&|#|$))*)")
+_NAME = re.compile(r"([?&])([^?&=#]*)=")
