@@ -358,6 +358,30 @@ def test_get_by_name_across_all_namespaces_is_refused_as_kubectl_does(backend, k
     )
 
 
+@pytest.mark.parametrize(
+    "selection",
+    [
+        ["-l", "app=web"],
+        ["--field-selector", "metadata.name=web-3"],
+        ["-l", "app=nothing", "-o", "name"],
+        ["-A", "-l", "app=web"],  # (the selector's refusal comes first, as kubectl's)
+    ],
+)
+def test_a_name_with_a_selector_is_refused_as_kubectl_does(backend, kube, selection):
+    # Found in review (helper-84, mended): taken, and judged unevenly: `get nodes n1
+    # --field-selector metadata.name=n2` printed nothing with exit 0, `get pods web-3 -l
+    # app=nothing -o name` printed pod/web-3.
+    for kind, name in (("pods", "web-3"), ("nodes", "n1")):
+        refused = kube("get", kind, name, *selection)
+        assert refused.exit_code == 1
+        assert refused.output == "Error: name cannot be provided when a selector is specified\n"
+
+
+def test_a_blank_selector_with_a_name_is_no_selector(backend, kube):
+    assert ok(kube("get", "pods", "web-3", "-l", " ", "-o", "name")) == "pod/web-3\n"
+    assert ok(kube("get", "nodes", "n1", "--field-selector", "", "-o", "name")) == "node/n1\n"
+
+
 def test_compact_without_a_checkpoint_answers_in_the_clis_words(backend, kube, client, monkeypatch):
     bare = kube("compact")
     assert bare.exit_code == 1

@@ -265,7 +265,13 @@ def get(
     -n NS, -A), `get pod NAME`, `get nodes`, with -l, --field-selector, -o, --no-headers and
     --sort-by. Pods the cache only assumed show STATUS Assumed; -o json|yaml carry the cache's
     own state under status.schedcache."""
-    if names and all_namespaces:  # kubectl's refusal, before anything is read
+    # kubectl's refusals, before anything is read, in its order (cli-runtime's builder: a
+    # selector first; a blank one is none, as kubectl trims it). Found in review: a name with
+    # -l or --field-selector was taken and judged unevenly (`get nodes n1 --field-selector
+    # metadata.name=n2` printed nothing, `get pods web-0 -l app=x -o name` printed the pod).
+    if names and ((selector or "").strip() or (field_selector or "").strip()):
+        raise click.ClickException("name cannot be provided when a selector is specified")
+    if names and all_namespaces:
         raise click.ClickException("a resource cannot be retrieved by name across all namespaces")
     cache = settings.existing_cache()
     listing = Listing(
