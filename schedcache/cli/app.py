@@ -217,7 +217,7 @@ def interrupted(command: str | None) -> NoReturn:
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:
     """A connection lost in the middle of a command (``events -f`` waiting, a long read) named
     as a failed connect names it, ``cannot reach Redis at URL: ...``; a call past the socket
-    timeout, there or at connect, as ``Redis at URL did not answer within N s`` naming
+    timeout, there or at connect, as ``Redis at URL did not answer: each try waited N s`` naming
     --timeout; other errors as they are (RetriesExhausted says itself what went unanswered)."""
     settings = ctx.obj if isinstance(ctx.obj, Settings) else None
     lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))

@@ -241,8 +241,14 @@ def _credentials_break_the_url(url: str) -> bool:
     password for a host, port, path or option, and their messages quote it (found in review:
     ``admin:K3y@ssw0rd.invalid?x@host`` dialled ``ssw0rd.invalid``, ``admin:2024?Open=Sesame@``
     was refused as the unknown option 'Open')."""
+    credentials = _credentials(url)
+    return credentials is not None and any(mark in credentials for mark in "/?#")
+
+
+def _credentials(url: str) -> str | None:
+    """The text between ``://`` and the URL's last ``@`` (its user:password), or None."""
     rest = url.split("://", 1)[-1]
-    return "@" in rest and any(mark in rest.rsplit("@", 1)[0] for mark in "/?#")
+    return rest.rsplit("@", 1)[0] if "@" in rest else None
 
 
 BROKEN_CREDENTIALS = (
@@ -387,9 +393,9 @@ def _without_secrets(text: str, url: str, options: dict[str, Any]) -> str:
     ``/``, ``?`` or ``#`` breaks the URL apart, and the parser's message quotes the pieces."""
     secrets = password_options(url)
     secrets += [str(v) for k, v in options.items() if k.endswith("password") and v]
-    rest = url.split("://", 1)[-1]
-    if "@" in rest:
-        secrets.append(rest.rsplit("@", 1)[0].partition(":")[2])
+    credentials = _credentials(url)
+    if credentials is not None:
+        secrets.append(credentials.partition(":")[2])
     # Decoded too: a message may quote a piece with its percent-escapes undone (found in
     # review: the database refusal quoted "def@host" of the password "abc/d%65f").
     secrets += [unquote(secret) for secret in secrets]
