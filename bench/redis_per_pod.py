@@ -1,13 +1,25 @@
 """Redis time per placed pod, by function: what a pod's life costs Redis end to end (issue 40).
 
 Runs ``bench/e2e.py``'s shape (fake API server, one ``sync``, N reference schedulers, real
-Redis) once per (tree, nodes, replicas) and, in the steady state (from the moment the cache
-holds 5 % of the measured pods until the last is bound), records every command Redis ran in
-its slow log at a threshold of 0 µs: each entry is one command's own execution time, as
-Redis measures it (no network, no parsing), with its arguments. The table groups them by
-function (``FCALL``/``FCALL_RO``'s function, version suffix dropped; ``snapshot_delta`` split
-into its head read and its catch-ups) or by command, and prints calls per placed pod, µs per
-call and µs per placed pod; the total is the steady Redis µs per placed pod.
+Redis) twice per (tree, nodes, replicas), measuring the steady state (from the moment the cache
+holds 5 % of the measured pods until the last is bound):
+
+* **plain**: Redis as it is configured in use (its slow log at the default 10 ms, which logs
+  nothing here); Redis' own CPU (``INFO cpu``, user and system: every command, the network and
+  the event loop) over the steady window, a placed pod: the ``Redis CPU us/pod`` column, the
+  figure issue 40's target is about;
+* **breakdown**: the same row with every command Redis ran recorded in its slow log at a
+  threshold of 0 µs: each entry is one command's own execution time, as Redis measures it (no
+  network, no parsing), with its arguments. The table groups them by function
+  (``FCALL``/``FCALL_RO``'s function, version suffix dropped; ``snapshot_delta`` split into its
+  head read and its catch-ups) or by command, and prints calls per placed pod, µs per call and
+  µs per placed pod; the total is the steady Redis µs per placed pod by the slow log.
+
+The two are separate runs because the slow log is not free: each entry copies up to 32 of the
+command's arguments (those over 128 bytes, a pod's msgpack, cut with a formatted suffix) and
+the bench keeps millions of them. On 2026-11-30, run back to back, it cost Redis 16-27 µs of
+CPU a placed pod at 5,000 nodes (0-17 at 10,000): 9-14 % of what the breakdown's run measured
+was the measuring (docs/performance.md, stop 57). ``--no-breakdown`` runs the plain row only.
 
     python bench/redis_per_pod.py --nodes 1000 5000 10000 --replicas 1 4 --measured 3000 \
         [--tree /tmp/base-red40]
@@ -80,8 +92,10 @@ def _one_row(
     url: str,
     grind: int,
     pop_batch: int | None = None,
+    slowlog: bool = True,
 ) -> None:
-    """One e2e row (this process), its steady slow log grouped: a JSON line on stdout."""
+    """One e2e row (this process), its steady slow log grouped (``slowlog``; else Redis' CPU
+    only, the slow log left as it is): a JSON line on stdout."""
     if tree:
         sys.argv += ["--tree", tree]  # bench/e2e.py imports the tree's schedcache at import
     import redis
@@ -104,6 +118,8 @@ def _one_row(
                     _callgrind("-z", grind)
                 marks["placed at mark"] = held
                 marks["cpu at mark"] = cpu()
+                threshold = client.config_get("slowlog-log-slower-than")
+                marks["slow log us"] = int(threshold["slowlog-log-slower-than"])
                 return
             time.sleep(0.005)
 
@@ -122,7 +138,8 @@ def _one_row(
             return cpu()  # e2e's steady mark, not the end
         if calls["n"] == 1:
             # Counting instructions, nothing else: the slow log's own work would be counted.
-            client.config_set("slowlog-log-slower-than", -1 if grind else 0)
+            if slowlog:
+                client.config_set("slowlog-log-slower-than", -1 if grind else 0)
             client.config_set("slowlog-max-len", 2_000_000)
             client.slowlog_reset()
             threading.Thread(target=watch, daemon=True).start()
@@ -131,8 +148,9 @@ def _one_row(
             if grind:
                 marks["instructions"] = _callgrind("-d", grind)
             marks["cpu at end"] = cpu()
-            marks["entries"] = client.execute_command("SLOWLOG", "GET", -1)
-            client.config_set("slowlog-log-slower-than", 10_000)
+            if slowlog:
+                marks["entries"] = client.execute_command("SLOWLOG", "GET", -1)
+                client.config_set("slowlog-log-slower-than", 10_000)
         return cpu()
 
     e2e.redis_cpu = redis_cpu
@@ -189,6 +207,9 @@ def _one_row(
                 "calls": count,
                 "inner": inner,
                 "instructions/pod": round(marks.get("instructions", 0) / pods),
+                # The slow log's threshold over the steady window (-1: off; 10,000: Redis'
+                # default, which logs nothing here; 0: every command)
+                "slow log us": marks.get("slow log us"),
                 "redis cpu us/pod": round(
                     1e6 * (marks.get("cpu at end", 0) - marks.get("cpu at mark", 0)) / pods
                 ),
@@ -211,6 +232,11 @@ def main() -> None:
         help="count Redis' instructions per placed pod under callgrind (no breakdown)",
     )
     parser.add_argument("--keep", default="", help="keep callgrind's dumps in this folder")
+    parser.add_argument(
+        "--no-breakdown",
+        action="store_true",
+        help="each row once, Redis' CPU only: no second run with the slow log at 0 µs",
+    )
     parser.add_argument(
         "--redis-core",
         type=int,
@@ -236,16 +262,24 @@ def main() -> None:
         help="this tree's rows once per value (with each --pop-batch): sync's batch_linger, s "
         "(the other tree's rows keep its default)",
     )
-    # tree nodes replicas pid url pop-batch
-    parser.add_argument("--row", nargs=6, help=argparse.SUPPRESS)
+    # tree nodes replicas pid url pop-batch slowlog(0/1)
+    parser.add_argument("--row", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
-        tree, nodes, replicas, pid, url, batch = args.row
+        tree, nodes, replicas, pid, url, batch, slowlog = args.row
         tree = "" if tree == "-" else tree
         sys.argv = sys.argv[:1]
         pop_batch = None if batch == "-" else int(batch)
         _one_row(
-            tree, int(nodes), int(replicas), args.measured, args.initial, url, int(pid), pop_batch
+            tree,
+            int(nodes),
+            int(replicas),
+            args.measured,
+            args.initial,
+            url,
+            int(pid),
+            pop_batch,
+            slowlog == "1",
         )
         return
     redis_cores = _pin_apart(args.redis_core)
@@ -266,24 +300,21 @@ def main() -> None:
                 if args.tree:
                     runs.insert((len(runs) + 1) // 2, (args.tree, None, None))
                 for tree, batch, linger in runs:
-                    # A server per row: under callgrind, its counters are the row's alone.
-                    port = _free_port()
-                    out = Path(args.keep or directory) / f"callgrind-{port}.out"
-                    # Instrumentation off until the steady state (the load and the list of
-                    # thousands of nodes then run a few times slower, not ~50 times).
-                    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
-                    wrapper += [f"--callgrind-out-file={out}"]
-                    server = start_server(
-                        directory, port, wrapper if args.instructions else None, redis_cores
+                    # The plain run (Redis' CPU), then, unless counting instructions or told
+                    # not to, the same row again with the slow log at 0 (the breakdown).
+                    result = _on_own_server(
+                        directory, redis_cores, args, tree, nodes, replicas, batch, linger, False
                     )
-                    redis_cpus = sorted(os.sched_getaffinity(server.pid))
-                    url = f"redis://127.0.0.1:{port}/0"
-                    grind = server.pid if args.instructions else 0
-                    try:
-                        result = _run_row(tree, nodes, replicas, args, url, grind, batch, linger)
-                    finally:
-                        server.terminate()
-                        server.wait(60)
+                    redis_cpus = result.pop("redis cpus")
+                    if not args.instructions and not args.no_breakdown:
+                        logged = _on_own_server(
+                            directory, redis_cores, args, tree, nodes, replicas, batch, linger, True
+                        )
+                        for key in ("usec", "calls", "inner"):
+                            result[key] = logged[key]
+                        result["breakdown pods"] = logged["steady pods"]
+                        result["slow log us, breakdown"] = logged["slow log us"]
+                        result["redis cpu us/pod, slow log on"] = logged["redis cpu us/pod"]
                     label = "this" if not tree else "before"
                     if batch is not None:
                         label += f" K={batch}"
@@ -303,13 +334,46 @@ def main() -> None:
             "replicas",
             "pods/s",
             "calls/pod",
-            "Redis us/pod",
+            "Redis us/pod (slow log)",
             "Redis CPU us/pod",
+            "Redis CPU us/pod, slow log on",
             "instructions/pod",
             "Redis core",
         ],
         summary,
     )
+
+
+def _on_own_server(
+    directory: str,
+    redis_cores: set[int] | None,
+    args: argparse.Namespace,
+    tree: str,
+    nodes: int,
+    replicas: int,
+    batch: int | None,
+    linger: float | None,
+    slowlog: bool,
+) -> Any:
+    """One run of a row on a redis-server of its own (under callgrind, its counters are the
+    row's alone), stopped after it; ``redis cpus``: the CPUs that server could run on."""
+    port = _free_port()
+    out = Path(args.keep or directory) / f"callgrind-{port}.out"
+    # Instrumentation off until the steady state (the load and the list of thousands of nodes
+    # then run a few times slower, not ~50 times).
+    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no"]
+    wrapper += [f"--callgrind-out-file={out}"]
+    server = start_server(directory, port, wrapper if args.instructions else None, redis_cores)
+    redis_cpus = sorted(os.sched_getaffinity(server.pid))
+    url = f"redis://127.0.0.1:{port}/0"
+    grind = server.pid if args.instructions else 0
+    try:
+        result = _run_row(tree, nodes, replicas, args, url, grind, batch, linger, slowlog)
+    finally:
+        server.terminate()
+        server.wait(60)
+    result["redis cpus"] = redis_cpus
+    return result
 
 
 def _pin_apart(core: int | None) -> set[int] | None:
@@ -340,10 +404,12 @@ def _run_row(
     grind: int,
     batch: int | None = None,
     linger: float | None = None,
+    slowlog: bool = True,
 ) -> Any:
     command = [sys.executable, __file__, "--measured", str(args.measured)]
     command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
     command += [str(replicas), str(grind), url, "-" if batch is None else str(batch)]
+    command += ["1" if slowlog else "0"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("E2E_BATCH_LINGER", None)
     if linger is not None:  # (read by bench/e2e.py's feeder process)
@@ -372,7 +438,8 @@ def _run_row(
 
 
 def _print(result: dict[str, Any]) -> list[Any]:
-    pods = result["steady pods"]
+    """The row's breakdown (when it has one) as a table; its line of the summary."""
+    pods = result.get("breakdown pods", result["steady pods"])
     rows = []
     for name, usec in sorted(result["usec"].items(), key=lambda item: -item[1]):
         calls = result["calls"][name]
@@ -387,21 +454,28 @@ def _print(result: dict[str, Any]) -> list[Any]:
     per_call = round(total / calls, 1) if calls else "-"
     rows.append(["total", round(calls / pods, 2), per_call, round(total / pods, 1), ""])
     row = result["row"]
-    print_table(
+    title = (
         f"{result['tree']} tree, {result['nodes']:,} nodes, {result['replicas']} replicas: "
-        f"{pods:,} steady pods, {row['pods/s']} pods/s, over allocatable "
-        f"{row.get('over allocatable', '?')}, bound twice {row.get('bound twice', '?')}",
-        ["function", "calls/pod", "us/call", "us/pod", "commands inside, per call"],
-        rows,
+        f"{result['steady pods']:,} steady pods, {row['pods/s']} pods/s, over allocatable "
+        f"{row.get('over allocatable', '?')}, bound twice {row.get('bound twice', '?')}"
     )
+    logged = "breakdown pods" in result
+    if logged:
+        title += f"; its breakdown (a second run, slow log at 0 µs): {pods:,} steady pods"
+        print_table(
+            title, ["function", "calls/pod", "us/call", "us/pod", "commands inside, per call"], rows
+        )
+    else:
+        print(title)
     return [
         result["tree"],
         result["nodes"],
         result["replicas"],
         row["pods/s"],
-        round(calls / pods, 2),
-        round(total / pods, 1),
+        round(calls / pods, 2) if logged else "-",
+        round(total / pods, 1) if logged else "-",
         result["redis cpu us/pod"],
+        result.get("redis cpu us/pod, slow log on", "-"),
         result["instructions/pod"],
         result.get("redis core", "-"),
     ]
