@@ -108,14 +108,13 @@ local function claim_conflicts(p, node, parsed, check, expected, before, state)
     end
   end
   -- The node's pod count: guard_node's probe (read_pod_args, candidate_args) counted it in this
-  -- call (expect_type keeps it). Counted again once the call has placed a pod (call_gen: its
-  -- first placement's generation; a gang's members, an sc_batch's earlier commands), so the
-  -- probe's count serves only while nothing was written.
+  -- call (expect_type keeps it), and every write of the node's pod set in the call leaves
+  -- `true` there instead (place_pod, unplace_pod, confirm_in_place; drop_if_empty nil), so a
+  -- number is the count as it is (an sc_batch's earlier commands, a gang's earlier members
+  -- placed elsewhere, keep it); else it is counted again.
   local pk = p .. 'nodepods:' .. node
   local pods = checked[pk]
-  if batching or call_gen ~= nil or type(pods) ~= 'number' then
-    pods = redis.call('ZCARD', pk)
-  end
+  if type(pods) ~= 'number' then pods = redis.call('ZCARD', pk) end
   if pods + 1 + (before and before.pods or 0) > stored_int(nk, state[2], 0) then
     short = short or {}
     short[#short + 1] = 'pods'

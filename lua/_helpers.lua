@@ -258,8 +258,26 @@ local function stored_int(key, value, default)
 end
 
 -- Helpers of the claims' reads, in one table (the chunk's locals are near Lua's 200):
--- READS.fit_layout, with check_fields below.
+-- READS.fit_layout, with check_fields below; READS.pod_texts.
 local READS = {}
+
+-- A pod's version, record and queued record (the keys given) in one MGET, each its text or
+-- false when missing: sc_sync_pod reads all three for every change (three GETs cost two
+-- redis.calls more, ~2,800 instructions each). MGET answers a key of another type as missing,
+-- so when one is, EXISTS tells; if any missing one exists, all three come back nil, and the
+-- caller's own reads (stale_version, load_pod, load_queued) read them one by one as before,
+-- in their order, reporting the corruption as they always did (a dropped change first).
+function READS.pod_texts(vkey, rkey, qkey)
+  local got = redis.call('MGET', vkey, rkey, qkey)
+  local version, record, queued = got[1], got[2], got[3]
+  if version and record and queued then return version, record, queued end
+  local absent = {}
+  if not version then absent[#absent + 1] = vkey end
+  if not record then absent[#absent + 1] = rkey end
+  if not queued then absent[#absent + 1] = qkey end
+  if redis.call('EXISTS', unpack(absent)) > 0 then return nil, nil, nil end
+  return version, record, queued
+end
 
 -- GET that refuses a key of another type (as corruption, before any write); false when the
 -- key is missing.
@@ -690,6 +708,7 @@ local function drop_if_empty(p, node)
   if redis.call('HGET', nk, 'exists') == '0'
       and redis.call('ZCARD', p .. 'nodepods:' .. node) == 0 then
     redis.call('DEL', nk, p .. 'nodepods:' .. node, p .. 'nodeimgs:' .. node)
+    checked[p .. 'nodepods:' .. node] = nil
     redis.call('SREM', p .. 'nodes', node)
     known_nodes[node] = nil
   end
@@ -796,13 +815,17 @@ local function place_pod(p, uid, node, parsed)
   for j = 1, #fields do
     if fields[j] == 'anti' then redis.call('HSET', p .. 'node:' .. node, 'ax', text) end
   end
-  redis.call('ZADD', p .. 'nodepods:' .. node, text, uid)
+  local pk = p .. 'nodepods:' .. node
+  redis.call('ZADD', pk, text, uid)
+  checked[pk] = true  -- a zset, its probe's count gone (claim_conflicts counts again)
   return gen, text
 end
 
 local function unplace_pod(p, uid, node, parsed)
   apply_contribution(p, p .. 'node:' .. node, parsed, true)
-  redis.call('ZREM', p .. 'nodepods:' .. node, uid)
+  local pk = p .. 'nodepods:' .. node
+  redis.call('ZREM', pk, uid)
+  checked[pk] = true  -- (as place_pod's)
   local gen, text = touch(p, node)
   -- The last removal, for claims whose rules a removal can break (_changes.lua).
   redis.call('HSET', p .. 'node:' .. node, 'rm', text)
@@ -912,10 +935,12 @@ local STATES = { assumed = true, added = true }
 
 -- `stays`: the caller leaves the pod on its node (it changes the record and the indexes of an
 -- assumed pod only, and checks what it writes itself); else everything taking the pod off its
--- node writes is checked here (guard_removal).
-local function load_pod(p, uid, stays)
+-- node writes is checked here (guard_removal). `read`: the record as the caller read it
+-- (READS.pod_texts: false when missing), else nil and it is read here.
+local function load_pod(p, uid, stays, read)
   local key = p .. 'pod:' .. uid
-  local raw = get_string(key)
+  local raw = read
+  if raw == nil then raw = get_string(key) end
   if not raw then return nil end
   -- The newline first: without one, the match below backtracks over every length of the
   -- claimer, scanning the rest each time (found in review: a 20 KB record without a newline

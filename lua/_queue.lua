@@ -145,9 +145,10 @@ end
 -- `dropping`: the caller only takes it out of the queue (queue_drop), so the record is checked
 -- whole but only what a drop reads is kept: key, uid, state, scheduler and seq (half the table,
 -- and no copy of the pod's msgpack: a confirmation's largest allocation).
-local function load_queued(p, uid, lenient, dropping)
+local function load_queued(p, uid, lenient, dropping, read)
   local key = p .. 'queued:' .. uid
-  local text = get_string(key)
+  local text = read  -- (as load_pod's `read`)
+  if text == nil then text = get_string(key) end
   if text == false then return nil end
   -- (The header matched in the text itself, up to its first newline: no substring of it.)
   local state, scheduler, priority, seq, attempts, due, holder, body = string.match(text,

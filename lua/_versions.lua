@@ -32,9 +32,11 @@ local function compare_rv(a, b)
   return 1
 end
 
--- The drop reply when `rv` is not newer than the stored version of `key`, else nil.
-local function stale_version(key, rv)
-  local stored = get_string(key)
+-- The drop reply when `rv` is not newer than the stored version of `key`, else nil. `read`:
+-- the stored version as the caller read it (false: none), else nil and it is read here.
+local function stale_version(key, rv, read)
+  local stored = read
+  if stored == nil then stored = get_string(key) end
   if stored == false then return nil end
   local known = normal_rv(stored)
   if known == nil then corrupt(key, 'holds ' .. string.format('%q', string.sub(stored, 1, 40))

@@ -28,7 +28,9 @@ local function confirm_in_place(p, replica, args, rec)
   release_claim(p, args.uid, rec)
   redis.call('SREM', p .. 'assumed', args.uid)
   redis.call('ZREM', p .. 'deadlines', args.uid)
-  redis.call('ZADD', p .. 'nodepods:' .. args.node, text, args.uid)
+  local pk = p .. 'nodepods:' .. args.node
+  redis.call('ZADD', pk, text, args.uid)
+  checked[pk] = true  -- (as place_pod's: the pod was there, but a count is no longer trusted)
   write_record(p, args.uid, 'added', args.node, '0', '', text, '', args.contribution.text,
                args.blob)
   emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,

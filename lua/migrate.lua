@@ -60,6 +60,7 @@ local function migrate(p, replica, a)
     local index, scored = conversion[1], conversion[2]
     redis.call('DEL', index)
     call_in_slices('ZADD', index, scored, 2 * MIGRATE_PER_ZADD)
+    checked[index] = true  -- a zset now, of no count this call read
   end
   -- A slice that converted nothing wrote nothing: its reply is not remembered either.
   return { scan[1], #conversions }, nil, #conversions + #stale

@@ -13,7 +13,7 @@
 -- Reply    {"applied", "add"|"update"|"remove"|"queue"|"requeue"|"dequeue"|"none", gen or ""}
 --          ("requeue": a queued pod's manifest or priority changed; "dequeue": a pod the
 --          cache does not hold left the queue; "none" for "queue": the pod is claimed already)
---          {"dropped", "repeated"|"stale", stored version}   nothing read or written
+--          {"dropped", "repeated"|"stale", stored version}   nothing written
 -- Errors   those of sc_add_pod / sc_update_pod / sc_remove_pod (nothing written);
 --          BADARG rv|op|uid|scheduler|priority|blob
 -- Event    that of the command applied (PodAdded, also confirming an assumed pod; PodUpdated;
@@ -90,13 +90,14 @@ local function sync_pod(p, replica, a)
     return nil, 'BADARG blob'
   end
   local vkey = p .. 'version:pod:' .. uid
-  local dropped = stale_version(vkey, rv)
+  local version, raw, text = READS.pod_texts(vkey, p .. 'pod:' .. uid, p .. 'queued:' .. uid)
+  local dropped = stale_version(vkey, rv, version)
   if dropped ~= nil then return dropped, nil, 0 end
   -- Read as it stays (no removal's checks): the command applied below checks what it writes,
   -- the removal's keys included, and takes this record rather than reading it again.
-  local rec = load_pod(p, uid, true)
+  local rec = load_pod(p, uid, true, raw)
   -- Its queued record and the queues it touches, checked before the first write.
-  local queued = load_queued(p, uid, false, op ~= 'queue')
+  local queued = load_queued(p, uid, false, op ~= 'queue', text)
   -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
   -- queue holds counted now, which no command below changes, for queue_drop.)
   local held = nil

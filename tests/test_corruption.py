@@ -441,3 +441,33 @@ def test_a_nominated_pods_delete_checks_the_nominations_keys_before_any_write(ca
     with pytest.raises(CorruptRecord, match=key):
         cache.run(commands.sync_pod(pod, "9", False))
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+SYNC_POD_KEYS = ["version:pod:held", "pod:held", "queued:held"]
+
+
+@pytest.mark.parametrize("key", SYNC_POD_KEYS)
+def test_sync_pod_reads_its_three_keys_at_once_and_names_a_wrong_typed_one(cache, key):
+    """sc_sync_pod reads a pod's version, record and queued record in one MGET, which answers
+    a key of another type as missing: such a key is still named (CORRUPT), for a confirmation
+    and for a pending pod's queueing alike, with nothing written."""
+    populated(cache)
+    _wrong_type(key)(cache)
+    confirm = commands.sync_pod(make_pod("held", "n1", "100m", "1Mi"), "5", present=True)
+    refused_unchanged(cache, lambda c: c.run(confirm), key)
+    queue = commands.sync_pod_pending(make_pod("held", "", "100m", "1Mi"), "ref", "5")
+    refused_unchanged(cache, lambda c: c.run(queue), key)
+
+
+@pytest.mark.parametrize("key", ["pod:held", "queued:held"])
+def test_a_stale_change_is_dropped_before_a_wrong_typed_record_is_read(cache, key):
+    """The version decides first, as when each key was read on its own: a change at or below
+    it is dropped, whatever the pod's other keys hold, and nothing is written."""
+    populated(cache)
+    pod = make_pod("held", "n1", "100m", "1Mi")
+    cache.client.set(cache.keys.prefix + "version:pod:held", "9")
+    _wrong_type(key)(cache)
+    before = keyspace(cache.client, cache.keys.pattern)
+    reply = cache.run(commands.sync_pod(pod, "5", present=True))
+    assert "stale" in str(reply), reply
+    assert keyspace(cache.client, cache.keys.pattern) == before
