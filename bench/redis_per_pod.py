@@ -119,7 +119,7 @@ def _one_row(
                 marks["placed at mark"] = held
                 marks["cpu at mark"] = cpu()
                 threshold = client.config_get("slowlog-log-slower-than")
-                marks["slow log us"] = int(threshold["slowlog-log-slower-than"])
+                marks["slow log us"] = int(str(threshold["slowlog-log-slower-than"]))
                 return
             time.sleep(0.005)
 
@@ -138,8 +138,12 @@ def _one_row(
             return cpu()  # e2e's steady mark, not the end
         if calls["n"] == 1:
             # Counting instructions, nothing else: the slow log's own work would be counted.
-            if slowlog:
-                client.config_set("slowlog-log-slower-than", -1 if grind else 0)
+            # (Under callgrind commands run ~30 times slower: Redis' default 10 ms would log
+            # many, so it is turned off; found in review.)
+            if grind:
+                client.config_set("slowlog-log-slower-than", -1)
+            elif slowlog:
+                client.config_set("slowlog-log-slower-than", 0)
             client.config_set("slowlog-max-len", 2_000_000)
             client.slowlog_reset()
             threading.Thread(target=watch, daemon=True).start()
@@ -312,9 +316,15 @@ def main() -> None:
                         )
                         for key in ("usec", "calls", "inner"):
                             result[key] = logged[key]
+                        # Its own checks too, printed with its table (found in review: a
+                        # breakdown run that bound a pod twice went unseen).
+                        result["breakdown row"] = logged["row"]
                         result["breakdown pods"] = logged["steady pods"]
                         result["slow log us, breakdown"] = logged["slow log us"]
                         result["redis cpu us/pod, slow log on"] = logged["redis cpu us/pod"]
+                    else:  # (the plain run logs nothing: no breakdown, not an empty one)
+                        for key in ("usec", "calls", "inner"):
+                            del result[key]
                     label = "this" if not tree else "before"
                     if batch is not None:
                         label += f" K={batch}"
@@ -440,8 +450,9 @@ def _run_row(
 def _print(result: dict[str, Any]) -> list[Any]:
     """The row's breakdown (when it has one) as a table; its line of the summary."""
     pods = result.get("breakdown pods", result["steady pods"])
+    usecs = result.get("usec", {})
     rows = []
-    for name, usec in sorted(result["usec"].items(), key=lambda item: -item[1]):
+    for name, usec in sorted(usecs.items(), key=lambda item: -item[1]):
         calls = result["calls"][name]
         commands = result["inner"].get(name, {})
         top = sorted(commands.items(), key=lambda item: -item[1])[:6]
@@ -449,8 +460,8 @@ def _print(result: dict[str, Any]) -> list[Any]:
         rows.append(
             [name, round(calls / pods, 2), round(usec / calls, 1), round(usec / pods, 1), within]
         )
-    total = sum(result["usec"].values())
-    calls = sum(result["calls"].values())
+    total = sum(usecs.values())
+    calls = sum(result.get("calls", {}).values())
     per_call = round(total / calls, 1) if calls else "-"
     rows.append(["total", round(calls / pods, 2), per_call, round(total / pods, 1), ""])
     row = result["row"]
@@ -461,7 +472,12 @@ def _print(result: dict[str, Any]) -> list[Any]:
     )
     logged = "breakdown pods" in result
     if logged:
-        title += f"; its breakdown (a second run, slow log at 0 µs): {pods:,} steady pods"
+        again = result["breakdown row"]
+        title += (
+            f"; its breakdown (a second run, slow log at 0 µs): {pods:,} steady pods, "
+            f"{again['pods/s']} pods/s, over allocatable {again.get('over allocatable', '?')}, "
+            f"bound twice {again.get('bound twice', '?')}"
+        )
         print_table(
             title, ["function", "calls/pod", "us/call", "us/pod", "commands inside, per call"], rows
         )
@@ -476,7 +492,7 @@ def _print(result: dict[str, Any]) -> list[Any]:
         round(total / pods, 1) if logged else "-",
         result["redis cpu us/pod"],
         result.get("redis cpu us/pod, slow log on", "-"),
-        result["instructions/pod"],
+        result["instructions/pod"] or "-",
         result.get("redis core", "-"),
     ]
 

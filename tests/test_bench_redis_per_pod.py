@@ -46,9 +46,11 @@ def test_one_replica_places_every_pod_and_redis_time_is_split_by_function() -> N
     assert row["steady pods"] > 0 and row["redis cpu us/pod"] > 0
     # Redis' CPU comes from a run with the slow log as Redis has it (10 ms: nothing logged
     # here), not from the breakdown's run, whose slow log at 0 µs costs Redis a record of
-    # every command (a quarter of the figure, measured: docs/performance.md).
+    # every command (9-14 % of the figure at 5,000 nodes, measured: docs/performance.md).
     assert row["slow log us"] == 10_000 and row["slow log us, breakdown"] == 0
     assert row["redis cpu us/pod, slow log on"] > 0 and row["breakdown pods"] > 0
+    again = row["breakdown row"]  # the breakdown's run checked as the plain one
+    assert again["bound"] == 100 and [again[check] for check in checks] == [0, 0, 0, 0]
     # The pops (with their claims) and sync's confirmations are functions of the library,
     # each row of the breakdown timed by Redis' own slow log.
     functions = set(row["usec"])
@@ -60,7 +62,7 @@ def test_no_breakdown_runs_each_row_once_with_the_slow_log_left_alone() -> None:
     done, (row,) = bench("test-redis-per-pod-plain", "--no-breakdown")
     assert done.returncode == 0, done.stderr[-3000:]
     assert row["row"]["bound"] == 100 and row["redis cpu us/pod"] > 0
-    assert row["slow log us"] == 10_000 and row["usec"] == {}
+    assert row["slow log us"] == 10_000 and "usec" not in row
     assert "breakdown pods" not in row and "redis cpu us/pod, slow log on" not in row
 
 

@@ -360,12 +360,12 @@ def test_fuzz_batched_claims_count_pods_as_single_commands_do(
 # -- bench/redis_per_pod.py (40caf45) ---------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind)")
 def test_instructions_leave_the_slow_log_off() -> None:
     """--instructions counts Redis' instructions under callgrind; the slow log's own work must
     not be counted (docs/performance.md, stop 57: "it turns the slow log off"). Since 40caf45
     the only run of an --instructions row is the plain one (slowlog False), which no longer
     sets the threshold to -1: it stays at 10 ms, which callgrind's ~30x slower commands pass."""
+    assert shutil.which("valgrind"), "callgrind is needed (.ci/run installs Debian's valgrind)"
     done, (row,) = bench("test-review57-instructions", "--instructions")
     assert done.returncode == 0, done.stderr[-3000:]
     assert row["instructions/pod"] > 0
