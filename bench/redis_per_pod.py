@@ -129,10 +129,11 @@ def _one_row(
 
     calls = {"n": 0}
 
-    def redis_cpu(_url: str) -> float:
+    def redis_cpu(url: str) -> float:
         """e2e calls it right before the go, once the first 5 % are bound (its own steady
         mark) and right after the last pod is bound: the end is the call that finds every
         measured pod in the cache."""
+        del url  # (e2e's signature: the row reads through its own client)
         calls["n"] += 1
         if calls["n"] > 1 and int(client.scard("{" + e2e.CACHE + "}:pods")) - initial < measured:
             return cpu()  # e2e's steady mark, not the end
