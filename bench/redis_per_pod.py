@@ -138,15 +138,15 @@ def _one_row(
         if calls["n"] > 1 and int(client.scard("{" + e2e.CACHE + "}:pods")) - initial < measured:
             return cpu()  # e2e's steady mark, not the end
         if calls["n"] == 1:
-            # Counting instructions, nothing else: the slow log's own work would be counted.
-            # (Under callgrind commands run ~30 times slower: Redis' default 10 ms would log
-            # many, so it is turned off; found in review.)
+            # Counting instructions, nothing else: the slow log's own work would be counted,
+            # and under callgrind commands run ~30 times slower, past Redis' default 10 ms
+            # (found in review), so it is turned off. A plain run leaves it as it is.
             if grind:
                 client.config_set("slowlog-log-slower-than", -1)
             elif slowlog:
                 client.config_set("slowlog-log-slower-than", 0)
-            client.config_set("slowlog-max-len", 2_000_000)
-            client.slowlog_reset()
+                client.config_set("slowlog-max-len", 2_000_000)
+                client.slowlog_reset()
             threading.Thread(target=watch, daemon=True).start()
         else:
             done.set()
