@@ -5,7 +5,11 @@ For each replica count, on an empty Redis database and a fresh fake API server
 
 1. the API server holds ``--nodes`` nodes (upstream's node template: 4 cpu, 32Gi, 110 pods) and
    ``--initial`` bound pods, plus ``--measured`` pods pending for scheduler ``bench``
-   (upstream's pod template: 100m cpu, 500Mi), all there before anything starts;
+   (upstream's pod template: 100m cpu, 500Mi), all there before anything starts; with
+   ``--arrival-rate R`` the measured pods are created from the replicas' start on instead,
+   ``R`` a second, so that ``sync``'s queueing of them falls in the steady window below (with
+   all of them pending before the start, ``sync`` queues every one during start-up, and the
+   window's Redis figures hold no queueing);
 2. one ``schedcache sync`` feeder (a process) lists and watches them into the cache;
 3. ``--replicas`` reference schedulers (one process each, as ``schedcache scheduler`` runs
    them) start at once; the clock runs from their start until the API server holds every
@@ -57,6 +61,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
@@ -196,8 +201,12 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
         for i in range(args.initial):
             on = node_name(i % args.nodes, args.node_names)
             server.create(shaped(pod(f"initial-{i}", on), shape, False))
-        for i in range(args.measured):
-            server.create(shaped(pod(f"measured-{i}"), shape, True))
+        measured = [shaped(pod(f"measured-{i}"), shape, True) for i in range(args.measured)]
+        # (bench/redis_per_pod.py builds its own argument set: no such attribute before it)
+        arrival = float(getattr(args, "arrival_rate", 0.0) or 0.0)
+        if not arrival:
+            for manifest in measured:
+                server.create(manifest)
         # The harness's own kubeconfig path per run: the capacity clients read it.
         conn.send(str(server.kubeconfig(Path(directory) / "kubeconfig")))
         while True:
@@ -208,6 +217,10 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
             if message == "go":
                 if profiles and sys.version_info >= (3, 12):
                     profiles[0].enable()  # one profiler sees every thread (3.12+)
+                if arrival:
+                    threading.Thread(
+                        target=_arrive, args=(server, measured, arrival), daemon=True
+                    ).start()
             elif message == "bound":
                 conn.send(refused["bound"])
             elif message == "pods":  # the pending pods as the API server holds them
@@ -231,6 +244,19 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
                 for name in names:
                     server.create(pod(name, scheduler="nobody"))
                 conn.send(names)
+
+
+def _arrive(server: Any, pods: list[dict[str, Any]], rate: float) -> None:
+    """``--arrival-rate``: the measured pods created from the go on, ``rate`` a second, each
+    at its own moment of one clock (a late one does not push the rest back). Their queueing
+    (``sync``'s push of each pod) then falls in the steady window, as in a cluster whose pods
+    keep coming; with all of them pending before the go, ``sync`` queued them at start-up."""
+    start = time.monotonic()
+    for i, manifest in enumerate(pods):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        server.create(manifest)
 
 
 def _check(
@@ -544,6 +570,8 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "replicas": replicas,
         "nodes": args.nodes,
         "measured": args.measured,
+        # Measured pods created a second from the go on (0: all pending before it).
+        "arrival /s": float(getattr(args, "arrival_rate", 0.0) or 0.0),
         "setup s": round(setup_seconds, 1),  # the API server's process and its objects
         "sync s": round(sync_seconds, 1),
         "bound": done,  # = measured unless --timeout cut the row
@@ -579,6 +607,13 @@ def main() -> None:
     parser.add_argument("--initial", type=int, default=500, help="bound pods before the start")
     parser.add_argument("--measured", type=int, default=1000, help="pending pods to place")
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--arrival-rate",
+        type=float,
+        default=0.0,
+        help="measured pods created a second from the go on, so their queueing is in the "
+        "steady window (default 0: every one pending before anything starts)",
+    )
     parser.add_argument("--capacity", type=int, default=1000, help="pods bound straight")
     parser.add_argument(
         "--capacity-clients", type=clients, default=(4, 4), help="PxT: processes x threads"

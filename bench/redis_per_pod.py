@@ -21,6 +21,12 @@ the bench keeps millions of them. On 2026-11-30, run back to back, it cost Redis
 CPU a placed pod at 5,000 nodes (0-17 at 10,000): 9-14 % of what the breakdown's run measured
 was the measuring (docs/performance.md, stop 57). ``--no-breakdown`` runs the plain row only.
 
+By default every measured pod is pending before anything starts, and ``sync`` queues them all
+during start-up: the window holds no queueing, which issue 40 counts in a pod's life.
+``--arrival-rate R`` has the API server create them from the replicas' start on, ``R`` a second
+(bench/e2e.py), so each pod's queueing falls in the window too (all but the first ones'); with
+``R`` above what the replicas place, the queue never runs dry and pods/s is still theirs.
+
     python bench/redis_per_pod.py --nodes 1000 5000 10000 --replicas 1 4 --measured 3000 \
         [--tree /tmp/base-red40]
 
@@ -93,6 +99,7 @@ def _one_row(
     grind: int,
     pop_batch: int | None = None,
     slowlog: bool = True,
+    arrival_rate: float = 0.0,
 ) -> None:
     """One e2e row (this process), its steady slow log grouped (``slowlog``; else Redis' CPU
     only, the slow log left as it is): a JSON line on stdout."""
@@ -118,6 +125,7 @@ def _one_row(
                     _callgrind("-z", grind)
                 marks["placed at mark"] = held
                 marks["cpu at mark"] = cpu()
+                marks["queued at mark"] = queued()
                 threshold = client.config_get("slowlog-log-slower-than")
                 marks["slow log us"] = int(str(threshold["slowlog-log-slower-than"]))
                 return
@@ -126,6 +134,10 @@ def _one_row(
     def cpu() -> float:
         info = client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def queued() -> int:
+        """Pods queued so far (the queue's arrival counter; none yet: 0)."""
+        return int(client.get("{" + e2e.CACHE + "}:queueseq") or 0)
 
     calls = {"n": 0}
 
@@ -153,6 +165,7 @@ def _one_row(
             if grind:
                 marks["instructions"] = _callgrind("-d", grind)
             marks["cpu at end"] = cpu()
+            marks["queued at end"] = queued()
             if slowlog:
                 marks["entries"] = client.execute_command("SLOWLOG", "GET", -1)
                 client.config_set("slowlog-log-slower-than", 10_000)
@@ -177,6 +190,7 @@ def _one_row(
         node_names="short",
         binding_process=False,
         pop_batch=pop_batch,
+        arrival_rate=arrival_rate,
     )
     with tempfile.TemporaryDirectory() as directory:
         row = e2e.run(replicas, args, directory)
@@ -215,6 +229,9 @@ def _one_row(
                 # The slow log's threshold over the steady window (-1: off; 10,000: Redis'
                 # default, which logs nothing here; 0: every command)
                 "slow log us": marks.get("slow log us"),
+                # Pods sync queued in the steady window: 0 unless --arrival-rate (its pods
+                # then arrive while others are placed, as in a cluster whose pods keep coming).
+                "queued in window": marks.get("queued at end", 0) - marks.get("queued at mark", 0),
                 "redis cpu us/pod": round(
                     1e6 * (marks.get("cpu at end", 0) - marks.get("cpu at mark", 0)) / pods
                 ),
@@ -229,6 +246,13 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--measured", type=int, default=3000)
     parser.add_argument("--initial", type=int, default=1000)
+    parser.add_argument(
+        "--arrival-rate",
+        type=float,
+        default=0.0,
+        help="measured pods created a second from the replicas' start on (bench/e2e.py), so "
+        "that sync's queueing of them is in the steady window; default 0: all pending before",
+    )
     parser.add_argument("--tree", default="", help="another checkout: its rows alternate")
     parser.add_argument("--name", default="redis_per_pod")
     parser.add_argument(
@@ -285,6 +309,7 @@ def main() -> None:
             int(pid),
             pop_batch,
             slowlog == "1",
+            args.arrival_rate,
         )
         return
     redis_cores = _pin_apart(args.redis_core)
@@ -338,12 +363,14 @@ def main() -> None:
                     summary.append(_print(result))
                     write_results(args.name, {"args": vars(args), "rows": results})
     print_table(
-        f"steady Redis per placed pod ({args.measured:,} measured, load {_load()})",
+        f"steady Redis per placed pod ({args.measured:,} measured{_arriving(args)}, "
+        f"load {_load()})",
         [
             "tree",
             "nodes",
             "replicas",
             "pods/s",
+            "queued in window",
             "calls/pod",
             "Redis us/pod (slow log)",
             "Redis CPU us/pod",
@@ -418,7 +445,8 @@ def _run_row(
     slowlog: bool = True,
 ) -> Any:
     command = [sys.executable, __file__, "--measured", str(args.measured)]
-    command += ["--initial", str(args.initial), "--row", tree or "-", str(nodes)]
+    command += ["--initial", str(args.initial), "--arrival-rate", str(args.arrival_rate)]
+    command += ["--row", tree or "-", str(nodes)]
     command += [str(replicas), str(grind), url, "-" if batch is None else str(batch)]
     command += ["1" if slowlog else "0"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -446,6 +474,13 @@ def _run_row(
     if row.returncode or not lines:
         raise SystemExit(f"row {tree or 'this'} {nodes} {replicas} failed:\n{stderr[-3000:]}")
     return json.loads(lines[-1])
+
+
+def _arriving(args: argparse.Namespace) -> str:
+    """The title's words for ``--arrival-rate`` (nothing for the default)."""
+    if not args.arrival_rate:
+        return ", all pending before the start: no queueing in the window"
+    return f", arriving {args.arrival_rate:g} a second: their queueing in the window"
 
 
 def _print(result: dict[str, Any]) -> list[Any]:
@@ -489,6 +524,7 @@ def _print(result: dict[str, Any]) -> list[Any]:
         result["nodes"],
         result["replicas"],
         row["pods/s"],
+        result.get("queued in window", "-"),
         round(calls / pods, 2) if logged else "-",
         round(total / pods, 1) if logged else "-",
         result["redis cpu us/pod"],
