@@ -72,8 +72,10 @@ def test_demo_with_the_url_in_the_environment_runs_on_its_own_cache(server, r):
     populate_production(r)
     before = everything(r)
     assert any(b":checkpoint" in key for key in before) and len(before) > 10
-    # The command of issue 13, and the same with SCHEDCACHE_CACHE naming the production cache.
-    for env in ({}, {"SCHEDCACHE_CACHE": "default"}):
+    # The command of issue 13, and the same with SCHEDCACHE_CACHE naming the production cache,
+    # or a name no cache may have: the demo ignores the variable, so it refused nothing (it
+    # said "Invalid value for '--cache' (from $SCHEDCACHE_CACHE)", exit 2, until stop 58).
+    for env in ({}, {"SCHEDCACHE_CACHE": "default"}, {"SCHEDCACHE_CACHE": "bad name!"}):
         r.delete(*r.keys("{demo}:*") or [b"{demo}:none"])
         result = run(server, "demo", "--nodes", "2", "--pods", "4", **env)
         assert result.exit_code == 0, result.output

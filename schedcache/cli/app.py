@@ -23,7 +23,12 @@ import redis
 from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
-from schedcache.cli.params import Seconds, check_cache_name, check_redis_url
+from schedcache.cli.params import (
+    Seconds,
+    check_cache_option,
+    check_cache_variable,
+    check_redis_url,
+)
 from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, INTERRUPTED, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
@@ -345,8 +350,8 @@ def check_read_from(ctx: click.Context, param: click.Parameter, value: str) -> s
     envvar=ENV_CACHE,
     default="default",
     show_default=True,
-    callback=check_cache_name,
-    help=f"Cache name; default: ${ENV_CACHE}, else 'default'.",
+    callback=check_cache_option,
+    help=f"Cache name; default: ${ENV_CACHE} (not for demo), else 'default'.",
 )
 @click.option(
     "--timeout",
@@ -437,6 +442,7 @@ def main(
     """
     if ctx.invoked_subcommand is None:  # `schedcache --cache X`: options, no command
         usage_screen(ctx)
+    check_cache_variable(ctx, cache_name)  # (demo ignores $SCHEDCACHE_CACHE, a bad one too)
     logs.configure(log_level, log_format)
     given = ctx.get_parameter_source("cache_name") == ParameterSource.COMMANDLINE
     ctx.obj = Settings(url, cache_name, timeout, retry_for, wait_replicas, wait_timeout, given)

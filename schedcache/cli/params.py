@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from schedcache.cli.text import printable
 from schedcache.errors import ValidationError
@@ -178,6 +179,25 @@ def check_cache_name(ctx: click.Context, param: click.Parameter, value: str) -> 
     except ValidationError as error:
         raise click.BadParameter(printable(error.reason), ctx, param) from None
     return value
+
+
+def check_cache_option(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The global --cache: checked as check_cache_name, except a value that came from
+    $SCHEDCACHE_CACHE, which waits for the group's own callback (:func:`check_cache_variable`):
+    `demo` ignores the variable, so a bad one must not refuse it."""
+    if param.name and ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT:
+        return value
+    return check_cache_name(ctx, param, value)
+
+
+def check_cache_variable(ctx: click.Context, value: str) -> None:
+    """$SCHEDCACHE_CACHE, once the subcommand is known: refused as a bad --cache (the variable
+    named) for every command that uses it, that is all but `demo`."""
+    source = ctx.get_parameter_source("cache_name")
+    if source is not ParameterSource.ENVIRONMENT or ctx.invoked_subcommand == "demo":
+        return
+    param = next(p for p in ctx.command.params if p.name == "cache_name")
+    check_cache_name(ctx, param, value)
 
 
 def check_redis_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
