@@ -90,15 +90,15 @@ def test_pods_arriving_during_the_window_have_their_queueing_counted() -> None:
     """``--arrival-rate``: the measured pods reach the API server after the replicas start,
     so ``sync`` queues most of them inside the steady window, which issue 40 counts in a pod's
     life; by default all are queued during start-up and the window holds no queueing."""
-    done, (row,) = bench("test-redis-per-pod-arriving", "--arrival-rate", "200", "--no-breakdown")
+    done, (row,) = bench("test-redis-per-pod-arriving", "--arrival-rate", "50", "--no-breakdown")
     assert done.returncode == 0, done.stderr[-3000:]
     placed = row["row"]
-    assert placed["bound"] == 100 and placed["arrival /s"] == 200.0
+    assert placed["bound"] == 100 and placed["arrival /s"] == 50.0
     assert (placed["over allocatable"], placed["bound twice"], placed["unbound"]) == (0, 0, 0)
-    # 100 pods at 200 a second: the cache holds 5 % of them (the window's start) well before
-    # the last of them has arrived.
-    assert row["queued in window"] >= 50, row["queued in window"]
-    assert "arriving 200 a second" in done.stdout
+    # 100 pods at 50 a second arrive over 2 s: the cache holds 5 of them (the window's start)
+    # long before the last has arrived, unless the replicas took over a second to start.
+    assert row["queued in window"] >= 10, row["queued in window"]
+    assert "arriving 50 a second" in done.stdout
     done, (before,) = bench("test-redis-per-pod-pending", "--no-breakdown")
     assert done.returncode == 0, done.stderr[-3000:]
     assert before["queued in window"] == 0 and before["row"]["arrival /s"] == 0.0
