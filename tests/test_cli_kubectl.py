@@ -693,3 +693,34 @@ def test_names_that_all_do_not_exist_print_kubectls_empty_list_before_not_found(
     assert one.exit_code == 1, one.output
     assert one.stdout == ""
     assert one.stderr == 'Error from server (NotFound): nodes "nope" not found\n'
+
+
+def test_a_jsonpath_index_past_the_end_of_a_list_is_kubectls_error(backend, kube):
+    # Found in review (mended): `-o jsonpath='{.items[0]}'` of an empty listing printed nothing
+    # and exited 0; kubectl's jsonpath (client-go's evalArray) fails with exit status 1, its
+    # printer's first line naming the template and the index, and prints nothing on stdout.
+    def refused(template: str, selection: tuple[str, ...], index: int, length: int) -> None:
+        result = kube("get", *selection, "-o", f"jsonpath={template}")
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert lines[0] == (
+            f"error: error executing jsonpath {json.dumps(template)}: Error executing template: "
+            f"array index out of bounds: index {index}, length {length}. "
+            "Printing more information for debugging the template:"
+        ), template
+        assert lines[1:] == ["\ttemplate was:", f"\t\t{template}"]
+        assert "Traceback" not in result.output
+
+    nothing = ("pods", "-l", "app=nothing")
+    refused("{.items[0]}", nothing, 0, 0)
+    refused("{.items[0].metadata.name}", nothing, 0, 0)
+    refused("{.items[-1].metadata.name}", nothing, -1, 0)  # kubectl adds the length
+    refused("{.items[2].metadata.name}", ("nodes",), 2, 2)
+    refused('{.items[-3].metadata.name}{"\\n"}', ("nodes",), -1, 2)
+    # n1 has no taints (a missing key selects nothing, kubectl's
+    # --allow-missing-template-keys), n2 one
+    refused("{range .items[*]}{.spec.taints[1].key}{end}", ("nodes",), 1, 1)
+    assert ok(kube("get", "nodes", "-o", "jsonpath={.items[1].metadata.name}")) == "n2"
+    assert ok(kube("get", "nodes", "-o", "jsonpath={.items[-2].metadata.name}")) == "n1"
+    assert ok(kube("get", "nodes", "-o", "jsonpath={.items[0].nope[3]}")) == ""

@@ -6,8 +6,10 @@ character, as kubectl's parser reads ``.topology\\.kubernetes\\.io/zone``),
 ``['field.with.dots']``, ``[N]`` (negative counts from the end), ``[*]`` and ``.*``;
 ``{range PATH}...{end}``; string literals (``{"\\n"}``, ``{'\\t'}``). Several results of one
 path are joined by a space, as kubectl does. A path that selects nothing prints nothing
-(kubectl's default, ``--allow-missing-template-keys=true``). Anything else is a
-:class:`JsonPathError` naming the template, never a guess.
+(kubectl's default, ``--allow-missing-template-keys=true``), but an index past the end of a list
+that is there (``{.items[0]}`` of an empty list) is kubectl's error, :class:`IndexOutOfBounds`,
+in ``-o jsonpath`` (custom columns and ``--sort-by`` take it as nothing selected). Anything
+else is a :class:`JsonPathError` naming the template, never a guess.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ _SEGMENT = re.compile(
 
 class JsonPathError(ValueError):
     """A template kubectl's JSONPath would refuse (or one this subset does not cover)."""
+
+
+class IndexOutOfBounds(JsonPathError):
+    """``[N]`` of a list that has no element N: kubectl's jsonpath.go ``evalArray`` error,
+    worded as it words it (a negative index is shown with the length added, as there)."""
+
+    def __init__(self, index: int, length: int) -> None:
+        super().__init__(f"array index out of bounds: index {index}, length {length}")
 
 
 @dataclass(frozen=True)
@@ -68,8 +78,10 @@ def _literal(quoted: str, template: str) -> str:
     return str(value)
 
 
-def evaluate(path: str, document: Any) -> list[Any]:
-    """Every value ``path`` (``.a.b[*].c``, with or without braces) selects in ``document``."""
+def evaluate(path: str, document: Any, strict: bool = False) -> list[Any]:
+    """Every value ``path`` (``.a.b[*].c``, with or without braces) selects in ``document``;
+    ``strict``: an index past the end of a list raises :class:`IndexOutOfBounds`, as kubectl's
+    ``-o jsonpath`` does, rather than selecting nothing."""
     text = path.strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1].strip()
@@ -88,18 +100,22 @@ def evaluate(path: str, document: Any) -> list[Any]:
         if match is None:
             raise JsonPathError(f"cannot parse {path!r} at {text[position:]!r}")
         position = match.end()
-        values = [found for value in values for found in _step(value, match)]
+        values = [found for value in values for found in _step(value, match, strict)]
     return values
 
 
-def _step(value: Any, match: re.Match[str]) -> list[Any]:
+def _step(value: Any, match: re.Match[str], strict: bool) -> list[Any]:
     field = match[1].replace("\\", "") if match[1] else match[3] or match[4]
     if field is not None:
         return [value[field]] if isinstance(value, dict) and field in value else []
     if match[2] is not None:
         index = int(match[2])
-        if isinstance(value, list) and -len(value) <= index < len(value):
+        if not isinstance(value, list):
+            return []
+        if -len(value) <= index < len(value):
             return [value[index]]
+        if strict:
+            raise IndexOutOfBounds(index + len(value) if index < 0 else index, len(value))
         return []
     if isinstance(value, dict):  # [*] and .* of an object: its values
         return list(value.values())
@@ -130,9 +146,10 @@ def _render(blocks: list[_Block], start: int, document: Any, template: str) -> t
         if block.kind == "text":
             parts.append(block.value)
         elif block.kind == "path":
-            parts.append(" ".join(text_of(v) for v in evaluate(block.value, document)))
+            found = evaluate(block.value, document, strict=True)
+            parts.append(" ".join(text_of(v) for v in found))
         else:
-            items = evaluate(block.value, document)
+            items = evaluate(block.value, document, strict=True)
             body_end = _matching_end(blocks, index + 1, template)
             for item in items:
                 parts.append(_render(blocks, index + 1, item, template)[0])

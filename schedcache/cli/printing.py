@@ -7,14 +7,22 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from schedcache.cli.jsonpath import JsonPathError, column_value, custom_columns, evaluate, render
+from schedcache.cli.jsonpath import (
+    IndexOutOfBounds,
+    JsonPathError,
+    column_value,
+    custom_columns,
+    evaluate,
+    render,
+)
 from schedcache.cli.text import printable
 from schedcache.errors import ValidationError
 from schedcache.model.quantity import parse_quantity
@@ -59,6 +67,21 @@ def parse_output(
         ctx,
         param,
     )
+
+
+def jsonpath_failed(template: str, error: JsonPathError) -> NoReturn:
+    """kubectl's error for a template that fails on the objects (``{.items[0]}`` of an empty
+    list), on stderr, exit status 1, nothing on stdout: its first lines as kubectl's printer
+    (cli-runtime's printers/jsonpath.go) words them; the object dump kubectl adds after them,
+    in Go's syntax, is left out."""
+    quoted = printable(json.dumps(template, ensure_ascii=False))
+    click.echo(
+        f"error: error executing jsonpath {quoted}: Error executing template: {error}. "
+        "Printing more information for debugging the template:\n"
+        f"\ttemplate was:\n\t\t{printable(template)}",
+        err=True,
+    )
+    sys.exit(1)
 
 
 def output_option(command: F) -> F:
@@ -175,7 +198,10 @@ def print_objects(
     elif output.kind == "name":
         text = "\n".join(printable(f"{kind}/{d['metadata']['name']}") for d in documents)
     elif output.kind == "jsonpath":
-        rendered = render(output.argument, document)
+        try:
+            rendered = render(output.argument, document)
+        except IndexOutOfBounds as error:
+            jsonpath_failed(output.argument, error)
         lines = ("\t".join(map(printable, line.split("\t"))) for line in rendered.split("\n"))
         click.echo("\n".join(lines), nl=False)
         return
