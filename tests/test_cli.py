@@ -249,6 +249,27 @@ def test_redis_not_answering_in_the_middle_of_a_command_names_the_timeout(
     assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
 
 
+@pytest.mark.parametrize("when", ["at connect", "in the middle of a command"])
+def test_a_urls_socket_timeout_is_the_one_the_no_answer_message_names(when, cache_name):
+    # Found in review (mended): redis-py takes a URL's ?socket_timeout= over --timeout, but
+    # the message named --timeout's 7 s while each try had waited the URL's 0.3 s.
+    args = ["--timeout", "7", "--retry-for", "0", "--cache", cache_name]
+    if when == "at connect":
+        with silent_port() as port:
+            url = f"redis://127.0.0.1:{port}/0?socket_timeout=0.3"
+            result = CliRunner().invoke(main, ["--redis", url, *args, "stats"])
+    else:
+        with behind_a_proxy(cache_name) as (proxy, url):
+            url += "?socket_timeout=0.3"
+            for _ in range(2):  # `get` first asks whether the cache exists; redis-py resends
+                proxy.hold_next(b"EXISTS")
+            result = CliRunner().invoke(main, ["--redis", url, *args, "get", "nodes"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (
+        f"Error: Redis at {url} did not answer: each try waited 0.3 s (the URL's socket_timeout)\n"
+    )
+
+
 def stalled(*args: object, **kwargs: object) -> NoReturn:
     raise redis.TimeoutError("Timeout reading from socket")  # redis-py's, past socket_timeout
 

@@ -70,6 +70,25 @@ def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_u
     assert isinstance(info.value, ConnectionFailed) and "s3cret" not in repr(info.value)
 
 
+def test_no_answer_names_the_urls_socket_timeout_which_redis_py_uses_over_the_keyword():
+    # Found in review (mended): the message named timeout=7 while each try waited the URL's 0.3.
+    import asyncio
+
+    from schedcache.aio import connect_async
+
+    with silent_port() as port:
+        url = f"redis://127.0.0.1:{port}/0?socket_timeout=0.3"
+        expected = (
+            f"Redis at {url} did not answer: each try waited 0.3 s (the URL's socket_timeout)"
+        )
+        with pytest.raises(NoAnswer) as info:
+            connect(url, timeout=7)
+        assert str(info.value) == expected and info.value.timeout == 0.3
+        with pytest.raises(NoAnswer) as info:
+            asyncio.run(connect_async(url, timeout=7))
+        assert str(info.value) == expected
+
+
 @pytest.mark.parametrize(
     "url",
     [

@@ -36,6 +36,7 @@ from schedcache.ops import logs
 from schedcache.store.connection import (
     EMBEDDED,
     ENV_URL,
+    URL_TIMEOUT,
     NoAnswer,
     connect,
     connection_failed,
@@ -223,12 +224,13 @@ def lost_redis(ctx: click.Context, error: Exception) -> Exception:
     """A connection lost in the middle of a command (``events -f`` waiting, a long read) named
     as a failed connect names it, ``cannot reach Redis at URL: ...``; a call past the socket
     timeout, there or at connect, as ``Redis at URL did not answer: each try waited N s`` naming
-    --timeout; other errors as they are (RetriesExhausted says itself what went unanswered)."""
+    --timeout (or the URL's ``?socket_timeout=``, which redis-py takes over it); other errors
+    as they are (RetriesExhausted says itself what went unanswered)."""
     settings = ctx.obj if isinstance(ctx.obj, Settings) else None
     lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
     if lost and not isinstance(error, CacheError) and settings is not None:
         error = connection_failed(settings.url or EMBEDDED, {}, error, settings.timeout)
-    if isinstance(error, NoAnswer):
+    if isinstance(error, NoAnswer) and error.setting != URL_TIMEOUT:
         return NoAnswer(error.where, error.timeout, f"--timeout, or ${ENV_TIMEOUT}")
     return error
 

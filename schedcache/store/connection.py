@@ -54,12 +54,15 @@ class NoAnswer(ConnectionFailed):
     """Redis took the connection but did not answer a call within the socket timeout (a
     server stopped, swapping or busy in a long script), told apart from one that cannot be
     reached. ``where`` is the URL as :func:`describe` shows it, ``timeout`` the seconds,
-    ``setting`` what set them (the CLI names its option). Each try: redis-py sends a call that
-    timed out once more, so the whole wait is about twice that (found in review)."""
+    ``setting`` what set them (the CLI names its option; :data:`URL_TIMEOUT` when the URL's
+    ``?socket_timeout=`` did, which overrides the keyword and the option). Each try: redis-py
+    sends a call that timed out once more, so the whole wait is about twice that (found in
+    review)."""
 
     def __init__(self, where: str, timeout: float, setting: str = "connect()'s timeout") -> None:
         self.where = where
         self.timeout = timeout
+        self.setting = setting
         super().__init__(
             f"Redis at {where} did not answer: each try waited {timeout:g} s ({setting})"
         )
@@ -354,6 +357,10 @@ def connection_failed(
     # (not the connect timeout's TimeoutError, nor the TLS handshake's: cannot reach)
     timed_out = isinstance(error, redis.TimeoutError) and str(error).startswith(SOCKET_TIMEOUTS)
     if timed_out and timeout is not None:
+        # (redis-py takes a URL's ?socket_timeout= over the keyword: name the one it used)
+        from_url = url_socket_timeout(url)
+        if from_url is not None:
+            return NoAnswer(describe(url), from_url, URL_TIMEOUT)
         return NoAnswer(describe(url), timeout)
     if isinstance(error, redis.ResponseError) and "DB index is out of range" in str(error):
         # (the server answered: it is reachable, but has fewer databases than the URL names)
@@ -365,6 +372,22 @@ def connection_failed(
     if isinstance(error, MasterNotFoundError):  # its text ends with the client's repr
         reason = reason.split(" : ")[0] + ": no Sentinel answered, or none knows that name"
     return ConnectionFailed(f"cannot reach Redis at {describe(url)}: {reason}")
+
+
+URL_TIMEOUT = "the URL's socket_timeout"
+
+
+def url_socket_timeout(url: str) -> float | None:
+    """The ``?socket_timeout=`` of a single server's URL (``redis://``, ``rediss://``,
+    ``unix://``), which redis-py uses instead of the ``socket_timeout`` keyword; None when the
+    URL has none or it does not read (Sentinel and Cluster URLs refuse the option)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    try:
+        value = parse_url(url).get("socket_timeout")
+    except (ValueError, TypeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
 
 
 # How redis-py's TimeoutError begins for a call that ran past the socket timeout (sync and
