@@ -9,7 +9,12 @@ behind by the demo is checked by calling ``run_demo`` on the fixture's cache.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, NoReturn
@@ -247,6 +252,33 @@ def test_redis_not_answering_in_the_middle_of_a_command_names_the_timeout(
             result = CliRunner().invoke(main, [*args, "get", "nodes"])
     assert result.exit_code == 1, result.output
     assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_worker_waiting_for_a_redis_that_never_answers_names_the_timeout_option(where, tmp_path):
+    # Found in review (mended): `schedcache worker expiry` (and every long-running command)
+    # logged "each try waited 0.3 s (connect()'s timeout)" while waiting for Redis: a CLI user
+    # never called connect(); the setting to mend is --timeout or $SCHEDCACHE_TIMEOUT.
+    log = tmp_path / "stderr.log"
+    with silent_port() as port, log.open("w") as stderr:
+        url = f"redis://127.0.0.1:{port}/0"
+        args = ["--redis", url, "worker", "expiry"]
+        env = {**os.environ, "SCHEDCACHE_TIMEOUT": "0.3"}
+        if where == "option":
+            args, env["SCHEDCACHE_TIMEOUT"] = ["--timeout", "0.3", *args], "9"
+        command = [sys.executable, "-m", "schedcache.cli", *args]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        try:
+            deadline = time.monotonic() + 30
+            while "Redis unavailable" not in log.read_text() and time.monotonic() < deadline:
+                assert process.poll() is None, log.read_text()
+                time.sleep(0.05)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    waiting = next(line for line in log.read_text().splitlines() if "Redis unavailable" in line)
+    assert f"Redis at {url} {NO_ANSWER}" in waiting
+    assert "connect()" not in log.read_text()
 
 
 @pytest.mark.parametrize("when", ["at connect", "in the middle of a command"])

@@ -29,14 +29,13 @@ from schedcache.cli.params import (
     check_cache_variable,
     check_redis_url,
 )
-from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, INTERRUPTED, Settings
+from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, INTERRUPTED, TIMEOUT_SETTING, Settings
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
 from schedcache.store.connection import (
     EMBEDDED,
     ENV_URL,
-    URL_TIMEOUT,
     NoAnswer,
     connect,
     connection_failed,
@@ -230,8 +229,8 @@ def lost_redis(ctx: click.Context, error: Exception) -> Exception:
     lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
     if lost and not isinstance(error, CacheError) and settings is not None:
         error = connection_failed(settings.url or EMBEDDED, {}, error, settings.timeout)
-    if isinstance(error, NoAnswer) and error.setting != URL_TIMEOUT:
-        return NoAnswer(error.where, error.timeout, f"--timeout, or ${ENV_TIMEOUT}")
+    if isinstance(error, NoAnswer):
+        error.set_by(TIMEOUT_SETTING)
     return error
 
 

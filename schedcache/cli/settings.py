@@ -10,13 +10,14 @@ from typing import Any
 import click
 
 from schedcache.cache import Cache
-from schedcache.store.connection import EMBEDDED, ENV_URL, connect, describe
+from schedcache.store.connection import EMBEDDED, ENV_URL, NoAnswer, connect, describe
 from schedcache.store.retry import DEFAULT_RETRY, NO_RETRY
 from schedcache.store.routing import PRIMARY
 from schedcache.store.store import Client
 
 ENV_CACHE = "SCHEDCACHE_CACHE"
 ENV_TIMEOUT = "SCHEDCACHE_TIMEOUT"
+TIMEOUT_SETTING = f"--timeout, or ${ENV_TIMEOUT}"  # what a NoAnswer names as its wait's setting
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
@@ -81,7 +82,13 @@ class Settings:
             )
 
     def client(self) -> Client:
-        return connect(self.url, timeout=self.timeout)
+        """A client for --redis; a server that does not answer names --timeout (found in
+        review: the long-running commands' retry lines named "connect()'s timeout")."""
+        try:
+            return connect(self.url, timeout=self.timeout)
+        except NoAnswer as error:
+            error.set_by(TIMEOUT_SETTING)
+            raise
 
     def existing_cache(self, **options: Any) -> Cache:
         """The named cache for a read command: one that holds nothing does not exist (a

@@ -63,9 +63,19 @@ class NoAnswer(ConnectionFailed):
         self.where = where
         self.timeout = timeout
         self.setting = setting
-        super().__init__(
-            f"Redis at {where} did not answer: each try waited {timeout:g} s ({setting})"
-        )
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        waited = f"each try waited {self.timeout:g} s ({self.setting})"
+        return f"Redis at {self.where} did not answer: {waited}"
+
+    def set_by(self, setting: str) -> None:
+        """Name ``setting`` as what set the timeout (a command line's option: its user never
+        called connect()), unless the URL's ``?socket_timeout=`` did. In place, so that what
+        failed inside (``__context__``, which a caller may look at) stays."""
+        if self.setting != URL_TIMEOUT:
+            self.setting = setting
+            self.args = (self._message(),)
 
 
 def connect(
