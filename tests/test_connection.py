@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from schedcache import connect
+from schedcache import Cache, connect
 from schedcache.store.connection import (
     BROKEN_CREDENTIALS,
     ENV_URL,
@@ -19,7 +19,8 @@ from schedcache.store.connection import (
     url_parts,
     url_problem,
 )
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, backend_url
+from tests.factories import make_node
 from tests.servers import silent_port
 
 
@@ -156,6 +157,60 @@ def test_a_client_option_the_cache_cannot_use_is_refused_by_both_connects(where,
     with pytest.raises(ValidationError, match=expected):
         asyncio.run(connect_async(url, **{option: value}))
     assert connect(url, decode_responses=False).ping()  # (the default: taken)
+
+
+@pytest.mark.parametrize("spelling", ["utf-8", "UTF-8", "utf8", "Utf_8"])
+def test_encoding_utf8_is_taken_by_both_connects_as_it_is_what_the_cache_uses(
+    backend, request, make_cache, spelling
+):
+    # Found in review (mended): connect(url, encoding="utf-8") was refused as "cannot be
+    # used", although UTF-8 is redis-py's default and the encoding the cache writes names in.
+    import asyncio
+
+    from schedcache.aio import AsyncCache, connect_async
+
+    url = backend_url(backend, request)
+    name = make_cache().name  # (the fixture's cache deletes the keys afterwards)
+    cache = Cache(connect(url, encoding=spelling), name)
+    cache.add_node(make_node("n1", labels={"zone": "zürich"}))
+    assert cache.get_node_info("n1").node.labels == {"zone": "zürich"}
+
+    async def add_async() -> dict[str, str]:
+        client = await connect_async(url, encoding=spelling)
+        async with await AsyncCache.open(client, name) as async_cache:
+            await async_cache.add_node(make_node("n2", labels={"zone": "genève"}))
+            info = await async_cache.get_node_info("n2")
+        await client.aclose()
+        return info.node.labels
+
+    assert asyncio.run(add_async()) == {"zone": "genève"}
+    if url.startswith("redis://"):  # in a single server's URL too (Cluster's: url_problem)
+        assert connect(url + ("&" if "?" in url else "?") + "encoding=" + spelling).ping()
+    else:
+        assert url_problem(f"redis+cluster://127.0.0.1:7000?encoding={spelling}") is None
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16", "utf-8-sig", "ascii", None])
+def test_an_encoding_other_than_utf8_is_refused_before_connecting(encoding):
+    import asyncio
+
+    from schedcache.aio import connect_async
+    from schedcache.errors import ValidationError
+
+    expected = (
+        f"connect: encoding: {encoding!r} cannot be used: schedcache reads Redis' replies as "
+        "bytes itself and writes names as UTF-8 (only 'utf-8' may be named)"
+    )
+    with silent_port() as port:  # (refused before any byte is sent)
+        url = f"redis://127.0.0.1:{port}/0"
+        with pytest.raises(ValidationError) as info:
+            connect(url, encoding=encoding)
+        assert str(info.value) == expected
+        with pytest.raises(ValidationError) as info:
+            asyncio.run(connect_async(url, encoding=encoding))
+        assert str(info.value) == expected
+        problem = url_problem(f"redis+cluster://127.0.0.1:{port}?encoding={encoding}")
+        assert problem is not None and "option 'encoding' cannot be used" in problem
 
 
 def test_unsupported_scheme_is_refused():

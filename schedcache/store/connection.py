@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from collections.abc import Callable
@@ -101,8 +102,10 @@ def connect(
     an hour; anything else is a :class:`ValidationError`). With ``check`` (the
     default) the server is pinged at once, so wrong or unreachable settings fail here, not at
     the first command. Replies stay bytes: pod and node objects are stored as msgpack, so
-    ``decode_responses=True``, ``encoding`` and ``encoding_errors`` are refused before
-    connecting: a :class:`ValidationError` as keywords, a :class:`ConnectionFailed` in the URL.
+    ``decode_responses=True``, an ``encoding`` other than UTF-8 (which the cache writes names
+    in anyway: ``encoding="utf-8"``, in any spelling, is taken) and ``encoding_errors`` are
+    refused before connecting: a :class:`ValidationError` as keywords, a
+    :class:`ConnectionFailed` in the URL.
     """
     url, scheme = checked_url(url, timeout, connect_timeout, options)
     if url == EMBEDDED:
@@ -165,8 +168,9 @@ def checked_url(
     for name, value in options.items():
         # As in a URL (found in review: decode_responses=True was taken, and every command
         # that read an object then failed with "expected a bytes reply").
-        if name in UNUSABLE_OPTIONS and (name != "decode_responses" or value):
-            raise ValidationError("connect", name, f"{value!r} cannot be used: {BYTES_REPLIES}")
+        if _unusable(name, value):
+            why = BYTES_REPLIES + UTF8_ONLY * (name == "encoding")
+            raise ValidationError("connect", name, f"{value!r} cannot be used: {why}")
     if url is not None and not isinstance(url, str):
         raise ValidationError("connect", "url", f"{url!r} is not a URL (a string)")
     url = url or os.environ.get(ENV_URL) or EMBEDDED
@@ -206,6 +210,31 @@ _SCHEME_CHARS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*", re.ASCII)
 # true made every command end in a traceback); decode_responses only when true.
 UNUSABLE_OPTIONS = frozenset({"decode_responses", "encoding", "encoding_errors"})
 BYTES_REPLIES = "schedcache reads Redis' replies as bytes itself"
+UTF8_ONLY = " and writes names as UTF-8 (only 'utf-8' may be named)"
+
+
+def _unusable(name: str, value: object) -> bool:
+    """Whether client option ``name`` (lower case) set to ``value`` is one the cache cannot
+    work with: decode_responses only when true, encoding unless it is UTF-8 (redis-py's
+    default: found in review, encoding="utf-8" was refused)."""
+    if name == "decode_responses":
+        return bool(value)
+    if name == "encoding":
+        return not is_utf8(value)
+    return name in UNUSABLE_OPTIONS
+
+
+def is_utf8(value: object) -> bool:
+    """Whether ``value`` names UTF-8 in a spelling Python's codecs take (utf-8, UTF8,
+    utf_8); not utf-8-sig, which is another codec."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return codecs.lookup(value).name == "utf-8"
+    except LookupError:
+        return False
+
+
 # Client options whose value is an object: from a URL's text they end in an AttributeError at
 # connect, or already when the connection is built (found in review).
 OBJECT_OPTIONS = frozenset(
@@ -315,8 +344,11 @@ def _unusable_option(url: str) -> str | None:
         key = name.lower()
         if key == "decode_responses" and values[-1].strip().lower() in _FALSE:
             continue
+        if key == "encoding" and is_utf8(values[-1]):
+            continue
         if key in UNUSABLE_OPTIONS:
-            return f"{describe(url)}: option {name!r} cannot be used: {BYTES_REPLIES}"
+            why = BYTES_REPLIES + UTF8_ONLY * (key == "encoding")
+            return f"{describe(url)}: option {name!r} cannot be used: {why}"
         if key in OBJECT_OPTIONS:
             return f"{describe(url)}: option {name!r} takes an object and cannot be given in a URL"
     return None
@@ -506,6 +538,7 @@ def sentinel_settings(url: str) -> SentinelSettings:
         raise ValueError("no master name: redis+sentinel://host:port/<master name>")
     query = dict(parts.query)
     sentinel_password = query.pop("sentinel_password", None)
+    _drop_utf8_encoding(query)
     if len(parts.path) > 2:  # (found in review: dropped without a word)
         raise ValueError(
             f"{'/'.join(parts.path[2:])!r} after the database: "
@@ -559,9 +592,17 @@ def cluster_settings(url: str) -> tuple[UrlParts, dict[str, Any]]:
         for k in list(parts.query)
         if k.startswith("ssl_")
     }
+    _drop_utf8_encoding(parts.query)
     if parts.query:
         raise ValueError(f"unknown options {sorted(parts.query)}")
     return parts, tls_options
+
+
+def _drop_utf8_encoding(query: dict[str, str]) -> None:
+    """A Sentinel or Cluster URL's ``?encoding=utf-8`` is taken, as a single server's is:
+    UTF-8 is the clients' default (any other encoding is refused before this reads it)."""
+    if is_utf8(query.get("encoding")):
+        del query["encoding"]
 
 
 def _cluster_client(
