@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -553,6 +554,62 @@ def test_ctrl_c_before_a_long_running_command_set_its_handlers_exits_0(command, 
     result = CliRunner().invoke(main, [command])
     assert result.exit_code == 0, result.output
     assert "Aborted" not in result.output and "Traceback" not in result.output
+
+
+# The console script as pip writes it for `schedcache = "schedcache.cli:main"`, run with a
+# finder that sends the process SIGINT as MODULE starts to be imported (the file FIRED says it
+# did): a Ctrl-C at that moment of the start-up, every time.
+CTRL_C_DURING_IMPORT = """
+import os, pathlib, signal, sys
+
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["MODULE"]:
+            sys.meta_path.remove(self)
+            pathlib.Path(os.environ["FIRED"]).touch()
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from schedcache.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "module", ["schedcache.cli.app", "click", "redis", "schedcache.cache", "msgpack"]
+)
+@pytest.mark.parametrize(
+    ("argv", "status"),
+    [(["stats"], 130), (["--redis", "redis://127.0.0.1:1/0", "worker", "expiry"], 0)],
+    ids=["stats", "worker"],
+)
+def test_ctrl_c_while_the_command_line_loads_ends_it_quietly(module, argv, status, tmp_path):
+    # Found in review (mended): a Ctrl-C in the half second the package took to import
+    # (schedcache/__init__.py imported the whole cache before the CLI could catch anything)
+    # printed a Python traceback; it ends as a Ctrl-C later does: the line after the terminal's
+    # ^C, 130 (0 for a command that runs until stopped).
+    fired = tmp_path / "fired"
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_DURING_IMPORT, *argv],
+        env={**os.environ, "MODULE": module, "FIRED": str(fired)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert fired.exists(), f"{module} was not imported after the CLI started"
+    assert (done.returncode, done.stdout, done.stderr) == (status, "", "\n"), done.stderr
+
+
+def test_the_console_scripts_start_where_a_ctrl_c_is_handled():
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert project["project"]["scripts"] == {
+        "schedcache": "schedcache.cli:main",
+        "kubectl-schedcache": "schedcache.cli:kubectl_plugin",
+    }
 
 
 def test_ctrl_c_in_a_command_that_does_not_handle_it_exits_130(backend, cli, monkeypatch):

@@ -1,7 +1,30 @@
 """The ``schedcache`` command line (``schedcache.cli:main``, ``python -m schedcache.cli``), and
-the same as a kubectl plugin (``kubectl-schedcache`` on PATH: ``kubectl schedcache get pods``)."""
+the same as a kubectl plugin (``kubectl-schedcache`` on PATH: ``kubectl schedcache get pods``).
 
-from schedcache.cli.app import main
+This module is where the console scripts start, so it imports nothing heavy: :func:`main` loads
+the command line (``schedcache.cli.app``) once a Ctrl-C meanwhile ends the command as a Ctrl-C
+later does, with status 130 (0 for the commands that run until stopped) and no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from schedcache.cli.startup import interrupted_while_loading
+
+TYPE_CHECKING = False  # (typing is not imported for it: see schedcache/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+
+def main(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any:
+    """The ``schedcache`` command (click's group ``schedcache.cli.app.main``, loaded here)."""
+    try:
+        from schedcache.cli.app import main as command_line
+    except KeyboardInterrupt:
+        interrupted_while_loading(sys.argv[1:] if args is None else args)
+    return command_line(args, prog_name=prog_name)
 
 
 def kubectl_plugin() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from schedcache.cli.app import main
+from schedcache.cli import main
 
 sys.exit(main())

@@ -29,7 +29,8 @@ from schedcache.cli.params import (
     check_cache_variable,
     check_redis_url,
 )
-from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, INTERRUPTED, TIMEOUT_SETTING, Settings
+from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, TIMEOUT_SETTING, Settings
+from schedcache.cli.startup import COMMAND_NAMES, command_of, interrupted_status
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
@@ -149,6 +150,7 @@ COMMANDS: dict[str, tuple[Callable[[], ModuleType], str]] = {
     "whatif": (_whatif, "whatif"),
     "worker": (_serve, "worker"),
 }
+assert COMMANDS.keys() == COMMAND_NAMES, "schedcache.cli.startup names every command"
 
 
 # -- what the whole command line shares -------------------------------------------------------
@@ -175,7 +177,7 @@ class SchedcacheGroup(click.Group):
         except click.ClickException as error:
             raise printable_error(error) from None
         except KeyboardInterrupt:  # (hoisting imports the subcommand's module)
-            interrupted(next((arg for arg in args if arg in COMMANDS), None))
+            interrupted(command_of(args))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -206,17 +208,13 @@ class SchedcacheGroup(click.Group):
         return command
 
 
-# The commands that run until stopped: SIGINT or SIGTERM ends them with status 0 (README),
-# also a Ctrl-C before their own handlers are set (found in review: 130 in their first second).
-LONG_RUNNING = frozenset({"sync", "scheduler", "extender", "metrics", "worker"})
-
-
 def interrupted(command: str | None) -> NoReturn:
     """Ctrl-C that no command handled itself (``load`` says how far it got): exit status 130
     as a shell reports it, where click says "Aborted!" with status 1, as for a failure; 0 for
-    ``command`` that runs until stopped, as its own handlers end it."""
+    ``command`` that runs until stopped, as its own handlers end it (as one while the command
+    line loads: schedcache.cli.startup)."""
     click.echo(err=True)  # (the line after the terminal's ^C)
-    sys.exit(0 if command in LONG_RUNNING else INTERRUPTED)
+    sys.exit(interrupted_status(command))
 
 
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:

@@ -9,7 +9,8 @@ import click
 from rich.console import Console
 
 from schedcache.cli.render import progress
-from schedcache.cli.settings import INTERRUPTED, Settings
+from schedcache.cli.settings import Settings
+from schedcache.cli.startup import INTERRUPTED
 from schedcache.cli.text import plural, printable
 from schedcache.feed.loader import LoadReport, load_documents
 from schedcache.model.manifests import decode_input, entries, parse_documents

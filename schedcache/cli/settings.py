@@ -18,7 +18,6 @@ from schedcache.store.store import Client
 ENV_CACHE = "SCHEDCACHE_CACHE"
 ENV_TIMEOUT = "SCHEDCACHE_TIMEOUT"
 TIMEOUT_SETTING = f"--timeout, or ${ENV_TIMEOUT}"  # what a NoAnswer names as its wait's setting
-INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 @dataclass

@@ -1,0 +1,51 @@
+"""What the command line decides before it has loaded: how a Ctrl-C ends a command.
+
+The console scripts start in :func:`schedcache.cli.main`, which imports the rest of the command
+line (click, redis-py, the cache: about half a second) only after it can answer a Ctrl-C; this
+module holds what that answer needs, and imports nothing (found in review: a Ctrl-C in that
+half second printed a Python traceback).
+"""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # (typing is not imported for it: see schedcache/__init__.py)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+# Every subcommand's name (schedcache.cli.app.COMMANDS maps each to its module).
+COMMAND_NAMES = frozenset(
+    {
+        *("acl", "checkpoint", "compact", "completion", "demo", "describe", "diff", "dump"),
+        *("events", "explain", "extender", "get", "history", "load", "metrics", "migrate"),
+        *("replay", "scheduler", "scripts", "stats", "sync", "verify", "whatif", "worker"),
+    }
+)
+
+# The commands that run until stopped: SIGINT or SIGTERM ends them with status 0 (README),
+# also a Ctrl-C before their own handlers are set (found in review: 130 in their first second).
+LONG_RUNNING = frozenset({"sync", "scheduler", "extender", "metrics", "worker"})
+
+
+def command_of(args: Sequence[str]) -> str | None:
+    """The subcommand a command line names, as a Ctrl-C before it is parsed reads it: the first
+    argument that is a command's name."""
+    return next((arg for arg in args if arg in COMMAND_NAMES), None)
+
+
+def interrupted_status(command: str | None) -> int:
+    """The exit status of a Ctrl-C that ``command`` did not handle itself: 130 as a shell
+    reports it; 0 for a command that runs until stopped, as its own handlers end it."""
+    return 0 if command in LONG_RUNNING else INTERRUPTED
+
+
+def interrupted_while_loading(args: Sequence[str]) -> NoReturn:
+    """A Ctrl-C while the command line was still being imported: ended as one later is
+    (``schedcache.cli.app.interrupted``), the line after the terminal's ^C and the status."""
+    sys.stderr.write("\n")
+    sys.stderr.flush()
+    sys.exit(interrupted_status(command_of(args)))
