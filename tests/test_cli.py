@@ -230,6 +230,23 @@ def test_a_redis_that_takes_the_connection_but_never_answers_names_the_timeout(w
     assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
 
 
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_cluster_whose_startup_node_never_answers_names_the_timeout(where):
+    # Found in review (mended): "cannot reach Redis at URL: Redis Cluster cannot be connected.
+    # Please provide at least one reachable node: Timeout reading from socket", where a plain
+    # Redis that took the connection and never answered says it did not answer.
+    with silent_port() as port:
+        url = f"redis+cluster://127.0.0.1:{port}"
+        if where == "option":
+            result = CliRunner().invoke(main, ["--redis", url, "--timeout", "0.3", "stats"])
+        else:
+            result = CliRunner(env={"SCHEDCACHE_TIMEOUT": "0.3"}).invoke(
+                main, ["--redis", url, "stats"]
+            )
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"Error: Redis at {url} {NO_ANSWER}\n"
+
+
 @pytest.mark.parametrize("where", ["fakeredis", "redis"])
 def test_redis_not_answering_in_the_middle_of_a_command_names_the_timeout(
     where, cache_name, monkeypatch

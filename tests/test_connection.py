@@ -71,6 +71,33 @@ def test_a_server_that_takes_the_connection_but_never_answers_is_no_answer_not_u
     assert isinstance(info.value, ConnectionFailed) and "s3cret" not in repr(info.value)
 
 
+def test_a_cluster_whose_startup_node_never_answers_is_no_answer_not_unreachable():
+    # Found in review (mended): redis-py's cluster client reports the start it could not make
+    # ("Redis Cluster cannot be connected ... Timeout reading from socket"), read as "cannot
+    # reach Redis at URL"; it is the plain server's NoAnswer, from both connects.
+    import asyncio
+
+    from schedcache.aio import connect_async
+
+    with silent_port() as port:
+        url = f"redis+cluster://:s3cret@127.0.0.1:{port}"
+        expected = (
+            f"Redis at redis+cluster://:***@127.0.0.1:{port} did not answer: each try waited "
+            "0.3 s (connect()'s timeout)"
+        )
+        with pytest.raises(NoAnswer) as info:
+            connect(url, timeout=0.3)
+        assert str(info.value) == expected and info.value.timeout == 0.3
+        with pytest.raises(NoAnswer) as info:
+            asyncio.run(connect_async(url, timeout=0.3))
+        assert str(info.value) == expected
+    # one that refuses the connection is still unreachable
+    with pytest.raises(ConnectionFailed) as info:
+        connect("redis+cluster://127.0.0.1:1", timeout=0.3, connect_timeout=0.5)
+    assert str(info.value).startswith("cannot reach Redis at redis+cluster://127.0.0.1:1: ")
+    assert not isinstance(info.value, NoAnswer)
+
+
 def test_no_answer_names_the_urls_socket_timeout_which_redis_py_uses_over_the_keyword():
     # Found in review (mended): the message named timeout=7 while each try waited the URL's 0.3.
     import asyncio

@@ -396,8 +396,13 @@ def connection_failed(
     """The error for a failed connect, naming the URL with any password masked: a
     :class:`NoAnswer` for a call that ran past ``timeout`` (the socket timeout), once
     connected (found in review: read as "cannot reach Redis at URL")."""
-    # (not the connect timeout's TimeoutError, nor the TLS handshake's: cannot reach)
-    timed_out = isinstance(error, redis.TimeoutError) and str(error).startswith(SOCKET_TIMEOUTS)
+    # (not the connect timeout's TimeoutError, nor the TLS handshake's: cannot reach). A
+    # cluster client that found no startup node to answer raises its own error, from the last
+    # node's (found in review: "cannot reach" for a startup node that took the connection).
+    failed: BaseException = error
+    if isinstance(error, RedisClusterException) and str(error).startswith(NO_STARTUP_NODE):
+        failed = error.__cause__ or error
+    timed_out = isinstance(failed, redis.TimeoutError) and str(failed).startswith(SOCKET_TIMEOUTS)
     if timed_out and timeout is not None:
         # (redis-py takes a URL's ?socket_timeout= over the keyword: name the one it used)
         from_url = url_socket_timeout(url)
@@ -436,6 +441,9 @@ def url_socket_timeout(url: str) -> float | None:
 # asyncio): "Timeout reading from HOST:PORT", "Timeout writing to socket"; "Timeout connecting
 # to server" is the connect timeout's.
 SOCKET_TIMEOUTS = ("Timeout reading", "Timeout writing")
+# How redis-py's cluster clients (sync and asyncio) begin the error of a start at which no
+# startup node answered CLUSTER SLOTS; it is raised from the last node's error.
+NO_STARTUP_NODE = "Redis Cluster cannot be connected"
 
 
 def _database(url: str, options: dict[str, Any]) -> int:
