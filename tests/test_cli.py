@@ -588,8 +588,8 @@ class CtrlC:
         return None
 
 sys.meta_path.insert(0, CtrlC())
-from schedcache.cli import main
-sys.exit(main())
+from schedcache.cli import run
+sys.exit(run())
 """
 
 
@@ -624,7 +624,7 @@ def test_the_console_scripts_start_where_a_ctrl_c_is_handled():
 
     project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert project["project"]["scripts"] == {
-        "schedcache": "schedcache.cli:main",
+        "schedcache": "schedcache.cli:run",
         "kubectl-schedcache": "schedcache.cli:kubectl_plugin",
     }
 

@@ -1,9 +1,11 @@
 """The ``schedcache`` command line (``schedcache.cli:main``, ``python -m schedcache.cli``), and
 the same as a kubectl plugin (``kubectl-schedcache`` on PATH: ``kubectl schedcache get pods``).
 
-This module is where the console scripts start, so it imports nothing heavy: :func:`main` loads
-the command line (``schedcache.cli.app``) once a Ctrl-C meanwhile ends the command as a Ctrl-C
-later does, with status 130 (0 for the commands that run until stopped) and no traceback.
+This module is where the console scripts start (:func:`run`), so it imports nothing heavy:
+:func:`run` loads the command line (``schedcache.cli.app``) once a Ctrl-C meanwhile ends the
+command as a Ctrl-C later does, with status 130 (0 for the commands that run until stopped) and
+no traceback. ``main`` is still click's group (``CliRunner().invoke(main, ...)``, or a group of
+your own that adds it), imported from ``schedcache.cli.app`` on first use.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def main(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any:
-    """The ``schedcache`` command (click's group ``schedcache.cli.app.main``, loaded here)."""
+def run(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any:
+    """The ``schedcache`` console script: click's group ``main``, loaded here."""
     try:
         from schedcache.cli.app import main as command_line
     except KeyboardInterrupt:
@@ -30,7 +32,16 @@ def main(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any
 def kubectl_plugin() -> None:
     """``kubectl schedcache ...``: kubectl runs ``kubectl-schedcache`` with the arguments after
     the plugin's name; help and usage lines name the command as the user typed it."""
-    main(prog_name="kubectl schedcache")
+    run(prog_name="kubectl schedcache")
 
 
-__all__ = ["kubectl_plugin", "main"]
+def __getattr__(name: str) -> Any:
+    """``main``, click's group, imported on first use (the console scripts start in ``run``)."""
+    if name == "main":
+        from schedcache.cli.app import main
+
+        return main
+    raise AttributeError(f"module 'schedcache.cli' has no attribute {name!r}")
+
+
+__all__ = ["kubectl_plugin", "main", "run"]

@@ -2,6 +2,6 @@
 
 import sys
 
-from schedcache.cli import main
+from schedcache.cli import run
 
-sys.exit(main())
+sys.exit(run())

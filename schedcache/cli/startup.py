@@ -1,6 +1,6 @@
 """What the command line decides before it has loaded: how a Ctrl-C ends a command.
 
-The console scripts start in :func:`schedcache.cli.main`, which imports the rest of the command
+The console scripts start in :func:`schedcache.cli.run`, which imports the rest of the command
 line (click, redis-py, the cache: about half a second) only after it can answer a Ctrl-C; this
 module holds what that answer needs, and imports nothing (found in review: a Ctrl-C in that
 half second printed a Python traceback).
