@@ -473,6 +473,21 @@ def test_a_malformed_redis_url_is_a_usage_error(url, reason):
         ("redis+cluster://127.0.0.1:1/#x", "a '#' part means nothing in a Redis URL"),
         ("redis://127.0.0.1:1/?db=1&db=2", "two databases named: ?db=1 and ?db=2"),
         ("redis+sentinel://127.0.0.1:1/primary?db=1&db=2", "option 'db' given twice"),
+        # Found in review (stop 58, mended): redis-py used the first of two values, the checks
+        # the last (?decode_responses=true&decode_responses=false: a traceback at the first
+        # read); a timeout that is no number of seconds ended in a traceback (inf), read as an
+        # unreachable server (0, -1) or hung connect_async (nan).
+        (
+            "redis://127.0.0.1:1/0?decode_responses=true&decode_responses=false",
+            "option 'decode_responses' given twice; give it once",
+        ),
+        ("redis://127.0.0.1:1/0?encoding=latin-1&encoding=utf-8", "option 'encoding' given twice"),
+        ("redis://127.0.0.1:1/0?socket_timeout=inf", "'inf': must be more than 0 and at most"),
+        ("redis://127.0.0.1:1/0?socket_timeout=1e400", "'1e400': must be more than 0"),
+        ("redis://127.0.0.1:1/0?socket_timeout=0", "'socket_timeout': '0': must be more than 0"),
+        ("redis://127.0.0.1:1/0?socket_timeout=-1", "'-1': must be more than 0"),
+        ("redis://127.0.0.1:1/0?socket_timeout=nan", "'nan': must be more than 0"),
+        ("unix:///tmp/r.sock?socket_connect_timeout=x", "'x' is not a number of seconds"),
     ],
 )
 @pytest.mark.parametrize("where", ["option", "environment"])

@@ -112,6 +112,10 @@ def test_a_cluster_startup_node_that_refuses_the_connection_is_still_unreachable
         "unix:///run/redis.sock?db=1#x",
         "redis+cluster://127.0.0.1:1/5",
         "redis+sentinel://127.0.0.1:1/primary/0/extra",
+        # (stop 58: redis-py would use the first of two values, or wait inf or nan seconds)
+        "redis://127.0.0.1:1/0?encoding=latin-1&encoding=utf-8",
+        "redis://127.0.0.1:1/0?socket_timeout=inf",
+        "redis://127.0.0.1:1/0?socket_timeout=nan",
     ],
 )
 def test_a_url_part_that_cannot_be_honoured_is_refused_before_connecting(url):
