@@ -72,12 +72,23 @@ __all__ = [
 ]
 
 
+# The subpackages, which `import schedcache` used to import with the public names (found in
+# review: `schedcache.store.connection.EMBEDDED` after a bare `import schedcache` failed).
+_SUBPACKAGES = frozenset({"aio", "cli", "extender", "feed", "history", "model", "ops", "scheduler"})
+_SUBPACKAGES |= {"sim", "store", "views"}
+
+
 def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (then kept here)."""
+    """A public name, imported from its module on first use (then kept here); a subpackage
+    with the modules the public names come from, as an eager import gave them."""
     if name == "errors":
         value: Any = import_module("schedcache.errors")
     elif name in _HOMES:
         value = getattr(import_module(_HOMES[name]), name)
+    elif name in _SUBPACKAGES:
+        for home in sorted(set(_HOMES.values())):
+            import_module(home)
+        value = import_module(f"schedcache.{name}")
     else:
         raise AttributeError(f"module 'schedcache' has no attribute {name!r}")
     globals()[name] = value
@@ -85,4 +96,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """The public names and the module's own (``__name__``...), not this file's helpers."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

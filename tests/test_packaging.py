@@ -65,7 +65,8 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
             assert packaged in names, f"{packaged} is missing from {wheel.name}"
             assert archive.read(packaged) == path.read_bytes(), f"{packaged} differs"
         entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
-        assert "schedcache = schedcache.cli:main" in archive.read(entry_points).decode()
+        # (the console script starts in run, which answers a Ctrl-C while the CLI loads)
+        assert "schedcache = schedcache.cli:run" in archive.read(entry_points).decode()
 
     env_dir = tmp_path / "venv"
     run(sys.executable, "-m", "venv", env_dir, cwd=tmp_path)

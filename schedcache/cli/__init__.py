@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from schedcache.cli.app import main
+
 
 def run(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any:
     """The ``schedcache`` console script: click's group ``main``, loaded here."""
@@ -35,13 +37,16 @@ def kubectl_plugin() -> None:
     run(prog_name="kubectl schedcache")
 
 
-def __getattr__(name: str) -> Any:
-    """``main``, click's group, imported on first use (the console scripts start in ``run``)."""
-    if name == "main":
-        from schedcache.cli.app import main
+if not TYPE_CHECKING:  # (mypy sees `main` above, and no other name: found in review)
 
-        return main
-    raise AttributeError(f"module 'schedcache.cli' has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        """``main``, click's group, imported on first use (the console scripts start in
+        ``run``)."""
+        if name == "main":
+            from schedcache.cli.app import main
+
+            return main
+        raise AttributeError(f"module 'schedcache.cli' has no attribute {name!r}")
 
 
 __all__ = ["kubectl_plugin", "main", "run"]
