@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -100,6 +101,26 @@ def positive(text: str) -> int:
     if value < 1:
         raise ValueError(text)
     return value
+
+
+def arrival_rate(text: str) -> float:
+    """An argparse type: pods a second, a finite number of at least 0 (0: all before the start;
+    found in review: -5, nan and inf ran as arrivals that created every pod at once)."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(text)
+    return value
+
+
+def arrivals_fit(rate: float, measured: int, timeout: float) -> str | None:
+    """Why ``measured`` pods arriving ``rate`` a second cannot all arrive within a row's
+    ``timeout`` seconds, or None."""
+    if rate and measured / rate >= timeout:
+        return (
+            f"--arrival-rate {rate:g}: {measured:,} pods take {measured / rate:,.0f} s to arrive, "
+            f"past the row's {timeout:g} s (raise the rate or lower --measured)"
+        )
+    return None
 
 
 def start_server(

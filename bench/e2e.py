@@ -94,7 +94,13 @@ if TREE:
 # After the tree's package is in sys.modules (E402: the order is the point).
 import redis  # noqa: E402
 
-from bench.common import print_table, start_server, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    arrival_rate,
+    arrivals_fit,
+    print_table,
+    start_server,
+    write_results,
+)
 from bench.device.api_capacity import measure  # noqa: E402
 from bench.e2e_shapes import SHAPES, ratios, shaped  # noqa: E402
 from schedcache import Cache  # noqa: E402
@@ -609,7 +615,7 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument(
         "--arrival-rate",
-        type=float,
+        type=arrival_rate,
         default=0.0,
         help="measured pods created a second from the go on, so their queueing is in the "
         "steady window (default 0: every one pending before anything starts)",
@@ -661,6 +667,9 @@ def main() -> None:
         # One profiler per request thread up to 3.11 hung the watches here; from 3.12 one
         # profiler sees every thread.
         parser.error("--api-profile needs Python 3.12+")
+    late = arrivals_fit(args.arrival_rate, args.measured, args.timeout)
+    if late is not None:
+        parser.error(late)
     if "anti" in args.shapes and args.initial + args.measured > args.nodes:
         parser.error(
             "--shapes anti: every pod repels every other by hostname, so it needs "

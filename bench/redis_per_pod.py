@@ -58,8 +58,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import print_table, start_server, write_results  # noqa: E402
+from bench.common import (  # noqa: E402
+    arrival_rate,
+    arrivals_fit,
+    print_table,
+    start_server,
+    write_results,
+)
 
+ROW_TIMEOUT = 900.0  # seconds a row may take (bench/e2e.py's --timeout)
 STEADY_FROM = 0.05  # the share of measured pods in the cache when the steady state starts
 SUFFIX = re.compile(r"_v\d+(_[0-9a-f]+)?$")
 
@@ -179,7 +186,7 @@ def _one_row(
         capacity=100,
         capacity_clients=(1, 2),
         url=url,
-        timeout=900.0,
+        timeout=ROW_TIMEOUT,
         workers=None,
         profile="",
         api_profile="",
@@ -248,7 +255,7 @@ def main() -> None:
     parser.add_argument("--initial", type=int, default=1000)
     parser.add_argument(
         "--arrival-rate",
-        type=float,
+        type=arrival_rate,
         default=0.0,
         help="measured pods created a second from the replicas' start on (bench/e2e.py), so "
         "that sync's queueing of them is in the steady window; default 0: all pending before",
@@ -294,6 +301,9 @@ def main() -> None:
     # tree nodes replicas pid url pop-batch slowlog(0/1)
     parser.add_argument("--row", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    late = arrivals_fit(args.arrival_rate, args.measured, ROW_TIMEOUT)
+    if late is not None:
+        parser.error(late)
     if args.row:
         tree, nodes, replicas, pid, url, batch, slowlog = args.row
         tree = "" if tree == "-" else tree

@@ -102,3 +102,18 @@ def test_pods_arriving_during_the_window_have_their_queueing_counted() -> None:
     done, (before,) = bench("test-redis-per-pod-pending", "--no-breakdown")
     assert done.returncode == 0, done.stderr[-3000:]
     assert before["queued in window"] == 0 and before["row"]["arrival /s"] == 0.0
+
+
+def test_an_arrival_rate_that_cannot_be_run_is_refused_before_any_row() -> None:
+    # Found in review (stop 58, mended): -5, nan and inf ran as arrivals (every pod created at
+    # once, the title saying "arriving -5 a second"), and a rate whose pods take longer than a
+    # row's 900 s to arrive ran for 15 minutes before its cut.
+    for rate, said in [
+        ("-5", "invalid arrival_rate value: '-5'"),
+        ("nan", "invalid arrival_rate value: 'nan'"),
+        ("inf", "invalid arrival_rate value: 'inf'"),
+        ("0.1", "100 pods take 1,000 s to arrive, past the row's 900 s"),
+    ]:
+        done, rows = bench("test-redis-per-pod-bad-rate", f"--arrival-rate={rate}")
+        assert done.returncode == 2 and rows == [], done.stderr
+        assert said in done.stderr
