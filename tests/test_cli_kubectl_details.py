@@ -472,6 +472,17 @@ def test_completion_offers_names_and_namespaces_from_the_cache(
     assert completions([*refused, "get", "nodes"], "") == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["--cache"], ["stats", "--redis"], ["--timeout"], ["get", "nodes", "--cache"]],
+)
+def test_tab_after_a_global_option_waiting_for_its_value_is_no_error(args):
+    # Found in review (stop 58, mended): the global options' hoisting refused the line as
+    # "Option '--cache' requires an argument." and the shell printed click's traceback.
+    assert completions(args, "") == []
+    assert completions(["--log-level"], "") == ["debug", "info", "warning", "error"]
+
+
 def test_completion_is_documented():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "source <(schedcache completion bash)" in readme

@@ -304,7 +304,11 @@ def hoist_global_options(
                 target.append(args[index])
                 index += 1
             elif _takes_value(option) and not inline and global_option is not None:
-                # (`schedcache stats --cache` would run as `schedcache --cache stats`)
+                # (`schedcache stats --cache` would run as `schedcache --cache stats`). Not while
+                # the shell asks for candidates: the line ends where the user pressed TAB (found
+                # in review: `schedcache --cache <TAB>` printed a traceback).
+                if ctx is not None and ctx.resilient_parsing:
+                    continue
                 raise click.BadOptionUsage(token, f"Option '{token}' requires an argument.", ctx)
         elif not token.startswith("-") and isinstance(command, click.Group):
             # None: click reports the unknown name
