@@ -699,18 +699,20 @@ def test_a_jsonpath_index_past_the_end_of_a_list_is_kubectls_error(backend, kube
     # Found in review (mended): `-o jsonpath='{.items[0]}'` of an empty listing printed nothing
     # and exited 0; kubectl's jsonpath (client-go's evalArray) fails with exit status 1, its
     # printer's first line naming the template and the index, and prints nothing on stdout.
-    def refused(template: str, selection: tuple[str, ...], index: int, length: int) -> None:
+    def failed(template: str, selection: tuple[str, ...], why: str) -> None:
         result = kube("get", *selection, "-o", f"jsonpath={template}")
         assert result.exit_code == 1, result.output
         assert result.stdout == ""
         lines = result.stderr.splitlines()
         assert lines[0] == (
             f"error: error executing jsonpath {json.dumps(template)}: Error executing template: "
-            f"array index out of bounds: index {index}, length {length}. "
-            "Printing more information for debugging the template:"
+            f"{why}. Printing more information for debugging the template:"
         ), template
         assert lines[1:] == ["\ttemplate was:", f"\t\t{template}"]
         assert "Traceback" not in result.output
+
+    def refused(template: str, selection: tuple[str, ...], index: int, length: int) -> None:
+        failed(template, selection, f"array index out of bounds: index {index}, length {length}")
 
     nothing = ("pods", "-l", "app=nothing")
     refused("{.items[0]}", nothing, 0, 0)
@@ -721,6 +723,10 @@ def test_a_jsonpath_index_past_the_end_of_a_list_is_kubectls_error(backend, kube
     # n1 has no taints (a missing key selects nothing, kubectl's
     # --allow-missing-template-keys), n2 one
     refused("{range .items[*]}{.spec.taints[1].key}{end}", ("nodes",), 1, 1)
+    # An index of a value that is no list, worded as kubectl 1.32 words it (checked with
+    # `kubectl label --local -f node.json x=y -o jsonpath=...`; found in review, stop 58).
+    failed("{.metadata.name[0]}", ("node", "n1"), "string is not array or slice")
+    failed("{.metadata.labels[0]}", ("node", "n1"), "map[string]interface {} is not array or slice")
     assert ok(kube("get", "nodes", "-o", "jsonpath={.items[1].metadata.name}")) == "n2"
     assert ok(kube("get", "nodes", "-o", "jsonpath={.items[-2].metadata.name}")) == "n1"
     assert ok(kube("get", "nodes", "-o", "jsonpath={.items[0].nope[3]}")) == ""

@@ -7,8 +7,9 @@ character, as kubectl's parser reads ``.topology\\.kubernetes\\.io/zone``),
 ``{range PATH}...{end}``; string literals (``{"\\n"}``, ``{'\\t'}``). Several results of one
 path are joined by a space, as kubectl does. A path that selects nothing prints nothing
 (kubectl's default, ``--allow-missing-template-keys=true``), but an index past the end of a list
-that is there (``{.items[0]}`` of an empty list) is kubectl's error, :class:`IndexOutOfBounds`,
-in ``-o jsonpath`` (custom columns and ``--sort-by`` take it as nothing selected). Anything
+that is there (``{.items[0]}`` of an empty list), or of a value that is no list, is kubectl's
+error, :class:`TemplateFailed`, in ``-o jsonpath`` (custom columns and ``--sort-by`` take it as
+nothing selected). Anything
 else is a :class:`JsonPathError` naming the template, never a guess.
 """
 
@@ -30,12 +31,30 @@ class JsonPathError(ValueError):
     """A template kubectl's JSONPath would refuse (or one this subset does not cover)."""
 
 
-class IndexOutOfBounds(JsonPathError):
+class TemplateFailed(JsonPathError):
+    """A template that reads but cannot be executed on this object: kubectl's "error executing
+    jsonpath" (``-o jsonpath`` only)."""
+
+
+class IndexOutOfBounds(TemplateFailed):
     """``[N]`` of a list that has no element N: kubectl's jsonpath.go ``evalArray`` error,
     worded as it words it (a negative index is shown with the length added, as there)."""
 
     def __init__(self, index: int, length: int) -> None:
         super().__init__(f"array index out of bounds: index {index}, length {length}")
+
+
+# Go's names of the types a decoded object's values have, as evalArray's error names them.
+_GO_TYPES = {str: "string", dict: "map[string]interface {}", bool: "bool", int: "int64"}
+
+
+class NotAList(TemplateFailed):
+    """``[N]`` of a value that is no list (a string, an object, a number): evalArray's "is not
+    array or slice" (found in review: it printed nothing, status 0). A null is skipped there."""
+
+    def __init__(self, value: Any) -> None:
+        go_type = _GO_TYPES.get(type(value), "float64")
+        super().__init__(f"{go_type} is not array or slice")
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,8 @@ def _literal(quoted: str, template: str) -> str:
 
 def evaluate(path: str, document: Any, strict: bool = False) -> list[Any]:
     """Every value ``path`` (``.a.b[*].c``, with or without braces) selects in ``document``;
-    ``strict``: an index past the end of a list raises :class:`IndexOutOfBounds`, as kubectl's
-    ``-o jsonpath`` does, rather than selecting nothing."""
+    ``strict``: an index past the end of a list, or of a value that is no list, raises
+    :class:`TemplateFailed`, as kubectl's ``-o jsonpath`` does, rather than selecting nothing."""
     text = path.strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1].strip()
@@ -111,6 +130,8 @@ def _step(value: Any, match: re.Match[str], strict: bool) -> list[Any]:
     if match[2] is not None:
         index = int(match[2])
         if not isinstance(value, list):
+            if strict and value is not None:
+                raise NotAList(value)
             return []
         if -len(value) <= index < len(value):
             return [value[index]]

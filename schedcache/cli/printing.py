@@ -16,8 +16,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from schedcache.cli.jsonpath import (
-    IndexOutOfBounds,
     JsonPathError,
+    TemplateFailed,
     column_value,
     custom_columns,
     evaluate,
@@ -200,7 +200,7 @@ def print_objects(
     elif output.kind == "jsonpath":
         try:
             rendered = render(output.argument, document)
-        except IndexOutOfBounds as error:
+        except TemplateFailed as error:
             jsonpath_failed(output.argument, error)
         lines = ("\t".join(map(printable, line.split("\t"))) for line in rendered.split("\n"))
         click.echo("\n".join(lines), nl=False)
