@@ -428,13 +428,16 @@ def test_a_bad_value_from_the_environment_names_the_variable(variable, value, op
 
 
 def test_a_bad_cache_variable_refuses_no_command_that_does_not_read_it():
-    # Found in review (stop 58, mended): `demo` (which ignores $SCHEDCACHE_CACHE: README) and
-    # `completion` (which prints a script) were refused, exit 2, for the variable's bad name.
+    # Found in review (stop 58, mended): `demo` (which ignores $SCHEDCACHE_CACHE: README),
+    # `completion` (which prints a script) and a command's --help were refused, exit 2, for the
+    # variable's bad name.
     runner = CliRunner(env={"SCHEDCACHE_CACHE": "bad name!"})
     result = runner.invoke(main, ["completion", "bash"])
     assert result.exit_code == 0 and "_schedcache_completion" in result.stdout, result.output
     result = runner.invoke(main, ["demo", "--nodes", "2", "--pods", "3"])
     assert result.exit_code == 0 and "Nodes of cache 'demo'" in result.stdout, result.output
+    result = runner.invoke(main, ["stats", "--help"])  # (help reads no cache either)
+    assert result.exit_code == 0 and "Usage: main stats" in result.stdout, result.output
     result = runner.invoke(main, ["stats"])
     assert result.exit_code == 2
     assert "Invalid value for '--cache' (from $SCHEDCACHE_CACHE)" in result.stderr

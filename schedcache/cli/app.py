@@ -24,6 +24,7 @@ from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
 from schedcache.cli.params import (
+    HELP_ASKED,
     Seconds,
     check_cache_option,
     check_cache_variable,
@@ -172,6 +173,10 @@ class SchedcacheGroup(click.Group):
     turns expected failures into one ``Error:`` line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Help reads no cache: a bad $SCHEDCACHE_CACHE refuses no `COMMAND --help` (found in
+        # review; params.check_cache_variable).
+        options = args[: args.index("--")] if "--" in args else args
+        ctx.meta[HELP_ASKED] = "--help" in options
         try:
             return super().parse_args(ctx, hoist_global_options(self, args, ctx))
         except click.ClickException as error:

@@ -192,14 +192,18 @@ def check_cache_option(ctx: click.Context, param: click.Parameter, value: str) -
 
 # The commands that never read $SCHEDCACHE_CACHE.
 NO_CACHE_COMMANDS = frozenset({"demo", "completion"})
+# ctx.meta's key: the command line asks for a command's help (which reads no cache).
+HELP_ASKED = "schedcache.help_asked"
 
 
 def check_cache_variable(ctx: click.Context, value: str) -> None:
     """$SCHEDCACHE_CACHE, once the subcommand is known: refused as a bad --cache (the variable
     named) for every command that uses it, that is all but `demo` (which ignores it) and
-    `completion` (which prints a script: found in review)."""
+    `completion` (which prints a script), and not for a command's --help (found in review)."""
     source = ctx.get_parameter_source("cache_name")
     if source is not ParameterSource.ENVIRONMENT or ctx.invoked_subcommand in NO_CACHE_COMMANDS:
+        return
+    if ctx.meta.get(HELP_ASKED):
         return
     param = next(p for p in ctx.command.params if p.name == "cache_name")
     check_cache_name(ctx, param, value)
