@@ -370,11 +370,11 @@ def _unusable_option(url: str) -> str | None:
             problem = _seconds_problem(values[0])
             if problem is not None:
                 return f"{describe(url)}: option {name!r}: {problem}"
-        if key == "decode_responses" and values[-1].strip().lower() in _FALSE:
-            continue
-        if key == "encoding" and is_utf8(values[-1]):
-            continue
-        if key in UNUSABLE_OPTIONS:
+        # (decode_responses as redis-py's to_bool reads the text; the keywords' own check)
+        value: object = values[0]
+        if key == "decode_responses":
+            value = values[0].strip().lower() not in _FALSE
+        if _unusable(key, value):
             why = BYTES_REPLIES + UTF8_ONLY * (key == "encoding")
             return f"{describe(url)}: option {name!r} cannot be used: {why}"
         if key in OBJECT_OPTIONS:
