@@ -208,8 +208,8 @@ def api_server(conn: Connection, args: argparse.Namespace, directory: str, profi
             on = node_name(i % args.nodes, args.node_names)
             server.create(shaped(pod(f"initial-{i}", on), shape, False))
         measured = [shaped(pod(f"measured-{i}"), shape, True) for i in range(args.measured)]
-        # (bench/redis_per_pod.py builds its own argument set: no such attribute before it)
-        arrival = float(getattr(args, "arrival_rate", 0.0) or 0.0)
+        # (bench/extender.py's argument set has no arrival rate: its pods are all there)
+        arrival = getattr(args, "arrival_rate", 0.0)
         if not arrival:
             for manifest in measured:
                 server.create(manifest)
@@ -577,7 +577,7 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         "nodes": args.nodes,
         "measured": args.measured,
         # Measured pods created a second from the go on (0: all pending before it).
-        "arrival /s": float(getattr(args, "arrival_rate", 0.0) or 0.0),
+        "arrival /s": args.arrival_rate,
         "setup s": round(setup_seconds, 1),  # the API server's process and its objects
         "sync s": round(sync_seconds, 1),
         "bound": done,  # = measured unless --timeout cut the row

@@ -9,8 +9,8 @@ path are joined by a space, as kubectl does. A path that selects nothing prints 
 (kubectl's default, ``--allow-missing-template-keys=true``), but an index past the end of a list
 that is there (``{.items[0]}`` of an empty list), or of a value that is no list, is kubectl's
 error, :class:`TemplateFailed`, in ``-o jsonpath`` (custom columns and ``--sort-by`` take it as
-nothing selected). Anything
-else is a :class:`JsonPathError` naming the template, never a guess.
+nothing selected). Anything else is a :class:`JsonPathError` naming the template, never a
+guess.
 """
 
 from __future__ import annotations
