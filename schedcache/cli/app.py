@@ -31,7 +31,7 @@ from schedcache.cli.params import (
     check_redis_url,
 )
 from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, TIMEOUT_SETTING, Settings
-from schedcache.cli.startup import COMMAND_NAMES, command_of, interrupted_status
+from schedcache.cli.startup import COMMAND_NAMES, command_of, interrupted
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
@@ -211,15 +211,6 @@ class SchedcacheGroup(click.Group):
             _add_epilogs(command, global_options_epilog(self))
             self.commands[cmd_name] = command
         return command
-
-
-def interrupted(command: str | None) -> NoReturn:
-    """Ctrl-C that no command handled itself (``load`` says how far it got): exit status 130
-    as a shell reports it, where click says "Aborted!" with status 1, as for a failure; 0 for
-    ``command`` that runs until stopped, as its own handlers end it (as one while the command
-    line loads: schedcache.cli.startup)."""
-    click.echo(err=True)  # (the line after the terminal's ^C)
-    sys.exit(interrupted_status(command))
 
 
 def lost_redis(ctx: click.Context, error: Exception) -> Exception:

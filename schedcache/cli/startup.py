@@ -43,9 +43,16 @@ def interrupted_status(command: str | None) -> int:
     return 0 if command in LONG_RUNNING else INTERRUPTED
 
 
-def interrupted_while_loading(args: Sequence[str]) -> NoReturn:
-    """A Ctrl-C while the command line was still being imported: ended as one later is
-    (``schedcache.cli.app.interrupted``), the line after the terminal's ^C and the status."""
+def interrupted(command: str | None) -> NoReturn:
+    """Ctrl-C that no command handled itself (``load`` says how far it got): the line after the
+    terminal's ^C, and exit status 130 as a shell reports it, where click says "Aborted!" with
+    status 1, as for a failure; 0 for ``command`` that runs until stopped, as its own handlers
+    end it. (sys.stderr, not click's echo: click may not be loaded yet.)"""
     sys.stderr.write("\n")
     sys.stderr.flush()
-    sys.exit(interrupted_status(command_of(args)))
+    sys.exit(interrupted_status(command))
+
+
+def interrupted_while_loading(args: Sequence[str]) -> NoReturn:
+    """A Ctrl-C while the command line was still being imported: ended as one later is."""
+    interrupted(command_of(args))
