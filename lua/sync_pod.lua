@@ -23,12 +23,15 @@
 
 -- A pending pod: queued, or its queued record brought up to date (its place kept, unless its
 -- priority changed while it waits in `active`, or its scheduler changed). A pod the cache
--- holds (claimed by a replica) is left as it is.
-local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
+-- holds (claimed by a replica) is left as it is. Its version (`vkey`, `rv`) is recorded here,
+-- in the same MSET as its queued record wherever one is written.
+local function queue_pending(p, uid, scheduler, priority, blob, rec, queued, vkey, rv)
   if rec ~= nil then
     if queued ~= nil then
       queued.blob = blob
-      save_queued(queued)
+      save_queued(queued, vkey, rv)
+    else
+      record_version(vkey, rv, false)
     end
     return 'none'
   end
@@ -50,7 +53,7 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
       checked[listed] = true
     end
     queue_activate(p, { key = p .. 'queued:' .. uid, uid = uid, scheduler = scheduler,
-                        priority = priority, attempts = 0, due = 0, blob = blob })
+                        priority = priority, attempts = 0, due = 0, blob = blob }, vkey, rv)
     return 'queue'
   end
   queued.blob = blob
@@ -60,16 +63,16 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued)
     queued.scheduler, queued.priority = scheduler, priority
     if queued.state == 'leased' then  -- its holder keeps it; the new queue gets it back
       redis.call('ZADD', queue_key(p, scheduler, 'leased'), 0, uid)
-      save_queued(queued)
+      save_queued(queued, vkey, rv)
     else
-      queue_activate(p, queued)
+      queue_activate(p, queued, vkey, rv)
     end
     if was ~= scheduler then
       redis.call('HSETNX', p .. 'queues', scheduler, '0-0')  -- listed, as a new pod's is
       forget_if_idle(p, was)
     end
   else
-    save_queued(queued)
+    save_queued(queued, vkey, rv)
   end
   return 'requeue'
 end
@@ -104,8 +107,7 @@ local function sync_pod(p, replica, a)
   if queued ~= nil then held = guard_queue(p, queued.scheduler, op ~= 'queue') end
   if op == 'queue' then
     guard_queue(p, scheduler)
-    local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued)
-    record_version(vkey, rv, false)
+    local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued, vkey, rv)
     return { 'applied', action, '' }
   end
   -- A deleted pod's nomination (a preemptor gone after evicting) holds no more room, as
@@ -130,7 +132,7 @@ local function sync_pod(p, replica, a)
     else  -- new, or confirms an assumed pod (on whichever node)
       action = 'add'
       guard_cache(p, ADD_POD_KEYS)
-      result, err = COMMANDS['add_pod'](p, replica, args, rec or false)
+      result, err = COMMANDS['add_pod'](p, replica, args, rec or false, vkey, rv)
     end
   end
   if result == nil then return nil, err end
@@ -139,6 +141,6 @@ local function sync_pod(p, replica, a)
     queue_drop(p, queued, held)
     if action == 'none' then action = 'dequeue' end
   end
-  record_version(vkey, rv, op == 'delete')
+  if action ~= 'add' then record_version(vkey, rv, op == 'delete') end  -- (add: with its record)
   return { 'applied', action, result }
 end

@@ -111,7 +111,7 @@ SCHEMA: Final[tuple[KeySpec, ...]] = (
         "version:ns:<name>", "string", "newest resourceVersion a feeder applied (tombstone 1 h)"
     ),
     KeySpec("queuedpods", "set", "the uids of every queued (pending) pod"),
-    KeySpec("queueseq", "string", "the scheduling queue's arrival counter (INCR)"),
+    KeySpec("queueseq", "string", "the scheduling queue's arrival counter (one SET a call)"),
     KeySpec("queues", "hash", "scheduler -> '<id>[ <score>]': wake cursor of its parked pods"),
     KeySpec("helped", "string", "the id of the last event that could help a parked pod"),
     KeySpec("arrivalwakes", "zset", "'<key>=<value>' or '*' -> until when (ms) it is awaited"),
