@@ -968,20 +968,13 @@ local function load_pod(p, uid, stays, read)
 end
 
 -- Writes a pod record from its parts (no table per write: every placement writes one).
--- `vkey`, `rv`: the pod's version, when the caller records it now too (sc_sync_pod's
--- confirmation): one MSET for both, not two SETs (~3,000 instructions a pod).
 local function write_record(p, uid, state, node, finished, deadline, gen, claimer, contribution,
-                            blob, vkey, rv)
+                            blob)
   if deadline == '' then deadline = '-' end
   if claimer == '' then claimer = '-' end
   if type(gen) == 'number' then gen = int_string(gen) end
-  local text = state .. ' ' .. node .. ' ' .. finished .. ' ' .. deadline .. ' ' .. gen .. ' '
-    .. claimer .. ' ' .. contribution .. '\n' .. blob
-  if vkey then
-    redis.call('MSET', p .. 'pod:' .. uid, text, vkey, rv)
-  else
-    redis.call('SET', p .. 'pod:' .. uid, text)
-  end
+  redis.call('SET', p .. 'pod:' .. uid, state .. ' ' .. node .. ' ' .. finished .. ' '
+    .. deadline .. ' ' .. gen .. ' ' .. claimer .. ' ' .. contribution .. '\n' .. blob)
 end
 
 local function save_pod(p, uid, rec)
@@ -1003,12 +996,11 @@ end
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
 -- `claimer`: the replica assuming it ('' for added pods). `deadline` (ms text, optional): the
 -- pod's binding is finished and it expires then (sc_timed_claim; the caller indexes it).
--- `vkey`, `rv`: as write_record's.
-local function put_pod(p, args, state, claimer, deadline, vkey, rv)
+local function put_pod(p, args, state, claimer, deadline)
   local gen, text = place_pod(p, args.uid, args.node, args.contribution)
   if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
   write_record(p, args.uid, state, args.node, deadline and '1' or '0', deadline or '', text,
-               claimer, args.contribution.text, args.blob, vkey, rv)
+               claimer, args.contribution.text, args.blob)
   if not batching then
     redis.call('SADD', p .. 'pods', args.uid)
   else

@@ -95,20 +95,25 @@ local function wake_cursor(p, scheduler)
   if id == nil then return '0-0', nil, text end
   return id, tonumber(owed), text
 end
--- The arrival counter holds an integer (or is missing), short of 2^53 by more than a call
--- counts (BOUNDS.SEQ_MOST): a Lua number holds it exactly only below 2^53. It is read and
--- checked once a call, and its value is kept in `checked` (a number): the call's arrivals
--- count on from it in Lua (queue_activate), and end_call writes the last one back with one
--- SET, as `gen` is (an INCR an arrival was ~3,500 instructions; a batch of 8 pushes ran 8).
--- No counter of arrivals gets near the bound (2^53 is 285 years of a million a second).
-BOUNDS.SEQ_MOST = '9007199254739992'  -- 2^53 less 1,000 (an sc_batch's most commands)
+-- The arrival counter holds an integer from 0 (or is missing), short of 10^15 by more than a
+-- call counts (BOUNDS.SEQ_MOST): an active member is its seq padded to 15 digits, and the
+-- queue's order is those members' order as text (active_member); a negative seq would not
+-- read back (load_queued). It is read and checked once a call, and its value is kept in
+-- `checked` (a number, exact: under 2^53): the call's arrivals count on from it in Lua
+-- (queue_activate), and end_call writes the last one back with one SET, as `gen` is (an INCR
+-- an arrival was ~3,500 instructions). No counter of arrivals gets near the bound (10^15 is
+-- 31 years of a million a second).
+BOUNDS.SEQ_MOST = '999999999000000'  -- 10^15 less 10^6 (a call's most: 1,000 commands of 400)
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
   if not checked[seq] then
     -- (the generation counter's check: an integer, or missing)
     local value = check_gen(seq) or ''
+    if string.sub(value, 1, 1) == '-' then
+      corrupt(seq, 'is negative: an arrival numbered below 0 would not read back')
+    end
     if #value > #BOUNDS.SEQ_MOST or (#value == #BOUNDS.SEQ_MOST and value >= BOUNDS.SEQ_MOST) then
-      corrupt(seq, 'is past 2^53 less 1,000: a Lua number would not hold it exactly')
+      corrupt(seq, 'is past 10^15 less 10^6: arrivals past 10^15 would not keep their order')
     end
     checked[seq] = tonumber(value) or 0
   end

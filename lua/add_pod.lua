@@ -21,7 +21,7 @@
 -- the event's fromgen is its gen. Checked here: `assumed`, `deadlines`; by the wrapper: `nodegen`,
 -- `events` (and `pods`, left as it is); by read_pod_args: the node's pod set; by load_pod: the
 -- claim set; `gen` needs no check (touch: the first write).
-local function confirm_in_place(p, replica, args, rec, vkey, rv)
+local function confirm_in_place(p, replica, args, rec)
   expect_type(p .. 'assumed', 'set')
   expect_type(p .. 'deadlines', 'zset')
   local gen, text = touch(p, args.node)
@@ -32,16 +32,15 @@ local function confirm_in_place(p, replica, args, rec, vkey, rv)
   redis.call('ZADD', pk, text, args.uid)
   checked[pk] = true  -- (as place_pod's: the pod was there, but a count is no longer trusted)
   write_record(p, args.uid, 'added', args.node, '0', '', text, '', args.contribution.text,
-               args.blob, vkey, rv)
+               args.blob)
   emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
        'data', args.blob, 'confirmed', '1', 'from', rec.node, 'fromgen', text)
   return gen
 end
 
 -- `loaded`: the pod's record as sc_sync_pod read it (load_pod with `stays`; false: none),
--- else nil and it is read here. `vkey`, `rv`: the version sc_sync_pod records for the change,
--- written with the pod's record (write_record), or nil.
-local function add_pod(p, replica, a, loaded, vkey, rv)
+-- else nil and it is read here.
+local function add_pod(p, replica, a, loaded)
   local args, err = read_pod_args(p, a)
   if args == nil then return nil, err end
   local rec = loaded
@@ -55,13 +54,13 @@ local function add_pod(p, replica, a, loaded, vkey, rv)
   end
   if rec == nil then
     expect_type(p .. 'pods', 'set')
-    local gen, text = put_pod(p, args, 'added', '', nil, vkey, rv)
+    local gen, text = put_pod(p, args, 'added', '')
     emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
          'data', args.blob)
     return gen
   end
   if args.live and rec.node == args.node and rec.contribution == args.contribution then
-    return confirm_in_place(p, replica, args, rec, vkey, rv)
+    return confirm_in_place(p, replica, args, rec)
   end
   -- Assumed elsewhere (or resized): the stored contribution leaves the node it was assumed on
   -- (a placeholder left empty disappears), and the confirmed pod is added where it really
@@ -69,7 +68,7 @@ local function add_pod(p, replica, a, loaded, vkey, rv)
   guard_removal(p, rec.node, rec.contribution)
   guard_cache(p, EVERY_CACHE_KEY)
   local _, from_gen = delete_pod(p, args.uid, rec)
-  local gen, text = put_pod(p, args, 'added', '', nil, vkey, rv)
+  local gen, text = put_pod(p, args, 'added', '')
   emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
        'data', args.blob, 'confirmed', '1', 'from', rec.node, 'fromgen', from_gen)
   return gen

@@ -24,7 +24,8 @@
 -- A pending pod: queued, or its queued record brought up to date (its place kept, unless its
 -- priority changed while it waits in `active`, or its scheduler changed). A pod the cache
 -- holds (claimed by a replica) is left as it is. Its version (`vkey`, `rv`) is recorded here,
--- in the same MSET as its queued record wherever one is written.
+-- as the change's last write (a change that fails before it is applied again when resent),
+-- in the same MSET as its queued record where that is the last write.
 local function queue_pending(p, uid, scheduler, priority, blob, rec, queued, vkey, rv)
   if rec ~= nil then
     if queued ~= nil then
@@ -63,14 +64,15 @@ local function queue_pending(p, uid, scheduler, priority, blob, rec, queued, vke
     queued.scheduler, queued.priority = scheduler, priority
     if queued.state == 'leased' then  -- its holder keeps it; the new queue gets it back
       redis.call('ZADD', queue_key(p, scheduler, 'leased'), 0, uid)
-      save_queued(queued, vkey, rv)
+      save_queued(queued)
     else
-      queue_activate(p, queued, vkey, rv)
+      queue_activate(p, queued)
     end
     if was ~= scheduler then
       redis.call('HSETNX', p .. 'queues', scheduler, '0-0')  -- listed, as a new pod's is
       forget_if_idle(p, was)
     end
+    record_version(vkey, rv, false)
   else
     save_queued(queued, vkey, rv)
   end
@@ -132,7 +134,7 @@ local function sync_pod(p, replica, a)
     else  -- new, or confirms an assumed pod (on whichever node)
       action = 'add'
       guard_cache(p, ADD_POD_KEYS)
-      result, err = COMMANDS['add_pod'](p, replica, args, rec or false, vkey, rv)
+      result, err = COMMANDS['add_pod'](p, replica, args, rec or false)
     end
   end
   if result == nil then return nil, err end
@@ -141,6 +143,6 @@ local function sync_pod(p, replica, a)
     queue_drop(p, queued, held)
     if action == 'none' then action = 'dequeue' end
   end
-  if action ~= 'add' then record_version(vkey, rv, op == 'delete') end  -- (add: with its record)
+  record_version(vkey, rv, op == 'delete')
   return { 'applied', action, result }
 end

@@ -141,14 +141,17 @@ def test_a_pops_parked_argument_is_reserved_the_retrys_wait_counts(cache: Cache)
     assert [q.pod.name for q in eager.pop(now=T0 + 301)] == ["p"]  # its own wait ended
 
 
-@pytest.mark.parametrize("seq", [2**53 - 2, 2**63 - 2])
+@pytest.mark.parametrize("seq", [10**15 - 2, 2**53 - 2, 2**63 - 2, -5])
 def test_pushes_past_what_the_arrival_counter_holds_exactly_are_refused_unwritten(
     cache: Cache, seq: int
 ) -> None:
     """(Found in review, present on main: the counter was checked once a call, so a batch's
     second push INCRed past int64 and raised after the first had written; and a seq past 2^53
-    came back from INCR as a rounded double.) Every push of the batch is refused CORRUPT,
-    nothing written; a counter short of 2^53 by more than a call counts goes on exactly."""
+    came back from INCR as a rounded double. Found in review at stop 59: a seq from 10^15 on
+    has 16 digits, and its active member, padded to 15 and ordered as text, jumped ahead of
+    older pods; a negative one was stored as a record no pop could read.) Every push of the
+    batch is refused CORRUPT, nothing written; a counter short of 10^15 by more than a call
+    counts goes on exactly."""
     pods = [make_pod(f"u{i}", "", "10m", "1Mi", uid=f"u{i}") for i in range(2)]
     cache.client.set(cache.keys.prefix + "queueseq", str(seq))
     before = keyspace(cache.client, cache.keys.pattern)
@@ -159,7 +162,11 @@ def test_pushes_past_what_the_arrival_counter_holds_exactly_are_refused_unwritte
     assert [type(result.error).__name__ for result in results] == ["CorruptRecord"] * 2
     assert "queueseq" in str(results[0].error)
     assert keyspace(cache.client, cache.keys.pattern) == before
-    cache.client.set(cache.keys.prefix + "queueseq", str(2**53 - 1001))
-    assert cache.run(commands.sync_pod_pending(pods[0], "default-scheduler", "1"))
+    cache.client.set(cache.keys.prefix + "queueseq", str(10**15 - 10**6 - 2))
+    for version, pod in enumerate(pods, start=1):
+        assert cache.run(commands.sync_pod_pending(pod, "default-scheduler", str(version)))
     record = cache.client.get(cache.keys.prefix + "queued:u0")
-    assert record is not None and str(2**53 - 1000).encode() in record.split(b"\n", 1)[0]
+    assert record is not None and str(10**15 - 10**6 - 1).encode() in record.split(b"\n", 1)[0]
+    assert cache.client.get(cache.keys.prefix + "queueseq") == str(10**15 - 10**6).encode()
+    popped = SchedulingQueue(cache, "default-scheduler", holder="a").pop(count=2, now=T0)
+    assert [q.pod.uid for q in popped] == ["u0", "u1"]  # in their order of arrival
