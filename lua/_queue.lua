@@ -98,11 +98,11 @@ end
 -- The arrival counter holds an integer from 0 (or is missing), short of 10^15 by more than a
 -- call counts (BOUNDS.SEQ_MOST): an active member is its seq padded to 15 digits, and the
 -- queue's order is those members' order as text (active_member); a negative seq would not
--- read back (load_queued). It is read and checked once a call, and its value is kept in
--- `checked` (a number, exact: under 2^53): the call's arrivals count on from it in Lua
--- (queue_activate), and end_call writes the last one back with one SET, as `gen` is (an INCR
--- an arrival was ~3,500 instructions). No counter of arrivals gets near the bound (10^15 is
--- 31 years of a million a second).
+-- read back (load_queued). It is read and checked once a call, and its digits are kept in
+-- `checked` ('' when missing): the call's arrivals count on from it in Lua (queue_activate:
+-- exact, under 2^53), and end_call writes the last one back with one SET, as `gen` is (an
+-- INCR an arrival was ~3,500 instructions). No counter of arrivals gets near the bound (10^15
+-- is 31 years of a million a second).
 BOUNDS.SEQ_MOST = '999999999000000'  -- 10^15 less 10^6 (a call's most: 1,000 commands of 400)
 local function guard_sequence(p)
   local seq = p .. 'queueseq'
@@ -115,7 +115,7 @@ local function guard_sequence(p)
     if #value > #BOUNDS.SEQ_MOST or (#value == #BOUNDS.SEQ_MOST and value >= BOUNDS.SEQ_MOST) then
       corrupt(seq, 'is past 10^15 less 10^6: arrivals past 10^15 would not keep their order')
     end
-    checked[seq] = tonumber(value) or 0
+    checked[seq] = value  -- (its digits: a number only when an arrival counts on from it)
   end
 end
 
@@ -125,14 +125,13 @@ end
 -- checked earlier in the call), the pods they hold are answered: their ZCARDs are the type
 -- checks, and queue_drop needs no more to tell whether the scheduler's last pod went.
 -- Once a scheduler's keys are checked in a call (and its arrival counter, for a caller that
--- counts arrivals), checked[' guarded'][scheduler] (1; 2 with the counter) answers the rest of
--- the call's pushes and drops: five key names built and six checks looked up again a pod were
--- ~100 VM instructions of a push (bench/lua_profile.py).
+-- counts arrivals), checked[<its queue's prefix>] (1; 2 with the counter) answers the rest of
+-- the call's pushes and drops: four more key names built and six checks looked up again a pod
+-- were ~100 VM instructions of a push (bench/lua_profile.py).
 local function guard_queue(p, scheduler, dropping)
-  local guarded = checked[' guarded']
-  local done = guarded and guarded[scheduler]
+  local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once (no key: it ends in ':')
+  local done = checked[q]
   if done == 2 or (done and dropping) then return nil end
-  local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once
   local active, leased, backoff, parked = q .. 'active', q .. 'leased', q .. 'backoff',
                                           q .. 'parked'
   local queued = nil
@@ -149,12 +148,12 @@ local function guard_queue(p, scheduler, dropping)
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  if not dropping then guard_sequence(p) end
-  if not guarded then
-    guarded = {}
-    checked[' guarded'] = guarded
+  if not dropping then
+    guard_sequence(p)
+    checked[q] = 2
+  elseif not done then
+    checked[q] = 1
   end
-  if not dropping then guarded[scheduler] = 2 elseif not done then guarded[scheduler] = 1 end
   return queued
 end
 
@@ -233,10 +232,14 @@ end
 -- Puts `rec` (unlinked) at the back of its priority in the active queue (`vkey`, `rv`: as
 -- save_queued's). Its place is the arrival counter's next value (guard_sequence).
 local function queue_activate(p, rec, vkey, rv)
-  local seq = p .. 'queueseq'
-  if not checked[seq] then guard_sequence(p) end  -- (every caller guarded it: a number)
-  local n = checked[seq] + 1
-  checked[seq], checked[' queueseq'] = n, n  -- (end_call writes it)
+  local n = checked[' queueseq']  -- (the call's last arrival, which end_call writes)
+  if n == nil then
+    local seq = p .. 'queueseq'
+    if not checked[seq] then guard_sequence(p) end  -- (every caller guarded it)
+    n = tonumber(checked[seq]) or 0
+  end
+  n = n + 1
+  checked[' queueseq'] = n
   rec.seq = int_string(n)
   rec.state, rec.holder = 'active', '-'
   redis.call('ZADD', queue_key(p, rec.scheduler, 'active'), -tonumber(rec.priority),
