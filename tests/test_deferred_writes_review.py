@@ -429,7 +429,11 @@ def acl_user(cache: Cache, denied: str) -> redis.Redis:
         reset=True,
     )
     pool = client_of(cache).connection_pool.connection_kwargs
-    return redis.Redis(host=pool["host"], port=pool["port"], username=user, password="")
+    # (its database too: found in review at stop 59, a test URL naming another db left this
+    # user's writes in db 0)
+    return redis.Redis(
+        host=pool["host"], port=pool["port"], db=pool.get("db", 0), username=user, password=""
+    )
 
 
 def test_a_call_failing_after_its_event_leaves_lastevent_and_helped_at_the_stream(

@@ -24,6 +24,7 @@ from schedcache.store.commands import Command
 from schedcache.store.library import function_name
 from tests.conftest import real_client
 from tests.factories import keyspace, make_node, make_pod
+from tests.test_deferred_writes_review import acl_user
 
 T0 = 1_700_000_000.0
 
@@ -256,30 +257,13 @@ def test_a_change_failing_partway_is_applied_again_when_resent(denied: str) -> N
         pod = make_pod("p1", "", "100m", "100Mi", uid="uid-p1")
         if denied == "srem":  # a queued pod bound
             cache.run(commands.sync_pod_pending(pod, "ref", "100"))
-        user = "rv-" + uuid.uuid4().hex[:8]
-        client.acl_setuser(
-            user,
-            enabled=True,
-            nopass=True,
-            commands=["+@all", f"-{denied}"],
-            keys=["*"],
-            channels=["*"],
-            reset=True,
-        )
-        kwargs = client.connection_pool.connection_kwargs
-        limited = redis.Redis(
-            host=kwargs["host"],
-            port=kwargs["port"],
-            db=kwargs.get("db", 0),
-            username=user,
-            password="",
-        )
+        limited = acl_user(cache, denied)
         bind = commands.sync_pod(pod.with_node("n1"), "200", True)
         try:
             with pytest.raises(redis.ResponseError):
                 limited.fcall(function_name("sync_pod"), 1, prefix, "test", "", *bind.args)
         finally:
-            client.acl_deluser(user)
+            client.acl_deluser(limited.connection_pool.connection_kwargs["username"])
             limited.close()
         assert cache.run(bind)[0] == b"applied"
         assert not client.exists(prefix + "queued:uid-p1")
