@@ -25,6 +25,7 @@ from schedcache.store.library import function_name
 from tests.conftest import real_client
 from tests.factories import keyspace, make_node, make_pod
 from tests.test_deferred_writes_review import acl_user
+from tests.test_queue import pending as queue_pending
 
 T0 = 1_700_000_000.0
 
@@ -41,10 +42,8 @@ SEQ_CORRUPTIONS = [
 
 
 def pending(name: str, priority: int = 0) -> Pod:
-    pod = make_pod(name, "", "100m", "100Mi", uid=f"uid-{name}")
-    if priority:
-        pod = Pod.from_dict({**pod.to_dict(), "priority": priority})
-    return pod
+    """test_queue's pending pod, its uid told from its name ("uid-<name>")."""
+    return queue_pending(name, priority, uid=f"uid-{name}")
 
 
 def seq_of(cache: Cache, uid: str) -> int:
