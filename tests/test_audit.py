@@ -187,3 +187,71 @@ def test_verify_while_commands_flow_reports_no_false_difference(make_cache):
         thread.join(10)
     assert runs == [[]] * 12
     assert cache.verify() == []  # and, quiet again, everything holds
+
+
+def commands_between_the_reads(monkeypatch, between) -> list[int]:
+    """Run ``between(try_number)`` just before each of the invariants' reads of the keys (after
+    their lists of nodes and pods were made): a command landing there, every time if need be."""
+    from schedcache.history import verify
+
+    read_view, tries = verify._read_view, []
+
+    def raced(store, nodes, uids):
+        tries.append(len(tries))
+        between(tries[-1])
+        return read_view(store, nodes, uids)
+
+    monkeypatch.setattr(verify, "_read_view", raced)
+    return tries
+
+
+def test_invariants_read_a_pod_placed_or_removed_after_their_lists_were_made(
+    make_cache, monkeypatch
+):
+    """The race CI met on Cluster under load: a pod placed after the invariants listed the pods
+    counted on its node and not in the node's totals. The keys and every named pod's record
+    are now read at one event, so no false difference is left."""
+    from schedcache.history.verify import invariants
+
+    cache, writer = make_cache(), make_cache(replica="writer")
+    cache.add_node(make_node("n0", "64", "64Gi"))
+    leaving = make_pod("leaving", "n0", "20m", "2Mi")
+    cache.add_pod(leaving)
+
+    def between(attempt: int) -> None:
+        if attempt == 0:
+            writer.add_pod(make_pod("arrived", "n0", "10m", "1Mi"))
+            writer.remove_pod(leaving)
+            writer.add_node(make_node("n1", "8", "8Gi"))
+            writer.add_pod(make_pod("on-new-node", "n1", "30m", "1Mi"))
+
+    tries = commands_between_the_reads(monkeypatch, between)
+    assert invariants(cache.store) == []
+    assert tries == [0, 1]  # read again with the pod and node the first read had not listed
+    cache.client.hincrby(cache.keys.node("n1"), "r:cpu", 5)  # and a real fault still shows
+    assert [str(d) for d in invariants(cache.store)] == ["node n1: r:cpu: expected 30, found 35"]
+
+
+def test_invariants_leave_unchecked_only_what_pods_arriving_on_every_read_hide(
+    make_cache, monkeypatch
+):
+    """Pods placed before every read can never be read with their node: those pods and their
+    node's totals are left out, and every other node's fault is still reported."""
+    from schedcache.history.verify import COVER_ATTEMPTS, invariants
+
+    cache, writer = make_cache(), make_cache(replica="writer")
+    for name in ("busy", "quiet"):
+        cache.add_node(make_node(name, "64", "64Gi"))
+        cache.add_pod(make_pod(f"first-on-{name}", name, "10m", "1Mi"))
+    cache.client.hincrby(cache.keys.node("quiet"), "r:cpu", 3)
+    tries = commands_between_the_reads(
+        monkeypatch, lambda n: writer.add_pod(make_pod(f"new{n}", "busy", "10m", "1Mi"))
+    )
+    assert [str(d) for d in invariants(cache.store)] == ["node quiet: r:cpu: expected 10, found 13"]
+    assert len(tries) == COVER_ATTEMPTS
+    monkeypatch.undo()  # quiet again: the busy node is checked, whole
+    cache.client.hincrby(cache.keys.node("busy"), "r:mem", 1)
+    assert {(d.subject, d.field) for d in invariants(cache.store)} == {
+        ("node quiet", "r:cpu"),
+        ("node busy", "r:mem"),
+    }

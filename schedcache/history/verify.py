@@ -4,9 +4,8 @@ Every difference names the node or pod and the field. Each live read (a chunk of
 cache-wide keys, a chunk of pod records) is atomic and says which event it reflects (the
 stream's last id, read with it); the fold, the same one snapshots and replay use, is moved on
 to that event before the read is compared with it, so commands applied meanwhile make no
-false difference. The invariants need no fold but read many keys: a run during which the
-stream did not move is exact; while commands flow they are read again (``INVARIANT_RUNS``)
-and only what every run found is reported.
+false difference. The invariants need no fold: their keys and the records of every pod those
+name are read at one event too (:func:`invariants`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from schedcache.store.eviction import SAFE_POLICY
 from schedcache.store.fetch import (
     NODES_PER_CALL,
     PODS_PER_PIPELINE,
-    fetch_pods,
     node_entries_reads,
     node_info_from_entry,
 )
@@ -215,47 +213,94 @@ def _compare_pods(
     return out
 
 
-# Runs of the invariants while the stream keeps moving before settling for what all found.
-INVARIANT_RUNS = 5
+# Reads of the invariants' keys at one event, each with the records of every pod the one
+# before found, before the pods still unread (placed on every try) are left unchecked.
+COVER_ATTEMPTS = 4
+
+
+@dataclass
+class _View:
+    """The keys the invariants read, all at one event (:func:`_at_one_point`)."""
+
+    nodes: set[str]  # the ``nodes`` set
+    hashes: dict[str, dict[bytes, bytes]]  # of the nodes read
+    members: dict[str, list[tuple[bytes, float]]]  # each node's placed pods, with generations
+    indexed: dict[str, Any]  # each node's score in the generation index (None: none)
+    pods: set[str]
+    assumed: set[str]
+    anti_affine_pods: Any
+    records: dict[str, PodRecord]  # of the uids read (a uid without a record is left out)
+
+    def placed(self) -> set[str]:
+        return {
+            m.decode() for name in self.nodes & set(self.members) for m, _ in self.members[name]
+        }
 
 
 def invariants(store: Store) -> list[Difference]:
-    """What must hold in the live keys whatever the history: exact from a run during which
-    no event was appended, else what every one of ``INVARIANT_RUNS`` runs found (a command
-    caught half way through the reads is seen in one run, a broken invariant in all)."""
-    runs: list[list[Difference]] = []
-    for _ in range(INVARIANT_RUNS):
-        before = _stream_point(store)
-        found = _invariants(store)
-        if not found or _stream_point(store) == before:
-            return found
-        runs.append(found)
-    every = set.intersection(*({(d.subject, d.field) for d in run} for run in runs))
-    return [d for d in runs[-1] if (d.subject, d.field) in every]
+    """What must hold in the live keys whatever the history. The node keys, the sets and the
+    record of every pod they name are read at one event, so commands applied meanwhile make
+    no false difference: a node or pod that appeared after the list of keys to read was made
+    is read on the next try, and after ``COVER_ATTEMPTS`` tries the pods still unread (a
+    stream of new pods faster than the reads) are left out, with the totals of their nodes."""
+    keys = store.keys
+    nodes = _members(store, keys.nodes)
+    uids = _members(store, keys.pods) | _members(store, keys.assumed)
+    for _ in range(COVER_ATTEMPTS):
+        view = _read_view(store, nodes, uids)
+        unread_nodes = view.nodes - nodes
+        unread = (view.pods | view.assumed | view.placed()) - uids
+        if not unread_nodes and not unread:
+            break
+        nodes |= unread_nodes
+        uids |= unread
+    return _check(view, unread)
 
 
-def _stream_point(store: Store) -> str:
-    return _last_id(store.client.xrevrange(store.keys.events, count=1))  # type: ignore[arg-type]
+def _read_view(store: Store, nodes: set[str], uids: set[str]) -> _View:
+    keys = store.keys
+    names, pods = sorted(nodes), sorted(uids)
+
+    def reads(pipe: Any) -> None:
+        pipe.smembers(keys.nodes)
+        pipe.smembers(keys.pods)
+        pipe.smembers(keys.assumed)
+        pipe.get(keys.anti_affine_pods)
+        for name in names:
+            pipe.hgetall(keys.node(name))
+            pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
+            pipe.zscore(keys.node_generations, name)
+        for uid in pods:
+            pipe.get(keys.pod(uid))
+
+    replies, _ = _at_one_point(store, reads)
+    live_nodes, live_pods, assumed, anti, *rest = replies
+    node_replies, raws = rest[: 3 * len(names)], rest[3 * len(names) :]
+    return _View(
+        nodes={as_text(name) for name in live_nodes},
+        hashes=dict(zip(names, node_replies[0::3], strict=True)),
+        members=dict(zip(names, node_replies[1::3], strict=True)),
+        indexed=dict(zip(names, node_replies[2::3], strict=True)),
+        pods={as_text(uid) for uid in live_pods},
+        assumed={as_text(uid) for uid in assumed},
+        anti_affine_pods=anti,
+        records={
+            uid: parse_pod_record(raw, keys.pod(uid))
+            for uid, raw in zip(pods, raws, strict=True)
+            if raw is not None
+        },
+    )
 
 
-def _invariants(store: Store) -> list[Difference]:
-    keys, client = store.keys, store.client
+def _check(view: _View, unread: set[str]) -> list[Difference]:
+    """The invariants of ``view``; the pods in ``unread`` (no record was read for them) and
+    their nodes' totals are left unchecked."""
     out: list[Difference] = []
-    nodes = sorted(_members(store, keys.nodes))
-    pods = _members(store, keys.pods)
-    assumed = _members(store, keys.assumed)
-    pipe = client.pipeline(transaction=False)
-    for name in nodes:
-        pipe.hgetall(keys.node(name))
-        pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
-        pipe.zscore(keys.node_generations, name)
-    replies = pipe.execute()
-    anti_affine_pods = client.get(keys.anti_affine_pods)
-    records = fetch_pods(store, sorted(pods | assumed))
+    records = view.records
     placements: dict[str, list[str]] = defaultdict(list)
     anti_total = 0
-    for index, name in enumerate(nodes):
-        raw, members, indexed = replies[3 * index : 3 * index + 3]
+    for name in sorted(view.nodes & set(view.hashes)):
+        raw, members, indexed = view.hashes[name], view.members[name], view.indexed[name]
         subject = f"node {name}"
         fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() not in ("zone", "blob")}
         anti_total += fields.get("anti", 0)
@@ -276,6 +321,8 @@ def _invariants(store: Store) -> list[Difference]:
             out.append(Difference(subject, "generation index", "an entry", None))
         if fields.get("exists") == 0 and not uids:
             out.append(Difference(subject, "entry", "no empty ghost or placeholder", "empty"))
+        if uids & unread:
+            continue  # a pod's contribution unknown: the totals cannot be checked
         totals: Counter[str] = Counter()
         for uid in uids:
             record = records.get(uid)
@@ -298,11 +345,12 @@ def _invariants(store: Store) -> list[Difference]:
             elif expected != actual:
                 out.append(Difference(subject, field_name, expected, actual))
     # The cache-wide count bare claims read (absent on a cache older than it: read as unknown).
-    if anti_affine_pods is not None and int(anti_affine_pods) != anti_total:
-        out.append(Difference("cache", "antipods", anti_total, int(anti_affine_pods)))
-    for uid in sorted(assumed - pods):
+    anti = view.anti_affine_pods
+    if anti is not None and int(anti) != anti_total:
+        out.append(Difference("cache", "antipods", anti_total, int(anti)))
+    for uid in sorted(view.assumed - view.pods):
         out.append(Difference(f"pod {uid}", "assumed", "in the pods set", "missing"))
-    for uid in sorted(pods | set(placements)):
+    for uid in sorted((view.pods | set(placements)) - unread):
         where = placements.get(uid, [])
         record = records.get(uid)
         if len(where) != 1:
