@@ -349,7 +349,7 @@ def replica(
         from schedcache.scheduler.bindings import BindingProcess
 
         # (a tree before `schedcache scheduler --binding-process` took these in its constructor)
-        started = getattr(BindingProcess, "from_url", BindingProcess)
+        started: Any = getattr(BindingProcess, "from_url", BindingProcess)
         options["bindings"] = started(kubeconfig, url, CACHE, name, workers or 16, cache.ttl)
     loop = ReferenceScheduler(cache, api_client(kubeconfig), SCHEDULER, **options)
     signal.signal(signal.SIGTERM, lambda *_: loop.stop.set())
@@ -559,7 +559,10 @@ def run(replicas: int, args: argparse.Namespace, directory: str) -> dict[str, An
         ours.send("check")
         checks: dict[str, int] = received(ours, api, API)
         ours.send(("capacity pods", args.capacity))
-        capacity = measure(kubeconfig, received(ours, api, API), *args.capacity_clients, "raw")
+        client_processes, client_threads = args.capacity_clients
+        capacity = measure(
+            kubeconfig, received(ours, api, API), client_processes, client_threads, "raw"
+        )
     finally:
         stop.set()
         for process in processes[1:]:
