@@ -190,18 +190,18 @@ def test_verify_while_commands_flow_reports_no_false_difference(make_cache):
 
 
 def commands_between_the_reads(monkeypatch, between) -> list[int]:
-    """Run ``between(try_number)`` just before each of the invariants' reads of the keys (after
-    their lists of nodes and pods were made): a command landing there, every time if need be."""
-    from schedcache.history import verify
+    """Run ``between(try_number)`` just before each of the invariants' reads of a chunk of nodes
+    (after the list of their pods was made): a command landing there, every time if need be."""
+    from schedcache.history import invariants
 
-    read_view, tries = verify._read_view, []
+    read_chunk, tries = invariants._read_chunk, []
 
-    def raced(store, nodes, uids):
+    def raced(store, names, uids):
         tries.append(len(tries))
         between(tries[-1])
-        return read_view(store, nodes, uids)
+        return read_chunk(store, names, uids)
 
-    monkeypatch.setattr(verify, "_read_view", raced)
+    monkeypatch.setattr(invariants, "_read_chunk", raced)
     return tries
 
 
@@ -211,7 +211,7 @@ def test_invariants_read_a_pod_placed_or_removed_after_their_lists_were_made(
     """The race CI met on Cluster under load: a pod placed after the invariants listed the pods
     counted on its node and not in the node's totals. The keys and every named pod's record
     are now read at one event, so no false difference is left."""
-    from schedcache.history.verify import invariants
+    from schedcache.history.invariants import invariants
 
     cache, writer = make_cache(), make_cache(replica="writer")
     cache.add_node(make_node("n0", "64", "64Gi"))
@@ -227,7 +227,7 @@ def test_invariants_read_a_pod_placed_or_removed_after_their_lists_were_made(
 
     tries = commands_between_the_reads(monkeypatch, between)
     assert invariants(cache.store) == []
-    assert tries == [0, 1]  # read again with the pod and node the first read had not listed
+    assert tries == [0, 1]  # read again with the pod the first read had not listed
     cache.client.hincrby(cache.keys.node("n1"), "r:cpu", 5)  # and a real fault still shows
     assert [str(d) for d in invariants(cache.store)] == ["node n1: r:cpu: expected 30, found 35"]
 
@@ -237,7 +237,7 @@ def test_invariants_leave_unchecked_only_what_pods_arriving_on_every_read_hide(
 ):
     """Pods placed before every read can never be read with their node: those pods and their
     node's totals are left out, and every other node's fault is still reported."""
-    from schedcache.history.verify import COVER_ATTEMPTS, invariants
+    from schedcache.history.invariants import COVER_ATTEMPTS, invariants
 
     cache, writer = make_cache(), make_cache(replica="writer")
     for name in ("busy", "quiet"):
@@ -255,3 +255,50 @@ def test_invariants_leave_unchecked_only_what_pods_arriving_on_every_read_hide(
         ("node quiet", "r:cpu"),
         ("node busy", "r:mem"),
     }
+
+
+def test_a_pod_moved_between_chunks_while_they_are_read_is_no_difference(make_cache, monkeypatch):
+    """Nodes are read a chunk at a time, each at its own event: a pod moved from a node not
+    yet read to one already read is seen on none, and the other way on two. Both are read again,
+    the suspects alone at one event, before anything is reported; a real fault still shows."""
+    from schedcache.history import invariants
+
+    monkeypatch.setattr(invariants, "NODES_PER_POINT", 1)  # a chunk a node: n0, n1, n2
+    cache, writer = make_cache(), make_cache(replica="writer")
+    for name in ("n0", "n1", "n2"):
+        cache.add_node(make_node(name, "8", "8Gi"))
+    back, forth = make_pod("back", "n2", "10m", "1Mi"), make_pod("forth", "n0", "20m", "1Mi")
+    cache.add_pod(back)
+    cache.add_pod(forth)
+    guard = anti_pod("guard", "n1")
+    cache.add_pod(guard)
+
+    def between(attempt: int) -> None:
+        if attempt == 1:  # n0 read, n1 and n2 not yet
+            writer.remove_pod(back)
+            writer.add_pod(make_pod("back", "n0", "10m", "1Mi"))
+            writer.remove_pod(forth)
+            writer.add_pod(make_pod("forth", "n2", "20m", "1Mi"))
+        if attempt == 2:  # n1 read: the chunks' sum of anti-affine pods is one too many now
+            writer.remove_pod(guard)
+
+    tries = commands_between_the_reads(monkeypatch, between)
+    assert invariants.invariants(cache.store) == []
+    assert tries == [0, 1, 2]
+    monkeypatch.undo()
+    placed = cache.client.zscore(cache.keys.node_pods("n2"), "forth")
+    cache.client.zadd(cache.keys.node_pods("n1"), {"forth": placed})  # on two nodes by hand
+    cache.client.incr(cache.keys.anti_affine_pods)
+    found = {(d.subject, d.field, str(d.actual)) for d in invariants.invariants(cache.store)}
+    assert ("pod forth", "nodes", "['n1', 'n2']") in found
+    assert ("cache", "antipods", "1") in found
+
+
+def anti_pod(name: str, node: str):
+    """A pod with required anti-affinity: it counts in its node's ``anti`` and ``antipods``."""
+    term = {
+        "labelSelector": {"matchLabels": {"app": "web"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    rules = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    return make_pod(name, node, "10m", "1Mi", labels={"app": "guard"}, affinity=rules)

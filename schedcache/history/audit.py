@@ -11,14 +11,9 @@ from typing import Any
 
 from schedcache.errors import ValidationError
 from schedcache.history import checkpoints
+from schedcache.history.invariants import invariants
 from schedcache.history.replay import ReplayState
-from schedcache.history.verify import (
-    Difference,
-    compare,
-    invariants,
-    lost_keys,
-    server_problems,
-)
+from schedcache.history.verify import Difference, compare, lost_keys, server_problems
 from schedcache.model.nodeinfo import Dump
 from schedcache.model.values import Pod
 from schedcache.store.commands import pod_ref

@@ -4,13 +4,11 @@ Every difference names the node or pod and the field. Each live read (a chunk of
 cache-wide keys, a chunk of pod records) is atomic and says which event it reflects (the
 stream's last id, read with it); the fold, the same one snapshots and replay use, is moved on
 to that event before the read is compared with it, so commands applied meanwhile make no
-false difference. The invariants need no fold: their keys and the records of every pod those
-name are read at one event too (:func:`invariants`).
+false difference. The invariants, which need no fold, are :mod:`schedcache.history.invariants`.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,7 +81,7 @@ def compare(state: ReplayState, store: Store) -> list[Difference]:
         out.append(Difference("cache", "assumed pods", state.assumed_pods, assumed))
     if state.generation != generation:
         out.append(Difference("cache", "generation", state.generation, generation))
-    uids = sorted(set(state.pods) | _members(store, store.keys.pods))
+    uids = sorted(set(state.pods) | members(store, store.keys.pods))
     for start in range(0, len(uids), PODS_PER_PIPELINE):
         chunk = uids[start : start + PODS_PER_PIPELINE]
         records, point = _pod_records(store, chunk)
@@ -136,7 +134,7 @@ def _compare_nodes(state: ReplayState, store: Store, names: list[str]) -> list[D
 POINT_ATTEMPTS = 5
 
 
-def _at_one_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any], str]:
+def at_one_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any], str]:
     """The replies of the reads ``reads`` queues, all at one event, and that event's id: a
     pipeline between two looks at the stream's last event that saw none appended (no
     transaction: a full Redis refuses MULTI), else, while commands flow, a transaction."""
@@ -164,7 +162,7 @@ def _cache_keys(store: Store) -> tuple[set[str], int, str]:
         pipe.smembers(keys.assumed)
         pipe.get(keys.generation)
 
-    (assumed, generation), point = _at_one_point(store, reads)
+    (assumed, generation), point = at_one_point(store, reads)
     return {as_text(uid) for uid in assumed}, int(generation or 0), point
 
 
@@ -176,7 +174,7 @@ def _pod_records(store: Store, uids: list[str]) -> tuple[dict[str, PodRecord], s
         for uid in uids:
             pipe.get(keys.pod(uid))
 
-    raws, last = _at_one_point(store, reads)
+    raws, last = at_one_point(store, reads)
     records = {
         uid: parse_pod_record(raw, keys.pod(uid))
         for uid, raw in zip(uids, raws, strict=True)
@@ -210,155 +208,6 @@ def _compare_pods(
         ):
             if expected != actual:
                 out.append(Difference(f"pod {uid}", label, expected, actual))
-    return out
-
-
-# Reads of the invariants' keys at one event, each with the records of every pod the one
-# before found, before the pods still unread (placed on every try) are left unchecked.
-COVER_ATTEMPTS = 4
-
-
-@dataclass
-class _View:
-    """The keys the invariants read, all at one event (:func:`_at_one_point`)."""
-
-    nodes: set[str]  # the ``nodes`` set
-    hashes: dict[str, dict[bytes, bytes]]  # of the nodes read
-    members: dict[str, list[tuple[bytes, float]]]  # each node's placed pods, with generations
-    indexed: dict[str, Any]  # each node's score in the generation index (None: none)
-    pods: set[str]
-    assumed: set[str]
-    anti_affine_pods: Any
-    records: dict[str, PodRecord]  # of the uids read (a uid without a record is left out)
-
-    def placed(self) -> set[str]:
-        return {
-            m.decode() for name in self.nodes & set(self.members) for m, _ in self.members[name]
-        }
-
-
-def invariants(store: Store) -> list[Difference]:
-    """What must hold in the live keys whatever the history. The node keys, the sets and the
-    record of every pod they name are read at one event, so commands applied meanwhile make
-    no false difference: a node or pod that appeared after the list of keys to read was made
-    is read on the next try, and after ``COVER_ATTEMPTS`` tries the pods still unread (a
-    stream of new pods faster than the reads) are left out, with the totals of their nodes."""
-    keys = store.keys
-    nodes = _members(store, keys.nodes)
-    uids = _members(store, keys.pods) | _members(store, keys.assumed)
-    for _ in range(COVER_ATTEMPTS):
-        view = _read_view(store, nodes, uids)
-        unread_nodes = view.nodes - nodes
-        unread = (view.pods | view.assumed | view.placed()) - uids
-        if not unread_nodes and not unread:
-            break
-        nodes |= unread_nodes
-        uids |= unread
-    return _check(view, unread)
-
-
-def _read_view(store: Store, nodes: set[str], uids: set[str]) -> _View:
-    keys = store.keys
-    names, pods = sorted(nodes), sorted(uids)
-
-    def reads(pipe: Any) -> None:
-        pipe.smembers(keys.nodes)
-        pipe.smembers(keys.pods)
-        pipe.smembers(keys.assumed)
-        pipe.get(keys.anti_affine_pods)
-        for name in names:
-            pipe.hgetall(keys.node(name))
-            pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
-            pipe.zscore(keys.node_generations, name)
-        for uid in pods:
-            pipe.get(keys.pod(uid))
-
-    replies, _ = _at_one_point(store, reads)
-    live_nodes, live_pods, assumed, anti, *rest = replies
-    node_replies, raws = rest[: 3 * len(names)], rest[3 * len(names) :]
-    return _View(
-        nodes={as_text(name) for name in live_nodes},
-        hashes=dict(zip(names, node_replies[0::3], strict=True)),
-        members=dict(zip(names, node_replies[1::3], strict=True)),
-        indexed=dict(zip(names, node_replies[2::3], strict=True)),
-        pods={as_text(uid) for uid in live_pods},
-        assumed={as_text(uid) for uid in assumed},
-        anti_affine_pods=anti,
-        records={
-            uid: parse_pod_record(raw, keys.pod(uid))
-            for uid, raw in zip(pods, raws, strict=True)
-            if raw is not None
-        },
-    )
-
-
-def _check(view: _View, unread: set[str]) -> list[Difference]:
-    """The invariants of ``view``; the pods in ``unread`` (no record was read for them) and
-    their nodes' totals are left unchecked."""
-    out: list[Difference] = []
-    records = view.records
-    placements: dict[str, list[str]] = defaultdict(list)
-    anti_total = 0
-    for name in sorted(view.nodes & set(view.hashes)):
-        raw, members, indexed = view.hashes[name], view.members[name], view.indexed[name]
-        subject = f"node {name}"
-        fields = {k.decode(): int(v) for k, v in raw.items() if k.decode() not in ("zone", "blob")}
-        anti_total += fields.get("anti", 0)
-        if not raw:
-            out.append(Difference(subject, "entry", "a hash for every member of nodes", None))
-            continue
-        uids = set()
-        for member, score in members:
-            uid = member.decode()
-            uids.add(uid)
-            placements[uid].append(name)
-            record = records.get(uid)
-            if record is not None and record.generation != int(score):
-                out.append(
-                    Difference(f"pod {uid}", "placement generation", record.generation, int(score))
-                )
-        if indexed is None:
-            out.append(Difference(subject, "generation index", "an entry", None))
-        if fields.get("exists") == 0 and not uids:
-            out.append(Difference(subject, "entry", "no empty ghost or placeholder", "empty"))
-        if uids & unread:
-            continue  # a pod's contribution unknown: the totals cannot be checked
-        totals: Counter[str] = Counter()
-        for uid in uids:
-            record = records.get(uid)
-            if record is not None:
-                tokens = record.contribution.split()
-                totals.update(
-                    {
-                        tokens[i]: int(tokens[i + 1])
-                        for i in range(0, len(tokens), 2)
-                        if not tokens[i].startswith("l:")  # labels: no total (aggregates.py)
-                    }
-                )
-        aggregates = {
-            k: v for k, v in fields.items() if k not in NODE_META and not k.startswith("a:")
-        }
-        for field_name in sorted(set(aggregates) | {k for k, v in totals.items() if v}):
-            expected, actual = totals.get(field_name, 0), aggregates.get(field_name, 0)
-            if actual < 0:
-                out.append(Difference(subject, field_name, ">= 0", actual))
-            elif expected != actual:
-                out.append(Difference(subject, field_name, expected, actual))
-    # The cache-wide count bare claims read (absent on a cache older than it: read as unknown).
-    anti = view.anti_affine_pods
-    if anti is not None and int(anti) != anti_total:
-        out.append(Difference("cache", "antipods", anti_total, int(anti)))
-    for uid in sorted(view.assumed - view.pods):
-        out.append(Difference(f"pod {uid}", "assumed", "in the pods set", "missing"))
-    for uid in sorted((view.pods | set(placements)) - unread):
-        where = placements.get(uid, [])
-        record = records.get(uid)
-        if len(where) != 1:
-            out.append(Difference(f"pod {uid}", "nodes", "exactly one", where))
-        elif record is None:
-            out.append(Difference(f"pod {uid}", "record", "present", None))
-        elif record.node != where[0]:
-            out.append(Difference(f"pod {uid}", "node", record.node, where[0]))
     return out
 
 
@@ -402,5 +251,5 @@ def lost_keys(store: Store) -> list[Difference]:
     return out
 
 
-def _members(store: Store, key: str) -> set[str]:
+def members(store: Store, key: str) -> set[str]:
     return {m.decode() for m in store.client.sscan_iter(key, count=1000)}
