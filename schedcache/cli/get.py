@@ -274,8 +274,11 @@ def get(
     if names and all_namespaces:
         raise click.ClickException("a resource cannot be retrieved by name across all namespaces")
     cache = settings.existing_cache()
+    # One name is kubectl's single item: printed as itself, never sorted (its SortingPrinter
+    # sorts lists only), so --sort-by is neither read nor checked for it.
+    order = None if len(names) == 1 else sort_by
     listing = Listing(
-        label_filter(selector), field_filter(field_selector, kind), output, no_headers, sort_by
+        label_filter(selector), field_filter(field_selector, kind), output, no_headers, order
     )
     if kind == "pod":
         _get_pods(cache, names, namespace, all_namespaces, listing)

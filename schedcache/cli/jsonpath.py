@@ -8,9 +8,9 @@ character, as kubectl's parser reads ``.topology\\.kubernetes\\.io/zone``),
 path are joined by a space, as kubectl does. A path that selects nothing prints nothing
 (kubectl's default, ``--allow-missing-template-keys=true``), but an index past the end of a list
 that is there (``{.items[0]}`` of an empty list), or of a value that is no list, is kubectl's
-error, :class:`TemplateFailed`, in ``-o jsonpath`` (custom columns and ``--sort-by`` take it as
-nothing selected). Anything else is a :class:`JsonPathError` naming the template, never a
-guess.
+error, :class:`TemplateFailed`, in ``-o jsonpath``, custom columns and ``--sort-by`` alike:
+client-go's ``evalArray`` fails whatever ``AllowMissingKeys`` says. Anything else is a
+:class:`JsonPathError` naming the template, never a guess.
 """
 
 from __future__ import annotations
@@ -209,6 +209,9 @@ def custom_columns(spec: str) -> list[tuple[str, str]]:
 
 
 def column_value(path: str, document: Any) -> str:
-    """A custom column's cell: ``<none>`` when the path selects nothing, as kubectl."""
-    values = evaluate(path, document)
+    """A custom column's cell: ``<none>`` when the path selects nothing, as kubectl; an index
+    past the end of a list, or of a value that is no list, raises :class:`TemplateFailed`, as
+    kubectl's custom-columns printer fails on it (``error: array index out of bounds: index 5,
+    length 1``, exit status 1)."""
+    values = evaluate(path, document, strict=True)
     return ",".join(text_of(v) for v in values) if values else "<none>"

@@ -112,22 +112,46 @@ def table_text(headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers
 
 def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
     """The order ``--sort-by PATH`` gives ``documents`` (indexes; stable; missing values
-    first, then numbers, then strings, as kubectl); a bad path is a usage error.
+    first, then numbers, then strings, as kubectl); a bad path is a usage error, and an index
+    past the end of a list (or of a value that is no list) in any document is an error, exit
+    status 1, before anything is printed (kubectl's sorter: ``error: array index out of bounds:
+    index 3, length 1``).
 
     Strings compare as kubectl's sorter compares them: two quantities (``50m``, ``1020m``,
     ``2``, ``1Gi``) by value, anything else in natural order (``web-2`` before ``web-10``)."""
     if not path:
         return list(range(len(documents)))
     try:
-        keys = [evaluate(path, document) for document in documents]
+        evaluate(path, {})  # the whole path parses, as kubectl parses it before it sorts
     except JsonPathError as error:
         raise click.BadParameter(printable(error), param_hint="--sort-by") from None
+    keys = [_sort_key(path, document) for document in documents]
     values = [_sort_value(found[0]) if found else None for found in keys]
 
     def compare(i: int, j: int) -> int:
         return _compare(values[i], values[j])
 
     return sorted(range(len(documents)), key=functools.cmp_to_key(compare))
+
+
+def _sort_key(path: str, document: dict[str, Any]) -> list[Any]:
+    """What ``--sort-by`` ``path`` selects in ``document``; kubectl's failure of an index past
+    the end of a list as an error naming the path and the object."""
+    try:
+        return evaluate(path, document, strict=True)
+    except TemplateFailed as error:
+        raise click.ClickException(
+            printable(f"--sort-by {path!r} of {object_name(document)}: {error}")
+        ) from None
+
+
+def object_name(document: Any) -> str:
+    """``pod default/web-0``, ``node n1``: which object an error is about."""
+    metadata = document.get("metadata", {}) if isinstance(document, dict) else {}
+    kind = str(document.get("kind", "object")).lower() if isinstance(document, dict) else "object"
+    name = str(metadata.get("name", ""))
+    namespace = metadata.get("namespace")
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 
 _SortValue = tuple[int, float, str, Fraction | None] | None
@@ -206,8 +230,39 @@ def print_objects(
         click.echo("\n".join(lines), nl=False)
         return
     else:
-        columns = custom_columns(output.argument)
-        cells = [[column_value(path, d) for _, path in columns] for d in documents]
-        text = table_text([header for header, _ in columns], cells, no_headers)
+        text = custom_columns_text(output.argument, documents, no_headers)
     if text:
         click.echo(text)
+
+
+def custom_columns_text(spec: str, documents: list[dict[str, Any]], no_headers: bool) -> str:
+    """``-o custom-columns=SPEC`` of ``documents``. A cell kubectl's jsonpath fails on (an
+    index past the end of a list) fails as kubectl's printer fails: the rows before it are
+    printed, then the error, exit status 1 (customcolumn.go returns FindResults' error, its
+    tabwriter flushing what it holds)."""
+    columns = custom_columns(spec)
+    headers = [header for header, _ in columns]
+    rows: list[list[str]] = []
+    for document in documents:
+        try:
+            rows.append(_cells(columns, document))
+        except click.ClickException:
+            printed = table_text(headers, rows, no_headers)
+            if printed:
+                click.echo(printed)
+            raise
+    return table_text(headers, rows, no_headers)
+
+
+def _cells(columns: list[tuple[str, str]], document: dict[str, Any]) -> list[str]:
+    """One row of custom columns; a cell kubectl fails on is an error naming its column."""
+    cells = []
+    for header, path in columns:
+        try:
+            cells.append(column_value(path, document))
+        except TemplateFailed as error:
+            column = f"{header}:{path}"
+            raise click.ClickException(
+                printable(f"custom column {column!r} of {object_name(document)}: {error}")
+            ) from None
+    return cells

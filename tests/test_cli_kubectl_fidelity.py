@@ -1,0 +1,131 @@
+"""``get`` as kubectl behaves where earlier reviews left gaps, on every backend: an index past
+the end of a list in ``-o custom-columns`` and ``--sort-by`` (kubectl fails, its jsonpath's
+``evalArray`` error), spaces in ``--field-selector`` (kubectl keeps them), and the order of keys
+in ``-o json|yaml`` (kubectl's are sorted: ``kubectl get`` prints unstructured objects, maps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.test_cli_kubectl import loaded_cli, ok
+
+
+def pod(name: str, tolerations: int, **labels: str) -> dict[str, Any]:
+    """A bound pod with ``tolerations`` tolerations (keys t0, t1, ...)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "labels": labels},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"name": "c", "image": "nginx"}],
+            "tolerations": [
+                {"key": f"t{i}", "operator": "Exists", "effect": "NoSchedule"}
+                for i in range(tolerations)
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "n1", "uid": "uid-n1"},
+    "status": {
+        "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    },
+}
+# Labels in an order no sort gives (kubectl prints them sorted).
+LABELS = {"zone": "z1", "app": "web", "app10": "x", "app2": "y", "App": "up", "a-1": "d"}
+CLUSTER = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [NODE, pod("a", 2, **LABELS), pod("b", 1), pod("c", 2)],
+}
+SECOND = ".spec.tolerations[1].key"
+
+
+@pytest.fixture
+def kube(client, cache, cache_name, monkeypatch, tmp_path):
+    """``kube(*args)``: schedcache on this test's backend, with CLUSTER loaded."""
+    return loaded_cli(CLUSTER, client, cache_name, monkeypatch, tmp_path)
+
+
+def failed(result: Any, *words: str) -> str:
+    """The one error line of a failed run (exit status 1, no traceback), holding ``words``."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return str(lines[0])
+
+
+# -- 1. an index past the end of a list -------------------------------------------------------
+
+
+def test_custom_columns_fail_at_an_index_past_the_end_as_kubectl(backend, kube):
+    # kubectl's customcolumn.go returns FindResults' error (client-go's evalArray fails whatever
+    # AllowMissingKeys says): the rows before the object are printed, then `error: array index
+    # out of bounds: index 1, length 1`, exit status 1. Before: b's cell read <none>, exit 0.
+    columns = f"custom-columns=NAME:.metadata.name,SECOND:{SECOND}"
+    result = kube("get", "pods", "-o", columns)
+    assert result.stdout.splitlines() == ["NAME   SECOND", "a      t1"]
+    failed(
+        result,
+        f"custom column 'SECOND:{SECOND}' of pod default/b",
+        "array index out of bounds: index 1, length 1",
+    )
+    quiet = kube("get", "pods", "-o", columns, "--no-headers")
+    assert quiet.stdout == "a   t1\n"
+    alone = kube("get", "pod", "b", "-o", columns)
+    assert alone.stdout.splitlines() == ["NAME   SECOND"]  # kubectl's header, then the error
+    failed(alone, "index 1, length 1")
+    # A negative index counts from the end, and is shown with the length added, as kubectl.
+    failed(kube("get", "pods", "-o", "custom-columns=X:.spec.tolerations[-3].key"), "index -1")
+    string = kube("get", "pods", "-o", "custom-columns=X:.metadata.name[0]")
+    failed(string, "string is not array or slice")
+
+
+def test_custom_columns_still_print_none_for_what_is_not_there(backend, kube):
+    # A missing key selects nothing (kubectl's AllowMissingKeys): <none>, exit 0, even indexed.
+    columns = (
+        "custom-columns=NAME:.metadata.name,X:.spec.nothing[5].key,FIRST:.spec.tolerations[0].key"
+    )
+    assert ok(kube("get", "pods", "-o", columns)).splitlines() == [
+        "NAME   X        FIRST",
+        "a      <none>   t0",
+        "b      <none>   t0",
+        "c      <none>   t0",
+    ]
+
+
+@pytest.mark.parametrize(
+    "output", [[], ["-o", "name"], ["-o", "json"], ["-o", "custom-columns=N:.metadata.name"]]
+)
+def test_sort_by_an_index_past_the_end_fails_before_printing(backend, kube, output):
+    # kubectl's sorter (SortObjects, RuntimeSort.Less) fails on b's one toleration: nothing
+    # printed. Before: b sorted as if the field were missing, exit 0.
+    result = kube("get", "pods", "--sort-by", SECOND, *output)
+    assert result.stdout == ""
+    failed(result, f"--sort-by '{SECOND}' of pod default/b", "index 1, length 1")
+    nodes = kube("get", "nodes", "--sort-by", ".status.conditions[1].type", *output[:2])
+    assert nodes.stdout == ""
+    failed(nodes, "of node n1", "index 1, length 1")
+
+
+def test_sort_by_within_bounds_and_for_one_name_is_as_before(backend, kube):
+    by_first = ok(kube("get", "pods", "--sort-by", ".spec.tolerations[0].key", "-o", "name"))
+    assert by_first.split() == ["pod/a", "pod/b", "pod/c"]
+    # One name is kubectl's single item: never sorted, so the path is not read.
+    assert ok(kube("get", "pod", "b", "--sort-by", SECOND, "-o", "name")) == "pod/b\n"
+    assert ok(kube("get", "node", "n1", "--sort-by", ".status.conditions[3].type")).startswith(
+        "NAME"
+    )
+    # A path that does not parse is still a usage error (exit status 2).
+    assert kube("get", "pods", "--sort-by", "{.spec").exit_code == 2
