@@ -63,24 +63,21 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
     as a test on a v1-shaped object, parsed as kubectl's ``fields.ParseSelector`` parses it
     (``\\,``, ``\\=`` and ``\\\\`` escapes in values; an unescaped ``,`` or ``=`` in a value,
     a term without an operator: refused); a field kubectl's server would refuse is a usage
-    error."""
+    error. Only the whole selector is trimmed (cli-runtime's ``FieldSelectorParam``): a space
+    around a key or a value is part of it, as in ``ParseSelector``, so ``spec.nodeName = n1``
+    names an unknown field and ``spec.nodeName= n1`` a node " n1"."""
+    selector = go_trimmed(text or "")
     tests: list[tuple[str, str, bool]] = []
-    for term in _split_terms(text or ""):
-        if not term.strip():
+    for term in _split_terms(selector):
+        if not term:
             continue
         split = _split_term(term)
         if split is None:  # kubectl's words (found in review: taken as `spec.nodeName=`)
             raise _selector_error(
-                f"invalid selector: '{printable(text or '')}'; can't understand '{printable(term)}'"
+                f"invalid selector: '{printable(selector)}'; can't understand '{printable(term)}'"
             )
         key, operator, value = split
-        key, value, negate = key.strip(), _unescaped(value.strip()), operator == "!="
-        if key not in FIELDS[kind]:
-            raise _selector_error(
-                f'"{printable(key)}" is not a known field selector for {PLURAL[kind]}: only '
-                + ", ".join(f'"{f}"' for f in FIELDS[kind])
-            )
-        tests.append((key, value, negate))
+        tests.append((_known_field(key, kind), _unescaped(value), operator == "!="))
 
     def matches(document: dict[str, Any]) -> bool:
         for key, value, negate in tests:
@@ -95,6 +92,30 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
         return True
 
     return matches
+
+
+def _known_field(key: str, kind: str) -> str:
+    """``key`` if kubectl's server selects ``kind`` by it, else a usage error naming it (and
+    the spaces around it, which kubectl keeps: found in review, ``spec.nodeName = n1`` was
+    trimmed and taken)."""
+    if key in FIELDS[kind]:
+        return key
+    spaced = " (kubectl keeps the spaces around it)" if key.strip() in FIELDS[kind] else ""
+    raise _selector_error(
+        f'"{printable(key)}" is not a known field selector for {PLURAL[kind]}{spaced}: only '
+        + ", ".join(f'"{f}"' for f in FIELDS[kind])
+    )
+
+
+# What Go's strings.TrimSpace trims (unicode.IsSpace): Python's str.strip() trims \x1c-\x1f too.
+GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(
+    map(chr, range(0x2000, 0x200B))
+)
+
+
+def go_trimmed(text: str) -> str:
+    """``text`` without the leading and trailing spaces Go's ``strings.TrimSpace`` takes off."""
+    return text.strip(GO_SPACE)
 
 
 # Fields whose selector value is a boolean's text ("true"/"false"; an unset one is "false").
@@ -269,7 +290,7 @@ def get(
     # selector first; a blank one is none, as kubectl trims it). Found in review: a name with
     # -l or --field-selector was taken and judged unevenly (`get nodes n1 --field-selector
     # metadata.name=n2` printed nothing, `get pods web-0 -l app=x -o name` printed the pod).
-    if names and ((selector or "").strip() or (field_selector or "").strip()):
+    if names and ((selector or "").strip() or go_trimmed(field_selector or "")):
         raise click.ClickException("name cannot be provided when a selector is specified")
     if names and all_namespaces:
         raise click.ClickException("a resource cannot be retrieved by name across all namespaces")
