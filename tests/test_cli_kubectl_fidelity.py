@@ -5,9 +5,13 @@ in ``-o json|yaml`` (kubectl's are sorted: ``kubectl get`` prints unstructured o
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.test_cli_kubectl import loaded_cli, ok
 
@@ -165,3 +169,85 @@ def test_field_selector_trims_only_the_whole_selector_as_kubectl(backend, kube):
     # A term of spaces is no empty term (ParseSelector skips only ""): kubectl's words.
     blank = kube("get", "pods", "--field-selector", "metadata.name=a, ,spec.nodeName=n1")
     assert blank.exit_code == 2 and "can't understand ' '" in blank.stderr
+
+
+# -- 3. the order of keys in -o json|yaml -----------------------------------------------------
+
+
+def keys_in_order(text: str) -> list[list[str]]:
+    """Every JSON object's keys in ``text``, in the order written."""
+    found: list[list[str]] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found.append([key for key, _ in pairs])
+        return dict(pairs)
+
+    json.loads(text, object_pairs_hook=hook)
+    return found
+
+
+def test_json_writes_every_objects_keys_sorted_as_kubectl(backend, kube):
+    # kubectl get prints unstructured objects: Go maps, which encoding/json writes sorted
+    # (metadata.creationTimestamp before name; byte order: App, a-1, app, app10, app2, zone).
+    # Found in review: ours kept the order we built them in (name, namespace, uid, ...).
+    for args in (("pod", "a"), ("pods",), ("nodes",)):
+        written = keys_in_order(ok(kube("get", *args, "-o", "json")))
+        assert all(keys == sorted(keys) for keys in written), written
+    one = ok(kube("get", "pod", "a", "-o", "json"))
+    assert keys_in_order(one)[0] == sorted(LABELS)
+    assert list(json.loads(one)["metadata"]["labels"]) == [
+        "App",
+        "a-1",
+        "app",
+        "app10",
+        "app2",
+        "zone",
+    ]
+
+
+def test_yaml_writes_keys_in_go_yamls_order_as_kubectl(backend, kube):
+    # sigs.k8s.io/yaml's go-yaml v2 sorts a map's keys its own way (sorter.go keyList.Less):
+    # digit runs by value, a non-letter before a letter (app2 before app10, unlike JSON).
+    output = ok(kube("get", "pod", "a", "-o", "yaml"))
+    document = yaml.safe_load(output)  # (PyYAML keeps the order written)
+
+    def mappings(value: Any) -> list[dict[str, Any]]:
+        if isinstance(value, list):
+            return [m for item in value for m in mappings(item)]
+        if not isinstance(value, dict):
+            return []
+        return [value, *(m for item in value.values() for m in mappings(item))]
+
+    labels = document["metadata"]["labels"]
+    assert list(labels) == ["App", "a-1", "app", "app2", "app10", "zone"]
+    for mapping in mappings(document):
+        if mapping is not labels:  # plain words: go-yaml's order is byte order
+            assert list(mapping) == sorted(mapping), list(mapping)
+    if shutil.which("kubectl"):  # kubectl's own -o yaml of our -o json: the same text
+        theirs = subprocess.run(
+            ["kubectl", "label", "--local", "-f", "-", "a-1-", "-o", "yaml"],
+            input=ok(kube("get", "pod", "a", "-o", "json")),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert theirs == output.replace("    a-1: d\n", "")
+
+
+# What kubectl v1.37's -o yaml wrote for a map with these keys, whatever their order in the
+# object (a set go-yaml's keyList.Less orders consistently: a1b, a9 and a10 it does not, and
+# kubectl then writes them in a different order from run to run).
+KUBECTL_YAML_ORDER = [
+    *("App", "a-1", "a_", "a1", "a1-", "a1-b", "a1.b", "a1b", "a01", "a001", "a9", "aZ"),
+    *("app", "app2", "app10", "b00", "b0c", "e", "q", "x.y", "x/y", "z", "é"),
+]
+
+
+def test_go_yaml_key_order_is_kubectls():
+    from schedcache.cli.yamltext import go_yaml_ordered
+
+    for shift in range(len(KUBECTL_YAML_ORDER)):
+        keys = KUBECTL_YAML_ORDER[shift:] + KUBECTL_YAML_ORDER[:shift]
+        ordered = go_yaml_ordered({"data": {key: "v" for key in reversed(keys)}})
+        assert list(ordered["data"]) == KUBECTL_YAML_ORDER

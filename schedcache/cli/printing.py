@@ -207,18 +207,21 @@ def print_objects(
     rows: Sequence[Sequence[str]] = (),
 ) -> None:
     """``documents`` in ``output``'s format (tables from ``headers`` and ``rows``); a single
-    named object prints as itself, several as a v1 List."""
+    named object prints as itself, several as a v1 List. ``-o json|yaml`` write every
+    mapping's keys sorted, as kubectl: ``kubectl get`` prints unstructured objects (Go maps),
+    never typed structs, so no field keeps its struct order (``metadata.creationTimestamp``
+    before ``name``; ``app2`` before ``app10`` in YAML, after it in JSON)."""
     from schedcache.cli.objects import as_list
 
     document: Any = documents[0] if single and len(documents) == 1 else as_list(documents)
     if output.is_table:
         text = table_text(headers, rows, no_headers)
     elif output.kind == "json":
-        text = json.dumps(document, indent=4)
+        text = json.dumps(document, indent=4, sort_keys=True)  # Go's encoding/json of a map
     elif output.kind == "yaml":
-        from schedcache.cli.yamltext import yaml_text  # PyYAML costs start-up time
+        from schedcache.cli.yamltext import go_yaml_ordered, yaml_text  # PyYAML: start-up time
 
-        text = yaml_text(document)
+        text = yaml_text(go_yaml_ordered(document))
     elif output.kind == "name":
         text = "\n".join(printable(f"{kind}/{d['metadata']['name']}") for d in documents)
     elif output.kind == "jsonpath":

@@ -8,6 +8,7 @@ YAML 1.2 reader (kubectl's, Go's yaml.v3, ruamel) reads as the numbers 9, 15 and
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -58,3 +59,72 @@ def yaml_text(document: Any) -> str:
         default_flow_style=False,
     )
     return text.rstrip("\n")
+
+
+def go_yaml_ordered(value: Any) -> Any:
+    """``value`` with every mapping's keys in the order kubectl's ``-o yaml`` writes them.
+
+    ``kubectl get`` prints unstructured objects (maps); sigs.k8s.io/yaml marshals them as
+    JSON, reads that back into Go maps and has its go-yaml v2 fork write them, which sorts a
+    map's keys with its ``keyList.Less`` (sorter.go): not byte order, but runs of digits by
+    value (``app2`` before ``app10``) and, at the first difference, a non-letter before a
+    letter (``a_`` before ``aZ``)."""
+    if isinstance(value, dict):
+        keys = sorted(value, key=functools.cmp_to_key(_yaml_key_compare))
+        return {key: go_yaml_ordered(value[key]) for key in keys}
+    if isinstance(value, list):
+        return [go_yaml_ordered(item) for item in value]
+    return value
+
+
+def _yaml_key_compare(a: str, b: str) -> int:
+    return -1 if _yaml_key_less(a, b) else int(_yaml_key_less(b, a))
+
+
+def _yaml_key_less(a: str, b: str) -> bool:
+    """go-yaml v2's ``keyList.Less`` of two string keys, rune by rune (Go's ``IsLetter`` is
+    :meth:`str.isalpha`, its ``IsDigit`` :meth:`str.isdecimal`)."""
+    for at, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x == y:
+            continue
+        if x.isalpha() and y.isalpha():
+            return x < y
+        if x.isalpha() or y.isalpha():
+            return y.isalpha()  # the non-letter first
+        return _digits_less(a, b, at)
+    return len(a) < len(b)
+
+
+def _digits_less(a: str, b: str, at: int) -> bool:
+    """Two keys that first differ at ``at`` in two non-letters: the runs of digits from there
+    by value (a non-digit counts as an empty run, 0), then the shorter run, then the rune.
+    A zero after nonzero digits counts on from 1, as go-yaml (``a10`` against ``a1x``)."""
+    start = 0
+    if "0" in (a[at], b[at]) and _nonzero_digit_before(a, at):
+        start = 1
+    a_value, a_end = _digit_run(a, at, start)
+    b_value, b_end = _digit_run(b, at, start)
+    if a_value != b_value:
+        return a_value < b_value
+    if a_end != b_end:
+        return a_end < b_end
+    return a[at] < b[at]
+
+
+def _nonzero_digit_before(text: str, at: int) -> bool:
+    """Whether the run of digits that ends just before ``at`` holds a digit other than 0."""
+    for char in reversed(text[:at]):
+        if not char.isdecimal():
+            return False
+        if char != "0":
+            return True
+    return False
+
+
+def _digit_run(text: str, at: int, value: int) -> tuple[int, int]:
+    """The number the digits from ``at`` make, counting on from ``value``, and where they end."""
+    end = at
+    while end < len(text) and text[end].isdecimal():
+        value = value * 10 + ord(text[end]) - ord("0")
+        end += 1
+    return value, end
