@@ -251,3 +251,34 @@ def test_go_yaml_key_order_is_kubectls():
         keys = KUBECTL_YAML_ORDER[shift:] + KUBECTL_YAML_ORDER[:shift]
         ordered = go_yaml_ordered({"data": {key: "v" for key in reversed(keys)}})
         assert list(ordered["data"]) == KUBECTL_YAML_ORDER
+
+
+# -- 4. how a selected map or list prints -----------------------------------------------------
+
+
+def test_custom_columns_print_maps_and_lists_as_go_and_jsonpath_as_json(backend, kube):
+    # kubectl's custom columns print a cell with fmt.Sprint (map[k:v ...], [a b]); its jsonpath
+    # with json.Marshal (compact, keys sorted). Found in review: both printed Python's
+    # json.dumps ({"key": "t0", ...}, in the order built).
+    columns = "custom-columns=FIRST:.spec.tolerations[0],KEYS:.spec.tolerations[*].key"
+    assert ok(kube("get", "pod", "c", "-o", columns)).splitlines() == [
+        "FIRST" + " " * 43 + "KEYS",
+        "map[effect:NoSchedule key:t0 operator:Exists]   t0,t1",
+    ]
+    listed = ok(kube("get", "pod", "b", "-o", "custom-columns=ALL:.spec.tolerations"))
+    assert listed.splitlines()[1] == "[map[effect:NoSchedule key:t0 operator:Exists]]"
+    template = 'jsonpath={.spec.tolerations}{"\\n"}{.metadata.labels}'
+    assert ok(kube("get", "pod", "a", "-o", template)).splitlines() == [
+        '[{"effect":"NoSchedule","key":"t0","operator":"Exists"},'
+        '{"effect":"NoSchedule","key":"t1","operator":"Exists"}]',
+        '{"App":"up","a-1":"d","app":"web","app10":"x","app2":"y","zone":"z1"}',
+    ]
+
+
+def test_go_json_escapes_html_as_go():
+    from schedcache.cli.jsonpath import go_json, go_text
+
+    assert go_json({"b": "<&>", "a": [1, None, True]}) == (
+        '{"a":[1,null,true],"b":"\\u003c\\u0026\\u003e"}'
+    )
+    assert go_text({"b": None, "a": [False, 2]}) == "map[a:[false 2] b:<nil>]"

@@ -144,8 +144,40 @@ def _step(value: Any, match: re.Match[str], strict: bool) -> list[Any]:
 
 
 def text_of(value: Any) -> str:
-    """A selected value as kubectl prints it: strings bare, the rest as JSON."""
-    return value if isinstance(value, str) else json.dumps(value)
+    """A selected value as kubectl's ``-o jsonpath`` prints it: strings bare, the rest as
+    Go's ``json.Marshal`` writes them (``{"a":"1","b":"2"}``: compact, keys sorted)."""
+    return value if isinstance(value, str) else go_json(value)
+
+
+# What Go's json.Marshal escapes that json.dumps leaves as it is: HTML's characters.
+_GO_JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def go_json(value: Any, indent: int | None = None) -> str:
+    """``value`` as Go's encoding/json writes a decoded object, compact (``json.Marshal``) or
+    indented (``json.MarshalIndent``): keys sorted, ``<``, ``>`` and ``&`` escaped. Where Go
+    writes a character that is not ASCII as it is, this escapes it (``\\u00e9``): safe for a
+    terminal, and only hand-made objects hold any (the API server keeps names and labels
+    ASCII)."""
+    separators = (",", ":") if indent is None else (",", ": ")
+    text = json.dumps(value, indent=indent, sort_keys=True, separators=separators)
+    return text.translate(_GO_JSON_ESCAPES)
+
+
+def go_text(value: Any) -> str:
+    """A selected value as Go's ``fmt.Sprint`` prints it, as kubectl's custom columns print
+    a cell: strings bare, ``true``, ``<nil>``, ``map[a:1 b:2]`` (keys sorted), ``[x y]``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{key}:{go_text(value[key])}" for key in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_text(item) for item in value) + "]"
+    return str(value)
 
 
 def render(template: str, document: Any) -> str:
@@ -209,9 +241,10 @@ def custom_columns(spec: str) -> list[tuple[str, str]]:
 
 
 def column_value(path: str, document: Any) -> str:
-    """A custom column's cell: ``<none>`` when the path selects nothing, as kubectl; an index
+    """A custom column's cell: its values as Go's ``fmt.Sprint`` prints them, joined by
+    ``,``; ``<none>`` when the path selects nothing, as kubectl (customcolumn.go); an index
     past the end of a list, or of a value that is no list, raises :class:`TemplateFailed`, as
     kubectl's custom-columns printer fails on it (``error: array index out of bounds: index 5,
     length 1``, exit status 1)."""
     values = evaluate(path, document, strict=True)
-    return ",".join(text_of(v) for v in values) if values else "<none>"
+    return ",".join(go_text(v) for v in values) if values else "<none>"

@@ -21,6 +21,7 @@ from schedcache.cli.jsonpath import (
     column_value,
     custom_columns,
     evaluate,
+    go_json,
     render,
 )
 from schedcache.cli.text import printable
@@ -217,7 +218,7 @@ def print_objects(
     if output.is_table:
         text = table_text(headers, rows, no_headers)
     elif output.kind == "json":
-        text = json.dumps(document, indent=4, sort_keys=True)  # Go's encoding/json of a map
+        text = go_json(document, indent=4)
     elif output.kind == "yaml":
         from schedcache.cli.yamltext import go_yaml_ordered, yaml_text  # PyYAML: start-up time
 
