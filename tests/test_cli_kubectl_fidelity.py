@@ -86,7 +86,7 @@ def test_custom_columns_fail_at_an_index_past_the_end_as_kubectl(backend, kube):
         "array index out of bounds: index 1, length 1",
     )
     quiet = kube("get", "pods", "-o", columns, "--no-headers")
-    assert quiet.stdout == "a   t1\n"
+    assert quiet.stdout == "a     t1\n"  # a column is 6 wide at least, as kubectl's tabwriter
     alone = kube("get", "pod", "b", "-o", columns)
     assert alone.stdout.splitlines() == ["NAME   SECOND"]  # kubectl's header, then the error
     failed(alone, "index 1, length 1")
@@ -282,3 +282,21 @@ def test_go_json_escapes_html_as_go():
         '{"a":[1,null,true],"b":"\\u003c\\u0026\\u003e"}'
     )
     assert go_text({"b": None, "a": [False, 2]}) == "map[a:[false 2] b:<nil>]"
+
+
+# -- 5. narrow columns ------------------------------------------------------------------------
+
+
+def test_a_narrow_column_is_as_wide_as_kubectls_tabwriter_makes_it(backend, kube):
+    # kubectl get writes tables through a tabwriter of minwidth 6, padding 3: a column of one
+    # letter is followed by five spaces, not three (seen: `kubectl get pods -o
+    # custom-columns=N:.metadata.name,C:...` prints `N     C`).
+    narrow = "custom-columns=N:.metadata.name,K:.kind"
+    assert ok(kube("get", "pods", "-o", narrow)).splitlines() == [
+        "N     K",
+        "a     Pod",
+        "b     Pod",
+        "c     Pod",
+    ]
+    quiet = ok(kube("get", "pods", "--no-headers", "-o", narrow))
+    assert quiet == "a     Pod\nb     Pod\nc     Pod\n"

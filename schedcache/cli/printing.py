@@ -97,14 +97,22 @@ def output_option(command: F) -> F:
     )(command)
 
 
-def table_text(headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers: bool) -> str:
-    """kubectl's table: left-aligned columns three spaces apart, no trailing blanks."""
+# kubectl get's tabwriter (cli-runtime printers.GetNewTabWriter: minwidth 6, padding 3): a
+# column, its three spaces included, is never narrower than 6.
+GET_MIN_WIDTH = 3
+
+
+def table_text(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers: bool, min_width: int = 0
+) -> str:
+    """kubectl's table: left-aligned columns three spaces apart, each at least ``min_width``
+    wide before them (:data:`GET_MIN_WIDTH` for get's), no trailing blanks."""
     shown = [list(map(printable, row)) for row in rows]
     if not no_headers:
         shown.insert(0, list(headers))
     if not shown:
         return ""
-    widths = [max(len(row[i]) for row in shown) for i in range(len(headers))]
+    widths = [max(min_width, *(len(row[i]) for row in shown)) for i in range(len(headers))]
     lines = [
         "   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in shown
     ]
@@ -216,7 +224,7 @@ def print_objects(
 
     document: Any = documents[0] if single and len(documents) == 1 else as_list(documents)
     if output.is_table:
-        text = table_text(headers, rows, no_headers)
+        text = table_text(headers, rows, no_headers, GET_MIN_WIDTH)
     elif output.kind == "json":
         text = go_json(document, indent=4)
     elif output.kind == "yaml":
@@ -251,11 +259,11 @@ def custom_columns_text(spec: str, documents: list[dict[str, Any]], no_headers: 
         try:
             rows.append(_cells(columns, document))
         except click.ClickException:
-            printed = table_text(headers, rows, no_headers)
+            printed = table_text(headers, rows, no_headers, GET_MIN_WIDTH)
             if printed:
                 click.echo(printed)
             raise
-    return table_text(headers, rows, no_headers)
+    return table_text(headers, rows, no_headers, GET_MIN_WIDTH)
 
 
 def _cells(columns: list[tuple[str, str]], document: dict[str, Any]) -> list[str]:
