@@ -131,6 +131,16 @@ def test_sort_by_within_bounds_and_for_one_name_is_as_before(backend, kube):
     assert ok(kube("get", "node", "n1", "--sort-by", ".status.conditions[3].type")).startswith(
         "NAME"
     )
+    # A path no object has fails as kubectl's sorter fails it (found in review: the listing
+    # printed unsorted, exit 0), unless there is nothing to sort.
+    for output in ([], ["-o", "name"]):
+        nowhere = kube("get", "pods", "--sort-by", ".status.startTime", *output)
+        assert nowhere.stdout == ""
+        failed(nowhere, "couldn't find any field with path '.status.startTime' in the list")
+    empty = kube("get", "pods", "-l", "app=none", "--sort-by", ".nope", "-o", "name")
+    assert ok(empty) == ""
+    some = ok(kube("get", "pods", "--sort-by", ".metadata.labels.app", "-o", "name"))
+    assert some.split() == ["pod/b", "pod/c", "pod/a"]  # the missing first, as kubectl
     # A path that does not parse is still a usage error (exit status 2).
     assert kube("get", "pods", "--sort-by", "{.spec").exit_code == 2
 

@@ -124,7 +124,8 @@ def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
     first, then numbers, then strings, as kubectl); a bad path is a usage error, and an index
     past the end of a list (or of a value that is no list) in any document is an error, exit
     status 1, before anything is printed (kubectl's sorter: ``error: array index out of bounds:
-    index 3, length 1``).
+    index 3, length 1``), as is a path that selects nothing in every document (``couldn't find
+    any field with path``: sorter.go's check that the field is valid for one object at least).
 
     Strings compare as kubectl's sorter compares them: two quantities (``50m``, ``1020m``,
     ``2``, ``1Gi``) by value, anything else in natural order (``web-2`` before ``web-10``)."""
@@ -135,6 +136,10 @@ def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
     except JsonPathError as error:
         raise click.BadParameter(printable(error), param_hint="--sort-by") from None
     keys = [_sort_key(path, document) for document in documents]
+    if documents and not any(keys):  # kubectl's SortObjects: the path must find something
+        raise click.ClickException(
+            printable(f"couldn't find any field with path {path!r} in the list of objects")
+        )
     values = [_sort_value(found[0]) if found else None for found in keys]
 
     def compare(i: int, j: int) -> int:
