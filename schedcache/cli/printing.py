@@ -159,12 +159,11 @@ def _sort_key(path: str, document: dict[str, Any]) -> list[Any]:
         ) from None
 
 
-def object_name(document: Any) -> str:
+def object_name(document: dict[str, Any]) -> str:
     """``pod default/web-0``, ``node n1``: which object an error is about."""
-    metadata = document.get("metadata", {}) if isinstance(document, dict) else {}
-    kind = str(document.get("kind", "object")).lower() if isinstance(document, dict) else "object"
-    name = str(metadata.get("name", ""))
-    namespace = metadata.get("namespace")
+    kind = str(document.get("kind", "object")).lower()
+    metadata = document.get("metadata") or {}
+    name, namespace = metadata.get("name", ""), metadata.get("namespace")
     return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
 
 

@@ -97,8 +97,8 @@ def _yaml_key_less(a: str, b: str) -> bool:
 
 def _digits_less(a: str, b: str, at: int) -> bool:
     """Two keys that first differ at ``at`` in two non-letters: the runs of digits from there
-    by value (a non-digit counts as an empty run, 0), then the shorter run, then the rune.
-    A zero after nonzero digits counts on from 1, as go-yaml (``a10`` against ``a1x``)."""
+    by value (a non-digit counts as an empty run, 0), then the shorter run, then the rune;
+    go-yaml counts on from 1, not 0, when one of them is a 0 after nonzero digits."""
     start = 0
     if "0" in (a[at], b[at]) and _nonzero_digit_before(a, at):
         start = 1
