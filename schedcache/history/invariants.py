@@ -98,8 +98,8 @@ def _read_chunk(store: Store, names: list[str], uids: set[str]) -> _Chunk:
     pods = sorted(uids)
 
     def reads(pipe: Any) -> None:
-        pipe.smismember(keys.nodes, names)
-        for name in names:
+        for name in names:  # (SISMEMBER, not SMISMEMBER: no new command in the ACL rules)
+            pipe.sismember(keys.nodes, name)
             pipe.hgetall(keys.node(name))
             pipe.zrange(keys.node_pods(name), 0, -1, withscores=True)
             pipe.zscore(keys.node_generations, name)
@@ -107,16 +107,15 @@ def _read_chunk(store: Store, names: list[str], uids: set[str]) -> _Chunk:
             pipe.get(keys.pod(uid))
 
     replies, _ = at_one_point(store, reads)
-    live, *rest = replies
-    nodes, raws = rest[: 3 * len(names)], rest[3 * len(names) :]
+    nodes, raws = replies[: 4 * len(names)], replies[4 * len(names) :]
     return _Chunk(
-        live={name: bool(member) for name, member in zip(names, live, strict=True)},
-        hashes=dict(zip(names, nodes[0::3], strict=True)),
+        live={name: bool(member) for name, member in zip(names, nodes[0::4], strict=True)},
+        hashes=dict(zip(names, nodes[1::4], strict=True)),
         placed={
             name: [(as_text(uid), int(score)) for uid, score in placed]
-            for name, placed in zip(names, nodes[1::3], strict=True)
+            for name, placed in zip(names, nodes[2::4], strict=True)
         },
-        indexed=dict(zip(names, nodes[2::3], strict=True)),
+        indexed=dict(zip(names, nodes[3::4], strict=True)),
         records={
             uid: parse_pod_record(raw, keys.pod(uid))
             for uid, raw in zip(pods, raws, strict=True)
