@@ -173,7 +173,8 @@ def _check_pods(store: Store, found: _Found) -> list[Difference]:
     what the chunks suggest is broken, read again at one event before it is reported."""
     keys = store.keys
     pods, assumed = members(store, keys.pods), members(store, keys.assumed)
-    suspects = (pods - set(found.placements)) | (assumed - pods)
+    placed = set(found.placements)
+    suspects = (pods - placed) | (placed - pods) | (assumed - pods)
     for uid, where in found.placements.items():
         record = found.records.get(uid)
         if len(where) != 1 or record is None or record.node != where[0]:
@@ -195,25 +196,35 @@ def _recheck_pods(
     for _ in range(COVER_ATTEMPTS):
         where = {uid: sorted(nodes[uid]) for uid in uids}
         replies, _ = at_one_point(store, functools.partial(_suspect_reads, keys, where))
-        seen, position, named = [], 0, False
+        seen, position, moving = [], 0, set()
         for uid in uids:
             raw, in_pods, in_assumed = replies[position : position + 3]
-            scores = replies[position + 3 : position + 3 + len(where[uid])]
-            position += 3 + len(where[uid])
+            placed = replies[position + 3 : position + 3 + 2 * len(where[uid])]
+            position += 3 + 2 * len(where[uid])
             record = parse_pod_record(raw, keys.pod(uid)) if raw is not None else None
             if record is not None and record.node and record.node not in nodes[uid]:
                 nodes[uid].add(record.node)  # read there too, next time
-                named = True
-            on = [name for name, score in zip(where[uid], scores, strict=True) if score is not None]
+                moving.add(uid)
+            # a node's pods count only while the node is in ``nodes`` (ghosts and
+            # placeholders are): a pod on a node missing from it is on no node
+            on = [
+                name
+                for name, score, listed in zip(where[uid], placed[0::2], placed[1::2], strict=True)
+                if score is not None and listed
+            ]
             seen.append((uid, record, bool(in_pods), bool(in_assumed), on))
-        if not named:
+        if not moving:
             break
     out = []
     for uid, record, in_pods, in_assumed, on in seen:
         if in_assumed and not in_pods:
             out.append(Difference(f"pod {uid}", "assumed", "in the pods set", "missing"))
+        if uid in moving:
+            continue  # placed anew before every read: left unchecked, as the chunks leave them
         if not in_pods and not on:
             continue
+        if not in_pods and not in_assumed:  # (an assumed one is reported above)
+            out.append(Difference(f"pod {uid}", "pods set", "a member", "missing"))
         if len(on) != 1:
             out.append(Difference(f"pod {uid}", "nodes", "exactly one", on))
         elif record is None:
@@ -230,6 +241,7 @@ def _suspect_reads(keys: Keys, where: dict[str, list[str]], pipe: Any) -> None:
         pipe.sismember(keys.assumed, uid)
         for name in names:
             pipe.zscore(keys.node_pods(name), uid)
+            pipe.sismember(keys.nodes, name)
 
 
 def _anti_affine_reads(keys: Keys, names: list[str], pipe: Any) -> None:
