@@ -138,6 +138,19 @@ def at_one_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any],
     """The replies of the reads ``reads`` queues, all at one event, and that event's id: a
     pipeline between two looks at the stream's last event that saw none appended (no
     transaction: a full Redis refuses MULTI), else, while commands flow, a transaction."""
+    quiet = at_a_quiet_point(store, reads)
+    if quiet is not None:
+        return quiet
+    with store.server().pipeline(transaction=True) as pipe:
+        reads(pipe)
+        pipe.xrevrange(store.keys.events, count=1)
+        *replies, last = pipe.execute()
+    return replies, _last_id(last)
+
+
+def at_a_quiet_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any], str] | None:
+    """As :func:`at_one_point`, without the transaction: None when the stream moved during
+    each of ``POINT_ATTEMPTS`` pipelines (for reads too wide to hold Redis with)."""
     events = store.keys.events
     for _ in range(POINT_ATTEMPTS):
         pipe = store.server().pipeline(transaction=False)
@@ -147,11 +160,7 @@ def at_one_point(store: Store, reads: Callable[[Any], None]) -> tuple[list[Any],
         first, *replies, last = pipe.execute()
         if _last_id(first) == _last_id(last):
             return replies, _last_id(last)
-    with store.server().pipeline(transaction=True) as pipe:
-        reads(pipe)
-        pipe.xrevrange(events, count=1)
-        *replies, last = pipe.execute()
-    return replies, _last_id(last)
+    return None
 
 
 def _cache_keys(store: Store) -> tuple[set[str], int, str]:
