@@ -170,15 +170,23 @@ def _check_node(name: str, chunk: _Chunk, found: _Found, unread: set[str]) -> li
     if fields.get("exists") == 0 and not uids:
         out.append(Difference(subject, "entry", "no empty ghost or placeholder", "empty"))
     aggregates = {k: v for k, v in fields.items() if k not in NODE_META and not k.startswith("a:")}
-    if uids & unread:  # a pod's contribution unknown: only the sign of the totals is checked
-        return out + [
-            Difference(subject, name, ">= 0", value)
-            for name, value in sorted(aggregates.items())
-            if value < 0
-        ]
+    # A pod's contribution unknown (``unread``): only the totals' signs can be checked.
+    totals = None if uids & unread else _stored_totals(uids, chunk.records)
+    named = set(aggregates) | ({k for k, v in totals.items() if v} if totals is not None else set())
+    for field_name in sorted(named):
+        actual = aggregates.get(field_name, 0)
+        if actual < 0:
+            out.append(Difference(subject, field_name, ">= 0", actual))
+        elif totals is not None and totals.get(field_name, 0) != actual:
+            out.append(Difference(subject, field_name, totals.get(field_name, 0), actual))
+    return out
+
+
+def _stored_totals(uids: set[str], records: dict[str, PodRecord]) -> Counter[str]:
+    """What the pods' stored contributions add up to, field by field (labels have no total)."""
     totals: Counter[str] = Counter()
     for uid in uids:
-        record = chunk.records.get(uid)
+        record = records.get(uid)
         if record is not None:
             tokens = record.contribution.split()
             totals.update(
@@ -188,13 +196,7 @@ def _check_node(name: str, chunk: _Chunk, found: _Found, unread: set[str]) -> li
                     if not tokens[i].startswith("l:")  # labels: no total (aggregates.py)
                 }
             )
-    for field_name in sorted(set(aggregates) | {k for k, v in totals.items() if v}):
-        expected, actual = totals.get(field_name, 0), aggregates.get(field_name, 0)
-        if actual < 0:
-            out.append(Difference(subject, field_name, ">= 0", actual))
-        elif expected != actual:
-            out.append(Difference(subject, field_name, expected, actual))
-    return out
+    return totals
 
 
 def _check_pods(store: Store, found: _Found) -> list[Difference]:
