@@ -73,13 +73,17 @@ end
 
 -- Its `queues` field goes with a scheduler's last pod (so does every series /metrics shows for
 -- it): 5,000 names once seen must not stay forever. What it counts is kept (checked[scheduler]).
--- (The four parts written out: a table and ipairs a call cost ~2,000 instructions.)
+-- (The four parts written out: a table and ipairs a call cost ~2,000 instructions.) A drop
+-- checks only the part its pod leaves (guard_queue's `part`), so the others may be unchecked
+-- here: one of another type counts as holding pods (pcall: no error after the drop's writes),
+-- and the scheduler is kept; the next command that writes that part reports it.
 local function forget_if_idle(p, scheduler)
   local q = p .. 'queue:' .. scheduler .. ':'
-  local held = redis.call('ZCARD', q .. 'active')
-  if held == 0 then held = redis.call('ZCARD', q .. 'leased') end
-  if held == 0 then held = redis.call('ZCARD', q .. 'backoff') end
-  if held == 0 then held = redis.call('ZCARD', q .. 'parked') end
+  local held = redis.pcall('ZCARD', q .. 'active')
+  if held == 0 then held = redis.pcall('ZCARD', q .. 'leased') end
+  if held == 0 then held = redis.pcall('ZCARD', q .. 'backoff') end
+  if held == 0 then held = redis.pcall('ZCARD', q .. 'parked') end
+  if type(held) ~= 'number' then held = 1 end
   checked[scheduler] = held
   if held > 0 then return end
   redis.call('HDEL', p .. 'queues', scheduler)
@@ -121,40 +125,44 @@ end
 
 -- The keys of `scheduler`'s queue and the shared ones: all checked before the first write.
 -- `dropping`: the caller only takes a pod out of the queue (queue_drop), which never counts
--- arrivals, so the arrival counter is left unread; and when the four parts are read here (not
--- checked earlier in the call), the pods they hold are answered: their ZCARDs are the type
--- checks, and queue_drop needs no more to tell whether the scheduler's last pod went.
--- Once a scheduler's keys are checked in a call (and its arrival counter, for a caller that
+-- arrivals, so the arrival counter is left unread. `part`: the one part of the four the caller
+-- writes, the only one checked (a new pod's push: 'active'; a drop: the part its pod is in),
+-- else nil: all four. A drop's part, counted here (its probe is its ZCARD), is a lower bound on
+-- the scheduler's pods that queue_drop counts down (checked[scheduler]); only when it reaches
+-- 0 are the parts counted again (forget_if_idle). The four ZCARDs of every push and every
+-- drop were ~3 commands a single push and a confirmation's call (issue 40).
+-- Once a scheduler's keys are all checked in a call (and its arrival counter, for a caller that
 -- counts arrivals), checked[<its queue's prefix>] (1; 2 with the counter) answers the rest of
 -- the call's pushes and drops: four more key names built and six checks looked up again a pod
 -- were ~100 VM instructions of a push (bench/lua_profile.py).
-local function guard_queue(p, scheduler, dropping)
+local function guard_queue(p, scheduler, dropping, part)
   local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once (no key: it ends in ':')
   local done = checked[q]
-  if done == 2 or (done and dropping) then return nil end
-  local active, leased, backoff, parked = q .. 'active', q .. 'leased', q .. 'backoff',
-                                          q .. 'parked'
-  local queued = nil
-  if dropping and not checked[active] then
-    queued = typed_read(active, 'zset', 'ZCARD') + typed_read(leased, 'zset', 'ZCARD')
-      + typed_read(backoff, 'zset', 'ZCARD') + typed_read(parked, 'zset', 'ZCARD')
-    checked[active], checked[leased], checked[backoff], checked[parked] = true, true, true, true
-    checked[scheduler] = queued
+  if done == 2 or (done and dropping) then return end
+  if part ~= nil then
+    local key = q .. part
+    local probed = not checked[key]
+    expect_type(key, 'zset')
+    local least = checked[scheduler]
+    if dropping and probed and (least == nil or least < checked[key]) then
+      checked[scheduler] = checked[key]  -- (the part alone: a lower bound, counted now)
+    end
   else
-    expect_type(active, 'zset')
-    expect_type(leased, 'zset')
-    expect_type(backoff, 'zset')
-    expect_type(parked, 'zset')
+    expect_type(q .. 'active', 'zset')
+    expect_type(q .. 'leased', 'zset')
+    expect_type(q .. 'backoff', 'zset')
+    expect_type(q .. 'parked', 'zset')
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  if not dropping then
-    guard_sequence(p)
-    checked[q] = 2
-  elseif not done then
-    checked[q] = 1
+  if not dropping then guard_sequence(p) end
+  if part == nil then
+    if not dropping then
+      checked[q] = 2
+    elseif not done then
+      checked[q] = 1
+    end
   end
-  return queued
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
@@ -256,13 +264,13 @@ local function queue_after_backoff(p, rec, now)
 end
 
 -- A pod left the queue for good (bound, deleted, terminated): record and membership go, and
--- the scheduler's bookkeeping with its last pod. `queued`: the pods its scheduler's four
--- parts held, as guard_queue counted them for this drop (nothing wrote them since), else nil:
--- then a lower bound this call kept (checked[scheduler]) that stays above 0 once this pod is
--- out tells that pods are left, and only otherwise are they counted again.
-local function queue_drop(p, rec, queued)
+-- the scheduler's bookkeeping with its last pod. A lower bound this call kept on the pods its
+-- scheduler's four parts hold (checked[scheduler]: guard_queue's count of the pod's part, less
+-- what queue_drop took out since) that stays above 0 once this pod is out tells that pods are
+-- left; only otherwise are they counted again (forget_if_idle).
+local function queue_drop(p, rec)
   local scheduler = rec.scheduler
-  local least = queued or checked[scheduler]
+  local least = checked[scheduler]
   local removed = queue_unlink(p, rec)
   if batching then  -- out of `queuedpods` when the call ends, as its pushes join (end_call)
     local uid, pending = rec.uid, checked[' queued']
@@ -278,10 +286,6 @@ local function queue_drop(p, rec, queued)
   redis.call('DEL', rec.key)
   if least ~= nil and least - removed > 0 then
     checked[scheduler] = least - removed
-  elseif queued ~= nil then  -- an exact count: none left
-    redis.call('HDEL', p .. 'queues', scheduler)
-    checked[scheduler] = 0
-    checked[scheduler .. ' listed'] = nil
   else
     forget_if_idle(p, scheduler)
   end

@@ -103,12 +103,14 @@ local function sync_pod(p, replica, a)
   local rec = load_pod(p, uid, true, raw)
   -- Its queued record and the queues it touches, checked before the first write.
   local queued = load_queued(p, uid, false, op ~= 'queue', text)
-  -- ("set" and "delete" only take it out of its queue: no arrival counted, and the pods its
-  -- queue holds counted now, which no command below changes, for queue_drop.)
-  local held = nil
-  if queued ~= nil then held = guard_queue(p, queued.scheduler, op ~= 'queue') end
+  -- ("set" and "delete" only take it out of its part of the queue: no arrival counted, only
+  -- that part checked, and its pods counted now, which no command below changes, for
+  -- queue_drop. A new pod's push writes only `active`.)
+  if queued ~= nil then
+    guard_queue(p, queued.scheduler, op ~= 'queue', op ~= 'queue' and queued.state or nil)
+  end
   if op == 'queue' then
-    guard_queue(p, scheduler)
+    guard_queue(p, scheduler, false, queued == nil and 'active' or nil)
     local action = queue_pending(p, uid, scheduler, priority, a[6], rec, queued, vkey, rv)
     return { 'applied', action, '' }
   end
@@ -140,7 +142,7 @@ local function sync_pod(p, replica, a)
   if result == nil then return nil, err end
   if nominated then NOM.settle(p, nominated) end
   if queued ~= nil then
-    queue_drop(p, queued, held)
+    queue_drop(p, queued)
     if action == 'none' then action = 'dequeue' end
   end
   record_version(vkey, rv, op == 'delete')

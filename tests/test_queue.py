@@ -547,3 +547,51 @@ def test_a_bound_pod_leaves_its_schedulers_entry_to_the_pods_still_queued(
     assert not cache.client.hexists(cache.keys.queues, "ref")
     assert queue(cache).lengths() == {"active": 0, "leased": 0, "backoff": 0, "parked": 0}
     assert cache.client.scard(cache.keys.queued_pods) == 0
+
+
+def test_a_schedulers_entry_stays_while_any_part_of_its_queue_holds_a_pod(cache: Cache) -> None:
+    """A drop counts only the part its pod leaves (issue 40): the scheduler's entry in
+    `queues` still stays while another part holds a pod, whether the drop is a single call or
+    one of a batch whose drops empty the part, and goes with the very last pod."""
+    for name in ("a", "b", "c", "d"):
+        push(cache, pending(name))
+    a = queue(cache)
+    popped = {item.pod.name: item for item in a.pop(3, now=T0)}  # a, b, c leased; d active
+    assert a.retry(popped["c"].pod, unschedulable=False, now=T0).outcome == "backoff"
+    assert a.lengths() == {"active": 1, "leased": 2, "backoff": 1, "parked": 0}
+    batch = cache.batch()  # leased emptied in one call; active and backoff still hold a pod
+    for name in ("a", "b"):
+        pod = popped[name].pod.with_node("n1")
+        batch.add(commands.sync_pod(pod, str(next(_versions)), present=True))
+    assert all(result.error is None for result in batch.execute())
+    assert a.lengths() == {"active": 1, "leased": 0, "backoff": 1, "parked": 0}
+    assert cache.client.hkeys(cache.keys.queues) == [b"ref"]
+    bind(cache, pending("d"), "n1")  # active emptied: backoff still holds c
+    assert cache.client.hkeys(cache.keys.queues) == [b"ref"]
+    bind(cache, popped["c"].pod, "n1")  # the last pod, from backoff
+    assert cache.client.hkeys(cache.keys.queues) == []
+    assert a.lengths() == {"active": 0, "leased": 0, "backoff": 0, "parked": 0}
+
+
+def test_a_corrupt_part_of_a_queue_refuses_exactly_the_commands_that_write_it(
+    cache: Cache,
+) -> None:
+    """A push of a new pod writes only `active`, and a drop only its pod's part (issue 40:
+    each checked the other three too, four ZCARDs a call): with `parked` corrupt both go
+    through, leave it as it was, and keep the scheduler (a part that cannot be counted counts
+    as holding pods); a pop, which moves pods between every part, is refused naming it and
+    changes nothing."""
+    push(cache, pending("a"))
+    leased = queue(cache).pop(1, now=T0)[0]
+    parked = f"{cache.keys.prefix}queue:ref:parked"
+    cache.client.set(parked, "not a zset")
+    assert push(cache, pending("b"))[1] == b"queue"
+    bind(cache, leased.pod, "n1")  # leased emptied; active holds b
+    bind(cache, pending("b"), "n1")  # active emptied; parked cannot be counted
+    assert cache.client.get(parked) == b"not a zset"
+    assert cache.client.hkeys(cache.keys.queues) == [b"ref"]
+    push(cache, pending("c"))
+    before = keyspace(cache.client, cache.keys.pattern)
+    with pytest.raises(CorruptRecord, match="queue:ref:parked"):
+        queue(cache).pop(1, now=T0)
+    assert keyspace(cache.client, cache.keys.pattern) == before
