@@ -551,6 +551,7 @@ local function begin_call()
   -- (end_call clears the ids too; `woke` is cleared by the event it marks, but a refused call
   -- may leave it set: found in review, the next event of any cache was taken as helpful)
   ARRIVALS.last, ARRIVALS.helped, ARRIVALS.woke = false, false, false
+  READS.held = nil  -- (a call that failed holding a record write leaves no hold behind)
   if #pods_order > 0 then
     pods_added = {}
     pods_order = {}
@@ -967,14 +968,49 @@ local function load_pod(p, uid, stays, read)
            claimer = claimer, contribution = parsed, blob = string.sub(raw, at) }
 end
 
+-- A record write sc_sync_pod holds back (READS.hold_record) to send with the pod's version, in
+-- one MSET at its end (READS.release_record): { key, text }, or false when none is held.
+-- A second record written meanwhile sends the first.
+READS.held = nil
+
 -- Writes a pod record from its parts (no table per write: every placement writes one).
 local function write_record(p, uid, state, node, finished, deadline, gen, claimer, contribution,
                             blob)
   if deadline == '' then deadline = '-' end
   if claimer == '' then claimer = '-' end
   if type(gen) == 'number' then gen = int_string(gen) end
-  redis.call('SET', p .. 'pod:' .. uid, state .. ' ' .. node .. ' ' .. finished .. ' '
-    .. deadline .. ' ' .. gen .. ' ' .. claimer .. ' ' .. contribution .. '\n' .. blob)
+  local key = p .. 'pod:' .. uid
+  local text = state .. ' ' .. node .. ' ' .. finished .. ' ' .. deadline .. ' ' .. gen .. ' '
+    .. claimer .. ' ' .. contribution .. '\n' .. blob
+  local held = READS.held
+  if held == nil then
+    redis.call('SET', key, text)
+  else
+    if held then redis.call('SET', held[1], held[2]) end
+    READS.held = { key, text }
+  end
+end
+
+-- sc_sync_pod's confirmation or update writes the pod's record and then, as its last write,
+-- the pod's version (_versions.lua): the two go in one MSET (a SET less a pod, ~2,800
+-- instructions: issue 40). hold_record starts holding record writes back; release_record
+-- sends the one held, with `vkey` = `rv` when given, and stops holding. Nothing reads a
+-- record between its write and the command's end (the event, the queue's drop and a
+-- nomination's settling read other keys).
+function READS.hold_record()
+  READS.held = false
+end
+
+function READS.release_record(vkey, rv)
+  local held = READS.held
+  READS.held = nil
+  if held and vkey then
+    redis.call('MSET', held[1], held[2], vkey, rv)
+    return true
+  elseif held then
+    redis.call('SET', held[1], held[2])
+  end
+  return false
 end
 
 local function save_pod(p, uid, rec)

@@ -54,6 +54,7 @@ local function batch(p, replica, a)
       -- goes on. Anything else is raised again.
       err = corruption_of(result)
       if err == nil then error(result) end
+      READS.held = nil  -- (refused before its first write: no record write held either)
       result = nil
     end
     if result == nil then

@@ -129,6 +129,8 @@ local function sync_pod(p, replica, a)
     -- the call's own table, which nothing reads after this command (a table less to collect).
     a[1], a[2], a[3], a[4], a[5], a[6] = uid, a[4], a[5], a[6], nil, nil
     local args = a
+    -- The record it writes goes with the version, in one MSET at the end.
+    READS.hold_record()
     if rec ~= nil and rec.state == 'added' then
       action = 'update'
       guard_cache(p, EVERY_CACHE_KEY)
@@ -139,12 +141,17 @@ local function sync_pod(p, replica, a)
       result, err = COMMANDS['add_pod'](p, replica, args, rec or false)
     end
   end
-  if result == nil then return nil, err end
+  if result == nil then
+    READS.release_record()  -- (a refusal writes nothing: nothing is held)
+    return nil, err
+  end
   if nominated then NOM.settle(p, nominated) end
   if queued ~= nil then
     queue_drop(p, queued)
     if action == 'none' then action = 'dequeue' end
   end
-  record_version(vkey, rv, op == 'delete')
+  if op == 'delete' or not READS.release_record(vkey, rv) then
+    record_version(vkey, rv, op == 'delete')
+  end
   return { 'applied', action, result }
 end

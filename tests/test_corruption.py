@@ -471,3 +471,26 @@ def test_a_stale_change_is_dropped_before_a_wrong_typed_record_is_read(cache, ke
     reply = cache.run(commands.sync_pod(pod, "5", present=True))
     assert "stale" in str(reply), reply
     assert keyspace(cache.client, cache.keys.pattern) == before
+
+
+def test_a_refused_confirmation_holds_back_no_later_record_write(cache):
+    """sc_sync_pod sends a confirmation's record with the pod's version in one MSET at its end
+    (issue 40): refused by a corrupt node, in a batch and as a call of its own, it leaves no
+    record write held back for the commands after it, whose pods are all recorded."""
+    populated(cache)
+    cache.client.hset(cache.keys.prefix + "node:n1", "r:cpu", "lots")
+    confirm = commands.sync_pod(make_pod("held", "n1", "100m", "1Mi"), "5", present=True)
+    batch = cache.batch()
+    batch.add(confirm)
+    batch.add(commands.add_pod(make_pod("b1", "n3", "10m", "1Mi")))
+    batch.add(commands.sync_pod(make_pod("b2", "n3", "10m", "1Mi"), "6", present=True))
+    results = batch.execute()
+    assert isinstance(results[0].error, CorruptRecord) and "node:n1" in str(results[0].error)
+    assert [result.error for result in results[1:]] == [None, None]
+    with pytest.raises(CorruptRecord, match="node:n1"):
+        cache.run(confirm)
+    cache.add_pod(make_pod("after", "n3", "10m", "1Mi"))
+    for name in ("b1", "b2", "after"):
+        assert cache.pod_state(make_pod(name, "n3")) == "added", name
+    assert cache.pod_state(make_pod("held", "n1")) == "assumed"
+    assert {pod.name for pod in cache.get_node_info("n3").pods} == {"b1", "b2", "after"}
