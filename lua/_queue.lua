@@ -131,18 +131,26 @@ end
 -- the scheduler's pods that queue_drop counts down (checked[scheduler]); only when it reaches
 -- 0 are the parts counted again (forget_if_idle). The four ZCARDs of every push and every
 -- drop were ~3 commands a single push and a confirmation's call (issue 40).
--- Once a scheduler's keys are all checked in a call (and its arrival counter, for a caller that
--- counts arrivals), checked[<its queue's prefix>] (1; 2 with the counter) answers the rest of
--- the call's pushes and drops: four more key names built and six checks looked up again a pod
--- were ~100 VM instructions of a push (bench/lua_profile.py).
+-- What a call checked of a scheduler's queue is kept in checked[<its queue's prefix>], a table
+-- (`all`: the four parts; a part's name: that part; `seq`: the arrival counter; the shared
+-- keys go with any part), which answers the rest of the call's pushes and drops: four more key
+-- names built and six checks looked up again a pod were ~100 VM instructions of a push
+-- (bench/lua_profile.py).
 local function guard_queue(p, scheduler, dropping, part)
   local q = p .. 'queue:' .. scheduler .. ':'  -- queue_key's, once (no key: it ends in ':')
   local done = checked[q]
-  if done == 2 or (done and dropping) then return end
-  if part ~= nil then
+  if done == nil then
+    done = {}
+    checked[q] = done
+  elseif (done.all or (part ~= nil and done[part])) and (dropping or done.seq) then
+    return
+  end
+  if done.all then  -- (the counter only)
+  elseif part ~= nil then
     local key = q .. part
     local probed = not checked[key]
     expect_type(key, 'zset')
+    done[part] = true
     local least = checked[scheduler]
     if dropping and probed and (least == nil or least < checked[key]) then
       checked[scheduler] = checked[key]  -- (the part alone: a lower bound, counted now)
@@ -152,16 +160,13 @@ local function guard_queue(p, scheduler, dropping, part)
     expect_type(q .. 'leased', 'zset')
     expect_type(q .. 'backoff', 'zset')
     expect_type(q .. 'parked', 'zset')
+    done.all = true
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  if not dropping then guard_sequence(p) end
-  if part == nil then
-    if not dropping then
-      checked[q] = 2
-    elseif not done then
-      checked[q] = 1
-    end
+  if not dropping then
+    guard_sequence(p)
+    done.seq = true
   end
 end
 
