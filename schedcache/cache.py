@@ -125,7 +125,9 @@ class Cache(StreamAudit):
 
         Running the same command again settles it after :class:`RetriesExhausted`, but only
         while Redis surely remembers its id: a command made longer ago than
-        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent)."""
+        ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent). A
+        feeder's versioned change (``commands.VERSIONED``) has no id and no such limit: sent
+        again once applied, it is answered ``dropped repeated``."""
         return self.store.run(command)
 
     def batch(self, chunk_size: int = 200) -> CommandBatch:

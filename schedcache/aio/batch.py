@@ -114,8 +114,9 @@ class AsyncCommandBatch(BatchBuilder):
     async def settle(self, groups: list[list[Command]]) -> list[BatchResult]:
         """Send ``groups`` again as they were (``batch.sent`` after a cancellation, or
         ``RetriesExhausted.unsettled``): a group Redis applied before is answered with its
-        first outcome, the others are applied now. A group first sent more than
-        ``MAX_RETRY_WINDOW`` seconds ago is refused (:class:`ValidationError`, nothing sent)."""
+        first outcome, the others are applied now. A group with an id first sent more than
+        ``MAX_RETRY_WINDOW`` seconds ago is refused (:class:`ValidationError`, nothing sent); a
+        group of versioned commands only has none and is sent again however old."""
         for index, group in enumerate(groups):
             reason = too_old_to_resend(group)
             if reason is not None:

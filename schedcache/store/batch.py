@@ -33,7 +33,7 @@ from schedcache.errors import (
 )
 from schedcache.model.values import Node, Pod
 from schedcache.store import commands, metrics
-from schedcache.store.commands import VERSIONED, Command, judged_reply, pod_subject
+from schedcache.store.commands import Command, judged_reply, pod_subject, sent_with_id
 from schedcache.store.library import is_missing_function
 from schedcache.store.replies import UNCHECKED, error_from_reply, translate
 from schedcache.store.retry import RETRYABLE, too_late_to_resend
@@ -89,7 +89,8 @@ def split_groups(commands: list[Command], chunk_size: int) -> list[list[Command]
 
 class SentGroup(list[Command]):
     """One ``sc_batch`` call's commands, with the ``time.monotonic()`` of its first send: after
-    ``retry.MAX_RETRY_WINDOW`` it is never sent again (Redis may have forgotten the ids).
+    ``retry.MAX_RETRY_WINDOW`` it is never sent again (Redis may have forgotten the ids),
+    unless it is made of versioned commands only (sent without an id, resent however old).
     ``RetriesExhausted.unsettled`` holds these."""
 
     def __init__(self, commands: list[Command], first_sent: float) -> None:
@@ -106,8 +107,9 @@ def first_sent(group: list[Command]) -> float:
 
 
 def too_old_to_resend(group: list[Command]) -> str | None:
-    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None."""
-    return too_late_to_resend(first_sent(group))
+    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None (always
+    for a group of versioned commands only, sent without an id)."""
+    return too_late_to_resend(group, first_sent(group))
 
 
 @dataclass(frozen=True)
@@ -303,8 +305,9 @@ class CommandBatch(BatchBuilder):
         answered ``dropped repeated``, and one Redis rejected is tried again, as a second
         feeder's copy would be).
         Commands added since and not yet sent go after them (found in review: they were
-        dropped). A group first sent more than ``MAX_RETRY_WINDOW`` seconds ago is refused
-        (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids."""
+        dropped). A group with an id first sent more than ``MAX_RETRY_WINDOW`` seconds ago is
+        refused (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids. A
+        group of versioned commands only has none and is sent again however old."""
         for index, group in enumerate(groups):
             reason = too_old_to_resend(group)
             if reason is not None:
@@ -638,7 +641,7 @@ def derive_group_id(group: list[Command]) -> str:
     again in the same groups (:meth:`CommandBatch.settle`) are recognised as the same call.
     None (``""``) for a group of versioned commands only: Redis may apply it again harmlessly
     (:data:`~schedcache.store.commands.VERSIONED`), so it remembers nothing for it."""
-    if all(command.name in VERSIONED for command in group):
+    if not sent_with_id(group):
         return ""
     digest = hashlib.blake2b(digest_size=8)
     for command in group:

@@ -14,7 +14,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -83,13 +83,22 @@ class Command:
     args: tuple[Arg, ...]
     id: str = field(default_factory=new_command_id)
     # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
-    # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten).
+    # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten),
+    # unless it goes without its id (sent_with_id: a versioned one, never refused for age).
     created: float = field(default_factory=time.monotonic, compare=False, repr=False)
+
+
+def sent_with_id(commands: Iterable[Command]) -> bool:
+    """Whether one command, or one ``sc_batch`` group of them, goes with an id (so Redis
+    remembers its outcome, for ``retry.COMMAND_ID_TTL_MS``): not when every one is versioned
+    (:data:`VERSIONED`). The one place that decides it: :func:`sent_id`, the group's id
+    (``batch.derive_group_id``) and the resend cap (``retry.too_late_to_resend``) ask here."""
+    return not all(command.name in VERSIONED for command in commands)
 
 
 def sent_id(command: Command) -> str:
     """The command id sent with ``command``: none for a versioned one (:data:`VERSIONED`)."""
-    return "" if command.name in VERSIONED else command.id
+    return command.id if sent_with_id((command,)) else ""
 
 
 def pod_subject(pod: Pod) -> str:

@@ -9,7 +9,10 @@ restarted server refuses commands while it loads its AOF. Set ``within`` above t
 But Redis remembers a command id for ``COMMAND_ID_TTL_MS`` (two minutes, ``lua/_command_ids.lua``):
 a resend after that would be applied a second time. So ``within`` is capped at
 :data:`MAX_RETRY_WINDOW`, which leaves the last resend a margin to reach the server (its socket
-timeout, a slow network), and a batch refuses to resend groups first sent longer ago.
+timeout, a slow network), and a command or batch group with an id made or first sent longer ago
+is refused (:func:`too_late_to_resend`). A feeder's versioned changes
+(``commands.VERSIONED``) go without an id and are idempotent by their resourceVersion (sent again
+once applied, they are answered ``dropped repeated``): they are resent however old.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -31,6 +34,7 @@ from redis.exceptions import (
 )
 
 from schedcache.errors import ValidationError
+from schedcache.store.commands import Command, sent_with_id
 
 # How long Redis remembers a command id (lua/_command_ids.lua; a test keeps them equal).
 COMMAND_ID_TTL_MS = 120_000
@@ -59,9 +63,14 @@ TOPOLOGY_CHANGED: tuple[type[Exception], ...] = (
 )
 
 
-def too_late_to_resend(first_sent: float) -> str | None:
-    """Why a command first sent at ``first_sent`` (``time.monotonic()``) must not be sent
-    again, or None while Redis surely still remembers its id."""
+def too_late_to_resend(commands: Collection[Command], first_sent: float) -> str | None:
+    """Why ``commands`` (one command, or one ``sc_batch`` group), made or first sent at
+    ``first_sent`` (``time.monotonic()``), must not be sent again, or None while Redis surely
+    still remembers their id. Commands sent without an id (``commands.sent_with_id``: a
+    feeder's versioned changes only) are never refused: Redis recognises a resend of those by
+    their resourceVersion, however old."""
+    if not sent_with_id(commands):
+        return None
     age = time.monotonic() - first_sent
     if age <= MAX_RETRY_WINDOW:
         return None

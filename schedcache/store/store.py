@@ -201,10 +201,11 @@ class StoreCore:
             )
 
     def check_sendable(self, command: Command) -> None:
-        """Refuse (nothing sent) a command too old for Redis to still remember its id, or one
-        this user's ACL rules would stop halfway."""
+        """Refuse (nothing sent) a command with an id too old for Redis to still remember it
+        (a versioned one, sent without, never is: ``retry.too_late_to_resend``), or one this
+        user's ACL rules would stop halfway."""
         self.check_permitted(command.name)
-        late = too_late_to_resend(command.created)
+        late = too_late_to_resend((command,), command.created)
         if late is not None:
             raise ValidationError(command.subject, f"sc_{command.name} command id", late)
 
@@ -311,7 +312,8 @@ class Store(StoreCore):
         while Redis surely remembers its id: a command made longer ago than
         ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent). A
         feeder's versioned change (``commands.VERSIONED``) goes without its id: sent again
-        once applied, it is answered ``dropped repeated``, not with its first outcome."""
+        once applied, it is answered ``dropped repeated``, not with its first outcome, and it
+        is never refused for its age."""
         self.check_sendable(command)
         started, resends = time.monotonic(), 0
 
