@@ -136,7 +136,7 @@ def test_sort_by_within_bounds_and_for_one_name_is_as_before(backend, kube):
     for output in ([], ["-o", "name"]):
         nowhere = kube("get", "pods", "--sort-by", ".status.startTime", *output)
         assert nowhere.stdout == ""
-        failed(nowhere, "couldn't find any field with path '.status.startTime' in the list")
+        failed(nowhere, 'couldn\'t find any field with path "{.status.startTime}" in the list')
     empty = kube("get", "pods", "-l", "app=none", "--sort-by", ".nope", "-o", "name")
     assert ok(empty) == ""
     some = ok(kube("get", "pods", "--sort-by", ".metadata.labels.app", "-o", "name"))
@@ -173,12 +173,12 @@ def test_field_selector_trims_only_the_whole_selector_as_kubectl(backend, kube):
         ("metadata.name=a, spec.nodeName=n1", " spec.nodeName"),
     ):
         refused = kube("get", "pods", "--field-selector", selector, "-o", "name")
-        assert refused.exit_code == 2 and refused.stdout == "", selector
+        assert refused.exit_code == 1 and refused.stdout == "", selector
         assert f'"{key}" is not a known field selector for pods' in refused.stderr
         assert "kubectl keeps the spaces around it" in refused.stderr
     # A term of spaces is no empty term (ParseSelector skips only ""): kubectl's words.
     blank = kube("get", "pods", "--field-selector", "metadata.name=a, ,spec.nodeName=n1")
-    assert blank.exit_code == 2 and "can't understand ' '" in blank.stderr
+    assert blank.exit_code == 1 and "can't understand ' '" in blank.stderr
 
 
 # -- 3. the order of keys in -o json|yaml -----------------------------------------------------
@@ -310,3 +310,103 @@ def test_a_narrow_column_is_as_wide_as_kubectls_tabwriter_makes_it(backend, kube
     ]
     quiet = ok(kube("get", "pods", "--no-headers", "-o", narrow))
     assert quiet == "a     Pod\nb     Pod\nc     Pod\n"
+
+
+# -- 6. -o json's characters, a refused field selector, values kubectl cannot sort ------------
+
+# Text kubectl's -o json (json.MarshalIndent) writes as UTF-8, but for <, > and & (\u003c ...)
+# and U+2028/U+2029 (\u2028), which Go's encoder always escapes.
+WORDS = "café 日本 😀 <b>&</b> \u2028"
+WORDS_AS_KUBECTL = '"café 日本 😀 \\u003cb\\u003e\\u0026\\u003c/b\\u003e \\u2028"'
+
+
+def test_json_writes_text_as_utf8_as_kubectl(backend, client, cache_name, monkeypatch, tmp_path):
+    # Found in review: -o json wrote "caf\u00e9" (json.dumps' ensure_ascii), where kubectl
+    # (cli-runtime's JSONPrinter, json.MarshalIndent) writes UTF-8.
+    accented = pod("d", 0, note="café")
+    accented["spec"]["nodeSelector"] = {"words": WORDS, "bidi": "a\u202eb"}
+    run = loaded_cli(
+        {"kind": "List", "items": [NODE, accented]}, client, cache_name, monkeypatch, tmp_path
+    )
+    one = ok(run("get", "pod", "d", "-o", "json"))
+    assert '"note": "café"' in one
+    assert f'"words": {WORDS_AS_KUBECTL}' in one
+    # What printable() escapes stays a JSON escape (the same string): kubectl writes it raw.
+    assert '"bidi": "a\\u202eb"' in one
+    assert json.loads(one)["spec"]["nodeSelector"] == {"words": WORDS, "bidi": "a\u202eb"}
+    listed = ok(run("get", "pods", "-o", "json"))
+    assert '"note": "café"' in listed and f'"words": {WORDS_AS_KUBECTL}' in listed
+    # -o jsonpath prints a map as Go's json.Marshal, so the same way, compact.
+    selector = ok(run("get", "pod", "d", "-o", "jsonpath={.spec.nodeSelector}"))
+    assert selector == '{"bidi":"a\\u202eb","words":' + WORDS_AS_KUBECTL + "}"
+    if shutil.which("kubectl"):  # kubectl's own -o json of our -o json: the same text
+        theirs = subprocess.run(
+            ["kubectl", "label", "--local", "-f", "-", "absent-", "-o", "json"],
+            input=one,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=60,
+            check=True,
+        ).stdout
+        assert theirs == one.replace("\\u202e", "\u202e")
+
+
+def test_an_unknown_field_selector_fails_with_status_1_as_kubectl(backend, kube):
+    # kubectl sends --field-selector as it is; the API server answers 400 BadRequest ("field
+    # label not supported: spec.hostIP") and kubectl exits 1. Found in review: exit status 2,
+    # a usage error with click's usage lines.
+    for kind, field in (("pods", "spec.hostIP"), ("nodes", "spec.podCIDR")):
+        refused = kube("get", kind, "--field-selector", f"{field}=x", "-o", "name")
+        assert refused.stdout == ""
+        line = failed(refused, f'"{field}" is not a known field selector for {kind}: only ')
+        assert "Usage:" not in refused.stderr, line
+    # The selector's syntax is the server's to judge too: the same status.
+    failed(kube("get", "pods", "--field-selector", "spec.nodeName"), "can't understand")
+
+
+# What kubectl v1.37.1 printed (after klog's "F1201 07:24:49.460075 5033 sorter.go:329] ",
+# exit status 1), run against a stub API server serving these shapes: -o json|yaml|name|
+# jsonpath|custom-columns sort unstructured objects; a table sorts its rows' parsed values.
+UNSORTABLE = "Field {.spec.tolerations} in *unstructured.Unstructured is an unsortable type: "
+UNSORTABLE_ROWS = "Field {.spec.tolerations} in [][][]reflect.Value is an unsortable type: "
+
+
+@pytest.mark.parametrize("output", [[], ["-o", "name"], ["-o", "json"], ["-o", "wide"]])
+def test_sort_by_a_map_or_a_list_fails_as_kubectl(backend, kube, output):
+    # kubectl's isLess compares strings, numbers of one type and nulls: a map or a list is
+    # "unsortable type". Found in review: ours compared their JSON text and printed, exit 0.
+    table = not output or output == ["-o", "wide"]
+    prefix = UNSORTABLE_ROWS if table else UNSORTABLE
+    lists = kube("get", "pods", "--sort-by", ".spec.tolerations", *output)
+    assert lists.stdout == ""
+    failed(lists, prefix + "interface, err: unsortable type: []interface {}")
+    maps = kube("get", "pods", "--sort-by", "spec.tolerations[0]", *output)
+    assert maps.stdout == ""
+    failed(maps, "{.spec.tolerations[0]} in ", "unsortable type: map[string]interface {}")
+    # One object with a map is never compared (b and c have no labels): no error, as kubectl.
+    one_map = ok(kube("get", "pods", "--sort-by", ".metadata.labels", "-o", "name"))
+    assert one_map.split() == ["pod/b", "pod/c", "pod/a"]
+
+
+def test_sort_by_refuses_what_kubectls_isless_refuses():
+    import click
+
+    from schedcache.cli.printing import sort_by
+
+    def error(*values: object) -> str:
+        documents = [{"v": value} for value in values]
+        with pytest.raises(click.ClickException) as refused:
+            sort_by(documents, ".v")
+        return str(refused.value.message).split("err: ")[1]
+
+    assert error(True, False) == "unsortable type: bool"
+    assert error("a", 1) == "unsortable interface: interface"
+    assert error(1, 1.5) == "unsortable interface: interface"  # int64 and float64
+    # The first pair Go's insertion sort compares: the later value is isLess's first.
+    assert error({"a": 1}, "x") == "unsortable interface: interface"
+    assert error("x", {"a": 1}) == "unsortable type: map[string]interface {}"
+    # Missing first, then null (a nil is less than any value), then the values.
+    documents: list[dict[str, object]] = [{"v": "b"}, {"v": None}, {}, {"v": "a"}]
+    assert sort_by(documents, ".v") == [2, 1, 3, 0]
+    assert sort_by([{"v": 2}, {"v": 10}, {"v": None}], "v") == [2, 0, 1]

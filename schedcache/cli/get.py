@@ -62,10 +62,12 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
     """``--field-selector`` (``key=value``, ``key==value``, ``key!=value``, comma-separated)
     as a test on a v1-shaped object, parsed as kubectl's ``fields.ParseSelector`` parses it
     (``\\,``, ``\\=`` and ``\\\\`` escapes in values; an unescaped ``,`` or ``=`` in a value,
-    a term without an operator: refused); a field kubectl's server would refuse is a usage
-    error. Only the whole selector is trimmed (cli-runtime's ``FieldSelectorParam``): a space
-    around a key or a value is part of it, as in ``ParseSelector``, so ``spec.nodeName = n1``
-    names an unknown field and ``spec.nodeName= n1`` a node " n1"."""
+    a term without an operator: refused); a selector kubectl's server would refuse, an
+    unknown field among them, is an error, exit status 1 (kubectl parses none itself: its
+    server answers 400 BadRequest). Only the whole selector is trimmed (cli-runtime's
+    ``FieldSelectorParam``): a space around a key or a value is part of it, as in
+    ``ParseSelector``, so ``spec.nodeName = n1`` names an unknown field and ``spec.nodeName=
+    n1`` a node " n1"."""
     selector = go_trimmed(text or "")
     tests: list[tuple[str, str, bool]] = []
     for term in _split_terms(selector):
@@ -95,7 +97,7 @@ def field_filter(text: str | None, kind: str) -> Callable[[dict[str, Any]], bool
 
 
 def _known_field(key: str, kind: str) -> str:
-    """``key`` if kubectl's server selects ``kind`` by it, else a usage error naming it (and
+    """``key`` if kubectl's server selects ``kind`` by it, else an error naming it (and
     the spaces around it, which kubectl keeps: found in review, ``spec.nodeName = n1`` was
     trimmed and taken)."""
     if key in FIELDS[kind]:
@@ -122,8 +124,10 @@ def go_trimmed(text: str) -> str:
 BOOLEAN_FIELDS = frozenset({"spec.unschedulable"})
 
 
-def _selector_error(message: str) -> click.BadParameter:
-    return click.BadParameter(message, param_hint="--field-selector")
+def _selector_error(message: str) -> click.ClickException:
+    """A ``--field-selector`` kubectl sends as it is, which its server refuses (400
+    BadRequest: kubectl's exit status 1, not a usage error's 2)."""
+    return click.ClickException(message)
 
 
 def _split_terms(text: str) -> list[str]:
@@ -320,7 +324,8 @@ class Listing:
     def pick(self, documents: list[dict[str, Any]]) -> list[int]:
         """The indexes of the documents --field-selector keeps, in --sort-by's order."""
         keep = [i for i, d in enumerate(documents) if self.fields(d)]
-        return [keep[i] for i in sort_by([documents[i] for i in keep], self.order)]
+        kept = [documents[i] for i in keep]
+        return [keep[i] for i in sort_by(kept, self.order, self.output.is_table)]
 
 
 def _get_pods(
@@ -344,10 +349,10 @@ def _get_pods(
     elif not all_namespaces:
         entries = [e for e in entries if e.pod.namespace == (namespace or "default")]
     entries = [e for e in entries if listing.labels(e.pod.labels)]
+    if not names:  # the API server's order (namespace, name): --sort-by's ties keep it
+        entries.sort(key=lambda e: (e.pod.namespace, e.pod.name))
     documents = [pod_object(e) for e in entries]
     picked = listing.pick(documents)
-    if not names and not listing.order:
-        picked.sort(key=lambda i: (entries[i].pod.namespace, entries[i].pod.name))
     entries = [entries[i] for i in picked]
     documents = [documents[i] for i in picked]
     if not entries and not names and output.is_table:

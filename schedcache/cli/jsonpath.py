@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
+
+from schedcache.cli.text import UNPRINTABLE
 
 # A field name ends where kubectl's parser ends it (a space, ``.``, ``,``, ``[``, ``]``, ``$``,
 # ``@``, ``{``, ``}``), except after a backslash; its backslashes are then dropped.
@@ -44,8 +47,19 @@ class IndexOutOfBounds(TemplateFailed):
         super().__init__(f"array index out of bounds: index {index}, length {length}")
 
 
-# Go's names of the types a decoded object's values have, as evalArray's error names them.
-_GO_TYPES = {str: "string", dict: "map[string]interface {}", bool: "bool", int: "int64"}
+# Go's names of the types a decoded object's values have, as kubectl's errors name them.
+_GO_TYPES = {
+    str: "string",
+    dict: "map[string]interface {}",
+    list: "[]interface {}",
+    bool: "bool",
+    int: "int64",
+}
+
+
+def go_type(value: Any) -> str:
+    """The Go type of ``value`` in a decoded (unstructured) object, as ``%T`` names it."""
+    return _GO_TYPES.get(type(value), "float64")
 
 
 class NotAList(TemplateFailed):
@@ -53,8 +67,7 @@ class NotAList(TemplateFailed):
     array or slice" (found in review: it printed nothing, status 0). A null is skipped there."""
 
     def __init__(self, value: Any) -> None:
-        go_type = _GO_TYPES.get(type(value), "float64")
-        super().__init__(f"{go_type} is not array or slice")
+        super().__init__(f"{go_type(value)} is not array or slice")
 
 
 @dataclass(frozen=True)
@@ -151,16 +164,36 @@ def text_of(value: Any) -> str:
 
 # What Go's json.Marshal escapes that json.dumps leaves as it is: HTML's characters.
 _GO_JSON_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _json_escaped(match: re.Match[str]) -> str:
+    """A character that is not ASCII as it stands, unless :func:`printable` would escape it
+    (then a JSON escape, a surrogate pair above U+FFFF)."""
+    char = match[0]
+    if unicodedata.category(char) not in UNPRINTABLE:
+        return char
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
 def go_json(value: Any, indent: int | None = None) -> str:
     """``value`` as Go's encoding/json writes a decoded object, compact (``json.Marshal``) or
-    indented (``json.MarshalIndent``): keys sorted, ``<``, ``>`` and ``&`` escaped. Where Go
-    writes a character that is not ASCII as it is, this escapes it (``\\u00e9``): safe for a
-    terminal, and only hand-made objects hold any (the API server keeps names and labels
-    ASCII)."""
+    indented (``json.MarshalIndent``, kubectl's ``-o json``): keys sorted, ``<``, ``>`` and
+    ``&`` escaped (``\\u003c``), other characters written as they are, in UTF-8 (``café``,
+    not ``caf\\u00e9``). Go escapes U+2028 and U+2029 too; this also escapes every other
+    character :func:`printable` would (C1 controls, bidi overrides and other format
+    characters, surrogates, private-use and unassigned code points): the same string to a
+    JSON reader, and nothing that rewrites a terminal (kubectl writes those raw)."""
     separators = (",", ":") if indent is None else (",", ": ")
-    text = json.dumps(value, indent=indent, sort_keys=True, separators=separators)
+    text = json.dumps(
+        value, indent=indent, sort_keys=True, separators=separators, ensure_ascii=False
+    )
+    if not text.isascii():
+        text = _NOT_ASCII.sub(_json_escaped, text)
     return text.translate(_GO_JSON_ESCAPES)
 
 

@@ -22,6 +22,7 @@ from schedcache.cli.jsonpath import (
     custom_columns,
     evaluate,
     go_json,
+    go_type,
     render,
 )
 from schedcache.cli.text import printable
@@ -119,16 +120,19 @@ def table_text(
     return "\n".join(lines)
 
 
-def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
+def sort_by(documents: list[dict[str, Any]], path: str | None, table: bool = False) -> list[int]:
     """The order ``--sort-by PATH`` gives ``documents`` (indexes; stable; missing values
-    first, then numbers, then strings, as kubectl); a bad path is a usage error, and an index
+    first, then nulls, then the values, as kubectl); a bad path is a usage error, and an index
     past the end of a list (or of a value that is no list) in any document is an error, exit
     status 1, before anything is printed (kubectl's sorter: ``error: array index out of bounds:
     index 3, length 1``), as is a path that selects nothing in every document (``couldn't find
     any field with path``: sorter.go's check that the field is valid for one object at least).
 
     Strings compare as kubectl's sorter compares them: two quantities (``50m``, ``1020m``,
-    ``2``, ``1Gi``) by value, anything else in natural order (``web-2`` before ``web-10``)."""
+    ``2``, ``1Gi``) by value, anything else in natural order (``web-2`` before ``web-10``);
+    numbers by value. What kubectl's ``isLess`` cannot compare (a map, a list, a boolean, or
+    values of two types: a string and a number, an integer and a float) is its error, exit
+    status 1, nothing printed (``table``: worded as its table sorter words it)."""
     if not path:
         return list(range(len(documents)))
     try:
@@ -138,14 +142,71 @@ def sort_by(documents: list[dict[str, Any]], path: str | None) -> list[int]:
     keys = [_sort_key(path, document) for document in documents]
     if documents and not any(keys):  # kubectl's SortObjects: the path must find something
         raise click.ClickException(
-            printable(f"couldn't find any field with path {path!r} in the list of objects")
+            printable(
+                f"couldn't find any field with path {go_quoted(relaxed_path(path))} in "
+                "the list of objects"
+            )
         )
+    _check_sortable([found[0] for found in keys if found], path, table)
     values = [_sort_value(found[0]) if found else None for found in keys]
 
     def compare(i: int, j: int) -> int:
         return _compare(values[i], values[j])
 
     return sorted(range(len(documents)), key=functools.cmp_to_key(compare))
+
+
+_RELAXED = re.compile(r"\{\.?([^{}]+)\}|\.?([^{}]+)")
+
+
+def relaxed_path(path: str) -> str:
+    """``path`` as kubectl's ``RelaxedJSONPathExpression`` writes it in its sorter's errors:
+    ``.a.b``, ``a.b`` and ``{a.b}`` are ``{.a.b}`` (as it is when that does not apply)."""
+    match = _RELAXED.fullmatch(path)
+    return "{." + (match[1] or match[2]) + "}" if match else path
+
+
+def go_quoted(text: str) -> str:
+    """``text`` in double quotes, as Go's ``%q`` writes a plain string."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+# The Go types kubectl's isLess compares, as a decoded object holds them.
+_SORTABLE = {str: "string", int: "int64", float: "float64"}
+
+
+def _check_sortable(present: list[Any], path: str, table: bool) -> None:
+    """kubectl's sorter's failure on the values ``path`` selects (``present``: one a
+    document that has one, in the listing's order), if it fails: its ``isLess`` compares two
+    values, neither null, of one type among string, int64 and float64; anything else ends
+    kubectl with ``Field {.PATH} in *unstructured.Unstructured is an unsortable type:
+    interface, err: unsortable type: map[string]interface {}`` (or ``[]interface {}``,
+    ``bool``; ``unsortable interface: interface`` for two types), exit status 1 (klog.Exitf).
+
+    Which two values it compares first is its sort's choice; this takes the first pair Go's
+    insertion sort (sort.Sort of up to 12 objects) compares that fails: each value with one
+    before it. One value (or none) is never compared: nothing fails."""
+    values = [value for value in present if value is not None]  # a null is less, no error
+    if len(values) < 2:
+        return
+    first, reason = _SORTABLE.get(type(values[0])), ""
+    for value in values[1:]:
+        kind = _SORTABLE.get(type(value))
+        if kind is None:
+            reason = f"unsortable type: {go_type(value)}"
+        elif kind != first:
+            reason = "unsortable interface: interface"
+        else:
+            continue
+        break
+    if reason:
+        where = "[][][]reflect.Value" if table else "*unstructured.Unstructured"
+        raise click.ClickException(
+            printable(
+                f"Field {relaxed_path(path)} in {where} is an unsortable type: interface, "
+                f"err: {reason}"
+            )
+        )
 
 
 def _sort_key(path: str, document: dict[str, Any]) -> list[Any]:
@@ -172,11 +233,14 @@ _DIGITS = re.compile(r"(\d+)")
 
 
 def _sort_value(value: Any) -> _SortValue:
-    """What the sort compares of one selected value: its group (numbers 1, strings 2), the
-    number, the text, and the quantity the text denotes (None when it is not one)."""
-    if isinstance(value, bool | int | float):
+    """What the sort compares of one selected value (one :func:`_check_sortable` passed): its
+    group (null 0, numbers 1, strings 2), the number, the text, and the quantity the text
+    denotes (None when it is not one)."""
+    if value is None:  # kubectl's isLess: a nil is less than any value
+        return (0, 0.0, "", None)
+    if isinstance(value, int | float):
         return (1, float(value), "", None)
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = str(value)
     try:
         quantity: Fraction | None = parse_quantity(text, obj="--sort-by", field=text)
     except ValidationError:
@@ -187,7 +251,7 @@ def _sort_value(value: Any) -> _SortValue:
 def _compare(a: _SortValue, b: _SortValue) -> int:
     if a is None or b is None:
         return (a is not None) - (b is not None)  # missing values first
-    if a[0] != b[0] or a[0] == 1:
+    if a[0] != b[0] or a[0] != 2:
         return _sign(a[:2], b[:2])
     if a[3] is not None and b[3] is not None:
         return _sign(a[3], b[3])

@@ -19,7 +19,7 @@ from schedcache.model.values import Node
 
 # Unicode categories never printed as they are: controls (C0, DEL, C1), format characters
 # (bidi overrides, zero-width joiners), surrogates (unencodable), line/paragraph separators.
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 def _escape(char: str) -> str:
@@ -37,7 +37,7 @@ def printable(value: object) -> str:
     if text.isprintable():  # the common case, in C
         return text
     return "".join(
-        _escape(c) if c != " " and unicodedata.category(c) in _UNPRINTABLE else c for c in text
+        _escape(c) if c != " " and unicodedata.category(c) in UNPRINTABLE else c for c in text
     )
 
 
