@@ -4,7 +4,9 @@ Redis remembers command ids for ``COMMAND_ID_TTL_MS`` (``lua/_command_ids.lua``)
 window (``RetryPolicy.within``), ``CommandBatch.settle`` and re-running a ``Command`` are all
 capped at ``retry.MAX_RETRY_WINDOW``, below that memory. Refusals change nothing in Redis.
 A feeder's versioned changes (``commands.VERSIONED``) go without an id: a resend of them, or
-of a group of nothing else, is recognised by the resourceVersion and never refused for age.
+of a group of nothing else, is recognised by the resourceVersion for up to
+``retry.MAX_VERSIONED_RESEND``, under the life of a delete's tombstone (``TOMBSTONE_MS``,
+``lua/_versions.lua``), and refused after it.
 """
 
 from __future__ import annotations
@@ -20,10 +22,17 @@ from schedcache import Cache
 from schedcache.errors import RetriesExhausted, ValidationError
 from schedcache.store import commands
 from schedcache.store.batch import SentGroup
-from schedcache.store.retry import COMMAND_ID_TTL_MS, MAX_RETRY_WINDOW, RetryPolicy
+from schedcache.store.retry import (
+    COMMAND_ID_TTL_MS,
+    MAX_RETRY_WINDOW,
+    MAX_VERSIONED_RESEND,
+    TOMBSTONE_MS,
+    RetryPolicy,
+)
 from tests.factories import keyspace, make_node, make_pod
 
 LUA = Path(__file__).resolve().parent.parent / "lua" / "_command_ids.lua"
+VERSIONS_LUA = LUA.parent / "_versions.lua"
 
 
 def test_the_python_window_stays_below_the_lua_memory():
@@ -33,6 +42,12 @@ def test_the_python_window_stays_below_the_lua_memory():
     assert int(match[1]) == COMMAND_ID_TTL_MS
     # 30 s of margin for the last resend's own socket timeout and transit.
     assert MAX_RETRY_WINDOW * 1000 <= COMMAND_ID_TTL_MS - 30_000
+    # The same for versioned changes, against a delete's tombstone.
+    text = VERSIONS_LUA.read_text()
+    match = re.search(r"^local TOMBSTONE_MS = (\d+)$", text, re.MULTILINE)
+    assert match, f"TOMBSTONE_MS not found in {VERSIONS_LUA}"
+    assert int(match[1]) == TOMBSTONE_MS
+    assert MAX_VERSIONED_RESEND * 1000 <= TOMBSTONE_MS - 30_000
 
 
 def test_a_retry_window_past_the_memory_is_refused_saying_why():
@@ -114,7 +129,7 @@ def test_a_batch_does_not_resend_a_group_past_the_window(cache: Cache):
 
 # -- a feeder's versioned changes go without an id: no cap (commands.VERSIONED) ------------------
 
-LONG_AGO = 3600.0  # far past the window and the ids' memory: a long outage
+LONG_AGO = 3000.0  # far past the window and the ids' memory, within the tombstones': 50 min
 
 
 def feeders_changes() -> list[commands.Command]:
@@ -130,9 +145,9 @@ def state(cache: Cache) -> tuple[dict[bytes, object], list[str]]:
 
 @pytest.mark.parametrize("api", ["sync", "async"])
 def test_a_versioned_command_made_past_the_window_is_sent_and_applied_once(cache: Cache):
-    """A sync feed stalled by a long outage resends its changes: never refused for age (they
-    were, found in review). Applied if Redis never saw them, else dropped as repeated; a
-    command with an id made as long ago is still refused."""
+    """A sync feed stalled by a long outage resends its changes: not refused past the ids'
+    window (they were, found in review). Applied if Redis never saw them, else dropped as
+    repeated; a command with an id made as long ago is still refused."""
     node, pod = (_aged(command, LONG_AGO) for command in feeders_changes())
     assert cache.run(node)[:2] == [b"applied", b"add"]
     assert cache.run(pod)[:2] == [b"applied", b"add"]
@@ -151,7 +166,7 @@ def test_a_versioned_command_made_past_the_window_is_sent_and_applied_once(cache
 @pytest.mark.parametrize("api", ["sync", "async"])
 @pytest.mark.parametrize("form", ["SentGroup", "plain list of old commands"])
 def test_settle_resends_a_group_of_versioned_changes_however_old(cache: Cache, form: str):
-    """A group of versioned changes only goes without an id: settled an hour later, the
+    """A group of versioned changes only goes without an id: settled 50 minutes later, the
     changes Redis applied are dropped as repeated, the others applied; a group holding a
     command with an id is still refused, and nothing of the settle is sent."""
 
@@ -184,7 +199,7 @@ def test_a_batch_resends_a_group_of_versioned_changes_past_the_window(cache: Cac
     batch = cache.batch(chunk_size=2)
     for command in feeders_changes():
         batch.add(command)  # the group is sent now
-    batch.in_flight[0][1].first_sent -= LONG_AGO  # as if sent an hour ago
+    batch.in_flight[0][1].first_sent -= LONG_AGO  # as if sent 50 minutes ago
     assert batch.connection is not None
     batch.connection.disconnect()  # its reply is lost
     results = batch.execute()
@@ -195,3 +210,21 @@ def test_a_batch_resends_a_group_of_versioned_changes_past_the_window(cache: Cac
     )
     assert [e.type for e in cache.events()] == ["NodeAdded", "PodAdded"]
     assert cache.verify() == []
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_versioned_change_past_its_tombstones_life_is_refused_and_nothing_sent(cache: Cache):
+    """A delete made after a change's first send is remembered an hour (its tombstone): a
+    resend later than that could bring the object back, so a versioned change, single or in
+    a group, is refused past MAX_VERSIONED_RESEND, with nothing sent."""
+    node = commands.sync_node(make_node("n1", "4", "1Gi"), "5")
+    assert cache.run(node)[:2] == [b"applied", b"add"]
+    gone = commands.sync_node_gone("n1", "6")
+    assert cache.run(gone)[:2] == [b"applied", b"remove"]
+    before = state(cache)
+    late = MAX_VERSIONED_RESEND + 60
+    with pytest.raises(ValidationError, match=r"versioned changes first sent \d+ s ago, over "):
+        cache.run(_aged(node, late))
+    with pytest.raises(ValidationError, match=r"^batch settle: unsettled\[0\]: versioned "):
+        cache.batch().settle([SentGroup([node], first_sent=time.monotonic() - late)])
+    assert state(cache) == before

@@ -116,7 +116,8 @@ class AsyncCommandBatch(BatchBuilder):
         ``RetriesExhausted.unsettled``): a group Redis applied before is answered with its
         first outcome, the others are applied now. A group with an id first sent more than
         ``MAX_RETRY_WINDOW`` seconds ago is refused (:class:`ValidationError`, nothing sent); a
-        group of versioned commands only has none and is sent again however old."""
+        group of versioned commands only has none and is sent again for up to
+        ``retry.MAX_VERSIONED_RESEND`` (an hour less a minute)."""
         for index, group in enumerate(groups):
             reason = too_old_to_resend(group)
             if reason is not None:

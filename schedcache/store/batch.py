@@ -90,7 +90,8 @@ def split_groups(commands: list[Command], chunk_size: int) -> list[list[Command]
 class SentGroup(list[Command]):
     """One ``sc_batch`` call's commands, with the ``time.monotonic()`` of its first send: after
     ``retry.MAX_RETRY_WINDOW`` it is never sent again (Redis may have forgotten the ids),
-    unless it is made of versioned commands only (sent without an id, resent however old).
+    unless it is made of versioned commands only (sent without an id, resent for up to
+    ``retry.MAX_VERSIONED_RESEND``: an hour less a minute).
     ``RetriesExhausted.unsettled`` holds these."""
 
     def __init__(self, commands: list[Command], first_sent: float) -> None:
@@ -307,7 +308,8 @@ class CommandBatch(BatchBuilder):
         Commands added since and not yet sent go after them (found in review: they were
         dropped). A group with an id first sent more than ``MAX_RETRY_WINDOW`` seconds ago is
         refused (:class:`ValidationError`, nothing sent): Redis may have forgotten its ids. A
-        group of versioned commands only has none and is sent again however old."""
+        group of versioned commands only has none and is sent again for up to
+        ``retry.MAX_VERSIONED_RESEND`` (an hour less a minute)."""
         for index, group in enumerate(groups):
             reason = too_old_to_resend(group)
             if reason is not None:

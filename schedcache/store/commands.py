@@ -84,7 +84,8 @@ class Command:
     id: str = field(default_factory=new_command_id)
     # time.monotonic() when the command (and its id) was made: no send of it is earlier, so a
     # resend is refused once this is older than retry.MAX_RETRY_WINDOW (ids are forgotten),
-    # unless it goes without its id (sent_with_id: a versioned one, never refused for age).
+    # unless it goes without its id (sent_with_id: a versioned one, refused only past
+    # retry.MAX_VERSIONED_RESEND, under its delete tombstones' life).
     created: float = field(default_factory=time.monotonic, compare=False, repr=False)
 
 

@@ -12,7 +12,10 @@ a resend after that would be applied a second time. So ``within`` is capped at
 timeout, a slow network), and a command or batch group with an id made or first sent longer ago
 is refused (:func:`too_late_to_resend`). A feeder's versioned changes
 (``commands.VERSIONED``) go without an id and are idempotent by their resourceVersion (sent again
-once applied, they are answered ``dropped repeated``): they are resent however old.
+once applied, they are answered ``dropped repeated``): they are resent for up to
+:data:`MAX_VERSIONED_RESEND`, while Redis still holds the tombstone of a delete made after their
+first send (``TOMBSTONE_MS``, ``lua/_versions.lua``): later, a resent add or update of an object
+deleted meanwhile would bring it back.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ COMMAND_ID_TTL_MS = 120_000
 # The longest time after its first send that a command may be sent again: 30 s under the
 # memory, for the resend to reach the server (socket timeout, network) and for clock drift.
 MAX_RETRY_WINDOW = 90.0
+# How long Redis keeps a deleted object's version as a tombstone (lua/_versions.lua; a test
+# keeps them equal), and the longest time after its first send that a versioned change (no id)
+# may be sent again: a minute under the tombstone's life, as MAX_RETRY_WINDOW is under the ids'.
+TOMBSTONE_MS = 3_600_000
+MAX_VERSIONED_RESEND = TOMBSTONE_MS / 1000 - 60.0
 
 # Errors after which the command may be sent again: the connection broke (the command may or
 # may not have run), or the server refused it without running it (the cluster is electing a
@@ -67,11 +75,18 @@ def too_late_to_resend(commands: Collection[Command], first_sent: float) -> str 
     """Why ``commands`` (one command, or one ``sc_batch`` group), made or first sent at
     ``first_sent`` (``time.monotonic()``), must not be sent again, or None while Redis surely
     still remembers their id. Commands sent without an id (``commands.sent_with_id``: a
-    feeder's versioned changes only) are never refused: Redis recognises a resend of those by
-    their resourceVersion, however old."""
-    if not sent_with_id(commands):
-        return None
+    feeder's versioned changes only) are recognised by their resourceVersion instead, for
+    :data:`MAX_VERSIONED_RESEND` (a delete's tombstone outlives that)."""
     age = time.monotonic() - first_sent
+    if not sent_with_id(commands):
+        if age <= MAX_VERSIONED_RESEND:
+            return None
+        return (
+            f"versioned changes first sent {age:.0f} s ago, over {MAX_VERSIONED_RESEND:g} s: "
+            f"Redis keeps a deleted object's version for {TOMBSTONE_MS // 1000} s, so a resend "
+            "could bring back an object deleted meanwhile; let the feed list again (a relist "
+            "sends what is current)"
+        )
     if age <= MAX_RETRY_WINDOW:
         return None
     return (
