@@ -145,29 +145,34 @@ local function guard_queue(p, scheduler, dropping, part)
   elseif (done.all or (part ~= nil and done[part])) and (dropping or done.seq) then
     return
   end
+  -- Marked in `done` only once every check passed: a command refused by one of them (a
+  -- corrupt `queuedpods`) leaves no mark for the batch's next command to trust (found in
+  -- review: it skipped the shared keys' checks and wrote a corrupt one).
+  local key, probed = nil, false
   if done.all then  -- (the counter only)
   elseif part ~= nil then
-    local key = q .. part
-    local probed = not checked[key]
+    key = q .. part
+    probed = not checked[key]
     expect_type(key, 'zset')
-    done[part] = true
-    local least = checked[scheduler]
-    if dropping and probed and (least == nil or least < checked[key]) then
-      checked[scheduler] = checked[key]  -- (the part alone: a lower bound, counted now)
-    end
   else
     expect_type(q .. 'active', 'zset')
     expect_type(q .. 'leased', 'zset')
     expect_type(q .. 'backoff', 'zset')
     expect_type(q .. 'parked', 'zset')
-    done.all = true
   end
   expect_type(p .. 'queuedpods', 'set')
   expect_type(p .. 'queues', 'hash')
-  if not dropping then
-    guard_sequence(p)
-    done.seq = true
+  if not dropping then guard_sequence(p) end
+  if key ~= nil then
+    done[part] = true
+    local least = checked[scheduler]
+    if dropping and probed and (least == nil or least < checked[key]) then
+      checked[scheduler] = checked[key]  -- (the part alone: a lower bound, counted now)
+    end
+  elseif part == nil then
+    done.all = true
   end
+  if not dropping then done.seq = true end
 end
 
 -- The queued record of `uid`, or nil; a record that cannot be read is the corruption (raised
