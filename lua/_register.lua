@@ -65,6 +65,7 @@ local function wrap(fn, writes, leading)
     begin_call()
     local ok, result, err, applied = pcall(run_command, fn, writes, p, replica, id, a, lead)
     if not ok then
+      READS.release_record()  -- (a record write held back goes out, as batch.lua's)
       local text = corruption_of(result)
       -- Corruption is found before the first write, so end_call has nothing to record; it
       -- runs anyway, so a check that came late could never leave `gen` or `nodegen` behind

@@ -53,8 +53,10 @@ local function batch(p, replica, a)
       -- Corruption met by this command before its first write: its error, and the batch
       -- goes on. Anything else is raised again.
       err = corruption_of(result)
+      -- A failure after writes (a bug, or the server's): the record write it held back goes
+      -- out as it would have without the hold; refused before its first write, none is held.
+      READS.release_record()
       if err == nil then error(result) end
-      READS.held = nil  -- (refused before its first write: no record write held either)
       result = nil
     end
     if result == nil then
