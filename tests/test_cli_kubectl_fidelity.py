@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import unicodedata
 from typing import Any
 
 import pytest
@@ -410,3 +411,94 @@ def test_sort_by_refuses_what_kubectls_isless_refuses():
     documents: list[dict[str, object]] = [{"v": "b"}, {"v": None}, {}, {"v": "a"}]
     assert sort_by(documents, ".v") == [2, 1, 3, 0]
     assert sort_by([{"v": 2}, {"v": 10}, {"v": None}], "v") == [2, 0, 1]
+
+
+# What kubectl v1.37.1 printed for `kubectl get pods -l 'a b' --field-selector ' x=y '`
+# against a stub API server answering 400 BadRequest (message "SERVERMSG"), exit status 1:
+# kubectl sends the selectors trimmed, unparsed, and words the refusal in cli-runtime's
+# EnhanceListError.
+KUBECTL_LABEL_REFUSAL = (
+    'Error from server (BadRequest): Unable to find "/v1, Resource=pods" that match label '
+    'selector "a b", field selector "x=y": SERVERMSG'
+)
+
+
+def test_a_label_selector_that_does_not_parse_fails_with_status_1_as_kubectl(backend, kube):
+    # Found in review: a usage error, exit status 2, with click's usage lines.
+    kubectls = KUBECTL_LABEL_REFUSAL.removeprefix("Error from server (BadRequest): ")
+    kubectls = kubectls.removesuffix("SERVERMSG")
+    refused = kube("get", "pods", "-l", " a b ", "--field-selector", " x=y ", "-o", "name")
+    assert refused.stdout == ""
+    line = failed(refused)
+    assert "Usage:" not in refused.stderr
+    # The label selector is the server's to refuse first, as kubectl's ListOptions decode it.
+    assert line.startswith("Error: " + kubectls), line
+    for kind, selector in (("pods", "!!"), ("nodes", "a=b,"), ("pods", "x in ()")):
+        line = failed(kube("get", kind, "-l", selector), f"Resource={kind}")
+        assert f'label selector "{selector}", field selector "": ' in line, line
+    # Go-quoted as kubectl quotes it: a terminal's escape is \x1b, never the character.
+    controls = failed(kube("get", "pods", "-A", "-l", "a=\x1b[2J"), 'selector "a=\\x1b[2J"')
+    assert "\x1b" not in controls
+
+
+# What kubectl v1.37.1's -o yaml (`kubectl label --local -o yaml`, go-yaml v2) wrote for these
+# strings: text in UTF-8, a string with a character above U+FFFF (or a BOM, a tab) double-quoted
+# with YAML's escapes.
+YAML_AS_KUBECTL = {
+    "café": "café",
+    "日本 ñ": "日本 ñ",
+    "😀": '"\\U0001F600"',
+    "a\ufeffb": '"a\\uFEFFb"',
+    "é\tb": '"é\\tb"',
+    'é"\\': 'é"\\',
+    "\u00a0x": "\u00a0x",
+}
+
+
+def test_yaml_writes_text_as_utf8_as_kubectl(backend, client, cache_name, monkeypatch, tmp_path):
+    # Found in review: -o yaml wrote "caf\xE9" (PyYAML without allow_unicode), where kubectl
+    # writes café.
+    texts = pod("d", 0, app="web", drop="me")
+    texts["spec"]["nodeSelector"] = {f"k{i}": text for i, text in enumerate(YAML_AS_KUBECTL)}
+    unsafe = pod("e", 0)
+    unsafe["spec"]["nodeSelector"] = {"bidi": "é\u202eb", "c1": "a\x85b", "ls": "a\u2028b"}
+    run = loaded_cli(
+        {"kind": "List", "items": [NODE, texts, unsafe]}, client, cache_name, monkeypatch, tmp_path
+    )
+    output = ok(run("get", "pod", "d", "-o", "yaml"))
+    for i, written in enumerate(YAML_AS_KUBECTL.values()):
+        assert f"    k{i}: {written}\n" in output, (written, output)
+    assert yaml.safe_load(output)["spec"]["nodeSelector"] == texts["spec"]["nodeSelector"]
+    assert "caf\\xE9" not in ok(run("get", "pods", "-o", "yaml"))
+    # What printable() escapes stays a YAML escape in double quotes (the same string), the one
+    # difference: kubectl writes a bidi override raw, U+2028 raw in single quotes, and U+0085
+    # as a space (it reads its own JSON back as YAML).
+    escaped = ok(run("get", "pod", "e", "-o", "yaml"))
+    assert '    bidi: "é\\u202Eb"\n    c1: "a\\Nb"\n    ls: "a\\Lb"\n' in escaped
+    assert yaml.safe_load(escaped)["spec"]["nodeSelector"] == unsafe["spec"]["nodeSelector"]
+    if shutil.which("kubectl"):  # kubectl's own -o yaml of our -o json: the same text
+        theirs = subprocess.run(
+            ["kubectl", "label", "--local", "-f", "-", "drop-", "-o", "yaml"],
+            input=ok(run("get", "pod", "d", "-o", "json")),
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=60,
+            check=True,
+        ).stdout
+        assert theirs == output.replace("    drop: me\n", "")
+
+
+def test_yaml_never_writes_what_printable_escapes():
+    # The one difference from kubectl's -o yaml, kept: characters printable() escapes (C1, DEL,
+    # format characters, private-use, unassigned, noncharacters, separators) are escapes in
+    # double quotes, in values and keys; printable text around them stays UTF-8.
+    from schedcache.cli.text import UNPRINTABLE
+    from schedcache.cli.yamltext import yaml_text
+
+    for char in "\x80\x9f\x7f\xad\u200b\u200d\u2066\u202e\ue000\u0378\ufdd0\ufffe\U000e0041":
+        document = {f"k{char}": f"é{char}", "plain": f"x{char}"}
+        text = yaml_text(document)
+        assert yaml.safe_load(text) == document, repr(char)
+        assert "é" in text and char not in text, (repr(char), text)
+        assert not any(unicodedata.category(c) in UNPRINTABLE for c in text if c != "\n")

@@ -33,7 +33,7 @@ from schedcache.cli.objects import (
 from schedcache.cli.params import F, Name
 from schedcache.cli.printing import Output, output_option, print_objects, sort_by
 from schedcache.cli.settings import Settings
-from schedcache.cli.text import node_status, printable
+from schedcache.cli.text import go_quoted, node_status, printable
 from schedcache.errors import ValidationError
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.selectors import parse_selector
@@ -182,11 +182,25 @@ def _unescaped(value: str) -> str:
     return "".join(out)
 
 
-def label_filter(text: str | None) -> Callable[[dict[str, str]], bool]:
+def label_filter(
+    text: str | None, kind: str, field_selector: str | None = None
+) -> Callable[[dict[str, str]], bool]:
+    """``-l``/``--selector`` as a test on a label map. One that does not parse is an error,
+    exit status 1, worded as kubectl words its server's 400 BadRequest (kubectl parses none
+    itself: cli-runtime's ``EnhanceListError``, both selectors trimmed, Go-quoted), with
+    schedcache's reason: ``Unable to find "/v1, Resource=pods" that match label selector "a
+    b", field selector "": "a b": expected k=v, ...``. It was a usage error, exit status 2."""
     try:
         selector = parse_selector(text)
     except ValidationError as error:
-        raise click.BadParameter(printable(error.reason), param_hint="-l/--selector") from None
+        reason = f"{go_quoted(error.field)}: {error.reason}" if error.field else error.reason
+        raise click.ClickException(
+            printable(
+                f'Unable to find "/v1, Resource={PLURAL[kind]}" that match label selector '
+                f"{go_quoted(go_trimmed(text or ''))}, field selector "
+                f"{go_quoted(go_trimmed(field_selector or ''))}: {reason}"
+            )
+        ) from None
     return selector.matches
 
 
@@ -303,7 +317,11 @@ def get(
     # sorts lists only), so --sort-by is neither read nor checked for it.
     order = None if len(names) == 1 else sort_by
     listing = Listing(
-        label_filter(selector), field_filter(field_selector, kind), output, no_headers, order
+        label_filter(selector, kind, field_selector),
+        field_filter(field_selector, kind),
+        output,
+        no_headers,
+        order,
     )
     if kind == "pod":
         _get_pods(cache, names, namespace, all_namespaces, listing)

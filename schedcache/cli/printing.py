@@ -25,7 +25,7 @@ from schedcache.cli.jsonpath import (
     go_type,
     render,
 )
-from schedcache.cli.text import printable
+from schedcache.cli.text import go_quoted, printable
 from schedcache.errors import ValidationError
 from schedcache.model.quantity import parse_quantity
 
@@ -164,11 +164,6 @@ def relaxed_path(path: str) -> str:
     ``.a.b``, ``a.b`` and ``{a.b}`` are ``{.a.b}`` (as it is when that does not apply)."""
     match = _RELAXED.fullmatch(path)
     return "{." + (match[1] or match[2]) + "}" if match else path
-
-
-def go_quoted(text: str) -> str:
-    """``text`` in double quotes, as Go's ``%q`` writes a plain string."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 # The Go types kubectl's isLess compares, as a decoded object holds them.

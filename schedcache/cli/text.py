@@ -41,6 +41,29 @@ def printable(value: object) -> str:
     )
 
 
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_GO_ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
+
+
+def go_quoted(text: str) -> str:
+    """``text`` in double quotes, as Go's ``%q`` (``strconv.Quote``) writes a string: what
+    Go's ``unicode.IsPrint`` takes (letters, marks, numbers, punctuation, symbols, the ASCII
+    space) as it is, anything else escaped (``\\x1b``, ``\\u202e``; a byte that was not
+    UTF-8, an argument's surrogate escape, ``\\xff``)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char == " " or unicodedata.category(char)[0] in "LMNPS":
+            out.append(char)
+        elif code < 0x20 or code == 0x7F or 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code & 0xFF:02x}")
+        else:
+            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
 def one_line(value: object) -> str:
     """An error message as one printable line: line breaks become ``; `` (a YAML error spans
     several lines), everything else as :func:`printable`."""

@@ -4,16 +4,34 @@ as something else (a number, a boolean, null, a date) is double-quoted.
 PyYAML resolves scalars by YAML 1.1 and so leaves ``00009``, ``0o17`` or ``1e3`` bare, which a
 YAML 1.2 reader (kubectl's, Go's yaml.v3, ruamel) reads as the numbers 9, 15 and 1000: a label
 ``pod-template-hash: "00009"`` would come back as an integer. kubectl (go-yaml) quotes them.
+
+Text is written in UTF-8 as go-yaml v2 writes it (its emitter is set to unicode): what its
+``is_printable`` takes (``\\n``, U+0020..U+007E, U+00A0..U+D7FF, U+E000..U+FFFD but the BOM)
+as it is (``café``, ``日本``), and a string holding anything else double-quoted with YAML's
+escapes: ``"\\U0001F600"`` (every character above U+FFFF), ``"a\\tb"``, ``"\\uFEFF"``, as
+PyYAML's emitter with ``allow_unicode`` writes them. The one difference, deliberate (as in
+``-o json``): the characters :func:`schedcache.cli.text.printable` never prints raw (C1
+controls, format characters such as a bidi override U+202E or a zero-width joiner,
+private-use and unassigned code points, U+2028 and U+2029) are escapes in a double-quoted
+string too (``"a\\u202Eb"``), where kubectl writes most of them raw (U+2028 in single quotes)
+and fails on others (``error: yaml: control characters are not allowed``: U+0080 to U+009F
+but U+0085, which it turns into a space, DEL, U+FFFE, U+FFFF). A YAML reader reads back the
+same string; nothing rewrites a terminal. (Where kubectl still differs, not mended here: it
+writes a string with a line break as a ``|-`` block, and folds a long double-quoted one
+differently.)
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from typing import Any
 
 import yaml
 from yaml.nodes import ScalarNode
+
+from schedcache.cli.text import UNPRINTABLE
 
 # The YAML 1.2 core schema's non-string scalars (https://yaml.org/spec/1.2.2/#1032-tag-resolution),
 # and YAML 1.1's that PyYAML's resolver leaves out (y/n booleans, go-yaml reads them so).
@@ -32,30 +50,99 @@ _OTHER_TYPES = re.compile(
 )
 
 
+def _escaped(char: str) -> bool:
+    """Whether a double-quoted string writes ``char`` as an escape: what go-yaml v2 escapes
+    (and PyYAML's emitter with ``allow_unicode``), and what :func:`printable` escapes."""
+    return (
+        char in '"\\\x85\u2028\u2029\ufeff'
+        or not (
+            "\x20" <= char <= "\x7e" or "\xa0" <= char <= "\ud7ff" or "\ue000" <= char <= "\ufffd"
+        )
+        or unicodedata.category(char) in UNPRINTABLE
+    )
+
+
+def _double_quoted(data: str) -> bool:
+    """Whether ``data`` holds a character no other style writes as kubectl's ``-o yaml`` would
+    (go-yaml v2 quotes a string with one its ``is_printable`` refuses: everything above U+FFFF)
+    or as :func:`printable` lets through (``\\n`` aside: a line break, kubectl's ``|-``)."""
+    if data.isascii() and data.isprintable():  # the common case, in C
+        return False
+    return any(char not in '\n"\\' and _escaped(char) for char in data)
+
+
 class KubectlDumper(yaml.SafeDumper):
     """SafeDumper that double-quotes every string a YAML 1.1 or 1.2 reader would not read back
-    as that string."""
+    as that string, and every string go-yaml v2 would double-quote for its characters."""
 
     def represent_str(self, data: str) -> ScalarNode:
         node = super().represent_str(data)
         # PyYAML's own (YAML 1.1) reading of the bare string; untyped in its stubs.
         plain_type = self.resolve(ScalarNode, data, (True, False))  # type: ignore[no-untyped-call]
-        if not data or plain_type != "tag:yaml.org,2002:str" or _OTHER_TYPES.match(data):
+        if (
+            not data
+            or plain_type != "tag:yaml.org,2002:str"
+            or _OTHER_TYPES.match(data)
+            or _double_quoted(data)
+        ):
             node.style = '"'
         return node
+
+    def write_double_quoted(self, text: str, split: bool = True) -> None:
+        """PyYAML 6's ``Emitter.write_double_quoted`` (line folding and escapes as go-yaml's),
+        with :func:`_escaped` deciding which characters are escapes."""
+        self.write_indicator('"', True)
+        start = end = 0
+        while end <= len(text):
+            ch = text[end] if end < len(text) else None
+            if ch is None or _escaped(ch):
+                if start < end:
+                    self._put(text[start:end])
+                    start = end
+                if ch is not None:
+                    if ch in self.ESCAPE_REPLACEMENTS:
+                        self._put("\\" + self.ESCAPE_REPLACEMENTS[ch])
+                    elif ch <= "\xff":
+                        self._put(f"\\x{ord(ch):02X}")
+                    elif ch <= "\uffff":
+                        self._put(f"\\u{ord(ch):04X}")
+                    else:
+                        self._put(f"\\U{ord(ch):08X}")
+                    start = end + 1
+            if (
+                0 < end < len(text) - 1
+                and (ch == " " or start >= end)
+                and self.column + (end - start) > self.best_width
+                and split
+            ):
+                data = text[start:end] + "\\"
+                if start < end:
+                    start = end
+                self._put(data)
+                self.write_indent()
+                self.whitespace = False
+                self.indention = False
+                if text[start] == " ":
+                    self._put("\\")
+            end += 1
+        self.write_indicator('"', False)
+
+    def _put(self, data: str) -> None:
+        self.column += len(data)
+        self.stream.write(data.encode(self.encoding) if self.encoding else data)
 
 
 KubectlDumper.add_representer(str, KubectlDumper.represent_str)
 
 
 def yaml_text(document: Any) -> str:
-    """``document`` as kubectl's ``-o yaml`` prints it (keys in the document's order), without
-    the final newline."""
+    """``document`` as kubectl's ``-o yaml`` prints it (keys in the document's order, text in
+    UTF-8 as the module says), without the final newline."""
     text: str = yaml.dump(
         document,
         Dumper=KubectlDumper,
         sort_keys=False,
-        allow_unicode=False,
+        allow_unicode=True,
         default_flow_style=False,
     )
     return text.rstrip("\n")
