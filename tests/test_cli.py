@@ -640,6 +640,137 @@ def test_ctrl_c_while_the_command_line_loads_ends_it_quietly(module, argv, statu
     assert (done.returncode, done.stdout, done.stderr) == (status, "", "\n"), done.stderr
 
 
+# Run as the console script (the file pip writes) and as `python -m schedcache.cli`, with a
+# sitecustomize.py that makes a Ctrl-C happen at one moment, as CTRL_C says:
+# * "string": while the command line loads, KeyboardInterrupt leaves code run from a string
+#   (dataclasses build their methods so: where a Ctrl-C in that half second often lands);
+# * "teardown": SIGINT once the command has ended: from an exit handler, and from the
+#   interpreter's teardown, after Python gave SIGINT back to its default action.
+CTRL_C_AT = """
+import atexit, builtins, os, pathlib, signal, sys
+
+if os.environ["CTRL_C"] == "string":
+    real_exec = builtins.exec
+
+    def exec_interrupted(source, *args, **kwargs):
+        if isinstance(source, str) and source:
+            builtins.exec = real_exec
+            pathlib.Path(os.environ["FIRED"]).touch()
+            real_exec("raise KeyboardInterrupt")
+        return real_exec(source, *args, **kwargs)
+
+    class Arm:
+        def find_spec(self, name, path=None, target=None):
+            if name == "schedcache.cli.app":
+                sys.meta_path.remove(self)
+                builtins.exec = exec_interrupted
+            return None
+
+    sys.meta_path.insert(0, Arm())
+
+if os.environ["CTRL_C"] == "teardown":
+    class CtrlCWhenFreed:
+        def __del__(self):
+            pathlib.Path(os.environ["FIRED"]).touch()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    freed_at_teardown = CtrlCWhenFreed()
+    atexit.register(os.kill, os.getpid(), signal.SIGINT)
+
+if os.environ["CTRL_C"] == "started":
+    class Started:
+        def find_spec(self, name, path=None, target=None):
+            if name == "schedcache.cli.app":
+                sys.meta_path.remove(self)
+                pathlib.Path(os.environ["FIRED"]).touch()
+            return None
+
+    sys.meta_path.insert(0, Started())
+"""
+
+CONSOLE_SCRIPT = """import re
+import sys
+from schedcache.cli import run
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(run())
+"""
+
+UNREACHABLE = ["--redis", "redis://127.0.0.1:1/0"]
+
+
+def start_with_ctrl_c_at(
+    moment: str, entry: str, argv: list[str], tmp_path: Path
+) -> subprocess.Popen[str]:
+    """The command line started by ``entry`` ("script" or "module") with ``argv``, and a Ctrl-C
+    at ``moment`` (CTRL_C_AT; "started" only writes FIRED when the command line loads)."""
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_AT)
+    (tmp_path / "schedcache-script").write_text(CONSOLE_SCRIPT)
+    root = str(Path(__file__).parent.parent)
+    path = os.pathsep.join(filter(None, [str(tmp_path), root, os.environ.get("PYTHONPATH")]))
+    first = [str(tmp_path / "schedcache-script")] if entry == "script" else ["-m", "schedcache.cli"]
+    return subprocess.Popen(
+        [sys.executable, *first, *argv],
+        env={**os.environ, "PYTHONPATH": path, "CTRL_C": moment, "FIRED": str(tmp_path / "fired")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+@pytest.mark.parametrize(
+    ("argv", "status"), [(["stats"], 130), ([*UNREACHABLE, "worker", "expiry"], 0)]
+)
+def test_both_entry_points_end_a_ctrl_c_while_loading_with_the_documented_status(
+    entry, argv, status, tmp_path
+):
+    # Found in review (mended): `python -m schedcache.cli` ended by SIGINT (-2, whatever the
+    # status: CPython's runpy path, 3.11-3.13, once a KeyboardInterrupt left code run from a
+    # string, even one caught) where the console script gave 130; `worker` -2 for 0.
+    process = start_with_ctrl_c_at("string", entry, argv, tmp_path)
+    stdout, stderr = process.communicate(timeout=60)
+    assert (tmp_path / "fired").exists(), "no string was run while the command line loaded"
+    assert (process.returncode, stdout, stderr) == (status, "", "\n"), stderr
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+def test_a_ctrl_c_once_the_command_has_ended_changes_its_status_no_more(entry, tmp_path):
+    # Found in review (mended): a Ctrl-C while the interpreter tore down after an error turned
+    # exit 1 into -2 (Python gives SIGINT back to its default action then), and one in an exit
+    # handler printed "Exception ignored ..." and a traceback.
+    process = start_with_ctrl_c_at("teardown", entry, [*UNREACHABLE, "stats"], tmp_path)
+    stdout, stderr = process.communicate(timeout=60)
+    assert (tmp_path / "fired").exists(), "the interpreter's teardown freed no object"
+    assert (process.returncode, stdout) == (1, ""), stderr
+    assert stderr.startswith("Error: cannot reach Redis") and stderr.count("\n") == 1, stderr
+
+
+@pytest.mark.parametrize("entry", ["script", "module"])
+def test_a_ctrl_c_at_any_moment_after_start_up_ends_without_a_traceback(entry, tmp_path):
+    # A real SIGINT at a few delays once the command line starts loading (before that, Python's
+    # own start-up: site, runpy, the console script's `import re`, where no code of ours runs):
+    # 130, or 1 where the command had already failed (Redis unreachable); never a traceback,
+    # never death by SIGINT.
+    outcomes = []
+    for delay in (0.0, 0.03, 0.1, 0.25):
+        fired = tmp_path / "fired"
+        fired.unlink(missing_ok=True)
+        process = start_with_ctrl_c_at("started", entry, [*UNREACHABLE, "stats"], tmp_path)
+        deadline = time.monotonic() + 30
+        while not fired.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+        outcomes.append((delay, process.returncode, stderr))
+        assert fired.exists() and stdout == "", outcomes
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, outcomes
+        assert (process.returncode, stderr) == (130, "\n") or (
+            process.returncode == 1 and stderr.startswith("Error: cannot reach Redis")
+        ), outcomes
+
+
 def test_the_console_scripts_start_where_a_ctrl_c_is_handled():
     import tomllib
 

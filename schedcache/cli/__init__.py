@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from schedcache.cli.startup import interrupted_while_loading
+from schedcache.cli.startup import command_of, exit_status_decided, interrupted
 
 TYPE_CHECKING = False  # (typing is not imported for it: see schedcache/__init__.py)
 if TYPE_CHECKING:
@@ -23,12 +23,19 @@ if TYPE_CHECKING:
 
 
 def run(args: Sequence[str] | None = None, prog_name: str | None = None) -> Any:
-    """The ``schedcache`` console script: click's group ``main``, loaded here."""
+    """The ``schedcache`` console script: click's group ``main``, loaded here. A Ctrl-C that no
+    command handled, while the command line loads or after (one in click's own error output),
+    ends it with status 130 (0 for the commands that run until stopped) and no traceback; once
+    the command has ended, a Ctrl-C changes its status no more (startup.exit_status_decided)."""
+    argv = sys.argv[1:] if args is None else args
     try:
         from schedcache.cli.app import main as command_line
+
+        return command_line(args, prog_name=prog_name)
     except KeyboardInterrupt:
-        interrupted_while_loading(sys.argv[1:] if args is None else args)
-    return command_line(args, prog_name=prog_name)
+        interrupted(command_of(argv))
+    finally:
+        exit_status_decided()
 
 
 def kubectl_plugin() -> None:

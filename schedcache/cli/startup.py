@@ -53,6 +53,25 @@ def interrupted(command: str | None) -> NoReturn:
     sys.exit(interrupted_status(command))
 
 
-def interrupted_while_loading(args: Sequence[str]) -> NoReturn:
-    """A Ctrl-C while the command line was still being imported: ended as one later is."""
-    interrupted(command_of(args))
+def exit_status_decided() -> None:
+    """The process ends with the status its command decided: a Ctrl-C from here on is ignored.
+
+    For the console scripts and ``python -m schedcache.cli`` only (not :func:`interrupted`,
+    which tests run in-process). Found in review, three ways a Ctrl-C changed a decided status:
+
+    * Python gives SIGINT back to its default action while the interpreter tears down (a few
+      milliseconds after the last line), so a Ctrl-C then ended an ``Error:``'s exit 1 with
+      -2 (a shell's 130); an ignored SIGINT stays ignored. (The long-running commands end
+      by os._exit and ignore their stop signals first: cli/lifecycle.py.)
+    * Before that, a KeyboardInterrupt in an exit handler printed "Exception ignored" and a
+      traceback.
+    * ``python -m`` (CPython's runpy path, 3.11 to 3.13) ends by SIGINT, whatever the status,
+      a process in which a KeyboardInterrupt ever left code run from a string (dataclasses
+      and namedtuple build their methods so: a Ctrl-C while the command line loads), even one
+      the command line caught: 130 (or 0) became -2, where the console script gave 130.
+      Running a string resets the flag CPython keeps for it (CPython 3.14 no longer sets it
+      there: then this changes nothing)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exec("")  # resets CPython's "unhandled KeyboardInterrupt" (see above)
