@@ -321,6 +321,19 @@ WORDS = "café 日本 😀 <b>&</b> \u2028"
 WORDS_AS_KUBECTL = '"café 日本 😀 \\u003cb\\u003e\\u0026\\u003c/b\\u003e \\u2028"'
 
 
+def kubectl_relabelled(manifest: str, label: str, output: str) -> str:
+    """kubectl's own printing of ``manifest`` (``label --local``: nothing sent anywhere)."""
+    return subprocess.run(
+        ["kubectl", "label", "--local", "-f", "-", label, "-o", output],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=True,
+    ).stdout
+
+
 def test_json_writes_text_as_utf8_as_kubectl(backend, client, cache_name, monkeypatch, tmp_path):
     # Found in review: -o json wrote "caf\u00e9" (json.dumps' ensure_ascii), where kubectl
     # (cli-runtime's JSONPrinter, json.MarshalIndent) writes UTF-8.
@@ -341,15 +354,7 @@ def test_json_writes_text_as_utf8_as_kubectl(backend, client, cache_name, monkey
     selector = ok(run("get", "pod", "d", "-o", "jsonpath={.spec.nodeSelector}"))
     assert selector == '{"bidi":"a\\u202eb","words":' + WORDS_AS_KUBECTL + "}"
     if shutil.which("kubectl"):  # kubectl's own -o json of our -o json: the same text
-        theirs = subprocess.run(
-            ["kubectl", "label", "--local", "-f", "-", "absent-", "-o", "json"],
-            input=one,
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=60,
-            check=True,
-        ).stdout
+        theirs = kubectl_relabelled(one, "absent-", "json")
         assert theirs == one.replace("\\u202e", "\u202e")
 
 
@@ -477,15 +482,7 @@ def test_yaml_writes_text_as_utf8_as_kubectl(backend, client, cache_name, monkey
     assert '    bidi: "é\\u202Eb"\n    c1: "a\\Nb"\n    ls: "a\\Lb"\n' in escaped
     assert yaml.safe_load(escaped)["spec"]["nodeSelector"] == unsafe["spec"]["nodeSelector"]
     if shutil.which("kubectl"):  # kubectl's own -o yaml of our -o json: the same text
-        theirs = subprocess.run(
-            ["kubectl", "label", "--local", "-f", "-", "drop-", "-o", "yaml"],
-            input=ok(run("get", "pod", "d", "-o", "json")),
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            timeout=60,
-            check=True,
-        ).stdout
+        theirs = kubectl_relabelled(ok(run("get", "pod", "d", "-o", "json")), "drop-", "yaml")
         assert theirs == output.replace("    drop: me\n", "")
 
 
