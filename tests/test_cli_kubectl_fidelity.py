@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import unicodedata
 from typing import Any
 
 import pytest
@@ -490,7 +489,7 @@ def test_yaml_never_writes_what_printable_escapes():
     # The one difference from kubectl's -o yaml, kept: characters printable() escapes (C1, DEL,
     # format characters, private-use, unassigned, noncharacters, separators) are escapes in
     # double quotes, in values and keys; printable text around them stays UTF-8.
-    from schedcache.cli.text import UNPRINTABLE
+    from schedcache.cli.text import unprintable
     from schedcache.cli.yamltext import yaml_text
 
     for char in "\x80\x9f\x7f\xad\u200b\u200d\u2066\u202e\ue000\u0378\ufdd0\ufffe\U000e0041":
@@ -498,4 +497,4 @@ def test_yaml_never_writes_what_printable_escapes():
         text = yaml_text(document)
         assert yaml.safe_load(text) == document, repr(char)
         assert "é" in text and char not in text, (repr(char), text)
-        assert not any(unicodedata.category(c) in UNPRINTABLE for c in text if c != "\n")
+        assert not any(unprintable(c) for c in text if c != "\n")

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from schedcache.cli.text import UNPRINTABLE
+from schedcache.cli.text import unprintable
 
 # A field name ends where kubectl's parser ends it (a space, ``.``, ``,``, ``[``, ``]``, ``$``,
 # ``@``, ``{``, ``}``), except after a backslash; its backslashes are then dropped.
@@ -171,7 +170,7 @@ def _json_escaped(match: re.Match[str]) -> str:
     """A character that is not ASCII as it stands, unless :func:`printable` would escape it
     (then a JSON escape, a surrogate pair above U+FFFF)."""
     char = match[0]
-    if unicodedata.category(char) not in UNPRINTABLE:
+    if not unprintable(char):
         return char
     code = ord(char)
     if code > 0xFFFF:

@@ -19,7 +19,13 @@ from schedcache.model.values import Node
 
 # Unicode categories never printed as they are: controls (C0, DEL, C1), format characters
 # (bidi overrides, zero-width joiners), surrogates (unencodable), line/paragraph separators.
-UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def unprintable(char: str) -> bool:
+    """Whether :func:`printable` escapes ``char`` (and ``-o json`` / ``-o yaml`` keep it an
+    escape where kubectl writes it raw): its category is one of those above."""
+    return unicodedata.category(char) in _UNPRINTABLE
 
 
 def _escape(char: str) -> str:
@@ -36,9 +42,7 @@ def printable(value: object) -> str:
     text = str(value)
     if text.isprintable():  # the common case, in C
         return text
-    return "".join(
-        _escape(c) if c != " " and unicodedata.category(c) in UNPRINTABLE else c for c in text
-    )
+    return "".join(_escape(c) if c != " " and unprintable(c) else c for c in text)
 
 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from typing import Any
 
 import yaml
 from yaml.nodes import ScalarNode
 
-from schedcache.cli.text import UNPRINTABLE
+from schedcache.cli.text import unprintable
 
 # The YAML 1.2 core schema's non-string scalars (https://yaml.org/spec/1.2.2/#1032-tag-resolution),
 # and YAML 1.1's that PyYAML's resolver leaves out (y/n booleans, go-yaml reads them so).
@@ -58,7 +57,7 @@ def _escaped(char: str) -> bool:
         or not (
             "\x20" <= char <= "\x7e" or "\xa0" <= char <= "\ud7ff" or "\ue000" <= char <= "\ufffd"
         )
-        or unicodedata.category(char) in UNPRINTABLE
+        or unprintable(char)
     )
 
 
