@@ -126,8 +126,9 @@ class Cache(StreamAudit):
         Running the same command again settles it after :class:`RetriesExhausted`, but only
         while Redis surely remembers its id: a command made longer ago than
         ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent). A
-        feeder's versioned change (``commands.VERSIONED``) has no id and no such limit: sent
-        again once applied, it is answered ``dropped repeated``."""
+        feeder's versioned change (``commands.VERSIONED``) has no id: sent again once applied, it
+        is answered ``dropped repeated``, and it is refused only past
+        ``retry.MAX_VERSIONED_RESEND`` (an hour less a minute, a delete's tombstone's life)."""
         return self.store.run(command)
 
     def batch(self, chunk_size: int = 200) -> CommandBatch:

@@ -108,8 +108,8 @@ def first_sent(group: list[Command]) -> float:
 
 
 def too_old_to_resend(group: list[Command]) -> str | None:
-    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None (always
-    for a group of versioned commands only, sent without an id)."""
+    """Why ``group`` must not be sent again (Redis may have forgotten its ids), or None (for a
+    group of versioned commands only, sent without an id, up to ``retry.MAX_VERSIONED_RESEND``)."""
     return too_late_to_resend(group, first_sent(group))
 
 

@@ -202,8 +202,8 @@ class StoreCore:
 
     def check_sendable(self, command: Command) -> None:
         """Refuse (nothing sent) a command with an id too old for Redis to still remember it
-        (a versioned one, sent without, never is: ``retry.too_late_to_resend``), or one this
-        user's ACL rules would stop halfway."""
+        (a versioned one, sent without, only past ``retry.MAX_VERSIONED_RESEND``:
+        ``retry.too_late_to_resend``), or one this user's ACL rules would stop halfway."""
         self.check_permitted(command.name)
         late = too_late_to_resend((command,), command.created)
         if late is not None:
@@ -313,7 +313,7 @@ class Store(StoreCore):
         ``retry.MAX_RETRY_WINDOW`` is refused (:class:`ValidationError`, nothing sent). A
         feeder's versioned change (``commands.VERSIONED``) goes without its id: sent again
         once applied, it is answered ``dropped repeated``, not with its first outcome, and it
-        is never refused for its age."""
+        is refused only past ``retry.MAX_VERSIONED_RESEND``."""
         self.check_sendable(command)
         started, resends = time.monotonic(), 0
 
