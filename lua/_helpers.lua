@@ -11,7 +11,9 @@
 --                                 <contribution>\n<blob>": state assumed|added, finished 0|1
 --                                 (binding done), deadline in ms or "-", gen = the generation
 --                                 that placed it (orders a node's pods), claimer = the replica
---                                 that assumed it while its binding is unfinished, else "-",
+--                                 that assumed it while its binding is unfinished (it is in
+--                                 replicapods:<claimer>), or that claimed it with a deadline
+--                                 (sc_timed_claim: finished 1, in no replica's claims), else "-",
 --                                 contribution = "<field> <amount> ..." exactly as added to
 --                                 the node (removal subtracts it), blob = the msgpack Pod,
 --                                 never decoded here
@@ -933,7 +935,11 @@ end
 
 -- The pod record is one string (one GET or SET, where a hash costs a field each):
 --   "<state> <node> <finished 0|1> <deadline ms|-> <gen placed> <claimer|-> <contribution>\n<blob>"
--- claimer: the replica that assumed the pod, while its binding is unfinished (leases).
+-- claimer: the replica that assumed the pod. While its binding is unfinished (finished 0) the
+-- pod is in the replica's claims (replicapods:<claimer>, bound by its lease); a claim with a
+-- deadline (sc_timed_claim, finished 1 from the start) names its claimer too, in no replica's
+-- claims, so that a replica whose claim went unanswered can tell its own from another's
+-- (scheduler/loop.py); sc_finish_binding's release clears it.
 -- Returns it as a table, or nil when the pod is not in the cache.
 local STATES = { assumed = true, added = true }
 
@@ -963,7 +969,7 @@ local function load_pod(p, uid, stays, read)
   if deadline == '-' then deadline = '' end
   if claimer == '-' then claimer = '' end
   if not stays then guard_removal(p, node, parsed) end
-  if claimer ~= '' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
+  if claimer ~= '' and finished == '0' then expect_type(p .. 'replicapods:' .. claimer, 'set') end
   return { state = state, node = node, finished = finished, deadline = deadline, gen = gen,
            claimer = claimer, contribution = parsed, blob = string.sub(raw, at) }
 end
@@ -1018,9 +1024,12 @@ local function save_pod(p, uid, rec)
                rec.contribution.text, rec.blob)
 end
 
--- The replica's claim on an assumed pod ends (binding finished, or the pod left the cache).
+-- The replica's claim on an assumed pod ends (binding finished, or the pod left the cache). A
+-- claim with a deadline (finished already) was in no replica's claims.
 local function release_claim(p, uid, rec)
-  if rec.claimer ~= '' then redis.call('SREM', p .. 'replicapods:' .. rec.claimer, uid) end
+  if rec.claimer ~= '' and rec.finished == '0' then
+    redis.call('SREM', p .. 'replicapods:' .. rec.claimer, uid)
+  end
   rec.claimer = ''
 end
 
@@ -1031,10 +1040,13 @@ end
 
 -- Places a pod on its node and writes its record; the caller has removed any previous one.
 -- `claimer`: the replica assuming it ('' for added pods). `deadline` (ms text, optional): the
--- pod's binding is finished and it expires then (sc_timed_claim; the caller indexes it).
+-- pod's binding is finished and it expires then (sc_timed_claim; the caller indexes it); its
+-- claimer is named in the record, not added to the replica's claims (the deadline bounds it).
 local function put_pod(p, args, state, claimer, deadline)
   local gen, text = place_pod(p, args.uid, args.node, args.contribution)
-  if claimer ~= '' then redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid) end
+  if claimer ~= '' and not deadline then
+    redis.call('SADD', p .. 'replicapods:' .. claimer, args.uid)
+  end
   write_record(p, args.uid, state, args.node, deadline and '1' or '0', deadline or '', text,
                claimer, args.contribution.text, args.blob)
   if not batching then

@@ -146,7 +146,8 @@ local function assume_pod(p, replica, a, deadline)
     expect_sets(p, p .. 'pods', p .. 'assumed', claims)
   end
   -- put_pod first: its INCR of `gen` is the first write (the wrapper left `gen` unchecked).
-  local gen, text = put_pod(p, args, 'assumed', claims and replica or '', deadline)
+  -- (With a deadline the record names the replica, which is in no claims: put_pod.)
+  local gen, text = put_pod(p, args, 'assumed', replica, deadline)
   if deadline then redis.call('ZADD', p .. 'deadlines', deadline, args.uid) end
   if leasing then
     -- a[7]: int_arg took it as canonical decimal text, int_string(lease_ms)'s very text.

@@ -56,8 +56,9 @@ def unanswered_batch(
     scenario: str, server: FakeApiServer, other: Cache, events: list[str]
 ) -> Callable[[ReferenceScheduler], None]:
     """The scheduler's first batch of claims goes unanswered: ``landed`` (applied, the reply
-    lost), ``stolen`` (never applied; another replica claims its first pod meanwhile) or
-    ``old`` (applied, and first sent longer ago than Redis surely remembers ids)."""
+    lost), ``stolen`` (never applied; another replica claims its first pod meanwhile),
+    ``old`` (applied, and first sent longer ago than Redis surely remembers ids) or
+    ``stolen-old`` (both: the records settle it)."""
 
     def prepare(scheduler: ReferenceScheduler) -> None:
         make = scheduler.cache.batch
@@ -70,8 +71,8 @@ def unanswered_batch(
                 claims = list(made.group)
                 if events or not any(c.name in CLAIMS for c in claims):
                     return execute()
-                first_sent = time.monotonic() - (1000 if scenario == "old" else 0)
-                if scenario == "stolen":
+                first_sent = time.monotonic() - (1000 if scenario.endswith("old") else 0)
+                if scenario.startswith("stolen"):
                     events.append(claimed_name(claims[0]))
                     steal(server, other, events[0])
                     made.close()
@@ -102,13 +103,13 @@ def unanswered_claim(
         def unanswered(command: Command) -> Any:
             if events or command.name not in CLAIMS:
                 return run(command)
-            if scenario == "stolen":
+            if scenario.startswith("stolen"):
                 events.append(claimed_name(command))
                 steal(server, other, events[0])
             else:
                 events.append(scenario)
                 run(command)
-            if scenario == "old":
+            if scenario.endswith("old"):
                 command = dataclasses.replace(command, created=time.monotonic() - 1000)
             error = redis.ConnectionError("no answer (test)")
             raise scheduler.cache.store.gave_up(command, 3, time.monotonic(), error)
@@ -144,9 +145,9 @@ def placed(
         batch_claims=path == "batch",
     ) as scheduler:
         eventually(lambda: bool(events), timeout=20)
-        stolen = {events[0]} if scenario == "stolen" else set()
+        stolen = {events[0]} if scenario.startswith("stolen") else set()
         eventually(lambda: set(bound(server)) == set(PODS) - stolen, timeout=20)
-        if stolen:
+        if scenario == "stolen":
             eventually(lambda: scheduler.lost > 0, timeout=10)
             time.sleep(0.5)  # a Binding of the stolen pod, if one were coming, would be posted
     return scheduler, events, other
@@ -186,5 +187,27 @@ def test_an_unanswered_claim_that_never_landed_does_not_take_another_replicas_cl
     (obj,) = [o for o in server.objects("Pod") if o["metadata"]["name"] == stolen]
     record = other.get_pod_record(Pod.from_k8s(obj))
     assert (record.state, record.node) == ("assumed", "big")
+    requested = other.get_node_info("big").requested.milli_cpu
+    assert requested == 1000 * len(PODS)  # the stolen claim still counted with the bound pods
+
+
+@pytest.mark.parametrize("path", ["batch", "alone"])
+def test_a_claim_unanswered_past_the_id_window_does_not_take_another_replicas_claim(
+    make_cache: Callable[..., Cache],
+    server: FakeApiServer,
+    tmp_path: Path,
+    path: str,
+) -> None:
+    """Never applied, first sent longer ago than Redis surely remembers ids, and another
+    replica claimed the pod meanwhile with a deadline: the record settles it, and it names
+    the other replica as the claimer. Before, a deadline claim named none, and the record
+    path bound the other's claim as this replica's own."""
+    _, events, other = placed(make_cache, server, tmp_path, path, "stolen-old")
+    (stolen,) = events
+    assert stolen not in bindings(server)
+    assert bindings(server) == {name: 1 for name in PODS if name != stolen}
+    (obj,) = [o for o in server.objects("Pod") if o["metadata"]["name"] == stolen]
+    record = other.get_pod_record(Pod.from_k8s(obj))
+    assert (record.state, record.node, record.claimer) == ("assumed", "big", "other")
     requested = other.get_node_info("big").requested.milli_cpu
     assert requested == 1000 * len(PODS)  # the stolen claim still counted with the bound pods

@@ -5,6 +5,7 @@ wrote, and nothing when the claim is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -43,7 +44,9 @@ def test_a_timed_claim_is_the_claim_and_its_deadline_in_one_call(cache: Cache) -
     assert [event.type for event in events] == ["NodeAdded", "PodAssumed"]
     assert events[-1].fields["deadline"] == str(record.deadline_ms)
     assert f"deadline={record.deadline_ms}" in event_text(events[-1])
-    assert record.binding_finished and record.claimer == ""
+    # Its record names the claimer (a replica whose claim went unanswered tells its own from
+    # another's by it: tests/test_claims_sent_again.py), in no replica's claims.
+    assert record.binding_finished and record.claimer == cache.replica
     # The deadline, not the replica's lease, bounds it (as after finish_binding).
     assert not cache.client.sismember(cache.keys.replica_pods(cache.replica), "a")
     assert cache.get_node_info("n1").requested.milli_cpu == 1000
@@ -158,7 +161,11 @@ def test_a_timed_claims_one_event_folds_replays_and_audits_as_the_old_pair(
         "PodAssumed",
         "BindingFinished",
     ]
-    assert new.get_pod_record("a") == old.get_pod_record("a")
+    # The same record, but that the timed claim's names its claimer (the pair's binding
+    # finished: its claim in flight ended).
+    timed = new.get_pod_record("a")
+    assert timed.claimer == new.replica and old.get_pod_record("a").claimer == ""
+    assert dataclasses.replace(timed, claimer="") == old.get_pod_record("a")
     # The fold (snapshots, replay, audit): assumed, binding finished, deadline D.
     folded = [fold(cache.events()).pods["a"] for cache in (new, old)]
     for record in folded:

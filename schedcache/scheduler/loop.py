@@ -384,12 +384,13 @@ class ReferenceScheduler:
                 raise
             return False  # the remembered claim stays for the next pop to look again
         self._unanswered.pop(pod.uid, None)
-        # A claim with a deadline names no claimer (the deadline bounds it, not the lease):
-        # it is this replica's when its own claim of the pod went unanswered.
-        if record.claimer:
-            mine = record.claimer == self.cache.replica and not record.binding_finished
-        else:
-            mine = record.binding_finished and claimed is not None
+        # The record names its claimer: this replica's lease claim, or its claim with a
+        # deadline (its binding finished from the start). A claim that names none is no
+        # replica's claim in flight (a finished binding's, or a deadline claim recorded before
+        # deadline claims named their claimer): not taken as this replica's, which, after its
+        # own claim went unanswered, could be another replica's claim made since (its lease on
+        # the pod lapsed meanwhile); unbound, it expires at its deadline and is queued again.
+        mine = bool(record.claimer) and record.claimer == self.cache.replica
         if record.state != "assumed" or not mine:
             return False
         log.info(

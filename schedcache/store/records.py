@@ -30,7 +30,9 @@ class PodRecord:
     binding_finished: bool
     deadline_ms: int | None  # set by finish_binding when ttl > 0
     generation: int  # the generation that placed the pod on its node
-    claimer: str  # the replica that assumed it, until its binding finished ("" otherwise)
+    # The replica that assumed it: until its binding finished, or for good with a deadline
+    # claim (timed_claim), which names its claimer from the start ("" otherwise).
+    claimer: str
     contribution: str  # what the pod added to its node, "<field> <amount> ..."
     pod: Pod
 
