@@ -645,6 +645,10 @@ end
 -- Changed nodes per ZADD at the end of a call.
 BOUNDS.NODES_PER_ZADD = 200
 
+-- end_call's MSET arguments (at most four keys and values), kept: no table a call. (A field:
+-- the library's chunk is at Lua's limit of 200 locals.)
+READS.end_sets = {}
+
 -- Writes the ids of the call's last event and last helpful one, the call's last generation,
 -- records each changed node's generation in the generation index (the only place it is kept;
 -- a node that is gone stays there as a tombstone), then adds the pods a batch added to `pods`
@@ -652,19 +656,31 @@ BOUNDS.NODES_PER_ZADD = 200
 -- comes first, so that no later write's failure leaves it behind the stream (found in review:
 -- a failed SREM left `nodegen` behind `gen`).
 local function end_call(p)
-  -- The ids of the call's last event and last helpful one (emit), each key once.
+  -- The ids of the call's last event and last helpful one (emit), the call's last generation
+  -- and the queue's arrival counter as the call's arrivals counted on (_queue.lua:
+  -- queue_activate): each key once, all of them in one MSET (a call less for each past the
+  -- first; the strings are overwritten whatever their type, as SET does).
+  local n, sets = 0, READS.end_sets
   local last = ARRIVALS.last
   if last then
-    redis.call('SET', p .. 'lastevent', last)
-    if ARRIVALS.helped then redis.call('SET', p .. 'helped', ARRIVALS.helped) end
+    sets[1], sets[2] = p .. 'lastevent', last
+    n = 2
+    if ARRIVALS.helped then
+      sets[3], sets[4] = p .. 'helped', ARRIVALS.helped
+      n = 4
+    end
     ARRIVALS.last, ARRIVALS.helped = false, false
   end
   if call_gen ~= nil and call_gen ~= incr_gen then
-    redis.call('SET', p .. 'gen', int_string(call_gen))
+    sets[n + 1], sets[n + 2] = p .. 'gen', int_string(call_gen)
+    n = n + 2
   end
-  -- The queue's arrival counter, as the call's arrivals counted on (_queue.lua: queue_activate).
   local seq = checked[' queueseq']
-  if seq then redis.call('SET', p .. 'queueseq', int_string(seq)) end
+  if seq then
+    sets[n + 1], sets[n + 2] = p .. 'queueseq', int_string(seq)
+    n = n + 2
+  end
+  if n > 0 then redis.call('MSET', unpack(sets, 1, n)) end
   if #changed_nodes == 1 then  -- one command's usual case: no table to build
     local node = changed_nodes[1]
     redis.call('ZADD', p .. 'nodegen', changed_gen[node], node)

@@ -29,6 +29,10 @@ local function run_command(fn, writes, p, replica, id, a, lead)
   if writes then
     local earlier = remembered_reply(p, id)
     if earlier ~= nil then return earlier, nil, true end
+    -- An sc_batch's commands take the keys checked here as checked (expect_sets marks them
+    -- only in a batch: a claim's `pods` and `assumed`, a confirmation's `assumed`, were
+    -- checked again).
+    if fn == batch then batching = true end
     guard_cache(p, writes)
   end
   return fn(p, replica, a, lead)
