@@ -6,14 +6,18 @@ import sys
 from typing import Any
 
 import click
+import redis
 from rich.console import Console
 
+from schedcache.cli.app import lost_redis
 from schedcache.cli.render import progress
 from schedcache.cli.settings import Settings
 from schedcache.cli.startup import INTERRUPTED
 from schedcache.cli.text import plural, printable
+from schedcache.errors import RetriesExhausted
 from schedcache.feed.loader import LoadReport, load_documents
 from schedcache.model.manifests import decode_input, entries, parse_documents
+from schedcache.store.connection import EMBEDDED, describe
 
 
 @click.command()
@@ -81,8 +85,15 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
             )
     except KeyboardInterrupt:
         print_load_report(report, verbose)
-        click.echo(interrupted_text(report, total), err=True)
+        click.echo(f"interrupted: {stopped_text(report, total)}", err=True)
         sys.exit(INTERRUPTED)
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        # (found in review: the library's advice, "settle them with batch.settle(...)", and no
+        # counts; a load is settled by running it again)
+        print_load_report(report, verbose)
+        raise click.ClickException(
+            f"{lost_text(settings, error)}: {stopped_text(report, total)}"
+        ) from None
     print_load_report(report, verbose)
     if not report.ok:
         where = "" if settings.is_shared() else " into the embedded Redis, gone at exit"
@@ -93,8 +104,19 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
     settings.note_if_embedded("what was loaded")
 
 
-def interrupted_text(report: LoadReport, total: int) -> str:
-    """What a Ctrl-C during a load leaves behind, and how to go on."""
+def lost_text(settings: Settings, error: Exception) -> str:
+    """Which Redis a load lost, and how: it stopped answering (each call resent as --retry-for
+    allows), or the connection failed as a connect fails (lost_redis)."""
+    if isinstance(error, RetriesExhausted):
+        return (
+            f"Redis at {describe(settings.url or EMBEDDED)} stopped answering (each call "
+            "resent for as long as --retry-for allows)"
+        )
+    return str(lost_redis(click.get_current_context(), error))
+
+
+def stopped_text(report: LoadReport, total: int) -> str:
+    """What a load stopped midway (Ctrl-C, Redis lost) leaves behind, and how to go on."""
     applied = sum(report.applied.values())
     unsure = (
         f" (and up to {report.in_flight} more: the batch in flight may have been applied)"
@@ -102,8 +124,8 @@ def interrupted_text(report: LoadReport, total: int) -> str:
         else ""
     )
     return (
-        f"interrupted: {applied} of {total} objects applied{unsure}; run the same load again "
-        "to finish: what the cache already holds is skipped as unchanged"
+        f"{applied} of {total} objects applied{unsure}; run the same load again to finish: "
+        "what the cache already holds is skipped as unchanged"
     )
 
 

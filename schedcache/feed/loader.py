@@ -241,9 +241,11 @@ def load_documents(
         chunk = all_entries[start : start + batch_size]
         planned = _plan(chunk, planner, report)
         batch = cache.batch(chunk_size=min(200, max(1, len(planned))))
+        # (before the adds: a full group is sent as it is added, and may land though the
+        # batch fails later; found in review: a load that lost Redis in an add said none was)
+        report.in_flight = len(planned)
         for _, command, _ in planned:
             batch.add(command)
-        report.in_flight = len(planned)
         results = batch.execute() if planned else []
         for (entry, _, cut), result in zip(planned, results, strict=True):
             if result.ok:
