@@ -1,10 +1,11 @@
 """A claim Redis did not answer (the retry policy spent: ``RetriesExhausted``) is settled by
 sending it again with its command id once Redis answers: Redis answers a claim that landed as
 it did, and judges one that did not now. Before, the scheduler read the pod's record, which
-cannot tell its own claim with a deadline (no claimer is named) from another replica's made
-after its lease lapsed: it bound the other's claim as its own (found in review of the
-batched claims). Past the window in which Redis surely remembers ids, the record still
-settles it. The batch and the per-pod path, on every backend."""
+could not tell its own claim with a deadline (no claimer was named before stop 62) from
+another replica's made after its lease lapsed: it bound the other's claim as its own (found
+in review of the batched claims). Past the window in which Redis surely remembers ids, the
+record still settles it, by the claimer it names. The batch and the per-pod path, on every
+backend."""
 
 from __future__ import annotations
 

@@ -1,19 +1,18 @@
-"""Review of stop 62 (5257f08: timed claims name their claimer in the pod record).
+"""Review of stop 62 (5257f08: timed claims name their claimer in the pod record); found in
+review, mended.
 
-``ReferenceScheduler._own_claim`` now takes any assumed record naming this replica as its own
-claim whose reply was lost, and binds it again. Before, a record of a claim with a deadline
-was taken as this replica's only while the pod's own claim had gone unanswered (``claimed is
-not None``). A timed claim keeps naming its claimer after its Binding succeeded (the loop
-sends no ``finish_binding`` within ``BINDING_ALLOWANCE``), until the feed confirms the pod.
-In that window the queue can hand the same pod to the same replica again: its queue lease
-lapsed before the claim landed (a slow cycle), another replica's pop brought it back to
-``active``, and the claim landing later does not take it out of the queue. The second
-attempt is refused as ``PodAlreadyExists``, and ``_own_claim`` (not in ``_binds`` any more,
-record naming this replica) posts a second Binding for the bound pod. The binder takes the
-409 (bound to the same node) as success, so the claim survives; the cost is a needless
-Binding POST and pod GET, ``bound`` counted twice for one pod, and a ``finish_binding``
-that moves the claim's deadline. Before 5257f08 the record named no claimer and
-``claimed`` was None: not taken as its own (counted in ``lost``), no second Binding.
+``ReferenceScheduler._own_claim`` took any assumed record naming this replica as its own
+claim whose reply was lost, and bound it again. A timed claim keeps naming its claimer after
+its Binding succeeded (the loop sends no ``finish_binding`` within ``BINDING_ALLOWANCE``),
+until the feed confirms the pod. In that window the queue can hand the same pod to the same
+replica again: its queue lease lapsed before the claim landed (a slow cycle), another
+replica's pop brought it back to ``active``, and the claim landing later does not take it
+out of the queue. The second attempt is refused as ``PodAlreadyExists``, and ``_own_claim``
+(not in ``_binds`` any more, record naming this replica) posted a second Binding for the
+bound pod: a needless Binding POST and pod GET, ``bound`` counted twice for one pod, and a
+``finish_binding`` that moved the claim's deadline. Now a record of a claim with a deadline
+is this replica's only while the pod's own claim went unanswered (``claimed is not None``),
+as before 5257f08.
 """
 
 from __future__ import annotations

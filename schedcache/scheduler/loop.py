@@ -298,13 +298,13 @@ class ReferenceScheduler:
 
     def _sent_again(self, pods: list[Pod], send: Callable[[], T], error: Exception) -> T:
         """``send()``: the unanswered claims of ``pods`` sent again with their ids, until Redis
-        answers. Its answer is exact (found in review: a claim with a deadline names no
-        claimer, so a record cannot tell a replica's own claim from another's made after its
-        lease lapsed): a claim that landed is answered as it was, one that did not is judged
-        now (a refusal raised as such). ``error`` (the first send's) is raised again when the
-        ids may be forgotten (first sent over ``retry.MAX_RETRY_WINDOW`` ago) or the call
-        failed whole, for the records to settle them; the last error when the scheduler stops
-        first."""
+        answers. Its answer is exact (found in review: a claim with a deadline recorded before
+        stop 62 names no claimer, so its record cannot tell a replica's own claim from
+        another's made after its lease lapsed): a claim that landed is answered as it was,
+        one that did not is judged now (a refusal raised as such). ``error`` (the first
+        send's) is raised again when the ids may be forgotten (first sent over
+        ``retry.MAX_RETRY_WINDOW`` ago) or the call failed whole, for the records to settle
+        them; the last error when the scheduler stops first."""
         try:
             answer = self._until_redis_answers(send)
         except (FitConflict, PodAlreadyExists):  # an answer: not landed, refused now
@@ -390,7 +390,13 @@ class ReferenceScheduler:
         # deadline claims named their claimer): not taken as this replica's, which, after its
         # own claim went unanswered, could be another replica's claim made since (its lease on
         # the pod lapsed meanwhile); unbound, it expires at its deadline and is queued again.
+        # A claim with a deadline names its claimer until the feed confirms the pod, its
+        # Binding done or not: it is to be bound here only when this replica's claim of the
+        # pod went unanswered (found in review: the queue handed a pod this replica had bound
+        # to it again, and a second Binding was posted).
         mine = bool(record.claimer) and record.claimer == self.cache.replica
+        if record.binding_finished:
+            mine = mine and claimed is not None
         if record.state != "assumed" or not mine:
             return False
         log.info(
