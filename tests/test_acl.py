@@ -475,3 +475,26 @@ def test_a_restricted_tenant_keeps_running_when_another_build_is_loaded(server: 
         assert cache.node_count() == 1 and denials(server) == []
     finally:
         admin.function_delete("schedcache_v2_0123456789ab")
+
+
+def test_the_admins_demo_reset_runs_without_info_and_clears_nothing_it_then_fails_on(
+    server: Server,
+) -> None:
+    """Found in review: `demo --reset` as docs/security.md's admin cleared the cache and
+    built the demo's nodes, then failed on INFO (its Redis CPU figure), which the role lacks:
+    a half-built cluster. The figure is now asked for before anything is cleared, and left
+    out for a user who may not run INFO."""
+    name = "tenant-demo"
+    admin = make_user(server, "demo-admin", name, "admin")
+    seeded = Cache(server.client(), name)
+    seeded.add_node(make_node("old-node"))
+    server.client().acl_log_reset()
+    result = CliRunner().invoke(
+        main,
+        ["--redis", admin, "--cache", name, "demo", "--reset", "--nodes", "3", "--pods", "12"],
+    )
+    assert result.exit_code == 0, result.output
+    assert not seeded.has_node("old-node") and seeded.node_count() == 3
+    assert seeded.pod_count() > 0  # the replicas placed pods
+    assert denials(server) == ["demo-admin: command info"]  # asked once, before the clear
+    seeded.clear()

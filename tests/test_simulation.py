@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -11,9 +12,11 @@ from click.testing import CliRunner
 from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
 from schedcache.sim.simulation import MODES, run_replicas
+from schedcache.store.connection import ConnectionFailed
 from schedcache.views.snapshot import changed_since, refresh_nodes
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import make_node, make_pod
+from tests.servers import Server, free_port
 
 
 @pytest.mark.parametrize("refresh_every", [1, 64])
@@ -134,3 +137,37 @@ def test_demo_with_redis_assumes_with_the_given_ttl():
         assert all(100 < left <= 120 for left in deadlines), deadlines
     finally:
         Cache(client, name).clear()
+
+
+def test_a_replica_that_cannot_start_ends_the_run_at_once_with_its_error(tmp_path):
+    """Found in review: Redis gone while the replica processes start (here: refusing their
+    connections, past maxclients) left the caller at the start barrier for STARTUP_SECONDS (5
+    minutes) before `demo` said so. A replica that fails to start now breaks the barrier, and
+    the run raises its error at once."""
+    server = Server(free_port(), tmp_path / "redis", ["--maxclients", "3"]).start()
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            run_replicas(
+                f"redis://127.0.0.1:{server.port}/0",
+                "sim-refused",
+                replicas=4,
+                nodes=4,
+                pods=40,
+                mode="fit",
+            )
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    runner = threading.Thread(target=run, daemon=True)
+    try:
+        runner.start()
+        runner.join(timeout=60)  # (5 minutes before)
+        assert outcome, "the run still waits for replicas that could not start"
+        (error,) = outcome
+        assert isinstance(error, ConnectionFailed), repr(error)
+        assert "max number of clients" in str(error)
+    finally:
+        server.kill()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from threading import Barrier, BrokenBarrierError
 
 from redis import Redis
+from redis.exceptions import NoPermissionError
 
 from schedcache.cache import Cache
 from schedcache.errors import FitConflict
@@ -233,15 +234,27 @@ def replica_loop(
     the other replicas and the caller), so the timed part is scheduling alone and all replicas
     really compete. Claimed pods stay assumed (no informer confirms them) and expire ``ttl``
     seconds after their binding finished (0: never)."""
-    cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
-    rng = random.Random(seed)
-    offset = rng.randrange(1_000_000)
-    pods = [demo_pod(index, random.Random(index)) for index in pod_indexes]
-    state = _Replica(cache, ReplicaReport(replica))
-    state.update()
+    try:
+        cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
+        rng = random.Random(seed)
+        offset = rng.randrange(1_000_000)
+        pods = [demo_pod(index, random.Random(index)) for index in pod_indexes]
+        state = _Replica(cache, ReplicaReport(replica))
+        state.update()
+    except BaseException:
+        # The others and the caller stop waiting for this replica at once: its error is the
+        # run's (found in review: Redis gone during start-up left the caller waiting
+        # STARTUP_SECONDS, 5 minutes, before it said so).
+        if _START is not None:
+            _START.abort()
+        raise
     state.report.snapshot_updates = state.report.nodes_read = 0  # the untimed first one
     if _START is not None:  # None outside run_replicas' pool: nothing to wait for
-        _START.wait(timeout=STARTUP_SECONDS)
+        try:
+            _START.wait(timeout=STARTUP_SECONDS)
+        except BrokenBarrierError:
+            cache.close()
+            return state.report  # another replica failed to start: its error is the run's
     started, cpu = time.perf_counter(), time.process_time()
     for pod in pods:
         offset += WINDOW
@@ -295,6 +308,10 @@ def run_replicas(
         raise ValueError("refresh_every must be at least 1")
     client = connect(url)
     cache = Cache(client, cache_name, ttl=0, replica="simulation")
+    # Asked before the cache is cleared: a user who may not run INFO (docs/security.md's
+    # admin role) gets the run without the figure, not a cleared cache and an error (found
+    # in review).
+    measure_cpu = _redis_cpu_seconds(client) is not None
     cache.clear()
     with cache.batch(chunk_size=500) as batch:
         for index in range(nodes):
@@ -325,11 +342,13 @@ def run_replicas(
         except BrokenBarrierError:
             pending.get(timeout=STARTUP_SECONDS)  # a replica that failed to start: its error
             raise
-        cpu_before, busy_before = _redis_cpu_seconds(client), _machine_busy_seconds()
+        cpu_before = _redis_cpu_seconds(client) if measure_cpu else None
+        busy_before = _machine_busy_seconds()
         started = time.perf_counter()
         reports = pending.get()
         wall = time.perf_counter() - started
-        cpu_after, busy_after = _redis_cpu_seconds(client), _machine_busy_seconds()
+        cpu_after = _redis_cpu_seconds(client) if measure_cpu else None
+        busy_after = _machine_busy_seconds()
     redis_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     busy = None if busy_before is None or busy_after is None else busy_after - busy_before
     report = SimulationReport(
@@ -347,10 +366,13 @@ def run_replicas(
 
 def _redis_cpu_seconds(client: Redis | ClusterClient) -> float | None:
     """The server's CPU seconds so far (user + system, all its threads); None on a cluster,
-    whose shards each have their own."""
+    whose shards each have their own, and for a user who may not run INFO."""
     if not isinstance(client, Redis):
         return None
-    cpu = client.info("cpu")
+    try:
+        cpu = client.info("cpu")
+    except NoPermissionError:
+        return None
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
