@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from schedcache import Cache
 from schedcache.cli import app as cli_module
 from schedcache.cli.app import main
+from schedcache.feed import loader
 from schedcache.store.batch import CommandBatch
 from schedcache.store.connection import embedded_client
 from tests.conftest import REAL_REDIS_URL, real_client
@@ -25,39 +26,65 @@ from tests.tcp_proxy import FaultyProxy
 NODES, BATCH = 30, 10
 
 
-def nodes_file(tmp_path: Path) -> Path:
+def nodes_file(tmp_path: Path, cpu: str = "4") -> Path:
     """A kubectl List of NODES nodes (`kubectl get nodes -o json`)."""
-    items = [node_manifest(f"n{i:02d}", "4", "8Gi") for i in range(NODES)]
-    path = tmp_path / "nodes.json"
+    items = [node_manifest(f"n{i:02d}", cpu, "8Gi") for i in range(NODES)]
+    path = tmp_path / f"nodes-{cpu}.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
 
 
+def cpus(cache: Cache) -> list[int]:
+    """Each node's allocatable CPU (m), by name."""
+    nodes = cache.dump().nodes
+    return [nodes[name].allocatable.milli_cpu for name in sorted(nodes)]
+
+
 def load_cut_after_first_batch(
-    args: list[str], path: Path, cut: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+    args: list[str],
+    path: Path,
+    cut: Callable[[], None],
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Any:
     """``schedcache ARGS load PATH`` in batches of BATCH, Redis made unreachable as the second
-    batch's first command is added (a batch sends each group as it fills: before anything of
-    the second batch is sent)."""
-    original = CommandBatch.add
-    added: list[int] = []
+    batch begins: ``where`` "add", as its first command is added (a batch sends each group as
+    it fills: before anything of it is sent), or "read", before the reads that plan it (which
+    objects the cache holds unchanged)."""
+    calls: list[int] = []
 
-    def add(self: CommandBatch, command: Any) -> Any:
-        added.append(1)
-        if len(added) == BATCH + 1:
+    def cut_at_the_second_batch(count: int) -> None:
+        calls.append(1)
+        if len(calls) == count:
             cut()
-        return original(self, command)
 
     with monkeypatch.context() as patched:
-        patched.setattr(CommandBatch, "add", add)
+        if where == "add":
+            add = CommandBatch.add
+
+            def adding(self: CommandBatch, command: Any) -> Any:
+                cut_at_the_second_batch(BATCH + 1)
+                return add(self, command)
+
+            patched.setattr(CommandBatch, "add", adding)
+        else:
+            plan = loader._plan
+
+            def planning(*arguments: Any) -> Any:
+                cut_at_the_second_batch(2)
+                return plan(*arguments)
+
+            patched.setattr(loader, "_plan", planning)
         return CliRunner().invoke(main, [*args, "load", str(path), "--batch-size", str(BATCH)])
 
 
+@pytest.mark.parametrize("cut_at", ["add", "read"])
 @pytest.mark.parametrize("retry_for", ["0", "0.3"])
 @pytest.mark.parametrize("where", ["fakeredis", "redis"])
 def test_a_load_that_loses_redis_says_how_far_it_got_and_a_rerun_finishes_it(
     where: str,
     retry_for: str,
+    cut_at: str,
     cache_name: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -93,26 +120,38 @@ def test_a_load_that_loses_redis_says_how_far_it_got_and_a_rerun_finishes_it(
             proxy.set_down(False)
 
     cache = Cache(client, cache_name)
+    # Cut at "read": the nodes are in the cache already, with less CPU, so that planning
+    # each batch reads them (a lost read, not the batch's send); each is written again (an
+    # add_node, as load writes a node held already).
+    held = 0
+    if cut_at == "read":
+        seeded = CliRunner().invoke(main, [*args, "load", str(nodes_file(tmp_path, "2"))])
+        assert seeded.exit_code == 0, seeded.output
+        held = NODES
     try:
-        result = load_cut_after_first_batch(args, path, lose, monkeypatch)
+        result = load_cut_after_first_batch(args, path, lose, cut_at, monkeypatch)
         assert result.exit_code == 1, result.output
         assert f"applied: {BATCH} add_node" in result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1, result.output
         (error,) = errors
         assert f"Redis at {url}" in error
-        assert f": {BATCH} of {NODES} objects applied (and up to {BATCH} more" in error
+        # (a batch lost as it was sent may have landed: counted as in flight; one lost in the
+        # reads before it was not sent)
+        in_flight = f" (and up to {BATCH} more" if cut_at == "add" else "; run the same"
+        assert f"; {BATCH} of {NODES} objects applied{in_flight}" in error
+        assert ".;" not in error
         assert error.endswith(
             "run the same load again to finish: what the cache already "
             "holds is skipped as unchanged"
         )
         assert "settle" not in result.output and "Traceback" not in result.output
         restore()
-        assert cache.node_count() == BATCH  # the first batch, no more
+        assert cpus(cache) == [4000] * BATCH + [2000] * (held - BATCH)  # the first batch only
         again = CliRunner().invoke(main, [*args, "load", str(path), "--batch-size", str(BATCH)])
         assert again.exit_code == 0, again.output
         assert f"applied: {NODES - BATCH} add_node" in again.output  # the rest, once
-        assert cache.node_count() == NODES
+        assert cpus(cache) == [4000] * NODES
     finally:
         if proxy is not None:
             proxy.release()

@@ -91,9 +91,8 @@ def load(settings: Settings, source: Any, batch_size: int, prune: bool, verbose:
         # (found in review: the library's advice, "settle them with batch.settle(...)", and no
         # counts; a load is settled by running it again)
         print_load_report(report, verbose)
-        raise click.ClickException(
-            f"{lost_text(settings, error)}: {stopped_text(report, total)}"
-        ) from None
+        lost = lost_text(settings, error).rstrip(".")
+        raise click.ClickException(f"{lost}; {stopped_text(report, total)}") from None
     print_load_report(report, verbose)
     if not report.ok:
         where = "" if settings.is_shared() else " into the embedded Redis, gone at exit"
