@@ -270,3 +270,26 @@ def test_history_of_objects_whose_events_were_compacted_away(cache, run_cli):
         )
     unknown = run_cli("history", "node", "nonode")
     assert unknown.exit_code == 1 and unknown.stderr.startswith("Error: node nonode has no events")
+
+
+def test_history_and_explain_read_a_bare_name_as_kubectl_does(cache, run_cli):
+    """Found in review: `history pod web-0` and `explain pod web-1` said the pod had no events
+    or claim (a bare reference was read as a uid only), where `get pod web-0` showed it. A
+    bare NAME that is no uid the cache knows is now default/NAME; a uid still is a uid."""
+    cache.add_node(make_node("n1", "4", "8Gi"))
+    added = make_pod("web-0", "n1", "100m", "1Gi")  # namespace default
+    cache.add_pod(added)
+    claimed = make_pod("web-1", "n1", "100m", "1Gi")
+    cache.assume_pod(claimed)
+    history = run_cli("history", "pod", "web-0")
+    assert history.exit_code == 0, history.output
+    assert [line.split()[1] for line in history.stdout.splitlines()] == ["PodAdded"]
+    by_uid = run_cli("history", "pod", added.uid)
+    assert by_uid.exit_code == 0 and by_uid.stdout == history.stdout
+    explained = run_cli("explain", "pod", "web-1")
+    assert explained.exit_code == 0, explained.output
+    assert explained.stdout.startswith("claim ") and " on n1: " in explained.stdout
+    unknown = run_cli("history", "pod", "web-9")
+    assert unknown.exit_code == 1 and unknown.stdout == ""
+    assert unknown.stderr.startswith("Error: pod web-9 has no events in cache")
+    assert "give NAMESPACE/NAME" in unknown.stderr

@@ -294,19 +294,45 @@ def history() -> None:
 
 
 @history.command("pod")
-@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
+@click.argument("ref", metavar="[NAMESPACE/]NAME|UID", type=Name())
 @click.pass_obj
 def history_pod(settings: Settings, ref: str) -> None:
-    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid).
+    """Every event of a pod, across nodes (by namespace/name: the pod's latest uid; a bare
+    NAME that is no uid is in namespace default).
 
     A pod neither in the stream nor in the cache is an error; one whose events were compacted
     away prints what is left, with a note on stderr."""
     cache = settings.existing_cache()
+    ref = pod_reference(cache, ref)
     uid = pod_uid(cache, ref)
     shown = cache.history(uid) if uid else []
     if not shown and (uid is None or cache.pod_state(uid) is None):
-        raise click.ClickException(f"pod {ref} has no events in cache {cache.name}")
+        raise click.ClickException(f"pod {ref} has no events in cache {cache.name}{bare_hint(ref)}")
     print_history(cache, shown)
+
+
+def pod_reference(cache: Cache, ref: str) -> str:
+    """``ref`` as ``pod_uid`` and ``pod_history`` read it: a bare ``NAME`` that is no uid the
+    cache or its stream knows, and names a pod of namespace default that they know, is
+    ``default/NAME``, as kubectl reads a name without ``-n`` (found in review: `history pod
+    web-0` said the pod had no events where `get pod web-0` showed it). Anything else is left
+    as given (a uid: a preemptor's nomination is found by it before the pod has events)."""
+    if "/" in ref or cache.pod_state(ref) is not None:
+        return ref
+    events = [event for event in cache.events() if event.uid]
+    if any(event.uid == ref for event in events):
+        return ref
+    named = f"default/{ref}"
+    if any(pod_name(event) == named for event in events) or cache.filtered_list(
+        lambda pod: pod.full_name == named
+    ):
+        return named
+    return ref
+
+
+def bare_hint(ref: str) -> str:
+    """What an error about ``ref`` adds when it is a bare NAME read as a uid."""
+    return "" if "/" in ref else " (read as a uid, or as default/NAME: give NAMESPACE/NAME)"
 
 
 def pod_uid(cache: Cache, ref: str) -> str | None:
@@ -328,7 +354,7 @@ def explain() -> None:
 
 
 @explain.command("pod")
-@click.argument("ref", metavar="NAMESPACE/NAME|UID", type=Name())
+@click.argument("ref", metavar="[NAMESPACE/]NAME|UID", type=Name())
 @text_or_json_option(
     "text: each claim and every node's verdict; json: the same as a list of claims."
 )
@@ -348,6 +374,7 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
     its minMember (docs/gangs.md) is shown waiting ("gang: ...", on stderr with -o json), and a
     preemptor's nomination and victims (docs/preemption.md) first, on stderr with -o json."""
     cache = settings.existing_cache()
+    ref = pod_reference(cache, ref)
     found = pod_history(cache, ref, full=full)
     claims = explain_events(cache, found.events, found.checkpoint)
     compacted = found.compacted_before
@@ -378,7 +405,7 @@ def explain_pod(settings: Settings, ref: str, output: str, full: bool) -> None:
         elif found.searched_from:
             since = f" since {found.searched_from}"
         raise click.ClickException(
-            f"pod {ref} has no claim (PodAssumed) in cache {cache.name}{since}"
+            f"pod {ref} has no claim (PodAssumed) in cache {cache.name}{since}{bare_hint(ref)}"
         )
     if output == "json":
         click.echo(json.dumps([claim.to_dict() for claim in claims], indent=2))
