@@ -9,6 +9,7 @@ ACL users (its ``sc_permitted`` answers "nothing denied", checked below).
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -498,3 +499,42 @@ def test_the_admins_demo_reset_runs_without_info_and_clears_nothing_it_then_fail
     assert seeded.pod_count() > 0  # the replicas placed pods
     assert denials(server) == ["demo-admin: command info"]  # asked once, before the clear
     seeded.clear()
+
+
+def test_a_reader_is_not_warned_and_a_writer_short_of_a_command_is(server: Server) -> None:
+    """Found in review: every command a docs/security.md reader ran logged "this Redis user
+    may not run DEL HDEL ...: its writes are refused", which reads as a misconfiguration
+    for a user made exactly as the docs say. A user denied every command the library
+    writes with is a reader (logged at info); one denied only some is warned."""
+    name = "tenant-warn"
+    Cache(server.client(), name).add_node(make_node("n1"))
+    reader = make_user(server, "warn-reader", name, "reader")
+    short = make_user(server, "warn-short", name, "feeder", without="incrby")
+    # (on the package's logger itself: the CLI's logging, set up by earlier tests, stops
+    # its records from reaching the root logger that caplog watches)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("schedcache")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        Cache(connect(reader), name).pod_count()
+        Cache(connect(short), name, replica="feeder-1").pod_count()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        f"cache {name}: this Redis user may not run INCRBY, which the library's functions "
+        f"call: its writes are refused (`schedcache acl {name} --role ROLE` prints the rules)"
+    ]
+    assert any("writes nothing: a reader" in r.getMessage() for r in records)
+    # The CLI (its own log handler, on stderr): nothing for the reader, the warning for the
+    # writer short of a command.
+    for user, warned in ((reader, False), (short, True)):
+        result = CliRunner().invoke(main, ["--redis", user, "--cache", name, "stats"])
+        assert result.exit_code == 0, result.output
+        assert ("may not run" in result.output) is warned, result.output
+    server.client().acl_log_reset()

@@ -99,6 +99,13 @@ def library_commands() -> dict[str, CommandInfo]:
     return lua_commands(lua_files())
 
 
+@functools.cache
+def library_write_commands() -> frozenset[str]:
+    """The commands the library's functions call that write (upper case, as ``sc_permitted``
+    names them): a user denied all of them is a reader by design."""
+    return frozenset(name.upper() for name, info in library_commands().items() if info.writes)
+
+
 def library_version() -> str:
     """``"<schema version> <digest>"``, as ``sc_version`` answers it."""
     return f"{SCHEMA_VERSION} {_code()[1]}"

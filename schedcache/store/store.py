@@ -33,7 +33,12 @@ from schedcache.store.commands import Command, sent_id
 from schedcache.store.connection import url_problem
 from schedcache.store.eviction import EvictionCheck, check_eviction
 from schedcache.store.keys import Keys
-from schedcache.store.library import ensure_loaded, function_name, is_missing_function
+from schedcache.store.library import (
+    ensure_loaded,
+    function_name,
+    is_missing_function,
+    library_write_commands,
+)
 from schedcache.store.replies import translate
 from schedcache.store.retry import (
     DEFAULT_RETRY,
@@ -180,14 +185,20 @@ class StoreCore:
         denied, config = reply if reply else ([], 0)
         self.may_read_config = bool(int(config))
         self.denied = tuple(sorted(d.decode() if isinstance(d, bytes) else str(d) for d in denied))
-        if self.denied:
-            log.warning(
-                "cache %s: this Redis user may not run %s, which the library's functions call: "
-                "its writes are refused (`schedcache acl %s --role ROLE` prints the rules)",
-                self.name,
-                " ".join(self.denied),
-                self.name,
-            )
+        if not self.denied:
+            return
+        if library_write_commands() <= {name.upper() for name in self.denied}:
+            # A reader by design (docs/security.md's reader role): nothing to warn about
+            # (found in review: every command of a reader logged this warning).
+            log.info("cache %s: this Redis user writes nothing: a reader", self.name)
+            return
+        log.warning(
+            "cache %s: this Redis user may not run %s, which the library's functions call: "
+            "its writes are refused (`schedcache acl %s --role ROLE` prints the rules)",
+            self.name,
+            " ".join(self.denied),
+            self.name,
+        )
 
     def check_permitted(self, name: str) -> None:
         """Refuse (nothing sent) a write when this user lacks a command the functions call:
