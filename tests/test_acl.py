@@ -513,12 +513,12 @@ def test_a_reader_is_not_warned_and_a_writer_short_of_a_command_is(server: Serve
     # (on the package's logger itself: the CLI's logging, set up by earlier tests, stops
     # its records from reaching the root logger that caplog watches)
     records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.INFO)
+    handler = logging.Handler(logging.DEBUG)
     handler.emit = records.append  # type: ignore[method-assign]
     logger = logging.getLogger("schedcache")
     level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     try:
         Cache(connect(reader), name).pod_count()
         Cache(connect(short), name, replica="feeder-1").pod_count()
@@ -537,4 +537,36 @@ def test_a_reader_is_not_warned_and_a_writer_short_of_a_command_is(server: Serve
         result = CliRunner().invoke(main, ["--redis", user, "--cache", name, "stats"])
         assert result.exit_code == 0, result.output
         assert ("may not run" in result.output) is warned, result.output
+        assert "a reader" not in result.output  # (debug: not at the CLI's default level)
+    server.client().acl_log_reset()
+
+
+@pytest.mark.parametrize(
+    ("role", "argv", "command"),
+    [("feeder", ["compact"], "XTRIM"), ("reader", ["checkpoint"], "HSET")],
+)
+def test_a_command_a_role_may_not_run_is_one_clear_line_and_changes_nothing(
+    server: Server, role: str, argv: list[str], command: str
+) -> None:
+    """Found in review: a feeder's `compact` ended in redis-py's "Command # 1 (XTRIM ...) of
+    pipeline caused error: this user has no permissions to run the 'xtrim' command", a
+    reader's `checkpoint` in "this user has no permissions to run the 'hset' command": the
+    command, and where the roles' rules come from, are now named."""
+    name = f"tenant-deny-{role}"
+    admin = Cache(server.client(), name)
+    admin.add_node(make_node("n1"))
+    admin.add_pod(make_pod("p1", "n1", "10m", "1Mi"))
+    if role == "feeder":
+        admin.checkpoint()  # (compact needs one; the reader's checkpoint would write one)
+    user = make_user(server, f"deny-{role}", name, role)
+    before = keyspace(server.client(), admin.keys.pattern)
+    result = CliRunner().invoke(main, ["--redis", user, "--cache", name, *argv])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        f"Error: this Redis user may not run {command} (its ACL rules deny it): `schedcache "
+        f"acl {name} --role ROLE` prints what each role may run, and docs/security.md which "
+        "role runs which command"
+    ], result.output
+    assert keyspace(server.client(), admin.keys.pattern) == before
     server.client().acl_log_reset()

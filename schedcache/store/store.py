@@ -190,7 +190,7 @@ class StoreCore:
         if library_write_commands() <= {name.upper() for name in self.denied}:
             # A reader by design (docs/security.md's reader role): nothing to warn about
             # (found in review: every command of a reader logged this warning).
-            log.info("cache %s: this Redis user writes nothing: a reader", self.name)
+            log.debug("cache %s: this Redis user writes nothing: a reader", self.name)
             return
         log.warning(
             "cache %s: this Redis user may not run %s, which the library's functions call: "
