@@ -184,6 +184,20 @@ MANIFESTS: dict[str, tuple[Callable[[], object], str]] = {
         r"^pod default/web-0: spec\.containers\[0\]\.resources\.requests\.cpu: \"1e30\" is "
         r"more than 9223372036854775807 millicores, over the int64 limit",
     ),
+    "memory 1e30": (
+        # (found in review: read as the cap, refused by the cache as pushing an empty node's
+        # total past its bound, where CPU's was invalid)
+        lambda: Pod.from_k8s(_with_request("memory", "99999999999999999999999")),
+        r"^pod default/web-0: spec\.containers\[0\]\.resources\.requests\.memory: "
+        r"\"99999999999999999999999\" is more than 9223372036854775807 units, over the int64 "
+        r"limit",
+    ),
+    "node allocatable memory 1e30": (
+        # (found in review: accepted as 9223372036854775807 bytes, silently)
+        lambda: Node.from_k8s(node_manifest("n1", "4", "1e30")),
+        r"^node n1: status\.allocatable\.memory: \"1e30\" is more than 9223372036854775807 "
+        r"units, over the int64 limit",
+    ),
     "cpu 1e16 (not capped)": (
         lambda: Pod.from_k8s(_with_request("cpu", "1e16")),
         r"\"1e16\" is 10000000000000000000 millicores, over the int64 limit",
@@ -257,6 +271,8 @@ def test_the_largest_int64_quantities_are_still_accepted():
     assert pod.requests.milli_cpu == 2**63 - 1
     node = Node.from_k8s(node_manifest("n1", images=[(["img"], 2**63 - 1)]))
     assert node.images[0][1] == 2**63 - 1
+    memory = Pod.from_k8s(_with_request("memory", "9223372036854775807"))
+    assert memory.requests.memory == 2**63 - 1  # the cap itself, not past it
     assert Pod.from_k8s(_pod_doc(priority=-(2**31))).priority == -(2**31)
 
 

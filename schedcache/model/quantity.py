@@ -18,7 +18,14 @@ from typing import Any
 
 from schedcache.errors import ValidationError
 
-__all__ = ["MAX_QUANTITY", "int_value", "milli_value", "parse_quantity", "round_away"]
+__all__ = [
+    "MAX_QUANTITY",
+    "int_value",
+    "milli_value",
+    "parse_quantity",
+    "past_int64",
+    "round_away",
+]
 
 #: ParseQuantity caps magnitudes at the largest int64 (whole units), like upstream.
 MAX_QUANTITY = Fraction(2**63 - 1)
@@ -73,11 +80,18 @@ def parse_quantity(value: Any, *, obj: str, field: str) -> Fraction:
 
 def _parse_text(text: str) -> Fraction | None:
     """The quantity a text denotes, or None."""
+    amount = _exact_text(text)
+    return None if amount is None else _normalize(amount)
+
+
+def _exact_text(text: str) -> Fraction | None:
+    """The quantity a text denotes exactly (not rounded, not capped), or None."""
     m = _QUANTITY_RE.fullmatch(text)
     if m is None or not (m["int"] or m["frac"]):
         return None
     mantissa = Fraction(int((m["int"] or "0") + (m["frac"] or "")), 10 ** len(m["frac"] or ""))
     suffix = m["suffix"] or ""
+    amount: Fraction
     if suffix in _BINARY:
         amount = mantissa * 2 ** _BINARY[suffix]
     else:
@@ -89,7 +103,20 @@ def _parse_text(text: str) -> Fraction | None:
         amount = mantissa * Fraction(10) ** exponent
     if m["sign"] == "-":
         amount = -amount
-    return _normalize(amount)
+    return amount
+
+
+def past_int64(value: Any) -> bool:
+    """Whether a quantity stands for more than 2**63-1 (in magnitude): parse_quantity reads it
+    as that cap, which then passes for an amount the manifest never gave."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return False
+    if isinstance(value, int):
+        return abs(value) > MAX_QUANTITY
+    if isinstance(value, float):
+        return math.isfinite(value) and abs(Fraction(repr(value))) > MAX_QUANTITY
+    amount = _exact_text(value)
+    return amount is not None and abs(amount) > MAX_QUANTITY
 
 
 # A cluster's manifests repeat a few short quantities ("100m", "128Mi") hundreds of thousands

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from schedcache.errors import ValidationError
 from schedcache.model.podterms import read_inter_pod_rules
-from schedcache.model.quantity import MAX_QUANTITY, parse_quantity, round_away
+from schedcache.model.quantity import MAX_QUANTITY, parse_quantity, past_int64, round_away
 from schedcache.model.resources import (
     DEFAULT_MEMORY_REQUEST,
     DEFAULT_MILLI_CPU_REQUEST,
@@ -207,7 +207,19 @@ class _Reader:
             amount = parse_quantity(raw, obj=self.obj, field=f"{path}.{name}")
             if amount < 0 and not allow_negative:
                 raise self.fail(f"{path}.{name}", "must not be negative")
-            scaled, unit = (amount * 1000, "millicores") if name == "cpu" else (amount, "units")
+            cpu = name == "cpu"
+            scaled, unit = (amount * 1000, "millicores") if cpu else (amount, "units")
+            if not cpu and abs(amount) >= MAX_QUANTITY and past_int64(raw):
+                # Capped as it is read (parse_quantity): the manifest's figure is lost, and
+                # the cap itself passes for an amount (found in review: memory "1e30" read
+                # as 9223372036854775807 bytes, a node's allocatable silently, a pod's request
+                # refused by the cache as pushing an empty node past its bound; CPU's was
+                # invalid, below).
+                raise self.fail(
+                    f"{path}.{name}",
+                    f"{show(raw)} is more than {INT64_MAX} {unit}, over the int64 limit the "
+                    "scheduler counts in",
+                )
             if abs(scaled) > INT64_MAX:
                 # A quantity past int64 is capped there as it is read (parse_quantity, as
                 # ParseQuantity): its figure would be the cap's, not the manifest's (found in
