@@ -329,3 +329,21 @@ def test_the_examples_load_as_their_names_say(run_cli, cache):
         "kubectl-cluster.json",
         "kubectl-watch-with-an-invalid-object.json",
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "found"), [("[]", "an array"), ('[{"kind": "Node"}]', "an array"), ('"x"', "str")]
+)
+def test_a_document_that_is_no_object_is_invalid_in_words_that_do_not_contradict(
+    cache, text, found
+):
+    """Found in review: `[]` was "expected an object, a list or a watch event, found list"
+    (a kubectl List is an object of kind List; a JSON array is no document of kubectl's)."""
+    report = load(cache, text)
+    assert not report.ok and not report.applied
+    (line,) = report.invalid
+    assert line.endswith(
+        "expected an object: one object, a kind List as `kubectl get -o json` prints, or a "
+        f"watch event; found {found}"
+    ), line
+    assert cache.is_empty()

@@ -265,7 +265,13 @@ def entries(documents: list[Any]) -> Iterator[Entry]:
     for number, document in enumerate(documents):
         where = f"document {number}" if len(documents) > 1 else "document"
         if not isinstance(document, Mapping):
-            problem = f"expected an object, a list or a watch event, found {type_name(document)}"
+            # (found in review: "expected ... a list ..., found list" for a JSON array: a
+            # kubectl List is an object of kind List, and an array is no document of kubectl's)
+            found = "an array" if isinstance(document, list | tuple) else type_name(document)
+            problem = (
+                "expected an object: one object, a kind List as `kubectl get -o json` prints, "
+                f"or a watch event; found {found}"
+            )
             yield Entry(where, "LISTED", document, problem)
             continue
         kind = document.get("kind")
