@@ -432,6 +432,10 @@ def test_long_running_commands_refuse_the_embedded_backend_unless_asked(command)
     refused = embedded(*command)
     assert refused.exit_code == 2
     assert "give --redis URL, or --embedded" in refused.stderr
+    # (found in review: `--once` was refused as running "until stopped")
+    once = "--once" in command
+    assert ("runs until stopped" in refused.stderr) is not once, refused.stderr
+    assert ("--once without --redis" in refused.stderr) is once, refused.stderr
     if command[0] == "worker":
         assert embedded("--embedded", *command).exit_code == 0
 

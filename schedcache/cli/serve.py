@@ -100,7 +100,7 @@ def worker_expiry(
     metrics_address: str,
 ) -> None:
     """Expire assumed pods whose binding finished and whose deadline passed (Redis clock)."""
-    settings.refuse_embedded("schedcache worker expiry")
+    settings.refuse_embedded("schedcache worker expiry", once)
     name = replica or default_replica("expiry-worker")
     if once:
         once_cache = settings.cache(replica=name)
@@ -150,7 +150,7 @@ def worker_compact(
     """Keep the stream bounded: checkpoint and trim the events older than --keep, every
     --interval, until SIGTERM or Ctrl-C. Any number may run on one cache (a lease makes one
     round at a time do the work)."""
-    settings.refuse_embedded("schedcache worker compact")
+    settings.refuse_embedded("schedcache worker compact", once)
     if once:
         once_cache = settings.cache()
         settings.refuse_evicting(once_cache)

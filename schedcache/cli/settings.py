@@ -70,15 +70,24 @@ class Settings:
         if check.policy is None and self.is_shared():
             click.echo(f"note: maxmemory-policy not checked: {check.why}", err=True)
 
-    def refuse_embedded(self, command: str) -> None:
+    def refuse_embedded(self, command: str, once: bool = False) -> None:
         """A long-running server on the embedded backend serves a Redis nobody else can
-        reach: a usage error unless --embedded asks for exactly that."""
-        if not self.is_shared() and not self.embedded:
+        reach: a usage error unless --embedded asks for exactly that. ``once``: the command
+        runs one round (``--once``), on a Redis that holds nothing (found in review: it was
+        refused as running "until stopped")."""
+        if self.is_shared() or self.embedded:
+            return
+        if once:
             raise click.UsageError(
-                f"{command} runs until stopped, and without --redis (or ${ENV_URL}) it would "
-                "serve an embedded in-process Redis that no other process can reach: give "
+                f"{command} --once without --redis (or ${ENV_URL}) would run its round on an "
+                "embedded in-process Redis that holds nothing and is gone at exit: give "
                 "--redis URL, or --embedded to run on it anyway"
             )
+        raise click.UsageError(
+            f"{command} runs until stopped, and without --redis (or ${ENV_URL}) it would "
+            "serve an embedded in-process Redis that no other process can reach: give "
+            "--redis URL, or --embedded to run on it anyway"
+        )
 
     def client(self) -> Client:
         """A client for --redis; a server that does not answer names --timeout (found in
