@@ -13,7 +13,6 @@ is one ``Error:`` line on stderr (exit 1). Anything else escaping is a bug.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -24,6 +23,7 @@ import redis
 from click.core import ParameterSource
 from redis.exceptions import RedisClusterException
 
+from schedcache.cli.failures import lost_redis
 from schedcache.cli.params import (
     HELP_ASKED,
     Seconds,
@@ -31,17 +31,14 @@ from schedcache.cli.params import (
     check_cache_variable,
     check_redis_url,
 )
-from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, TIMEOUT_SETTING, Settings
+from schedcache.cli.settings import ENV_CACHE, ENV_TIMEOUT, Settings
 from schedcache.cli.startup import COMMAND_NAMES, command_of, interrupted
 from schedcache.cli.text import one_line, printable
 from schedcache.errors import CacheError, ValidationError
 from schedcache.ops import logs
 from schedcache.store.connection import (
-    EMBEDDED,
     ENV_URL,
-    NoAnswer,
     connect,
-    connection_failed,
     url_problem,
 )
 from schedcache.store.retry import DEFAULT_RETRY, MAX_RETRY_WINDOW
@@ -212,42 +209,6 @@ class SchedcacheGroup(click.Group):
             _add_epilogs(command, global_options_epilog(self))
             self.commands[cmd_name] = command
         return command
-
-
-def lost_redis(ctx: click.Context, error: Exception) -> Exception:
-    """A connection lost in the middle of a command (``events -f`` waiting, a long read) named
-    as a failed connect names it, ``cannot reach Redis at URL: ...``; a call past the socket
-    timeout, there or at connect, as ``Redis at URL did not answer: each try waited N s`` naming
-    --timeout (or the URL's ``?socket_timeout=``, which redis-py takes over it); a command the
-    user's ACL rules deny as :func:`denied_command` names it; other errors as they are
-    (RetriesExhausted says itself what went unanswered)."""
-    settings = ctx.obj if isinstance(ctx.obj, Settings) else None
-    if isinstance(error, redis.exceptions.NoPermissionError):
-        return denied_command(settings, error)
-    lost = isinstance(error, (redis.ConnectionError, redis.TimeoutError))
-    if lost and not isinstance(error, CacheError) and settings is not None:
-        error = connection_failed(settings.url or EMBEDDED, {}, error, settings.timeout)
-    if isinstance(error, NoAnswer):
-        error.set_by(TIMEOUT_SETTING)
-    return error
-
-
-DENIED = re.compile(r"no permissions to run the '([^']+)' command")
-
-
-def denied_command(settings: Settings | None, error: Exception) -> Exception:
-    """A command this Redis user's ACL rules deny, named with where the rules of each role
-    come from (found in review: redis-py's own wording, a pipeline's "Command # 1 (XTRIM
-    ...) of pipeline caused error: ...", reached the user)."""
-    found = DENIED.search(str(error))
-    if found is None:
-        return error
-    cache = settings.cache_name if settings is not None else "CACHE"
-    return click.ClickException(
-        f"this Redis user may not run {found.group(1).upper()} (its ACL rules deny it): "
-        f"`schedcache acl {cache} --role ROLE` prints what each role may run, and "
-        "docs/security.md which role runs which command"
-    )
 
 
 def printable_error(error: click.ClickException) -> click.ClickException:

@@ -9,7 +9,7 @@ import click
 import redis
 from rich.console import Console
 
-from schedcache.cli.app import lost_redis
+from schedcache.cli.failures import lost_redis
 from schedcache.cli.render import progress
 from schedcache.cli.settings import Settings
 from schedcache.cli.startup import INTERRUPTED
