@@ -29,6 +29,7 @@ from schedcache.errors import FitConflict
 from schedcache.model.nodeinfo import NodeInfo
 from schedcache.model.values import Pod
 from schedcache.sim.demo import demo_node, demo_pod
+from schedcache.sim.processes import ReplicaProcesses
 from schedcache.store.connection import connect
 from schedcache.store.routing import ClusterClient
 from schedcache.views.snapshot import Snapshot, changed_since, refresh_nodes
@@ -209,16 +210,6 @@ class _Replica:
         return True
 
 
-# The start barrier of the replicas of this worker process's pool (_join_start sets it): a
-# multiprocessing Barrier reaches a pool's workers only as they are spawned, not with each job.
-_START: Barrier | None = None
-
-
-def _join_start(barrier: Barrier) -> None:
-    global _START
-    _START = barrier
-
-
 def replica_loop(
     url: str,
     cache_name: str,
@@ -228,12 +219,14 @@ def replica_loop(
     seed: int,
     ttl: float = 0.0,
     refresh_every: int = 1,
+    *,
+    start: Barrier | None = None,
 ) -> ReplicaReport:
     """One replica: schedule its pods from its own snapshot until each is claimed or fits
     nowhere. Its pods and first snapshot are built before the ``start`` barrier (shared with
-    the other replicas and the caller), so the timed part is scheduling alone and all replicas
-    really compete. Claimed pods stay assumed (no informer confirms them) and expire ``ttl``
-    seconds after their binding finished (0: never)."""
+    the other replicas and the caller; None: nothing to wait for), so the timed part is
+    scheduling alone and all replicas really compete. Claimed pods stay assumed (no informer
+    confirms them) and expire ``ttl`` seconds after their binding finished (0: never)."""
     try:
         cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
         rng = random.Random(seed)
@@ -245,13 +238,13 @@ def replica_loop(
         # The others and the caller stop waiting for this replica at once: its error is the
         # run's (found in review: Redis gone during start-up left the caller waiting
         # STARTUP_SECONDS, 5 minutes, before it said so).
-        if _START is not None:
-            _START.abort()
+        if start is not None:
+            start.abort()
         raise
     state.report.snapshot_updates = state.report.nodes_read = 0  # the untimed first one
-    if _START is not None:  # None outside run_replicas' pool: nothing to wait for
+    if start is not None:
         try:
-            _START.wait(timeout=STARTUP_SECONDS)
+            start.wait(timeout=STARTUP_SECONDS)
         except BrokenBarrierError:
             cache.close()
             return state.report  # another replica failed to start: its error is the run's
@@ -316,36 +309,27 @@ def run_replicas(
     with cache.batch(chunk_size=500) as batch:
         for index in range(nodes):
             batch.add_node(demo_node(index, node_cpu, node_memory))
+    jobs = [
+        (
+            url,
+            cache_name,
+            f"sched-{k}",
+            list(range(k, pods, replicas)),
+            mode,
+            seed + k,
+            ttl,
+            refresh_every,
+        )
+        for k in range(replicas)
+    ]
     context = multiprocessing.get_context("spawn")
-    # Every replica starts scheduling at the same moment, once all have built their pods and
-    # first snapshot; this process passes the barrier too, to time the same part. A plain
-    # Barrier handed to the workers as they spawn (no manager process whose connection a
-    # proxy could lose).
-    start = context.Barrier(replicas + 1)
-    with context.Pool(replicas, initializer=_join_start, initargs=(start,)) as pool:
-        jobs = [
-            (
-                url,
-                cache_name,
-                f"sched-{k}",
-                list(range(k, pods, replicas)),
-                mode,
-                seed + k,
-                ttl,
-                refresh_every,
-            )
-            for k in range(replicas)
-        ]
-        pending = pool.starmap_async(replica_loop, jobs)
-        try:
-            start.wait(timeout=STARTUP_SECONDS)
-        except BrokenBarrierError:
-            pending.get(timeout=STARTUP_SECONDS)  # a replica that failed to start: its error
-            raise
+    names = [f"sched-{k}" for k in range(replicas)]
+    with ReplicaProcesses(context, replica_loop, jobs, names) as processes:
+        processes.wait_for_start(STARTUP_SECONDS)
         cpu_before = _redis_cpu_seconds(client) if measure_cpu else None
         busy_before = _machine_busy_seconds()
         started = time.perf_counter()
-        reports = pending.get()
+        reports = processes.results()
         wall = time.perf_counter() - started
         cpu_after = _redis_cpu_seconds(client) if measure_cpu else None
         busy_after = _machine_busy_seconds()
