@@ -81,6 +81,11 @@ class NodeNotFound(TransitionError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NodeAlreadyRemoved(NodeNotFound):
+    """The node was removed already: only its pods keep it in the cache (a ghost), until the
+    last of them goes."""
+
+
 class FitConflict(TransitionError):
     """``assume_pod(check_fit=True)``: the node no longer has room (another replica was first),
     or, with ``expect_generation``, it changed since the snapshot the replica decided on.

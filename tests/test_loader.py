@@ -347,3 +347,21 @@ def test_a_document_that_is_no_object_is_invalid_in_words_that_do_not_contradict
         f"watch event; found {found}"
     ), line
     assert cache.is_empty()
+
+
+def test_prune_leaves_a_node_its_listed_pods_keep_and_a_second_prune_exits_clean(cache):
+    """Found in review: a List holding a pod but not its node: --prune removes the node, which
+    its pod keeps in the cache (a ghost); every later --prune tried to remove it again and
+    was rejected ("already removed"), so such a load could never exit 0."""
+    node, other = node_manifest("n1", "4", "8Gi"), node_manifest("n2", "4", "8Gi")
+    pod = pod_manifest("web-0", "n1", "100m", "1Mi")
+    load(cache, json.dumps({"kind": "List", "apiVersion": "v1", "items": [node, other, pod]}))
+    without_n1 = json.dumps({"kind": "List", "apiVersion": "v1", "items": [other, pod]})
+    first = load(cache, without_n1, prune=True)
+    assert first.ok and first.pruned == {"nodes": 1}, (first.rejected, first.pruned)
+    before = keyspace(cache.client, cache.keys.pattern)
+    second = load(cache, without_n1, prune=True)
+    assert second.ok and not second.rejected and not second.pruned, second.rejected
+    assert keyspace(cache.client, cache.keys.pattern) == before  # nothing written
+    assert cache.get_node_info("n1").requested.milli_cpu == 100  # its pod still counted
+    assert cache.verify() == []

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedcache.cache import Cache
-from schedcache.errors import ValidationError
+from schedcache.errors import NodeAlreadyRemoved, ValidationError
 from schedcache.feed.reconcile import held, removal
 from schedcache.feed.truncation import stored_pod, truncated
 from schedcache.model.manifests import Entry, entries, parse_documents, subject, type_name
@@ -289,8 +289,10 @@ def _prune(
             for result in batch.execute():
                 if result.ok:
                     report.pruned[resource] += 1
-                else:
+                elif not isinstance(result.error, NodeAlreadyRemoved):
                     report.rejected.append(f"prune: {result.error}")
+                # (a ghost: removed already, kept by pods the lists still hold; found in
+                # review: rejected on every --prune, so such a load never exited 0)
 
 
 def _kind(entry: Entry) -> str:

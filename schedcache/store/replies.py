@@ -14,6 +14,7 @@ from schedcache.errors import (
     CorruptRecord,
     FitConflict,
     InvalidTransition,
+    NodeAlreadyRemoved,
     NodeNotFound,
     PodAlreadyExists,
     PodNotAssumed,
@@ -115,7 +116,7 @@ def error_from_reply(command: str, subject: str, text: str) -> CacheError:
     if code == "NODENOTFOUND":
         name, why = detail
         if why == "ghost":
-            return NodeNotFound(
+            return NodeAlreadyRemoved(
                 f"node {name} was already removed (only its pods keep it in the cache), so it "
                 f"cannot be {verb}"
             )
