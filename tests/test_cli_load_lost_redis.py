@@ -141,6 +141,7 @@ def test_a_load_that_loses_redis_says_how_far_it_got_and_a_rerun_finishes_it(
         in_flight = f" (and up to {BATCH} more" if cut_at == "add" else "; run the same"
         assert f"; {BATCH} of {NODES} objects applied{in_flight}" in error
         assert ".;" not in error
+        assert ("each call resent" in error) is (retry_for != "0") or "cannot reach" in error
         assert error.endswith(
             "run the same load again to finish: what the cache already "
             "holds is skipped as unchanged"

@@ -107,10 +107,12 @@ def lost_text(settings: Settings, error: Exception) -> str:
     """Which Redis a load lost, and how: it stopped answering (each call resent as --retry-for
     allows), or the connection failed as a connect fails (lost_redis)."""
     if isinstance(error, RetriesExhausted):
-        return (
-            f"Redis at {describe(settings.url or EMBEDDED)} stopped answering (each call "
-            "resent for as long as --retry-for allows)"
+        resent = (
+            "each call resent for as long as --retry-for allows"
+            if settings.retry_for
+            else "--retry-for 0: not resent"
         )
+        return f"Redis at {describe(settings.url or EMBEDDED)} stopped answering ({resent})"
     return str(lost_redis(click.get_current_context(), error))
 
 
