@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import uuid
 
@@ -11,8 +12,10 @@ from click.testing import CliRunner
 
 from schedcache import Cache, Snapshot
 from schedcache.cli.app import main
+from schedcache.errors import CacheError
+from schedcache.sim.processes import ReplicaProcesses
 from schedcache.sim.simulation import MODES, run_replicas
-from schedcache.store.connection import ConnectionFailed
+from schedcache.store.connection import ConnectionFailed, NoAnswer
 from schedcache.views.snapshot import changed_since, refresh_nodes
 from tests.conftest import REAL_REDIS_URL
 from tests.factories import make_node, make_pod
@@ -171,3 +174,17 @@ def test_a_replica_that_cannot_start_ends_the_run_at_once_with_its_error(tmp_pat
         assert "max number of clients" in str(error)
     finally:
         server.kill()
+
+
+def _raises_no_answer(*, start=None):
+    """A replica that fails with an error whose class does not rebuild from its message."""
+    raise NoAnswer("redis://127.0.0.1:1/0", 5.0)
+
+
+def test_a_replicas_error_that_does_not_cross_processes_comes_back_as_its_text():
+    """(Found in review of the replica processes: NoAnswer takes other arguments than its
+    message, so it does not unpickle; the run raises its text, not "did not read".)"""
+    context = multiprocessing.get_context("spawn")
+    processes = ReplicaProcesses(context, _raises_no_answer, [()], ["sched-0"])
+    with processes, pytest.raises(CacheError, match=r"replica sched-0: NoAnswer: Redis at .* did"):
+        processes.wait_for_start(60)

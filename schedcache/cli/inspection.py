@@ -294,7 +294,7 @@ def history() -> None:
 
 
 @history.command("pod")
-@click.argument("ref", metavar="[NAMESPACE/]NAME|UID", type=Name())
+@click.argument("ref", metavar="NAMESPACE/NAME|NAME|UID", type=Name())
 @click.pass_obj
 def history_pod(settings: Settings, ref: str) -> None:
     """Every event of a pod, across nodes (by namespace/name: the pod's latest uid; a bare
@@ -354,7 +354,7 @@ def explain() -> None:
 
 
 @explain.command("pod")
-@click.argument("ref", metavar="[NAMESPACE/]NAME|UID", type=Name())
+@click.argument("ref", metavar="NAMESPACE/NAME|NAME|UID", type=Name())
 @text_or_json_option(
     "text: each claim and every node's verdict; json: the same as a list of claims."
 )

@@ -6,11 +6,10 @@ answered, so the run waited for ever, and a Ctrl-C printed every worker's traceb
 
 from __future__ import annotations
 
-import pickle
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnContext, SpawnProcess
 from threading import Barrier, BrokenBarrierError
@@ -23,28 +22,22 @@ class ReplicaLost(CacheError):
     """A replica process ended without its report, or its error could not be read back."""
 
 
-def _portable(error: BaseException) -> BaseException:
-    """``error`` if it survives pickling (an exception whose class takes other arguments than
-    its message does not), else a CacheError with its text."""
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return CacheError(f"{type(error).__name__}: {error}")
-    return error
-
-
 def _child(
     conn: Connection, start: Barrier, target: Callable[..., Any], job: Sequence[Any]
 ) -> None:
-    """A replica process: ``target(*job, start=start)``, its report or error sent back."""
+    """A replica process: ``target(*job, start=start)``, its report sent back; or its error,
+    as text first, then itself (an exception whose class takes other arguments than its
+    message does not cross back: the caller then raises the text)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller ends the run on a Ctrl-C
     try:
-        outcome: tuple[bool, Any] = (True, target(*job, start=start))
+        report = target(*job, start=start)
     except BaseException as error:
-        outcome = (False, _portable(error))
-    finally:
-        start.abort()  # (a failed replica's wait ends the others'; a passed one's is moot)
-    conn.send(outcome)
+        start.abort()  # the others' wait, and the caller's, end at once
+        conn.send(("error", f"{type(error).__name__}: {error}"))
+        with suppress(Exception):
+            conn.send(error)
+    else:
+        conn.send(("report", report))
     conn.close()
 
 
@@ -123,9 +116,9 @@ class ReplicaProcesses:
                     return
 
     def _read(self, index: int) -> tuple[bool, Any]:
-        name = self.names[index]
+        name, conn = self.names[index], self.conns[index]
         try:
-            ok, value = self.conns[index].recv()
+            kind, value = conn.recv()
         except EOFError:
             process = self.processes[index]
             process.join(timeout=1)
@@ -133,9 +126,13 @@ class ReplicaProcesses:
                 f"replica {name} ended without its report (exit code {process.exitcode}; a "
                 "negative code is the signal that ended it)"
             )
-        except Exception as error:  # its error could not be unpickled here
-            return False, ReplicaLost(f"replica {name} failed; its error did not read: {error}")
-        return bool(ok), value
+        if kind == "report":
+            return True, value
+        try:
+            error = conn.recv()
+        except Exception:  # (EOFError: it did not cross; or it does not rebuild here)
+            error = CacheError(f"replica {name}: {value}")
+        return False, error
 
     def wait_for_start(self, timeout: float) -> None:
         """Until every replica is ready to schedule; the first failure's error otherwise."""
