@@ -287,12 +287,12 @@ def _prune(
             for key in gone[start : start + batch_size]:
                 batch.add(removal(resource, key, None))
             for result in batch.execute():
+                # A ghost was removed already, kept by pods the lists still hold: nothing to
+                # prune (found in review: rejected on every --prune, never exit status 0).
                 if result.ok:
                     report.pruned[resource] += 1
                 elif not isinstance(result.error, NodeAlreadyRemoved):
                     report.rejected.append(f"prune: {result.error}")
-                # (a ghost: removed already, kept by pods the lists still hold; found in
-                # review: rejected on every --prune, so such a load never exited 0)
 
 
 def _kind(entry: Entry) -> str:

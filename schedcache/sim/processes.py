@@ -19,7 +19,8 @@ from schedcache.errors import CacheError
 
 
 class ReplicaLost(CacheError):
-    """A replica process ended without its report, or its error could not be read back."""
+    """A replica process ended without its report (killed), or the replicas did not start in
+    time."""
 
 
 def _child(
@@ -32,7 +33,8 @@ def _child(
     try:
         report = target(*job, start=start)
     except BaseException as error:
-        start.abort()  # the others' wait, and the caller's, end at once
+        start.abort()  # the others' wait, and the caller's, end at once (found in review:
+        # Redis gone during start-up left the caller waiting STARTUP_SECONDS, 5 minutes)
         conn.send(("error", f"{type(error).__name__}: {error}"))
         with suppress(Exception):
             conn.send(error)

@@ -227,20 +227,13 @@ def replica_loop(
     the other replicas and the caller; None: nothing to wait for), so the timed part is
     scheduling alone and all replicas really compete. Claimed pods stay assumed (no informer
     confirms them) and expire ``ttl`` seconds after their binding finished (0: never)."""
-    try:
-        cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
-        rng = random.Random(seed)
-        offset = rng.randrange(1_000_000)
-        pods = [demo_pod(index, random.Random(index)) for index in pod_indexes]
-        state = _Replica(cache, ReplicaReport(replica))
-        state.update()
-    except BaseException:
-        # The others and the caller stop waiting for this replica at once: its error is the
-        # run's (found in review: Redis gone during start-up left the caller waiting
-        # STARTUP_SECONDS, 5 minutes, before it said so).
-        if start is not None:
-            start.abort()
-        raise
+    # (A failure here breaks ``start`` for the others and the caller: processes._child.)
+    cache = Cache(connect(url), cache_name, ttl=ttl, replica=replica)
+    rng = random.Random(seed)
+    offset = rng.randrange(1_000_000)
+    pods = [demo_pod(index, random.Random(index)) for index in pod_indexes]
+    state = _Replica(cache, ReplicaReport(replica))
+    state.update()
     state.report.snapshot_updates = state.report.nodes_read = 0  # the untimed first one
     if start is not None:
         try:
@@ -309,11 +302,12 @@ def run_replicas(
     with cache.batch(chunk_size=500) as batch:
         for index in range(nodes):
             batch.add_node(demo_node(index, node_cpu, node_memory))
+    names = [f"sched-{k}" for k in range(replicas)]
     jobs = [
         (
             url,
             cache_name,
-            f"sched-{k}",
+            names[k],
             list(range(k, pods, replicas)),
             mode,
             seed + k,
@@ -323,7 +317,6 @@ def run_replicas(
         for k in range(replicas)
     ]
     context = multiprocessing.get_context("spawn")
-    names = [f"sched-{k}" for k in range(replicas)]
     with ReplicaProcesses(context, replica_loop, jobs, names) as processes:
         processes.wait_for_start(STARTUP_SECONDS)
         cpu_before = _redis_cpu_seconds(client) if measure_cpu else None
