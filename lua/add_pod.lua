@@ -9,16 +9,19 @@
 --          OVERFLOW <uid> <node> <field>   a node total would pass int64
 --          BADARG <what>
 -- Event    PodAdded  uid, node, gen, data=blob, and when it confirms an assumed pod:
---          confirmed=1, from=<node it was assumed on> (may differ from node) and fromgen=<the
---          generation that change gave that node> (= gen when confirmed in place)
+--          confirmed=1; and when it was assumed on another node or with other requests (a
+--          move): from=<node it was assumed on> and fromgen=<the generation its removal gave
+--          that node>. Without them, the pod was confirmed in place: from is `node`, fromgen
+--          is `gen` (readers default them so: store/fold.py).
 
 -- The usual confirmation: the pod landed where it was assumed, on a live node (a ghost or a
 -- placeholder it was the last pod of goes and comes back new, as upstream and the fold have it),
 -- with the same requests. The
 -- node's totals and the pod's place in `pods` stay as they are (taking the pod off and putting
 -- it back, as a move does, cost six HINCRBYs and five more calls for the same sums); the
--- record, its generation and the indexes of an assumed pod change. One change of the node:
--- the event's fromgen is its gen. Checked here: `assumed`, `deadlines`; by the wrapper: `nodegen`,
+-- record, its generation and the indexes of an assumed pod change. One change of the node: the
+-- event names no `from`/`fromgen` (they would be its node and gen: four stream elements that
+-- every replica's catch-up reads, for nothing; issue 40). Checked here: `assumed`, `deadlines`; by the wrapper: `nodegen`,
 -- `events` (and `pods`, left as it is); by read_pod_args: the node's pod set; by load_pod: the
 -- claim set; `gen` needs no check (touch: the first write).
 local function confirm_in_place(p, replica, args, rec)
@@ -34,7 +37,7 @@ local function confirm_in_place(p, replica, args, rec)
   write_record(p, args.uid, 'added', args.node, '0', '', text, '', args.contribution.text,
                args.blob)
   emit(p, 'PodAdded', replica, 'uid', args.uid, 'node', args.node, 'gen', text,
-       'data', args.blob, 'confirmed', '1', 'from', rec.node, 'fromgen', text)
+       'data', args.blob, 'confirmed', '1')
   return gen
 end
 
