@@ -639,7 +639,7 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, help="binding threads a replica (default 16)")
     parser.add_argument(
-        "--pop-batch", type=int, help="pods a replica pops a call at most (its default: 8)"
+        "--pop-batch", type=int, help="pods a replica pops a call at most (its default: 32)"
     )
     parser.add_argument(
         "--batch-linger",

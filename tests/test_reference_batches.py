@@ -230,3 +230,13 @@ def test_a_pop_batch_out_of_range_is_refused_by_name(
     for bad in (0, 101, True, 2.0):
         with pytest.raises(ValueError, match=r"reference scheduler ref: pop_batch: .* 1\.\.100"):
             ReferenceScheduler(cache, api, "ref", pop_batch=bad)  # type: ignore[arg-type]
+
+
+def test_the_scheduler_commands_pop_batch_default_is_the_loops() -> None:
+    """`schedcache scheduler --pop-batch` defaults to the loop's own POP_BATCH (the CLI names
+    it as a literal: importing the loop would cost every command's start-up)."""
+    from schedcache.cli.extender import scheduler
+    from schedcache.scheduler.loop import POP_BATCH
+
+    (option,) = [p for p in scheduler.params if p.name == "pop_batch"]
+    assert option.default == POP_BATCH == 32

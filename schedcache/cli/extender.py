@@ -404,7 +404,7 @@ def _hold_lease(cache: Cache) -> None:
 @click.option(
     "--pop-batch",
     type=click.IntRange(1, 100),
-    default=8,
+    default=32,  # the loop's POP_BATCH (tests/test_reference_batches.py keeps them one)
     show_default=True,
     help="Pods popped from the queue a call at most: starts at 1 and doubles while pops come "
     "back full; a pod of higher priority queued meanwhile waits behind at most this many "
