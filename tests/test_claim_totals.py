@@ -1,8 +1,8 @@
-"""A claim's node totals stay exact integers (issue 40): past a Lua number's 2^53 too, on the
-node taken (the claim's own or a candidate), in a batch after refused claims, and for a gang's
-members counted on one node. Each field moves by one HINCRBY; totals computed in Lua and
-written in one HSET were measured dearer (docs/performance.md, stop 63) and would have to pass
-these."""
+"""A claim's node totals stay exact integers (issue 40): on the node taken (the claim's own or a
+candidate), in a batch after refused claims, and for a gang's members counted on one node.
+Each field moves by one HINCRBY; totals computed in Lua and written in one HSET were measured
+dearer (docs/performance.md, stop 63). Only the first test's values pass a Lua number's 2^53,
+so only it would catch such totals computed as doubles; the others check the sums."""
 
 from __future__ import annotations
 

@@ -407,8 +407,8 @@ def _hold_lease(cache: Cache) -> None:
     default=32,  # the loop's POP_BATCH (tests/test_reference_batches.py keeps them one)
     show_default=True,
     help="Pods popped from the queue a call at most: starts at 1 and doubles while pops come "
-    "back full; a pod of higher priority queued meanwhile waits behind at most this many "
-    "less one.",
+    "back full; a pod of higher priority queued meanwhile waits behind the batch's pods "
+    "not yet attempted, at most this many.",
 )
 @click.option(
     "--batch-claims/--no-batch-claims",

@@ -28,18 +28,18 @@ Pods are popped in batches of up to ``pop_batch`` a call (one FCALL and one pass
 housekeeping for several pods). The batch starts at one pod and doubles while pops come back
 full (a queue that is short, or a deployment that just arrived, is shared between replicas
 rather than taken whole by the first to poll), and falls back to what the last pop found. The
-batch is attempted in order; a pod of higher priority queued meanwhile waits behind at most
-``pop_batch - 1`` pods of it. Two or more pods in a row that the columns judge alone (no host
-ports, scalar resources, inter-pod rules, spread or preferred affinity, no pod group) are
-placed together (``claim_together``, ``batch_claims``): one snapshot catch-up, each pod
-counted on its node before the next is placed (``Columns.reserve``, as kube-scheduler's assume),
-and their claims in one ``sc_batch`` call, each checked in Redis after the ones before it. A
-claim refused there (a conflict), and a pod that found no node, is attempted alone after, as
-any other pod is. Every pod of a batch is leased together: once half the lease has
-passed (slow attempts: API calls of preemption or reports), or when the scheduler stops, the
-pods not yet attempted are given back untried (to their place in the queue, no attempt
-counted), as they are when Redis goes away mid-batch and the first of them can still be given
-back (else their leases lapse, as one popped pod's does).
+batch is attempted in order; a pod of higher priority queued meanwhile waits behind the pods
+of it not yet attempted, at most ``pop_batch``. Two or more pods in a row that the columns
+judge alone (no host ports, scalar resources, inter-pod rules, spread or preferred affinity,
+no pod group) are placed together (``claim_together``, ``batch_claims``): one snapshot
+catch-up, each pod counted on its node before the next is placed (``Columns.reserve``, as
+kube-scheduler's assume), and their claims in one ``sc_batch`` call, each checked in Redis
+after the ones before it. A claim refused there (a conflict), and a pod that found no node,
+is attempted alone after, as any other pod is. Every pod of a batch is leased together: once
+half the lease has passed (slow attempts: API calls of preemption or reports), or when the
+scheduler stops, the pods not yet attempted are given back untried (to their place in the
+queue, no attempt counted), as they are when Redis goes away mid-batch and the first of them
+can still be given back (else their leases lapse, as one popped pod's does).
 
 Redis going away (a restart, a failover) never ends the loop: a failed pop or snapshot read
 backs off (1 s doubling to 30 s) and gives the pod back; after a Binding, ``finish_binding``
