@@ -34,6 +34,8 @@ def bench(name: str, *options: str) -> tuple[subprocess.CompletedProcess[str], l
         rows = json.loads(results.read_text())["rows"] if results.exists() else []
     finally:
         results.unlink(missing_ok=True)
+    if done.returncode:  # (shown with a failing test's output: why a row wrote nothing)
+        print(f"bench/redis_per_pod.py exited {done.returncode}:\n{done.stderr[-3000:]}")
     return done, rows
 
 
